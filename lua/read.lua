@@ -1,0 +1,35 @@
+-- read.lua: read a credential's log without spending or changing anything.
+-- Read-only, so it may run as EVAL_RO / on a replica.
+--
+-- KEYS[1]    quota:{C}:state  hash of the credential
+-- KEYS[2..]  quota:{C}:log:P  one log list per pool asked about
+-- ARGV[1]    now in µs, or "" to read the Redis server clock (TIME)
+--
+-- Returns {now, serial, blocked_until, blocked_reason, tags, log1, log2, ...}
+-- where tags is a flat list (id, "endpoint<TAB>job", ...) and each log is the
+-- pool's flat list of (time µs, cost, tag id) triples, oldest first.
+
+local state = KEYS[1]
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local g = redis.call('HMGET', state, 'last', 'serial', 'blocked_until', 'blocked_reason')
+local last = tonumber(g[1]) or 0
+if now < last then now = last end
+local tags = {}
+local all = redis.call('HGETALL', state)
+for j = 1, #all, 2 do
+  if string.sub(all[j], 1, 8) == 'tagname:' then
+    tags[#tags + 1] = string.sub(all[j], 9)
+    tags[#tags + 1] = all[j + 1]
+  end
+end
+local reply = { now, tonumber(g[2]) or 0, tonumber(g[3]) or 0, g[4] or '', tags }
+for k = 2, #KEYS do
+  reply[#reply + 1] = redis.call('LRANGE', KEYS[k], 0, -1)
+end
+return reply

@@ -1,0 +1,323 @@
+//! The shared store: the ledger in Redis. Every decision is one Lua script
+//! (`lua/*.lua`) run atomically inside Redis, on Redis's own clock, so hosts
+//! with skewed clocks agree.
+//!
+//! Keys of credential `C` (all share the hash tag `{C}`, so they live in one
+//! Cluster slot and the scripts run unchanged on Redis Cluster):
+//!
+//! * `quota:{C}:state`  hash: per pool and window the running sum and a pointer
+//!   to the oldest entry still inside, the log head's sequence number, tag
+//!   names, the upstream block, the charge serial, the newest entry's time.
+//! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id)` triples, one
+//!   per call whatever its cost, oldest first, trimmed past the longest window.
+//! * `quota:{C}:id:ID`  a marker per recent charge id (idempotency), expiring
+//!   after [`IDEMPOTENCY_HORIZON`].
+//!
+//! Idle keys expire a minute (plus 1/8 window) after the longest window, or
+//! the block, ends.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, Script, Value};
+
+use super::{
+    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LogEntry, Micros, Pool,
+    Remaining, StoreError, check_fits, redact_url, tag, untag,
+};
+
+const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
+const BLOCK_LUA: &str = include_str!("../../lua/block.lua");
+const READ_LUA: &str = include_str!("../../lua/read.lua");
+
+/// How long one request to Redis may take before the store counts as unreachable.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting to Redis may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A charge whose reply was lost is sent again this many times, under the same id.
+const CHARGE_RETRIES: usize = 2;
+
+/// The ledger in one Redis server.
+#[derive(Clone)]
+pub struct RedisLedger {
+    conn: ConnectionManager,
+    charge: Script,
+    block: Script,
+    read: Script,
+}
+
+/// The key of credential `credential`'s state hash.
+pub fn state_key(credential: &str) -> String {
+    format!("quota:{{{credential}}}:state")
+}
+
+/// The key that marks charge `id` of `credential` as recorded.
+pub fn id_key(credential: &str, id: &str) -> String {
+    format!("quota:{{{credential}}}:id:{id}")
+}
+
+/// The key of the log of `pool` of `credential`.
+pub fn log_key(credential: &str, pool: &str) -> String {
+    format!("quota:{{{credential}}}:log:{pool}")
+}
+
+fn store_error(e: RedisError) -> StoreError {
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Other(e.to_string())
+    }
+}
+
+fn clock_arg(at: At) -> String {
+    match at {
+        At::StoreClock => String::new(),
+        At::Fixed(us) => us.to_string(),
+    }
+}
+
+fn int(v: &Value) -> Result<i64, StoreError> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| StoreError::Other("non-numeric reply from a script".into())),
+        other => Err(StoreError::Other(format!(
+            "unexpected reply from a script: {other:?}"
+        ))),
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        _ => String::new(),
+    }
+}
+
+fn array(v: &Value) -> Result<&[Value], StoreError> {
+    match v {
+        Value::Array(a) => Ok(a),
+        other => Err(StoreError::Other(format!(
+            "unexpected reply from a script: {other:?}"
+        ))),
+    }
+}
+
+impl RedisLedger {
+    /// Connect to `url` (`redis://` or `rediss://`). Fails with
+    /// `StoreError::Unavailable` when no server answers in time.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| {
+            StoreError::Other(format!("invalid store URL '{}': {e}", redact_url(url)))
+        })?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            .set_number_of_retries(1);
+        let conn = tokio::time::timeout(
+            CONNECT_TIMEOUT * 2,
+            ConnectionManager::new_with_config(client, config),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable(format!("{}: connect timed out", redact_url(url))))?
+        .map_err(|e| StoreError::Unavailable(format!("{}: {e}", redact_url(url))))?;
+        Ok(Self {
+            conn,
+            charge: Script::new(CHARGE_LUA),
+            block: Script::new(BLOCK_LUA),
+            read: Script::new(READ_LUA),
+        })
+    }
+
+    /// The underlying connection, for benchmarks and tests that inspect keys.
+    pub fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    async fn charge_once(
+        &self,
+        charge: &Charge<'_>,
+        id: &str,
+        at: At,
+    ) -> Result<Value, RedisError> {
+        let mut inv = self.charge.prepare_invoke();
+        inv.key(state_key(charge.credential))
+            .key(id_key(charge.credential, id));
+        for c in charge.cost {
+            inv.key(log_key(charge.credential, &c.pool.name));
+        }
+        inv.arg(clock_arg(at))
+            .arg(id)
+            .arg(format!("tag:{}", tag(charge.endpoint, charge.job)))
+            .arg(IDEMPOTENCY_HORIZON.as_millis() as u64)
+            .arg(charge.cost.len());
+        for c in charge.cost {
+            let p = &c.pool.name;
+            inv.arg(p)
+                .arg(c.units)
+                .arg(c.pool.windows.len())
+                .arg(format!("{p}|head"))
+                .arg(format!("{p}|tail"));
+            for w in &c.pool.windows {
+                let l = w.len_us();
+                inv.arg(l)
+                    .arg(w.budget())
+                    .arg(format!("{p}|{l}|sum"))
+                    .arg(format!("{p}|{l}|ptr"))
+                    .arg(format!("{p}|{l}|first"));
+            }
+        }
+        inv.invoke_async(&mut self.conn.clone()).await
+    }
+}
+
+impl Ledger for RedisLedger {
+    async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
+        check_fits(charge.cost)?;
+        // Always send an id: a charge whose reply was lost is sent again under
+        // the same id, and the script records it once.
+        let generated;
+        let id = match charge.id {
+            Some(id) => id,
+            None => {
+                generated = hex::encode(rand::random::<[u8; 12]>());
+                &generated
+            }
+        };
+        let mut attempt = 0;
+        let reply = loop {
+            match self.charge_once(charge, id, at).await {
+                Ok(v) => break v,
+                Err(e)
+                    if attempt < CHARGE_RETRIES
+                        && (e.is_connection_dropped() || e.is_io_error()) =>
+                {
+                    attempt += 1;
+                    tracing::debug!(
+                        attempt,
+                        "charge reply lost; sending it again under the same id"
+                    );
+                }
+                Err(e) => return Err(store_error(e)),
+            }
+        };
+        let r = array(&reply)?;
+        let (status, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);
+        match status {
+            1 => {
+                let mut remaining = Vec::new();
+                let mut values = r[4..].iter();
+                for c in charge.cost {
+                    for w in &c.pool.windows {
+                        let v = values.next().ok_or_else(|| {
+                            StoreError::Other("short reply from charge script".into())
+                        })?;
+                        remaining.push(Remaining {
+                            pool: c.pool.name.clone(),
+                            per: w.per,
+                            remaining: int(v)?.max(0) as u64,
+                        });
+                    }
+                }
+                Ok(ChargeDecision::Allowed {
+                    at: now,
+                    serial,
+                    duplicate: int(&r[3])? == 1,
+                    remaining,
+                })
+            }
+            0 => {
+                let pool = &charge.cost[int(&r[3])? as usize - 1].pool;
+                let window = &pool.windows[int(&r[4])? as usize - 1];
+                Ok(ChargeDecision::Rejected {
+                    at: now,
+                    serial,
+                    pool: pool.name.clone(),
+                    per: window.per,
+                    retry_after: Duration::from_micros(int(&r[5])?.max(0) as u64),
+                })
+            }
+            2 => Ok(ChargeDecision::Blocked {
+                at: now,
+                serial,
+                until: int(&r[3])?,
+                reason: text(&r[4]),
+            }),
+            other => Err(StoreError::Other(format!(
+                "unknown status {other} from charge script"
+            ))),
+        }
+    }
+
+    async fn block(
+        &self,
+        credential: &str,
+        until: Micros,
+        reason: &str,
+        at: At,
+    ) -> Result<Micros, StoreError> {
+        let reply: Value = self
+            .block
+            .key(state_key(credential))
+            .arg(clock_arg(at))
+            .arg(until)
+            .arg(reason)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        int(&array(&reply)?[1])
+    }
+
+    async fn read(
+        &self,
+        credential: &str,
+        pools: &[Pool],
+        at: At,
+    ) -> Result<CredentialLog, StoreError> {
+        let mut inv = self.read.prepare_invoke();
+        inv.key(state_key(credential));
+        for p in pools {
+            inv.key(log_key(credential, &p.name));
+        }
+        inv.arg(clock_arg(at));
+        let reply: Value = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let r = array(&reply)?;
+        let tags: std::collections::HashMap<String, (String, String)> = array(&r[4])?
+            .chunks(2)
+            .map(|kv| (text(&kv[0]), untag(&text(&kv[1]))))
+            .collect();
+        let mut logs = Vec::new();
+        for log in &r[5..] {
+            let mut entries = Vec::new();
+            for t in array(log)?.chunks(3) {
+                let (endpoint, job) = tags.get(&text(&t[2])).cloned().unwrap_or_default();
+                entries.push(LogEntry {
+                    at: int(&t[0])?,
+                    cost: int(&t[1])? as u64,
+                    endpoint,
+                    job,
+                });
+            }
+            logs.push(entries);
+        }
+        Ok(CredentialLog {
+            at: int(&r[0])?,
+            serial: int(&r[1])? as u64,
+            blocked_until: int(&r[2])?,
+            blocked_reason: text(&r[3]),
+            pools: logs,
+        })
+    }
+}

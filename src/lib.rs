@@ -1,0 +1,15 @@
+//! `quota`: spend a metered API's quota safely from cron jobs and systemd
+//! timers, on one host or many.
+//!
+//! Data flows one way: config → plan → charge → call → write → cursor.
+//!
+//! * [`ledger`]: the exact sliding-window log (Redis and embedded stores).
+//! * [`cli`]: the command-line types; [`commands`]: what each command does.
+//! * [`error`]: the one error type and its exit codes.
+
+pub mod cli;
+pub mod commands;
+pub mod error;
+pub mod ledger;
+
+pub use error::{Error, Result};

@@ -1,0 +1,410 @@
+//! The ledger conformance suite: the same tests against both stores, a real
+//! `redis-server` and the embedded SQLite file. Time is driven through the
+//! ledger's clock (`At::Fixed`) so every expectation is exact; one test uses
+//! the store's own clock with a short window.
+
+mod common;
+
+use std::time::Duration;
+
+use quota::ledger::{
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, StoreError,
+    Window,
+};
+
+const S: i64 = 1_000_000; // one second in µs
+const T0: i64 = 1_700_000_000 * S; // an arbitrary epoch for fixed-clock tests
+
+fn window(secs: u64, limit: u64, headroom: u64) -> Window {
+    Window {
+        per: Duration::from_secs(secs),
+        limit,
+        headroom,
+    }
+}
+
+fn pool(name: &str, windows: Vec<Window>) -> Pool {
+    Pool {
+        name: name.into(),
+        windows,
+    }
+}
+
+fn cost(pool: &Pool, units: u64) -> PoolCost {
+    PoolCost {
+        pool: pool.clone(),
+        units,
+    }
+}
+
+async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
+    ledger
+        .charge(
+            &Charge {
+                credential: cred,
+                cost,
+                endpoint: "videos.list",
+                job: "trending",
+                id: None,
+            },
+            At::Fixed(at),
+        )
+        .await
+        .expect("charge")
+}
+
+fn remaining(d: &ChargeDecision) -> Vec<u64> {
+    match d {
+        ChargeDecision::Allowed { remaining, .. } => {
+            remaining.iter().map(|r| r.remaining).collect()
+        }
+        other => panic!("expected allowed, got {other:?}"),
+    }
+}
+
+fn rejection(d: &ChargeDecision) -> (String, Duration, Duration) {
+    match d {
+        ChargeDecision::Rejected {
+            pool,
+            per,
+            retry_after,
+            ..
+        } => (pool.clone(), *per, *retry_after),
+        other => panic!("expected rejected, got {other:?}"),
+    }
+}
+
+async fn used(ledger: &impl Ledger, cred: &str, pools: &[Pool], at: i64) -> Vec<u64> {
+    let u = ledger
+        .usage(cred, pools, At::Fixed(at))
+        .await
+        .expect("usage");
+    u.pools
+        .iter()
+        .flat_map(|p| p.windows.iter().map(|w| w.used))
+        .collect()
+}
+
+async fn admits_up_to_budget_then_frees_exactly(ledger: impl Ledger) {
+    // limit 10, headroom 2: the budget is 8 in any 10 s.
+    let units = pool("units", vec![window(10, 10, 2)]);
+    let c = [cost(&units, 1)];
+    for i in 0..8 {
+        let d = charge_at(&ledger, "cred", &c, T0 + i * S).await;
+        assert_eq!(remaining(&d), vec![7 - i as u64], "charge {i}");
+    }
+    // The 9th unit does not fit; the first entry (t = T0) leaves at T0 + 10 s.
+    let d = charge_at(&ledger, "cred", &c, T0 + 7 * S + S / 2).await;
+    let (p, per, retry) = rejection(&d);
+    assert_eq!((p.as_str(), per), ("units", Duration::from_secs(10)));
+    assert_eq!(
+        retry,
+        Duration::from_micros((10 * S - 7 * S - S / 2) as u64)
+    );
+    // One microsecond before that it still does not fit...
+    let d = charge_at(&ledger, "cred", &c, T0 + 10 * S - 1).await;
+    assert_eq!(rejection(&d).2, Duration::from_micros(1));
+    // ...and at the reported time it does.
+    let d = charge_at(&ledger, "cred", &c, T0 + 10 * S).await;
+    assert_eq!(remaining(&d), vec![0]);
+    assert_eq!(used(&ledger, "cred", &[units], T0 + 10 * S).await, vec![8]);
+}
+
+async fn weighted_costs(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    for (i, units_spent) in [30, 30, 30].into_iter().enumerate() {
+        let d = charge_at(
+            &ledger,
+            "w",
+            &[cost(&units, units_spent)],
+            T0 + i as i64 * S,
+        )
+        .await;
+        assert!(d.is_allowed());
+    }
+    // 90 used: 20 more does not fit until the first 30 leave at T0 + 60 s.
+    let d = charge_at(&ledger, "w", &[cost(&units, 20)], T0 + 5 * S).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(55));
+    // 10 fits exactly.
+    let d = charge_at(&ledger, "w", &[cost(&units, 10)], T0 + 5 * S).await;
+    assert_eq!(remaining(&d), vec![0]);
+    // A 40-unit call needs the first two entries gone: T0 + 1 s + 60 s.
+    let d = charge_at(&ledger, "w", &[cost(&units, 40)], T0 + 6 * S).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(55));
+    let d = charge_at(&ledger, "w", &[cost(&units, 40)], T0 + 60 * S).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(1));
+}
+
+async fn tightest_window_of_a_pool_rejects(ledger: impl Ledger) {
+    let units = pool("units", vec![window(3600, 100, 0), window(1, 10, 0)]);
+    let d = charge_at(&ledger, "tw", &[cost(&units, 10)], T0).await;
+    assert_eq!(remaining(&d), vec![90, 0]);
+    let d = charge_at(&ledger, "tw", &[cost(&units, 1)], T0 + S / 2).await;
+    let (_, per, retry) = rejection(&d);
+    assert_eq!(
+        (per, retry),
+        (Duration::from_secs(1), Duration::from_millis(500))
+    );
+    let d = charge_at(&ledger, "tw", &[cost(&units, 10)], T0 + S).await;
+    assert_eq!(remaining(&d), vec![80, 0]);
+}
+
+async fn several_pools_are_all_or_nothing(ledger: impl Ledger) {
+    let units = pool("units", vec![window(86_400, 10_000, 500)]);
+    let search = pool("search", vec![window(86_400, 100, 5)]);
+    let both = [cost(&units, 1), cost(&search, 95)];
+    let d = charge_at(&ledger, "ap", &both, T0).await;
+    assert_eq!(remaining(&d), vec![9_499, 0]);
+    // search is spent: a call that needs both is refused, and units stays untouched.
+    let d = charge_at(&ledger, "ap", &[cost(&units, 50), cost(&search, 1)], T0 + S).await;
+    assert_eq!(rejection(&d).0, "search");
+    let pools = [units.clone(), search.clone()];
+    assert_eq!(used(&ledger, "ap", &pools, T0 + S).await, vec![1, 95]);
+    // units alone still fits.
+    let d = charge_at(&ledger, "ap", &[cost(&units, 50)], T0 + S).await;
+    assert_eq!(remaining(&d), vec![9_449]);
+}
+
+async fn boundary_burst_admits_one_budget_not_two(ledger: impl Ledger) {
+    // A fixed-window counter resets at T0 + 60 s and would admit 2L around it.
+    let l = 10;
+    let units = pool("units", vec![window(60, l, 0)]);
+    let mut admitted = 0;
+    for i in 0..l as i64 {
+        let before = T0 + 59 * S + i * 10_000; // just before the boundary
+        let after = T0 + 60 * S + S / 10 + i * 10_000; // just after
+        for at in [before, after] {
+            if charge_at(&ledger, "bb", &[cost(&units, 1)], at)
+                .await
+                .is_allowed()
+            {
+                admitted += 1;
+            }
+        }
+    }
+    assert_eq!(admitted, l);
+}
+
+async fn repeated_charge_id_is_counted_once(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let c = [cost(&units, 7)];
+    let charge = Charge {
+        credential: "idem",
+        cost: &c,
+        endpoint: "e",
+        job: "j",
+        id: Some("charge-42"),
+    };
+    let first = ledger.charge(&charge, At::Fixed(T0)).await.unwrap();
+    let second = ledger.charge(&charge, At::Fixed(T0 + 1)).await.unwrap();
+    match (&first, &second) {
+        (
+            ChargeDecision::Allowed {
+                serial: s1,
+                duplicate: false,
+                ..
+            },
+            ChargeDecision::Allowed {
+                serial: s2,
+                duplicate: true,
+                ..
+            },
+        ) => assert_eq!(s1, s2),
+        other => panic!("expected one record and one duplicate, got {other:?}"),
+    }
+    assert_eq!(remaining(&second), vec![93]);
+    assert_eq!(used(&ledger, "idem", &[units], T0 + 2).await, vec![7]);
+}
+
+async fn blocked_credential_rejects_until_its_time(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let c = [cost(&units, 1)];
+    assert!(charge_at(&ledger, "blk", &c, T0).await.is_allowed());
+    let until = ledger
+        .block("blk", T0 + 100 * S, "quotaExceeded", At::Fixed(T0 + S))
+        .await
+        .unwrap();
+    assert_eq!(until, T0 + 100 * S);
+    // A shorter block does not shorten it.
+    let until = ledger
+        .block("blk", T0 + 50 * S, "again", At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    assert_eq!(until, T0 + 100 * S);
+    match charge_at(&ledger, "blk", &c, T0 + 99 * S).await {
+        ChargeDecision::Blocked { until, reason, .. } => {
+            assert_eq!((until, reason.as_str()), (T0 + 100 * S, "quotaExceeded"))
+        }
+        other => panic!("expected blocked, got {other:?}"),
+    }
+    let u = ledger
+        .usage("blk", std::slice::from_ref(&units), At::Fixed(T0 + 99 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.blocked_until, Some(T0 + 100 * S));
+    assert!(
+        charge_at(&ledger, "blk", &c, T0 + 100 * S)
+            .await
+            .is_allowed()
+    );
+    let u = ledger
+        .usage("blk", &[units], At::Fixed(T0 + 100 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.blocked_until, None);
+}
+
+async fn cost_above_budget_is_a_configuration_error(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 10)]);
+    let err = ledger
+        .charge(
+            &Charge {
+                credential: "big",
+                cost: &[cost(&units, 91)],
+                endpoint: "e",
+                job: "j",
+                id: None,
+            },
+            At::Fixed(T0),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::CostExceedsBudget {
+                budget: 90,
+                units: 91,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(used(&ledger, "big", &[units], T0).await, vec![0]);
+}
+
+async fn usage_reports_who_spent_and_when_units_free(ledger: impl Ledger) {
+    let units = pool("units", vec![window(100, 50, 5), window(10, 20, 0)]);
+    let c = [cost(&units, 3)];
+    for (at, endpoint, job) in [
+        (T0, "videos.list", "a"),
+        (T0 + 50 * S, "search.list", "b"),
+        (T0 + 95 * S, "videos.list", "b"),
+    ] {
+        let d = ledger
+            .charge(
+                &Charge {
+                    credential: "use",
+                    cost: &c,
+                    endpoint,
+                    job,
+                    id: None,
+                },
+                At::Fixed(at),
+            )
+            .await
+            .unwrap();
+        assert!(d.is_allowed());
+    }
+    let u = ledger
+        .usage("use", &[units], At::Fixed(T0 + 99 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.charges_recorded, 3);
+    let long = &u.pools[0].windows[0];
+    assert_eq!((long.budget, long.used, long.remaining), (45, 9, 36));
+    assert_eq!(long.next_free_at, Some(T0 + 100 * S));
+    assert_eq!(long.fully_free_at, Some(T0 + 195 * S));
+    assert_eq!(long.by_endpoint["videos.list"], 6);
+    assert_eq!(long.by_job["b"], 6);
+    assert_eq!(long.buckets.iter().sum::<u64>(), 9);
+    let short = &u.pools[0].windows[1];
+    assert_eq!((short.used, short.next_free_at), (3, Some(T0 + 105 * S)));
+}
+
+async fn store_clock_frees_units_when_it_said(ledger: impl Ledger) {
+    // The real clock of the store, a one-second window: waiting the reported
+    // retry time is exactly what a caller does, so it must then fit.
+    let units = pool("units", vec![window(1, 3, 0)]);
+    let c = [cost(&units, 1)];
+    let charge = Charge {
+        credential: "clock",
+        cost: &c,
+        endpoint: "e",
+        job: "j",
+        id: None,
+    };
+    for _ in 0..3 {
+        assert!(
+            ledger
+                .charge(&charge, At::StoreClock)
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    let d = ledger.charge(&charge, At::StoreClock).await.unwrap();
+    let retry = rejection(&d).2;
+    assert!(retry <= Duration::from_secs(1), "retry {retry:?}");
+    tokio::time::sleep(retry).await;
+    let d = ledger.charge(&charge, At::StoreClock).await.unwrap();
+    assert!(d.is_allowed(), "after the reported retry time: {d:?}");
+}
+
+async fn clock_never_runs_backwards(ledger: impl Ledger) {
+    let units = pool("units", vec![window(10, 2, 0)]);
+    let c = [cost(&units, 1)];
+    assert!(
+        charge_at(&ledger, "back", &c, T0 + 5 * S)
+            .await
+            .is_allowed()
+    );
+    // A reading from the past is treated as the newest entry's time.
+    let d = charge_at(&ledger, "back", &c, T0).await;
+    assert_eq!(d.at(), T0 + 5 * S);
+    let d = charge_at(&ledger, "back", &c, T0).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(10));
+}
+
+macro_rules! conformance {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+            conformance!(@tests $make;
+                admits_up_to_budget_then_frees_exactly,
+                weighted_costs,
+                tightest_window_of_a_pool_rejects,
+                several_pools_are_all_or_nothing,
+                boundary_burst_admits_one_budget_not_two,
+                repeated_charge_id_is_counted_once,
+                blocked_credential_rejects_until_its_time,
+                cost_above_budget_is_a_configuration_error,
+                usage_reports_who_spent_and_when_units_free,
+                store_clock_frees_units_when_it_said,
+                clock_never_runs_backwards,
+            );
+        }
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                #[allow(unused_variables)]
+                let (ledger, guard) = $make;
+                super::$name(ledger).await;
+            }
+        )*
+    };
+}
+
+conformance!(redis, {
+    let server = common::RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+    (ledger, Box::new(server) as Box<dyn std::any::Any>)
+});
+
+conformance!(embedded, {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = EmbeddedLedger::open(&common::embedded_path(&dir)).expect("open");
+    (ledger, Box::new(dir) as Box<dyn std::any::Any>)
+});
