@@ -5,7 +5,7 @@
 -- KEYS[1]      quota:{C}:state    hash: per pool the log's head and tail sequence
 --                                 numbers; per window a running sum, a pointer to
 --                                 its oldest entry and that entry's time; tags,
---                                 upstream block, serial, newest entry time
+--                                 upstream block, serial, latest decision time
 -- KEYS[2]      quota:{C}:id:ID    marker of a recorded charge id (unused when
 --                                 ARGV[2] is ""); expires after the horizon
 -- KEYS[3..]    quota:{C}:log:P    list per pool, in ARGV pool order: flat triples
@@ -32,8 +32,9 @@
 -- and raises "COST_EXCEEDS_BUDGET" for a cost that can never fit.
 --
 -- An entry at time t is inside a window of length L at time now iff t > now - L.
--- Time never runs backwards for a credential: now is clamped to the newest entry,
--- which can only make entries look younger (more conservative), never older.
+-- Time never runs backwards for a credential: now is clamped to the latest
+-- decision that recorded or slid anything, which can only make entries look
+-- younger (more conservative), never older.
 --
 -- Every redis.call costs time on the server's one thread, so the common path
 -- makes five, however many windows: TIME, HMGET, SET NX, RPUSH per pool, HSET.
@@ -150,6 +151,9 @@ for _, pool in ipairs(pools) do
   else
     for _, w in ipairs(pool.windows) do
       if not advance(pool, w, now - w.len) then
+        -- The log is shorter than the state says: it vanished (expired,
+        -- evicted, or a Redis without persistence restarted). Say so.
+        pool.lost = true
         rebuild(pool)
         break
       end
@@ -202,7 +206,11 @@ if not duplicate then
   end
   if worst ~= nil then
     forget_id()
-    save_windows() -- the slid sums are exact; keep them so the next call starts here
+    -- The slid sums are exact; keep them so the next call starts here, and
+    -- with them the time they were slid to, which later calls never go below.
+    save_windows()
+    updates[#updates + 1] = 'last'
+    updates[#updates + 1] = now
     redis.call('HSET', state, unpack(updates))
     return { 0, now, serial, worst[1], worst[2], worst[3] }
   end
@@ -225,9 +233,7 @@ if not duplicate then
     if len ~= (pool.tail - pool.head) * 3 then
       -- The log is not what the state says (a key expired or was evicted):
       -- the pool's state is rebuilt from what the log holds on the next call.
-      pool.lost = true
-      updates[#updates + 1] = 'log_lost'
-      updates[#updates + 1] = now
+      pool.lost, pool.rebuild_next = true, true
     end
     for _, w in ipairs(pool.windows) do
       if w.ptr == pool.tail - 1 then w.first = now end -- the window was empty
@@ -277,9 +283,15 @@ if retain ~= stored_retain then
   updates[#updates + 1] = 'retain'
   updates[#updates + 1] = retain
 end
+for _, pool in ipairs(pools) do
+  if pool.lost then
+    updates[#updates + 1] = 'log_lost'
+    updates[#updates + 1] = now
+  end
+end
 redis.call('HSET', state, unpack(updates))
 for _, pool in ipairs(pools) do
-  if pool.lost then redis.call('HDEL', state, pool.tail_name) end
+  if pool.rebuild_next then redis.call('HDEL', state, pool.tail_name) end
   if refresh or pool.created then redis.call('PEXPIRE', pool.log, ttl_ms) end
 end
 if refresh then redis.call('PEXPIRE', state, ttl_ms) end

@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS log (
 CREATE INDEX IF NOT EXISTS log_by_time ON log (credential, pool, at);
 CREATE TABLE IF NOT EXISTS credential (
     name           TEXT PRIMARY KEY,
-    last           INTEGER NOT NULL DEFAULT 0,  -- newest entry's time: the clock never goes back
+    last           INTEGER NOT NULL DEFAULT 0,  -- latest decision's time: the clock never goes back
     serial         INTEGER NOT NULL DEFAULT 0,  -- charges recorded
     retain         INTEGER NOT NULL DEFAULT 0,  -- longest window seen, µs
     blocked_until  INTEGER NOT NULL DEFAULT 0,
@@ -282,6 +282,13 @@ fn decide(
             }
         }
         if let Some((p, k, retry)) = worst {
+            // As in Redis, time never goes back past a decision's reading.
+            tx.execute(
+                "INSERT INTO credential (name, last) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET last = ?2",
+                params![c.credential, now],
+            )
+            .map_err(sql_error)?;
             return Ok(ChargeDecision::Rejected {
                 at: now,
                 serial: row.serial,

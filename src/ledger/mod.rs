@@ -13,7 +13,7 @@
 //! Semantics, shared by both: an entry logged at time `t` is inside a window
 //! of length `L` at time `now` iff `t > now - L`. A call fits when, in every
 //! window of every pool it names, `used + cost <= limit - headroom`. Time never
-//! runs backwards for a credential: `now` is clamped to its newest entry.
+//! runs backwards for a credential: `now` is clamped to its latest decision.
 
 mod embedded;
 mod redis;

@@ -7,7 +7,7 @@
 //!
 //! * `quota:{C}:state`  hash: per pool and window the running sum and a pointer
 //!   to the oldest entry still inside, the log head's sequence number, tag
-//!   names, the upstream block, the charge serial, the newest entry's time.
+//!   names, the upstream block, the charge serial, the latest decision's time.
 //! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id)` triples, one
 //!   per call whatever its cost, oldest first, trimmed past the longest window.
 //! * `quota:{C}:id:ID`  a marker per recent charge id (idempotency), expiring
