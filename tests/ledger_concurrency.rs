@@ -1,0 +1,227 @@
+//! Concurrency: 32 clients (two separate processes of 16 tasks each) charge
+//! random costs 1..=20 against one credential, on the store's own clock, for
+//! several windows' worth of time. From the log of decisions: no window ever
+//! holds more than its budget, and every rejection was deserved (the window it
+//! names really was short at that point of the serial order).
+//!
+//! The child processes are this test binary run again with `load_child`
+//! selected; that helper is `#[ignore]`d so it never runs on its own.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use quota::ledger::{
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, Store,
+    StoreLocation, Window,
+};
+
+const PROCESSES: usize = 2;
+const TASKS: usize = 16;
+const RUN: Duration = Duration::from_secs(5);
+
+fn pool() -> Pool {
+    Pool {
+        name: "units".into(),
+        windows: vec![
+            Window {
+                per: Duration::from_secs(2),
+                limit: 1_000,
+                headroom: 50,
+            },
+            Window {
+                per: Duration::from_millis(500),
+                limit: 300,
+                headroom: 0,
+            },
+        ],
+    }
+}
+
+/// One decision as a child reports it.
+#[derive(Debug)]
+struct Decision {
+    allowed: bool,
+    serial: u64,
+    at: i64,
+    cost: u64,
+    /// For a rejection: the window that said no, in µs.
+    per_us: i64,
+}
+
+#[test]
+#[ignore = "helper: run in child processes by the concurrency tests"]
+fn load_child() {
+    let store = std::env::var("QUOTA_LOAD_STORE").expect("QUOTA_LOAD_STORE");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lines = rt.block_on(async move {
+        let location = StoreLocation::parse(&store).unwrap();
+        let store = std::sync::Arc::new(Store::open(&location).await.unwrap());
+        let deadline = Instant::now() + RUN;
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let cost_pool = pool();
+                let mut out = Vec::new();
+                while Instant::now() < deadline {
+                    let units = rand::random_range(1..=20u64);
+                    let cost = [PoolCost {
+                        pool: cost_pool.clone(),
+                        units,
+                    }];
+                    let charge = Charge {
+                        credential: "shared",
+                        cost: &cost,
+                        endpoint: "e",
+                        job: "j",
+                        id: None,
+                    };
+                    match store.charge(&charge, At::StoreClock).await.unwrap() {
+                        ChargeDecision::Allowed { serial, at, .. } => {
+                            out.push(format!("LOAD A {serial} {at} {units} 0"))
+                        }
+                        ChargeDecision::Rejected {
+                            serial,
+                            at,
+                            per,
+                            retry_after,
+                            ..
+                        } => {
+                            out.push(format!("LOAD R {serial} {at} {units} {}", per.as_micros()));
+                            // A real client waits; cap it so the load stays high.
+                            tokio::time::sleep(retry_after.min(Duration::from_millis(3))).await;
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+                out
+            }));
+        }
+        let mut lines = Vec::new();
+        for t in tasks {
+            lines.extend(t.await.unwrap());
+        }
+        lines
+    });
+    for l in lines {
+        println!("{l}");
+    }
+}
+
+fn run_children(store: &str) -> Vec<Decision> {
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "load_child",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads",
+                    "1",
+                ])
+                .env("QUOTA_LOAD_STORE", store)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut decisions = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "child failed");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            // libtest may print "test load_child ... " before the first line.
+            let Some(rest) = line.find("LOAD ").map(|i| &line[i + 5..]) else {
+                continue;
+            };
+            let f: Vec<&str> = rest.split(' ').collect();
+            decisions.push(Decision {
+                allowed: f[0] == "A",
+                serial: f[1].parse().unwrap(),
+                at: f[2].parse().unwrap(),
+                cost: f[3].parse().unwrap(),
+                per_us: f[4].parse().unwrap(),
+            });
+        }
+    }
+    decisions
+}
+
+fn check(decisions: &[Decision]) {
+    let pool = pool();
+    let mut admitted: Vec<&Decision> = decisions.iter().filter(|d| d.allowed).collect();
+    admitted.sort_by_key(|d| d.serial);
+    let rejected: Vec<&Decision> = decisions.iter().filter(|d| !d.allowed).collect();
+    assert!(admitted.len() > 100, "too few admitted: {}", admitted.len());
+    assert!(rejected.len() > 100, "too few rejected: {}", rejected.len());
+    // Every recorded charge came from these clients: serials are 1..=N.
+    for (i, d) in admitted.iter().enumerate() {
+        assert_eq!(d.serial, i as u64 + 1, "serials must be unique and dense");
+    }
+    assert!(
+        admitted.windows(2).all(|w| w[0].at <= w[1].at),
+        "time runs forward"
+    );
+
+    let in_window = |upto_serial: u64, now: i64, per: i64| -> u64 {
+        admitted
+            .iter()
+            .take_while(|d| d.serial <= upto_serial)
+            .filter(|d| d.at > now - per)
+            .map(|d| d.cost)
+            .sum()
+    };
+    for w in &pool.windows {
+        let per = w.per.as_micros() as i64;
+        for d in &admitted {
+            let held = in_window(d.serial, d.at, per);
+            assert!(
+                held <= w.budget(),
+                "{:?} window held {held} > {} at serial {}",
+                w.per,
+                w.budget(),
+                d.serial
+            );
+        }
+    }
+    for r in &rejected {
+        let w = pool
+            .windows
+            .iter()
+            .find(|w| w.per.as_micros() as i64 == r.per_us)
+            .expect("rejection names a configured window");
+        let held = in_window(r.serial, r.at, r.per_us);
+        assert!(
+            held + r.cost > w.budget(),
+            "rejected {} units with {held} of {} held in {:?}",
+            r.cost,
+            w.budget(),
+            w.per
+        );
+    }
+}
+
+#[test]
+fn redis_never_overspends_under_32_concurrent_clients() {
+    let server = common::RedisServer::start();
+    check(&run_children(&server.url()));
+    // The ledger agrees with the clients about what it holds.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ledger = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let u = rt
+        .block_on(ledger.usage("shared", &[pool()], At::StoreClock))
+        .unwrap();
+    assert!(u.charges_recorded > 100);
+}
+
+#[test]
+fn embedded_never_overspends_under_32_concurrent_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::embedded_path(&dir);
+    EmbeddedLedger::open(&path).unwrap(); // create the schema once, up front
+    check(&run_children(&format!("embedded:{}", path.display())));
+}
