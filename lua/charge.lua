@@ -287,6 +287,7 @@ for _, pool in ipairs(pools) do
   if pool.lost then
     updates[#updates + 1] = 'log_lost'
     updates[#updates + 1] = now
+    break
   end
 end
 redis.call('HSET', state, unpack(updates))

@@ -5,9 +5,10 @@
 //! Keys of credential `C` (all share the hash tag `{C}`, so they live in one
 //! Cluster slot and the scripts run unchanged on Redis Cluster):
 //!
-//! * `quota:{C}:state`  hash: per pool and window the running sum and a pointer
-//!   to the oldest entry still inside, the log head's sequence number, tag
-//!   names, the upstream block, the charge serial, the latest decision's time.
+//! * `quota:{C}:state`  hash: per pool the log's head and tail sequence
+//!   numbers; per window the running sum, a pointer to the oldest entry still
+//!   inside and that entry's time; tag names, the upstream block, the charge
+//!   serial, the latest decision's time.
 //! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id)` triples, one
 //!   per call whatever its cost, oldest first, trimmed past the longest window.
 //! * `quota:{C}:id:ID`  a marker per recent charge id (idempotency), expiring
