@@ -9,7 +9,7 @@ use crate::ledger::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration is wrong: names the file, the field and what is wrong.
-    #[error("{file}: {field}: {message}", file = file.display())]
+    #[error("{}", config_message(file, field, message))]
     Config {
         file: PathBuf,
         field: String,
@@ -44,6 +44,14 @@ impl From<StoreError> for Error {
             StoreError::Unavailable(_) => Self::StoreUnavailable(e.to_string()),
             other => Self::Other(other.to_string()),
         }
+    }
+}
+
+fn config_message(file: &std::path::Path, field: &str, message: &str) -> String {
+    if field.is_empty() {
+        format!("{}: {message}", file.display())
+    } else {
+        format!("{}: {field}: {message}", file.display())
     }
 }
 

@@ -3,12 +3,14 @@
 //!
 //! Data flows one way: config → plan → charge → call → write → cursor.
 //!
+//! * [`config`]: the YAML file, parsed and validated into typed values.
 //! * [`ledger`]: the exact sliding-window log (Redis and embedded stores).
 //! * [`cli`]: the command-line types; [`commands`]: what each command does.
 //! * [`error`]: the one error type and its exit codes.
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod error;
 pub mod ledger;
 

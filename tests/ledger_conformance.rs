@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, StoreError,
-    Window,
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost, RedisLedger,
+    StoreError, Window,
 };
 
 const S: i64 = 1_000_000; // one second in µs
@@ -366,6 +366,76 @@ async fn clock_never_runs_backwards(ledger: impl Ledger) {
     assert_eq!(rejection(&d).2, Duration::from_secs(10));
 }
 
+async fn run_lock_is_exclusive_renewable_and_expires(ledger: impl Ledger) {
+    let ttl = Duration::from_secs(5);
+    assert_eq!(
+        ledger.take_lock("j", "host-a 1", ttl).await.unwrap(),
+        LockOutcome::Held
+    );
+    match ledger.take_lock("j", "host-b 2", ttl).await.unwrap() {
+        LockOutcome::Busy { holder, expires_in } => {
+            assert_eq!(holder, "host-a 1");
+            assert!(
+                expires_in <= ttl && expires_in > Duration::ZERO,
+                "{expires_in:?}"
+            );
+        }
+        other => panic!("second taker got {other:?}"),
+    }
+    // Another job's lock is independent.
+    assert_eq!(
+        ledger.take_lock("k", "host-b 2", ttl).await.unwrap(),
+        LockOutcome::Held
+    );
+    assert!(ledger.renew_lock("j", "host-a 1", ttl).await.unwrap());
+    assert!(!ledger.renew_lock("j", "host-b 2", ttl).await.unwrap());
+    assert!(!ledger.release_lock("j", "host-b 2").await.unwrap());
+    assert!(ledger.release_lock("j", "host-a 1").await.unwrap());
+    assert!(
+        !ledger.renew_lock("j", "host-a 1", ttl).await.unwrap(),
+        "a released lock cannot be renewed"
+    );
+
+    // A lock nobody renews expires on the store's clock, and its old holder
+    // learns that it lost it.
+    let short = Duration::from_millis(300);
+    assert_eq!(
+        ledger.take_lock("j", "host-b 2", short).await.unwrap(),
+        LockOutcome::Held
+    );
+    assert!(matches!(
+        ledger.take_lock("j", "host-a 1", ttl).await.unwrap(),
+        LockOutcome::Busy { .. }
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if ledger.take_lock("j", "host-a 1", ttl).await.unwrap() == LockOutcome::Held {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!ledger.renew_lock("j", "host-b 2", short).await.unwrap());
+}
+
+async fn cursor_is_saved_per_job(ledger: impl Ledger) {
+    assert_eq!(ledger.load_cursor("j").await.unwrap(), None);
+    ledger.save_cursor("j", r#"{"region":"DE"}"#).await.unwrap();
+    ledger.save_cursor("k", r#"{"region":"US"}"#).await.unwrap();
+    ledger.save_cursor("j", r#"{"region":"FR"}"#).await.unwrap();
+    assert_eq!(
+        ledger.load_cursor("j").await.unwrap().as_deref(),
+        Some(r#"{"region":"FR"}"#)
+    );
+    assert_eq!(
+        ledger.load_cursor("k").await.unwrap().as_deref(),
+        Some(r#"{"region":"US"}"#)
+    );
+}
+
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
         mod $store {
@@ -382,6 +452,8 @@ macro_rules! conformance {
                 usage_reports_who_spent_and_when_units_free,
                 store_clock_frees_units_when_it_said,
                 clock_never_runs_backwards,
+                run_lock_is_exclusive_renewable_and_expires,
+                cursor_is_saved_per_job,
             );
         }
     };

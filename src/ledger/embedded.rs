@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LogEntry, Micros, Pool,
-    Remaining, StoreError, check_fits, tag, untag,
+    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome, LogEntry,
+    Micros, Pool, Remaining, StoreError, check_fits, tag, untag,
 };
 
 const SCHEMA: &str = "
@@ -33,6 +33,15 @@ CREATE TABLE IF NOT EXISTS credential (
     retain         INTEGER NOT NULL DEFAULT 0,  -- longest window seen, µs
     blocked_until  INTEGER NOT NULL DEFAULT 0,
     blocked_reason TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS job_lock (
+    job        TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    expires_at INTEGER NOT NULL       -- µs since the epoch, local clock
+);
+CREATE TABLE IF NOT EXISTS job_cursor (
+    job    TEXT PRIMARY KEY,
+    cursor TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS charge_id (
     credential TEXT NOT NULL,
@@ -430,6 +439,99 @@ impl Ledger for EmbeddedLedger {
             Ok(credential_row(tx, &credential)
                 .map_err(sql_error)?
                 .blocked_until)
+        })
+        .await
+    }
+
+    async fn take_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LockOutcome, StoreError> {
+        let (job, holder) = (job.to_string(), holder.to_string());
+        self.transaction(move |tx| {
+            let now = local_now();
+            let current: Option<(String, Micros)> = tx
+                .query_row(
+                    "SELECT holder, expires_at FROM job_lock WHERE job = ?1",
+                    [&job],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(sql_error)?;
+            match current {
+                Some((other, expires_at)) if other != holder && expires_at > now => {
+                    Ok(LockOutcome::Busy {
+                        holder: other,
+                        expires_in: Duration::from_micros((expires_at - now) as u64),
+                    })
+                }
+                _ => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO job_lock (job, holder, expires_at) VALUES (?1, ?2, ?3)",
+                        params![job, holder, now + ttl.as_micros() as Micros],
+                    )
+                    .map_err(sql_error)?;
+                    Ok(LockOutcome::Held)
+                }
+            }
+        })
+        .await
+    }
+
+    async fn renew_lock(&self, job: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let (job, holder) = (job.to_string(), holder.to_string());
+        self.transaction(move |tx| {
+            let now = local_now();
+            let n = tx
+                .execute(
+                    "UPDATE job_lock SET expires_at = ?3 WHERE job = ?1 AND holder = ?2 AND expires_at > ?4",
+                    params![job, holder, now + ttl.as_micros() as Micros, now],
+                )
+                .map_err(sql_error)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn release_lock(&self, job: &str, holder: &str) -> Result<bool, StoreError> {
+        let (job, holder) = (job.to_string(), holder.to_string());
+        self.transaction(move |tx| {
+            let n = tx
+                .execute(
+                    "DELETE FROM job_lock WHERE job = ?1 AND holder = ?2 AND expires_at > ?3",
+                    params![job, holder, local_now()],
+                )
+                .map_err(sql_error)?;
+            Ok(n == 1)
+        })
+        .await
+    }
+
+    async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
+        let job = job.to_string();
+        self.transaction(move |tx| {
+            tx.query_row(
+                "SELECT cursor FROM job_cursor WHERE job = ?1",
+                [&job],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql_error)
+        })
+        .await
+    }
+
+    async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
+        let (job, cursor) = (job.to_string(), cursor.to_string());
+        self.transaction(move |tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO job_cursor (job, cursor) VALUES (?1, ?2)",
+                params![job, cursor],
+            )
+            .map_err(sql_error)?;
+            Ok(())
         })
         .await
     }

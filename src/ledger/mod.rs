@@ -19,7 +19,7 @@ mod embedded;
 mod redis;
 
 pub use self::embedded::EmbeddedLedger;
-pub use self::redis::{RedisLedger, id_key, log_key, state_key};
+pub use self::redis::{RedisLedger, cursor_key, id_key, lock_key, log_key, state_key};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -354,6 +354,56 @@ pub trait Ledger: Send + Sync {
             Ok(summarize(credential, pools, &log))
         }
     }
+
+    /// Take `job`'s run lock for `ttl` as `holder`, unless another holder has
+    /// it. Taking a lock one already holds renews it.
+    fn take_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<LockOutcome, StoreError>> + Send;
+
+    /// Extend `holder`'s lock on `job` to `ttl` from now. `false` when the
+    /// lock was lost (it expired, and perhaps another run took it).
+    fn renew_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// Release `holder`'s lock on `job`; `false` when it was not held.
+    fn release_lock(
+        &self,
+        job: &str,
+        holder: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
+    /// The job's saved cursor, if it has one (an opaque string to the store).
+    fn load_cursor(
+        &self,
+        job: &str,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send;
+
+    /// Save the job's cursor.
+    fn save_cursor(
+        &self,
+        job: &str,
+        cursor: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The answer to a request for a job's run lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockOutcome {
+    /// The caller holds the lock for the TTL it asked.
+    Held,
+    /// Someone else holds it (`holder` says who) for `expires_in` more.
+    Busy {
+        holder: String,
+        expires_in: Duration,
+    },
 }
 
 /// Where the ledger lives, as the operator names it.
@@ -452,6 +502,46 @@ impl Ledger for Store {
         match self {
             Self::Redis(l) => l.read(credential, pools, at).await,
             Self::Embedded(l) => l.read(credential, pools, at).await,
+        }
+    }
+
+    async fn take_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LockOutcome, StoreError> {
+        match self {
+            Self::Redis(l) => l.take_lock(job, holder, ttl).await,
+            Self::Embedded(l) => l.take_lock(job, holder, ttl).await,
+        }
+    }
+
+    async fn renew_lock(&self, job: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        match self {
+            Self::Redis(l) => l.renew_lock(job, holder, ttl).await,
+            Self::Embedded(l) => l.renew_lock(job, holder, ttl).await,
+        }
+    }
+
+    async fn release_lock(&self, job: &str, holder: &str) -> Result<bool, StoreError> {
+        match self {
+            Self::Redis(l) => l.release_lock(job, holder).await,
+            Self::Embedded(l) => l.release_lock(job, holder).await,
+        }
+    }
+
+    async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Self::Redis(l) => l.load_cursor(job).await,
+            Self::Embedded(l) => l.load_cursor(job).await,
+        }
+    }
+
+    async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
+        match self {
+            Self::Redis(l) => l.save_cursor(job, cursor).await,
+            Self::Embedded(l) => l.save_cursor(job, cursor).await,
         }
     }
 }

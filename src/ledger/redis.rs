@@ -14,6 +14,10 @@
 //! * `quota:{C}:id:ID`  a marker per recent charge id (idempotency), expiring
 //!   after [`IDEMPOTENCY_HORIZON`].
 //!
+//! Keys of job `J`: `quota:job:{J}:lock` (the run lock: who holds it, with a
+//! TTL; `lua/lock.lua`) and `quota:job:{J}:cursor` (where the job resumes; no
+//! TTL: a job that runs once a month still resumes where it stopped).
+//!
 //! Idle keys expire a minute (plus 1/8 window) after the longest window, or
 //! the block, ends.
 
@@ -23,13 +27,14 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LogEntry, Micros, Pool,
-    Remaining, StoreError, check_fits, redact_url, tag, untag,
+    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome, LogEntry,
+    Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
 const BLOCK_LUA: &str = include_str!("../../lua/block.lua");
 const READ_LUA: &str = include_str!("../../lua/read.lua");
+const LOCK_LUA: &str = include_str!("../../lua/lock.lua");
 
 /// How long one request to Redis may take before the store counts as unreachable.
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -45,6 +50,7 @@ pub struct RedisLedger {
     charge: Script,
     block: Script,
     read: Script,
+    lock: Script,
 }
 
 /// The key of credential `credential`'s state hash.
@@ -60,6 +66,16 @@ pub fn id_key(credential: &str, id: &str) -> String {
 /// The key of the log of `pool` of `credential`.
 pub fn log_key(credential: &str, pool: &str) -> String {
     format!("quota:{{{credential}}}:log:{pool}")
+}
+
+/// The key of job `job`'s run lock.
+pub fn lock_key(job: &str) -> String {
+    format!("quota:job:{{{job}}}:lock")
+}
+
+/// The key of job `job`'s cursor.
+pub fn cursor_key(job: &str) -> String {
+    format!("quota:job:{{{job}}}:cursor")
 }
 
 fn store_error(e: RedisError) -> StoreError {
@@ -136,12 +152,34 @@ impl RedisLedger {
             charge: Script::new(CHARGE_LUA),
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
+            lock: Script::new(LOCK_LUA),
         })
     }
 
     /// The underlying connection, for benchmarks and tests that inspect keys.
     pub fn connection(&self) -> ConnectionManager {
         self.conn.clone()
+    }
+
+    /// Run `lua/lock.lua`: (held, current holder, its TTL in ms).
+    async fn lock_op(
+        &self,
+        op: &str,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<(bool, String, i64), StoreError> {
+        let reply: Value = self
+            .lock
+            .key(lock_key(job))
+            .arg(op)
+            .arg(holder)
+            .arg(ttl.as_millis().max(1) as u64)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)?;
+        let r = array(&reply)?;
+        Ok((int(&r[0])? == 1, text(&r[1]), int(&r[2])?))
     }
 
     async fn charge_once(
@@ -276,6 +314,51 @@ impl Ledger for RedisLedger {
             .await
             .map_err(store_error)?;
         int(&array(&reply)?[1])
+    }
+
+    async fn take_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LockOutcome, StoreError> {
+        let (held, current, ttl_ms) = self.lock_op("take", job, holder, ttl).await?;
+        Ok(if held {
+            LockOutcome::Held
+        } else {
+            LockOutcome::Busy {
+                holder: current,
+                expires_in: Duration::from_millis(ttl_ms.max(0) as u64),
+            }
+        })
+    }
+
+    async fn renew_lock(&self, job: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        Ok(self.lock_op("renew", job, holder, ttl).await?.0)
+    }
+
+    async fn release_lock(&self, job: &str, holder: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .lock_op("release", job, holder, Duration::ZERO)
+            .await?
+            .0)
+    }
+
+    async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
+        redis::cmd("GET")
+            .arg(cursor_key(job))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
+    }
+
+    async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
+        redis::cmd("SET")
+            .arg(cursor_key(job))
+            .arg(cursor)
+            .query_async::<()>(&mut self.conn.clone())
+            .await
+            .map_err(store_error)
     }
 
     async fn read(
