@@ -5,6 +5,8 @@
 //!
 //! * [`config`]: the YAML file, parsed and validated into typed values.
 //! * [`ledger`]: the exact sliding-window log (Redis and embedded stores).
+//! * [`runner`]: one run of a job: lock, cursor, charge, call, write.
+//! * [`standin`]: a local metered imitation of the YouTube Data API.
 //! * [`cli`]: the command-line types; [`commands`]: what each command does.
 //! * [`error`]: the one error type and its exit codes.
 
@@ -13,5 +15,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod ledger;
+pub mod runner;
+pub mod standin;
 
 pub use error::{Error, Result};

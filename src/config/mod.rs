@@ -775,7 +775,7 @@ impl Validator<'_> {
                         format!("{cost_field}.{}", p.name),
                         format!(
                             "{units} units can never fit: the {} window of pool '{}' of credential '{}' has a budget of {} (limit {} - headroom {})",
-                            humantime::format_duration(w.per),
+                            fmt_duration(w.per),
                             p.name,
                             cred.name,
                             w.budget(),
@@ -879,6 +879,19 @@ impl Validator<'_> {
             headers,
             paginate,
         })
+    }
+}
+
+/// A duration the way the configuration writes them: `24h`, `90m`, `45s`.
+pub fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    match s {
+        0 => "0s".into(),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s if s > 3600 => format!("{}h{}m{}s", s / 3600, s % 3600 / 60, s % 60),
+        s if s > 60 => format!("{}m{}s", s / 60, s % 60),
+        s => format!("{s}s"),
     }
 }
 

@@ -117,6 +117,22 @@ impl Template {
     }
 }
 
+/// Shows the template as written, placeholders and all (never a value).
+impl std::fmt::Display for Template {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for part in &self.parts {
+            match part {
+                Part::Text(t) => f.write_str(&t.replace('{', "{{").replace('}', "}}"))?,
+                Part::Slot(p) => {
+                    let name = Placeholder::ALL.iter().find(|(_, q)| q == p).map_or("?", |(n, _)| n);
+                    write!(f, "{{{name}}}")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -451,6 +451,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// A ledger of either kind, chosen at run time from the configuration.
+#[derive(Clone)]
 pub enum Store {
     Redis(RedisLedger),
     Embedded(EmbeddedLedger),

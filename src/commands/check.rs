@@ -1,0 +1,97 @@
+//! `quota check`: validate the configuration and print what it resolved,
+//! without touching the store or the network. Secrets are read (so a missing
+//! one fails here, not at 3 a.m.) but never printed.
+
+use std::fmt::Write;
+
+use crate::Result;
+use crate::config::{Config, fmt_duration};
+use crate::ledger::{StoreLocation, redact_url};
+
+pub fn run(config: &Config, store: &StoreLocation) -> Result<u8> {
+    print!("{}", describe(config, store));
+    Ok(0)
+}
+
+/// The resolved configuration, as `quota check` prints it.
+pub fn describe(config: &Config, store: &StoreLocation) -> String {
+    let mut out = String::new();
+    let w = &mut out;
+    let _ = writeln!(w, "configuration: {}", config.file.display());
+    let _ = match store {
+        StoreLocation::Redis(url) => writeln!(w, "store: {} (not contacted)", redact_url(url)),
+        StoreLocation::Embedded(Some(p)) => writeln!(w, "store: embedded, {}", p.display()),
+        StoreLocation::Embedded(None) => writeln!(w, "store: embedded, in the default state directory"),
+    };
+    for c in &config.credentials {
+        let _ = writeln!(w, "\ncredential {}: secret from {} (present, not shown)", c.name, c.secret_source);
+        if let Some(r) = &c.upstream_reset {
+            let _ = writeln!(w, "  upstream resets daily at {} {}", r.time.format("%H:%M"), r.tz);
+        }
+        for p in &c.pools {
+            for win in &p.windows {
+                let _ = writeln!(
+                    w,
+                    "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}",
+                    p.name,
+                    fmt_duration(win.per),
+                    win.limit,
+                    win.headroom,
+                    win.budget()
+                );
+            }
+        }
+    }
+    for job in &config.jobs {
+        let cred = config.credential(job);
+        let regions = job.regions.len().max(1);
+        let calls: u64 = job.steps.iter().map(|s| u64::from(s.max_pages())).sum::<u64>() * regions as u64;
+        let mut units: Vec<(String, u64)> = Vec::new();
+        for s in &job.steps {
+            for c in &s.cost {
+                let add = c.units * u64::from(s.max_pages()) * regions as u64;
+                match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
+                    Some((_, u)) => *u += add,
+                    None => units.push((c.pool.name.clone(), add)),
+                }
+            }
+        }
+        let units: Vec<String> = units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        let _ = writeln!(w, "\njob {} (credential {})", job.name, cred.name);
+        if job.regions.is_empty() {
+            let _ = writeln!(w, "  no regions: the steps run once per run");
+        } else {
+            let _ = writeln!(w, "  regions ({}): {}", job.regions.len(), job.regions.join(", "));
+        }
+        for (i, s) in job.steps.iter().enumerate() {
+            let cost: Vec<String> = s.cost.iter().map(|c| format!("{} {}", c.pool.name, c.units)).collect();
+            let pages = match &s.paginate {
+                Some(p) => format!("up to {} pages ({} → {})", p.max_pages, p.token, p.param),
+                None => "1 page".into(),
+            };
+            let query: Vec<String> = s.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(w, "  step {i}: {} {} {}?{}", s.endpoint, s.method, s.url, query.join("&"));
+            let _ = writeln!(
+                w,
+                "          cost {} per call, {pages}, {}",
+                cost.join(" + "),
+                match s.on_store_error {
+                    crate::config::StorePolicy::FailClosed => "fail_closed",
+                    crate::config::StorePolicy::FailOpen => "fail_open",
+                }
+            );
+        }
+        let _ = writeln!(w, "  per run, at most: {calls} calls, spending {}", units.join(", "));
+        let _ = writeln!(w, "  output: {}", job.output.display());
+        if let Some(s) = job.schedule {
+            let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));
+        }
+    }
+    let _ = writeln!(
+        w,
+        "\nok: {} credential(s), {} job(s)",
+        config.credentials.len(),
+        config.jobs.len()
+    );
+    out
+}

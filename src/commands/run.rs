@@ -1,0 +1,82 @@
+//! `quota run`: run the named jobs one after another, each to its own end,
+//! and turn their outcomes into one exit code.
+
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::warn;
+
+use crate::Result;
+use crate::cli::RunArgs;
+use crate::config::Config;
+use crate::ledger::{Store, StoreError, StoreLocation, redact_url};
+use crate::runner::{self, RunContext, Shutdown, upstream};
+
+pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+    let jobs = config.select_jobs(&args.jobs)?;
+    let shutdown = Shutdown::default();
+    listen_for_stop_signals(shutdown.clone())?;
+
+    let opened = Store::open(location).await;
+    let store = match &opened {
+        Ok(s) => Ok(s),
+        Err(StoreError::Unavailable(e)) => Err(format!("{}: {e}", describe(location))),
+        Err(e) => return Err(crate::Error::Other(format!("{}: {e}", describe(location)))),
+    };
+    let client = upstream::client(&config.http)?;
+    let ctx = RunContext {
+        config,
+        store,
+        client: &client,
+        shutdown: &shutdown,
+    };
+
+    // Any error outranks a clean stop (75), which outranks success (0).
+    let mut code = 0u8;
+    let mut failed = false;
+    for (i, job) in jobs.iter().enumerate() {
+        if shutdown.is_set() {
+            warn!("stop signal: {} job(s) not started", jobs.len() - i);
+            code = code.max(75);
+            break;
+        }
+        match runner::run_job(&ctx, job).await {
+            Ok(report) => {
+                runner::log_summary(&report);
+                if !failed {
+                    code = code.max(report.exit_code());
+                }
+            }
+            Err(e) => {
+                runner::log_error(&job.name, &e);
+                if !failed {
+                    code = e.exit_code();
+                    failed = true;
+                }
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn describe(location: &StoreLocation) -> String {
+    match location {
+        StoreLocation::Redis(url) => redact_url(url),
+        StoreLocation::Embedded(Some(p)) => format!("embedded store {}", p.display()),
+        StoreLocation::Embedded(None) => "embedded store".into(),
+    }
+}
+
+/// SIGTERM (systemd stopping the unit) and SIGINT (Ctrl-C) ask the run to
+/// stop at the next safe point, with its cursor saved and its lock released.
+fn listen_for_stop_signals(shutdown: Shutdown) -> Result<()> {
+    let err = |e: std::io::Error| crate::Error::Other(format!("cannot listen for signals: {e}"));
+    let mut term = signal(SignalKind::terminate()).map_err(err)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(err)?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => warn!("SIGTERM: stopping at the next safe point"),
+            _ = int.recv() => warn!("SIGINT: stopping at the next safe point"),
+        }
+        shutdown.trigger();
+    });
+    Ok(())
+}

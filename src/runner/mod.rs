@@ -1,0 +1,653 @@
+//! The runner: one run of a job, from lock to summary line.
+//!
+//! Data flows one way, page after page: plan the next request from the
+//! cursor → charge its cost in the ledger → call the upstream → write the
+//! page atomically → save the cursor. A rejection, an upstream quota error,
+//! a busy lock or a stop signal ends the run cleanly (exit 75), with the
+//! cursor saved so the next timer tick resumes exactly there.
+
+pub mod cursor;
+pub mod output;
+pub mod upstream;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tracing::{debug, error, info, warn};
+
+use self::cursor::Cursor;
+use self::output::PageName;
+use self::upstream::Answer;
+use crate::config::{Config, Credential, Fill, Job, Step, StorePolicy, redact};
+use crate::ledger::{At, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError};
+use crate::{Error, Result};
+
+/// Set once a stop signal (SIGTERM, SIGINT) arrives; the runner stops at
+/// the next safe point, abandoning a request in flight.
+#[derive(Clone, Default)]
+pub struct Shutdown {
+    flag: Arc<AtomicBool>,
+    notify: Arc<Notify>,
+}
+
+impl Shutdown {
+    pub fn trigger(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once a stop was asked for.
+    pub async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Why a run stopped before serving every region (all exit 75).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stop {
+    /// The ledger said no: `pool`'s `per` window is full for `retry_after`.
+    QuotaSaidNo {
+        pool: String,
+        per: Duration,
+        retry_after: Duration,
+    },
+    /// The credential is blocked (the upstream reported its quota spent).
+    Blocked { until: Micros, reason: String },
+    /// The upstream reported its own quota spent during this run.
+    UpstreamExhausted { reason: String, until: Micros },
+    /// Another run of the job holds the lock.
+    LockBusy { holder: String, expires_in: Duration },
+    /// This run's lock expired under it (the store was away too long).
+    LockLost,
+    /// SIGTERM or SIGINT.
+    Signal,
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QuotaSaidNo {
+                pool,
+                per,
+                retry_after,
+            } => write!(
+                f,
+                "the quota said no: the {} window of pool '{pool}' is full; units free up in {} (at {})",
+                human(*per),
+                human(*retry_after),
+                local_time_in(*retry_after)
+            ),
+            Self::Blocked { until, reason } => write!(
+                f,
+                "the credential is blocked until {} ({reason})",
+                local_time_at(*until)
+            ),
+            Self::UpstreamExhausted { reason, until } => write!(
+                f,
+                "the upstream reported its quota spent ({reason}); credential blocked until {}",
+                local_time_at(*until)
+            ),
+            Self::LockBusy { holder, expires_in } => write!(
+                f,
+                "another run holds the lock: {holder} (lock expires in {} unless renewed)",
+                human(*expires_in)
+            ),
+            Self::LockLost => write!(f, "the run lock expired under this run (store away too long)"),
+            Self::Signal => write!(f, "a stop signal arrived"),
+        }
+    }
+}
+
+/// How a run of one job ended, and what it did.
+#[derive(Debug)]
+pub struct JobReport {
+    pub job: String,
+    pub stop: Option<Stop>,
+    /// Requests sent (retries included).
+    pub calls: u64,
+    /// Requests sent without a charge (store unreachable, fail_open).
+    pub unmetered: u64,
+    pub units: BTreeMap<String, u64>,
+    pub regions_done: usize,
+    pub regions_total: usize,
+    pub pages: u64,
+    /// Where the next run starts.
+    pub resume: Option<Cursor>,
+}
+
+impl JobReport {
+    /// Exit 0 when the job served every region, 75 when it stopped cleanly.
+    pub fn exit_code(&self) -> u8 {
+        if self.stop.is_some() { 75 } else { 0 }
+    }
+
+    /// The one summary line a run ends with.
+    pub fn summary(&self) -> String {
+        let units: Vec<String> = self.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        let why = match &self.stop {
+            None => "finished".to_string(),
+            Some(s) => format!("stopped: {s}"),
+        };
+        let unmetered = if self.unmetered > 0 {
+            format!(" ({} UNMETERED)", self.unmetered)
+        } else {
+            String::new()
+        };
+        let resume = match &self.resume {
+            Some(c) if c.region.is_empty() => format!("step {} page {}", c.step, c.page),
+            Some(c) => format!("{} step {} page {}", c.region, c.step, c.page),
+            None => "the first region".into(),
+        };
+        format!(
+            "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}; {} pages written; next run starts at {resume}",
+            self.job,
+            self.calls,
+            if units.is_empty() { "none".into() } else { units.join(", ") },
+            self.regions_done,
+            self.regions_total,
+            self.pages,
+        )
+    }
+}
+
+/// What every run of this process shares.
+pub struct RunContext<'a> {
+    pub config: &'a Config,
+    /// `Err` holds why the store could not be opened.
+    pub store: std::result::Result<&'a Store, String>,
+    pub client: &'a reqwest::Client,
+    pub shutdown: &'a Shutdown,
+}
+
+/// Run `job` once: take its lock, serve its regions from the cursor on,
+/// release the lock. Errors are what ends a run with 1, 69 or 78.
+pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
+    let cred = ctx.config.credential(job);
+    let mut run = Run {
+        ctx,
+        job,
+        cred,
+        report: JobReport {
+            job: job.name.clone(),
+            stop: None,
+            calls: 0,
+            unmetered: 0,
+            units: job
+                .steps
+                .iter()
+                .flat_map(|s| s.cost.iter().map(|c| (c.pool.name.clone(), 0)))
+                .collect(),
+            regions_done: 0,
+            regions_total: job.regions.len().max(1),
+            pages: 0,
+            resume: None,
+        },
+        store: None,
+        warned_unmetered: false,
+        lock_lost: Arc::new(AtomicBool::new(false)),
+    };
+    let holder = format!(
+        "{} pid {} since {}",
+        hostname(),
+        std::process::id(),
+        chrono::Local::now().format("%Y-%m-%d %H:%M:%S %Z")
+    );
+
+    // The lock first: nothing else happens in a run that does not hold it.
+    match &ctx.store {
+        Ok(store) => match store.take_lock(&job.name, &holder, ctx.config.lock_ttl).await {
+            Ok(LockOutcome::Held) => run.store = Some(*store),
+            Ok(LockOutcome::Busy { holder, expires_in }) => {
+                run.report.stop = Some(Stop::LockBusy { holder, expires_in });
+                return Ok(run.report);
+            }
+            Err(StoreError::Unavailable(e)) => run.store_unreachable_at_start(&e)?,
+            Err(e) => return Err(e.into()),
+        },
+        Err(e) => run.store_unreachable_at_start(e)?,
+    }
+
+    let renewal = run.store.map(|store| {
+        let (store, job, holder, ttl, lost) = (
+            store.clone(),
+            job.name.clone(),
+            holder.clone(),
+            ctx.config.lock_ttl,
+            run.lock_lost.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match store.renew_lock(&job, &holder, ttl).await {
+                    Ok(true) => debug!(job, "run lock renewed"),
+                    Ok(false) => {
+                        lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    Err(e) => warn!(job, "cannot renew the run lock: {e}"),
+                }
+            }
+        })
+    });
+
+    let result = run.serve().await;
+
+    if let Some(task) = renewal {
+        task.abort();
+    }
+    if let Some(store) = run.store {
+        match store.release_lock(&job.name, &holder).await {
+            Ok(_) => debug!(job = job.name, "run lock released"),
+            Err(e) => warn!(job = job.name, "cannot release the run lock (it expires by itself): {e}"),
+        }
+    }
+    result.map(|()| run.report)
+}
+
+/// The state of one run in progress.
+struct Run<'a> {
+    ctx: &'a RunContext<'a>,
+    job: &'a Job,
+    cred: &'a Credential,
+    report: JobReport,
+    /// `None` when the run goes unmetered (store unreachable, every endpoint fail_open).
+    store: Option<&'a Store>,
+    warned_unmetered: bool,
+    lock_lost: Arc<AtomicBool>,
+}
+
+/// What the charge before a request said.
+enum Charged {
+    Go { at: Option<Micros> },
+    Stop(Stop),
+}
+
+impl Run<'_> {
+    fn store_unreachable_at_start(&mut self, why: &str) -> Result<()> {
+        let closed: Vec<&str> = self
+            .job
+            .steps
+            .iter()
+            .filter(|s| s.on_store_error == StorePolicy::FailClosed)
+            .map(|s| s.endpoint.as_str())
+            .collect();
+        if let Some(endpoint) = closed.first() {
+            return Err(Error::StoreUnavailable(format!(
+                "job {}: the store is unreachable ({why}); endpoint {endpoint} is fail_closed, so no request was sent",
+                self.job.name
+            )));
+        }
+        warn!(
+            job = self.job.name,
+            "UNMETERED RUN: the store is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region"
+        );
+        self.warned_unmetered = true;
+        Ok(())
+    }
+
+    async fn serve(&mut self) -> Result<()> {
+        let job = self.job;
+        let cursor = match self.store {
+            Some(store) => match store.load_cursor(&job.name).await {
+                Ok(text) => text.as_deref().and_then(Cursor::decode).unwrap_or_default(),
+                Err(StoreError::Unavailable(e)) => {
+                    self.store_unreachable_at_start(&e)?;
+                    self.store = None;
+                    Cursor::default()
+                }
+                Err(e) => return Err(e.into()),
+            },
+            None => Cursor::default(),
+        };
+        let run_number = cursor.run + 1;
+        let removed = output::prepare(&job.output, &job.name).map_err(|e| {
+            Error::Other(format!("cannot prepare the output folder {}: {e}", job.output.display()))
+        })?;
+        if removed > 0 {
+            info!(job = job.name, "removed {removed} temporary file(s) a killed run left");
+        }
+
+        let regions: Vec<&str> = if job.regions.is_empty() {
+            vec![""]
+        } else {
+            job.regions.iter().map(String::as_str).collect()
+        };
+        let n = regions.len();
+        let start = cursor.start(&job.regions, job.steps.len());
+        info!(
+            job = job.name,
+            "run {run_number} starts at {}",
+            describe_position(regions[start.index], start.step, start.page)
+        );
+        self.report.resume = Some(Cursor {
+            run: cursor.run,
+            region: regions[start.index].to_string(),
+            step: start.step,
+            page: start.page,
+            token: start.token.clone(),
+        });
+
+        for i in 0..n {
+            let index = (start.index + i) % n;
+            let region = regions[index];
+            let first = i == 0;
+            let first_step = if first { start.step } else { 0 };
+            for (s, step) in job.steps.iter().enumerate().skip(first_step) {
+                let (mut page, mut token) = if first && s == start.step {
+                    (start.page, start.token.clone())
+                } else {
+                    (0, None)
+                };
+                loop {
+                    let fill = Fill {
+                        region,
+                        secret: &self.cred.secret,
+                        job: &job.name,
+                        step: s,
+                    };
+                    let Some(json) = self.fetch_page(step, &fill, token.as_deref(), region, s, page, run_number).await? else {
+                        return Ok(()); // stopped; the cursor already points at this page
+                    };
+                    let next = step
+                        .paginate
+                        .as_ref()
+                        .filter(|p| page + 1 < p.max_pages)
+                        .and_then(|p| upstream::next_token(&json, &p.token));
+                    // Where the next run starts if this one stops now.
+                    let resume = match next {
+                        Some(t) => Cursor {
+                            run: run_number,
+                            region: region.to_string(),
+                            step: s,
+                            page: page + 1,
+                            token: Some(t),
+                        },
+                        None if s + 1 < job.steps.len() => Cursor {
+                            run: run_number,
+                            region: region.to_string(),
+                            step: s + 1,
+                            page: 0,
+                            token: None,
+                        },
+                        None => Cursor {
+                            run: run_number,
+                            region: regions[(index + 1) % n].to_string(),
+                            step: 0,
+                            page: 0,
+                            token: None,
+                        },
+                    };
+                    self.save_cursor(&resume).await;
+                    match &resume.token {
+                        Some(t) if resume.step == s && resume.region == region => {
+                            page += 1;
+                            token = Some(t.clone());
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            self.report.regions_done += 1;
+        }
+        Ok(())
+    }
+
+    async fn save_cursor(&mut self, cursor: &Cursor) {
+        self.report.resume = Some(cursor.clone());
+        if let Some(store) = self.store {
+            if let Err(e) = store.save_cursor(&self.job.name, &cursor.encode()).await {
+                warn!(job = self.job.name, "cannot save the cursor (the next run may redo this page): {e}");
+            }
+        }
+    }
+
+    fn stop(&mut self, stop: Stop) {
+        self.report.stop = Some(stop);
+    }
+
+    /// Charge, call (retrying transient failures, each attempt charged) and
+    /// write one page. `None` when the run stopped cleanly instead.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_page(
+        &mut self,
+        step: &Step,
+        fill: &Fill<'_>,
+        token: Option<&str>,
+        region: &str,
+        s: usize,
+        page: u32,
+        run_number: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        let http = &self.ctx.config.http;
+        let url = upstream::url(step, fill, token)?;
+        let shown = redact(url.as_str(), &[fill.secret]);
+        let mut attempt = 0;
+        let body = loop {
+            if self.ctx.shutdown.is_set() {
+                self.stop(Stop::Signal);
+                return Ok(None);
+            }
+            if self.lock_lost.load(Ordering::SeqCst) {
+                self.stop(Stop::LockLost);
+                return Ok(None);
+            }
+            let at = match self.charge(step).await? {
+                Charged::Go { at } => at,
+                Charged::Stop(stop) => {
+                    self.stop(stop);
+                    return Ok(None);
+                }
+            };
+            debug!(job = self.job.name, attempt, "GET {shown}");
+            self.report.calls += 1;
+            let answer = tokio::select! {
+                a = upstream::send(self.ctx.client, step, fill, url.clone()) => a,
+                () = self.ctx.shutdown.wait() => {
+                    info!(job = self.job.name, "stop signal: abandoning the request in flight");
+                    self.stop(Stop::Signal);
+                    return Ok(None);
+                }
+            };
+            match answer {
+                Answer::Page { body, json } => break (body, json),
+                Answer::QuotaExhausted {
+                    status,
+                    reason,
+                    retry_after,
+                } => {
+                    let until = self.block_until(at, retry_after);
+                    warn!(
+                        job = self.job.name,
+                        "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+                        self.cred.name,
+                        local_time_at(until)
+                    );
+                    if let Some(store) = self.store {
+                        let why = format!("upstream {status} {reason} (job {})", self.job.name);
+                        if let Err(e) = store.block(&self.cred.name, until, &why, At::StoreClock).await {
+                            warn!(job = self.job.name, "cannot mark the credential blocked: {e}");
+                        }
+                    }
+                    self.stop(Stop::UpstreamExhausted { reason, until });
+                    return Ok(None);
+                }
+                Answer::Transient(why) if attempt < http.retries => {
+                    let cap = http.backoff.saturating_mul(1 << attempt.min(16)).min(Duration::from_secs(60));
+                    // Full jitter: anywhere up to the cap, so hosts do not retry in step.
+                    let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
+                    attempt += 1;
+                    warn!(
+                        job = self.job.name,
+                        "{shown}: {why}; retry {attempt} of {} in {}",
+                        http.retries,
+                        human(wait)
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.ctx.shutdown.wait() => {}
+                    }
+                }
+                Answer::Transient(why) => {
+                    return Err(Error::Other(format!(
+                        "job {}: {shown}: {why}, after {} attempts",
+                        self.job.name,
+                        attempt + 1
+                    )));
+                }
+                Answer::Refused { status, excerpt } => {
+                    return Err(Error::Other(format!(
+                        "job {}: {shown}: the upstream refused the request with HTTP {status}: {excerpt}",
+                        self.job.name
+                    )));
+                }
+            }
+        };
+        let name = PageName {
+            job: &self.job.name,
+            run: run_number,
+            region,
+            step: s,
+            page,
+        }
+        .file_name();
+        let path = output::write_atomically(&self.job.output, &name, &body.0)
+            .map_err(|e| Error::Other(format!("cannot write {}: {e}", self.job.output.join(&name).display())))?;
+        self.report.pages += 1;
+        debug!(job = self.job.name, "wrote {}", path.display());
+        Ok(Some(body.1))
+    }
+
+    /// Charge one attempt of `step` before it is sent.
+    async fn charge(&mut self, step: &Step) -> Result<Charged> {
+        let Some(store) = self.store else {
+            self.count_unmetered(step, "the store was unreachable when the run started");
+            return Ok(Charged::Go { at: None });
+        };
+        let id = hex::encode(rand::random::<[u8; 12]>());
+        let charge = Charge {
+            credential: &self.cred.name,
+            cost: &step.cost,
+            endpoint: &step.endpoint,
+            job: &self.job.name,
+            id: Some(&id),
+        };
+        match store.charge(&charge, At::StoreClock).await {
+            Ok(ChargeDecision::Allowed { at, .. }) => {
+                for c in &step.cost {
+                    *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
+                }
+                Ok(Charged::Go { at: Some(at) })
+            }
+            Ok(ChargeDecision::Rejected {
+                pool,
+                per,
+                retry_after,
+                ..
+            }) => Ok(Charged::Stop(Stop::QuotaSaidNo {
+                pool,
+                per,
+                retry_after,
+            })),
+            Ok(ChargeDecision::Blocked { until, reason, .. }) => {
+                Ok(Charged::Stop(Stop::Blocked { until, reason }))
+            }
+            Err(StoreError::Unavailable(e)) => match step.on_store_error {
+                StorePolicy::FailClosed => Err(Error::StoreUnavailable(format!(
+                    "job {}: the store is unreachable ({e}); endpoint {} is fail_closed, so the request was not sent",
+                    self.job.name, step.endpoint
+                ))),
+                StorePolicy::FailOpen => {
+                    self.count_unmetered(step, &e);
+                    Ok(Charged::Go { at: None })
+                }
+            },
+            Err(StoreError::CostExceedsBudget { pool, units, budget }) => Err(Error::Config {
+                file: self.ctx.config.file.clone(),
+                field: format!("endpoints.{}.cost.{pool}", step.endpoint),
+                message: format!("{units} units can never fit a budget of {budget}"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn count_unmetered(&mut self, step: &Step, why: &str) {
+        self.report.unmetered += 1;
+        if !self.warned_unmetered {
+            warn!(
+                job = self.job.name,
+                "UNMETERED: {why}; endpoint {} is fail_open, so requests go out without a charge",
+                step.endpoint
+            );
+            self.warned_unmetered = true;
+        }
+    }
+
+    /// When the upstream's quota is back: its reset time, else what it said,
+    /// else the end of the credential's longest window.
+    fn block_until(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> Micros {
+        let now = charged_at.unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
+        if let Some(reset) = &self.cred.upstream_reset {
+            return reset.next_after(chrono::Utc::now()).timestamp_micros();
+        }
+        let wait = retry_after.unwrap_or_else(|| self.cred.longest_window());
+        now + wait.as_micros() as Micros
+    }
+}
+
+/// Log a job's summary line at the level its outcome deserves.
+pub fn log_summary(report: &JobReport) {
+    match report.stop {
+        None => info!("{}", report.summary()),
+        Some(_) => warn!("{}", report.summary()),
+    }
+}
+
+/// Log a job's error.
+pub fn log_error(job: &str, e: &Error) {
+    error!(job, "{e}");
+}
+
+fn describe_position(region: &str, step: usize, page: u32) -> String {
+    if region.is_empty() {
+        format!("step {step} page {page}")
+    } else {
+        format!("region {region} step {step} page {page}")
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+/// A duration, rounded to the second, the way people read it.
+pub fn human(d: Duration) -> String {
+    crate::config::fmt_duration(d)
+}
+
+fn local_time_in(d: Duration) -> String {
+    (chrono::Local::now() + d).format("%H:%M:%S").to_string()
+}
+
+fn local_time_at(us: Micros) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S %Z").to_string())
+        .unwrap_or_else(|| us.to_string())
+}
