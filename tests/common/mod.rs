@@ -116,3 +116,225 @@ impl Drop for RedisServer {
 pub fn embedded_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("ledger.sqlite3")
 }
+
+/// The `quota` binary under test.
+pub fn quota_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_quota"))
+}
+
+/// A `quota` command with a clean environment: no inherited QUOTA_* or
+/// RUST_LOG, state under `home` so nothing touches the real home.
+pub fn quota(home: &std::path::Path) -> Command {
+    let mut c = Command::new(quota_bin());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"));
+    c
+}
+
+/// The finished output of a command: exit code, stdout, stderr.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Debug for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Ran {
+    let out = cmd.output().expect("run quota");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// One request the stand-in saw.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Seen {
+    pub at_us: u64,
+    pub path: String,
+    pub region: String,
+    pub page: u32,
+    pub status: u16,
+    pub pool: String,
+}
+
+/// The YouTube stand-in (`quota standin`) on a free loopback port, logging
+/// every request it sees; killed when dropped.
+pub struct Standin {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Standin {
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("requests.jsonl");
+        let mut child = Command::new(quota_bin())
+            .args(["standin", "--listen", "127.0.0.1:0", "--log"])
+            .arg(&log)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the stand-in");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("the stand-in says where it listens");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from the stand-in: {line:?}"));
+        Standin {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn seen(&self) -> Vec<Seen> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a log line"))
+            .collect()
+    }
+
+    /// Wait (up to 20 s) until the stand-in has seen `n` requests.
+    pub fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.seen().len() < n {
+            assert!(Instant::now() < deadline, "the stand-in never saw {n} requests");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Standin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A deployment for the binary tests: a folder with `quota.yaml`, the key
+/// file `key` (holding `demo-key`, what the stand-in accepts), outputs
+/// under `out/`.
+pub struct Deployment {
+    pub dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    pub fn new(yaml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("key"), "demo-key\n").unwrap();
+        let d = Deployment { dir };
+        d.write(yaml);
+        d
+    }
+
+    pub fn write(&self, yaml: &str) {
+        std::fs::write(self.config(), yaml).unwrap();
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("quota.yaml")
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `quota -c quota.yaml ARGS…`, not yet run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = quota(self.dir.path());
+        c.arg("-c").arg(self.config()).args(args);
+        c
+    }
+
+    pub fn quota(&self, args: &[&str]) -> Ran {
+        run(&mut self.cmd(args))
+    }
+
+    /// Output files of `job` (visible ones), sorted by name.
+    pub fn outputs(&self, job: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.dir.path().join("out").join(job))
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// A `store:` value for each kind of store the binary tests run against.
+pub fn embedded_store(d: &Deployment) -> String {
+    format!("embedded:{}", d.path().join("ledger.sqlite3").display())
+}
+
+/// A YAML job block: `regions`, one videos.list step with `max_pages`.
+pub fn videos_job(name: &str, credential: &str, regions: &[&str], max_pages: u32, base: &str) -> String {
+    format!(
+        r#"  {name}:
+    credential: {credential}
+    regions: [{regions}]
+    steps:
+      - endpoint: videos.list
+        request:
+          url: {base}/youtube/v3/videos
+          query: {{ part: snippet, chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: {max_pages} }}
+    output: out/{name}
+"#,
+        regions = regions.join(", ")
+    )
+}
+
+/// A whole configuration: one credential `main` (secret from the `key`
+/// file) with a `units` pool of the given windows, videos.list costing 1
+/// unit (`policy` when the store is down), and the given jobs.
+pub fn deployment_yaml(store: &str, windows: &str, policy: &str, extra_top: &str, jobs: &[String]) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 3, backoff: 20ms }}
+{extra_top}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      units:
+{windows}
+endpoints:
+  videos.list: {{ cost: {{ units: 1 }}, on_store_error: {policy} }}
+jobs:
+{jobs}"#,
+        jobs = jobs.concat()
+    )
+}
