@@ -11,7 +11,13 @@ fn main() -> ExitCode {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_level()));
     // HTTP internals may log request URLs, which carry API keys: they stay
     // at info whatever RUST_LOG asks.
-    for quiet in ["hyper=info", "hyper_util=info", "reqwest=info", "h2=info", "rustls=info"] {
+    for quiet in [
+        "hyper=info",
+        "hyper_util=info",
+        "reqwest=info",
+        "h2=info",
+        "rustls=info",
+    ] {
         filter = filter.add_directive(quiet.parse().expect("a valid directive"));
     }
     tracing_subscriber::fmt()

@@ -51,10 +51,12 @@ pub struct StandinOptions {
     pub log: Option<PathBuf>,
 }
 
+/// Per (key, pool): the (arrival, cost) of requests inside the window.
+type Spent = HashMap<(String, &'static str), VecDeque<(Instant, u64)>>;
+
 struct State {
     opts: StandinOptions,
-    /// Per (key, pool): the (time, cost) of requests inside the window.
-    spent: Mutex<HashMap<(String, &'static str), VecDeque<(Instant, u64)>>>,
+    spent: Mutex<Spent>,
     requests: Mutex<u64>,
     log: Option<Mutex<std::fs::File>>,
 }
@@ -155,7 +157,13 @@ fn answer(state: &State, target: &str) -> Answer {
     let (pool, cost): (&'static str, u64) = match url.path() {
         "/youtube/v3/videos" => ("units", 1),
         "/youtube/v3/search" => ("search", 1),
-        _ => return (404, vec![], error_body(404, "Not Found", "global", "notFound")),
+        _ => {
+            return (
+                404,
+                vec![],
+                error_body(404, "Not Found", "global", "notFound"),
+            );
+        }
     };
     let region = q.get("regionCode").cloned().unwrap_or_default();
     let page: u32 = q
@@ -177,9 +185,17 @@ fn answer(state: &State, target: &str) -> Answer {
         let m = "The request cannot be completed because you have exceeded your <a href=\"/youtube/v3/getting-started#quota\">quota</a>.";
         if state.opts.answer_429 {
             let body = error_body(429, "Too many requests", "usageLimits", "rateLimitExceeded");
-            (429, vec![("Retry-After", retry.as_secs().max(1).to_string())], body)
+            (
+                429,
+                vec![("Retry-After", retry.as_secs().max(1).to_string())],
+                body,
+            )
         } else {
-            (403, vec![], error_body(403, m, "youtube.quota", "quotaExceeded"))
+            (
+                403,
+                vec![],
+                error_body(403, m, "youtube.quota", "quotaExceeded"),
+            )
         }
     } else if number <= state.opts.fail_first {
         let m = "The service is currently unavailable.";

@@ -27,14 +27,28 @@ fn a_job_is_served_to_completion_on_both_stores() {
         let up = Standin::start(&["--pages", "3"]);
         let d = Deployment::new("");
         let job = videos_job("trending", "main", &["US", "GB", "DE"], 4, &up.base());
-        d.write(&deployment_yaml(&store_for(&d, &redis), WIDE, "fail_closed", "", &[job]));
+        d.write(&deployment_yaml(
+            &store_for(&d, &redis),
+            WIDE,
+            "fail_closed",
+            "",
+            &[job],
+        ));
 
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
-        assert!(r.stderr.contains("job trending: finished; 9 calls, spent units 9; regions done 3/3"), "{kind}: {r:?}");
+        assert!(
+            r.stderr
+                .contains("job trending: finished; 9 calls, spent units 9; regions done 3/3"),
+            "{kind}: {r:?}"
+        );
 
         // Every region, every page (the stand-in has 3), in order, once.
-        let seen: Vec<(String, u32)> = up.seen().iter().map(|s| (s.region.clone(), s.page)).collect();
+        let seen: Vec<(String, u32)> = up
+            .seen()
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect();
         let expected: Vec<(String, u32)> = ["US", "GB", "DE"]
             .iter()
             .flat_map(|r| (0..3).map(move |p| (r.to_string(), p)))
@@ -44,17 +58,24 @@ fn a_job_is_served_to_completion_on_both_stores() {
 
         let files = d.outputs("trending");
         assert_eq!(files.len(), 9, "{kind}: {files:?}");
-        assert!(files.contains(&"trending.r000001.GB.s0.p2.json".to_string()), "{files:?}");
+        assert!(
+            files.contains(&"trending.r000001.GB.s0.p2.json".to_string()),
+            "{files:?}"
+        );
         for f in &files {
             let text = std::fs::read_to_string(d.path().join("out/trending").join(f)).unwrap();
-            let v: serde_json::Value = serde_json::from_str(&text).expect("each page is valid JSON");
+            let v: serde_json::Value =
+                serde_json::from_str(&text).expect("each page is valid JSON");
             assert_eq!(v["kind"], "youtube#videoListResponse");
         }
 
         // The next run is run 2, and starts again at the first region.
         let r = d.quota(&["run", "trending"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
-        assert!(r.stderr.contains("run 2 starts at region US step 0 page 0"), "{kind}: {r:?}");
+        assert!(
+            r.stderr.contains("run 2 starts at region US step 0 page 0"),
+            "{kind}: {r:?}"
+        );
         assert_eq!(d.outputs("trending").len(), 18);
     }
 }
@@ -64,7 +85,13 @@ fn max_pages_caps_pagination() {
     let up = Standin::start(&["--pages", "5"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US"], 2, &up.base());
-    d.write(&deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages: Vec<u32> = up.seen().iter().map(|s| s.page).collect();
@@ -81,23 +108,47 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
         let d = Deployment::new("");
         let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
         let small = "        - { limit: 4, per: 1s }";
-        d.write(&deployment_yaml(&store_for(&d, &redis), small, "fail_closed", "", &[job.clone()]));
+        d.write(&deployment_yaml(
+            &store_for(&d, &redis),
+            small,
+            "fail_closed",
+            "",
+            std::slice::from_ref(&job),
+        ));
 
         for tick in 1..=3 {
             let r = d.quota(&["run"]);
             assert_eq!(r.code, 75, "{kind} tick {tick}: {r:?}");
-            assert!(r.stderr.contains("the quota said no: the 1s window of pool 'units' is full"), "{r:?}");
-            assert_eq!(up.seen().len(), 4 * tick, "{kind} tick {tick}: four units a tick");
+            assert!(
+                r.stderr
+                    .contains("the quota said no: the 1s window of pool 'units' is full"),
+                "{r:?}"
+            );
+            assert_eq!(
+                up.seen().len(),
+                4 * tick,
+                "{kind} tick {tick}: four units a tick"
+            );
             // Let the 1 s window empty, with a margin.
             std::thread::sleep(std::time::Duration::from_millis(1300));
         }
         // Then a bigger budget: one tick serves every region, starting where the last stopped.
         let wide = "        - { limit: 100, per: 1s }";
-        d.write(&deployment_yaml(&store_for(&d, &redis), wide, "fail_closed", "", &[job]));
+        d.write(&deployment_yaml(
+            &store_for(&d, &redis),
+            wide,
+            "fail_closed",
+            "",
+            &[job],
+        ));
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
 
-        let seen: Vec<(String, u32)> = up.seen().iter().map(|s| (s.region.clone(), s.page)).collect();
+        let seen: Vec<(String, u32)> = up
+            .seen()
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect();
         let cycle: Vec<(String, u32)> = ["US", "GB", "DE"]
             .iter()
             .flat_map(|r| (0..3).map(move |p| (r.to_string(), p)))
@@ -114,7 +165,13 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
     let up = Standin::start(&["--pages", "1", "--fail-first", "2"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
@@ -129,10 +186,20 @@ fn server_errors_that_outlast_the_retries_fail_the_run() {
     let up = Standin::start(&["--fail-first", "100"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.stderr.contains("HTTP 503 Service Unavailable, after 4 attempts"), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("HTTP 503 Service Unavailable, after 4 attempts"),
+        "{r:?}"
+    );
     assert_eq!(up.seen().len(), 4, "1 try + 3 retries, then stop");
 }
 
@@ -141,10 +208,19 @@ fn other_client_errors_stop_the_job_with_an_excerpt() {
     let up = Standin::start(&["--key", "another-key"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
-    assert!(r.stderr.contains("refused the request with HTTP 400"), "{r:?}");
+    assert!(
+        r.stderr.contains("refused the request with HTTP 400"),
+        "{r:?}"
+    );
     assert!(r.stderr.contains("API key not valid"), "{r:?}");
     assert_eq!(up.seen().len(), 1, "a 4xx is not retried");
 }
@@ -154,9 +230,16 @@ fn check_prints_what_it_resolved_without_touching_store_or_network() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB", "DE"], 4, &up.base());
-    let windows = "        - { limit: 10000, per: 24h, headroom: 5% }\n        - { limit: 1200, per: 1h }";
+    let windows =
+        "        - { limit: 10000, per: 24h, headroom: 5% }\n        - { limit: 1200, per: 1h }";
     // A Redis that does not exist: check must not care.
-    d.write(&deployment_yaml("redis://:hunter2@127.0.0.1:1/0", windows, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        "redis://:hunter2@127.0.0.1:1/0",
+        windows,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     for want in [
@@ -192,10 +275,19 @@ fn a_job_without_regions_runs_its_steps_once() {
 "#,
         up.base()
     );
-    d.write(&deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", "", &[job]));
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &[job],
+    ));
     let r = d.quota(&["run", "popular"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(d.outputs("popular"), ["popular.r000001.s0.p0.json", "popular.r000001.s0.p1.json"]);
+    assert_eq!(
+        d.outputs("popular"),
+        ["popular.r000001.s0.p0.json", "popular.r000001.s0.p1.json"]
+    );
     let r = d.quota(&["run", "nope"]);
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");
     let pages: BTreeSet<u32> = up.seen().iter().map(|s| s.page).collect();

@@ -21,12 +21,23 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     let _ = match store {
         StoreLocation::Redis(url) => writeln!(w, "store: {} (not contacted)", redact_url(url)),
         StoreLocation::Embedded(Some(p)) => writeln!(w, "store: embedded, {}", p.display()),
-        StoreLocation::Embedded(None) => writeln!(w, "store: embedded, in the default state directory"),
+        StoreLocation::Embedded(None) => {
+            writeln!(w, "store: embedded, in the default state directory")
+        }
     };
     for c in &config.credentials {
-        let _ = writeln!(w, "\ncredential {}: secret from {} (present, not shown)", c.name, c.secret_source);
+        let _ = writeln!(
+            w,
+            "\ncredential {}: secret from {} (present, not shown)",
+            c.name, c.secret_source
+        );
         if let Some(r) = &c.upstream_reset {
-            let _ = writeln!(w, "  upstream resets daily at {} {}", r.time.format("%H:%M"), r.tz);
+            let _ = writeln!(
+                w,
+                "  upstream resets daily at {} {}",
+                r.time.format("%H:%M"),
+                r.tz
+            );
         }
         for p in &c.pools {
             for win in &p.windows {
@@ -45,7 +56,12 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     for job in &config.jobs {
         let cred = config.credential(job);
         let regions = job.regions.len().max(1);
-        let calls: u64 = job.steps.iter().map(|s| u64::from(s.max_pages())).sum::<u64>() * regions as u64;
+        let calls: u64 = job
+            .steps
+            .iter()
+            .map(|s| u64::from(s.max_pages()))
+            .sum::<u64>()
+            * regions as u64;
         let mut units: Vec<(String, u64)> = Vec::new();
         for s in &job.steps {
             for c in &s.cost {
@@ -61,16 +77,32 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
         if job.regions.is_empty() {
             let _ = writeln!(w, "  no regions: the steps run once per run");
         } else {
-            let _ = writeln!(w, "  regions ({}): {}", job.regions.len(), job.regions.join(", "));
+            let _ = writeln!(
+                w,
+                "  regions ({}): {}",
+                job.regions.len(),
+                job.regions.join(", ")
+            );
         }
         for (i, s) in job.steps.iter().enumerate() {
-            let cost: Vec<String> = s.cost.iter().map(|c| format!("{} {}", c.pool.name, c.units)).collect();
+            let cost: Vec<String> = s
+                .cost
+                .iter()
+                .map(|c| format!("{} {}", c.pool.name, c.units))
+                .collect();
             let pages = match &s.paginate {
                 Some(p) => format!("up to {} pages ({} → {})", p.max_pages, p.token, p.param),
                 None => "1 page".into(),
             };
             let query: Vec<String> = s.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let _ = writeln!(w, "  step {i}: {} {} {}?{}", s.endpoint, s.method, s.url, query.join("&"));
+            let _ = writeln!(
+                w,
+                "  step {i}: {} {} {}?{}",
+                s.endpoint,
+                s.method,
+                s.url,
+                query.join("&")
+            );
             let _ = writeln!(
                 w,
                 "          cost {} per call, {pages}, {}",
@@ -81,7 +113,11 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 }
             );
         }
-        let _ = writeln!(w, "  per run, at most: {calls} calls, spending {}", units.join(", "));
+        let _ = writeln!(
+            w,
+            "  per run, at most: {calls} calls, spending {}",
+            units.join(", ")
+        );
         let _ = writeln!(w, "  output: {}", job.output.display());
         if let Some(s) = job.schedule {
             let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));

@@ -41,6 +41,9 @@ pub fn run(cli: Cli) -> Result<u8> {
 fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> {
     match flag {
         Some(s) => StoreLocation::parse(s).map_err(|m| Error::Usage(format!("--store: {m}"))),
-        None => Ok(config.store.clone().unwrap_or(StoreLocation::Embedded(None))),
+        None => Ok(config
+            .store
+            .clone()
+            .unwrap_or(StoreLocation::Embedded(None))),
     }
 }

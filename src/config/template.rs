@@ -124,7 +124,10 @@ impl std::fmt::Display for Template {
             match part {
                 Part::Text(t) => f.write_str(&t.replace('{', "{{").replace('}', "}}"))?,
                 Part::Slot(p) => {
-                    let name = Placeholder::ALL.iter().find(|(_, q)| q == p).map_or("?", |(n, _)| n);
+                    let name = Placeholder::ALL
+                        .iter()
+                        .find(|(_, q)| q == p)
+                        .map_or("?", |(n, _)| n);
                     write!(f, "{{{name}}}")?;
                 }
             }

@@ -84,7 +84,10 @@ mod tests {
             token: Some("T".into()),
         };
         let s = c.start(&regions(), 2);
-        assert_eq!((s.index, s.step, s.page, s.token.as_deref()), (1, 1, 2, Some("T")));
+        assert_eq!(
+            (s.index, s.step, s.page, s.token.as_deref()),
+            (1, 1, 2, Some("T"))
+        );
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
     }
 

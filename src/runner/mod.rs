@@ -70,7 +70,10 @@ pub enum Stop {
     /// The upstream reported its own quota spent during this run.
     UpstreamExhausted { reason: String, until: Micros },
     /// Another run of the job holds the lock.
-    LockBusy { holder: String, expires_in: Duration },
+    LockBusy {
+        holder: String,
+        expires_in: Duration,
+    },
     /// This run's lock expired under it (the store was away too long).
     LockLost,
     /// SIGTERM or SIGINT.
@@ -106,7 +109,10 @@ impl fmt::Display for Stop {
                 "another run holds the lock: {holder} (lock expires in {} unless renewed)",
                 human(*expires_in)
             ),
-            Self::LockLost => write!(f, "the run lock expired under this run (store away too long)"),
+            Self::LockLost => write!(
+                f,
+                "the run lock expired under this run (store away too long)"
+            ),
             Self::Signal => write!(f, "a stop signal arrived"),
         }
     }
@@ -156,7 +162,11 @@ impl JobReport {
             "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}; {} pages written; next run starts at {resume}",
             self.job,
             self.calls,
-            if units.is_empty() { "none".into() } else { units.join(", ") },
+            if units.is_empty() {
+                "none".into()
+            } else {
+                units.join(", ")
+            },
             self.regions_done,
             self.regions_total,
             self.pages,
@@ -209,7 +219,10 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
 
     // The lock first: nothing else happens in a run that does not hold it.
     match &ctx.store {
-        Ok(store) => match store.take_lock(&job.name, &holder, ctx.config.lock_ttl).await {
+        Ok(store) => match store
+            .take_lock(&job.name, &holder, ctx.config.lock_ttl)
+            .await
+        {
             Ok(LockOutcome::Held) => run.store = Some(*store),
             Ok(LockOutcome::Busy { holder, expires_in }) => {
                 run.report.stop = Some(Stop::LockBusy { holder, expires_in });
@@ -252,7 +265,10 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
     if let Some(store) = run.store {
         match store.release_lock(&job.name, &holder).await {
             Ok(_) => debug!(job = job.name, "run lock released"),
-            Err(e) => warn!(job = job.name, "cannot release the run lock (it expires by itself): {e}"),
+            Err(e) => warn!(
+                job = job.name,
+                "cannot release the run lock (it expires by itself): {e}"
+            ),
         }
     }
     result.map(|()| run.report)
@@ -315,10 +331,16 @@ impl Run<'_> {
         };
         let run_number = cursor.run + 1;
         let removed = output::prepare(&job.output, &job.name).map_err(|e| {
-            Error::Other(format!("cannot prepare the output folder {}: {e}", job.output.display()))
+            Error::Other(format!(
+                "cannot prepare the output folder {}: {e}",
+                job.output.display()
+            ))
         })?;
         if removed > 0 {
-            info!(job = job.name, "removed {removed} temporary file(s) a killed run left");
+            info!(
+                job = job.name,
+                "removed {removed} temporary file(s) a killed run left"
+            );
         }
 
         let regions: Vec<&str> = if job.regions.is_empty() {
@@ -359,7 +381,10 @@ impl Run<'_> {
                         job: &job.name,
                         step: s,
                     };
-                    let Some(json) = self.fetch_page(step, &fill, token.as_deref(), region, s, page, run_number).await? else {
+                    let Some(json) = self
+                        .fetch_page(step, &fill, token.as_deref(), region, s, page, run_number)
+                        .await?
+                    else {
                         return Ok(()); // stopped; the cursor already points at this page
                     };
                     let next = step
@@ -408,10 +433,13 @@ impl Run<'_> {
 
     async fn save_cursor(&mut self, cursor: &Cursor) {
         self.report.resume = Some(cursor.clone());
-        if let Some(store) = self.store {
-            if let Err(e) = store.save_cursor(&self.job.name, &cursor.encode()).await {
-                warn!(job = self.job.name, "cannot save the cursor (the next run may redo this page): {e}");
-            }
+        if let Some(store) = self.store
+            && let Err(e) = store.save_cursor(&self.job.name, &cursor.encode()).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot save the cursor (the next run may redo this page): {e}"
+            );
         }
     }
 
@@ -478,15 +506,24 @@ impl Run<'_> {
                     );
                     if let Some(store) = self.store {
                         let why = format!("upstream {status} {reason} (job {})", self.job.name);
-                        if let Err(e) = store.block(&self.cred.name, until, &why, At::StoreClock).await {
-                            warn!(job = self.job.name, "cannot mark the credential blocked: {e}");
+                        if let Err(e) = store
+                            .block(&self.cred.name, until, &why, At::StoreClock)
+                            .await
+                        {
+                            warn!(
+                                job = self.job.name,
+                                "cannot mark the credential blocked: {e}"
+                            );
                         }
                     }
                     self.stop(Stop::UpstreamExhausted { reason, until });
                     return Ok(None);
                 }
                 Answer::Transient(why) if attempt < http.retries => {
-                    let cap = http.backoff.saturating_mul(1 << attempt.min(16)).min(Duration::from_secs(60));
+                    let cap = http
+                        .backoff
+                        .saturating_mul(1 << attempt.min(16))
+                        .min(Duration::from_secs(60));
                     // Full jitter: anywhere up to the cap, so hosts do not retry in step.
                     let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
                     attempt += 1;
@@ -524,8 +561,12 @@ impl Run<'_> {
             page,
         }
         .file_name();
-        let path = output::write_atomically(&self.job.output, &name, &body.0)
-            .map_err(|e| Error::Other(format!("cannot write {}: {e}", self.job.output.join(&name).display())))?;
+        let path = output::write_atomically(&self.job.output, &name, &body.0).map_err(|e| {
+            Error::Other(format!(
+                "cannot write {}: {e}",
+                self.job.output.join(&name).display()
+            ))
+        })?;
         self.report.pages += 1;
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(Some(body.1))
@@ -575,7 +616,11 @@ impl Run<'_> {
                     Ok(Charged::Go { at: None })
                 }
             },
-            Err(StoreError::CostExceedsBudget { pool, units, budget }) => Err(Error::Config {
+            Err(StoreError::CostExceedsBudget {
+                pool,
+                units,
+                budget,
+            }) => Err(Error::Config {
                 file: self.ctx.config.file.clone(),
                 field: format!("endpoints.{}.cost.{pool}", step.endpoint),
                 message: format!("{units} units can never fit a budget of {budget}"),
@@ -648,6 +693,10 @@ fn local_time_in(d: Duration) -> String {
 
 fn local_time_at(us: Micros) -> String {
     chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S %Z").to_string())
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S %Z")
+                .to_string()
+        })
         .unwrap_or_else(|| us.to_string())
 }

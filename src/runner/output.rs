@@ -23,7 +23,10 @@ pub struct PageName<'a> {
 impl PageName<'_> {
     pub fn file_name(&self) -> String {
         if self.region.is_empty() {
-            format!("{}.r{:06}.s{}.p{}.json", self.job, self.run, self.step, self.page)
+            format!(
+                "{}.r{:06}.s{}.p{}.json",
+                self.job, self.run, self.step, self.page
+            )
         } else {
             format!(
                 "{}.r{:06}.{}.s{}.p{}.json",
@@ -93,7 +96,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = write_atomically(dir.path(), "j.r000001.US.s0.p0.json", b"{}").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{}");
-        fs::write(dir.path().join(".j.r000002.US.s0.p0.json.tmp"), "{\"partial").unwrap();
+        fs::write(
+            dir.path().join(".j.r000002.US.s0.p0.json.tmp"),
+            "{\"partial",
+        )
+        .unwrap();
         fs::write(dir.path().join(".other.r000002.US.s0.p0.json.tmp"), "x").unwrap();
         assert_eq!(prepare(dir.path(), "j").unwrap(), 1);
         let mut left: Vec<_> = fs::read_dir(dir.path())
@@ -101,6 +108,12 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        assert_eq!(left, [".other.r000002.US.s0.p0.json.tmp", "j.r000001.US.s0.p0.json"]);
+        assert_eq!(
+            left,
+            [
+                ".other.r000002.US.s0.p0.json.tmp",
+                "j.r000001.US.s0.p0.json"
+            ]
+        );
     }
 }

@@ -18,7 +18,10 @@ const EXCERPT: usize = 300;
 #[derive(Debug)]
 pub enum Answer {
     /// 2xx with a JSON body.
-    Page { body: Vec<u8>, json: serde_json::Value },
+    Page {
+        body: Vec<u8>,
+        json: serde_json::Value,
+    },
     /// The upstream says its own quota is spent (403 with a quota reason, or
     /// 429); `retry_after` when it said how long.
     QuotaExhausted {
@@ -88,7 +91,12 @@ pub async fn send(client: &Client, step: &Step, fill: &Fill<'_>, url: reqwest::U
     classify(status, retry_after, body, &secrets)
 }
 
-fn classify(status: StatusCode, retry_after: Option<Duration>, body: Vec<u8>, secrets: &[&Secret]) -> Answer {
+fn classify(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    body: Vec<u8>,
+    secrets: &[&Secret],
+) -> Answer {
     if status.is_success() {
         return match serde_json::from_slice(&body) {
             Ok(json) => Answer::Page { body, json },
@@ -108,10 +116,14 @@ fn classify(status: StatusCode, retry_after: Option<Duration>, body: Vec<u8>, se
         })
         .unwrap_or_default();
     let quota_reason = reasons.iter().find(|r| QUOTA_REASONS.contains(&r.as_str()));
-    if status == StatusCode::TOO_MANY_REQUESTS || (status == StatusCode::FORBIDDEN && quota_reason.is_some()) {
+    if status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::FORBIDDEN && quota_reason.is_some())
+    {
         return Answer::QuotaExhausted {
             status: status.as_u16(),
-            reason: quota_reason.cloned().unwrap_or_else(|| "too many requests".into()),
+            reason: quota_reason
+                .cloned()
+                .unwrap_or_else(|| "too many requests".into()),
             retry_after,
         };
     }
@@ -173,9 +185,20 @@ mod tests {
     fn youtube_quota_errors_and_429_mean_the_upstream_quota_is_spent() {
         let body = br#"{"error":{"code":403,"errors":[{"domain":"youtube.quota","reason":"quotaExceeded"}]}}"#;
         let a = classify(StatusCode::FORBIDDEN, None, body.to_vec(), &[&secret()]);
-        assert!(matches!(a, Answer::QuotaExhausted { ref reason, .. } if reason == "quotaExceeded"), "{a:?}");
-        let a = classify(StatusCode::TOO_MANY_REQUESTS, Some(Duration::from_secs(7)), b"slow down".to_vec(), &[&secret()]);
-        assert!(matches!(a, Answer::QuotaExhausted { retry_after: Some(d), .. } if d.as_secs() == 7), "{a:?}");
+        assert!(
+            matches!(a, Answer::QuotaExhausted { ref reason, .. } if reason == "quotaExceeded"),
+            "{a:?}"
+        );
+        let a = classify(
+            StatusCode::TOO_MANY_REQUESTS,
+            Some(Duration::from_secs(7)),
+            b"slow down".to_vec(),
+            &[&secret()],
+        );
+        assert!(
+            matches!(a, Answer::QuotaExhausted { retry_after: Some(d), .. } if d.as_secs() == 7),
+            "{a:?}"
+        );
     }
 
     #[test]
@@ -192,8 +215,14 @@ mod tests {
 
     #[test]
     fn server_errors_and_bad_bodies_are_transient() {
-        assert!(matches!(classify(StatusCode::BAD_GATEWAY, None, vec![], &[]), Answer::Transient(_)));
-        assert!(matches!(classify(StatusCode::OK, None, b"<html>".to_vec(), &[]), Answer::Transient(_)));
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, None, vec![], &[]),
+            Answer::Transient(_)
+        ));
+        assert!(matches!(
+            classify(StatusCode::OK, None, b"<html>".to_vec(), &[]),
+            Answer::Transient(_)
+        ));
     }
 
     #[test]

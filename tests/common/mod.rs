@@ -148,7 +148,11 @@ impl Ran {
 
 impl std::fmt::Debug for Ran {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
     }
 }
 
@@ -228,7 +232,10 @@ impl Standin {
     pub fn wait_for(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.seen().len() < n {
-            assert!(Instant::now() < deadline, "the stand-in never saw {n} requests");
+            assert!(
+                Instant::now() < deadline,
+                "the stand-in never saw {n} requests"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -299,7 +306,13 @@ pub fn embedded_store(d: &Deployment) -> String {
 }
 
 /// A YAML job block: `regions`, one videos.list step with `max_pages`.
-pub fn videos_job(name: &str, credential: &str, regions: &[&str], max_pages: u32, base: &str) -> String {
+pub fn videos_job(
+    name: &str,
+    credential: &str,
+    regions: &[&str],
+    max_pages: u32,
+    base: &str,
+) -> String {
     format!(
         r#"  {name}:
     credential: {credential}
@@ -319,7 +332,13 @@ pub fn videos_job(name: &str, credential: &str, regions: &[&str], max_pages: u32
 /// A whole configuration: one credential `main` (secret from the `key`
 /// file) with a `units` pool of the given windows, videos.list costing 1
 /// unit (`policy` when the store is down), and the given jobs.
-pub fn deployment_yaml(store: &str, windows: &str, policy: &str, extra_top: &str, jobs: &[String]) -> String {
+pub fn deployment_yaml(
+    store: &str,
+    windows: &str,
+    policy: &str,
+    extra_top: &str,
+    jobs: &[String],
+) -> String {
     format!(
         r#"store: {store}
 lock_ttl: 2s

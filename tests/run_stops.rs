@@ -1,0 +1,395 @@
+//! How runs stop: the upstream's own quota errors, a busy lock, kill -9,
+//! SIGTERM, and a store that is down under both policies. The real binary,
+//! a real redis-server, the stand-in upstream.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
+
+const WIDE: &str = "        - { limit: 1000, per: 1h }";
+
+fn spawn(d: &Deployment, args: &[&str]) -> Child {
+    d.cmd(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quota")
+}
+
+fn finish(child: Child) -> common::Ran {
+    let out = child.wait_with_output().unwrap();
+    common::Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig}");
+}
+
+/// (region, page) → how many times the stand-in served it.
+fn fetch_counts(up: &Standin) -> BTreeMap<(String, u32), usize> {
+    let mut m = BTreeMap::new();
+    for s in up.seen() {
+        *m.entry((s.region, s.page)).or_insert(0) += 1;
+    }
+    m
+}
+
+fn assert_outputs_valid(d: &Deployment, job: &str) {
+    let dir = d.path().join("out").join(job);
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with('.'), "a temporary file was left: {name}");
+        let text = std::fs::read_to_string(dir.join(&name)).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text)
+            .unwrap_or_else(|e| panic!("{name} is not valid JSON: {e}"));
+    }
+}
+
+#[test]
+fn the_upstreams_403_blocks_the_credential_for_every_job() {
+    let redis = RedisServer::start();
+    // The stand-in's own quota (2 units) is far below what the ledger allows.
+    let up = Standin::start(&["--units", "2", "--pages", "3"]);
+    let d = Deployment::new("");
+    let jobs = [
+        videos_job("first", "main", &["US"], 3, &up.base()),
+        videos_job("second", "main", &["JP"], 3, &up.base()),
+    ];
+    d.write(&deployment_yaml(
+        &redis.url(),
+        WIDE,
+        "fail_closed",
+        "",
+        &jobs,
+    ));
+
+    let r = d.quota(&["run", "first"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains("upstream answered 403 (quotaExceeded)"),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("blocking credential main until"), "{r:?}");
+    assert!(
+        r.stderr.contains("next run starts at US step 0 page 2"),
+        "the page refused is redone: {r:?}"
+    );
+    let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
+    assert_eq!(statuses, [200, 200, 403]);
+
+    // Another job on the same credential stops before sending anything.
+    let r = d.quota(&["run", "second"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains("the credential is blocked until"),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr.contains("upstream 403 quotaExceeded (job first)"),
+        "{r:?}"
+    );
+    assert!(
+        !up.seen().iter().any(|s| s.region == "JP"),
+        "no request for the second job"
+    );
+}
+
+#[test]
+fn a_429_with_retry_after_blocks_for_that_long() {
+    let up = Standin::start(&["--units", "1", "--answer-429", "--window", "1h"]);
+    let d = Deployment::new("");
+    let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        "",
+        &jobs,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("upstream answered 429 (rateLimitExceeded)"),
+        "{r:?}"
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains("the credential is blocked until"),
+        "{r:?}"
+    );
+    assert_eq!(up.seen().len(), 2, "blocked: the second run sent nothing");
+}
+
+#[test]
+fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
+    let redis = RedisServer::start();
+    let up = Standin::start(&["--pages", "2", "--delay", "150ms"]);
+    let d = Deployment::new("");
+    let jobs = [videos_job(
+        "trending",
+        "main",
+        &["US", "GB", "DE"],
+        2,
+        &up.base(),
+    )];
+    d.write(&deployment_yaml(
+        &redis.url(),
+        WIDE,
+        "fail_closed",
+        "",
+        &jobs,
+    ));
+
+    let first = spawn(&d, &["run"]);
+    up.wait_for(1);
+    let second = d.quota(&["run"]);
+    assert_eq!(second.code, 75, "{second:?}");
+    let holder = format!("pid {}", first.id());
+    assert!(
+        second.stderr.contains("another run holds the lock"),
+        "{second:?}"
+    );
+    assert!(
+        second.stderr.contains(&holder),
+        "names the holder ({holder}): {second:?}"
+    );
+    assert!(second.stderr.contains("0 calls"), "{second:?}");
+
+    let first = finish(first);
+    assert_eq!(first.code, 0, "{first:?}");
+    assert_eq!(up.seen().len(), 6, "only the first run called the upstream");
+    // Released on exit: the next run takes the lock at once.
+    let third = d.quota(&["run"]);
+    assert_eq!(third.code, 0, "{third:?}");
+}
+
+#[test]
+fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&["--pages", "3", "--delay", "100ms"]);
+        let d = Deployment::new("");
+        let store = redis
+            .as_ref()
+            .map_or_else(|| embedded_store(&d), RedisServer::url);
+        let jobs = [videos_job(
+            "trending",
+            "main",
+            &["US", "GB", "DE"],
+            3,
+            &up.base(),
+        )];
+        d.write(&deployment_yaml(&store, WIDE, "fail_closed", "", &jobs));
+
+        let mut victim = spawn(&d, &["run"]);
+        up.wait_for(4);
+        victim.kill().unwrap(); // SIGKILL: no cleanup at all
+        victim.wait().unwrap();
+        let before = up.seen().len();
+        // What a kill during a write would leave behind.
+        let leftover = d
+            .path()
+            .join("out/trending/.trending.r000001.GB.s0.p1.json.tmp");
+        std::fs::write(&leftover, "{\"items\": [").unwrap();
+
+        // The killed run wrote a prefix of its work, page by page, and lost
+        // at most the page in flight.
+        let cycle: Vec<(String, u32)> = ["US", "GB", "DE"]
+            .iter()
+            .flat_map(|r| (0..3).map(move |p| (r.to_string(), p)))
+            .collect();
+        let written = d
+            .outputs("trending")
+            .into_iter()
+            .filter(|f| !f.starts_with('.'))
+            .count();
+        let names: Vec<String> = cycle[..written]
+            .iter()
+            .map(|(r, p)| format!("trending.r000001.{r}.s0.p{p}.json"))
+            .collect();
+        assert_eq!(
+            d.outputs("trending")
+                .into_iter()
+                .filter(|f| !f.starts_with('.'))
+                .collect::<Vec<_>>(),
+            names
+        );
+        assert!(before - written <= 1, "{before} fetched, {written} written");
+
+        // The killed run's lock (lock_ttl 2s) expires by itself.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let rerun = loop {
+            let r = d.quota(&["run"]);
+            if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
+                break r;
+            }
+            assert!(Instant::now() < deadline, "the lock never expired");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        assert_eq!(rerun.code, 0, "{rerun:?}");
+        assert!(
+            rerun.stderr.contains("removed 1 temporary file(s)"),
+            "{rerun:?}"
+        );
+        assert!(!leftover.exists());
+        assert_outputs_valid(&d, "trending");
+
+        // The rerun starts at the first page not written (redoing at most the
+        // page in flight) and serves every region once from there.
+        let rerun_seen: Vec<(String, u32)> = up.seen()[before..]
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect();
+        let n = 9 - written % 3;
+        let expected: Vec<(String, u32)> = cycle
+            .iter()
+            .cycle()
+            .skip(written)
+            .take(n)
+            .cloned()
+            .collect();
+        assert_eq!(rerun_seen, expected, "{rerun:?}");
+    }
+}
+
+#[test]
+fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
+    let redis = RedisServer::start();
+    let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
+    let d = Deployment::new("");
+    let jobs = [videos_job(
+        "trending",
+        "main",
+        &["US", "GB", "DE"],
+        3,
+        &up.base(),
+    )];
+    d.write(&deployment_yaml(
+        &redis.url(),
+        WIDE,
+        "fail_closed",
+        "",
+        &jobs,
+    ));
+
+    let run = spawn(&d, &["run"]);
+    up.wait_for(3);
+    signal(&run, "-TERM");
+    let r = finish(run);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains("SIGTERM"), "{r:?}");
+    assert!(r.stderr.contains("stopped: a stop signal arrived"), "{r:?}");
+    assert_outputs_valid(&d, "trending");
+    let written: BTreeSet<String> = d.outputs("trending").into_iter().collect();
+    assert!(!written.is_empty() && written.len() < 9, "{written:?}");
+
+    // The lock is free now (no wait), and the rerun resumes at the cursor:
+    // pages written by the stopped run are not fetched again.
+    let rerun = d.quota(&["run"]);
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    assert!(rerun.stderr.contains("run 2 starts at region"), "{rerun:?}");
+    let counts = fetch_counts(&up);
+    assert_eq!(counts.len(), 9);
+    for f in &written {
+        // trending.r000001.US.s0.p1.json → (US, 1)
+        let parts: Vec<&str> = f.split('.').collect();
+        let key = (parts[2].to_string(), parts[4][1..].parse::<u32>().unwrap());
+        assert_eq!(counts[&key], 1, "{f} was fetched again: {counts:?}");
+    }
+    assert!(
+        counts.values().filter(|&&n| n == 2).count() <= 1,
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn store_down_fail_closed_exits_69_before_any_request() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let jobs = [videos_job("trending", "main", &["US", "GB"], 1, &up.base())];
+    // Port 1 on loopback: nothing listens there.
+    d.write(&deployment_yaml(
+        "redis://127.0.0.1:1/0",
+        WIDE,
+        "fail_closed",
+        "",
+        &jobs,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 69, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("job trending: the store is unreachable (redis://127.0.0.1:1/0"),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("endpoint videos.list is fail_closed, so no request was sent"),
+        "{r:?}"
+    );
+    assert!(up.seen().is_empty());
+}
+
+#[test]
+fn store_down_fail_open_runs_unmetered_and_says_so() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let jobs = [videos_job("trending", "main", &["US", "GB"], 1, &up.base())];
+    d.write(&deployment_yaml(
+        "redis://127.0.0.1:1/0",
+        WIDE,
+        "fail_open",
+        "",
+        &jobs,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("UNMETERED RUN: the store is unreachable"),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("2 calls (2 UNMETERED)"), "{r:?}");
+    assert_eq!(up.seen().len(), 2);
+}
+
+#[test]
+fn store_lost_mid_run_follows_the_policy() {
+    for (policy, code) in [("fail_closed", 69), ("fail_open", 0)] {
+        let mut redis = RedisServer::start();
+        let up = Standin::start(&["--pages", "3", "--delay", "200ms"]);
+        let d = Deployment::new("");
+        let jobs = [videos_job("trending", "main", &["US", "GB"], 3, &up.base())];
+        d.write(&deployment_yaml(&redis.url(), WIDE, policy, "", &jobs));
+        let run = spawn(&d, &["run"]);
+        up.wait_for(1);
+        redis.kill();
+        let r = finish(run);
+        assert_eq!(r.code, code, "{policy}: {r:?}");
+        let n = up.seen().len();
+        if policy == "fail_closed" {
+            assert!(
+                r.stderr
+                    .contains("fail_closed, so the request was not sent"),
+                "{r:?}"
+            );
+            assert!(n < 6, "stopped early: {n}");
+        } else {
+            assert!(r.stderr.contains("UNMETERED"), "{r:?}");
+            assert_eq!(n, 6);
+        }
+    }
+}
