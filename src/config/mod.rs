@@ -377,7 +377,14 @@ impl Validator<'_> {
             .store
             .as_deref()
             .map(|s| StoreLocation::parse(s).map_err(|m| self.err("store", m)))
-            .transpose()?;
+            .transpose()?
+            .map(|location| match location {
+                // Like `output`, a relative path is taken from the file's folder.
+                StoreLocation::Embedded(Some(p)) if p.is_relative() => {
+                    StoreLocation::Embedded(Some(self.dir.join(p)))
+                }
+                other => other,
+            });
         let http = self.http(raw.http)?;
         let lock_ttl = match raw.lock_ttl {
             None => Duration::from_secs(30),
