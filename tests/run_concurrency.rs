@@ -33,7 +33,6 @@ fn four_jobs_in_four_processes_never_exceed_the_budget_upstream() {
         &redis.url(),
         windows,
         "fail_closed",
-        "",
         &jobs,
     ));
 

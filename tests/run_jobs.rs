@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
 
-const WIDE: &str = "        - { limit: 1000, per: 1h }";
+use common::WIDE;
 
 fn stores() -> Vec<(&'static str, Option<RedisServer>)> {
     vec![("embedded", None), ("redis", Some(RedisServer::start()))]
@@ -31,7 +31,6 @@ fn a_job_is_served_to_completion_on_both_stores() {
             &store_for(&d, &redis),
             WIDE,
             "fail_closed",
-            "",
             &[job],
         ));
 
@@ -83,15 +82,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
 #[test]
 fn max_pages_caps_pagination() {
     let up = Standin::start(&["--pages", "5"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US"], 2, &up.base());
-    d.write(&deployment_yaml(
-        &embedded_store(&d),
-        WIDE,
-        "fail_closed",
-        "",
-        &[job],
-    ));
+    let d = common::trending(&up, "embedded", &["US"], 2, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages: Vec<u32> = up.seen().iter().map(|s| s.page).collect();
@@ -112,7 +103,6 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
             &store_for(&d, &redis),
             small,
             "fail_closed",
-            "",
             std::slice::from_ref(&job),
         ));
 
@@ -138,7 +128,6 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
             &store_for(&d, &redis),
             wide,
             "fail_closed",
-            "",
             &[job],
         ));
         let r = d.quota(&["run"]);
@@ -163,15 +152,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
 #[test]
 fn server_errors_are_retried_and_each_attempt_is_charged() {
     let up = Standin::start(&["--pages", "1", "--fail-first", "2"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(
-        &embedded_store(&d),
-        WIDE,
-        "fail_closed",
-        "",
-        &[job],
-    ));
+    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
@@ -184,15 +165,7 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
 #[test]
 fn server_errors_that_outlast_the_retries_fail_the_run() {
     let up = Standin::start(&["--fail-first", "100"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(
-        &embedded_store(&d),
-        WIDE,
-        "fail_closed",
-        "",
-        &[job],
-    ));
+    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -206,15 +179,7 @@ fn server_errors_that_outlast_the_retries_fail_the_run() {
 #[test]
 fn other_client_errors_stop_the_job_with_an_excerpt() {
     let up = Standin::start(&["--key", "another-key"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
-    d.write(&deployment_yaml(
-        &embedded_store(&d),
-        WIDE,
-        "fail_closed",
-        "",
-        &[job],
-    ));
+    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -237,7 +202,6 @@ fn check_prints_what_it_resolved_without_touching_store_or_network() {
         "redis://:hunter2@127.0.0.1:1/0",
         windows,
         "fail_closed",
-        "",
         &[job],
     ));
     let r = d.quota(&["check"]);
@@ -279,7 +243,6 @@ fn a_job_without_regions_runs_its_steps_once() {
         &embedded_store(&d),
         WIDE,
         "fail_closed",
-        "",
         &[job],
     ));
     let r = d.quota(&["run", "popular"]);

@@ -35,7 +35,6 @@ fn the_api_key_never_appears_anywhere() {
         &redis.url(),
         "        - { limit: 1000, per: 1h }",
         "fail_closed",
-        "",
         &jobs,
     );
     // A second credential with a key the upstream refuses (400).

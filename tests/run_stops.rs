@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
 
-const WIDE: &str = "        - { limit: 1000, per: 1h }";
+use common::WIDE;
 
 fn spawn(d: &Deployment, args: &[&str]) -> Child {
     d.cmd(args)
@@ -68,13 +68,7 @@ fn the_upstreams_403_blocks_the_credential_for_every_job() {
         videos_job("first", "main", &["US"], 3, &up.base()),
         videos_job("second", "main", &["JP"], 3, &up.base()),
     ];
-    d.write(&deployment_yaml(
-        &redis.url(),
-        WIDE,
-        "fail_closed",
-        "",
-        &jobs,
-    ));
+    d.write(&deployment_yaml(&redis.url(), WIDE, "fail_closed", &jobs));
 
     let r = d.quota(&["run", "first"]);
     assert_eq!(r.code, 75, "{r:?}");
@@ -116,7 +110,6 @@ fn a_429_with_retry_after_blocks_for_that_long() {
         &embedded_store(&d),
         WIDE,
         "fail_closed",
-        "",
         &jobs,
     ));
     let r = d.quota(&["run"]);
@@ -139,21 +132,7 @@ fn a_429_with_retry_after_blocks_for_that_long() {
 fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "3", "--delay", "300ms"]);
-    let d = Deployment::new("");
-    let jobs = [videos_job(
-        "trending",
-        "main",
-        &["US", "GB", "DE"],
-        3,
-        &up.base(),
-    )];
-    d.write(&deployment_yaml(
-        &redis.url(),
-        WIDE,
-        "fail_closed",
-        "",
-        &jobs,
-    ));
+    let d = common::trending(&up, &redis.url(), &["US", "GB", "DE"], 3, "fail_closed");
 
     let first = spawn(&d, &["run"]);
     // 8 answers of 300 ms: the first run is past its 2 s lock_ttl, so it
@@ -195,7 +174,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
             3,
             &up.base(),
         )];
-        d.write(&deployment_yaml(&store, WIDE, "fail_closed", "", &jobs));
+        d.write(&deployment_yaml(&store, WIDE, "fail_closed", &jobs));
 
         let mut victim = spawn(&d, &["run"]);
         up.wait_for(4);
@@ -272,21 +251,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
 fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
-    let d = Deployment::new("");
-    let jobs = [videos_job(
-        "trending",
-        "main",
-        &["US", "GB", "DE"],
-        3,
-        &up.base(),
-    )];
-    d.write(&deployment_yaml(
-        &redis.url(),
-        WIDE,
-        "fail_closed",
-        "",
-        &jobs,
-    ));
+    let d = common::trending(&up, &redis.url(), &["US", "GB", "DE"], 3, "fail_closed");
 
     let run = spawn(&d, &["run"]);
     up.wait_for(3);
@@ -328,7 +293,6 @@ fn store_down_fail_closed_exits_69_before_any_request() {
         "redis://127.0.0.1:1/0",
         WIDE,
         "fail_closed",
-        "",
         &jobs,
     ));
     let r = d.quota(&["run"]);
@@ -349,15 +313,7 @@ fn store_down_fail_closed_exits_69_before_any_request() {
 #[test]
 fn store_down_fail_open_runs_unmetered_and_says_so() {
     let up = Standin::start(&[]);
-    let d = Deployment::new("");
-    let jobs = [videos_job("trending", "main", &["US", "GB"], 1, &up.base())];
-    d.write(&deployment_yaml(
-        "redis://127.0.0.1:1/0",
-        WIDE,
-        "fail_open",
-        "",
-        &jobs,
-    ));
+    let d = common::trending(&up, "redis://127.0.0.1:1/0", &["US", "GB"], 1, "fail_open");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
@@ -375,7 +331,7 @@ fn store_lost_mid_run_follows_the_policy() {
         let up = Standin::start(&["--pages", "3", "--delay", "200ms"]);
         let d = Deployment::new("");
         let jobs = [videos_job("trending", "main", &["US", "GB"], 3, &up.base())];
-        d.write(&deployment_yaml(&redis.url(), WIDE, policy, "", &jobs));
+        d.write(&deployment_yaml(&redis.url(), WIDE, policy, &jobs));
         let run = spawn(&d, &["run"]);
         up.wait_for(1);
         redis.kill();

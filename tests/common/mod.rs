@@ -332,18 +332,11 @@ pub fn videos_job(
 /// A whole configuration: one credential `main` (secret from the `key`
 /// file) with a `units` pool of the given windows, videos.list costing 1
 /// unit (`policy` when the store is down), and the given jobs.
-pub fn deployment_yaml(
-    store: &str,
-    windows: &str,
-    policy: &str,
-    extra_top: &str,
-    jobs: &[String],
-) -> String {
+pub fn deployment_yaml(store: &str, windows: &str, policy: &str, jobs: &[String]) -> String {
     format!(
         r#"store: {store}
 lock_ttl: 2s
 http: {{ timeout: 5s, connect_timeout: 2s, retries: 3, backoff: 20ms }}
-{extra_top}
 credentials:
   main:
     secret: {{ file: key }}
@@ -356,4 +349,28 @@ jobs:
 {jobs}"#,
         jobs = jobs.concat()
     )
+}
+
+/// A budget no test reaches: 1000 units an hour.
+pub const WIDE: &str = "        - { limit: 1000, per: 1h }";
+
+/// A deployment with one job, `trending`, over `regions` (up to `max_pages`
+/// pages each) against the stand-in `up`, with the [`WIDE`] budget, on
+/// `store` ("embedded": a file in the deployment's folder).
+pub fn trending(
+    up: &Standin,
+    store: &str,
+    regions: &[&str],
+    max_pages: u32,
+    policy: &str,
+) -> Deployment {
+    let d = Deployment::new("");
+    let store = if store == "embedded" {
+        embedded_store(&d)
+    } else {
+        store.to_string()
+    };
+    let job = videos_job("trending", "main", regions, max_pages, &up.base());
+    d.write(&deployment_yaml(&store, WIDE, policy, &[job]));
+    d
 }
