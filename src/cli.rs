@@ -25,8 +25,19 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "verbose")]
     pub quiet: u8,
 
+    /// Log format on stderr: human (plain, without timestamps under the
+    /// journal) or json (one object per line, for log shippers)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
 }
 
 impl Cli {
@@ -48,9 +59,22 @@ pub enum Command {
     /// stop cleanly (exit 75) when the quota says no, resume next time
     Run(RunArgs),
 
+    /// Per credential, pool and window: budget, used, remaining, when units
+    /// free up, who spent them, and a chart of usage over the window
+    Status(StatusArgs),
+
     /// Validate the configuration (secrets included: present, never printed)
     /// and print what it resolved, without touching the store or the network
     Check,
+
+    /// Print shell completions for SHELL to stdout
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page (roff) to stdout
+    Man,
 
     /// Serve a local stand-in for a metered API (YouTube-shaped), for the
     /// demo and the tests
@@ -66,6 +90,32 @@ pub struct RunArgs {
     /// Jobs to run, in the file's order [default: all]
     #[arg(value_name = "JOB")]
     pub jobs: Vec<String>,
+
+    /// Plan instead: no request, no charge, no cursor or lock change
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// With --dry-run: print the plan as JSON
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+
+    /// With --dry-run: plan as of this instant (RFC 3339), for reproducible plans
+    #[arg(long, requires = "dry_run", value_name = "TIME", hide = true)]
+    pub at: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only this credential [default: all]
+    pub credential: Option<String>,
+
+    /// Print JSON (the shape is documented in the README)
+    #[arg(long)]
+    pub json: bool,
+
+    /// Report as of this instant (RFC 3339), for reproducible reports
+    #[arg(long, value_name = "TIME", hide = true)]
+    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -15,6 +15,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod ledger;
+pub mod logging;
 pub mod runner;
 pub mod standin;
 

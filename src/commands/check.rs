@@ -9,8 +9,7 @@ use crate::config::{Config, fmt_duration};
 use crate::ledger::{StoreLocation, redact_url};
 
 pub fn run(config: &Config, store: &StoreLocation) -> Result<u8> {
-    print!("{}", describe(config, store));
-    Ok(0)
+    super::table::emit(&describe(config, store))
 }
 
 /// The resolved configuration, as `quota check` prints it.

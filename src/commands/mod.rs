@@ -4,11 +4,19 @@
 
 pub mod bench;
 pub mod check;
+pub mod plan;
 pub mod run;
 pub mod standin;
+pub mod status;
+pub mod table;
+
+use std::io::IsTerminal;
+
+use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::config::Config;
+use crate::ledger::At;
 use crate::ledger::StoreLocation;
 use crate::{Error, Result};
 
@@ -22,10 +30,32 @@ pub fn run(cli: Cli) -> Result<u8> {
         match cli.command {
             Command::Bench(ref args) => bench::run(cli.store.as_deref(), args).await,
             Command::Standin(args) => standin::run(args).await,
+            Command::Status(ref args) => {
+                let config = Config::load_without_secrets(&Config::path(cli.config.as_deref()))?;
+                let store = store_location(cli.store.as_deref(), &config)?;
+                status::run(&config, &store, args).await
+            }
+            Command::Completions { shell } => {
+                let mut out = Vec::new();
+                clap_complete::generate(shell, &mut Cli::command(), "quota", &mut out);
+                table::emit(&String::from_utf8_lossy(&out))
+            }
+            Command::Man => {
+                let mut out = Vec::new();
+                clap_mangen::Man::new(Cli::command())
+                    .render(&mut out)
+                    .map_err(|e| Error::Other(format!("cannot render the man page: {e}")))?;
+                table::emit(&String::from_utf8_lossy(&out))
+            }
             Command::Check => {
                 let config = Config::load(&Config::path(cli.config.as_deref()))?;
                 let store = store_location(cli.store.as_deref(), &config)?;
                 check::run(&config, &store)
+            }
+            Command::Run(ref args) if args.dry_run => {
+                let config = Config::load_without_secrets(&Config::path(cli.config.as_deref()))?;
+                let store = store_location(cli.store.as_deref(), &config)?;
+                plan::run(&config, &store, args).await
             }
             Command::Run(ref args) => {
                 let config = Config::load(&Config::path(cli.config.as_deref()))?;
@@ -46,4 +76,19 @@ fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> 
             .clone()
             .unwrap_or(StoreLocation::Embedded(None))),
     }
+}
+
+/// `--at TIME` (RFC 3339) as a fixed clock reading, else the store's clock.
+fn parse_at(at: Option<&str>) -> Result<At> {
+    match at {
+        None => Ok(At::StoreClock),
+        Some(s) => chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| At::Fixed(t.timestamp_micros()))
+            .map_err(|e| Error::Usage(format!("--at {s}: not an RFC 3339 time ({e})"))),
+    }
+}
+
+/// Colour only on a terminal, and never with `NO_COLOR` set.
+fn colour_on_stdout() -> bool {
+    std::io::stdout().is_terminal() && crate::logging::no_color_unset()
 }

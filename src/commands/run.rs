@@ -1,6 +1,8 @@
 //! `quota run`: run the named jobs one after another, each to its own end,
 //! and turn their outcomes into one exit code.
 
+use std::io::IsTerminal;
+
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::warn;
 
@@ -27,6 +29,7 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
         store,
         client: &client,
         shutdown: &shutdown,
+        progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
     };
 
     // Any error outranks a clean stop (75), which outranks success (0).

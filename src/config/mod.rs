@@ -152,17 +152,27 @@ impl Config {
 
     /// Read, parse and validate `file`, secrets included.
     pub fn load(file: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(file).map_err(|e| Error::Config {
+        Self::parse(file, &Self::read(file)?, Secrets::Read)
+    }
+
+    /// Read, parse and validate `file` for a command that never calls the
+    /// upstream (`status`, `run --dry-run`): secrets are not read, so an
+    /// operator can look without the key in their environment.
+    pub fn load_without_secrets(file: &Path) -> Result<Self> {
+        Self::parse(file, &Self::read(file)?, Secrets::Skip)
+    }
+
+    fn read(file: &Path) -> Result<String> {
+        std::fs::read_to_string(file).map_err(|e| Error::Config {
             file: file.to_path_buf(),
             field: String::new(),
             message: format!("cannot read the configuration: {e}"),
-        })?;
-        Self::parse(file, &text)
+        })
     }
 
     /// Parse and validate `text`, read from `file` (relative paths in it are
     /// taken from the file's folder).
-    pub fn parse(file: &Path, text: &str) -> Result<Self> {
+    pub fn parse(file: &Path, text: &str, secrets: Secrets) -> Result<Self> {
         let fail = |field: &str, message: String| Error::Config {
             file: file.to_path_buf(),
             field: field.to_string(),
@@ -180,7 +190,12 @@ impl Config {
             .map(Path::to_path_buf)
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or_else(|| PathBuf::from("."));
-        Validator { file, dir: &dir }.config(raw)
+        Validator {
+            file,
+            dir: &dir,
+            secrets,
+        }
+        .config(raw)
     }
 
     pub fn credential(&self, job: &Job) -> &Credential {
@@ -355,6 +370,15 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
 struct Validator<'a> {
     file: &'a Path,
     dir: &'a Path,
+    secrets: Secrets,
+}
+
+/// Whether loading reads the secrets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    Read,
+    /// Left empty: for commands that never call the upstream.
+    Skip,
 }
 
 /// A resolved endpoint, before it meets a job's credential.
@@ -493,9 +517,12 @@ impl Validator<'_> {
         let at = format!("credentials.{name}");
         self.name(&at, &name)?;
         let secret_source = self.secret_source(&format!("{at}.secret"), &raw.secret)?;
-        let secret = secret_source
-            .read(self.dir)
-            .map_err(|m| self.err(format!("{at}.secret"), m))?;
+        let secret = match self.secrets {
+            Secrets::Read => secret_source
+                .read(self.dir)
+                .map_err(|m| self.err(format!("{at}.secret"), m))?,
+            Secrets::Skip => Secret::new(String::new()),
+        };
         let upstream_reset = raw
             .upstream_reset
             .as_deref()
@@ -889,17 +916,21 @@ impl Validator<'_> {
     }
 }
 
-/// A duration the way the configuration writes them: `24h`, `90m`, `45s`.
+/// A duration the way the configuration writes them: `24h`, `2h24m`,
+/// `90s` → `1m30s`; rounded up to the second.
 pub fn fmt_duration(d: Duration) -> String {
     let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    match s {
-        0 => "0s".into(),
-        s if s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s % 60 == 0 => format!("{}m", s / 60),
-        s if s > 3600 => format!("{}h{}m{}s", s / 3600, s % 3600 / 60, s % 60),
-        s if s > 60 => format!("{}m{}s", s / 60, s % 60),
-        s => format!("{s}s"),
+    if s == 0 {
+        return "0s".into();
     }
+    let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
+    let mut out = String::new();
+    for (n, unit) in [(h, 'h'), (m, 'm'), (s, 's')] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
 }
 
 fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {

@@ -181,6 +181,8 @@ pub struct RunContext<'a> {
     pub store: std::result::Result<&'a Store, String>,
     pub client: &'a reqwest::Client,
     pub shutdown: &'a Shutdown,
+    /// Draw a progress line (stderr is a terminal).
+    pub progress: bool,
 }
 
 /// Run `job` once: take its lock, serve its regions from the cursor on,
@@ -258,6 +260,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
     });
 
     let result = run.serve().await;
+    run.clear_progress();
 
     if let Some(task) = renewal {
         task.abort();
@@ -443,6 +446,30 @@ impl Run<'_> {
         }
     }
 
+    /// On a terminal, one line that says how far the run is (none under
+    /// cron or systemd, where stderr is a file or the journal).
+    fn progress(&self) {
+        if !self.ctx.progress {
+            return;
+        }
+        let r = &self.report;
+        let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        eprint!(
+            "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
+            r.job,
+            r.regions_done,
+            r.regions_total,
+            r.calls,
+            units.join(", ")
+        );
+    }
+
+    fn clear_progress(&self) {
+        if self.ctx.progress && self.report.pages > 0 {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
     fn stop(&mut self, stop: Stop) {
         self.report.stop = Some(stop);
     }
@@ -568,6 +595,7 @@ impl Run<'_> {
             ))
         })?;
         self.report.pages += 1;
+        self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(Some(body.1))
     }

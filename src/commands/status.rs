@@ -1,0 +1,391 @@
+//! `quota status`: what is left, per credential, pool and window, read from
+//! the store without spending; who spent it, when it frees up, a chart of
+//! usage over each window, and where each job resumes. `--json` gives the
+//! same in a stable shape (documented in the README).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::table::{Paint, Table, emit, local_datetime, sparkline, when};
+use crate::cli::StatusArgs;
+use crate::config::{Config, Credential, fmt_duration};
+use crate::ledger::{At, CredentialUsage, Ledger, Micros, Store, StoreLocation, USAGE_BUCKETS};
+use crate::runner::cursor::Cursor;
+use crate::{Error, Result};
+
+/// One credential's report: its usage and its jobs' cursors.
+pub struct CredentialReport {
+    pub usage: CredentialUsage,
+    /// (job, its saved cursor, if any)
+    pub jobs: Vec<(String, Option<Cursor>)>,
+}
+
+pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
+    let credentials = select(config, args.credential.as_deref())?;
+    let at = super::parse_at(args.at.as_deref())?;
+    let store = Store::open(location).await?;
+    let reports = read(config, &store, &credentials, at).await?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&to_json(&reports)).expect("a report serializes");
+        emit(&(json + "\n"))
+    } else {
+        let paint = Paint {
+            on: super::colour_on_stdout(),
+        };
+        emit(&render(&reports, paint))
+    }
+}
+
+fn select<'a>(config: &'a Config, name: Option<&str>) -> Result<Vec<&'a Credential>> {
+    match name {
+        None => Ok(config.credentials.iter().collect()),
+        Some(n) => match config.credentials.iter().find(|c| c.name == n) {
+            Some(c) => Ok(vec![c]),
+            None => Err(Error::Usage(format!(
+                "no credential named '{n}' in {} (credentials: {})",
+                config.file.display(),
+                config
+                    .credentials
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        },
+    }
+}
+
+/// Read every credential's usage and its jobs' cursors.
+pub async fn read(
+    config: &Config,
+    store: &Store,
+    credentials: &[&Credential],
+    at: At,
+) -> Result<Vec<CredentialReport>> {
+    let mut reports = Vec::new();
+    for c in credentials {
+        let usage = store.usage(&c.name, &c.pools, at).await?;
+        let mut jobs = Vec::new();
+        for job in config
+            .jobs
+            .iter()
+            .filter(|j| config.credential(j).name == c.name)
+        {
+            let cursor = store.load_cursor(&job.name).await?;
+            jobs.push((job.name.clone(), cursor.as_deref().and_then(Cursor::decode)));
+        }
+        reports.push(CredentialReport { usage, jobs });
+    }
+    Ok(reports)
+}
+
+/// The report as text.
+pub fn render(reports: &[CredentialReport], p: Paint) -> String {
+    let mut out = String::new();
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let u = &r.usage;
+        let now = u.at;
+        out.push_str(&format!(
+            "{}  ·  {}  ·  {} charges recorded\n",
+            p.bold(&u.credential),
+            local_datetime(now),
+            u.charges_recorded
+        ));
+        if let Some(until) = u.blocked_until {
+            let reason = u.blocked_reason.as_deref().unwrap_or("");
+            out.push_str(&format!(
+                "  {} until {} ({}): {reason}\n",
+                p.red("BLOCKED by the upstream"),
+                local_datetime(until),
+                when(until, now)
+            ));
+        }
+        out.push('\n');
+        let mut t = Table::default();
+        t.row(
+            [
+                "pool",
+                "window",
+                "limit",
+                "headroom",
+                "budget",
+                "used",
+                "remaining",
+                "next units free",
+                "fully free",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        for pool in &u.pools {
+            for w in &pool.windows {
+                t.row(vec![
+                    pool.pool.clone(),
+                    fmt_duration(w.window.per),
+                    w.window.limit.to_string(),
+                    w.window.headroom.to_string(),
+                    w.budget.to_string(),
+                    w.used.to_string(),
+                    w.remaining.to_string(),
+                    w.next_free_at.map_or("-".into(), |t| when(t, now)),
+                    w.fully_free_at.map_or("-".into(), |t| when(t, now)),
+                ]);
+            }
+        }
+        // Colour the remaining column by how much is left, after alignment.
+        let windows: Vec<&crate::ledger::WindowUsage> =
+            u.pools.iter().flat_map(|p| &p.windows).collect();
+        for (k, line) in t.render("  ").lines().enumerate() {
+            match k.checked_sub(1).and_then(|i| windows.get(i)) {
+                Some(w) if p.on => {
+                    let r = w.remaining.to_string();
+                    let painted = if w.remaining == 0 {
+                        p.red(&r)
+                    } else if w.remaining * 10 < w.budget {
+                        p.yellow(&r)
+                    } else {
+                        p.green(&r)
+                    };
+                    out.push_str(&replace_column(line, &r, &painted, 6));
+                }
+                _ => out.push_str(line),
+            }
+            out.push('\n');
+        }
+
+        out.push_str(&format!(
+            "\n  usage over each window, oldest → now ({USAGE_BUCKETS} buckets):\n"
+        ));
+        let mut t = Table::default();
+        for pool in &u.pools {
+            for w in &pool.windows {
+                let bucket = w.window.per / USAGE_BUCKETS as u32;
+                let peak = w.buckets.iter().copied().max().unwrap_or(0);
+                t.row(vec![
+                    pool.pool.clone(),
+                    fmt_duration(w.window.per),
+                    format!("│{}│", sparkline(&w.buckets)),
+                    format!("peak {peak} per {}", fmt_duration(bucket)),
+                ]);
+            }
+        }
+        out.push_str(&t.render("  "));
+
+        let spent = |pick: fn(&crate::ledger::WindowUsage) -> &BTreeMap<String, u64>| -> String {
+            let parts: Vec<String> = u
+                .pools
+                .iter()
+                .filter_map(|pool| {
+                    let w = pool.windows.iter().max_by_key(|w| w.window.per)?;
+                    let who: Vec<String> =
+                        pick(w).iter().map(|(k, v)| format!("{k} {v}")).collect();
+                    (!who.is_empty()).then(|| {
+                        format!(
+                            "{} {}: {}",
+                            pool.pool,
+                            fmt_duration(w.window.per),
+                            who.join(", ")
+                        )
+                    })
+                })
+                .collect();
+            if parts.is_empty() {
+                "nothing".into()
+            } else {
+                parts.join(" · ")
+            }
+        };
+        out.push_str(&format!(
+            "\n  spent by endpoint:  {}\n",
+            spent(|w| &w.by_endpoint)
+        ));
+        out.push_str(&format!("  spent by job:       {}\n", spent(|w| &w.by_job)));
+        for (job, cursor) in &r.jobs {
+            let at = match cursor {
+                None => "has not run yet".to_string(),
+                Some(c) if c.region.is_empty() => {
+                    format!(
+                        "resumes at step {} page {} (after run {})",
+                        c.step, c.page, c.run
+                    )
+                }
+                Some(c) => format!(
+                    "resumes at {} step {} page {} (after run {})",
+                    c.region, c.step, c.page, c.run
+                ),
+            };
+            out.push_str(&format!("  job {job} {at}\n"));
+        }
+    }
+    out
+}
+
+/// Replace the `col`-th whitespace-separated field equal to `plain` in an
+/// aligned line with its painted form, keeping the alignment.
+fn replace_column(line: &str, plain: &str, painted: &str, col: usize) -> String {
+    let mut seen = 0;
+    let mut start = None;
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b' ' && (i == 0 || bytes[i - 1] == b' ') {
+            if seen == col {
+                start = Some(i);
+                break;
+            }
+            seen += 1;
+        }
+        i += 1;
+    }
+    match start {
+        Some(s) if line[s..].starts_with(plain) => {
+            format!("{}{}{}", &line[..s], painted, &line[s + plain.len()..])
+        }
+        _ => line.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// JSON: a stable shape for dashboards and scripts.
+
+#[derive(Serialize)]
+pub struct StatusJson {
+    pub at: String,
+    pub credentials: Vec<CredentialJson>,
+}
+
+#[derive(Serialize)]
+pub struct CredentialJson {
+    pub credential: String,
+    pub charges_recorded: u64,
+    pub blocked_until: Option<String>,
+    pub blocked_reason: Option<String>,
+    pub pools: Vec<PoolJson>,
+    pub jobs: Vec<JobJson>,
+}
+
+#[derive(Serialize)]
+pub struct PoolJson {
+    pub pool: String,
+    pub windows: Vec<WindowJson>,
+}
+
+#[derive(Serialize)]
+pub struct WindowJson {
+    pub per_seconds: u64,
+    pub limit: u64,
+    pub headroom: u64,
+    pub budget: u64,
+    pub used: u64,
+    pub remaining: u64,
+    pub next_free_at: Option<String>,
+    pub fully_free_at: Option<String>,
+    pub by_endpoint: BTreeMap<String, u64>,
+    pub by_job: BTreeMap<String, u64>,
+    pub bucket_seconds: f64,
+    pub buckets: Vec<u64>,
+    /// The window in the IETF RateLimit header fields' terms.
+    pub ratelimit: RateLimitJson,
+}
+
+/// `RateLimit-Policy: "NAME";q=Q;w=W` and `RateLimit: "NAME";r=R;t=T`.
+#[derive(Serialize)]
+pub struct RateLimitJson {
+    pub policy: String,
+    pub q: u64,
+    pub w: u64,
+    pub r: u64,
+    /// Seconds until units next free up (0: nothing is spent).
+    pub t: u64,
+    pub policy_header: String,
+    pub header: String,
+}
+
+#[derive(Serialize)]
+pub struct JobJson {
+    pub job: String,
+    /// Where its next run starts; `null` if it never ran.
+    pub cursor: Option<Cursor>,
+}
+
+fn rfc3339(us: Micros) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+pub fn to_json(reports: &[CredentialReport]) -> StatusJson {
+    let at = reports.first().map_or(0, |r| r.usage.at);
+    StatusJson {
+        at: rfc3339(at),
+        credentials: reports
+            .iter()
+            .map(|r| {
+                let u = &r.usage;
+                CredentialJson {
+                    credential: u.credential.clone(),
+                    charges_recorded: u.charges_recorded,
+                    blocked_until: u.blocked_until.map(rfc3339),
+                    blocked_reason: u.blocked_reason.clone(),
+                    pools: u
+                        .pools
+                        .iter()
+                        .map(|p| PoolJson {
+                            pool: p.pool.clone(),
+                            windows: p
+                                .windows
+                                .iter()
+                                .map(|w| {
+                                    let per = w.window.per.as_secs();
+                                    let name = format!("{}-{}", p.pool, fmt_duration(w.window.per));
+                                    let t = w.next_free_at.map_or(0, |t| {
+                                        ((t - u.at).max(0) as u64).div_ceil(1_000_000)
+                                    });
+                                    WindowJson {
+                                        per_seconds: per,
+                                        limit: w.window.limit,
+                                        headroom: w.window.headroom,
+                                        budget: w.budget,
+                                        used: w.used,
+                                        remaining: w.remaining,
+                                        next_free_at: w.next_free_at.map(rfc3339),
+                                        fully_free_at: w.fully_free_at.map(rfc3339),
+                                        by_endpoint: w.by_endpoint.clone(),
+                                        by_job: w.by_job.clone(),
+                                        bucket_seconds: w.window.per.as_secs_f64()
+                                            / USAGE_BUCKETS as f64,
+                                        buckets: w.buckets.clone(),
+                                        ratelimit: RateLimitJson {
+                                            policy_header: format!(
+                                                "\"{name}\";q={};w={per}",
+                                                w.budget
+                                            ),
+                                            header: format!("\"{name}\";r={};t={t}", w.remaining),
+                                            policy: name,
+                                            q: w.budget,
+                                            w: per,
+                                            r: w.remaining,
+                                            t,
+                                        },
+                                    }
+                                })
+                                .collect(),
+                        })
+                        .collect(),
+                    jobs: r
+                        .jobs
+                        .iter()
+                        .map(|(job, cursor)| JobJson {
+                            job: job.clone(),
+                            cursor: cursor.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
+}

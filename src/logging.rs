@@ -1,0 +1,62 @@
+//! Logging to stderr with `tracing-subscriber`: the human format on a
+//! terminal (colour unless `NO_COLOR`), plain lines without timestamps when
+//! stderr is the systemd journal (it stamps lines itself), timestamps under
+//! cron, JSON lines with `--log-format json`. `-v`/`-q` set the level unless
+//! `RUST_LOG` is given.
+
+use std::io::IsTerminal;
+use std::os::unix::fs::MetadataExt;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::LogFormat;
+
+pub fn init(format: LogFormat, default_level: &str) {
+    let mut filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    // HTTP internals may log request URLs, which carry API keys: they stay
+    // at info whatever RUST_LOG asks.
+    for quiet in [
+        "hyper=info",
+        "hyper_util=info",
+        "reqwest=info",
+        "h2=info",
+        "rustls=info",
+    ] {
+        filter = filter.add_directive(quiet.parse().expect("a valid directive"));
+    }
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_target(false);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human if stderr_is_journal() => builder.without_time().with_ansi(false).init(),
+        LogFormat::Human => builder.with_ansi(colour_on_stderr()).init(),
+    }
+}
+
+/// Colour only on a terminal, and never with `NO_COLOR` set (no-color.org).
+pub fn colour_on_stderr() -> bool {
+    std::io::stderr().is_terminal() && no_color_unset()
+}
+
+pub fn no_color_unset() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// systemd sets `JOURNAL_STREAM=DEV:INODE` for the stream it connects to
+/// stdout/stderr; it is ours only if it matches stderr itself.
+pub fn stderr_is_journal() -> bool {
+    let Some(value) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let value = value.to_string_lossy();
+    let Some((dev, ino)) = value.split_once(':') else {
+        return false;
+    };
+    match std::fs::metadata("/proc/self/fd/2") {
+        Ok(m) => dev.parse() == Ok(m.dev()) && ino.parse() == Ok(m.ino()),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,405 @@
+//! The operator's surface, through the real binary: `quota status` and
+//! `quota run --dry-run` on a known ledger state (snapshots of the table and
+//! the JSON), dry-run sending and charging nothing, output to a closed pipe,
+//! log formats, completions, the man page and the systemd units.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Deployment, Standin};
+use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost, Window};
+
+const T0: &str = "2026-11-20T12:00:00Z";
+
+fn t0() -> i64 {
+    chrono::DateTime::parse_from_rfc3339(T0)
+        .unwrap()
+        .timestamp_micros()
+}
+
+fn config(upstream: &str) -> String {
+    format!(
+        r#"store: embedded:ledger.sqlite3
+credentials:
+  main:
+    secret: {{ env: QUOTA_TEST_NEVER_SET }}   # status and planning never read it
+    pools:
+      units:
+        - {{ limit: 100, per: 24h, headroom: 10% }}
+        - {{ limit: 30, per: 1h }}
+      search:
+        - {{ limit: 10, per: 24h }}
+endpoints:
+  videos.list: {{ cost: {{ units: 1 }} }}
+  search.list: {{ cost: {{ search: 1 }} }}
+jobs:
+  trending:
+    credential: main
+    regions: [US, GB, DE]
+    steps:
+      - endpoint: videos.list
+        request:
+          url: {upstream}/youtube/v3/videos
+          query: {{ regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 3 }}
+    output: out/trending
+    schedule: every 30m
+  music:
+    credential: main
+    regions: [US]
+    steps:
+      - endpoint: search.list
+        request:
+          url: {upstream}/youtube/v3/search
+          query: {{ q: music, regionCode: "{{region}}", key: "{{secret}}" }}
+    output: out/music
+    schedule: every 6h
+"#
+    )
+}
+
+fn pools() -> (Pool, Pool) {
+    let w = |secs, limit, headroom| Window {
+        per: Duration::from_secs(secs),
+        limit,
+        headroom,
+    };
+    (
+        Pool {
+            name: "units".into(),
+            windows: vec![w(86_400, 100, 10), w(3600, 30, 0)],
+        },
+        Pool {
+            name: "search".into(),
+            windows: vec![w(86_400, 10, 0)],
+        },
+    )
+}
+
+/// The known state: 20 units of trending over the last day (5 at 20 h ago,
+/// 10 at 3 h ago, 5 at 30 min ago), 3 searches 2 h ago, and trending's
+/// cursor at GB page 1 after run 4.
+fn known_ledger(d: &Deployment) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+        let (units, search) = pools();
+        let h = 3_600_000_000i64;
+        let spend = |pool: &Pool, endpoint: &'static str, job: &'static str, at: i64, n: usize| {
+            let ledger = ledger.clone();
+            let cost = vec![PoolCost {
+                pool: pool.clone(),
+                units: 1,
+            }];
+            async move {
+                for i in 0..n {
+                    let c = Charge {
+                        credential: "main",
+                        cost: &cost,
+                        endpoint,
+                        job,
+                        id: None,
+                    };
+                    let d = ledger
+                        .charge(&c, At::Fixed(at + i as i64 * 1_000_000))
+                        .await
+                        .unwrap();
+                    assert!(d.is_allowed(), "{d:?}");
+                }
+            }
+        };
+        spend(&units, "videos.list", "trending", t0() - 20 * h, 5).await;
+        spend(&units, "videos.list", "trending", t0() - 3 * h, 10).await;
+        spend(&search, "search.list", "music", t0() - 2 * h, 3).await;
+        spend(&units, "videos.list", "trending", t0() - h / 2, 5).await;
+        let cursor = r#"{"run":4,"region":"GB","step":0,"page":1,"token":"CAUQ1"}"#;
+        ledger.save_cursor("trending", cursor).await.unwrap();
+    });
+}
+
+fn at_t0(d: &Deployment, args: &[&str]) -> common::Ran {
+    let mut args = args.to_vec();
+    args.extend(["--at", T0]);
+    common::run(d.cmd(&args).env("TZ", "UTC").env("NO_COLOR", "1"))
+}
+
+fn scrub(d: &Deployment, text: &str) -> String {
+    text.replace(&d.path().display().to_string(), "[DIR]")
+}
+
+#[test]
+fn status_on_a_known_ledger() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let r = at_t0(&d, &["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    insta::assert_snapshot!("status_table", scrub(&d, &r.stdout));
+    let r = at_t0(&d, &["status", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    insta::assert_snapshot!("status_json", serde_json::to_string_pretty(&json).unwrap());
+    // Spot checks that do not depend on the snapshot being reviewed.
+    let units_1h = &json["credentials"][0]["pools"][0]["windows"][1];
+    assert_eq!(units_1h["used"], 5);
+    assert_eq!(units_1h["remaining"], 25);
+    assert_eq!(units_1h["ratelimit"]["header"], "\"units-1h\";r=25;t=1800");
+    assert_eq!(json["credentials"][0]["pools"][0]["windows"][0]["used"], 20);
+
+    // One credential by name; an unknown one is a usage error.
+    assert_eq!(at_t0(&d, &["status", "main"]).code, 0);
+    let r = at_t0(&d, &["status", "nope"]);
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(r.stderr.contains("no credential named 'nope'"), "{r:?}");
+}
+
+#[test]
+fn dry_run_plans_on_a_known_ledger() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let r = at_t0(&d, &["run", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    insta::assert_snapshot!("plan_table", scrub(&d, &r.stdout));
+    let r = at_t0(&d, &["run", "--dry-run", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    insta::assert_snapshot!(
+        "plan_json",
+        scrub(&d, &serde_json::to_string_pretty(&json).unwrap())
+    );
+    // trending resumes at GB page 1 and has 25 units left in the 1h window:
+    // its 8 remaining pages (GB 1-2, DE 0-2, US 0-2) fit.
+    let trending = &json["credentials"][0]["jobs"][0];
+    assert_eq!(trending["calls_per_run"], 9);
+    assert_eq!(trending["next_run"]["outcome"], "fits");
+    assert_eq!(trending["next_run"]["calls"], 8);
+    // 48 runs a day of 9 units cannot fit a 90-unit day.
+    assert_eq!(trending["schedule"]["windows"][0]["fits"], false);
+}
+
+#[test]
+fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new(&config(&up.base()));
+    known_ledger(&d);
+    let before = at_t0(&d, &["status", "--json"]).stdout;
+    // Someone else holds trending's lock: planning does not need it.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+    let ttl = Duration::from_secs(600);
+    assert_eq!(
+        rt.block_on(ledger.take_lock("trending", "someone", ttl))
+            .unwrap(),
+        LockOutcome::Held
+    );
+
+    for args in [
+        &["run", "--dry-run"][..],
+        &["run", "--dry-run", "--json"],
+        &["run", "trending", "--dry-run"],
+    ] {
+        let r = common::run(&mut d.cmd(args));
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+    }
+    assert!(up.seen().is_empty(), "a dry run sent {:?}", up.seen());
+    assert_eq!(
+        at_t0(&d, &["status", "--json"]).stdout,
+        before,
+        "nothing charged, cursor unchanged"
+    );
+    match rt
+        .block_on(ledger.take_lock("trending", "me", ttl))
+        .unwrap()
+    {
+        LockOutcome::Busy { holder, .. } => assert_eq!(holder, "someone"),
+        other => panic!("the lock changed hands: {other:?}"),
+    }
+    assert!(!d.path().join("out").exists(), "no output written");
+}
+
+#[test]
+fn dry_run_with_the_store_down_plans_against_full_budgets() {
+    let d = Deployment::new(
+        &config("http://127.0.0.1:9").replace("embedded:ledger.sqlite3", "redis://127.0.0.1:1/0"),
+    );
+    let r = common::run(&mut d.cmd(&["run", "--dry-run"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("the store is unreachable: remaining budgets are assumed full"),
+        "{r:?}"
+    );
+    assert!(
+        r.stdout
+            .contains("next run: fits what remains now (9 calls)"),
+        "{r:?}"
+    );
+    // status has nothing to report without its store: 69.
+    let r = common::run(&mut d.cmd(&["status"]));
+    assert_eq!(r.code, 69, "{r:?}");
+}
+
+#[test]
+fn a_blocked_credential_shows_in_status_and_plan() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+    let until = t0() + 5 * 3_600_000_000;
+    rt.block_on(ledger.block(
+        "main",
+        until,
+        "upstream 403 quotaExceeded (job trending)",
+        At::Fixed(t0()),
+    ))
+    .unwrap();
+    let r = at_t0(&d, &["status"]);
+    assert!(
+        r.stdout.contains("BLOCKED by the upstream until 2026-11-20 17:00:00 +00:00 (in 5h (17:00:00)): upstream 403 quotaExceeded (job trending)"),
+        "{r:?}"
+    );
+    let r = at_t0(&d, &["run", "--dry-run"]);
+    assert!(
+        r.stdout
+            .contains("next run: sends nothing: blocked until 2026-11-20 17:00:00 +00:00"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn output_to_a_closed_pipe_exits_quietly() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let err = d.path().join("stderr");
+    // `true` exits without reading: every write of quota meets a closed pipe.
+    let script = format!(
+        "set -o pipefail; {} -c {} status 2>{} | true; echo $?",
+        common::quota_bin().display(),
+        d.config().display(),
+        err.display()
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .env("HOME", d.path())
+        .output()
+        .unwrap();
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
+
+#[test]
+fn logs_follow_the_journal_and_the_json_format() {
+    use std::os::unix::fs::MetadataExt;
+    let up = Standin::start(&[]);
+    let d = Deployment::new(&common::deployment_yaml(
+        "embedded:ledger.sqlite3",
+        common::WIDE,
+        "fail_closed",
+        &[common::videos_job(
+            "trending",
+            "main",
+            &["US"],
+            1,
+            &up.base(),
+        )],
+    ));
+    // stderr is "the journal" when JOURNAL_STREAM names its device and inode.
+    let log = d.path().join("journal");
+    let file = std::fs::File::create(&log).unwrap();
+    let m = file.metadata().unwrap();
+    let status = d
+        .cmd(&["run"])
+        .env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()))
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("INFO job trending: finished"), "{text}");
+    assert!(
+        text.lines().all(|l| !l.starts_with("20")),
+        "no timestamps under the journal: {text}"
+    );
+    assert!(
+        !text.contains('\x1b'),
+        "no colour under the journal: {text}"
+    );
+
+    // Elsewhere (cron, a file): timestamps; with --log-format json, JSON lines.
+    let r = d.quota(&["run"]);
+    assert!(r.stderr.lines().all(|l| l.starts_with("20")), "{r:?}");
+    let r = d.quota(&["--log-format", "json", "run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for line in r.stderr.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["fields"]["message"].is_string(), "{line}");
+    }
+}
+
+#[test]
+fn completions_and_man_page_come_from_the_cli_definition() {
+    let home = tempfile::tempdir().unwrap();
+    for shell in ["bash", "zsh", "fish"] {
+        let r = common::run(common::quota(home.path()).args(["completions", shell]));
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(r.stdout.contains("dry-run"), "{shell}: {}", r.stdout);
+    }
+    let r = common::run(common::quota(home.path()).arg("man"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.starts_with(".ie") || r.stdout.contains(".TH quota"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("status"), "{}", r.stdout);
+}
+
+#[test]
+fn systemd_units_verify() {
+    let Ok(out) = std::process::Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("systemd-analyze is not installed: the units are checked where it is");
+        return;
+    };
+    assert!(out.status.success());
+    // verify wants an instance and an executable ExecStart: use this build.
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let service = std::fs::read_to_string(format!("{root}/systemd/quota@.service")).unwrap();
+    let service = service.replace(
+        "/usr/local/bin/quota",
+        &common::quota_bin().display().to_string(),
+    );
+    std::fs::write(dir.path().join("quota@demo.service"), service).unwrap();
+    std::fs::copy(
+        format!("{root}/systemd/quota@.timer"),
+        dir.path().join("quota@demo.timer"),
+    )
+    .unwrap();
+    let out = std::process::Command::new("systemd-analyze")
+        .args([
+            "verify",
+            "--man=no",
+            "./quota@demo.service",
+            "./quota@demo.timer",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    // systemd-analyze reports a bad directive as a warning, still exiting 0.
+    assert!(
+        !text.contains("quota@demo"),
+        "systemd-analyze found problems:\n{text}"
+    );
+}
