@@ -403,3 +403,30 @@ fn systemd_units_verify() {
         "systemd-analyze found problems:\n{text}"
     );
 }
+
+#[test]
+fn a_progress_line_only_on_a_terminal() {
+    let up = Standin::start(&["--pages", "2"]);
+    let d = common::trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
+    // Under cron or systemd (stderr a pipe here): no progress line.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("\x1b[2K"), "{r:?}");
+    // On a terminal (`script` gives the run a pseudo-terminal): one line, redrawn.
+    let cmd = format!(
+        "{} -c {} run",
+        common::quota_bin().display(),
+        d.config().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("HOME", d.path())
+        .output()
+        .expect("script(1), from util-linux, gives the run a terminal");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("\r\x1b[2Ktrending: regions 1/2, 3 calls, spent units 3"),
+        "{text:?}"
+    );
+}
