@@ -480,3 +480,40 @@ conformance!(embedded, {
     let ledger = EmbeddedLedger::open(&common::embedded_path(&dir)).expect("open");
     (ledger, Box::new(dir) as Box<dyn std::any::Any>)
 });
+
+/// The whole suite, one behaviour after another, on one shared store of a
+/// topology that is slow to set up (a Cluster, a Sentinel group), emptied
+/// between behaviours.
+macro_rules! conformance_on_shared {
+    ($name:ident, $fixture:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let store = $fixture;
+            conformance_on_shared!(@run store;
+                admits_up_to_budget_then_frees_exactly,
+                weighted_costs,
+                tightest_window_of_a_pool_rejects,
+                several_pools_are_all_or_nothing,
+                boundary_burst_admits_one_budget_not_two,
+                repeated_charge_id_is_counted_once,
+                blocked_credential_rejects_until_its_time,
+                cost_above_budget_is_a_configuration_error,
+                usage_reports_who_spent_and_when_units_free,
+                store_clock_frees_units_when_it_said,
+                clock_never_runs_backwards,
+                run_lock_is_exclusive_renewable_and_expires,
+                cursor_is_saved_per_job,
+            );
+        }
+    };
+    (@run $store:ident; $($f:ident),* $(,)?) => {
+        $(
+            $store.flush();
+            let ledger = RedisLedger::connect(&$store.url()).await.expect("connect");
+            $f(ledger).await;
+        )*
+    };
+}
+
+conformance_on_shared!(cluster_whole_suite, common::RedisCluster::start());
+conformance_on_shared!(sentinel_whole_suite, common::RedisSentinel::start());

@@ -11,6 +11,7 @@ use redis::AsyncCommands;
 use serde::Serialize;
 
 use crate::cli::BenchArgs;
+use crate::ledger::topology as quota_conn;
 use crate::ledger::{
     At, Charge, Ledger, Pool, PoolCost, RedisLedger, StoreLocation, Window, log_key, state_key,
 };
@@ -149,7 +150,7 @@ where
     Ok(percentiles(times))
 }
 
-async fn memory_usage(conn: &mut redis::aio::ConnectionManager, key: &str) -> Result<u64> {
+async fn memory_usage(conn: &mut quota_conn::Conn, key: &str) -> Result<u64> {
     let bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(key)
@@ -161,7 +162,7 @@ async fn memory_usage(conn: &mut redis::aio::ConnectionManager, key: &str) -> Re
     Ok(bytes.unwrap_or(0))
 }
 
-async fn used_memory(conn: &mut redis::aio::ConnectionManager) -> Result<u64> {
+async fn used_memory(conn: &mut quota_conn::Conn) -> Result<u64> {
     let info: String = redis::cmd("INFO")
         .arg("memory")
         .query_async(conn)
@@ -198,7 +199,7 @@ async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Resul
 }
 
 /// Delete the keys a benchmark credential left (its id markers expire alone).
-async fn cleanup(conn: &mut redis::aio::ConnectionManager, credential: &str) {
+async fn cleanup(conn: &mut quota_conn::Conn, credential: &str) {
     let keys = [state_key(credential), log_key(credential, "units")];
     let _: redis::RedisResult<()> = conn.del(&keys).await;
 }

@@ -17,6 +17,7 @@
 
 mod embedded;
 mod redis;
+pub mod topology;
 
 pub use self::embedded::EmbeddedLedger;
 pub use self::redis::{RedisLedger, cursor_key, id_key, lock_key, log_key, state_key};
@@ -409,7 +410,8 @@ pub enum LockOutcome {
 /// Where the ledger lives, as the operator names it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreLocation {
-    /// `redis://…` or `rediss://…`
+    /// One Redis, a Cluster or a Sentinel group: `redis://…`, `rediss://…`,
+    /// `redis+cluster://…`, `redis+sentinel://…` (see [`topology`]).
     Redis(String),
     /// `embedded` (the default state directory) or `embedded:PATH`
     Embedded(Option<PathBuf>),
@@ -418,7 +420,7 @@ pub enum StoreLocation {
 impl StoreLocation {
     pub fn parse(s: &str) -> Result<Self, String> {
         let s = s.trim();
-        if s.starts_with("redis://") || s.starts_with("rediss://") {
+        if topology::is_redis_url(s) {
             Ok(Self::Redis(s.to_string()))
         } else if s == "embedded" {
             Ok(Self::Embedded(None))
@@ -426,7 +428,7 @@ impl StoreLocation {
             Ok(Self::Embedded(Some(PathBuf::from(path))))
         } else {
             Err(format!(
-                "unknown store '{}': expected redis://HOST:PORT/DB, rediss://…, embedded or embedded:PATH",
+                "unknown store '{}': expected redis://HOST:PORT/DB, rediss://…, redis+cluster://HOST:PORT,…, redis+sentinel://HOST:PORT,…/SERVICE, embedded or embedded:PATH",
                 redact_url(s)
             ))
         }

@@ -23,8 +23,9 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, Value};
+
+use super::topology::{Conn, Topology, is_transient};
 
 use super::{
     At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome, LogEntry,
@@ -36,17 +37,18 @@ const BLOCK_LUA: &str = include_str!("../../lua/block.lua");
 const READ_LUA: &str = include_str!("../../lua/read.lua");
 const LOCK_LUA: &str = include_str!("../../lua/lock.lua");
 
-/// How long one request to Redis may take before the store counts as unreachable.
-pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long connecting to Redis may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// A charge whose reply was lost is sent again this many times, under the same id.
-const CHARGE_RETRIES: usize = 2;
+/// A request that failed in a way that may pass (a lost reply, a dropped
+/// connection, a failover in progress) is sent again, the same request (a
+/// charge keeps its id, so it is recorded once), with a growing pause,
+/// until this long has passed since the first attempt. With the 2 s
+/// response timeout, a store that never answers is given up on after about
+/// 7 s (three attempts).
+pub const RETRY_WINDOW: Duration = Duration::from_secs(5);
 
 /// The ledger in one Redis server.
 #[derive(Clone)]
 pub struct RedisLedger {
-    conn: ConnectionManager,
+    conn: Conn,
     charge: Script,
     block: Script,
     read: Script,
@@ -130,23 +132,13 @@ fn array(v: &Value) -> Result<&[Value], StoreError> {
 }
 
 impl RedisLedger {
-    /// Connect to `url` (`redis://` or `rediss://`). Fails with
-    /// `StoreError::Unavailable` when no server answers in time.
+    /// Connect to `url`: one server (`redis://`, `rediss://`), a Cluster
+    /// (`redis+cluster://`) or a Sentinel group (`redis+sentinel://`); see
+    /// [`super::topology`]. Fails with `StoreError::Unavailable` when no
+    /// server answers in time.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| {
-            StoreError::Other(format!("invalid store URL '{}': {e}", redact_url(url)))
-        })?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(1);
-        let conn = tokio::time::timeout(
-            CONNECT_TIMEOUT * 2,
-            ConnectionManager::new_with_config(client, config),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable(format!("{}: connect timed out", redact_url(url))))?
-        .map_err(|e| StoreError::Unavailable(format!("{}: {e}", redact_url(url))))?;
+        let topology = Topology::parse(url).map_err(StoreError::Other)?;
+        let conn = topology.connect(&redact_url(url)).await?;
         Ok(Self {
             conn,
             charge: Script::new(CHARGE_LUA),
@@ -156,8 +148,30 @@ impl RedisLedger {
         })
     }
 
-    /// The underlying connection, for benchmarks and tests that inspect keys.
-    pub fn connection(&self) -> ConnectionManager {
+    /// Run `op` until it succeeds, fails for good, or [`RETRY_WINDOW`] has
+    /// passed.
+    async fn retrying<T, F, Fut>(&self, what: &str, op: F) -> Result<T, StoreError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>>,
+    {
+        let start = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match op(self.conn.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(e) if is_transient(&e) && start.elapsed() < RETRY_WINDOW => {
+                    tracing::debug!("{what}: {e}; sending it again in {pause:?}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(store_error(e)),
+            }
+        }
+    }
+
+    /// The connection, for measurements and tests.
+    pub fn connection(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -169,25 +183,26 @@ impl RedisLedger {
         holder: &str,
         ttl: Duration,
     ) -> Result<(bool, String, i64), StoreError> {
-        let reply: Value = self
-            .lock
-            .key(lock_key(job))
+        let mut inv = self.lock.prepare_invoke();
+        inv.key(lock_key(job))
             .arg(op)
             .arg(holder)
-            .arg(ttl.as_millis().max(1) as u64)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
+            .arg(ttl.as_millis().max(1) as u64);
+        let inv = &inv;
+        let reply: Value = self
+            .retrying("lock", |mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
         let r = array(&reply)?;
         Ok((int(&r[0])? == 1, text(&r[1]), int(&r[2])?))
     }
 
-    async fn charge_once(
-        &self,
+    /// The charge script's invocation for `charge` under `id`.
+    fn charge_invocation<'s>(
+        &'s self,
         charge: &Charge<'_>,
         id: &str,
         at: At,
-    ) -> Result<Value, RedisError> {
+    ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
         inv.key(state_key(charge.credential))
             .key(id_key(charge.credential, id));
@@ -215,7 +230,7 @@ impl RedisLedger {
                     .arg(format!("{p}|{l}|first"));
             }
         }
-        inv.invoke_async(&mut self.conn.clone()).await
+        inv
     }
 }
 
@@ -232,23 +247,10 @@ impl Ledger for RedisLedger {
                 &generated
             }
         };
-        let mut attempt = 0;
-        let reply = loop {
-            match self.charge_once(charge, id, at).await {
-                Ok(v) => break v,
-                Err(e)
-                    if attempt < CHARGE_RETRIES
-                        && (e.is_connection_dropped() || e.is_io_error()) =>
-                {
-                    attempt += 1;
-                    tracing::debug!(
-                        attempt,
-                        "charge reply lost; sending it again under the same id"
-                    );
-                }
-                Err(e) => return Err(store_error(e)),
-            }
-        };
+        let inv = &self.charge_invocation(charge, id, at);
+        let reply: Value = self
+            .retrying("charge", |mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
         let r = array(&reply)?;
         let (status, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);
         match status {
@@ -304,15 +306,15 @@ impl Ledger for RedisLedger {
         reason: &str,
         at: At,
     ) -> Result<Micros, StoreError> {
-        let reply: Value = self
-            .block
-            .key(state_key(credential))
+        let mut inv = self.block.prepare_invoke();
+        inv.key(state_key(credential))
             .arg(clock_arg(at))
             .arg(until)
-            .arg(reason)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
+            .arg(reason);
+        let inv = &inv;
+        let reply: Value = self
+            .retrying("block", |mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
         int(&array(&reply)?[1])
     }
 
@@ -345,20 +347,15 @@ impl Ledger for RedisLedger {
     }
 
     async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
-        redis::cmd("GET")
-            .arg(cursor_key(job))
-            .query_async(&mut self.conn.clone())
+        let cmd = &redis::cmd("GET").arg(cursor_key(job)).clone();
+        self.retrying("load cursor", |mut c| async move { cmd.query_async(&mut c).await })
             .await
-            .map_err(store_error)
     }
 
     async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
-        redis::cmd("SET")
-            .arg(cursor_key(job))
-            .arg(cursor)
-            .query_async::<()>(&mut self.conn.clone())
+        let cmd = &redis::cmd("SET").arg(cursor_key(job)).arg(cursor).clone();
+        self.retrying("save cursor", |mut c| async move { cmd.query_async::<()>(&mut c).await })
             .await
-            .map_err(store_error)
     }
 
     async fn read(
@@ -373,10 +370,10 @@ impl Ledger for RedisLedger {
             inv.key(log_key(credential, &p.name));
         }
         inv.arg(clock_arg(at));
-        let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(store_error)?;
+        let inv = &inv;
+        let reply: Value = self
+            .retrying("read", |mut c| async move { inv.invoke_async(&mut c).await })
+            .await?;
         let r = array(&reply)?;
         let tags: std::collections::HashMap<String, (String, String)> = array(&r[4])?
             .chunks(2)

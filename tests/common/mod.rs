@@ -374,3 +374,169 @@ pub fn trending(
     d.write(&deployment_yaml(&store, WIDE, policy, &[job]));
     d
 }
+
+/// A 3-master Redis Cluster on loopback (`redis-server --cluster-enabled yes`
+/// plus `redis-cli --cluster create`), no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let bus = free_port().to_string();
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+            assert!(Instant::now() < deadline, "the cluster never became ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", addrs.join(","))
+    }
+
+    /// Empty every master.
+    pub fn flush(&self) {
+        for n in &self.nodes {
+            n.cli(&["FLUSHALL"]);
+        }
+    }
+}
+
+/// A Sentinel group on loopback: one master, one replica, three sentinels
+/// watching service `mymaster` (quorum 2).
+pub struct RedisSentinel {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    sentinels: Vec<(Child, u16, tempfile::TempDir)>,
+}
+
+pub const SENTINEL_SERVICE: &str = "mymaster";
+
+impl RedisSentinel {
+    pub fn start() -> Self {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\nsentinel failover-timeout {SENTINEL_SERVICE} 10000\n",
+                    dir.path().display(),
+                    master.port
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            sentinels.push((child, port, dir));
+        }
+        let group = RedisSentinel {
+            master,
+            replica,
+            sentinels,
+        };
+        // Ready when the replica is in sync and every sentinel knows the
+        // replica and the two other sentinels (needed for a failover).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = group.replica.cli(&["INFO", "replication"]).contains("master_link_status:up");
+            let known = group.sentinels.iter().all(|(_, p, _)| {
+                let replicas = sentinel_cli(*p, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE]);
+                let others = sentinel_cli(*p, &["SENTINEL", "SENTINELS", SENTINEL_SERVICE]);
+                replicas.contains(&group.replica.port.to_string()) && others.matches("runid").count() >= 2
+            });
+            if synced && known {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the sentinel group never became ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        group
+    }
+
+    pub fn url(&self) -> String {
+        let addrs: Vec<String> = self.sentinels.iter().map(|(_, p, _)| format!("127.0.0.1:{p}")).collect();
+        format!("redis+sentinel://{}/{SENTINEL_SERVICE}", addrs.join(","))
+    }
+
+    /// Ask the sentinels for a failover now; returns once the old replica
+    /// reports itself master.
+    pub fn failover(&self) {
+        let port = self.sentinels[0].1;
+        let reply = sentinel_cli(port, &["SENTINEL", "FAILOVER", SENTINEL_SERVICE]);
+        assert_eq!(reply, "OK", "SENTINEL FAILOVER");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.replica.cli(&["INFO", "replication"]).contains("role:master") {
+            assert!(Instant::now() < deadline, "the replica was never promoted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The port of the server the sentinels name as master now.
+    pub fn master_port(&self) -> u16 {
+        let reply = sentinel_cli(self.sentinels[0].1, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE]);
+        reply.lines().nth(1).and_then(|p| p.trim().parse().ok()).expect("a master address")
+    }
+
+    pub fn flush(&self) {
+        self.master.cli(&["FLUSHALL"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.replica.cli(&["DBSIZE"]) != "0" {
+            assert!(Instant::now() < deadline, "the replica never caught up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+fn sentinel_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        for (child, _, _) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Where the Redis ledger connects: one server, a Redis Cluster, or the
+//! master of a Sentinel-managed group; and the one connection type the
+//! ledger talks through, whatever the topology.
+//!
+//! Store URLs:
+//!
+//! * `redis://[USER:PASSWORD@]HOST:PORT/DB`, `rediss://…` (TLS): one server.
+//! * `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…` (seed nodes),
+//!   `rediss+cluster://…` (TLS).
+//! * `redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/SERVICE[/DB]`
+//!   (sentinel addresses and the service name; the password is the master's),
+//!   `rediss+sentinel://…` (TLS to the master and the sentinels).
+//!
+//! A `#insecure` fragment on a TLS URL skips certificate verification (for
+//! self-signed test setups only).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisError, RedisFuture, RedisResult, TlsMode, Value};
+
+use super::{StoreError, redact_url};
+
+/// How long one request to Redis may take before it counts as lost.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting to Redis may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A parsed store URL.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Topology {
+    Single(String),
+    /// Seed nodes, each a `redis://` or `rediss://` URL with the credentials.
+    Cluster(Vec<String>),
+    Sentinel {
+        /// (host, port) of each sentinel.
+        sentinels: Vec<(String, u16)>,
+        service: String,
+        tls: Option<TlsMode>,
+        username: Option<String>,
+        password: Option<String>,
+        db: i64,
+    },
+}
+
+/// Whether `url` names a Redis store of any topology.
+pub fn is_redis_url(url: &str) -> bool {
+    ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://", "rediss+sentinel://"]
+        .iter()
+        .any(|s| url.starts_with(s))
+}
+
+impl Topology {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("invalid store URL '{}': {why}", redact_url(url));
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
+        let (tls, kind) = match scheme {
+            "redis" | "rediss" => return Ok(Self::Single(url.to_string())),
+            "redis+cluster" => (false, "cluster"),
+            "rediss+cluster" => (true, "cluster"),
+            "redis+sentinel" => (false, "sentinel"),
+            "rediss+sentinel" => (true, "sentinel"),
+            _ => return Err(bad("unknown scheme")),
+        };
+        let (rest, fragment) = match rest.split_once('#') {
+            Some((r, f)) => (r, Some(f)),
+            None => (rest, None),
+        };
+        let insecure = fragment == Some("insecure");
+        let (authority, path) = match rest.split_once('/') {
+            Some((a, p)) => (a, p),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (username, password) = match userinfo {
+            None => (None, None),
+            Some(u) => match u.split_once(':') {
+                Some((user, pass)) => ((!user.is_empty()).then(|| user.to_string()), Some(pass.to_string())),
+                None => (None, Some(u.to_string())),
+            },
+        };
+        let mut nodes = Vec::new();
+        for h in hosts.split(',').filter(|h| !h.is_empty()) {
+            let (host, port) = h.rsplit_once(':').ok_or_else(|| bad("each node needs HOST:PORT"))?;
+            let port: u16 = port.parse().map_err(|_| bad("a port is not a number"))?;
+            nodes.push((host.to_string(), port));
+        }
+        if nodes.is_empty() {
+            return Err(bad("no nodes"));
+        }
+        if kind == "cluster" {
+            let scheme = if tls { "rediss" } else { "redis" };
+            let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+            let frag = if insecure { "/#insecure" } else { "" };
+            return Ok(Self::Cluster(
+                nodes.iter().map(|(h, p)| format!("{scheme}://{auth}{h}:{p}{frag}")).collect(),
+            ));
+        }
+        let mut parts = path.split('/').filter(|s| !s.is_empty());
+        let service = parts.next().ok_or_else(|| bad("name the service: redis+sentinel://HOST:PORT,…/SERVICE"))?;
+        let db = match parts.next() {
+            Some(d) => d.parse().map_err(|_| bad("the database is not a number"))?,
+            None => 0,
+        };
+        Ok(Self::Sentinel {
+            sentinels: nodes,
+            service: service.to_string(),
+            tls: tls.then_some(if insecure { TlsMode::Insecure } else { TlsMode::Secure }),
+            username,
+            password,
+            db,
+        })
+    }
+
+    /// Connect; `StoreError::Unavailable` when nothing answers in time.
+    pub async fn connect(&self, shown: &str) -> Result<Conn, StoreError> {
+        let unavailable = |e: String| StoreError::Unavailable(format!("{shown}: {e}"));
+        let connecting = async {
+            Ok::<Conn, RedisError>(match self {
+                Self::Single(url) => {
+                    let client = redis::Client::open(url.as_str())?;
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                        .set_number_of_retries(1);
+                    Conn::Single(ConnectionManager::new_with_config(client, config).await?)
+                }
+                Self::Cluster(nodes) => {
+                    let client = ClusterClientBuilder::new(nodes.clone())
+                        .connection_timeout(CONNECT_TIMEOUT)
+                        .response_timeout(RESPONSE_TIMEOUT)
+                        .retries(3)
+                        .build()?;
+                    Conn::Cluster(client.get_async_connection().await?)
+                }
+                Self::Sentinel {
+                    sentinels,
+                    service,
+                    tls,
+                    username,
+                    password,
+                    db,
+                } => {
+                    let addrs = sentinels.iter().map(|(h, p)| match tls {
+                        Some(mode) => ConnectionAddr::TcpTls {
+                            host: h.clone(),
+                            port: *p,
+                            insecure: *mode == TlsMode::Insecure,
+                            tls_params: None,
+                        },
+                        None => ConnectionAddr::Tcp(h.clone(), *p),
+                    });
+                    let mut b = SentinelClientBuilder::new(addrs, service.clone(), SentinelServerType::Master)?
+                        .set_client_to_redis_db(*db);
+                    if let Some(mode) = tls {
+                        b = b.set_client_to_redis_tls_mode(*mode).set_client_to_sentinel_tls_mode(*mode);
+                    }
+                    if let Some(u) = username {
+                        b = b.set_client_to_redis_username(u);
+                    }
+                    if let Some(p) = password {
+                        b = b.set_client_to_redis_password(p);
+                    }
+                    let conn = SentinelConn {
+                        client: Arc::new(tokio::sync::Mutex::new(b.build()?)),
+                        current: Arc::new(tokio::sync::Mutex::new(None)),
+                    };
+                    conn.get().await?;
+                    Conn::Sentinel(conn)
+                }
+            })
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT * 3, connecting)
+            .await
+            .map_err(|_| unavailable("connect timed out".into()))?
+            .map_err(|e| {
+                if e.kind() == redis::ErrorKind::InvalidClientConfig {
+                    StoreError::Other(format!("{shown}: {e}"))
+                } else {
+                    unavailable(e.to_string())
+                }
+            })
+    }
+}
+
+/// The connection the ledger talks through, whatever the topology.
+#[derive(Clone)]
+pub enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(SentinelConn),
+}
+
+/// The current master of a Sentinel group. After an error that may mean the
+/// master moved (a dropped connection, a timeout, `READONLY` from a demoted
+/// master), the next request asks the sentinels again.
+#[derive(Clone)]
+pub struct SentinelConn {
+    client: Arc<tokio::sync::Mutex<SentinelClient>>,
+    current: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+}
+
+impl SentinelConn {
+    async fn get(&self) -> RedisResult<MultiplexedConnection> {
+        let mut current = self.current.lock().await;
+        if let Some(c) = current.as_ref() {
+            return Ok(c.clone());
+        }
+        let client = self.client.lock().await.async_get_client().await?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let c = client.get_multiplexed_async_connection_with_config(&config).await?;
+        *current = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn after<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &r
+            && (is_transient(e) || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
+        {
+            *self.current.lock().await = None;
+        }
+        r
+    }
+}
+
+/// An error after which the same request may succeed if sent again.
+pub fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || e.is_cluster_error()
+        || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(s) => Box::pin(async move {
+                let r = match s.get().await {
+                    Ok(mut c) => c.req_packed_command(cmd).await,
+                    Err(e) => Err(e),
+                };
+                s.after(r).await
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Self::Sentinel(s) => Box::pin(async move {
+                let r = match s.get().await {
+                    Ok(mut c) => c.req_packed_commands(cmd, offset, count).await,
+                    Err(e) => Err(e),
+                };
+                s.after(r).await
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_topologies() {
+        assert_eq!(
+            Topology::parse("redis://:pw@h:1/0").unwrap(),
+            Topology::Single("redis://:pw@h:1/0".into())
+        );
+        assert_eq!(
+            Topology::parse("rediss+cluster://:pw@a:1,b:2#insecure").unwrap(),
+            Topology::Cluster(vec!["rediss://:pw@a:1/#insecure".into(), "rediss://:pw@b:2/#insecure".into()])
+        );
+        assert_eq!(
+            Topology::parse("redis+sentinel://u:pw@a:26379,b:26380/mymaster/2").unwrap(),
+            Topology::Sentinel {
+                sentinels: vec![("a".into(), 26379), ("b".into(), 26380)],
+                service: "mymaster".into(),
+                tls: None,
+                username: Some("u".into()),
+                password: Some("pw".into()),
+                db: 2,
+            }
+        );
+        let e = Topology::parse("redis+sentinel://:secret@a:1").unwrap_err();
+        assert!(e.contains("name the service") && !e.contains("secret"), "{e}");
+        assert!(Topology::parse("redis+cluster://a").is_err());
+    }
+}
