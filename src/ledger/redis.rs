@@ -40,10 +40,10 @@ const LOCK_LUA: &str = include_str!("../../lua/lock.lua");
 /// A request that failed in a way that may pass (a lost reply, a dropped
 /// connection, a failover in progress) is sent again, the same request (a
 /// charge keeps its id, so it is recorded once), with a growing pause,
-/// until this long has passed since the first attempt. With the 2 s
-/// response timeout, a store that never answers is given up on after about
-/// 7 s (three attempts).
-pub const RETRY_WINDOW: Duration = Duration::from_secs(5);
+/// until this long has passed since the first attempt: long enough to span
+/// a Sentinel failover. With the 2 s response timeout, a store that never
+/// answers is given up on after at most about 12 s.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(10);
 
 /// The ledger in one Redis server.
 #[derive(Clone)]
@@ -249,7 +249,12 @@ impl Ledger for RedisLedger {
         };
         let inv = &self.charge_invocation(charge, id, at);
         let reply: Value = self
-            .retrying("charge", |mut c| async move { inv.invoke_async(&mut c).await })
+            .retrying("charge", |c| async move {
+                match c {
+                    Conn::Sentinel(s) => s.confirmed(inv).await,
+                    mut c => inv.invoke_async(&mut c).await,
+                }
+            })
             .await?;
         let r = array(&reply)?;
         let (status, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);

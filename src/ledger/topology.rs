@@ -7,9 +7,20 @@
 //! * `redis://[USER:PASSWORD@]HOST:PORT/DB`, `rediss://…` (TLS): one server.
 //! * `redis+cluster://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…` (seed nodes),
 //!   `rediss+cluster://…` (TLS).
-//! * `redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/SERVICE[/DB]`
+//! * `redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…/SERVICE[/DB][?replicas=N]`
 //!   (sentinel addresses and the service name; the password is the master's),
 //!   `rediss+sentinel://…` (TLS to the master and the sentinels).
+//!
+//! Under Sentinel a charge counts only once `replicas` replicas (default 1)
+//! acknowledge it (`WAIT`): replication is asynchronous, and a failover
+//! would otherwise lose the charges the old master took last, or that it
+//! kept taking between the promotion of its replica and its own demotion.
+//! A charge that is not acknowledged in time is checked with the
+//! sentinels: if the server it went to is no longer the master, the charge
+//! is sent again, under the same id, to the one they name; if it still is
+//! (a master whose replicas are down, or a new master whose old one is not
+//! yet its replica), the charge stands, with a warning. `replicas=0` skips
+//! the wait: faster, but a failover can then lose the last charges.
 //!
 //! A `#insecure` fragment on a TLS URL skips certificate verification (for
 //! self-signed test setups only).
@@ -44,8 +55,13 @@ pub enum Topology {
         username: Option<String>,
         password: Option<String>,
         db: i64,
+        /// Replicas that must acknowledge a charge.
+        replicas: usize,
     },
 }
+
+/// How long a charge waits for its replicas' acknowledgement.
+pub const WAIT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Whether `url` names a Redis store of any topology.
 pub fn is_redis_url(url: &str) -> bool {
@@ -70,6 +86,19 @@ impl Topology {
             Some((r, f)) => (r, Some(f)),
             None => (rest, None),
         };
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let mut replicas = 1;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("replicas", n)) if kind == "sentinel" => {
+                    replicas = n.parse().map_err(|_| bad("replicas is not a number"))?;
+                }
+                _ => return Err(bad(&format!("unknown option '{pair}'"))),
+            }
+        }
         let insecure = fragment == Some("insecure");
         let (authority, path) = match rest.split_once('/') {
             Some((a, p)) => (a, p),
@@ -116,6 +145,7 @@ impl Topology {
             username,
             password,
             db,
+            replicas,
         })
     }
 
@@ -147,6 +177,7 @@ impl Topology {
                     username,
                     password,
                     db,
+                    replicas,
                 } => {
                     let addrs = sentinels.iter().map(|(h, p)| match tls {
                         Some(mode) => ConnectionAddr::TcpTls {
@@ -171,6 +202,7 @@ impl Topology {
                     let conn = SentinelConn {
                         client: Arc::new(tokio::sync::Mutex::new(b.build()?)),
                         current: Arc::new(tokio::sync::Mutex::new(None)),
+                        replicas: *replicas,
                     };
                     conn.get().await?;
                     Conn::Sentinel(conn)
@@ -204,11 +236,17 @@ pub enum Conn {
 #[derive(Clone)]
 pub struct SentinelConn {
     client: Arc<tokio::sync::Mutex<SentinelClient>>,
-    current: Arc<tokio::sync::Mutex<Option<MultiplexedConnection>>>,
+    /// The master's connection, and its address.
+    current: Arc<tokio::sync::Mutex<Option<(MultiplexedConnection, ConnectionAddr)>>>,
+    replicas: usize,
 }
 
 impl SentinelConn {
     async fn get(&self) -> RedisResult<MultiplexedConnection> {
+        Ok(self.get_with_addr().await?.0)
+    }
+
+    async fn get_with_addr(&self) -> RedisResult<(MultiplexedConnection, ConnectionAddr)> {
         let mut current = self.current.lock().await;
         if let Some(c) = current.as_ref() {
             return Ok(c.clone());
@@ -218,8 +256,49 @@ impl SentinelConn {
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
         let c = client.get_multiplexed_async_connection_with_config(&config).await?;
-        *current = Some(c.clone());
-        Ok(c)
+        let addr = client.get_connection_info().addr().clone();
+        *current = Some((c.clone(), addr.clone()));
+        Ok((c, addr))
+    }
+
+    /// The address the sentinels name as master now.
+    async fn master_now(&self) -> RedisResult<ConnectionAddr> {
+        let client = self.client.lock().await.async_get_client().await?;
+        Ok(client.get_connection_info().addr().clone())
+    }
+
+    /// Run `script` and wait until `replicas` replicas have its writes, on
+    /// one connection (WAIT covers the writes of the connection it runs on).
+    pub async fn confirmed(&self, script: &redis::ScriptInvocation<'_>) -> RedisResult<Value> {
+        let r = async {
+            let (mut c, addr) = self.get_with_addr().await?;
+            let reply: Value = script.invoke_async(&mut c).await?;
+            if self.replicas > 0 {
+                let acked: i64 = redis::cmd("WAIT")
+                    .arg(self.replicas)
+                    .arg(WAIT_TIMEOUT.as_millis() as u64)
+                    .query_async(&mut c)
+                    .await?;
+                if (acked.max(0) as usize) < self.replicas {
+                    if self.master_now().await? != addr {
+                        // Written to a master that has been replaced: its
+                        // writes will be dropped when it rejoins. Again, on
+                        // the new one (same id: recorded once).
+                        return Err(RedisError::from(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionReset,
+                            "the master changed under the charge",
+                        )));
+                    }
+                    tracing::warn!(
+                        "the charge was acknowledged by {acked} of {} replica(s): a failover now could lose it",
+                        self.replicas
+                    );
+                }
+            }
+            Ok(reply)
+        }
+        .await;
+        self.after(r).await
     }
 
     async fn after<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
@@ -308,10 +387,16 @@ mod tests {
                 username: Some("u".into()),
                 password: Some("pw".into()),
                 db: 2,
+                replicas: 1,
             }
         );
         let e = Topology::parse("redis+sentinel://:secret@a:1").unwrap_err();
         assert!(e.contains("name the service") && !e.contains("secret"), "{e}");
         assert!(Topology::parse("redis+cluster://a").is_err());
+        assert!(matches!(
+            Topology::parse("redis+sentinel://a:1/m?replicas=0").unwrap(),
+            Topology::Sentinel { replicas: 0, .. }
+        ));
+        assert!(Topology::parse("redis+sentinel://a:1/m?colour=red").is_err());
     }
 }

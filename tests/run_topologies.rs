@@ -1,0 +1,74 @@
+//! `quota run` on a real 3-master Redis Cluster and a real Sentinel group
+//! (one master, one replica, three sentinels), and a Sentinel failover in
+//! the middle of a run.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::{RedisCluster, RedisSentinel, Standin, deployment_yaml, videos_job};
+
+const SMALL: &str = "        - { limit: 5, per: 1h }";
+
+fn used_1h(d: &common::Deployment) -> u64 {
+    let r = d.quota(&["status", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    v["credentials"][0]["pools"][0]["windows"][0]["used"].as_u64().unwrap()
+}
+
+#[test]
+fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
+    let cluster = RedisCluster::start();
+    let sentinel = RedisSentinel::start();
+    for (kind, url) in [("cluster", cluster.url()), ("sentinel", sentinel.url())] {
+        let up = Standin::start(&["--pages", "3"]);
+        let d = common::Deployment::new("");
+        let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
+        d.write(&deployment_yaml(&url, SMALL, "fail_closed", &[job]));
+
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{kind}: {r:?}");
+        assert!(r.stderr.contains("5 calls, spent units 5"), "{kind}: {r:?}");
+        assert!(r.stderr.contains("next run starts at GB step 0 page 2"), "{kind}: {r:?}");
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{kind}: {r:?}");
+        assert!(r.stderr.contains("0 calls"), "{kind}: {r:?}");
+        assert_eq!(up.seen().len(), 5, "{kind}");
+        assert_eq!(used_1h(&d), 5, "{kind}");
+    }
+}
+
+#[test]
+fn a_sentinel_failover_mid_run_keeps_the_budget() {
+    let group = RedisSentinel::start();
+    let old_master = group.master_port();
+    let up = Standin::start(&["--pages", "3", "--delay", "250ms"]);
+    let d = common::Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB", "DE", "FR"], 3, &up.base());
+    let budget = "        - { limit: 8, per: 1h }";
+    d.write(&deployment_yaml(&group.url(), budget, "fail_closed", &[job]));
+
+    let run = d.cmd(&["run"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    up.wait_for(3);
+    group.failover();
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let code = out.status.code().unwrap();
+    // It carried on against the new master (the budget stopped it) or stopped cleanly.
+    assert_eq!(code, 75, "{stderr}");
+    assert_ne!(group.master_port(), old_master, "the master moved");
+
+    // Never over budget: the upstream saw at most 8 calls, and the new
+    // master knows every one of them.
+    let seen = up.seen().len();
+    assert!(seen <= 8, "{seen} calls reached the upstream: {stderr}");
+    assert_eq!(used_1h(&d) as usize, seen, "every call is in the new master's log");
+    // A later run learns the window is full from the new master.
+    let r = d.quota(&["run"]);
+    if seen == 8 {
+        assert_eq!(r.code, 75, "{r:?}");
+        assert!(r.stderr.contains("0 calls"), "{r:?}");
+    }
+    assert!(up.seen().len() <= 8, "over budget after the failover");
+}
