@@ -14,6 +14,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod history;
 pub mod ledger;
 pub mod logging;
 pub mod runner;

@@ -14,7 +14,9 @@ fn used_1h(d: &common::Deployment) -> u64 {
     let r = d.quota(&["status", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    v["credentials"][0]["pools"][0]["windows"][0]["used"].as_u64().unwrap()
+    v["credentials"][0]["pools"][0]["windows"][0]["used"]
+        .as_u64()
+        .unwrap()
 }
 
 #[test]
@@ -30,7 +32,10 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("5 calls, spent units 5"), "{kind}: {r:?}");
-        assert!(r.stderr.contains("next run starts at GB step 0 page 2"), "{kind}: {r:?}");
+        assert!(
+            r.stderr.contains("next run starts at GB step 0 page 2"),
+            "{kind}: {r:?}"
+        );
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("0 calls"), "{kind}: {r:?}");
@@ -47,9 +52,19 @@ fn a_sentinel_failover_mid_run_keeps_the_budget() {
     let d = common::Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB", "DE", "FR"], 3, &up.base());
     let budget = "        - { limit: 8, per: 1h }";
-    d.write(&deployment_yaml(&group.url(), budget, "fail_closed", &[job]));
+    d.write(&deployment_yaml(
+        &group.url(),
+        budget,
+        "fail_closed",
+        &[job],
+    ));
 
-    let run = d.cmd(&["run"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let run = d
+        .cmd(&["run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     up.wait_for(3);
     group.failover();
     let out = run.wait_with_output().unwrap();
@@ -63,7 +78,11 @@ fn a_sentinel_failover_mid_run_keeps_the_budget() {
     // master knows every one of them.
     let seen = up.seen().len();
     assert!(seen <= 8, "{seen} calls reached the upstream: {stderr}");
-    assert_eq!(used_1h(&d) as usize, seen, "every call is in the new master's log");
+    assert_eq!(
+        used_1h(&d) as usize,
+        seen,
+        "every call is in the new master's log"
+    );
     // A later run learns the window is full from the new master.
     let r = d.quota(&["run"]);
     if seen == 8 {

@@ -30,6 +30,8 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
         client: &client,
         shutdown: &shutdown,
         progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
+        store_id: describe(location),
+        history: &std::sync::Mutex::new(crate::history::History::open()),
     };
 
     // Any error outranks a clean stop (75), which outranks success (0).
@@ -60,7 +62,8 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
     Ok(code)
 }
 
-fn describe(location: &StoreLocation) -> String {
+/// The store as messages name it (passwords masked).
+pub fn describe(location: &StoreLocation) -> String {
     match location {
         StoreLocation::Redis(url) => redact_url(url),
         StoreLocation::Embedded(Some(p)) => format!("embedded store {}", p.display()),

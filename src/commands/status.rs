@@ -10,6 +10,7 @@ use serde::Serialize;
 use super::table::{Paint, Table, emit, local_datetime, sparkline, when};
 use crate::cli::StatusArgs;
 use crate::config::{Config, Credential, fmt_duration};
+use crate::history::{History, LostLog};
 use crate::ledger::{At, CredentialUsage, Ledger, Micros, Store, StoreLocation, USAGE_BUCKETS};
 use crate::runner::cursor::Cursor;
 use crate::{Error, Result};
@@ -17,6 +18,8 @@ use crate::{Error, Result};
 /// One credential's report: its usage and its jobs' cursors.
 pub struct CredentialReport {
     pub usage: CredentialUsage,
+    /// The store forgot this credential's log (noticed from this host's history).
+    pub lost: Option<LostLog>,
     /// (job, its saved cursor, if any)
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
@@ -25,7 +28,14 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -
     let credentials = select(config, args.credential.as_deref())?;
     let at = super::parse_at(args.at.as_deref())?;
     let store = Store::open(location).await?;
-    let reports = read(config, &store, &credentials, at).await?;
+    let reports = read(
+        config,
+        &store,
+        &super::run::describe(location),
+        &credentials,
+        at,
+    )
+    .await?;
     if args.json {
         let json = serde_json::to_string_pretty(&to_json(&reports)).expect("a report serializes");
         emit(&(json + "\n"))
@@ -60,12 +70,16 @@ fn select<'a>(config: &'a Config, name: Option<&str>) -> Result<Vec<&'a Credenti
 pub async fn read(
     config: &Config,
     store: &Store,
+    store_id: &str,
     credentials: &[&Credential],
     at: At,
 ) -> Result<Vec<CredentialReport>> {
+    let mut history = History::open();
     let mut reports = Vec::new();
     for c in credentials {
         let usage = store.usage(&c.name, &c.pools, at).await?;
+        let keep = c.longest_window().as_micros() as Micros;
+        let lost = history.check(store_id, &c.name, usage.charges_recorded, usage.at, keep);
         let mut jobs = Vec::new();
         for job in config
             .jobs
@@ -75,8 +89,9 @@ pub async fn read(
             let cursor = store.load_cursor(&job.name).await?;
             jobs.push((job.name.clone(), cursor.as_deref().and_then(Cursor::decode)));
         }
-        reports.push(CredentialReport { usage, jobs });
+        reports.push(CredentialReport { usage, lost, jobs });
     }
+    history.save();
     Ok(reports)
 }
 
@@ -95,6 +110,16 @@ pub fn render(reports: &[CredentialReport], p: Paint) -> String {
             local_datetime(now),
             u.charges_recorded
         ));
+        if let Some(l) = r.lost {
+            out.push_str(&format!(
+                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n",
+                p.red("LOG LOST"),
+                l.had,
+                l.found,
+                local_datetime(l.noticed_at),
+                local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0))
+            ));
+        }
         if let Some(until) = u.blocked_until {
             let reason = u.blocked_reason.as_deref().unwrap_or("");
             out.push_str(&format!(
@@ -264,6 +289,8 @@ pub struct CredentialJson {
     pub charges_recorded: u64,
     pub blocked_until: Option<String>,
     pub blocked_reason: Option<String>,
+    /// Set when the store forgot this credential's log (see the README).
+    pub log_lost: Option<LostLog>,
     pub pools: Vec<PoolJson>,
     pub jobs: Vec<JobJson>,
 }
@@ -331,6 +358,7 @@ pub fn to_json(reports: &[CredentialReport]) -> StatusJson {
                     charges_recorded: u.charges_recorded,
                     blocked_until: u.blocked_until.map(rfc3339),
                     blocked_reason: u.blocked_reason.clone(),
+                    log_lost: r.lost,
                     pools: u
                         .pools
                         .iter()

@@ -49,6 +49,10 @@ pub const RETRY_WINDOW: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct RedisLedger {
     conn: Conn,
+    /// Set when a request gave up on a transient failure: later requests
+    /// try once instead of for a whole retry window, until one succeeds,
+    /// so a store that is down costs one window per run, not one per request.
+    degraded: std::sync::Arc<std::sync::atomic::AtomicBool>,
     charge: Script,
     block: Script,
     read: Script,
@@ -141,6 +145,7 @@ impl RedisLedger {
         let conn = topology.connect(&redact_url(url)).await?;
         Ok(Self {
             conn,
+            degraded: Default::default(),
             charge: Script::new(CHARGE_LUA),
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
@@ -155,17 +160,31 @@ impl RedisLedger {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, RedisError>>,
     {
+        use std::sync::atomic::Ordering::Relaxed;
         let start = tokio::time::Instant::now();
+        let window = if self.degraded.load(Relaxed) {
+            Duration::ZERO
+        } else {
+            RETRY_WINDOW
+        };
         let mut pause = Duration::from_millis(100);
         loop {
             match op(self.conn.clone()).await {
-                Ok(v) => return Ok(v),
-                Err(e) if is_transient(&e) && start.elapsed() < RETRY_WINDOW => {
+                Ok(v) => {
+                    self.degraded.store(false, Relaxed);
+                    return Ok(v);
+                }
+                Err(e) if is_transient(&e) && start.elapsed() < window => {
                     tracing::debug!("{what}: {e}; sending it again in {pause:?}");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(e) => return Err(store_error(e)),
+                Err(e) => {
+                    if is_transient(&e) {
+                        self.degraded.store(true, Relaxed);
+                    }
+                    return Err(store_error(e));
+                }
             }
         }
     }
@@ -190,7 +209,10 @@ impl RedisLedger {
             .arg(ttl.as_millis().max(1) as u64);
         let inv = &inv;
         let reply: Value = self
-            .retrying("lock", |mut c| async move { inv.invoke_async(&mut c).await })
+            .retrying(
+                "lock",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
             .await?;
         let r = array(&reply)?;
         Ok((int(&r[0])? == 1, text(&r[1]), int(&r[2])?))
@@ -318,7 +340,10 @@ impl Ledger for RedisLedger {
             .arg(reason);
         let inv = &inv;
         let reply: Value = self
-            .retrying("block", |mut c| async move { inv.invoke_async(&mut c).await })
+            .retrying(
+                "block",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
             .await?;
         int(&array(&reply)?[1])
     }
@@ -353,14 +378,18 @@ impl Ledger for RedisLedger {
 
     async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
         let cmd = &redis::cmd("GET").arg(cursor_key(job)).clone();
-        self.retrying("load cursor", |mut c| async move { cmd.query_async(&mut c).await })
-            .await
+        self.retrying("load cursor", |mut c| async move {
+            cmd.query_async(&mut c).await
+        })
+        .await
     }
 
     async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
         let cmd = &redis::cmd("SET").arg(cursor_key(job)).arg(cursor).clone();
-        self.retrying("save cursor", |mut c| async move { cmd.query_async::<()>(&mut c).await })
-            .await
+        self.retrying("save cursor", |mut c| async move {
+            cmd.query_async::<()>(&mut c).await
+        })
+        .await
     }
 
     async fn read(
@@ -377,7 +406,10 @@ impl Ledger for RedisLedger {
         inv.arg(clock_arg(at));
         let inv = &inv;
         let reply: Value = self
-            .retrying("read", |mut c| async move { inv.invoke_async(&mut c).await })
+            .retrying(
+                "read",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
             .await?;
         let r = array(&reply)?;
         let tags: std::collections::HashMap<String, (String, String)> = array(&r[4])?

@@ -28,11 +28,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisError, RedisFuture, RedisResult, TlsMode, Value};
+use redis::{
+    AsyncConnectionConfig, Cmd, ConnectionAddr, Pipeline, RedisError, RedisFuture, RedisResult,
+    TlsMode, Value,
+};
 
 use super::{StoreError, redact_url};
 
@@ -65,9 +70,16 @@ pub const WAIT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// Whether `url` names a Redis store of any topology.
 pub fn is_redis_url(url: &str) -> bool {
-    ["redis://", "rediss://", "redis+cluster://", "rediss+cluster://", "redis+sentinel://", "rediss+sentinel://"]
-        .iter()
-        .any(|s| url.starts_with(s))
+    [
+        "redis://",
+        "rediss://",
+        "redis+cluster://",
+        "rediss+cluster://",
+        "redis+sentinel://",
+        "rediss+sentinel://",
+    ]
+    .iter()
+    .any(|s| url.starts_with(s))
 }
 
 impl Topology {
@@ -111,13 +123,18 @@ impl Topology {
         let (username, password) = match userinfo {
             None => (None, None),
             Some(u) => match u.split_once(':') {
-                Some((user, pass)) => ((!user.is_empty()).then(|| user.to_string()), Some(pass.to_string())),
+                Some((user, pass)) => (
+                    (!user.is_empty()).then(|| user.to_string()),
+                    Some(pass.to_string()),
+                ),
                 None => (None, Some(u.to_string())),
             },
         };
         let mut nodes = Vec::new();
         for h in hosts.split(',').filter(|h| !h.is_empty()) {
-            let (host, port) = h.rsplit_once(':').ok_or_else(|| bad("each node needs HOST:PORT"))?;
+            let (host, port) = h
+                .rsplit_once(':')
+                .ok_or_else(|| bad("each node needs HOST:PORT"))?;
             let port: u16 = port.parse().map_err(|_| bad("a port is not a number"))?;
             nodes.push((host.to_string(), port));
         }
@@ -129,11 +146,16 @@ impl Topology {
             let auth = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
             let frag = if insecure { "/#insecure" } else { "" };
             return Ok(Self::Cluster(
-                nodes.iter().map(|(h, p)| format!("{scheme}://{auth}{h}:{p}{frag}")).collect(),
+                nodes
+                    .iter()
+                    .map(|(h, p)| format!("{scheme}://{auth}{h}:{p}{frag}"))
+                    .collect(),
             ));
         }
         let mut parts = path.split('/').filter(|s| !s.is_empty());
-        let service = parts.next().ok_or_else(|| bad("name the service: redis+sentinel://HOST:PORT,…/SERVICE"))?;
+        let service = parts
+            .next()
+            .ok_or_else(|| bad("name the service: redis+sentinel://HOST:PORT,…/SERVICE"))?;
         let db = match parts.next() {
             Some(d) => d.parse().map_err(|_| bad("the database is not a number"))?,
             None => 0,
@@ -141,7 +163,11 @@ impl Topology {
         Ok(Self::Sentinel {
             sentinels: nodes,
             service: service.to_string(),
-            tls: tls.then_some(if insecure { TlsMode::Insecure } else { TlsMode::Secure }),
+            tls: tls.then_some(if insecure {
+                TlsMode::Insecure
+            } else {
+                TlsMode::Secure
+            }),
             username,
             password,
             db,
@@ -188,10 +214,16 @@ impl Topology {
                         },
                         None => ConnectionAddr::Tcp(h.clone(), *p),
                     });
-                    let mut b = SentinelClientBuilder::new(addrs, service.clone(), SentinelServerType::Master)?
-                        .set_client_to_redis_db(*db);
+                    let mut b = SentinelClientBuilder::new(
+                        addrs,
+                        service.clone(),
+                        SentinelServerType::Master,
+                    )?
+                    .set_client_to_redis_db(*db);
                     if let Some(mode) = tls {
-                        b = b.set_client_to_redis_tls_mode(*mode).set_client_to_sentinel_tls_mode(*mode);
+                        b = b
+                            .set_client_to_redis_tls_mode(*mode)
+                            .set_client_to_sentinel_tls_mode(*mode);
                     }
                     if let Some(u) = username {
                         b = b.set_client_to_redis_username(u);
@@ -255,7 +287,9 @@ impl SentinelConn {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let c = client.get_multiplexed_async_connection_with_config(&config).await?;
+        let c = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
         let addr = client.get_connection_info().addr().clone();
         *current = Some((c.clone(), addr.clone()));
         Ok((c, addr))
@@ -303,7 +337,8 @@ impl SentinelConn {
 
     async fn after<T>(&self, r: RedisResult<T>) -> RedisResult<T> {
         if let Err(e) = &r
-            && (is_transient(e) || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
+            && (is_transient(e)
+                || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly))
         {
             *self.current.lock().await = None;
         }
@@ -376,7 +411,10 @@ mod tests {
         );
         assert_eq!(
             Topology::parse("rediss+cluster://:pw@a:1,b:2#insecure").unwrap(),
-            Topology::Cluster(vec!["rediss://:pw@a:1/#insecure".into(), "rediss://:pw@b:2/#insecure".into()])
+            Topology::Cluster(vec![
+                "rediss://:pw@a:1/#insecure".into(),
+                "rediss://:pw@b:2/#insecure".into()
+            ])
         );
         assert_eq!(
             Topology::parse("redis+sentinel://u:pw@a:26379,b:26380/mymaster/2").unwrap(),
@@ -391,7 +429,10 @@ mod tests {
             }
         );
         let e = Topology::parse("redis+sentinel://:secret@a:1").unwrap_err();
-        assert!(e.contains("name the service") && !e.contains("secret"), "{e}");
+        assert!(
+            e.contains("name the service") && !e.contains("secret"),
+            "{e}"
+        );
         assert!(Topology::parse("redis+cluster://a").is_err());
         assert!(matches!(
             Topology::parse("redis+sentinel://a:1/m?replicas=0").unwrap(),

@@ -26,6 +26,9 @@ use crate::config::{Config, Credential, Fill, Job, Step, StorePolicy, redact};
 use crate::ledger::{At, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError};
 use crate::{Error, Result};
 
+/// How long a finished run waits to release its lock.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Set once a stop signal (SIGTERM, SIGINT) arrives; the runner stops at
 /// the next safe point, abandoning a request in flight.
 #[derive(Clone, Default)]
@@ -183,6 +186,10 @@ pub struct RunContext<'a> {
     pub shutdown: &'a Shutdown,
     /// Draw a progress line (stderr is a terminal).
     pub progress: bool,
+    /// The store as logs name it (the key of the history).
+    pub store_id: String,
+    /// What this host has seen of each credential's log.
+    pub history: &'a std::sync::Mutex<crate::history::History>,
 }
 
 /// Run `job` once: take its lock, serve its regions from the cursor on,
@@ -209,6 +216,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
             resume: None,
         },
         store: None,
+        last_serial: None,
         warned_unmetered: false,
         lock_lost: Arc::new(AtomicBool::new(false)),
     };
@@ -259,18 +267,25 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         })
     });
 
+    run.check_history(None).await;
     let result = run.serve().await;
     run.clear_progress();
+    run.check_history(run.last_serial).await;
 
     if let Some(task) = renewal {
         task.abort();
     }
     if let Some(store) = run.store {
-        match store.release_lock(&job.name, &holder).await {
-            Ok(_) => debug!(job = job.name, "run lock released"),
-            Err(e) => warn!(
+        // Best effort, and brief: a lock that is not released expires by itself.
+        match tokio::time::timeout(RELEASE_TIMEOUT, store.release_lock(&job.name, &holder)).await {
+            Ok(Ok(_)) => debug!(job = job.name, "run lock released"),
+            Ok(Err(e)) => warn!(
                 job = job.name,
                 "cannot release the run lock (it expires by itself): {e}"
+            ),
+            Err(_) => warn!(
+                job = job.name,
+                "releasing the run lock timed out (it expires by itself)"
             ),
         }
     }
@@ -285,6 +300,8 @@ struct Run<'a> {
     report: JobReport,
     /// `None` when the run goes unmetered (store unreachable, every endpoint fail_open).
     store: Option<&'a Store>,
+    /// The credential's charge serial and time of the latest decision.
+    last_serial: Option<(u64, Micros)>,
     warned_unmetered: bool,
     lock_lost: Arc<AtomicBool>,
 }
@@ -296,6 +313,42 @@ enum Charged {
 }
 
 impl Run<'_> {
+    /// Compare the store's charge serial with what this host saw before: a
+    /// store that forgot the log is reported loudly. `known` is a serial
+    /// from a decision; without one, the store is read.
+    async fn check_history(&mut self, known: Option<(u64, Micros)>) {
+        let Some(store) = self.store else { return };
+        let (serial, now) = match known {
+            Some(k) => k,
+            None => match store
+                .read(&self.cred.name, &self.cred.pools, At::StoreClock)
+                .await
+            {
+                Ok(log) => (log.serial, log.at),
+                Err(e) => {
+                    debug!(job = self.job.name, "cannot read the log's serial: {e}");
+                    return;
+                }
+            },
+        };
+        let keep = self.cred.longest_window().as_micros() as Micros;
+        let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
+        let lost = history.check(&self.ctx.store_id, &self.cred.name, serial, now, keep);
+        history.save();
+        if let (Some(l), None) = (lost, known) {
+            error!(
+                job = self.job.name,
+                "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
+                 Its windows may admit the budget a second time until {}. A Redis without persistence that restarted does this: turn on appendonly.",
+                self.cred.name,
+                l.had,
+                l.found,
+                local_time_at(l.noticed_at),
+                local_time_at(l.noticed_at + keep)
+            );
+        }
+    }
+
     fn store_unreachable_at_start(&mut self, why: &str) -> Result<()> {
         let closed: Vec<&str> = self
             .job
@@ -615,7 +668,8 @@ impl Run<'_> {
             id: Some(&id),
         };
         match store.charge(&charge, At::StoreClock).await {
-            Ok(ChargeDecision::Allowed { at, .. }) => {
+            Ok(ChargeDecision::Allowed { at, serial, .. }) => {
+                self.last_serial = Some((serial, at));
                 for c in &step.cost {
                     *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }

@@ -16,6 +16,20 @@ pub struct RedisServer {
     child: Child,
     pub port: u16,
     pub dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+fn spawn_redis(port: u16, dir: &tempfile::TempDir, extra: &[String]) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (apt-get install redis-server); tests never skip without it")
 }
 
 fn free_port() -> u16 {
@@ -38,17 +52,14 @@ impl RedisServer {
         for _ in 0..5 {
             let dir = tempfile::tempdir().expect("temp dir");
             let port = free_port();
-            let child = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server must be installed (apt-get install redis-server); tests never skip without it");
-            let mut server = RedisServer { child, port, dir };
+            let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            let child = spawn_redis(port, &dir, &extra);
+            let mut server = RedisServer {
+                child,
+                port,
+                dir,
+                extra,
+            };
             if server.wait_ready(Duration::from_secs(10)) {
                 return server;
             }
@@ -56,6 +67,22 @@ impl RedisServer {
             let _ = server.child.kill();
         }
         panic!("redis-server did not start on a free loopback port");
+    }
+
+    /// Kill the server (SIGKILL: no shutdown save) and start it again on the
+    /// same port and data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = spawn_redis(self.port, &self.dir, &self.extra);
+        assert!(
+            self.wait_ready(Duration::from_secs(10)),
+            "redis-server did not come back"
+        );
+    }
+
+    /// The server's process id (to stop and continue it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn wait_ready(&mut self, limit: Duration) -> bool {
@@ -398,17 +425,28 @@ impl RedisCluster {
                 ])
             })
             .collect();
-        let addrs: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
-        assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         let cluster = RedisCluster { nodes };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.nodes.iter().all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok")) {
+        while !cluster
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
             assert!(Instant::now() < deadline, "the cluster never became ok");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -416,7 +454,11 @@ impl RedisCluster {
     }
 
     pub fn url(&self) -> String {
-        let addrs: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addrs: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         format!("redis+cluster://{}", addrs.join(","))
     }
 
@@ -441,7 +483,8 @@ pub const SENTINEL_SERVICE: &str = "mymaster";
 impl RedisSentinel {
     pub fn start() -> Self {
         let master = RedisServer::start();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        let replica =
+            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
@@ -474,23 +517,34 @@ impl RedisSentinel {
         // replica and the two other sentinels (needed for a failover).
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let synced = group.replica.cli(&["INFO", "replication"]).contains("master_link_status:up");
+            let synced = group
+                .replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up");
             let known = group.sentinels.iter().all(|(_, p, _)| {
                 let replicas = sentinel_cli(*p, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE]);
                 let others = sentinel_cli(*p, &["SENTINEL", "SENTINELS", SENTINEL_SERVICE]);
-                replicas.contains(&group.replica.port.to_string()) && others.matches("runid").count() >= 2
+                replicas.contains(&group.replica.port.to_string())
+                    && others.matches("runid").count() >= 2
             });
             if synced && known {
                 break;
             }
-            assert!(Instant::now() < deadline, "the sentinel group never became ready");
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel group never became ready"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         group
     }
 
     pub fn url(&self) -> String {
-        let addrs: Vec<String> = self.sentinels.iter().map(|(_, p, _)| format!("127.0.0.1:{p}")).collect();
+        let addrs: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|(_, p, _)| format!("127.0.0.1:{p}"))
+            .collect();
         format!("redis+sentinel://{}/{SENTINEL_SERVICE}", addrs.join(","))
     }
 
@@ -501,7 +555,11 @@ impl RedisSentinel {
         let reply = sentinel_cli(port, &["SENTINEL", "FAILOVER", SENTINEL_SERVICE]);
         assert_eq!(reply, "OK", "SENTINEL FAILOVER");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self.replica.cli(&["INFO", "replication"]).contains("role:master") {
+        while !self
+            .replica
+            .cli(&["INFO", "replication"])
+            .contains("role:master")
+        {
             assert!(Instant::now() < deadline, "the replica was never promoted");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -509,8 +567,15 @@ impl RedisSentinel {
 
     /// The port of the server the sentinels name as master now.
     pub fn master_port(&self) -> u16 {
-        let reply = sentinel_cli(self.sentinels[0].1, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE]);
-        reply.lines().nth(1).and_then(|p| p.trim().parse().ok()).expect("a master address")
+        let reply = sentinel_cli(
+            self.sentinels[0].1,
+            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE],
+        );
+        reply
+            .lines()
+            .nth(1)
+            .and_then(|p| p.trim().parse().ok())
+            .expect("a master address")
     }
 
     pub fn flush(&self) {

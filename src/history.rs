@@ -1,0 +1,128 @@
+//! What this host has seen of each credential's log, kept beside the
+//! embedded store (`history.json` in the state directory), so that a store
+//! that forgot a log is noticed.
+//!
+//! A Redis without persistence that restarts comes back empty: every
+//! credential looks unused and its whole budget is handed out again. The
+//! charge serial (charges recorded) only grows, so a store that reports
+//! fewer charges than this host has already seen has lost its log; `quota
+//! run` and `quota status` say so loudly, until the credential's longest
+//! window has passed since it was noticed (by then the lost charges would
+//! have left every window anyway).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::{EmbeddedLedger, Micros};
+
+/// One credential in one store, as this host last saw it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Seen {
+    serial: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lost: Option<LostLog>,
+}
+
+/// A log the store forgot: when it was noticed, and what it held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostLog {
+    pub noticed_at: Micros,
+    /// Charges recorded before the loss.
+    pub had: u64,
+    /// Charges the store reported when the loss was noticed.
+    pub found: u64,
+}
+
+/// The history file; every operation is best effort (an unreadable or
+/// unwritable file only loses the check, never a run).
+pub struct History {
+    path: Option<PathBuf>,
+    seen: BTreeMap<String, BTreeMap<String, Seen>>,
+}
+
+impl History {
+    /// The history beside the default embedded store.
+    pub fn open() -> Self {
+        let path = EmbeddedLedger::default_path()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("history.json")));
+        let seen = path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        Self { path, seen }
+    }
+
+    /// Record that `store` reports `serial` charges for `credential` at
+    /// `now`; returns the loss to report, if one was noticed within `keep`.
+    pub fn check(
+        &mut self,
+        store: &str,
+        credential: &str,
+        serial: u64,
+        now: Micros,
+        keep: Micros,
+    ) -> Option<LostLog> {
+        let seen = self
+            .seen
+            .entry(store.to_string())
+            .or_default()
+            .entry(credential.to_string())
+            .or_default();
+        if serial < seen.serial {
+            seen.lost = Some(LostLog {
+                noticed_at: now,
+                had: seen.serial,
+                found: serial,
+            });
+        }
+        seen.serial = serial;
+        match seen.lost {
+            Some(l) if now - l.noticed_at < keep => Some(l),
+            Some(_) => {
+                seen.lost = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Write the file back (atomically).
+    pub fn save(&self) {
+        let Some(path) = &self.path else { return };
+        let Some(dir) = path.parent() else { return };
+        let _ = std::fs::create_dir_all(dir);
+        let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
+        let _ = crate::runner::output::write_atomically(dir, "history.json", text.as_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history() -> History {
+        History {
+            path: None,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_serial_that_went_back_is_a_lost_log_until_the_window_passes() {
+        let mut h = history();
+        assert_eq!(h.check("redis://r", "c", 10, 100, 50), None);
+        assert_eq!(h.check("redis://r", "c", 25, 110, 50), None);
+        let lost = h.check("redis://r", "c", 2, 120, 50).expect("noticed");
+        assert_eq!((lost.had, lost.found, lost.noticed_at), (25, 2, 120));
+        // Still reported while the window may hold the forgotten charges…
+        assert!(h.check("redis://r", "c", 4, 160, 50).is_some());
+        // …and not after.
+        assert_eq!(h.check("redis://r", "c", 5, 171, 50), None);
+        // Other stores and credentials are separate.
+        assert_eq!(h.check("redis://other", "c", 0, 120, 50), None);
+    }
+}

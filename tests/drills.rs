@@ -1,0 +1,264 @@
+//! Failure drills, each with the real binary: Redis restarted (with AOF)
+//! between and during runs, a Redis that stalls, an upstream that stalls,
+//! hosts with wildly different clocks, and a Redis that lost its data.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Deployment, RedisServer, Standin, deployment_yaml, videos_job};
+
+fn spawn(d: &Deployment, args: &[&str]) -> Child {
+    d.cmd(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish(child: Child) -> common::Ran {
+    let out = child.wait_with_output().unwrap();
+    common::Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn status_json(d: &Deployment) -> serde_json::Value {
+    let r = d.quota(&["status", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    serde_json::from_str(&r.stdout).unwrap()
+}
+
+fn kill(sig: &str, pid: u32) {
+    assert!(
+        std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+fn aof_redis() -> RedisServer {
+    RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
+}
+
+#[test]
+fn redis_restarted_between_runs_keeps_log_and_cursor() {
+    let mut redis = aof_redis();
+    let up = Standin::start(&["--pages", "3"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
+    d.write(&deployment_yaml(
+        &redis.url(),
+        "        - { limit: 5, per: 1h }",
+        "fail_closed",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let before = status_json(&d);
+
+    redis.restart();
+    let after = status_json(&d);
+    assert_eq!(
+        before["credentials"][0]["pools"], after["credentials"][0]["pools"],
+        "the log survived"
+    );
+    assert_eq!(
+        before["credentials"][0]["jobs"], after["credentials"][0]["jobs"],
+        "the cursor survived"
+    );
+    assert_eq!(after["credentials"][0]["log_lost"], serde_json::Value::Null);
+    // The window is still full: nothing is charged twice.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains("0 calls") && r.stderr.contains("starts at region GB step 0 page 2"),
+        "{r:?}"
+    );
+    assert_eq!(up.seen().len(), 5);
+}
+
+#[test]
+fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
+    let mut redis = aof_redis();
+    let up = Standin::start(&["--pages", "3", "--delay", "300ms"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
+    d.write(&deployment_yaml(
+        &redis.url(),
+        common::WIDE,
+        "fail_closed",
+        &[job],
+    ));
+
+    let run = spawn(&d, &["run"]);
+    up.wait_for(2);
+    redis.restart();
+    // The lock survived the restart: a second run is turned away.
+    let second = d.quota(&["run"]);
+    assert_eq!(second.code, 75, "{second:?}");
+    assert!(
+        second.stderr.contains("another run holds the lock"),
+        "{second:?}"
+    );
+    let r = finish(run);
+    // The run reconnects and finishes (its charges retried within the retry window).
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen().len();
+    assert_eq!(seen, 6);
+    let used = status_json(&d)["credentials"][0]["pools"][0]["windows"][0]["used"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        used as usize, seen,
+        "every call charged exactly once across the restart"
+    );
+}
+
+#[test]
+fn a_stalled_redis_stops_the_run_within_a_bounded_time() {
+    let redis = RedisServer::start();
+    let up = Standin::start(&["--pages", "3", "--delay", "200ms"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
+    d.write(&deployment_yaml(
+        &redis.url(),
+        common::WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let run = spawn(&d, &["run"]);
+    up.wait_for(1);
+    // Redis still accepts connections but never answers.
+    kill("-STOP", redis.pid());
+    let started = Instant::now();
+    let r = finish(run);
+    let took = started.elapsed();
+    kill("-CONT", redis.pid());
+    eprintln!("a stalled store ended the run after {took:?}");
+    assert_eq!(r.code, 69, "{r:?}");
+    assert!(r.stderr.contains("the store is unreachable"), "{r:?}");
+    // The README documents "about 15 s" (a 10 s retry window of 2 s
+    // attempts, then a 3 s lock release); this bound only proves it ends.
+    assert!(took < Duration::from_secs(40), "the run hung for {took:?}");
+    assert!(up.seen().len() <= 2, "no request without its charge");
+}
+
+#[test]
+fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
+    let up = Standin::start(&["--delay", "10s"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    let yaml = deployment_yaml(
+        "embedded:ledger.sqlite3",
+        common::WIDE,
+        "fail_closed",
+        &[job],
+    )
+    .replace(
+        "timeout: 5s, connect_timeout: 2s, retries: 3",
+        "timeout: 500ms, connect_timeout: 2s, retries: 2",
+    );
+    d.write(&yaml);
+    let started = Instant::now();
+    let r = d.quota(&["run"]);
+    let took = started.elapsed();
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("timed out, after 3 attempts"), "{r:?}");
+    assert_eq!(
+        up.seen().len(),
+        3,
+        "one try and two retries reached the upstream"
+    );
+    let used = status_json(&d)["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
+    assert_eq!(used, 3, "each attempt was charged");
+    assert!(
+        took < Duration::from_secs(9),
+        "bounded by the timeouts, not the 10 s stall: {took:?}"
+    );
+}
+
+#[test]
+fn hosts_with_skewed_clocks_share_one_budget_exactly() {
+    let redis = RedisServer::start();
+    let up = Standin::start(&["--pages", "3"]);
+    let d = Deployment::new("");
+    let jobs = [
+        videos_job("east", "main", &["US", "GB", "DE"], 3, &up.base()),
+        videos_job("west", "main", &["JP", "KR", "AU"], 3, &up.base()),
+    ];
+    d.write(&deployment_yaml(
+        &redis.url(),
+        "        - { limit: 6, per: 1h }",
+        "fail_closed",
+        &jobs,
+    ));
+    // One host two days ahead, one a day behind (libfaketime).
+    let ahead = common::run(
+        std::process::Command::new("faketime")
+            .args(["-f", "+2d"])
+            .arg(common::quota_bin())
+            .arg("-c")
+            .arg(d.config())
+            .args(["run", "east"])
+            .env("HOME", d.path()),
+    );
+    assert_eq!(ahead.code, 75, "{ahead:?}");
+    let behind = common::run(
+        std::process::Command::new("faketime")
+            .args(["-f", "-1d"])
+            .arg(common::quota_bin())
+            .arg("-c")
+            .arg(d.config())
+            .args(["run", "west"])
+            .env("HOME", d.path()),
+    );
+    assert_eq!(behind.code, 75, "{behind:?}");
+    assert!(behind.stderr.contains("0 calls"), "{behind:?}");
+    assert_eq!(
+        up.seen().len(),
+        6,
+        "exactly the budget, whatever the hosts' clocks"
+    );
+}
+
+#[test]
+fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
+    let mut redis = RedisServer::start(); // no persistence
+    let up = Standin::start(&["--pages", "3"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
+    d.write(&deployment_yaml(
+        &redis.url(),
+        "        - { limit: 4, per: 1h }",
+        "fail_closed",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(!r.stderr.contains("LOG LOST"), "{r:?}");
+
+    redis.restart(); // comes back empty
+    let r = d.quota(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("LOG LOST: the store had recorded 4 charges and reported 0"),
+        "{r:?}"
+    );
+    let r = d.quota(&["run"]);
+    assert!(
+        r.stderr.contains(
+            "LOG LOST: the store has forgotten credential main's log: it had recorded 4 charges"
+        ),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("turn on appendonly"), "{r:?}");
+    let json = status_json(&d);
+    assert_eq!(json["credentials"][0]["log_lost"]["had"], 4, "{json}");
+}
