@@ -182,4 +182,15 @@ pub struct BenchArgs {
     /// Print the figures as JSON
     #[arg(long)]
     pub json: bool,
+
+    /// Measure capacity instead: charges per second and p99 latency with
+    /// 1, 50 and 200 clients over 1, 100 and 10,000 credentials (and, on a
+    /// Cluster, how the charges spread over its masters)
+    #[arg(long)]
+    pub capacity: bool,
+
+    /// With --capacity: also measure this store at 1 client, and compare
+    /// (e.g. a single node beside the Cluster of --store)
+    #[arg(long, value_name = "URL", requires = "capacity")]
+    pub baseline: Option<String>,
 }

@@ -328,6 +328,15 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
             ));
         }
     };
+    if args.capacity {
+        let c = super::capacity::measure(&url, args).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&c).map_err(|e| Error::Other(e.to_string()))?);
+        } else {
+            print!("{}", super::capacity::render(&c));
+        }
+        return Ok(0);
+    }
     if args.clients == 0 || args.requests == 0 || args.memory_calls == 0 {
         return Err(Error::Usage(
             "--clients, --requests and --memory-calls must be positive".into(),

@@ -3,6 +3,7 @@
 //! and dispatches.
 
 pub mod bench;
+pub mod capacity;
 pub mod check;
 pub mod plan;
 pub mod run;

@@ -1,0 +1,212 @@
+//! `quota bench --capacity`: size a deployment. Charges per second and p99
+//! latency with 1, 50 and 200 concurrent clients spread over 1, 100 and
+//! 10,000 credentials, against one Redis or a Cluster; on a Cluster, the
+//! share of the charges each master served (from `INFO commandstats`).
+//! With `--baseline URL`, the 1-client latency of another store beside it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::cli::BenchArgs;
+use crate::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window};
+use crate::{Error, Result};
+
+const CLIENTS: [usize; 3] = [1, 50, 200];
+const CREDENTIALS: [usize; 3] = [1, 100, 10_000];
+
+#[derive(Debug, Serialize)]
+pub struct Scenario {
+    pub clients: usize,
+    pub credentials: usize,
+    pub per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// On a Cluster: (master address, share of the charges it ran).
+    pub masters: Vec<(String, f64)>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Capacity {
+    pub store: String,
+    pub requests: usize,
+    pub scenarios: Vec<Scenario>,
+    /// `--baseline`: its 1-client, 1-credential scenario.
+    pub baseline: Option<Scenario>,
+}
+
+fn pool() -> Pool {
+    Pool {
+        name: "units".into(),
+        windows: vec![Window {
+            per: Duration::from_secs(3600),
+            limit: 1_000_000_000_000,
+            headroom: 0,
+        }],
+    }
+}
+
+/// The masters of a Cluster (`CLUSTER NODES`); empty for one server.
+async fn masters(url: &str) -> Result<Vec<String>> {
+    if !url.contains("+cluster://") {
+        return Ok(Vec::new());
+    }
+    let ledger = RedisLedger::connect(url).await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut ledger.connection())
+        .await
+        .map_err(|e| Error::Other(format!("CLUSTER NODES: {e}")))?;
+    Ok(nodes
+        .lines()
+        .filter(|l| l.contains("master"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|a| a.split('@').next().unwrap_or(a).to_string())
+        .collect())
+}
+
+/// `EVALSHA` calls a master has run since its stats were reset.
+async fn evalsha_calls(addr: &str, reset: bool) -> Result<u64> {
+    let client = redis::Client::open(format!("redis://{addr}")).map_err(|e| Error::Other(e.to_string()))?;
+    let mut c = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| Error::Other(format!("{addr}: {e}")))?;
+    if reset {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut c)
+            .await
+            .map_err(|e| Error::Other(e.to_string()))?;
+        return Ok(0);
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut c)
+        .await
+        .map_err(|e| Error::Other(e.to_string()))?;
+    Ok(info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+async fn scenario(url: &str, clients: usize, credentials: usize, requests: usize) -> Result<Scenario> {
+    let masters = masters(url).await?;
+    for m in &masters {
+        evalsha_calls(m, true).await?;
+    }
+    let tag = hex::encode(rand::random::<[u8; 3]>());
+    let names: Arc<Vec<String>> = Arc::new((0..credentials).map(|i| format!("quota-bench-{tag}-{i}")).collect());
+    let cost = Arc::new(vec![PoolCost { pool: pool(), units: 1 }]);
+    let mut ledgers = Vec::new();
+    for _ in 0..clients {
+        ledgers.push(RedisLedger::connect(url).await?);
+    }
+    let per_client = requests.div_ceil(clients);
+    // Warm the script cache on every node the credentials live on.
+    for name in names.iter().take(64) {
+        let charge = Charge { credential: name, cost: &cost, endpoint: "bench", job: "bench", id: None };
+        ledgers[0].charge(&charge, At::StoreClock).await?;
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (k, ledger) in ledgers.into_iter().enumerate() {
+        let (names, cost) = (names.clone(), cost.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut times = Vec::with_capacity(per_client);
+            for i in 0..per_client {
+                let name = &names[(k * per_client + i) % names.len()];
+                let charge = Charge { credential: name, cost: &cost, endpoint: "bench", job: "bench", id: None };
+                let t = Instant::now();
+                let d = ledger.charge(&charge, At::StoreClock).await?;
+                times.push(t.elapsed());
+                if !d.is_allowed() {
+                    return Err(Error::Other(format!("a benchmark charge was refused: {d:?}")));
+                }
+            }
+            Ok::<_, Error>(times)
+        }));
+    }
+    let mut times = Vec::new();
+    for t in tasks {
+        times.extend(t.await.map_err(|e| Error::Other(e.to_string()))??);
+    }
+    let elapsed = start.elapsed();
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6;
+    let mut split = Vec::new();
+    let mut total = 0;
+    for m in &masters {
+        let n = evalsha_calls(m, false).await?;
+        total += n;
+        split.push((m.clone(), n));
+    }
+    Ok(Scenario {
+        clients,
+        credentials,
+        per_second: times.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: at(0.5),
+        p99_us: at(0.99),
+        masters: split
+            .into_iter()
+            .map(|(m, n)| (m, n as f64 / total.max(1) as f64))
+            .collect(),
+    })
+}
+
+pub async fn measure(url: &str, args: &BenchArgs) -> Result<Capacity> {
+    let mut scenarios = Vec::new();
+    for credentials in CREDENTIALS {
+        for clients in CLIENTS {
+            scenarios.push(scenario(url, clients, credentials, args.requests).await?);
+        }
+    }
+    let baseline = match &args.baseline {
+        Some(b) => Some(scenario(b, 1, 1, args.requests).await?),
+        None => None,
+    };
+    Ok(Capacity {
+        store: crate::ledger::redact_url(url),
+        requests: args.requests,
+        scenarios,
+        baseline,
+    })
+}
+
+/// The report as text.
+pub fn render(c: &Capacity) -> String {
+    let mut out = format!(
+        "capacity of {} ({} charges per scenario, cost 1, one 1h window; keys expire after the window)\n",
+        c.store, c.requests
+    );
+    out.push_str("  credentials  clients    charges/s     p50 µs     p99 µs   per-master split\n");
+    for s in &c.scenarios {
+        let split: Vec<String> = s.masters.iter().map(|(m, f)| format!("{m} {:.0}%", f * 100.0)).collect();
+        out.push_str(&format!(
+            "  {:>11}  {:>7}  {:>11.0}  {:>9.1}  {:>9.1}   {}\n",
+            s.credentials,
+            s.clients,
+            s.per_second,
+            s.p50_us,
+            s.p99_us,
+            split.join(", ")
+        ));
+    }
+    if let Some(b) = &c.baseline {
+        let own = &c.scenarios[0];
+        out.push_str(&format!(
+            "baseline ({} charges, 1 client, 1 credential): p50 {:.1} µs, p99 {:.1} µs, {:.0}/s\n",
+            c.requests, b.p50_us, b.p99_us, b.per_second
+        ));
+        let ratio = own.p50_us / b.p50_us;
+        out.push_str(&format!(
+            "target: a charge through this store at 1 client <= 1.3x the baseline (p50): {ratio:.2}x {}\n",
+            if ratio <= 1.3 { "ok" } else { "MISSED" }
+        ));
+    }
+    out
+}
