@@ -331,7 +331,10 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
     if args.capacity {
         let c = super::capacity::measure(&url, args).await?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&c).map_err(|e| Error::Other(e.to_string()))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&c).map_err(|e| Error::Other(e.to_string()))?
+            );
         } else {
             print!("{}", super::capacity::render(&c));
         }

@@ -68,7 +68,8 @@ async fn masters(url: &str) -> Result<Vec<String>> {
 
 /// `EVALSHA` calls a master has run since its stats were reset.
 async fn evalsha_calls(addr: &str, reset: bool) -> Result<u64> {
-    let client = redis::Client::open(format!("redis://{addr}")).map_err(|e| Error::Other(e.to_string()))?;
+    let client =
+        redis::Client::open(format!("redis://{addr}")).map_err(|e| Error::Other(e.to_string()))?;
     let mut c = client
         .get_multiplexed_async_connection()
         .await
@@ -94,14 +95,26 @@ async fn evalsha_calls(addr: &str, reset: bool) -> Result<u64> {
         .unwrap_or(0))
 }
 
-async fn scenario(url: &str, clients: usize, credentials: usize, requests: usize) -> Result<Scenario> {
+async fn scenario(
+    url: &str,
+    clients: usize,
+    credentials: usize,
+    requests: usize,
+) -> Result<Scenario> {
     let masters = masters(url).await?;
     for m in &masters {
         evalsha_calls(m, true).await?;
     }
     let tag = hex::encode(rand::random::<[u8; 3]>());
-    let names: Arc<Vec<String>> = Arc::new((0..credentials).map(|i| format!("quota-bench-{tag}-{i}")).collect());
-    let cost = Arc::new(vec![PoolCost { pool: pool(), units: 1 }]);
+    let names: Arc<Vec<String>> = Arc::new(
+        (0..credentials)
+            .map(|i| format!("quota-bench-{tag}-{i}"))
+            .collect(),
+    );
+    let cost = Arc::new(vec![PoolCost {
+        pool: pool(),
+        units: 1,
+    }]);
     let mut ledgers = Vec::new();
     for _ in 0..clients {
         ledgers.push(RedisLedger::connect(url).await?);
@@ -109,7 +122,13 @@ async fn scenario(url: &str, clients: usize, credentials: usize, requests: usize
     let per_client = requests.div_ceil(clients);
     // Warm the script cache on every node the credentials live on.
     for name in names.iter().take(64) {
-        let charge = Charge { credential: name, cost: &cost, endpoint: "bench", job: "bench", id: None };
+        let charge = Charge {
+            credential: name,
+            cost: &cost,
+            endpoint: "bench",
+            job: "bench",
+            id: None,
+        };
         ledgers[0].charge(&charge, At::StoreClock).await?;
     }
     let start = Instant::now();
@@ -120,12 +139,20 @@ async fn scenario(url: &str, clients: usize, credentials: usize, requests: usize
             let mut times = Vec::with_capacity(per_client);
             for i in 0..per_client {
                 let name = &names[(k * per_client + i) % names.len()];
-                let charge = Charge { credential: name, cost: &cost, endpoint: "bench", job: "bench", id: None };
+                let charge = Charge {
+                    credential: name,
+                    cost: &cost,
+                    endpoint: "bench",
+                    job: "bench",
+                    id: None,
+                };
                 let t = Instant::now();
                 let d = ledger.charge(&charge, At::StoreClock).await?;
                 times.push(t.elapsed());
                 if !d.is_allowed() {
-                    return Err(Error::Other(format!("a benchmark charge was refused: {d:?}")));
+                    return Err(Error::Other(format!(
+                        "a benchmark charge was refused: {d:?}"
+                    )));
                 }
             }
             Ok::<_, Error>(times)
@@ -185,7 +212,11 @@ pub fn render(c: &Capacity) -> String {
     );
     out.push_str("  credentials  clients    charges/s     p50 µs     p99 µs   per-master split\n");
     for s in &c.scenarios {
-        let split: Vec<String> = s.masters.iter().map(|(m, f)| format!("{m} {:.0}%", f * 100.0)).collect();
+        let split: Vec<String> = s
+            .masters
+            .iter()
+            .map(|(m, f)| format!("{m} {:.0}%", f * 100.0))
+            .collect();
         out.push_str(&format!(
             "  {:>11}  {:>7}  {:>11.0}  {:>9.1}  {:>9.1}   {}\n",
             s.credentials,

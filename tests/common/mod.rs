@@ -109,7 +109,9 @@ impl RedisServer {
             return false;
         }
         let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+        // A server with a password answers NOAUTH: it is up all the same.
+        BufReader::new(s).read_line(&mut line).is_ok()
+            && (line.starts_with("+PONG") || line.starts_with("-NOAUTH"))
     }
 
     pub fn url(&self) -> String {
@@ -406,14 +408,28 @@ pub fn trending(
 /// plus `redis-cli --cluster create`), no replicas.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    password: Option<String>,
+}
+
+/// `redis-cli` against `n`, authenticated when there is a password.
+fn cli_as(n: &RedisServer, password: &Option<String>, args: &[&str]) -> String {
+    match password {
+        Some(p) => n.cli(&[&["-a", p.as_str(), "--no-auth-warning"][..], args].concat()),
+        None => n.cli(args),
+    }
 }
 
 impl RedisCluster {
     pub fn start() -> Self {
+        Self::start_with_password(None)
+    }
+
+    /// A cluster whose nodes require `password` (`requirepass`, `masterauth`).
+    pub fn start_with_password(password: Option<&str>) -> Self {
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
                 let bus = free_port().to_string();
-                RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-port",
@@ -422,14 +438,22 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
-                ])
+                ];
+                if let Some(p) = password {
+                    args.extend(["--requirepass", p, "--masterauth", p]);
+                }
+                RedisServer::start_with(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli");
+        if let Some(p) = password {
+            create.args(["-a", p, "--no-auth-warning"]);
+        }
+        let out = create
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", "0", "--cluster-yes"])
@@ -440,13 +464,14 @@ impl RedisCluster {
             "cluster create: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster {
+            nodes,
+            password: password.map(String::from),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster
-            .nodes
-            .iter()
-            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-        {
+        while !cluster.nodes.iter().all(|n| {
+            cli_as(n, &cluster.password, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+        }) {
             assert!(Instant::now() < deadline, "the cluster never became ok");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -459,13 +484,18 @@ impl RedisCluster {
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", addrs.join(","))
+        let auth = self
+            .password
+            .as_ref()
+            .map(|p| format!(":{p}@"))
+            .unwrap_or_default();
+        format!("redis+cluster://{auth}{}", addrs.join(","))
     }
 
     /// Empty every master.
     pub fn flush(&self) {
         for n in &self.nodes {
-            n.cli(&["FLUSHALL"]);
+            cli_as(n, &self.password, &["FLUSHALL"]);
         }
     }
 }
@@ -476,26 +506,41 @@ pub struct RedisSentinel {
     pub master: RedisServer,
     pub replica: RedisServer,
     sentinels: Vec<(Child, u16, tempfile::TempDir)>,
+    password: Option<String>,
 }
 
 pub const SENTINEL_SERVICE: &str = "mymaster";
 
 impl RedisSentinel {
     pub fn start() -> Self {
-        let master = RedisServer::start();
-        let replica =
-            RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        Self::start_with_password(None)
+    }
+
+    /// A group whose master and replica require `password`.
+    pub fn start_with_password(password: Option<&str>) -> Self {
+        let auth: Vec<&str> = match password {
+            Some(p) => vec!["--requirepass", p, "--masterauth", p],
+            None => vec![],
+        };
+        let master = RedisServer::start_with(&auth);
+        let port = master.port.to_string();
+        let replica = RedisServer::start_with(
+            &[&["--replicaof", "127.0.0.1", port.as_str()][..], &auth].concat(),
+        );
         let mut sentinels = Vec::new();
         for _ in 0..3 {
             let dir = tempfile::tempdir().unwrap();
             let port = free_port();
             let conf = dir.path().join("sentinel.conf");
+            let auth_pass = password
+                .map(|p| format!("sentinel auth-pass {SENTINEL_SERVICE} {p}\n"))
+                .unwrap_or_default();
             std::fs::write(
                 &conf,
                 format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\nsentinel failover-timeout {SENTINEL_SERVICE} 10000\n",
+                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\nsentinel failover-timeout {SENTINEL_SERVICE} 10000\n{auth_pass}",
                     dir.path().display(),
-                    master.port
+                    master.port,
                 ),
             )
             .unwrap();
@@ -512,14 +557,13 @@ impl RedisSentinel {
             master,
             replica,
             sentinels,
+            password: password.map(String::from),
         };
         // Ready when the replica is in sync and every sentinel knows the
         // replica and the two other sentinels (needed for a failover).
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let synced = group
-                .replica
-                .cli(&["INFO", "replication"])
+            let synced = cli_as(&group.replica, &group.password, &["INFO", "replication"])
                 .contains("master_link_status:up");
             let known = group.sentinels.iter().all(|(_, p, _)| {
                 let replicas = sentinel_cli(*p, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE]);
@@ -545,7 +589,15 @@ impl RedisSentinel {
             .iter()
             .map(|(_, p, _)| format!("127.0.0.1:{p}"))
             .collect();
-        format!("redis+sentinel://{}/{SENTINEL_SERVICE}", addrs.join(","))
+        let auth = self
+            .password
+            .as_ref()
+            .map(|p| format!(":{p}@"))
+            .unwrap_or_default();
+        format!(
+            "redis+sentinel://{auth}{}/{SENTINEL_SERVICE}",
+            addrs.join(",")
+        )
     }
 
     /// Ask the sentinels for a failover now; returns once the old replica
@@ -555,9 +607,7 @@ impl RedisSentinel {
         let reply = sentinel_cli(port, &["SENTINEL", "FAILOVER", SENTINEL_SERVICE]);
         assert_eq!(reply, "OK", "SENTINEL FAILOVER");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !self
-            .replica
-            .cli(&["INFO", "replication"])
+        while !cli_as(&self.replica, &self.password, &["INFO", "replication"])
             .contains("role:master")
         {
             assert!(Instant::now() < deadline, "the replica was never promoted");
@@ -579,9 +629,9 @@ impl RedisSentinel {
     }
 
     pub fn flush(&self) {
-        self.master.cli(&["FLUSHALL"]);
+        cli_as(&self.master, &self.password, &["FLUSHALL"]);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.replica.cli(&["DBSIZE"]) != "0" {
+        while cli_as(&self.replica, &self.password, &["DBSIZE"]) != "0" {
             assert!(Instant::now() < deadline, "the replica never caught up");
             std::thread::sleep(Duration::from_millis(10));
         }
