@@ -299,7 +299,7 @@ fn store_down_fail_closed_exits_69_before_any_request() {
     assert_eq!(r.code, 69, "{r:?}");
     assert!(
         r.stderr
-            .contains("job trending: the store is unreachable (redis://127.0.0.1:1/0"),
+            .contains("job trending: the store redis://127.0.0.1:1/0 is unreachable ("),
         "{r:?}"
     );
     assert!(
@@ -317,7 +317,8 @@ fn store_down_fail_open_runs_unmetered_and_says_so() {
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        r.stderr.contains("UNMETERED RUN: the store is unreachable"),
+        r.stderr
+            .contains("UNMETERED RUN: the store redis://127.0.0.1:1/0 is unreachable"),
         "{r:?}"
     );
     assert!(r.stderr.contains("2 calls (2 UNMETERED)"), "{r:?}");
@@ -339,10 +340,19 @@ fn store_lost_mid_run_follows_the_policy() {
         assert_eq!(r.code, code, "{policy}: {r:?}");
         let n = up.seen().len();
         if policy == "fail_closed" {
+            // The exact message: which job, which store, why, which endpoint.
+            let url = redis.url();
+            let line = r
+                .stderr
+                .lines()
+                .find(|l| l.contains("ERROR"))
+                .unwrap_or_else(|| panic!("no error line: {r:?}"));
+            let message = line.split_once("ERROR ").unwrap().1;
+            let prefix = format!("job trending: the store {url} is unreachable (");
+            assert!(message.starts_with(&prefix), "{message}");
             assert!(
-                r.stderr
-                    .contains("fail_closed, so the request was not sent"),
-                "{r:?}"
+                message.ends_with("); endpoint videos.list is fail_closed, so the request was not sent job=\"trending\""),
+                "{message}"
             );
             assert!(n < 6, "stopped early: {n}");
         } else {

@@ -20,7 +20,7 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
     let opened = Store::open(location).await;
     let store = match &opened {
         Ok(s) => Ok(s),
-        Err(StoreError::Unavailable(e)) => Err(format!("{}: {e}", describe(location))),
+        Err(StoreError::Unavailable(e)) => Err(e.clone()),
         Err(e) => return Err(crate::Error::Other(format!("{}: {e}", describe(location)))),
     };
     let client = upstream::client(&config.http)?;

@@ -11,7 +11,9 @@ use super::table::{Paint, Table, emit, local_datetime, sparkline, when};
 use crate::cli::StatusArgs;
 use crate::config::{Config, Credential, fmt_duration};
 use crate::history::{History, LostLog};
-use crate::ledger::{At, CredentialUsage, Ledger, Micros, Store, StoreLocation, USAGE_BUCKETS};
+use crate::ledger::{
+    At, CredentialUsage, Ledger, Micros, Store, StoreError, StoreLocation, USAGE_BUCKETS,
+};
 use crate::runner::cursor::Cursor;
 use crate::{Error, Result};
 
@@ -27,7 +29,13 @@ pub struct CredentialReport {
 pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
     let credentials = select(config, args.credential.as_deref())?;
     let at = super::parse_at(args.at.as_deref())?;
-    let store = Store::open(location).await?;
+    let store = Store::open(location).await.map_err(|e| match e {
+        StoreError::Unavailable(why) => Error::StoreUnavailable(format!(
+            "the store {} is unreachable ({why})",
+            super::run::describe(location)
+        )),
+        other => other.into(),
+    })?;
     let reports = read(
         config,
         &store,

@@ -177,7 +177,8 @@ impl Topology {
 
     /// Connect; `StoreError::Unavailable` when nothing answers in time.
     pub async fn connect(&self, shown: &str) -> Result<Conn, StoreError> {
-        let unavailable = |e: String| StoreError::Unavailable(format!("{shown}: {e}"));
+        // The caller names the store; the error says what went wrong.
+        let unavailable = StoreError::Unavailable;
         let connecting = async {
             Ok::<Conn, RedisError>(match self {
                 Self::Single(url) => {

@@ -359,13 +359,14 @@ impl Run<'_> {
             .collect();
         if let Some(endpoint) = closed.first() {
             return Err(Error::StoreUnavailable(format!(
-                "job {}: the store is unreachable ({why}); endpoint {endpoint} is fail_closed, so no request was sent",
-                self.job.name
+                "job {}: the store {} is unreachable ({why}); endpoint {endpoint} is fail_closed, so no request was sent",
+                self.job.name, self.ctx.store_id
             )));
         }
         warn!(
             job = self.job.name,
-            "UNMETERED RUN: the store is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region"
+            "UNMETERED RUN: the store {} is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region",
+            self.ctx.store_id
         );
         self.warned_unmetered = true;
         Ok(())
@@ -690,8 +691,8 @@ impl Run<'_> {
             }
             Err(StoreError::Unavailable(e)) => match step.on_store_error {
                 StorePolicy::FailClosed => Err(Error::StoreUnavailable(format!(
-                    "job {}: the store is unreachable ({e}); endpoint {} is fail_closed, so the request was not sent",
-                    self.job.name, step.endpoint
+                    "job {}: the store {} is unreachable ({e}); endpoint {} is fail_closed, so the request was not sent",
+                    self.job.name, self.ctx.store_id, step.endpoint
                 ))),
                 StorePolicy::FailOpen => {
                     self.count_unmetered(step, &e);
