@@ -39,6 +39,9 @@ pub struct Report {
     pub charge_1_window: Latency,
     pub charge_2_windows: Latency,
     pub evalsha_floor: Vec<Throughput>,
+    /// `return 1` sent with a charge's keys and arguments: the transport and
+    /// client cost of a charge, without its work in Redis.
+    pub evalsha_charge_args: Vec<Throughput>,
     pub charge_cost_1: Vec<Throughput>,
     pub charge_cost_100: Vec<Throughput>,
     pub charge_cost_1_two_windows: Vec<Throughput>,
@@ -291,6 +294,37 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
             .await?,
         );
     }
+    let mut evalsha_charge_args = Vec::new();
+    for clients in [1, args.clients] {
+        let trivial = trivial.clone();
+        let cost = Arc::new(vec![PoolCost {
+            pool: bench_pool(1),
+            units: 1,
+        }]);
+        evalsha_charge_args.push(
+            throughput(url, clients, args.requests, move |ledger| {
+                let (trivial, cost) = (trivial.clone(), cost.clone());
+                async move {
+                    let id = hex::encode(rand::random::<[u8; 12]>());
+                    let charge = Charge {
+                        credential: "quota-bench-args",
+                        cost: &cost,
+                        endpoint: "bench",
+                        job: "bench",
+                        id: Some(&id),
+                    };
+                    let mut inv = trivial.prepare_invoke();
+                    ledger.charge_arguments(&charge, &id, &mut inv);
+                    let _: i64 = inv
+                        .invoke_async(&mut ledger.connection())
+                        .await
+                        .map_err(|e| Error::Other(e.to_string()))?;
+                    Ok(())
+                }
+            })
+            .await?,
+        );
+    }
     let charge_cost_1 = charge_throughput(url, args, 1, 1).await?;
     let charge_cost_100 = charge_throughput(url, args, 100, 1).await?;
     let charge_cost_1_two_windows = charge_throughput(url, args, 1, 2).await?;
@@ -303,6 +337,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
         charge_1_window,
         charge_2_windows,
         evalsha_floor,
+        evalsha_charge_args,
         charge_cost_1,
         charge_cost_100,
         charge_cost_1_two_windows,
@@ -378,6 +413,7 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
     );
     for (name, t) in [
         ("EVALSHA `return 1` (floor)", &r.evalsha_floor),
+        ("  the same, a charge's args", &r.evalsha_charge_args),
         ("charge cost 1", &r.charge_cost_1),
         ("charge cost 100", &r.charge_cost_100),
         ("charge cost 1, 2 windows", &r.charge_cost_1_two_windows),
