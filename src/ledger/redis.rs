@@ -232,11 +232,21 @@ impl RedisLedger {
 
     /// The keys and arguments of a charge, added to any script's invocation
     /// (the benchmark sends them to `return 1` to measure their transport).
-    pub fn charge_arguments(&self, charge: &Charge<'_>, id: &str, inv: &mut redis::ScriptInvocation<'_>) {
+    pub fn charge_arguments(
+        &self,
+        charge: &Charge<'_>,
+        id: &str,
+        inv: &mut redis::ScriptInvocation<'_>,
+    ) {
         Self::charge_keys_and_args(charge, id, At::StoreClock, inv);
     }
 
-    fn charge_keys_and_args(charge: &Charge<'_>, id: &str, at: At, inv: &mut redis::ScriptInvocation<'_>) {
+    fn charge_keys_and_args(
+        charge: &Charge<'_>,
+        id: &str,
+        at: At,
+        inv: &mut redis::ScriptInvocation<'_>,
+    ) {
         inv.key(state_key(charge.credential))
             .key(id_key(charge.credential, id));
         for c in charge.cost {
