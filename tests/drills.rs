@@ -4,42 +4,19 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Deployment, RedisServer, Standin, deployment_yaml, videos_job};
+use common::{Deployment, RedisServer, Standin, deployment_yaml, finish, kill, videos_job};
 
 fn spawn(d: &Deployment, args: &[&str]) -> Child {
-    d.cmd(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn finish(child: Child) -> common::Ran {
-    let out = child.wait_with_output().unwrap();
-    common::Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::spawn(&mut d.cmd(args))
 }
 
 fn status_json(d: &Deployment) -> serde_json::Value {
     let r = d.quota(&["status", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     serde_json::from_str(&r.stdout).unwrap()
-}
-
-fn kill(sig: &str, pid: u32) {
-    assert!(
-        std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
 }
 
 fn aof_redis() -> RedisServer {
@@ -50,14 +27,14 @@ fn aof_redis() -> RedisServer {
 fn redis_restarted_between_runs_keeps_log_and_cursor() {
     let mut redis = aof_redis();
     let up = Standin::start(&["--pages", "3"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
-    d.write(&deployment_yaml(
+    let d = common::trending_with(
+        &up,
         &redis.url(),
         "        - { limit: 5, per: 1h }",
+        &["US", "GB", "DE"],
+        3,
         "fail_closed",
-        &[job],
-    ));
+    );
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let before = status_json(&d);
@@ -87,14 +64,7 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
 fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
     let mut redis = aof_redis();
     let up = Standin::start(&["--pages", "3", "--delay", "300ms"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
-    d.write(&deployment_yaml(
-        &redis.url(),
-        common::WIDE,
-        "fail_closed",
-        &[job],
-    ));
+    let d = common::trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
 
     let run = spawn(&d, &["run"]);
     up.wait_for(2);
@@ -124,14 +94,7 @@ fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
 fn a_stalled_redis_stops_the_run_within_a_bounded_time() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "3", "--delay", "200ms"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
-    d.write(&deployment_yaml(
-        &redis.url(),
-        common::WIDE,
-        "fail_closed",
-        &[job],
-    ));
+    let d = common::trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
     let run = spawn(&d, &["run"]);
     up.wait_for(1);
     // Redis still accepts connections but never answers.
@@ -235,14 +198,14 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
 fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
     let mut redis = RedisServer::start(); // no persistence
     let up = Standin::start(&["--pages", "3"]);
-    let d = Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB"], 3, &up.base());
-    d.write(&deployment_yaml(
+    let d = common::trending_with(
+        &up,
         &redis.url(),
         "        - { limit: 4, per: 1h }",
+        &["US", "GB"],
+        3,
         "fail_closed",
-        &[job],
-    ));
+    );
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(!r.stderr.contains("LOG LOST"), "{r:?}");

@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
@@ -13,29 +13,11 @@ use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, 
 use common::WIDE;
 
 fn spawn(d: &Deployment, args: &[&str]) -> Child {
-    d.cmd(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn quota")
-}
-
-fn finish(child: Child) -> common::Ran {
-    let out = child.wait_with_output().unwrap();
-    common::Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::spawn(&mut d.cmd(args))
 }
 
 fn signal(child: &Child, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig}");
+    common::kill(sig, child.id());
 }
 
 /// (region, page) → how many times the stand-in served it.
@@ -151,7 +133,7 @@ fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
     );
     assert!(second.stderr.contains("0 calls"), "{second:?}");
 
-    let first = finish(first);
+    let first = common::finish(first);
     assert_eq!(first.code, 0, "{first:?}");
     assert_eq!(up.seen().len(), 9, "only the first run called the upstream");
     // Released on exit: the next run takes the lock at once.
@@ -256,7 +238,7 @@ fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
     let run = spawn(&d, &["run"]);
     up.wait_for(3);
     signal(&run, "-TERM");
-    let r = finish(run);
+    let r = common::finish(run);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(r.stderr.contains("SIGTERM"), "{r:?}");
     assert!(r.stderr.contains("stopped: a stop signal arrived"), "{r:?}");
@@ -336,7 +318,7 @@ fn store_lost_mid_run_follows_the_policy() {
         let run = spawn(&d, &["run"]);
         up.wait_for(1);
         redis.kill();
-        let r = finish(run);
+        let r = common::finish(run);
         assert_eq!(r.code, code, "{policy}: {r:?}");
         let n = up.seen().len();
         if policy == "fail_closed" {

@@ -26,9 +26,7 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
     let sentinel = RedisSentinel::start_with_password(Some("sentinel-pw-0xC0FFEE"));
     for (kind, url) in [("cluster", cluster.url()), ("sentinel", sentinel.url())] {
         let up = Standin::start(&["--pages", "3"]);
-        let d = common::Deployment::new("");
-        let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
-        d.write(&deployment_yaml(&url, SMALL, "fail_closed", &[job]));
+        let d = common::trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
 
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");

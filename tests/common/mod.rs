@@ -194,6 +194,34 @@ pub fn run(cmd: &mut Command) -> Ran {
     }
 }
 
+/// Start a command in the background, its output captured.
+pub fn spawn(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quota")
+}
+
+/// Wait for a command started with [`spawn`].
+pub fn finish(child: Child) -> Ran {
+    let out = child.wait_with_output().unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Send `sig` (e.g. "-TERM") to process `pid`.
+pub fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
 /// One request the stand-in saw.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Seen {
@@ -393,6 +421,18 @@ pub fn trending(
     max_pages: u32,
     policy: &str,
 ) -> Deployment {
+    trending_with(up, store, WIDE, regions, max_pages, policy)
+}
+
+/// [`trending`] with the given windows of the `units` pool.
+pub fn trending_with(
+    up: &Standin,
+    store: &str,
+    windows: &str,
+    regions: &[&str],
+    max_pages: u32,
+    policy: &str,
+) -> Deployment {
     let d = Deployment::new("");
     let store = if store == "embedded" {
         embedded_store(&d)
@@ -400,7 +440,7 @@ pub fn trending(
         store.to_string()
     };
     let job = videos_job("trending", "main", regions, max_pages, &up.base());
-    d.write(&deployment_yaml(&store, WIDE, policy, &[job]));
+    d.write(&deployment_yaml(&store, windows, policy, &[job]));
     d
 }
 
