@@ -430,3 +430,31 @@ fn a_progress_line_only_on_a_terminal() {
         "{text:?}"
     );
 }
+
+#[test]
+fn status_is_coloured_on_a_terminal_unless_no_color() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let status = |no_color: bool| {
+        let cmd = format!(
+            "{} -c {} status",
+            common::quota_bin().display(),
+            d.config().display()
+        );
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).env("HOME", d.path());
+        if no_color {
+            c.env("NO_COLOR", "1");
+        } else {
+            c.env_remove("NO_COLOR");
+        }
+        let out = c.output().expect("script(1)");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let coloured = status(false);
+    assert!(coloured.contains("\x1b[1mmain\x1b[0m"), "{coloured:?}");
+    let plain = status(true);
+    assert!(!plain.contains('\x1b'), "{plain:?}");
+    assert!(plain.contains("main  ·  "), "{plain:?}");
+}

@@ -347,3 +347,22 @@ fn store_lost_mid_run_follows_the_policy() {
         }
     }
 }
+
+#[test]
+fn sigint_stops_cleanly_too() {
+    let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
+    let d = common::trending(&up, "embedded", &["US", "GB"], 3, "fail_closed");
+    let run = spawn(&d, &["run"]);
+    up.wait_for(2);
+    signal(&run, "-INT");
+    let r = common::finish(run);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains("SIGINT: stopping at the next safe point"),
+        "{r:?}"
+    );
+    assert_outputs_valid(&d, "trending");
+    // Released: the next run starts at once and finishes the round.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+}

@@ -1,0 +1,131 @@
+//! The raw shape of the configuration file, as serde reads it: every struct
+//! refuses unknown keys, and every map keeps its order and refuses a repeated
+//! key. [`super::validate`] turns these into checked, typed values.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+use serde_yaml::Value;
+
+use super::StorePolicy;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) store: Option<String>,
+    pub(super) http: Option<RawHttp>,
+    pub(super) lock_ttl: Option<String>,
+    #[serde(default)]
+    pub(super) credentials: OrderedMap<RawCredential>,
+    #[serde(default)]
+    pub(super) endpoints: OrderedMap<RawEndpoint>,
+    #[serde(default)]
+    pub(super) jobs: OrderedMap<RawJob>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHttp {
+    pub(super) timeout: Option<String>,
+    pub(super) connect_timeout: Option<String>,
+    pub(super) retries: Option<i64>,
+    pub(super) backoff: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCredential {
+    pub(super) secret: Value,
+    pub(super) upstream_reset: Option<String>,
+    pub(super) pools: OrderedMap<Vec<RawWindow>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawWindow {
+    pub(super) limit: i64,
+    pub(super) per: String,
+    pub(super) headroom: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    pub(super) cost: Value,
+    pub(super) on_store_error: Option<StorePolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    pub(super) credential: String,
+    pub(super) regions: Option<Vec<String>>,
+    pub(super) steps: Vec<RawStep>,
+    pub(super) output: String,
+    pub(super) schedule: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStep {
+    pub(super) endpoint: String,
+    pub(super) request: RawRequest,
+    pub(super) paginate: Option<RawPaginate>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRequest {
+    pub(super) method: Option<String>,
+    pub(super) url: String,
+    #[serde(default)]
+    pub(super) query: OrderedMap<Value>,
+    #[serde(default)]
+    pub(super) headers: OrderedMap<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPaginate {
+    pub(super) token: String,
+    pub(super) param: String,
+    pub(super) max_pages: i64,
+}
+
+/// A YAML map that keeps its order and refuses a repeated key.
+pub(super) struct OrderedMap<V>(pub(super) Vec<(String, V)>);
+
+impl<V> Default for OrderedMap<V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct MapVisitor<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for MapVisitor<V> {
+            type Value = OrderedMap<V>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrderedMap(Vec::new()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut entries: Vec<(String, V)> = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if entries.iter().any(|(k, _)| *k == key) {
+                        return Err(de::Error::custom(format!("duplicate key '{key}'")));
+                    }
+                    let value = map.next_value()?;
+                    entries.push((key, value));
+                }
+                Ok(OrderedMap(entries))
+            }
+        }
+        d.deserialize_any(MapVisitor(PhantomData))
+    }
+}

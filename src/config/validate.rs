@@ -1,0 +1,565 @@
+//! The semantic checks: raw values (see [`super::raw`]) into the typed,
+//! checked configuration. Every error names the file and the field.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_yaml::Value;
+
+use super::raw::*;
+use super::{
+    Config, Credential, Fill, HttpSettings, Job, Paginate, Placeholder, Secret, SecretSource,
+    Secrets, Step, StorePolicy, Template, UpstreamReset, fmt_duration,
+};
+use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
+use crate::{Error, Result};
+
+pub(super) struct Validator<'a> {
+    pub(super) file: &'a Path,
+    pub(super) dir: &'a Path,
+    pub(super) secrets: Secrets,
+}
+
+/// A resolved endpoint, before it meets a job's credential.
+struct EndpointSpec {
+    cost: Value,
+    on_store_error: StorePolicy,
+}
+
+impl Validator<'_> {
+    fn err(&self, field: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Config {
+            file: self.file.to_path_buf(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    pub(super) fn config(&self, raw: RawConfig) -> Result<Config> {
+        let store = raw
+            .store
+            .as_deref()
+            .map(|s| StoreLocation::parse(s).map_err(|m| self.err("store", m)))
+            .transpose()?
+            .map(|location| match location {
+                // Like `output`, a relative path is taken from the file's folder.
+                StoreLocation::Embedded(Some(p)) if p.is_relative() => {
+                    StoreLocation::Embedded(Some(self.dir.join(p)))
+                }
+                other => other,
+            });
+        let http = self.http(raw.http)?;
+        let lock_ttl = match raw.lock_ttl {
+            None => Duration::from_secs(30),
+            Some(s) => {
+                let d = self.duration("lock_ttl", &s)?;
+                if d < Duration::from_secs(1) || d > Duration::from_secs(3600) {
+                    return Err(self.err(
+                        "lock_ttl",
+                        format!("{s} is out of range: between 1s and 1h"),
+                    ));
+                }
+                d
+            }
+        };
+
+        let mut credentials = Vec::new();
+        for (name, c) in raw.credentials.0 {
+            credentials.push(self.credential(name, c)?);
+        }
+        let mut endpoints = Vec::new();
+        for (name, e) in raw.endpoints.0 {
+            self.name(&format!("endpoints.{name}"), &name)?;
+            endpoints.push((
+                name,
+                EndpointSpec {
+                    cost: e.cost,
+                    on_store_error: e.on_store_error.unwrap_or(StorePolicy::FailClosed),
+                },
+            ));
+        }
+        let mut jobs = Vec::new();
+        for (name, j) in raw.jobs.0 {
+            jobs.push(self.job(name, j, &credentials, &endpoints)?);
+        }
+        // An endpoint no job uses still has its cost checked for shape.
+        for (name, e) in &endpoints {
+            self.cost_shape(&format!("endpoints.{name}.cost"), &e.cost)?;
+        }
+        Ok(Config {
+            file: self.file.to_path_buf(),
+            store,
+            http,
+            lock_ttl,
+            credentials,
+            jobs,
+        })
+    }
+
+    fn http(&self, raw: Option<RawHttp>) -> Result<HttpSettings> {
+        let mut http = HttpSettings::default();
+        let Some(raw) = raw else { return Ok(http) };
+        if let Some(s) = raw.timeout {
+            http.timeout = self.positive_duration("http.timeout", &s)?;
+        }
+        if let Some(s) = raw.connect_timeout {
+            http.connect_timeout = self.positive_duration("http.connect_timeout", &s)?;
+        }
+        if let Some(s) = raw.backoff {
+            http.backoff = self.duration("http.backoff", &s)?;
+        }
+        if let Some(n) = raw.retries {
+            if !(0..=10).contains(&n) {
+                return Err(self.err("http.retries", format!("{n} is out of range: 0 to 10")));
+            }
+            http.retries = n as u32;
+        }
+        Ok(http)
+    }
+
+    fn name(&self, field: &str, name: &str) -> Result<()> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if ok {
+            Ok(())
+        } else {
+            Err(self.err(
+                field,
+                format!(
+                    "'{name}' is not a valid name: use 1 to 64 letters, digits, '.', '_' or '-'"
+                ),
+            ))
+        }
+    }
+
+    fn duration(&self, field: &str, s: &str) -> Result<Duration> {
+        humantime::parse_duration(s.trim()).map_err(|e| {
+            self.err(
+                field,
+                format!("'{s}' is not a duration ({e}); write e.g. 90s, 10m, 1h, 24h"),
+            )
+        })
+    }
+
+    fn positive_duration(&self, field: &str, s: &str) -> Result<Duration> {
+        let d = self.duration(field, s)?;
+        if d.is_zero() {
+            return Err(self.err(field, "must be positive"));
+        }
+        Ok(d)
+    }
+
+    fn credential(&self, name: String, raw: RawCredential) -> Result<Credential> {
+        let at = format!("credentials.{name}");
+        self.name(&at, &name)?;
+        let secret_source = self.secret_source(&format!("{at}.secret"), &raw.secret)?;
+        let secret = match self.secrets {
+            Secrets::Read => secret_source
+                .read(self.dir)
+                .map_err(|m| self.err(format!("{at}.secret"), m))?,
+            Secrets::Skip => Secret::new(String::new()),
+        };
+        let upstream_reset = raw
+            .upstream_reset
+            .as_deref()
+            .map(|s| {
+                UpstreamReset::parse(s).map_err(|m| self.err(format!("{at}.upstream_reset"), m))
+            })
+            .transpose()?;
+        if raw.pools.0.is_empty() {
+            return Err(self.err(
+                format!("{at}.pools"),
+                "a credential needs at least one pool",
+            ));
+        }
+        let mut pools = Vec::new();
+        for (pool, windows) in raw.pools.0 {
+            let at = format!("{at}.pools.{pool}");
+            self.name(&at, &pool)?;
+            if windows.is_empty() {
+                return Err(self.err(at, "a pool needs at least one window"));
+            }
+            let mut checked = Vec::new();
+            for (i, w) in windows.into_iter().enumerate() {
+                checked.push(self.window(&format!("{at}[{i}]"), w)?);
+            }
+            pools.push(Pool {
+                name: pool,
+                windows: checked,
+            });
+        }
+        Ok(Credential {
+            name,
+            secret,
+            secret_source,
+            upstream_reset,
+            pools,
+        })
+    }
+
+    fn secret_source(&self, field: &str, v: &Value) -> Result<SecretSource> {
+        let Value::Mapping(m) = v else {
+            return Err(self.err(
+                field,
+                "write { env: NAME }, { file: PATH } or { credential: NAME }; a secret is never written inline",
+            ));
+        };
+        if m.len() != 1 {
+            return Err(self.err(field, "name exactly one of env, file or credential"));
+        }
+        let (k, v) = m.iter().next().expect("one entry");
+        let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else {
+            return Err(self.err(
+                field,
+                "expected { env: NAME }, { file: PATH } or { credential: NAME }",
+            ));
+        };
+        if v.is_empty() {
+            return Err(self.err(format!("{field}.{k}"), "must not be empty"));
+        }
+        match k {
+            "env" => Ok(SecretSource::Env(v.to_string())),
+            "file" => Ok(SecretSource::File(PathBuf::from(v))),
+            "credential" => Ok(SecretSource::Credential(v.to_string())),
+            other => Err(self.err(
+                format!("{field}.{other}"),
+                "unknown secret source: expected env, file or credential",
+            )),
+        }
+    }
+
+    fn window(&self, at: &str, raw: RawWindow) -> Result<Window> {
+        if raw.limit <= 0 {
+            return Err(self.err(
+                format!("{at}.limit"),
+                format!("{} is not positive", raw.limit),
+            ));
+        }
+        let limit = raw.limit as u64;
+        let per = self.positive_duration(&format!("{at}.per"), &raw.per)?;
+        if per < Duration::from_secs(1) {
+            return Err(self.err(format!("{at}.per"), "a window is at least 1s long"));
+        }
+        let headroom = match &raw.headroom {
+            None => 0,
+            Some(v) => self.headroom(&format!("{at}.headroom"), v, limit)?,
+        };
+        if headroom >= limit {
+            return Err(self.err(
+                format!("{at}.headroom"),
+                format!("a headroom of {headroom} units leaves nothing of the limit of {limit}"),
+            ));
+        }
+        Ok(Window {
+            per,
+            limit,
+            headroom,
+        })
+    }
+
+    fn headroom(&self, field: &str, v: &Value, limit: u64) -> Result<u64> {
+        match v {
+            Value::Number(n) => match n.as_i64() {
+                Some(n) if n >= 0 => Ok(n as u64),
+                _ => Err(self.err(field, format!("{n} is not a whole number of units ≥ 0"))),
+            },
+            Value::String(s) => {
+                let pct = s
+                    .trim()
+                    .strip_suffix('%')
+                    .and_then(|p| p.trim().parse::<f64>().ok())
+                    .filter(|p| p.is_finite() && *p >= 0.0)
+                    .ok_or_else(|| {
+                        self.err(
+                            field,
+                            format!("'{s}' is neither units nor a percentage like 5%"),
+                        )
+                    })?;
+                if pct >= 100.0 {
+                    return Err(self.err(field, format!("{s} leaves nothing of the limit")));
+                }
+                // Rounded up to whole units: the reserve is never smaller than asked.
+                Ok(((limit as f64) * pct / 100.0 - 1e-9).ceil().max(0.0) as u64)
+            }
+            _ => Err(self.err(field, "expected units (5) or a percentage (\"5%\")")),
+        }
+    }
+
+    /// A cost is a positive whole number or a map of pool → positive units.
+    fn cost_shape(&self, field: &str, v: &Value) -> Result<Vec<(Option<String>, u64)>> {
+        let units = |f: String, v: &Value| -> Result<u64> {
+            match v.as_i64() {
+                Some(n) if n > 0 => Ok(n as u64),
+                Some(n) => {
+                    Err(self.err(f, format!("{n} is not positive: a cost is at least 1 unit")))
+                }
+                None => Err(self.err(f, "expected a whole number of units")),
+            }
+        };
+        match v {
+            Value::Number(_) => Ok(vec![(None, units(field.to_string(), v)?)]),
+            Value::Mapping(m) if !m.is_empty() => {
+                let mut out = Vec::new();
+                for (k, n) in m {
+                    let pool = k
+                        .as_str()
+                        .ok_or_else(|| self.err(field, "pool names are strings"))?
+                        .to_string();
+                    let u = units(format!("{field}.{pool}"), n)?;
+                    out.push((Some(pool), u));
+                }
+                Ok(out)
+            }
+            _ => Err(self.err(
+                field,
+                "expected units (cost: 1) or units per pool (cost: { units: 1 })",
+            )),
+        }
+    }
+
+    fn job(
+        &self,
+        name: String,
+        raw: RawJob,
+        credentials: &[Credential],
+        endpoints: &[(String, EndpointSpec)],
+    ) -> Result<Job> {
+        let at = format!("jobs.{name}");
+        self.name(&at, &name)?;
+        let credential = credentials
+            .iter()
+            .position(|c| c.name == raw.credential)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.credential"),
+                    format!(
+                        "no credential named '{}' (defined: {})",
+                        raw.credential,
+                        list(credentials.iter().map(|c| &c.name))
+                    ),
+                )
+            })?;
+        let cred = &credentials[credential];
+
+        let has_regions = raw.regions.is_some();
+        let regions = raw.regions.unwrap_or_default();
+        if has_regions && regions.is_empty() {
+            return Err(self.err(
+                format!("{at}.regions"),
+                "an empty list: leave `regions` out for a job without regions",
+            ));
+        }
+        for (i, r) in regions.iter().enumerate() {
+            self.name(&format!("{at}.regions[{i}]"), r)?;
+            if regions[..i].contains(r) {
+                return Err(self.err(
+                    format!("{at}.regions[{i}]"),
+                    format!("region '{r}' appears twice"),
+                ));
+            }
+        }
+        if raw.steps.is_empty() {
+            return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
+        }
+        let mut steps = Vec::new();
+        for (i, s) in raw.steps.into_iter().enumerate() {
+            steps.push(self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?);
+        }
+        if raw.output.trim().is_empty() {
+            return Err(self.err(format!("{at}.output"), "must name a directory"));
+        }
+        let output = self.dir.join(&raw.output);
+        let schedule = raw
+            .schedule
+            .as_deref()
+            .map(|s| {
+                let d = s.trim().strip_prefix("every ").ok_or_else(|| {
+                    self.err(
+                        format!("{at}.schedule"),
+                        format!("'{s}': expected 'every DURATION', e.g. every 30m"),
+                    )
+                })?;
+                self.positive_duration(&format!("{at}.schedule"), d)
+            })
+            .transpose()?;
+        Ok(Job {
+            name,
+            credential,
+            regions,
+            steps,
+            output,
+            schedule,
+        })
+    }
+
+    fn step(
+        &self,
+        at: &str,
+        raw: RawStep,
+        cred: &Credential,
+        endpoints: &[(String, EndpointSpec)],
+        has_regions: bool,
+    ) -> Result<Step> {
+        let (_, spec) = endpoints
+            .iter()
+            .find(|(n, _)| *n == raw.endpoint)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.endpoint"),
+                    format!(
+                        "no endpoint named '{}' (defined: {})",
+                        raw.endpoint,
+                        list(endpoints.iter().map(|(n, _)| n))
+                    ),
+                )
+            })?;
+        let cost_field = format!("endpoints.{}.cost", raw.endpoint);
+        let mut cost = Vec::new();
+        for (pool, units) in self.cost_shape(&cost_field, &spec.cost)? {
+            let p = match &pool {
+                None if cred.pools.len() == 1 => &cred.pools[0],
+                None => {
+                    return Err(self.err(
+                        &cost_field,
+                        format!(
+                            "a bare cost needs a credential with one pool; credential '{}' (used by {at}) has pools {}: name them",
+                            cred.name,
+                            list(cred.pools.iter().map(|p| &p.name))
+                        ),
+                    ));
+                }
+                Some(name) => cred.pools.iter().find(|p| &p.name == name).ok_or_else(|| {
+                    self.err(
+                        format!("{cost_field}.{name}"),
+                        format!(
+                            "credential '{}' (used by {at}) has no pool '{name}' (pools: {})",
+                            cred.name,
+                            list(cred.pools.iter().map(|p| &p.name))
+                        ),
+                    )
+                })?,
+            };
+            for w in &p.windows {
+                if units > w.budget() {
+                    return Err(self.err(
+                        format!("{cost_field}.{}", p.name),
+                        format!(
+                            "{units} units can never fit: the {} window of pool '{}' of credential '{}' has a budget of {} (limit {} - headroom {})",
+                            fmt_duration(w.per),
+                            p.name,
+                            cred.name,
+                            w.budget(),
+                            w.limit,
+                            w.headroom
+                        ),
+                    ));
+                }
+            }
+            cost.push(PoolCost {
+                pool: p.clone(),
+                units,
+            });
+        }
+
+        let method = match raw.request.method.as_deref().unwrap_or("GET") {
+            m if m.eq_ignore_ascii_case("GET") => reqwest::Method::GET,
+            m if m.eq_ignore_ascii_case("POST") => reqwest::Method::POST,
+            m => {
+                return Err(self.err(
+                    format!("{at}.request.method"),
+                    format!("'{m}': expected GET or POST"),
+                ));
+            }
+        };
+        let template = |field: String, s: &str| -> Result<Template> {
+            let t = Template::parse(s).map_err(|m| self.err(&field, m))?;
+            if t.uses(Placeholder::Region) && !has_regions {
+                return Err(self.err(field, "{region} is used but the job has no regions"));
+            }
+            Ok(t)
+        };
+        let url = template(format!("{at}.request.url"), &raw.request.url)?;
+        let probe = url.fill(&Fill {
+            region: "XX",
+            secret: &Secret::new("x".into()),
+            job: "job",
+            step: 0,
+        });
+        match reqwest::Url::parse(&probe) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            Ok(u) => {
+                return Err(self.err(
+                    format!("{at}.request.url"),
+                    format!("scheme '{}': expected http or https", u.scheme()),
+                ));
+            }
+            Err(e) => return Err(self.err(format!("{at}.request.url"), format!("not a URL: {e}"))),
+        }
+        let mut query = Vec::new();
+        for (k, v) in raw.request.query.0 {
+            let field = format!("{at}.request.query.{k}");
+            let s = match &v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return Err(self.err(field, "expected a string, number or boolean")),
+            };
+            query.push((k, template(field, &s)?));
+        }
+        let mut headers = Vec::new();
+        for (k, v) in raw.request.headers.0 {
+            let field = format!("{at}.request.headers.{k}");
+            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                return Err(self.err(field, "not a valid header name"));
+            }
+            headers.push((k, template(field, &v)?));
+        }
+        let paginate = raw
+            .paginate
+            .map(|p| {
+                if !p.token.starts_with('/') {
+                    return Err(self.err(
+                        format!("{at}.paginate.token"),
+                        format!("'{}' is not a JSON pointer (e.g. /nextPageToken)", p.token),
+                    ));
+                }
+                if p.param.is_empty() {
+                    return Err(self.err(format!("{at}.paginate.param"), "must not be empty"));
+                }
+                if !(1..=10_000).contains(&p.max_pages) {
+                    return Err(self.err(
+                        format!("{at}.paginate.max_pages"),
+                        format!("{} is out of range: 1 to 10000", p.max_pages),
+                    ));
+                }
+                Ok(Paginate {
+                    token: p.token,
+                    param: p.param,
+                    max_pages: p.max_pages as u32,
+                })
+            })
+            .transpose()?;
+        Ok(Step {
+            endpoint: raw.endpoint,
+            cost,
+            on_store_error: spec.on_store_error,
+            method,
+            url,
+            query,
+            headers,
+            paginate,
+        })
+    }
+}
+
+fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
+    let v: Vec<&str> = names.map(String::as_str).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}

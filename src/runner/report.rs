@@ -1,0 +1,162 @@
+//! How a run ended: why it stopped ([`Stop`]), what it did ([`JobReport`]),
+//! and the one summary line it ends with.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use tracing::{error, info, warn};
+
+use super::cursor::Cursor;
+use crate::Error;
+use crate::ledger::Micros;
+
+/// Why a run stopped before serving every region (all exit 75).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stop {
+    /// The ledger said no: `pool`'s `per` window is full for `retry_after`.
+    QuotaSaidNo {
+        pool: String,
+        per: Duration,
+        retry_after: Duration,
+    },
+    /// The credential is blocked (the upstream reported its quota spent).
+    Blocked { until: Micros, reason: String },
+    /// The upstream reported its own quota spent during this run.
+    UpstreamExhausted { reason: String, until: Micros },
+    /// Another run of the job holds the lock.
+    LockBusy {
+        holder: String,
+        expires_in: Duration,
+    },
+    /// This run's lock expired under it (the store was away too long).
+    LockLost,
+    /// SIGTERM or SIGINT.
+    Signal,
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QuotaSaidNo {
+                pool,
+                per,
+                retry_after,
+            } => write!(
+                f,
+                "the quota said no: the {} window of pool '{pool}' is full; units free up in {} (at {})",
+                human(*per),
+                human(*retry_after),
+                local_time_in(*retry_after)
+            ),
+            Self::Blocked { until, reason } => write!(
+                f,
+                "the credential is blocked until {} ({reason})",
+                local_time_at(*until)
+            ),
+            Self::UpstreamExhausted { reason, until } => write!(
+                f,
+                "the upstream reported its quota spent ({reason}); credential blocked until {}",
+                local_time_at(*until)
+            ),
+            Self::LockBusy { holder, expires_in } => write!(
+                f,
+                "another run holds the lock: {holder} (lock expires in {} unless renewed)",
+                human(*expires_in)
+            ),
+            Self::LockLost => write!(
+                f,
+                "the run lock expired under this run (store away too long)"
+            ),
+            Self::Signal => write!(f, "a stop signal arrived"),
+        }
+    }
+}
+
+/// How a run of one job ended, and what it did.
+#[derive(Debug)]
+pub struct JobReport {
+    pub job: String,
+    pub stop: Option<Stop>,
+    /// Requests sent (retries included).
+    pub calls: u64,
+    /// Requests sent without a charge (store unreachable, fail_open).
+    pub unmetered: u64,
+    pub units: BTreeMap<String, u64>,
+    pub regions_done: usize,
+    pub regions_total: usize,
+    pub pages: u64,
+    /// Where the next run starts.
+    pub resume: Option<Cursor>,
+}
+
+impl JobReport {
+    /// Exit 0 when the job served every region, 75 when it stopped cleanly.
+    pub fn exit_code(&self) -> u8 {
+        if self.stop.is_some() { 75 } else { 0 }
+    }
+
+    /// The one summary line a run ends with.
+    pub fn summary(&self) -> String {
+        let units: Vec<String> = self.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        let why = match &self.stop {
+            None => "finished".to_string(),
+            Some(s) => format!("stopped: {s}"),
+        };
+        let unmetered = if self.unmetered > 0 {
+            format!(" ({} UNMETERED)", self.unmetered)
+        } else {
+            String::new()
+        };
+        let resume = match &self.resume {
+            Some(c) if c.region.is_empty() => format!("step {} page {}", c.step, c.page),
+            Some(c) => format!("{} step {} page {}", c.region, c.step, c.page),
+            None => "the first region".into(),
+        };
+        format!(
+            "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}; {} pages written; next run starts at {resume}",
+            self.job,
+            self.calls,
+            if units.is_empty() {
+                "none".into()
+            } else {
+                units.join(", ")
+            },
+            self.regions_done,
+            self.regions_total,
+            self.pages,
+        )
+    }
+}
+
+/// Log a job's summary line at the level its outcome deserves.
+pub fn log_summary(report: &JobReport) {
+    match report.stop {
+        None => info!("{}", report.summary()),
+        Some(_) => warn!("{}", report.summary()),
+    }
+}
+
+/// Log a job's error.
+pub fn log_error(job: &str, e: &Error) {
+    error!(job, "{e}");
+}
+
+/// A duration, rounded to the second, the way people read it.
+pub fn human(d: Duration) -> String {
+    crate::config::fmt_duration(d)
+}
+
+pub(super) fn local_time_in(d: Duration) -> String {
+    (chrono::Local::now() + d).format("%H:%M:%S").to_string()
+}
+
+pub(super) fn local_time_at(us: Micros) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| {
+            t.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S %Z")
+                .to_string()
+        })
+        .unwrap_or_else(|| us.to_string())
+}
