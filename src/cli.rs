@@ -12,9 +12,17 @@ pub struct Cli {
     #[arg(short, long, global = true, value_name = "FILE", env = "QUOTA_CONFIG")]
     pub config: Option<PathBuf>,
 
-    /// Where the ledger lives: redis://…, rediss://…, embedded or embedded:PATH
-    /// [default: the file's `store:`, else embedded]
-    #[arg(long, global = true, value_name = "URL", env = "QUOTA_STORE")]
+    /// Where the ledger lives: embedded, embedded:PATH, redis://…,
+    /// rediss://…, redis+cluster://…, redis+sentinel://… [default: the file's
+    /// `store:`, else embedded]
+    // The value may hold a password: help never shows it.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "QUOTA_STORE",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
 
     /// More log output (-v: debug, -vv: trace)

@@ -96,3 +96,25 @@ fn the_api_key_never_appears_anywhere() {
     );
     assert_clean("the Redis store", &String::from_utf8_lossy(&dump));
 }
+
+/// A store password given through `$QUOTA_STORE` never shows in help, the
+/// man page or an error.
+#[test]
+fn a_store_password_in_the_environment_never_shows() {
+    let home = tempfile::tempdir().unwrap();
+    let url = format!("redis://:{KEY}@127.0.0.1:1/0");
+    for args in [&["--help"][..], &["run", "--help"], &["man"], &["status"]] {
+        let mut cmd = common::quota(home.path());
+        cmd.args(args).env("QUOTA_STORE", &url);
+        if args == ["status"] {
+            std::fs::write(home.path().join("quota.yaml"), "credentials: {}\n").unwrap();
+            cmd.current_dir(home.path());
+        }
+        let r = common::run(&mut cmd);
+        assert_clean(&format!("quota {args:?}"), &r.all());
+        if args == ["status"] {
+            assert_eq!(r.code, 69, "{r:?}");
+            assert!(r.stderr.contains("redis://:***@127.0.0.1:1/0"), "{r:?}");
+        }
+    }
+}
