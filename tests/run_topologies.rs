@@ -52,136 +52,45 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
     }
 }
 
-/// `rediss://` with a password: TLS to a redis-server that only speaks TLS,
-/// its certificate verified against a CA of the test's own.
+/// `rediss://` and `rediss+cluster://` with a password: TLS to servers that
+/// only speak TLS (a Cluster's bus included), certificates verified against
+/// a CA of the test's own, trusted through `SSL_CERT_FILE` as an operator
+/// would.
 #[test]
-fn a_job_runs_over_tls_with_a_password() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |f: &str| dir.path().join(f).display().to_string();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+fn a_job_runs_over_tls_with_a_password_on_one_server_and_a_cluster() {
+    let ca = common::TestCa::new();
+    let single = common::TlsRedis::single(&ca, "tls-pw-0xBEEF");
+    let cluster = common::TlsRedis::cluster(&ca, "tls-pw-0xBEEF");
+    let urls = [
+        (
+            "single",
+            format!("rediss://:tls-pw-0xBEEF@localhost:{}/0", single.ports[0]),
+        ),
+        (
+            "cluster",
+            format!(
+                "rediss+cluster://:tls-pw-0xBEEF@localhost:{},localhost:{}",
+                cluster.ports[0], cluster.ports[1]
+            ),
+        ),
+    ];
+    for (kind, url) in urls {
+        let up = Standin::start(&["--pages", "3"]);
+        let d = common::trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
+        let r = common::run(d.cmd(&["run"]).env("SSL_CERT_FILE", ca.file("ca.pem")));
+        assert_eq!(r.code, 75, "{kind}: {r:?}");
+        assert!(r.stderr.contains("5 calls, spent units 5"), "{kind}: {r:?}");
+        assert!(!r.all().contains("0xBEEF"), "{kind}: {r:?}");
+        let r = common::run(
+            d.cmd(&["status", "--json"])
+                .env("SSL_CERT_FILE", ca.file("ca.pem")),
         );
-    };
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.pem"),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=quota test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        &p("server.key"),
-        "-out",
-        &p("server.csr"),
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.path().join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        &p("server.csr"),
-        "-CA",
-        &p("ca.pem"),
-        "-CAkey",
-        &p("ca.key"),
-        "-CAcreateserial",
-        "-out",
-        &p("server.pem"),
-        "-days",
-        "2",
-        "-extfile",
-        &p("san.ext"),
-    ]);
-
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut server = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .args([
-            "--tls-cert-file",
-            &p("server.pem"),
-            "--tls-key-file",
-            &p("server.key"),
-            "--tls-ca-cert-file",
-            &p("ca.pem"),
-        ])
-        .args([
-            "--tls-auth-clients",
-            "no",
-            "--requirepass",
-            "tls-pw-0xBEEF",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the TLS redis-server did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(r.stdout.contains("\"used\": 5"), "{kind}: {r:?}");
+        // Without the CA, the certificate is refused: the store is unreachable.
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 69, "{kind}: {r:?}");
+        assert_eq!(up.seen().len(), 5, "{kind}");
     }
-
-    let up = Standin::start(&["--pages", "3"]);
-    let d = common::Deployment::new("");
-    let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
-    let url = format!("rediss://:tls-pw-0xBEEF@localhost:{port}/0");
-    d.write(&deployment_yaml(&url, SMALL, "fail_closed", &[job]));
-    // The CA is trusted through SSL_CERT_FILE, as an operator would.
-    let r = common::run(d.cmd(&["run"]).env("SSL_CERT_FILE", p("ca.pem")));
-    assert_eq!(r.code, 75, "{r:?}");
-    assert!(r.stderr.contains("5 calls, spent units 5"), "{r:?}");
-    assert!(!r.all().contains("0xBEEF"), "{r:?}");
-    // Without the CA, the certificate is refused: the store is unreachable.
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 69, "{r:?}");
-    assert_eq!(up.seen().len(), 5);
-    let _ = server.kill();
-    let _ = server.wait();
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::cli::BenchArgs;
+use crate::ledger::topology::Topology;
 use crate::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window};
 use crate::{Error, Result};
 
@@ -66,10 +67,28 @@ async fn masters(url: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// The URL of the Cluster node at `addr`, with the scheme, credentials and
+/// TLS options of the store's seed nodes.
+fn node_url(store: &str, addr: &str) -> String {
+    let seed = match Topology::parse(store) {
+        Ok(Topology::Cluster(nodes)) => nodes.into_iter().next().unwrap_or_default(),
+        _ => String::new(),
+    };
+    let Some((scheme, rest)) = seed.split_once("://") else {
+        return format!("redis://{addr}");
+    };
+    let (auth, hostpart) = match rest.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h),
+        None => (String::new(), rest),
+    };
+    let tail = hostpart.find(['/', '#']).map_or("", |i| &hostpart[i..]);
+    format!("{scheme}://{auth}{addr}{tail}")
+}
+
 /// `EVALSHA` calls a master has run since its stats were reset.
-async fn evalsha_calls(addr: &str, reset: bool) -> Result<u64> {
+async fn evalsha_calls(store: &str, addr: &str, reset: bool) -> Result<u64> {
     let client =
-        redis::Client::open(format!("redis://{addr}")).map_err(|e| Error::Other(e.to_string()))?;
+        redis::Client::open(node_url(store, addr)).map_err(|e| Error::Other(e.to_string()))?;
     let mut c = client
         .get_multiplexed_async_connection()
         .await
@@ -103,7 +122,7 @@ async fn scenario(
 ) -> Result<Scenario> {
     let masters = masters(url).await?;
     for m in &masters {
-        evalsha_calls(m, true).await?;
+        evalsha_calls(url, m, true).await?;
     }
     let tag = hex::encode(rand::random::<[u8; 3]>());
     let names: Arc<Vec<String>> = Arc::new(
@@ -168,7 +187,7 @@ async fn scenario(
     let mut split = Vec::new();
     let mut total = 0;
     for m in &masters {
-        let n = evalsha_calls(m, false).await?;
+        let n = evalsha_calls(url, m, false).await?;
         total += n;
         split.push((m.clone(), n));
     }
@@ -240,4 +259,19 @@ pub fn render(c: &Capacity) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_url;
+
+    #[test]
+    fn node_urls_keep_the_seed_scheme_credentials_and_options() {
+        let store = "rediss+cluster://:pw@localhost:1,localhost:2#insecure";
+        assert_eq!(
+            node_url(store, "127.0.0.1:7"),
+            "rediss://:pw@127.0.0.1:7/#insecure"
+        );
+        assert_eq!(node_url("redis+cluster://a:1", "b:2"), "redis://b:2");
+    }
 }
