@@ -52,15 +52,17 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
     }
 }
 
-/// `rediss://` and `rediss+cluster://` with a password: TLS to servers that
-/// only speak TLS (a Cluster's bus included), certificates verified against
+/// `rediss://`, `rediss+cluster://` and `rediss+sentinel://` with a password:
+/// TLS to servers that only speak TLS (a Cluster's bus, replication and the
+/// sentinels included), certificates verified against
 /// a CA of the test's own, trusted through `SSL_CERT_FILE` as an operator
 /// would.
 #[test]
-fn a_job_runs_over_tls_with_a_password_on_one_server_and_a_cluster() {
+fn a_job_runs_over_tls_with_a_password_on_every_topology() {
     let ca = common::TestCa::new();
     let single = common::TlsRedis::single(&ca, "tls-pw-0xBEEF");
     let cluster = common::TlsRedis::cluster(&ca, "tls-pw-0xBEEF");
+    let sentinel = common::TlsRedis::sentinel(&ca, "tls-pw-0xBEEF");
     let urls = [
         (
             "single",
@@ -71,6 +73,16 @@ fn a_job_runs_over_tls_with_a_password_on_one_server_and_a_cluster() {
             format!(
                 "rediss+cluster://:tls-pw-0xBEEF@localhost:{},localhost:{}",
                 cluster.ports[0], cluster.ports[1]
+            ),
+        ),
+        (
+            "sentinel",
+            format!(
+                "rediss+sentinel://:tls-pw-0xBEEF@localhost:{},localhost:{},localhost:{}/{}",
+                sentinel.ports[2],
+                sentinel.ports[3],
+                sentinel.ports[4],
+                common::SENTINEL_SERVICE
             ),
         ),
     ];

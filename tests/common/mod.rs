@@ -833,7 +833,89 @@ impl TlsRedis {
         servers
     }
 
+    /// A Sentinel group speaking only TLS: a master, a replica (TLS
+    /// replication) and three sentinels. `ports`: master, replica, sentinels.
+    pub fn sentinel(ca: &TestCa, password: &str) -> Self {
+        let mut group = Self::start(ca, password, 1, false);
+        let master = group.ports[0];
+        let replica = Self::start_with(
+            ca,
+            password,
+            1,
+            false,
+            &[
+                "--replicaof",
+                "127.0.0.1",
+                &master.to_string(),
+                "--tls-replication",
+                "yes",
+            ],
+        );
+        group.absorb(replica);
+        for _ in 0..3 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = free_port();
+            let conf = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master} 2\nsentinel auth-pass {SENTINEL_SERVICE} {password}\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\n",
+                    dir.path().display(),
+                    ca.file("server.pem"),
+                    ca.file("server.key"),
+                    ca.file("ca.pem"),
+                ),
+            )
+            .unwrap();
+            let child = Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server --sentinel");
+            group.children.push(child);
+            group.ports.push(port);
+            group._dirs.push(dir);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let synced = group
+                .cli(ca, password, group.ports[1], &["INFO", "replication"])
+                .contains("master_link_status:up");
+            let known = group.ports[2..].iter().all(|p| {
+                group
+                    .cli(
+                        ca,
+                        password,
+                        *p,
+                        &["SENTINEL", "REPLICAS", SENTINEL_SERVICE],
+                    )
+                    .contains(&group.ports[1].to_string())
+            });
+            if synced && known {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the TLS sentinel group never became ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        group
+    }
+
+    fn absorb(&mut self, mut other: TlsRedis) {
+        self.children.append(&mut other.children);
+        self.ports.append(&mut other.ports);
+        self._dirs.append(&mut other._dirs);
+    }
+
     fn start(ca: &TestCa, password: &str, n: usize, cluster: bool) -> Self {
+        Self::start_with(ca, password, n, cluster, &[])
+    }
+
+    fn start_with(ca: &TestCa, password: &str, n: usize, cluster: bool, extra: &[&str]) -> Self {
         let mut servers = TlsRedis {
             children: Vec::new(),
             ports: Vec::new(),
@@ -867,6 +949,7 @@ impl TlsRedis {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path());
+            cmd.args(extra);
             if cluster {
                 let bus = free_port().to_string();
                 cmd.args([
