@@ -212,8 +212,9 @@ fn answer(state: &State, target: &str) -> Answer {
             "at_us": at, "path": url.path(), "region": region, "page": page,
             "status": status, "pool": pool, "cost": cost, "key_ok": key == state.opts.key,
         });
+        // One write per line, so a reader never sees half of one.
         let mut f = log.lock().unwrap();
-        let _ = writeln!(f, "{line}");
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
     (status, headers, body)
 }

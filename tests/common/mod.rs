@@ -278,8 +278,10 @@ impl Standin {
 
     /// Every request seen so far, in arrival order.
     pub fn seen(&self) -> Vec<Seen> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Only whole lines: the stand-in may be writing the next one.
+        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        whole
             .lines()
             .map(|l| serde_json::from_str(l).expect("a log line"))
             .collect()
