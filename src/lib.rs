@@ -19,5 +19,6 @@ pub mod ledger;
 pub mod logging;
 pub mod runner;
 pub mod standin;
+pub mod timefmt;
 
 pub use error::{Error, Result};

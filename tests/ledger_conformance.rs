@@ -5,30 +5,16 @@
 
 mod common;
 
+use common::{pool, window};
 use std::time::Duration;
 
 use quota::ledger::{
     At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost, RedisLedger,
-    StoreError, Window,
+    StoreError,
 };
 
 const S: i64 = 1_000_000; // one second in µs
 const T0: i64 = 1_700_000_000 * S; // an arbitrary epoch for fixed-clock tests
-
-fn window(secs: u64, limit: u64, headroom: u64) -> Window {
-    Window {
-        per: Duration::from_secs(secs),
-        limit,
-        headroom,
-    }
-}
-
-fn pool(name: &str, windows: Vec<Window>) -> Pool {
-    Pool {
-        name: name.into(),
-        windows,
-    }
-}
 
 fn cost(pool: &Pool, units: u64) -> PoolCost {
     PoolCost {

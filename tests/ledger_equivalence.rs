@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::time::Duration;
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, Window};
+use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger};
 
 const S: i64 = 1_000_000;
 const T0: i64 = 1_700_000_000 * S;
@@ -38,20 +36,10 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn pools() -> (Pool, Pool) {
-    let w = |secs, limit, headroom| Window {
-        per: Duration::from_secs(secs),
-        limit,
-        headroom,
-    };
+    use common::window;
     (
-        Pool {
-            name: "units".into(),
-            windows: vec![w(10, 22, 2), w(3, 8, 0)],
-        },
-        Pool {
-            name: "search".into(),
-            windows: vec![w(5, 12, 2)],
-        },
+        common::pool("units", vec![window(10, 22, 2), window(3, 8, 0)]),
+        common::pool("search", vec![window(5, 12, 2)]),
     )
 }
 

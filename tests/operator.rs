@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Deployment, Standin};
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost, Window};
+use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost};
 
 const T0: &str = "2026-11-20T12:00:00Z";
 
@@ -60,20 +60,10 @@ jobs:
 }
 
 fn pools() -> (Pool, Pool) {
-    let w = |secs, limit, headroom| Window {
-        per: Duration::from_secs(secs),
-        limit,
-        headroom,
-    };
+    use common::window;
     (
-        Pool {
-            name: "units".into(),
-            windows: vec![w(86_400, 100, 10), w(3600, 30, 0)],
-        },
-        Pool {
-            name: "search".into(),
-            windows: vec![w(86_400, 10, 0)],
-        },
+        common::pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
+        common::pool("search", vec![window(86_400, 10, 0)]),
     )
 }
 

@@ -88,7 +88,13 @@ fn bench_credential(what: &str) -> String {
     )
 }
 
-async fn charge_one(ledger: &RedisLedger, credential: &str, cost: &[PoolCost]) -> Result<()> {
+/// One charge of `cost` to `credential`; a refusal is an error (benchmark
+/// budgets never run out).
+pub(super) async fn charge_one(
+    ledger: &RedisLedger,
+    credential: &str,
+    cost: &[PoolCost],
+) -> Result<()> {
     let charge = Charge {
         credential,
         cost,

@@ -5,8 +5,9 @@
 use std::fmt::Write;
 
 use crate::Result;
-use crate::config::{Config, fmt_duration};
+use crate::config::Config;
 use crate::ledger::{StoreLocation, redact_url};
+use crate::timefmt::fmt_duration;
 
 pub fn run(config: &Config, store: &StoreLocation) -> Result<u8> {
     super::table::emit(&describe(config, store))

@@ -16,7 +16,7 @@ use std::io::IsTerminal;
 use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 use crate::ledger::At;
 use crate::ledger::StoreLocation;
 use crate::{Error, Result};
@@ -32,8 +32,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             Command::Bench(ref args) => bench::run(cli.store.as_deref(), args).await,
             Command::Standin(args) => standin::run(args).await,
             Command::Status(ref args) => {
-                let config = Config::load_without_secrets(&Config::path(cli.config.as_deref()))?;
-                let store = store_location(cli.store.as_deref(), &config)?;
+                let (config, store) = configured(&cli, Secrets::Skip)?;
                 status::run(&config, &store, args).await
             }
             Command::Completions { shell } => {
@@ -49,22 +48,31 @@ pub fn run(cli: Cli) -> Result<u8> {
                 table::emit(&String::from_utf8_lossy(&out))
             }
             Command::Check => {
-                let config = Config::load(&Config::path(cli.config.as_deref()))?;
-                let store = store_location(cli.store.as_deref(), &config)?;
+                let (config, store) = configured(&cli, Secrets::Read)?;
                 check::run(&config, &store)
             }
             Command::Run(ref args) if args.dry_run => {
-                let config = Config::load_without_secrets(&Config::path(cli.config.as_deref()))?;
-                let store = store_location(cli.store.as_deref(), &config)?;
+                let (config, store) = configured(&cli, Secrets::Skip)?;
                 plan::run(&config, &store, args).await
             }
             Command::Run(ref args) => {
-                let config = Config::load(&Config::path(cli.config.as_deref()))?;
-                let store = store_location(cli.store.as_deref(), &config)?;
+                let (config, store) = configured(&cli, Secrets::Read)?;
                 run::run(&config, &store, args).await
             }
         }
     })
+}
+
+/// The configuration file `-c` names (else `$QUOTA_CONFIG`, else
+/// `./quota.yaml`), loaded, and the store to use with it.
+fn configured(cli: &Cli, secrets: Secrets) -> Result<(Config, StoreLocation)> {
+    let file = Config::path(cli.config.as_deref());
+    let config = match secrets {
+        Secrets::Read => Config::load(&file)?,
+        Secrets::Skip => Config::load_without_secrets(&file)?,
+    };
+    let store = store_location(cli.store.as_deref(), &config)?;
+    Ok((config, store))
 }
 
 /// The store: `--store` (or `$QUOTA_STORE`), else the file's `store:`, else
@@ -76,6 +84,16 @@ fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> 
             .store
             .clone()
             .unwrap_or(StoreLocation::Embedded(None))),
+    }
+}
+
+/// The store as messages name it (passwords masked): a Redis URL, or
+/// `embedded PATH`.
+pub fn store_name(location: &StoreLocation) -> String {
+    match location {
+        StoreLocation::Redis(url) => crate::ledger::redact_url(url),
+        StoreLocation::Embedded(Some(p)) => format!("embedded {}", p.display()),
+        StoreLocation::Embedded(None) => "embedded".into(),
     }
 }
 

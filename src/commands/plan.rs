@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::table::{Paint, emit, local_datetime, local_time};
+use super::table::{Paint, emit};
 use crate::Result;
 use crate::cli::RunArgs;
-use crate::config::{Config, Credential, Job, fmt_duration};
+use crate::config::{Config, Credential, Job};
 use crate::ledger::{
-    At, CredentialLog, Ledger, Micros, Store, StoreError, StoreLocation, redact_url, summarize,
+    At, CredentialLog, Ledger, Micros, Store, StoreError, StoreLocation, summarize,
 };
 use crate::runner::cursor::Cursor;
+use crate::timefmt::{fmt_duration, from_rfc3339, local_datetime, local_time, rfc3339};
 
 const DAY: Duration = Duration::from_secs(86_400);
 /// How far ahead the schedule is simulated.
@@ -191,11 +192,7 @@ pub async fn build(
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }
-    let store_desc = match location {
-        StoreLocation::Redis(url) => redact_url(url),
-        StoreLocation::Embedded(Some(p)) => format!("embedded {}", p.display()),
-        StoreLocation::Embedded(None) => "embedded".into(),
-    };
+    let store_desc = super::store_name(location);
     Ok(Plan {
         at: rfc3339(now),
         store: match &store_error {
@@ -561,16 +558,6 @@ fn pacing(pool: &crate::ledger::Pool, round: u64) -> Option<Pacing> {
     })
 }
 
-fn rfc3339(us: Micros) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default()
-}
-
-fn micros(rfc: &str) -> Micros {
-    chrono::DateTime::parse_from_rfc3339(rfc).map_or(0, |t| t.timestamp_micros())
-}
-
 /// "1 call", "2 calls".
 fn count(n: u64, what: &str) -> String {
     if n == 1 {
@@ -586,7 +573,7 @@ fn secs(s: u64) -> String {
 
 /// The plan as text.
 pub fn render(plan: &Plan, p: Paint) -> String {
-    let now = micros(&plan.at);
+    let now = from_rfc3339(&plan.at);
     let mut out = format!(
         "plan as of {}  ·  store: {}\n",
         local_datetime(now),
@@ -607,7 +594,7 @@ pub fn render(plan: &Plan, p: Paint) -> String {
             out.push_str(&format!(
                 "  {} until {}\n",
                 p.red("BLOCKED by the upstream"),
-                local_datetime(micros(until))
+                local_datetime(from_rfc3339(until))
             ));
         }
         for j in &c.jobs {
@@ -630,7 +617,7 @@ pub fn render(plan: &Plan, p: Paint) -> String {
                     count(*calls, "call"),
                     secs(*per_seconds)
                 )),
-                NextRun::Blocked { until } => p.red(&format!("sends nothing: blocked until {}", local_datetime(micros(until)))),
+                NextRun::Blocked { until } => p.red(&format!("sends nothing: blocked until {}", local_datetime(from_rfc3339(until)))),
             };
             out.push_str(&format!("    next run: {next}\n"));
             let Some(s) = &j.schedule else {
@@ -671,7 +658,7 @@ pub fn render(plan: &Plan, p: Paint) -> String {
                 Some(r) => out.push_str(&format!(
                     "      {} at {} (the {} window of pool {})\n",
                     p.yellow("the budget runs out"),
-                    local_time(micros(&r.at), now),
+                    local_time(from_rfc3339(&r.at), now),
                     secs(r.per_seconds),
                     r.pool
                 )),

@@ -9,7 +9,7 @@ use tracing::warn;
 use crate::Result;
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::ledger::{Store, StoreError, StoreLocation, redact_url};
+use crate::ledger::{Store, StoreError, StoreLocation};
 use crate::runner::{self, RunContext, Shutdown, upstream};
 
 pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
@@ -21,7 +21,12 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
     let store = match &opened {
         Ok(s) => Ok(s),
         Err(StoreError::Unavailable(e)) => Err(e.clone()),
-        Err(e) => return Err(crate::Error::Other(format!("{}: {e}", describe(location)))),
+        Err(e) => {
+            return Err(crate::Error::Other(format!(
+                "{}: {e}",
+                super::store_name(location)
+            )));
+        }
     };
     let client = upstream::client(&config.http)?;
     let ctx = RunContext {
@@ -30,7 +35,7 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
         client: &client,
         shutdown: &shutdown,
         progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
-        store_id: describe(location),
+        store_id: super::store_name(location),
         history: &std::sync::Mutex::new(crate::history::History::open()),
     };
 
@@ -60,15 +65,6 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
         }
     }
     Ok(code)
-}
-
-/// The store as messages name it (passwords masked).
-pub fn describe(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Redis(url) => redact_url(url),
-        StoreLocation::Embedded(Some(p)) => format!("embedded store {}", p.display()),
-        StoreLocation::Embedded(None) => "embedded store".into(),
-    }
 }
 
 /// SIGTERM (systemd stopping the unit) and SIGINT (Ctrl-C) ask the run to

@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::table::{Paint, Table, emit, local_datetime, sparkline, when};
+use super::table::{Paint, Table, emit, sparkline};
 use crate::cli::StatusArgs;
-use crate::config::{Config, Credential, fmt_duration};
+use crate::config::{Config, Credential};
 use crate::history::{History, LostLog};
 use crate::ledger::{
     At, CredentialUsage, Ledger, Micros, Store, StoreError, StoreLocation, USAGE_BUCKETS,
 };
 use crate::runner::cursor::Cursor;
+use crate::timefmt::{fmt_duration, local_datetime, rfc3339, when};
 use crate::{Error, Result};
 
 /// One credential's report: its usage and its jobs' cursors.
@@ -32,14 +33,14 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -
     let store = Store::open(location).await.map_err(|e| match e {
         StoreError::Unavailable(why) => Error::StoreUnavailable(format!(
             "the store {} is unreachable ({why})",
-            super::run::describe(location)
+            super::store_name(location)
         )),
         other => other.into(),
     })?;
     let reports = read(
         config,
         &store,
-        &super::run::describe(location),
+        &super::store_name(location),
         &credentials,
         at,
     )
@@ -345,12 +346,6 @@ pub struct JobJson {
     pub job: String,
     /// Where its next run starts; `null` if it never ran.
     pub cursor: Option<Cursor>,
-}
-
-fn rfc3339(us: Micros) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-        .unwrap_or_default()
 }
 
 pub fn to_json(reports: &[CredentialReport]) -> StatusJson {

@@ -1,13 +1,7 @@
 //! Plain-text output helpers shared by the reports: aligned columns, colour
-//! that is only used on a terminal, times the way an operator reads them,
-//! and writing to a stdout that may be a closed pipe (`quota status | head`).
+//! that is only used on a terminal, and writing to a stdout that may be a closed pipe (`quota status | head`).
 
 use std::io::Write;
-
-use chrono::{DateTime, Local, TimeZone};
-
-use crate::config::fmt_duration;
-use crate::ledger::Micros;
 
 /// Columns aligned on their widths; the first row is the header; columns
 /// of whole numbers are right-aligned.
@@ -112,38 +106,6 @@ pub fn sparkline(values: &[u64]) -> String {
             }
         })
         .collect()
-}
-
-/// `us` as local time: `HH:MM:SS` when on the same day as `now`, else with the date.
-pub fn local_time(us: Micros, now: Micros) -> String {
-    let (Some(t), Some(n)) = (to_local(us), to_local(now)) else {
-        return us.to_string();
-    };
-    if t.date_naive() == n.date_naive() {
-        t.format("%H:%M:%S").to_string()
-    } else {
-        t.format("%b %d %H:%M").to_string()
-    }
-}
-
-/// `us` as a full local date and time with its zone.
-pub fn local_datetime(us: Micros) -> String {
-    to_local(us)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string())
-        .unwrap_or_else(|| us.to_string())
-}
-
-fn to_local(us: Micros) -> Option<DateTime<Local>> {
-    DateTime::from_timestamp_micros(us).map(|t| Local.from_utc_datetime(&t.naive_utc()))
-}
-
-/// "in 2h10m (11:25:00)", or "now".
-pub fn when(us: Micros, now: Micros) -> String {
-    if us <= now {
-        return "now".into();
-    }
-    let d = std::time::Duration::from_micros((us - now) as u64);
-    format!("in {} ({})", fmt_duration(d), local_time(us, now))
 }
 
 /// Write `text` to stdout; a reader that went away (`| head`) is not an error.

@@ -252,20 +252,3 @@ pub enum Secrets {
     /// Left empty: for commands that never call the upstream.
     Skip,
 }
-
-/// A duration the way the configuration writes them: `24h`, `2h24m`,
-/// `90s` → `1m30s`; rounded up to the second.
-pub fn fmt_duration(d: Duration) -> String {
-    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    if s == 0 {
-        return "0s".into();
-    }
-    let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
-    let mut out = String::new();
-    for (n, unit) in [(h, 'h'), (m, 'm'), (s, 's')] {
-        if n > 0 {
-            out.push_str(&format!("{n}{unit}"));
-        }
-    }
-    out
-}

@@ -9,9 +9,10 @@ use serde_yaml::Value;
 use super::raw::*;
 use super::{
     Config, Credential, Fill, HttpSettings, Job, Paginate, Placeholder, Secret, SecretSource,
-    Secrets, Step, StorePolicy, Template, UpstreamReset, fmt_duration,
+    Secrets, Step, StorePolicy, Template, UpstreamReset,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
+use crate::timefmt::fmt_duration;
 use crate::{Error, Result};
 
 pub(super) struct Validator<'a> {

@@ -148,6 +148,15 @@ impl ChargeDecision {
         }
     }
 
+    /// How many charges the credential had recorded at this decision.
+    pub fn serial(&self) -> u64 {
+        match self {
+            Self::Allowed { serial, .. }
+            | Self::Rejected { serial, .. }
+            | Self::Blocked { serial, .. } => *serial,
+        }
+    }
+
     pub fn is_allowed(&self) -> bool {
         matches!(self, Self::Allowed { .. })
     }

@@ -12,7 +12,6 @@ mod report;
 pub mod upstream;
 
 pub use self::report::{JobReport, Stop, log_error, log_summary};
-use self::report::{human, local_time_at};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +25,7 @@ use self::output::PageName;
 use self::upstream::Answer;
 use crate::config::{Config, Credential, Fill, Job, Step, StorePolicy, redact};
 use crate::ledger::{At, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError};
+use crate::timefmt::{fmt_duration, local_datetime};
 use crate::{Error, Result};
 
 /// How long a finished run waits to release its lock.
@@ -101,6 +101,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         },
         store: None,
         last_serial: None,
+        history_checked: false,
         warned_unmetered: false,
         lock_lost: Arc::new(AtomicBool::new(false)),
     };
@@ -151,10 +152,9 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         })
     });
 
-    run.check_history(None).await;
     let result = run.serve().await;
     run.clear_progress();
-    run.check_history(run.last_serial).await;
+    run.check_history();
 
     if let Some(task) = renewal {
         task.abort();
@@ -186,6 +186,8 @@ struct Run<'a> {
     store: Option<&'a Store>,
     /// The credential's charge serial and time of the latest decision.
     last_serial: Option<(u64, Micros)>,
+    /// Whether this run compared the serial with the history yet.
+    history_checked: bool,
     warned_unmetered: bool,
     lock_lost: Arc<AtomicBool>,
 }
@@ -197,29 +199,20 @@ enum Charged {
 }
 
 impl Run<'_> {
-    /// Compare the store's charge serial with what this host saw before: a
-    /// store that forgot the log is reported loudly. `known` is a serial
-    /// from a decision; without one, the store is read.
-    async fn check_history(&mut self, known: Option<(u64, Micros)>) {
-        let Some(store) = self.store else { return };
-        let (serial, now) = match known {
-            Some(k) => k,
-            None => match store
-                .read(&self.cred.name, &self.cred.pools, At::StoreClock)
-                .await
-            {
-                Ok(log) => (log.serial, log.at),
-                Err(e) => {
-                    debug!(job = self.job.name, "cannot read the log's serial: {e}");
-                    return;
-                }
-            },
+    /// Compare the credential's charge serial, from the latest decision,
+    /// with what this host saw before: a store that forgot the log is
+    /// reported loudly at the run's first decision (before its request goes
+    /// out); later calls only keep the history up to date.
+    fn check_history(&mut self) {
+        let Some((serial, now)) = self.last_serial else {
+            return;
         };
         let keep = self.cred.longest_window().as_micros() as Micros;
         let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
         let lost = history.check(&self.ctx.store_id, &self.cred.name, serial, now, keep);
         history.save();
-        if let (Some(l), None) = (lost, known) {
+        let first = !std::mem::replace(&mut self.history_checked, true);
+        if let (Some(l), true) = (lost, first) {
             error!(
                 job = self.job.name,
                 "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
@@ -227,8 +220,8 @@ impl Run<'_> {
                 self.cred.name,
                 l.had,
                 l.found,
-                local_time_at(l.noticed_at),
-                local_time_at(l.noticed_at + keep)
+                local_datetime(l.noticed_at),
+                local_datetime(l.noticed_at + keep)
             );
         }
     }
@@ -467,7 +460,7 @@ impl Run<'_> {
                         job = self.job.name,
                         "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
                         self.cred.name,
-                        local_time_at(until)
+                        local_datetime(until)
                     );
                     if let Some(store) = self.store {
                         let why = format!("upstream {status} {reason} (job {})", self.job.name);
@@ -496,7 +489,7 @@ impl Run<'_> {
                         job = self.job.name,
                         "{shown}: {why}; retry {attempt} of {} in {}",
                         http.retries,
-                        human(wait)
+                        fmt_duration(wait)
                     );
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
@@ -552,9 +545,15 @@ impl Run<'_> {
             job: &self.job.name,
             id: Some(&id),
         };
-        match store.charge(&charge, At::StoreClock).await {
-            Ok(ChargeDecision::Allowed { at, serial, .. }) => {
-                self.last_serial = Some((serial, at));
+        let decision = store.charge(&charge, At::StoreClock).await;
+        if let Ok(d) = &decision {
+            self.last_serial = Some((d.serial(), d.at()));
+            if !self.history_checked {
+                self.check_history();
+            }
+        }
+        match decision {
+            Ok(ChargeDecision::Allowed { at, .. }) => {
                 for c in &step.cost {
                     *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }

@@ -10,6 +10,7 @@ use tracing::{error, info, warn};
 use super::cursor::Cursor;
 use crate::Error;
 use crate::ledger::Micros;
+use crate::timefmt::{fmt_duration, local_datetime};
 
 /// Why a run stopped before serving every region (all exit 75).
 #[derive(Clone, Debug, PartialEq)]
@@ -45,24 +46,24 @@ impl fmt::Display for Stop {
             } => write!(
                 f,
                 "the quota said no: the {} window of pool '{pool}' is full; units free up in {} (at {})",
-                human(*per),
-                human(*retry_after),
+                fmt_duration(*per),
+                fmt_duration(*retry_after),
                 local_time_in(*retry_after)
             ),
             Self::Blocked { until, reason } => write!(
                 f,
                 "the credential is blocked until {} ({reason})",
-                local_time_at(*until)
+                local_datetime(*until)
             ),
             Self::UpstreamExhausted { reason, until } => write!(
                 f,
                 "the upstream reported its quota spent ({reason}); credential blocked until {}",
-                local_time_at(*until)
+                local_datetime(*until)
             ),
             Self::LockBusy { holder, expires_in } => write!(
                 f,
                 "another run holds the lock: {holder} (lock expires in {} unless renewed)",
-                human(*expires_in)
+                fmt_duration(*expires_in)
             ),
             Self::LockLost => write!(
                 f,
@@ -142,21 +143,6 @@ pub fn log_error(job: &str, e: &Error) {
     error!(job, "{e}");
 }
 
-/// A duration, rounded to the second, the way people read it.
-pub fn human(d: Duration) -> String {
-    crate::config::fmt_duration(d)
-}
-
 pub(super) fn local_time_in(d: Duration) -> String {
     (chrono::Local::now() + d).format("%H:%M:%S").to_string()
-}
-
-pub(super) fn local_time_at(us: Micros) -> String {
-    chrono::DateTime::from_timestamp_micros(us)
-        .map(|t| {
-            t.with_timezone(&chrono::Local)
-                .format("%Y-%m-%d %H:%M:%S %Z")
-                .to_string()
-        })
-        .unwrap_or_else(|| us.to_string())
 }

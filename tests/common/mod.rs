@@ -146,6 +146,23 @@ pub fn embedded_path(dir: &tempfile::TempDir) -> PathBuf {
     dir.path().join("ledger.sqlite3")
 }
 
+/// A window of `limit` units per `secs` seconds, `headroom` kept back.
+pub fn window(secs: u64, limit: u64, headroom: u64) -> quota::ledger::Window {
+    quota::ledger::Window {
+        per: Duration::from_secs(secs),
+        limit,
+        headroom,
+    }
+}
+
+/// A pool of those windows.
+pub fn pool(name: &str, windows: Vec<quota::ledger::Window>) -> quota::ledger::Pool {
+    quota::ledger::Pool {
+        name: name.into(),
+        windows,
+    }
+}
+
 /// The `quota` binary under test.
 pub fn quota_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_quota"))
@@ -571,29 +588,7 @@ impl RedisSentinel {
         );
         let mut sentinels = Vec::new();
         for _ in 0..3 {
-            let dir = tempfile::tempdir().unwrap();
-            let port = free_port();
-            let conf = dir.path().join("sentinel.conf");
-            let auth_pass = password
-                .map(|p| format!("sentinel auth-pass {SENTINEL_SERVICE} {p}\n"))
-                .unwrap_or_default();
-            std::fs::write(
-                &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\ndir {}\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {} 2\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\nsentinel failover-timeout {SENTINEL_SERVICE} 10000\n{auth_pass}",
-                    dir.path().display(),
-                    master.port,
-                ),
-            )
-            .unwrap();
-            let child = Command::new("redis-server")
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel");
-            sentinels.push((child, port, dir));
+            sentinels.push(spawn_sentinel(master.port, password, None));
         }
         let group = RedisSentinel {
             master,
@@ -678,6 +673,43 @@ impl RedisSentinel {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// One sentinel watching the master on `master_port` as `SENTINEL_SERVICE`
+/// (quorum 2), with the master's password, over TLS when `tls` is given.
+fn spawn_sentinel(
+    master_port: u16,
+    password: Option<&str>,
+    tls: Option<&TestCa>,
+) -> (Child, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut conf = format!("bind 127.0.0.1\ndir {}\n", dir.path().display());
+    match tls {
+        None => conf.push_str(&format!("port {port}\n")),
+        Some(ca) => conf.push_str(&format!(
+            "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+            ca.file("server.pem"),
+            ca.file("server.key"),
+            ca.file("ca.pem"),
+        )),
+    }
+    conf.push_str(&format!(
+        "sentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master_port} 2\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\nsentinel failover-timeout {SENTINEL_SERVICE} 10000\n"
+    ));
+    if let Some(p) = password {
+        conf.push_str(&format!("sentinel auth-pass {SENTINEL_SERVICE} {p}\n"));
+    }
+    let path = dir.path().join("sentinel.conf");
+    std::fs::write(&path, conf).unwrap();
+    let child = Command::new("redis-server")
+        .arg(&path)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server --sentinel");
+    (child, port, dir)
 }
 
 fn sentinel_cli(port: u16, args: &[&str]) -> String {
@@ -855,27 +887,7 @@ impl TlsRedis {
         );
         group.absorb(replica);
         for _ in 0..3 {
-            let dir = tempfile::tempdir().unwrap();
-            let port = free_port();
-            let conf = dir.path().join("sentinel.conf");
-            std::fs::write(
-                &conf,
-                format!(
-                    "port 0\ntls-port {port}\nbind 127.0.0.1\ndir {}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\nsentinel monitor {SENTINEL_SERVICE} 127.0.0.1 {master} 2\nsentinel auth-pass {SENTINEL_SERVICE} {password}\nsentinel down-after-milliseconds {SENTINEL_SERVICE} 2000\n",
-                    dir.path().display(),
-                    ca.file("server.pem"),
-                    ca.file("server.key"),
-                    ca.file("ca.pem"),
-                ),
-            )
-            .unwrap();
-            let child = Command::new("redis-server")
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server --sentinel");
+            let (child, port, dir) = spawn_sentinel(master, Some(password), Some(ca));
             group.children.push(child);
             group.ports.push(port);
             group._dirs.push(dir);

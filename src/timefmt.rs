@@ -1,0 +1,70 @@
+//! How times and durations are shown: durations the way the configuration
+//! writes them, local times the way an operator reads them, and RFC 3339 for
+//! JSON. Store times are microseconds since the epoch ([`Micros`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Local, TimeZone};
+
+use crate::ledger::Micros;
+
+/// A duration the way the configuration writes them: `24h`, `2h24m`,
+/// `90s` → `1m30s`; rounded up to the second.
+pub fn fmt_duration(d: Duration) -> String {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    if s == 0 {
+        return "0s".into();
+    }
+    let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
+    let mut out = String::new();
+    for (n, unit) in [(h, 'h'), (m, 'm'), (s, 's')] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
+/// `us` as local time: `HH:MM:SS` when on the same day as `now`, else with the date.
+pub fn local_time(us: Micros, now: Micros) -> String {
+    let (Some(t), Some(n)) = (to_local(us), to_local(now)) else {
+        return us.to_string();
+    };
+    if t.date_naive() == n.date_naive() {
+        t.format("%H:%M:%S").to_string()
+    } else {
+        t.format("%b %d %H:%M").to_string()
+    }
+}
+
+/// `us` as a full local date and time with its zone.
+pub fn local_datetime(us: Micros) -> String {
+    to_local(us)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S %Z").to_string())
+        .unwrap_or_else(|| us.to_string())
+}
+
+fn to_local(us: Micros) -> Option<DateTime<Local>> {
+    DateTime::from_timestamp_micros(us).map(|t| Local.from_utc_datetime(&t.naive_utc()))
+}
+
+/// "in 2h10m (11:25:00)", or "now".
+pub fn when(us: Micros, now: Micros) -> String {
+    if us <= now {
+        return "now".into();
+    }
+    let d = Duration::from_micros((us - now) as u64);
+    format!("in {} ({})", fmt_duration(d), local_time(us, now))
+}
+
+/// `us` as RFC 3339 in UTC, to the second.
+pub fn rfc3339(us: Micros) -> String {
+    DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default()
+}
+
+/// An RFC 3339 time as [`Micros`] (0 when it does not parse).
+pub fn from_rfc3339(rfc: &str) -> Micros {
+    DateTime::parse_from_rfc3339(rfc).map_or(0, |t| t.timestamp_micros())
+}
