@@ -2,26 +2,34 @@
 -- atomically: all windows fit and the call is logged once per pool, or nothing
 -- is written anywhere.
 --
--- KEYS[1]      quota:{C}:state    hash: per pool the log's head and tail sequence
---                                 numbers; per window a running sum, a pointer to
---                                 its oldest entry and that entry's time; tags,
---                                 upstream block, serial, latest decision time
--- KEYS[2]      quota:{C}:id:ID    marker of a recorded charge id (unused when
---                                 ARGV[2] is ""); expires after the horizon
--- KEYS[3..]    quota:{C}:log:P    list per pool, in ARGV pool order: flat triples
---                                 (time µs, cost, tag id), oldest first
+-- KEYS[1]      quota:{C}:state    hash of the credential (fields below)
+-- KEYS[2..]    quota:{C}:log:P    list per pool, in ARGV pool order: flat
+--                                 quadruples (time µs, cost, tag id, charge id),
+--                                 one per call whatever its cost, oldest first
 -- ARGV[1]      now in µs, or "" to read the Redis server clock (TIME)
--- ARGV[2]      charge id, or "" for none: a charge id already recorded is not
---              recorded again (the client resends a charge whose reply was lost)
--- ARGV[3]      the tag's state field, "tag:" .. tag, where the tag names who
+-- ARGV[2]      charge id: a decimal integer, unique among the credential's
+--              charges within the horizon
+-- ARGV[3]      "1" when this charge may have been recorded already (the client
+--              is sending it again after a lost reply): the log is searched
+--              for its id, and a charge found there is not recorded again;
+--              "0" otherwise
+-- ARGV[4]      idempotency horizon in µs: the log keeps every entry at least
+--              this long, so that a resent charge is found
+-- ARGV[5]      the tag's state field, "tag:" .. tag, where the tag names who
 --              spends ("endpoint<TAB>job"), for usage reports
--- ARGV[4]      idempotency horizon in ms (how long a charge id is remembered)
--- ARGV[5]      number of pools n
--- ARGV[6..]    per pool: name, cost, number of windows m, the pool's head and
---              tail state fields, then per window: length µs, budget units, and
---              its sum, pointer and first-entry-time state fields
---              (state field names come from the client: building strings in
---              Lua costs more than passing them)
+-- ARGV[6]      number of pools n
+-- ARGV[7..6+n] each pool's state field, "pool:" .. name
+-- ARGV[7+n..]  per pool: cost, number of windows m, then per window: length µs
+--              and budget units
+--
+-- State fields (numbers packed as little-endian doubles, exact below 2^53):
+--   meta           last decision time, charge serial, retain µs (the longest
+--                  window seen), expiry µs (when the keys were set to expire)
+--   pool:P         head and tail sequence numbers of P's log, window count m,
+--                  then per window: length µs, running sum, pointer to its
+--                  oldest entry, that entry's time (0: not known)
+--   blocked_until, blocked_reason   upstream block (lua/block.lua)
+--   tag:T, tagname:N, tags          tag ids; log_lost   when a log vanished
 --
 -- Returns one of:
 --   {1, now, serial, duplicate(0|1), remaining...}   allowed; remaining units per
@@ -36,230 +44,191 @@
 -- decision that recorded or slid anything, which can only make entries look
 -- younger (more conservative), never older.
 --
--- Every redis.call costs time on the server's one thread, so the common path
--- makes five, however many windows: TIME, HMGET, SET NX, RPUSH per pool, HSET.
--- The log is read only when an entry leaves a window or a call is rejected.
+-- Speed: this runs on Redis's one thread for every call of every client. The
+-- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
+-- reads the log only when an entry leaves a window, and packs each pool's
+-- numbers into one field: converting numbers to and from text, and every
+-- field and table, costs more than the arithmetic.
 
-local state, id_key = KEYS[1], KEYS[2]
+local call, tonumber, spack, sunpack = redis.call, tonumber, struct.pack, struct.unpack
+local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<dddd'
 
 local now
 if ARGV[1] == '' then
-  local t = redis.call('TIME')
+  local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 else
   now = tonumber(ARGV[1])
 end
-local charge_id, tag_field = ARGV[2], ARGV[3]
+local id, resend, horizon = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+local tag_field, npools = ARGV[5], tonumber(ARGV[6])
 
--- Parse the pools and windows, and name every state field this call reads.
-local fields = { 'last', 'serial', 'blocked_until', 'blocked_reason', 'retain', 'exp', tag_field }
-local pools, i, longest = {}, 6, 0
-for p = 1, tonumber(ARGV[5]) do
-  local pool = { name = ARGV[i], cost = tonumber(ARGV[i + 1]), log = KEYS[2 + p], windows = {} }
-  local m = tonumber(ARGV[i + 2])
-  pool.head_name, pool.tail_name, pool.field = ARGV[i + 3], ARGV[i + 4], #fields + 1
-  fields[#fields + 1] = pool.head_name
-  fields[#fields + 1] = pool.tail_name
-  i = i + 5
-  for w = 1, m do
-    local len, budget = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
-    if pool.cost > budget then
-      return redis.error_reply('COST_EXCEEDS_BUDGET pool ' .. pool.name)
-    end
-    local win = { len = len, budget = budget, field = #fields + 1 }
-    win.names = { ARGV[i + 2], ARGV[i + 3], ARGV[i + 4] }
-    fields[#fields + 1] = ARGV[i + 2]
-    fields[#fields + 1] = ARGV[i + 3]
-    fields[#fields + 1] = ARGV[i + 4]
-    pool.windows[w] = win
-    if len > longest then longest = len end
-    i = i + 5
-  end
-  pools[p] = pool
-end
-
-local v = redis.call('HMGET', state, unpack(fields))
-local last = tonumber(v[1]) or 0
-local serial = tonumber(v[2]) or 0
-local blocked_until = tonumber(v[3]) or 0
-local stored_retain = tonumber(v[5]) or 0
-local retain = math.max(stored_retain, longest)
-local expires = tonumber(v[6]) -- µs at which the keys were last set to expire
-local tag_id = v[7]
+local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 7, 6 + npools))
+local last, serial, stored_retain, expires = 0, 0, 0, nil
+if v[1] then last, serial, stored_retain, expires = sunpack(META, v[1]) end
+local blocked_until = tonumber(v[2]) or 0
 if now < last then now = last end
 
-local duplicate = false
-if charge_id ~= '' then
-  duplicate = not redis.call('SET', id_key, '1', 'NX', 'PX', ARGV[4])
-end
-local function forget_id()
-  if charge_id ~= '' and not duplicate then redis.call('DEL', id_key) end
-end
-
-if not duplicate and blocked_until > now then
-  forget_id()
-  return { 2, now, serial, blocked_until, v[4] or '' }
-end
-
--- Slide window w of pool: drop from its running sum the entries with time at
--- or before cutoff. Returns false when the log is not where the state says.
-local CHUNK = 16
-local function advance(pool, w, cutoff)
-  while w.ptr < pool.tail and (w.first == nil or w.first <= cutoff) do
-    local idx = (w.ptr - pool.head) * 3
-    local e = redis.call('LRANGE', pool.log, idx, idx + 3 * CHUNK - 1)
+-- Slide window b of pool pv (see pool:P above) over log: drop from its sum
+-- the entries at or before cutoff. False when the log is shorter than the
+-- state says.
+local function slide(log, pv, b, cutoff)
+  while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
+    local idx = (pv[b + 2] - pv[1]) * ENTRY
+    local e = call('LRANGE', log, idx, idx + ENTRY * CHUNK - 1)
     if #e == 0 then return false end
-    w.first = nil
-    for j = 1, #e, 3 do
+    pv[b + 3] = 0
+    for j = 1, #e, ENTRY do
       local t = tonumber(e[j])
       if t > cutoff then
-        w.first = t
+        pv[b + 3] = t
         return true
       end
-      w.sum = w.sum - tonumber(e[j + 1])
-      w.ptr = w.ptr + 1
+      pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
+      pv[b + 2] = pv[b + 2] + 1
     end
   end
   return true
 end
 
--- Count every window of pool afresh from its log (first use of a window, or
--- state and log out of step after an expiry).
-local function rebuild(pool)
-  pool.tail = pool.head + redis.call('LLEN', pool.log) / 3
-  local total = 0
-  local all = redis.call('LRANGE', pool.log, 0, -1)
-  for j = 2, #all, 3 do total = total + tonumber(all[j]) end
-  for _, w in ipairs(pool.windows) do
-    w.sum, w.ptr, w.first = total, pool.head, nil
-    advance(pool, w, now - w.len)
+-- Each pool's state, brought up to now. A pool seen for the first time, or
+-- whose windows changed, or whose state and log are out of step, is counted
+-- afresh from its log.
+local pools, costs, lost, longest = {}, {}, false, horizon
+local a = 7 + npools -- where the pool's layout starts in ARGV
+for p = 1, npools do
+  local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local pv = v[3 + p]
+  pv = pv and pv ~= '' and { sunpack('<' .. string.rep('d', 3 + 4 * m), pv) }
+  local fresh = not pv or pv[3] ~= m
+  for w = 1, m do
+    local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])
+    if cost > budget then return redis.error_reply('COST_EXCEEDS_BUDGET pool ' .. p) end
+    if len > longest then longest = len end
+    if not fresh and pv[4 * w] ~= len then fresh = true end
+  end
+  for _ = 1, 2 do
+    if fresh then
+      local head = pv and pv[1] or 0
+      local total, all = 0, call('LRANGE', log, 0, -1)
+      for j = 2, #all, ENTRY do total = total + tonumber(all[j]) end
+      pv = { head, head + #all / ENTRY, m }
+      for w = 1, m do
+        local b = 4 * w
+        pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = tonumber(ARGV[a + 2 * w]), total, head, 0
+      end
+    end
+    local ok = true
+    for w = 1, m do
+      ok = slide(log, pv, 4 * w, now - pv[4 * w]) and ok
+    end
+    if ok or fresh then break end
+    -- The log is shorter than the state says: it vanished (expired, evicted,
+    -- or a Redis without persistence restarted). Say so, and count afresh.
+    lost, fresh = true, true
+  end
+  pools[p], costs[p] = pv, cost
+  a = a + 2 + 2 * m
+end
+local retain = math.max(stored_retain, longest)
+
+-- The units left in every window, in ARGV order, after the fields of reply.
+local function remaining(reply)
+  local r, a = #reply, 7 + npools
+  for p = 1, npools do
+    local pv = pools[p]
+    for w = 1, pv[3] do
+      reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1]
+    end
+    r, a = r + pv[3], a + 2 + 2 * pv[3]
+  end
+  return reply
+end
+
+-- The HSET arguments that save every pool's state, then any given after.
+local u, n = {}, 0
+local function save_pools()
+  for p = 1, npools do
+    local pv = pools[p]
+    local k = 3 + 4 * pv[3]
+    u[n + 1] = ARGV[6 + p]
+    u[n + 2] = pv.rebuild and '' or spack('<' .. string.rep('d', k), unpack(pv, 1, k))
+    n = n + 2
   end
 end
 
-for _, pool in ipairs(pools) do
-  pool.head = tonumber(v[pool.field]) or 0
-  pool.tail = tonumber(v[pool.field + 1])
-  local fresh = pool.tail == nil
-  for _, w in ipairs(pool.windows) do
-    w.sum, w.ptr, w.first = tonumber(v[w.field]), tonumber(v[w.field + 1]), tonumber(v[w.field + 2])
-    if w.sum == nil or w.ptr == nil or pool.tail == nil or w.ptr < pool.head or w.ptr > pool.tail then
-      fresh = true
-    end
-  end
-  if fresh then
-    rebuild(pool)
-  else
-    for _, w in ipairs(pool.windows) do
-      if not advance(pool, w, now - w.len) then
-        -- The log is shorter than the state says: it vanished (expired,
-        -- evicted, or a Redis without persistence restarted). Say so.
-        pool.lost = true
-        rebuild(pool)
+-- Save the slid windows and the decision's time, which later decisions
+-- never go below, without recording anything.
+local function save_slid()
+  save_pools()
+  call('HSET', state, 'meta', spack(META, now, serial, stored_retain, expires or 0), unpack(u, 1, n))
+end
+
+-- A resent charge already in the log (of its first pool) is answered as it
+-- was, and not recorded again. Only resends pay for the search.
+if resend then
+  local pv, from, found, done = pools[1], pools[1][2], false, false
+  while not (found or done) and from > pv[1] do
+    local n = math.min(CHUNK, from - pv[1])
+    from = from - n
+    local e = call('LRANGE', KEYS[2], (from - pv[1]) * ENTRY, (from - pv[1] + n) * ENTRY - 1)
+    done = #e == 0
+    for j = #e - ENTRY + 1, 1, -ENTRY do
+      if tonumber(e[j]) <= now - horizon then
+        done = true
+        break
+      end
+      if e[j + 3] == id then
+        found = true
         break
       end
     end
   end
+  if found then
+    save_slid()
+    return remaining({ 1, now, serial, 1 })
+  end
 end
 
-local updates = {}
-local function save_windows()
-  for _, pool in ipairs(pools) do
-    updates[#updates + 1] = pool.tail_name
-    updates[#updates + 1] = pool.tail
-    for _, w in ipairs(pool.windows) do
-      updates[#updates + 1] = w.names[1]
-      updates[#updates + 1] = w.sum
-      updates[#updates + 1] = w.names[2]
-      updates[#updates + 1] = w.ptr
-      updates[#updates + 1] = w.names[3]
-      updates[#updates + 1] = w.first or 0
-    end
-  end
+if blocked_until > now then
+  return { 2, now, serial, blocked_until, call('HGET', state, 'blocked_reason') or '' }
 end
 
 -- Does the call fit every window? If not, it fits again at the latest of the
 -- times at which each short window has shed enough units.
-if not duplicate then
-  local worst = nil
-  for p, pool in ipairs(pools) do
-    for k, w in ipairs(pool.windows) do
-      local need = w.sum + pool.cost - w.budget
-      if need > 0 then
-        local freed, at, ptr = 0, nil, w.ptr
-        while at == nil and ptr < pool.tail do
-          local idx = (ptr - pool.head) * 3
-          local e = redis.call('LRANGE', pool.log, idx, idx + 3 * CHUNK - 1)
-          if #e == 0 then break end
-          for j = 1, #e, 3 do
-            freed = freed + tonumber(e[j + 1])
-            ptr = ptr + 1
-            if freed >= need then
-              at = tonumber(e[j]) + w.len
-              break
-            end
+local worst_p, worst_w, worst_retry
+for p = 1, npools do
+  local pv, a = pools[p], 7 + npools
+  for q = 1, p - 1 do a = a + 2 + 2 * pools[q][3] end
+  for w = 1, pv[3] do
+    local b = 4 * w
+    local need = pv[b + 1] + costs[p] - tonumber(ARGV[a + 2 * w + 1])
+    if need > 0 then
+      local freed, at, ptr = 0, nil, pv[b + 2]
+      while at == nil and ptr < pv[2] do
+        local idx = (ptr - pv[1]) * ENTRY
+        local e = call('LRANGE', KEYS[1 + p], idx, idx + ENTRY * CHUNK - 1)
+        if #e == 0 then break end
+        for j = 1, #e, ENTRY do
+          freed = freed + tonumber(e[j + 1])
+          ptr = ptr + 1
+          if freed >= need then
+            at = tonumber(e[j]) + pv[b]
+            break
           end
         end
-        local retry = (at or (now + w.len)) - now
-        if worst == nil or retry > worst[3] then worst = { p, k, retry } end
+      end
+      local retry = (at or (now + pv[b])) - now
+      if worst_retry == nil or retry > worst_retry then
+        worst_p, worst_w, worst_retry = p, w, retry
       end
     end
   end
-  if worst ~= nil then
-    forget_id()
-    -- The slid sums are exact; keep them so the next call starts here, and
-    -- with them the time they were slid to, which later calls never go below.
-    save_windows()
-    updates[#updates + 1] = 'last'
-    updates[#updates + 1] = now
-    redis.call('HSET', state, unpack(updates))
-    return { 0, now, serial, worst[1], worst[2], worst[3] }
-  end
 end
-
--- Record the call once per pool and add its cost to every window.
-if not duplicate then
-  if not tag_id then
-    tag_id = redis.call('HINCRBY', state, 'tags', 1)
-    updates[#updates + 1] = tag_field
-    updates[#updates + 1] = tag_id
-    updates[#updates + 1] = 'tagname:' .. tag_id
-    updates[#updates + 1] = string.sub(tag_field, 5)
-  end
-  serial = serial + 1
-  for _, pool in ipairs(pools) do
-    local len = redis.call('RPUSH', pool.log, now, pool.cost, tag_id)
-    pool.tail = pool.tail + 1
-    pool.created = len == 3
-    if len ~= (pool.tail - pool.head) * 3 then
-      -- The log is not what the state says (a key expired or was evicted):
-      -- the pool's state is rebuilt from what the log holds on the next call.
-      pool.lost, pool.rebuild_next = true, true
-    end
-    for _, w in ipairs(pool.windows) do
-      if w.ptr == pool.tail - 1 then w.first = now end -- the window was empty
-      w.sum = w.sum + pool.cost
-    end
-  end
-end
-save_windows()
-
--- Entries older than the longest window ever seen are out of every window:
--- trim them. The pointer of a window that long already says how many.
-for _, pool in ipairs(pools) do
-  local oldest = nil
-  for _, w in ipairs(pool.windows) do
-    if w.len == retain then oldest = w end
-  end
-  if oldest == nil then
-    oldest = { ptr = pool.head, sum = 0 }
-    advance(pool, oldest, now - retain)
-  end
-  local drop = oldest.ptr - pool.head
-  if drop > 0 then
-    redis.call('LTRIM', pool.log, drop * 3, -1)
-    updates[#updates + 1] = pool.head_name
-    updates[#updates + 1] = pool.head + drop
-  end
+if worst_retry ~= nil then
+  -- The slid sums are exact; keep them so the next call starts here.
+  save_slid()
+  return { 0, now, serial, worst_p, worst_w, worst_retry }
 end
 
 -- Idle keys expire a little past the longest window (or the block). Setting
@@ -268,37 +237,65 @@ end
 local keep = retain + 60000000
 if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
 local refresh = expires == nil or expires < now + keep
-if refresh then
-  expires = now + keep + math.floor(retain / 8)
-  updates[#updates + 1] = 'exp'
-  updates[#updates + 1] = expires
-end
+if refresh then expires = now + keep + math.floor(retain / 8) end
 local ttl_ms = math.floor((expires - now) / 1000)
 
-updates[#updates + 1] = 'last'
-updates[#updates + 1] = now
-updates[#updates + 1] = 'serial'
-updates[#updates + 1] = serial
-if retain ~= stored_retain then
-  updates[#updates + 1] = 'retain'
-  updates[#updates + 1] = retain
+-- Record the call once per pool and add its cost to every window.
+local tag_id = v[3]
+if not tag_id then
+  tag_id = call('HINCRBY', state, 'tags', 1)
+  u[1], u[2], u[3], u[4] = tag_field, tag_id, 'tagname:' .. tag_id, string.sub(tag_field, 5)
+  n = 4
 end
-for _, pool in ipairs(pools) do
-  if pool.lost then
-    updates[#updates + 1] = 'log_lost'
-    updates[#updates + 1] = now
-    break
+serial = serial + 1
+a = 7 + npools
+for p = 1, npools do
+  local pv, log = pools[p], KEYS[1 + p]
+  local len = call('RPUSH', log, now, ARGV[a], tag_id, id)
+  pv[2] = pv[2] + 1
+  if len ~= (pv[2] - pv[1]) * ENTRY then
+    -- The log is not what the state says (a key expired or was evicted):
+    -- the pool is counted afresh from what the log holds on the next call.
+    lost, pv.rebuild = true, true
+  end
+  if refresh or len == ENTRY then call('PEXPIRE', log, ttl_ms) end
+  for w = 1, pv[3] do
+    local b = 4 * w
+    if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
+    pv[b + 1] = pv[b + 1] + costs[p]
+  end
+  a = a + 2 + 2 * pv[3]
+end
+
+-- Entries older than the longest window ever seen (and the horizon) are out
+-- of every window: trim them. The pointer of a window that long already says
+-- how many; otherwise count them.
+for p = 1, npools do
+  local pv = pools[p]
+  if not pv.rebuild then
+    local oldest
+    for w = 1, pv[3] do
+      if pv[4 * w] == retain then oldest = pv[4 * w + 2] end
+    end
+    if oldest == nil then
+      local b = 4 + 4 * pv[3] -- scratch space past the packed fields
+      pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = retain, 0, pv[1], 0
+      slide(KEYS[1 + p], pv, b, now - retain)
+      oldest = pv[b + 2]
+    end
+    if oldest > pv[1] then
+      call('LTRIM', KEYS[1 + p], (oldest - pv[1]) * ENTRY, -1)
+      pv[1] = oldest
+    end
   end
 end
-redis.call('HSET', state, unpack(updates))
-for _, pool in ipairs(pools) do
-  if pool.rebuild_next then redis.call('HDEL', state, pool.tail_name) end
-  if refresh or pool.created then redis.call('PEXPIRE', pool.log, ttl_ms) end
-end
-if refresh then redis.call('PEXPIRE', state, ttl_ms) end
 
-local reply = { 1, now, serial, duplicate and 1 or 0 }
-for _, pool in ipairs(pools) do
-  for _, w in ipairs(pool.windows) do reply[#reply + 1] = w.budget - w.sum end
+save_pools()
+if lost then
+  u[n + 1], u[n + 2] = 'log_lost', now
+  n = n + 2
 end
-return reply
+call('HSET', state, 'meta', spack(META, now, serial, retain, expires), unpack(u, 1, n))
+if refresh then call('PEXPIRE', state, ttl_ms) end
+
+return remaining({ 1, now, serial, 0 })

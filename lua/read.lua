@@ -7,7 +7,8 @@
 --
 -- Returns {now, serial, blocked_until, blocked_reason, tags, log1, log2, ...}
 -- where tags is a flat list (id, "endpoint<TAB>job", ...) and each log is the
--- pool's flat list of (time µs, cost, tag id) triples, oldest first.
+-- pool's flat list of (time µs, cost, tag id, charge id) quadruples, oldest
+-- first (see lua/charge.lua for the fields of the state hash).
 
 local state = KEYS[1]
 local now
@@ -17,8 +18,9 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local g = redis.call('HMGET', state, 'last', 'serial', 'blocked_until', 'blocked_reason')
-local last = tonumber(g[1]) or 0
+local g = redis.call('HMGET', state, 'meta', 'blocked_until', 'blocked_reason')
+local last, serial = 0, 0
+if g[1] then last, serial = struct.unpack('<dd', g[1]) end
 if now < last then now = last end
 local tags = {}
 local all = redis.call('HGETALL', state)
@@ -28,7 +30,7 @@ for j = 1, #all, 2 do
     tags[#tags + 1] = all[j + 1]
   end
 end
-local reply = { now, tonumber(g[2]) or 0, tonumber(g[3]) or 0, g[4] or '', tags }
+local reply = { now, serial, tonumber(g[2]) or 0, g[3] or '', tags }
 for k = 2, #KEYS do
   reply[#reply + 1] = redis.call('LRANGE', KEYS[k], 0, -1)
 end

@@ -76,10 +76,72 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
         assert!(ttl > 3600 * 1000 && ttl <= longest_ms, "{key}: PTTL {ttl}");
     }
-    let ids = server.cli(&["KEYS", "quota:{ttl}:id:*"]);
-    let id = ids.lines().next().expect("charge id markers exist");
-    let ttl: i64 = server.cli(&["PTTL", id]).parse().unwrap();
-    assert!(ttl > 0 && ttl <= 60_000, "{id}: PTTL {ttl}");
+    // Charge ids ride in the log entries: no key per charge.
+    let mut keys: Vec<String> = server
+        .cli(&["KEYS", "quota:{ttl}:*"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    keys.sort();
+    assert_eq!(keys, [log_key("ttl", "units"), state_key("ttl")]);
+}
+
+#[tokio::test]
+async fn a_charge_sent_again_is_found_behind_later_charges() {
+    let server = common::RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let cost = [PoolCost {
+        pool: units_pool(3600, 1000),
+        units: 3,
+    }];
+    let charge_as = |id: &'static str, at: i64| {
+        let (ledger, cost) = (&ledger, &cost);
+        async move {
+            let charge = Charge {
+                credential: "again",
+                cost,
+                endpoint: "e",
+                job: "j",
+                id: Some(id),
+            };
+            ledger.charge(&charge, At::Fixed(at)).await.unwrap()
+        }
+    };
+    let first = charge_as("page-1", T0).await;
+    // 40 later charges put the first one three search chunks from the tail.
+    for i in 0..40 {
+        let id: &'static str = Box::leak(format!("other-{i}").into_boxed_str());
+        assert!(charge_as(id, T0 + 1 + i).await.is_allowed());
+    }
+    let again = charge_as("page-1", T0 + 50).await;
+    assert!(
+        matches!(
+            again,
+            quota::ledger::ChargeDecision::Allowed {
+                duplicate: true,
+                ..
+            }
+        ),
+        "{again:?}"
+    );
+    assert_eq!(again.serial(), 41, "{first:?} then {again:?}");
+    let u = ledger
+        .usage("again", &[units_pool(3600, 1000)], At::Fixed(T0 + 50))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].windows[0].used, 41 * 3);
+    // Past the idempotency horizon the id is forgotten: recorded anew.
+    let late = charge_as("page-1", T0 + 61 * S).await;
+    assert!(
+        matches!(
+            late,
+            quota::ledger::ChargeDecision::Allowed {
+                duplicate: false,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
 }
 
 #[tokio::test]

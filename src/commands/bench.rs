@@ -47,7 +47,6 @@ pub struct Report {
     pub charge_cost_1_two_windows: Vec<Throughput>,
     pub log_bytes_per_call_cost_1: f64,
     pub log_bytes_per_call_cost_100: f64,
-    pub idempotency_bytes_per_call: f64,
     pub memory_calls: usize,
 }
 
@@ -171,43 +170,25 @@ async fn memory_usage(conn: &mut quota_conn::Conn, key: &str) -> Result<u64> {
     Ok(bytes.unwrap_or(0))
 }
 
-async fn used_memory(conn: &mut quota_conn::Conn) -> Result<u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(conn)
-        .await
-        .map_err(|e| Error::Other(format!("INFO failed: {e}")))?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| Error::Other("INFO memory has no used_memory".into()))
-}
-
 /// Log `calls` charges of `units` each, then measure the bytes per call of the
-/// log (list + state hash, `MEMORY USAGE`) and of the charge-id markers (the
-/// rest of the server's growth; they expire after the idempotency horizon).
-async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Result<(f64, f64)> {
+/// log (list + state hash, `MEMORY USAGE`; charge ids ride in the log).
+async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Result<f64> {
     let credential = bench_credential(&format!("mem{units}"));
     let cost = [PoolCost {
         pool: bench_pool(1),
         units,
     }];
     let mut conn = ledger.connection();
-    let before = used_memory(&mut conn).await?;
     for _ in 0..calls {
         charge_one(ledger, &credential, &cost).await?;
     }
     let log = memory_usage(&mut conn, &log_key(&credential, "units")).await?
         + memory_usage(&mut conn, &state_key(&credential)).await?;
-    let growth = used_memory(&mut conn).await?.saturating_sub(before);
     cleanup(&mut conn, &credential).await;
-    Ok((
-        log as f64 / calls as f64,
-        growth.saturating_sub(log) as f64 / calls as f64,
-    ))
+    Ok(log as f64 / calls as f64)
 }
 
-/// Delete the keys a benchmark credential left (its id markers expire alone).
+/// Delete the keys a benchmark credential left.
 async fn cleanup(conn: &mut quota_conn::Conn, credential: &str) {
     let keys = [state_key(credential), log_key(credential, "units")];
     let _: redis::RedisResult<()> = conn.del(&keys).await;
@@ -311,16 +292,15 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
             throughput(url, clients, args.requests, move |ledger| {
                 let (trivial, cost) = (trivial.clone(), cost.clone());
                 async move {
-                    let id = hex::encode(rand::random::<[u8; 12]>());
                     let charge = Charge {
                         credential: "quota-bench-args",
                         cost: &cost,
                         endpoint: "bench",
                         job: "bench",
-                        id: Some(&id),
+                        id: None,
                     };
                     let mut inv = trivial.prepare_invoke();
-                    ledger.charge_arguments(&charge, &id, &mut inv);
+                    ledger.charge_arguments(&charge, &mut inv);
                     let _: i64 = inv
                         .invoke_async(&mut ledger.connection())
                         .await
@@ -334,8 +314,8 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
     let charge_cost_1 = charge_throughput(url, args, 1, 1).await?;
     let charge_cost_100 = charge_throughput(url, args, 100, 1).await?;
     let charge_cost_1_two_windows = charge_throughput(url, args, 1, 2).await?;
-    let (log1, ids1) = bytes_per_call(&ledger, 1, args.memory_calls).await?;
-    let (log100, ids100) = bytes_per_call(&ledger, 100, args.memory_calls).await?;
+    let log1 = bytes_per_call(&ledger, 1, args.memory_calls).await?;
+    let log100 = bytes_per_call(&ledger, 100, args.memory_calls).await?;
 
     Ok(Report {
         redis_version,
@@ -349,7 +329,6 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
         charge_cost_1_two_windows,
         log_bytes_per_call_cost_1: log1,
         log_bytes_per_call_cost_100: log100,
-        idempotency_bytes_per_call: ids1.max(ids100),
         memory_calls: args.memory_calls,
     })
 }
@@ -430,11 +409,8 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
         );
     }
     println!(
-        "  memory per logged call     cost 1: {:.1} B   cost 100: {:.1} B   (+{:.1} B per id while remembered for {} s)",
-        r.log_bytes_per_call_cost_1,
-        r.log_bytes_per_call_cost_100,
-        r.idempotency_bytes_per_call,
-        crate::ledger::IDEMPOTENCY_HORIZON.as_secs()
+        "  memory per logged call     cost 1: {:.1} B   cost 100: {:.1} B   (charge ids included)",
+        r.log_bytes_per_call_cost_1, r.log_bytes_per_call_cost_100,
     );
     println!("targets:");
     let ratio = r.charge_1_window.p50_us / r.ping.p50_us;

@@ -20,7 +20,7 @@ mod redis;
 pub mod topology;
 
 pub use self::embedded::EmbeddedLedger;
-pub use self::redis::{RedisLedger, cursor_key, id_key, lock_key, log_key, state_key};
+pub use self::redis::{RedisLedger, cursor_key, lock_key, log_key, state_key};
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -87,8 +87,11 @@ pub struct Charge<'a> {
     pub cost: &'a [PoolCost],
     pub endpoint: &'a str,
     pub job: &'a str,
-    /// A client-generated id; the same id charged twice is recorded once. The
-    /// Redis store makes one up when it is `None`, so its own retries are safe.
+    /// A client-generated id; the same id charged twice (within
+    /// [`IDEMPOTENCY_HORIZON`]) is recorded once. The Redis store makes one up
+    /// when it is `None`, so its own retries are safe; it recognises a repeat
+    /// of a given id when the repeat comes through the same ledger (the only
+    /// way a charge is resent: ids are random per charge).
     pub id: Option<&'a str>,
 }
 

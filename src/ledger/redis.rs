@@ -5,14 +5,19 @@
 //! Keys of credential `C` (all share the hash tag `{C}`, so they live in one
 //! Cluster slot and the scripts run unchanged on Redis Cluster):
 //!
-//! * `quota:{C}:state`  hash: per pool the log's head and tail sequence
-//!   numbers; per window the running sum, a pointer to the oldest entry still
-//!   inside and that entry's time; tag names, the upstream block, the charge
-//!   serial, the latest decision's time.
-//! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id)` triples, one
-//!   per call whatever its cost, oldest first, trimmed past the longest window.
-//! * `quota:{C}:id:ID`  a marker per recent charge id (idempotency), expiring
-//!   after [`IDEMPOTENCY_HORIZON`].
+//! * `quota:{C}:state`  hash: per pool (one packed field) the log's head and
+//!   tail sequence numbers and per window the running sum, a pointer to the
+//!   oldest entry still inside and that entry's time; the latest decision's
+//!   time and the charge serial; tag names; the upstream block.
+//! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id, charge id)`
+//!   quadruples, one per call whatever its cost, oldest first, trimmed past
+//!   the longest window (and never before [`IDEMPOTENCY_HORIZON`]).
+//!
+//! Idempotency costs nothing on the common path: a charge's id rides in its
+//! log entry, and the log is searched for it only when the charge is sent
+//! again (a retry after a lost reply, or an id this ledger has sent before).
+//! For that to hold, no layer below resends on its own: the Cluster client is
+//! built with no retries of its own, and [`RedisLedger::retrying`] resends.
 //!
 //! Keys of job `J`: `quota:job:{J}:lock` (the run lock: who holds it, with a
 //! TTL; `lua/lock.lua`) and `quota:job:{J}:cursor` (where the job resumes; no
@@ -21,7 +26,9 @@
 //! Idle keys expire a minute (plus 1/8 window) after the longest window, or
 //! the block, ends.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::{RedisError, Script, Value};
 
@@ -49,24 +56,28 @@ pub const RETRY_WINDOW: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct RedisLedger {
     conn: Conn,
-    /// Set when a request gave up on a transient failure: later requests
-    /// try once instead of for a whole retry window, until one succeeds,
-    /// so a store that is down costs one window per run, not one per request.
-    degraded: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// What the clones of one ledger share.
+    shared: std::sync::Arc<Shared>,
     charge: Script,
     block: Script,
     read: Script,
     lock: Script,
 }
 
+#[derive(Default)]
+struct Shared {
+    /// Set when a request gave up on a transient failure: later requests
+    /// try once instead of for a whole retry window, until one succeeds,
+    /// so a store that is down costs one window per run, not one per request.
+    degraded: std::sync::atomic::AtomicBool,
+    /// The caller-given charge ids sent in the last [`IDEMPOTENCY_HORIZON`],
+    /// by their number: one sent again is flagged as a resend.
+    sent: std::sync::Mutex<HashMap<u64, Instant>>,
+}
+
 /// The key of credential `credential`'s state hash.
 pub fn state_key(credential: &str) -> String {
     format!("quota:{{{credential}}}:state")
-}
-
-/// The key that marks charge `id` of `credential` as recorded.
-pub fn id_key(credential: &str, id: &str) -> String {
-    format!("quota:{{{credential}}}:id:{id}")
 }
 
 /// The key of the log of `pool` of `credential`.
@@ -145,7 +156,7 @@ impl RedisLedger {
         let conn = topology.connect(&redact_url(url)).await?;
         Ok(Self {
             conn,
-            degraded: Default::default(),
+            shared: Default::default(),
             charge: Script::new(CHARGE_LUA),
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
@@ -162,7 +173,7 @@ impl RedisLedger {
     {
         use std::sync::atomic::Ordering::Relaxed;
         let start = tokio::time::Instant::now();
-        let window = if self.degraded.load(Relaxed) {
+        let window = if self.shared.degraded.load(Relaxed) {
             Duration::ZERO
         } else {
             RETRY_WINDOW
@@ -171,7 +182,7 @@ impl RedisLedger {
         loop {
             match op(self.conn.clone()).await {
                 Ok(v) => {
-                    self.degraded.store(false, Relaxed);
+                    self.shared.degraded.store(false, Relaxed);
                     return Ok(v);
                 }
                 Err(e) if is_transient(&e) && start.elapsed() < window => {
@@ -181,7 +192,7 @@ impl RedisLedger {
                 }
                 Err(e) => {
                     if is_transient(&e) {
-                        self.degraded.store(true, Relaxed);
+                        self.shared.degraded.store(true, Relaxed);
                     }
                     return Err(store_error(e));
                 }
@@ -218,80 +229,100 @@ impl RedisLedger {
         Ok((int(&r[0])? == 1, text(&r[1]), int(&r[2])?))
     }
 
-    /// The charge script's invocation for `charge` under `id`.
+    /// The charge script's invocation for `charge` under `id`; `resend`
+    /// when it may have been recorded already.
     fn charge_invocation<'s>(
         &'s self,
         charge: &Charge<'_>,
-        id: &str,
+        id: u64,
+        resend: bool,
         at: At,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
-        Self::charge_keys_and_args(charge, id, at, &mut inv);
+        Self::charge_keys_and_args(charge, id, resend, at, &mut inv);
         inv
     }
 
     /// The keys and arguments of a charge, added to any script's invocation
     /// (the benchmark sends them to `return 1` to measure their transport).
-    pub fn charge_arguments(
-        &self,
-        charge: &Charge<'_>,
-        id: &str,
-        inv: &mut redis::ScriptInvocation<'_>,
-    ) {
-        Self::charge_keys_and_args(charge, id, At::StoreClock, inv);
+    pub fn charge_arguments(&self, charge: &Charge<'_>, inv: &mut redis::ScriptInvocation<'_>) {
+        Self::charge_keys_and_args(charge, new_charge_id(), false, At::StoreClock, inv);
     }
 
     fn charge_keys_and_args(
         charge: &Charge<'_>,
-        id: &str,
+        id: u64,
+        resend: bool,
         at: At,
         inv: &mut redis::ScriptInvocation<'_>,
     ) {
-        inv.key(state_key(charge.credential))
-            .key(id_key(charge.credential, id));
+        inv.key(state_key(charge.credential));
         for c in charge.cost {
             inv.key(log_key(charge.credential, &c.pool.name));
         }
         inv.arg(clock_arg(at))
             .arg(id)
+            .arg(if resend { "1" } else { "0" })
+            .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
             .arg(format!("tag:{}", tag(charge.endpoint, charge.job)))
-            .arg(IDEMPOTENCY_HORIZON.as_millis() as u64)
             .arg(charge.cost.len());
         for c in charge.cost {
-            let p = &c.pool.name;
-            inv.arg(p)
-                .arg(c.units)
-                .arg(c.pool.windows.len())
-                .arg(format!("{p}|head"))
-                .arg(format!("{p}|tail"));
+            inv.arg(format!("pool:{}", c.pool.name));
+        }
+        for c in charge.cost {
+            inv.arg(c.units).arg(c.pool.windows.len());
             for w in &c.pool.windows {
-                let l = w.len_us();
-                inv.arg(l)
-                    .arg(w.budget())
-                    .arg(format!("{p}|{l}|sum"))
-                    .arg(format!("{p}|{l}|ptr"))
-                    .arg(format!("{p}|{l}|first"));
+                inv.arg(w.len_us()).arg(w.budget());
             }
         }
     }
+
+    /// Whether the caller-given id `id` was sent in the last
+    /// [`IDEMPOTENCY_HORIZON`]; remembers it.
+    fn sent_before(&self, id: u64) -> bool {
+        let now = Instant::now();
+        let mut sent = self.shared.sent.lock().unwrap_or_else(|e| e.into_inner());
+        if sent.len() >= 4096 {
+            sent.retain(|_, t| now.duration_since(*t) < IDEMPOTENCY_HORIZON);
+        }
+        sent.insert(id, now)
+            .is_some_and(|t| now.duration_since(t) < IDEMPOTENCY_HORIZON)
+    }
+}
+
+/// A fresh charge id: random, in 1..2^63 (Redis keeps it as a 9-byte integer
+/// in the log entry).
+fn new_charge_id() -> u64 {
+    (rand::random::<u64>() >> 1).max(1)
+}
+
+/// The number that stands for a caller-given charge id in the log: its
+/// 64-bit FNV-1a hash, in 1..2^63. Stable across processes and versions.
+fn charge_number(id: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    (h >> 1).max(1)
 }
 
 impl Ledger for RedisLedger {
     async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
         check_fits(charge.cost)?;
         // Always send an id: a charge whose reply was lost is sent again under
-        // the same id, and the script records it once.
-        let generated;
-        let id = match charge.id {
-            Some(id) => id,
-            None => {
-                generated = hex::encode(rand::random::<[u8; 12]>());
-                &generated
+        // the same id, flagged as a resend, and the script records it once.
+        let (id, seen) = match charge.id {
+            Some(given) => {
+                let id = charge_number(given);
+                (id, self.sent_before(id))
             }
+            None => (new_charge_id(), false),
         };
-        let inv = &self.charge_invocation(charge, id, at);
+        let attempts = &AtomicUsize::new(0);
         let reply: Value = self
             .retrying("charge", |c| async move {
+                let resend = seen || attempts.fetch_add(1, Ordering::Relaxed) > 0;
+                let inv = &self.charge_invocation(charge, id, resend, at);
                 match c {
                     Conn::Sentinel(s) => s.confirmed(inv).await,
                     mut c => inv.invoke_async(&mut c).await,
@@ -439,7 +470,7 @@ impl Ledger for RedisLedger {
         let mut logs = Vec::new();
         for log in &r[5..] {
             let mut entries = Vec::new();
-            for t in array(log)?.chunks(3) {
+            for t in array(log)?.chunks(4) {
                 let (endpoint, job) = tags.get(&text(&t[2])).cloned().unwrap_or_default();
                 entries.push(LogEntry {
                     at: int(&t[0])?,

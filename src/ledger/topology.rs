@@ -193,7 +193,8 @@ impl Topology {
                     let client = ClusterClientBuilder::new(nodes.clone())
                         .connection_timeout(CONNECT_TIMEOUT)
                         .response_timeout(RESPONSE_TIMEOUT)
-                        .retries(3)
+                        // None of its own: a resend must be flagged as one (see redis.rs).
+                        .retries(0)
                         .build()?;
                     Conn::Cluster(client.get_async_connection().await?)
                 }
