@@ -50,15 +50,23 @@
 -- numbers into one field: converting numbers to and from text, and every
 -- field and table, costs more than the arithmetic.
 
-local call, tonumber, spack, sunpack = redis.call, tonumber, struct.pack, struct.unpack
+local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
+local spack, sunpack, floor = struct.pack, struct.unpack, math.floor
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<dddd'
+-- The packing of a pool's state with m windows ('<ddddddd' for one).
+local function layout(m)
+  return m == 1 and '<ddddddd' or '<' .. string.rep('d', 3 + 4 * m)
+end
 
-local now
+-- now as a number, and as the text the log stores (made once: Redis turns a
+-- Lua number into text with a slow %.17g on every redis.call)
+local now, now_text
 if ARGV[1] == '' then
   local t = call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now_text = string.format('%s%06d', t[1], t[2])
 else
-  now = tonumber(ARGV[1])
+  now, now_text = tonumber(ARGV[1]), ARGV[1]
 end
 local id, resend, horizon = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 local tag_field, npools = ARGV[5], tonumber(ARGV[6])
@@ -67,7 +75,7 @@ local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 
 local last, serial, stored_retain, expires = 0, 0, 0, nil
 if v[1] then last, serial, stored_retain, expires = sunpack(META, v[1]) end
 local blocked_until = tonumber(v[2]) or 0
-if now < last then now = last end
+if now < last then now, now_text = last, string.format('%d', last) end
 
 -- Slide window b of pool pv (see pool:P above) over log: drop from its sum
 -- the entries at or before cutoff. False when the log is shorter than the
@@ -94,12 +102,12 @@ end
 -- Each pool's state, brought up to now. A pool seen for the first time, or
 -- whose windows changed, or whose state and log are out of step, is counted
 -- afresh from its log.
-local pools, costs, lost, longest = {}, {}, false, horizon
+local pools, lost, longest = {}, false, horizon
 local a = 7 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
   local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local pv = v[3 + p]
-  pv = pv and pv ~= '' and { sunpack('<' .. string.rep('d', 3 + 4 * m), pv) }
+  pv = pv and pv ~= '' and { sunpack(layout(m), pv) }
   local fresh = not pv or pv[3] ~= m
   for w = 1, m do
     local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])
@@ -127,7 +135,7 @@ for p = 1, npools do
     -- or a Redis without persistence restarted). Say so, and count afresh.
     lost, fresh = true, true
   end
-  pools[p], costs[p] = pv, cost
+  pools[p] = pv
   a = a + 2 + 2 * m
 end
 local retain = math.max(stored_retain, longest)
@@ -150,9 +158,8 @@ local u, n = {}, 0
 local function save_pools()
   for p = 1, npools do
     local pv = pools[p]
-    local k = 3 + 4 * pv[3]
     u[n + 1] = ARGV[6 + p]
-    u[n + 2] = pv.rebuild and '' or spack('<' .. string.rep('d', k), unpack(pv, 1, k))
+    u[n + 2] = pv.rebuild and '' or spack(layout(pv[3]), unpack(pv, 1, 3 + 4 * pv[3]))
     n = n + 2
   end
 end
@@ -202,7 +209,7 @@ for p = 1, npools do
   for q = 1, p - 1 do a = a + 2 + 2 * pools[q][3] end
   for w = 1, pv[3] do
     local b = 4 * w
-    local need = pv[b + 1] + costs[p] - tonumber(ARGV[a + 2 * w + 1])
+    local need = pv[b + 1] + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
     if need > 0 then
       local freed, at, ptr = 0, nil, pv[b + 2]
       while at == nil and ptr < pv[2] do
@@ -237,8 +244,8 @@ end
 local keep = retain + 60000000
 if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
 local refresh = expires == nil or expires < now + keep
-if refresh then expires = now + keep + math.floor(retain / 8) end
-local ttl_ms = math.floor((expires - now) / 1000)
+if refresh then expires = now + keep + floor(retain / 8) end
+local ttl_ms = floor((expires - now) / 1000)
 
 -- Record the call once per pool and add its cost to every window.
 local tag_id = v[3]
@@ -250,8 +257,8 @@ end
 serial = serial + 1
 a = 7 + npools
 for p = 1, npools do
-  local pv, log = pools[p], KEYS[1 + p]
-  local len = call('RPUSH', log, now, ARGV[a], tag_id, id)
+  local pv, log, cost = pools[p], KEYS[1 + p], tonumber(ARGV[a])
+  local len = call('RPUSH', log, now_text, ARGV[a], tag_id, id)
   pv[2] = pv[2] + 1
   if len ~= (pv[2] - pv[1]) * ENTRY then
     -- The log is not what the state says (a key expired or was evicted):
@@ -262,7 +269,7 @@ for p = 1, npools do
   for w = 1, pv[3] do
     local b = 4 * w
     if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
-    pv[b + 1] = pv[b + 1] + costs[p]
+    pv[b + 1] = pv[b + 1] + cost
   end
   a = a + 2 + 2 * pv[3]
 end
