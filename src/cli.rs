@@ -183,6 +183,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50)]
     pub clients: usize,
 
+    /// Rounds of the throughput measurements (the median round is reported)
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+
     /// Logged calls for the memory measurement
     #[arg(long, default_value_t = 10_000)]
     pub memory_calls: usize,

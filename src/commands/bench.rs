@@ -48,6 +48,8 @@ pub struct Report {
     pub log_bytes_per_call_cost_1: f64,
     pub log_bytes_per_call_cost_100: f64,
     pub memory_calls: usize,
+    /// Rounds of the throughput measurements; each series gives its median.
+    pub rounds: usize,
 }
 
 fn percentiles(mut samples: Vec<Duration>) -> Latency {
@@ -222,47 +224,10 @@ async fn charge_throughput(
     Ok(out)
 }
 
-/// Run every measurement against the Redis at `store`.
-pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
-    let ledger = RedisLedger::connect(url).await?;
-    let mut conn = ledger.connection();
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query_async(&mut conn)
-        .await
-        .map_err(|e| Error::Other(format!("INFO failed: {e}")))?;
-    let redis_version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("unknown")
-        .trim()
-        .to_string();
-
-    let samples = args.requests.min(5_000);
-    let ping = latency(samples, || {
-        let mut conn = ledger.connection();
-        async move {
-            let _: String = redis::cmd("PING")
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| Error::Other(e.to_string()))?;
-            Ok(())
-        }
-    })
-    .await?;
-    let mut single = Vec::new();
-    for windows in [1, 2] {
-        let credential = bench_credential("lat");
-        let cost = vec![PoolCost {
-            pool: bench_pool(windows),
-            units: 1,
-        }];
-        single.push(latency(samples, || charge_one(&ledger, &credential, &cost)).await?);
-        cleanup(&mut conn, &credential).await;
-    }
-    let charge_2_windows = single.pop().expect("two measurements");
-    let charge_1_window = single.pop().expect("two measurements");
-
+/// One round of the throughput series, at 1 and `args.clients` clients: the
+/// trivial `EVALSHA`, the same with a charge's arguments, and charges of cost
+/// 1, cost 100, and cost 1 in two windows.
+async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput>; 5]> {
     let trivial = redis::Script::new("return 1");
     let mut evalsha_floor = Vec::new();
     for clients in [1, args.clients] {
@@ -311,9 +276,85 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
             .await?,
         );
     }
-    let charge_cost_1 = charge_throughput(url, args, 1, 1).await?;
-    let charge_cost_100 = charge_throughput(url, args, 100, 1).await?;
-    let charge_cost_1_two_windows = charge_throughput(url, args, 1, 2).await?;
+    Ok([
+        evalsha_floor,
+        evalsha_charge_args,
+        charge_throughput(url, args, 1, 1).await?,
+        charge_throughput(url, args, 100, 1).await?,
+        charge_throughput(url, args, 1, 2).await?,
+    ])
+}
+
+/// Per client count, the median of one series' figures over the rounds.
+fn median_round<'a>(rounds: impl Iterator<Item = &'a Vec<Throughput>>) -> Vec<Throughput> {
+    let rounds: Vec<_> = rounds.collect();
+    (0..rounds[0].len())
+        .map(|i| {
+            let mut v: Vec<f64> = rounds.iter().map(|r| r[i].per_second).collect();
+            v.sort_by(f64::total_cmp);
+            Throughput {
+                clients: rounds[0][i].clients,
+                per_second: v[v.len() / 2],
+            }
+        })
+        .collect()
+}
+
+/// Run every measurement against the Redis at `store`.
+pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
+    let ledger = RedisLedger::connect(url).await?;
+    let mut conn = ledger.connection();
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| Error::Other(format!("INFO failed: {e}")))?;
+    let redis_version = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or("unknown")
+        .trim()
+        .to_string();
+
+    let samples = args.requests.min(5_000);
+    let ping = latency(samples, || {
+        let mut conn = ledger.connection();
+        async move {
+            let _: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| Error::Other(e.to_string()))?;
+            Ok(())
+        }
+    })
+    .await?;
+    let mut single = Vec::new();
+    for windows in [1, 2] {
+        let credential = bench_credential("lat");
+        let cost = vec![PoolCost {
+            pool: bench_pool(windows),
+            units: 1,
+        }];
+        single.push(latency(samples, || charge_one(&ledger, &credential, &cost)).await?);
+        cleanup(&mut conn, &credential).await;
+    }
+    let charge_2_windows = single.pop().expect("two measurements");
+    let charge_1_window = single.pop().expect("two measurements");
+
+    // Throughput varies from one second to the next on a shared machine:
+    // every series is measured once a round, so the floor and the charges
+    // see the same conditions, and each series reports its median.
+    let mut rounds = Vec::new();
+    for _ in 0..args.rounds {
+        rounds.push(throughput_round(url, args).await?);
+    }
+    let [
+        evalsha_floor,
+        evalsha_charge_args,
+        charge_cost_1,
+        charge_cost_100,
+        charge_cost_1_two_windows,
+    ] = std::array::from_fn(|series| median_round(rounds.iter().map(|r| &r[series])));
     let log1 = bytes_per_call(&ledger, 1, args.memory_calls).await?;
     let log100 = bytes_per_call(&ledger, 100, args.memory_calls).await?;
 
@@ -330,6 +371,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
         log_bytes_per_call_cost_1: log1,
         log_bytes_per_call_cost_100: log100,
         memory_calls: args.memory_calls,
+        rounds: args.rounds,
     })
 }
 
@@ -360,9 +402,9 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
         }
         return Ok(0);
     }
-    if args.clients == 0 || args.requests == 0 || args.memory_calls == 0 {
+    if args.clients == 0 || args.requests == 0 || args.memory_calls == 0 || args.rounds == 0 {
         return Err(Error::Usage(
-            "--clients, --requests and --memory-calls must be positive".into(),
+            "--clients, --requests, --rounds and --memory-calls must be positive".into(),
         ));
     }
     let r = measure(&url, args).await?;
@@ -376,8 +418,8 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
     let n = args.clients;
     let floor_n = r.evalsha_floor[1].per_second;
     println!(
-        "Redis {} ({} requests per measurement)",
-        r.redis_version, args.requests
+        "Redis {} ({} requests per measurement; throughput: the median of {} rounds)",
+        r.redis_version, args.requests, args.rounds
     );
     println!(
         "  PING round trip            p50 {:>7.1} µs   p99 {:>7.1} µs",
