@@ -1,6 +1,7 @@
 //! What only the Redis store has to prove: scripts survive `SCRIPT FLUSH`,
-//! idle keys carry a TTL, a call's memory does not grow with its cost, and a
-//! log that vanished under its state is noticed and rebuilt from.
+//! idle keys carry a TTL, a call's memory does not grow with its cost, a
+//! charge whose reply was lost on the wire is recorded once, and a log that
+//! vanished under its state is noticed and rebuilt from.
 
 mod common;
 
@@ -84,6 +85,53 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
         .collect();
     keys.sort();
     assert_eq!(keys, [log_key("ttl", "units"), state_key("ttl")]);
+}
+
+#[tokio::test]
+async fn a_charge_whose_reply_was_lost_is_recorded_once() {
+    let server = common::RedisServer::start();
+    let relay = common::LossyRelay::start(server.port);
+    let ledger = RedisLedger::connect(&relay.url()).await.unwrap();
+    let pool = units_pool(3600, 100);
+    let cost = [PoolCost {
+        pool: pool.clone(),
+        units: 5,
+    }];
+    // The first charge also loads the script, so the next request is the
+    // charge itself.
+    assert!(charge(&ledger, "lost-reply", &cost, At::Fixed(T0)).await);
+    relay.lose_next_reply();
+    let charge = Charge {
+        credential: "lost-reply",
+        cost: &cost,
+        endpoint: "e",
+        job: "j",
+        id: None,
+    };
+    let decision = ledger.charge(&charge, At::Fixed(T0 + S)).await.unwrap();
+    assert_eq!(
+        relay.lost(),
+        1,
+        "the reply was not lost: the test proves nothing"
+    );
+    // Redis recorded it before the reply was lost; the ledger sent it again,
+    // flagged as a resend, and the script found it in the log.
+    assert!(
+        matches!(
+            decision,
+            quota::ledger::ChargeDecision::Allowed {
+                duplicate: true,
+                serial: 2,
+                ..
+            }
+        ),
+        "{decision:?}"
+    );
+    let u = ledger
+        .usage("lost-reply", &[pool], At::Fixed(T0 + S))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].windows[0].used, 10);
 }
 
 #[tokio::test]
