@@ -176,13 +176,7 @@ impl LossyRelay {
                 std::thread::spawn(move || {
                     let (mut from, mut to) = (server, client);
                     let mut buf = [0u8; 65536];
-                    loop {
-                        let Ok(k) = std::io::Read::read(&mut from, &mut buf) else {
-                            break;
-                        };
-                        if k == 0 {
-                            break;
-                        }
+                    while let Ok(k @ 1..) = std::io::Read::read(&mut from, &mut buf) {
                         if l.swap(false, Ordering::SeqCst) {
                             n.fetch_add(1, Ordering::SeqCst);
                             break;
