@@ -107,7 +107,8 @@ local a = 7 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
   local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local pv = v[3 + p]
-  pv = pv and pv ~= '' and { sunpack(layout(m), pv) }
+  -- (unpacked as stored: the configuration may have changed its windows)
+  pv = pv and pv ~= '' and { sunpack(layout((#pv / 8 - 3) / 4), pv) }
   local fresh = not pv or pv[3] ~= m
   for w = 1, m do
     local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])

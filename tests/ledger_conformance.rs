@@ -135,6 +135,31 @@ async fn tightest_window_of_a_pool_rejects(ledger: impl Ledger) {
     assert_eq!(remaining(&d), vec![80, 0]);
 }
 
+async fn a_window_added_later_counts_what_the_log_holds(ledger: impl Ledger) {
+    let before = pool("units", vec![window(60, 100, 0)]);
+    for k in 0..3 {
+        let d = charge_at(&ledger, "aw", &[cost(&before, 2)], T0 + 10 * k * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    // The configuration gains a 15 s window: at T0+25 s it holds the entry of
+    // T0+20 s (2 units) and the one of T0+10 s has left it.
+    let after = pool("units", vec![window(60, 100, 0), window(15, 3, 0)]);
+    let d = charge_at(&ledger, "aw", &[cost(&after, 2)], T0 + 25 * S).await;
+    assert_eq!(
+        rejection(&d),
+        (
+            "units".into(),
+            Duration::from_secs(15),
+            Duration::from_secs(10)
+        )
+    );
+    let d = charge_at(&ledger, "aw", &[cost(&after, 1)], T0 + 25 * S).await;
+    assert_eq!(remaining(&d), vec![93, 0]);
+    // And loses it again: the 60 s window still counts every call.
+    let d = charge_at(&ledger, "aw", &[cost(&before, 1)], T0 + 26 * S).await;
+    assert_eq!(remaining(&d), vec![92]);
+}
+
 async fn several_pools_are_all_or_nothing(ledger: impl Ledger) {
     let units = pool("units", vec![window(86_400, 10_000, 500)]);
     let search = pool("search", vec![window(86_400, 100, 5)]);
@@ -430,6 +455,7 @@ macro_rules! conformance {
                 admits_up_to_budget_then_frees_exactly,
                 weighted_costs,
                 tightest_window_of_a_pool_rejects,
+                a_window_added_later_counts_what_the_log_holds,
                 several_pools_are_all_or_nothing,
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
@@ -479,6 +505,7 @@ macro_rules! conformance_on_shared {
                 admits_up_to_budget_then_frees_exactly,
                 weighted_costs,
                 tightest_window_of_a_pool_rejects,
+                a_window_added_later_counts_what_the_log_holds,
                 several_pools_are_all_or_nothing,
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
