@@ -71,8 +71,9 @@ struct Shared {
     /// so a store that is down costs one window per run, not one per request.
     degraded: std::sync::atomic::AtomicBool,
     /// The caller-given charge ids sent in the last [`IDEMPOTENCY_HORIZON`],
-    /// by their number: one sent again is flagged as a resend.
-    sent: std::sync::Mutex<HashMap<u64, Instant>>,
+    /// by their number (one sent again is flagged as a resend), and the size
+    /// at which to drop the old ones next.
+    sent: std::sync::Mutex<(HashMap<u64, Instant>, usize)>,
 }
 
 /// The key of credential `credential`'s state hash.
@@ -281,9 +282,12 @@ impl RedisLedger {
     /// [`IDEMPOTENCY_HORIZON`]; remembers it.
     fn sent_before(&self, id: u64) -> bool {
         let now = Instant::now();
-        let mut sent = self.shared.sent.lock().unwrap_or_else(|e| e.into_inner());
-        if sent.len() >= 4096 {
+        let mut guard = self.shared.sent.lock().unwrap_or_else(|e| e.into_inner());
+        let (sent, prune_at) = &mut *guard;
+        if sent.len() >= *prune_at {
             sent.retain(|_, t| now.duration_since(*t) < IDEMPOTENCY_HORIZON);
+            // Twice what is left: pruning stays a constant cost per charge.
+            *prune_at = (sent.len() * 2).max(4096);
         }
         sent.insert(id, now)
             .is_some_and(|t| now.duration_since(t) < IDEMPOTENCY_HORIZON)
