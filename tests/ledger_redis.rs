@@ -40,6 +40,12 @@ async fn charge(ledger: &RedisLedger, cred: &str, cost: &[PoolCost], at: At) -> 
         .is_allowed()
 }
 
+/// Units used in the first window of `pool` at `at`.
+async fn used(ledger: &RedisLedger, cred: &str, pool: Pool, at: i64) -> u64 {
+    let u = ledger.usage(cred, &[pool], At::Fixed(at)).await.unwrap();
+    u.pools[0].windows[0].used
+}
+
 #[tokio::test]
 async fn script_flush_between_charges_changes_nothing() {
     let server = common::RedisServer::start();
@@ -55,11 +61,7 @@ async fn script_flush_between_charges_changes_nothing() {
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
     // 4 used of 5: a third 2-unit call is refused, exactly as without flushes.
     assert!(!charge(&ledger, "f", &cost, At::Fixed(T0 + 2 * S)).await);
-    let u = ledger
-        .usage("f", &[pool], At::Fixed(T0 + 2 * S))
-        .await
-        .unwrap();
-    assert_eq!(u.pools[0].windows[0].used, 4);
+    assert_eq!(used(&ledger, "f", pool, T0 + 2 * S).await, 4);
 }
 
 #[tokio::test]
@@ -127,11 +129,7 @@ async fn a_charge_whose_reply_was_lost_is_recorded_once() {
         ),
         "{decision:?}"
     );
-    let u = ledger
-        .usage("lost-reply", &[pool], At::Fixed(T0 + S))
-        .await
-        .unwrap();
-    assert_eq!(u.pools[0].windows[0].used, 10);
+    assert_eq!(used(&ledger, "lost-reply", pool, T0 + S).await, 10);
 }
 
 #[tokio::test]
@@ -173,11 +171,10 @@ async fn a_charge_sent_again_is_found_behind_later_charges() {
         "{again:?}"
     );
     assert_eq!(again.serial(), 41, "{first:?} then {again:?}");
-    let u = ledger
-        .usage("again", &[units_pool(3600, 1000)], At::Fixed(T0 + 50))
-        .await
-        .unwrap();
-    assert_eq!(u.pools[0].windows[0].used, 41 * 3);
+    assert_eq!(
+        used(&ledger, "again", units_pool(3600, 1000), T0 + 50).await,
+        41 * 3
+    );
     // Past the idempotency horizon the id is forgotten: recorded anew.
     let late = charge_as("page-1", T0 + 61 * S).await;
     assert!(
@@ -242,11 +239,7 @@ async fn a_vanished_log_is_noticed_and_the_state_rebuilt_from_it() {
     // log is not what the state says, records the loss, and recounts.
     assert!(charge(&ledger, "lost", &cost, At::Fixed(T0 + 61 * S)).await);
     assert_ne!(server.cli(&["HGET", &state_key("lost"), "log_lost"]), "");
-    let u = ledger
-        .usage("lost", &[pool], At::Fixed(T0 + 61 * S))
-        .await
-        .unwrap();
-    assert_eq!(u.pools[0].windows[0].used, 4);
+    assert_eq!(used(&ledger, "lost", pool, T0 + 61 * S).await, 4);
     assert!(charge(&ledger, "lost", &cost, At::Fixed(T0 + 62 * S)).await);
     assert!(!charge(&ledger, "lost", &cost, At::Fixed(T0 + 63 * S)).await);
 }
