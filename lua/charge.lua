@@ -37,7 +37,8 @@
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
--- and raises "COST_EXCEEDS_BUDGET" for a cost that can never fit.
+-- and raises "COST_EXCEEDS_BUDGET" for a cost that can never fit, and
+-- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
 -- An entry at time t is inside a window of length L at time now iff t > now - L.
 -- Time never runs backwards for a credential: now is clamped to the latest
@@ -74,6 +75,9 @@ local tag_field, npools = ARGV[5], tonumber(ARGV[6])
 local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 7, 6 + npools))
 local last, serial, stored_retain, expires = 0, 0, 0, nil
 if v[1] then last, serial, stored_retain, expires = sunpack(META, v[1]) end
+-- Keys written by a build before 2026-11-22 (log triples, a 'serial' field)
+-- would be misread: refuse them before writing anything.
+if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT') end
 local blocked_until = tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
 

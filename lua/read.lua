@@ -8,7 +8,8 @@
 -- Returns {now, serial, blocked_until, blocked_reason, tags, log1, log2, ...}
 -- where tags is a flat list (id, "endpoint<TAB>job", ...) and each log is the
 -- pool's flat list of (time µs, cost, tag id, charge id) quadruples, oldest
--- first (see lua/charge.lua for the fields of the state hash).
+-- first (see lua/charge.lua for the fields of the state hash). Raises
+-- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 
 local state = KEYS[1]
 local now
@@ -21,6 +22,8 @@ end
 local g = redis.call('HMGET', state, 'meta', 'blocked_until', 'blocked_reason')
 local last, serial = 0, 0
 if g[1] then last, serial = struct.unpack('<dd', g[1]) end
+-- Keys of a build before 2026-11-22 (log triples) would be misread.
+if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT') end
 if now < last then now = last end
 local tags = {}
 local all = redis.call('HGETALL', state)

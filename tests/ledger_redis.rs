@@ -221,6 +221,45 @@ async fn a_100_unit_call_takes_no_more_memory_than_a_1_unit_call() {
 }
 
 #[tokio::test]
+async fn keys_of_an_older_build_are_refused_not_misread() {
+    let server = common::RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    // What a build before 2026-11-22 left: log triples, per-window fields.
+    let (state, log) = (state_key("old"), log_key("old", "units"));
+    server.cli(&["RPUSH", &log, "1700000000000000", "7", "1"]);
+    server.cli(&["HSET", &state, "serial", "1", "units|tail", "1"]);
+    let pool = units_pool(3600, 100);
+    let cost = [PoolCost {
+        pool: pool.clone(),
+        units: 1,
+    }];
+    let c = Charge {
+        credential: "old",
+        cost: &cost,
+        endpoint: "e",
+        job: "j",
+        id: None,
+    };
+    let e = ledger
+        .charge(&c, At::Fixed(T0))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("older than 2026-11-22") && e.contains("quota:{old}:*"),
+        "{e}"
+    );
+    let e = ledger
+        .usage("old", &[pool], At::Fixed(T0))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("older than"), "{e}");
+    // Nothing was written.
+    assert_eq!(server.cli(&["LLEN", &log]), "3");
+    assert_eq!(server.cli(&["HLEN", &state]), "2");
+}
+
+#[tokio::test]
 async fn a_vanished_log_is_noticed_and_the_state_rebuilt_from_it() {
     let server = common::RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();

@@ -109,6 +109,18 @@ fn store_error(e: RedisError) -> StoreError {
     }
 }
 
+/// A script's refusal of keys that an older build wrote, said plainly.
+fn older_layout(e: StoreError, credential: &str) -> StoreError {
+    match e {
+        StoreError::Other(m) if m.contains("OLDER_LAYOUT") => StoreError::Other(format!(
+            "the Redis keys of credential '{credential}' were written by a build of quota \
+             older than 2026-11-22, in a layout this one would misread; stop its timers and \
+             delete them: redis-cli --scan --pattern 'quota:{{{credential}}}:*' | xargs -r redis-cli del"
+        )),
+        e => e,
+    }
+}
+
 fn clock_arg(at: At) -> String {
     match at {
         At::StoreClock => String::new(),
@@ -332,7 +344,8 @@ impl Ledger for RedisLedger {
                     mut c => inv.invoke_async(&mut c).await,
                 }
             })
-            .await?;
+            .await
+            .map_err(|e| older_layout(e, charge.credential))?;
         let r = array(&reply)?;
         let (status, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);
         match status {
@@ -465,7 +478,8 @@ impl Ledger for RedisLedger {
                 "read",
                 |mut c| async move { inv.invoke_async(&mut c).await },
             )
-            .await?;
+            .await
+            .map_err(|e| older_layout(e, credential))?;
         let r = array(&reply)?;
         let tags: std::collections::HashMap<String, (String, String)> = array(&r[4])?
             .chunks(2)
