@@ -209,9 +209,9 @@ end
 -- Does the call fit every window? If not, it fits again at the latest of the
 -- times at which each short window has shed enough units.
 local worst_p, worst_w, worst_retry
+a = 7 + npools
 for p = 1, npools do
-  local pv, a = pools[p], 7 + npools
-  for q = 1, p - 1 do a = a + 2 + 2 * pools[q][3] end
+  local pv = pools[p]
   for w = 1, pv[3] do
     local b = 4 * w
     local need = pv[b + 1] + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
@@ -236,6 +236,7 @@ for p = 1, npools do
       end
     end
   end
+  a = a + 2 + 2 * pv[3]
 end
 if worst_retry ~= nil then
   -- The slid sums are exact; keep them so the next call starts here.

@@ -537,13 +537,15 @@ impl Run<'_> {
             self.count_unmetered(step, "the store was unreachable when the run started");
             return Ok(Charged::Go { at: None });
         };
-        let id = hex::encode(rand::random::<[u8; 12]>());
+        // No id of our own: every charge is new, and the Redis store gives
+        // each one an id for its own resends (an id given here would only be
+        // remembered, and in SQLite written, for nothing).
         let charge = Charge {
             credential: &self.cred.name,
             cost: &step.cost,
             endpoint: &step.endpoint,
             job: &self.job.name,
-            id: Some(&id),
+            id: None,
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {

@@ -32,6 +32,15 @@ fn spawn_redis(port: u16, dir: &tempfile::TempDir, extra: &[String]) -> Child {
         .expect("redis-server must be installed (apt-get install redis-server); tests never skip without it")
 }
 
+/// Poll `ready` until it holds; panics with `what` after `within`.
+pub fn wait_until(within: Duration, what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ready() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .expect("bind an ephemeral port")
@@ -372,14 +381,11 @@ impl Standin {
 
     /// Wait (up to 20 s) until the stand-in has seen `n` requests.
     pub fn wait_for(&self, n: usize) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.seen().len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "the stand-in never saw {n} requests"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            Duration::from_secs(20),
+            &format!("the stand-in never saw {n} requests"),
+            || self.seen().len() >= n,
+        );
     }
 }
 
@@ -593,13 +599,15 @@ impl RedisCluster {
             nodes,
             password: password.map(String::from),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.nodes.iter().all(|n| {
-            cli_as(n, &cluster.password, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
-        }) {
-            assert!(Instant::now() < deadline, "the cluster never became ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            Duration::from_secs(20),
+            "the cluster never became ok",
+            || {
+                cluster.nodes.iter().all(|n| {
+                    cli_as(n, &cluster.password, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                })
+            },
+        );
         cluster
     }
 
@@ -664,25 +672,22 @@ impl RedisSentinel {
         };
         // Ready when the replica is in sync and every sentinel knows the
         // replica and the two other sentinels (needed for a failover).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let synced = cli_as(&group.replica, &group.password, &["INFO", "replication"])
-                .contains("master_link_status:up");
-            let known = group.sentinels.iter().all(|(_, p, _)| {
-                let replicas = sentinel_cli(*p, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE]);
-                let others = sentinel_cli(*p, &["SENTINEL", "SENTINELS", SENTINEL_SERVICE]);
-                replicas.contains(&group.replica.port.to_string())
-                    && others.matches("runid").count() >= 2
-            });
-            if synced && known {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the sentinel group never became ready"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(
+            Duration::from_secs(30),
+            "the sentinel group never became ready",
+            || {
+                let synced = cli_as(&group.replica, &group.password, &["INFO", "replication"])
+                    .contains("master_link_status:up");
+                synced
+                    && group.sentinels.iter().all(|(_, p, _)| {
+                        let replicas =
+                            sentinel_cli(*p, &["SENTINEL", "REPLICAS", SENTINEL_SERVICE]);
+                        let others = sentinel_cli(*p, &["SENTINEL", "SENTINELS", SENTINEL_SERVICE]);
+                        replicas.contains(&group.replica.port.to_string())
+                            && others.matches("runid").count() >= 2
+                    })
+            },
+        );
         group
     }
 
@@ -709,13 +714,14 @@ impl RedisSentinel {
         let port = self.sentinels[0].1;
         let reply = sentinel_cli(port, &["SENTINEL", "FAILOVER", SENTINEL_SERVICE]);
         assert_eq!(reply, "OK", "SENTINEL FAILOVER");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !cli_as(&self.replica, &self.password, &["INFO", "replication"])
-            .contains("role:master")
-        {
-            assert!(Instant::now() < deadline, "the replica was never promoted");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(30),
+            "the replica was never promoted",
+            || {
+                cli_as(&self.replica, &self.password, &["INFO", "replication"])
+                    .contains("role:master")
+            },
+        );
     }
 
     /// The port of the server the sentinels name as master now.
@@ -733,11 +739,11 @@ impl RedisSentinel {
 
     pub fn flush(&self) {
         cli_as(&self.master, &self.password, &["FLUSHALL"]);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while cli_as(&self.replica, &self.password, &["DBSIZE"]) != "0" {
-            assert!(Instant::now() < deadline, "the replica never caught up");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait_until(
+            Duration::from_secs(10),
+            "the replica never caught up",
+            || cli_as(&self.replica, &self.password, &["DBSIZE"]) == "0",
+        );
     }
 }
 
@@ -921,15 +927,17 @@ impl TlsRedis {
             "cluster create: {}",
             String::from_utf8_lossy(&out.stdout)
         );
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !servers.ports.iter().all(|p| {
-            servers
-                .cli(ca, password, *p, &["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-        }) {
-            assert!(Instant::now() < deadline, "the TLS cluster never became ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(
+            Duration::from_secs(20),
+            "the TLS cluster never became ok",
+            || {
+                servers.ports.iter().all(|p| {
+                    servers
+                        .cli(ca, password, *p, &["CLUSTER", "INFO"])
+                        .contains("cluster_state:ok")
+                })
+            },
+        );
         servers
     }
 
@@ -958,30 +966,26 @@ impl TlsRedis {
             group.ports.push(port);
             group._dirs.push(dir);
         }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let synced = group
-                .cli(ca, password, group.ports[1], &["INFO", "replication"])
-                .contains("master_link_status:up");
-            let known = group.ports[2..].iter().all(|p| {
-                group
-                    .cli(
-                        ca,
-                        password,
-                        *p,
-                        &["SENTINEL", "REPLICAS", SENTINEL_SERVICE],
-                    )
-                    .contains(&group.ports[1].to_string())
-            });
-            if synced && known {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the TLS sentinel group never became ready"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(
+            Duration::from_secs(30),
+            "the TLS sentinel group never became ready",
+            || {
+                let synced = group
+                    .cli(ca, password, group.ports[1], &["INFO", "replication"])
+                    .contains("master_link_status:up");
+                synced
+                    && group.ports[2..].iter().all(|p| {
+                        group
+                            .cli(
+                                ca,
+                                password,
+                                *p,
+                                &["SENTINEL", "REPLICAS", SENTINEL_SERVICE],
+                            )
+                            .contains(&group.ports[1].to_string())
+                    })
+            },
+        );
         group
     }
 
@@ -1051,18 +1055,16 @@ impl TlsRedis {
             servers.ports.push(port);
             servers._dirs.push(dir);
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !servers
-            .ports
-            .iter()
-            .all(|p| servers.cli(ca, password, *p, &["PING"]) == "PONG")
-        {
-            assert!(
-                Instant::now() < deadline,
-                "a TLS redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_until(
+            Duration::from_secs(10),
+            "a TLS redis-server did not start",
+            || {
+                servers
+                    .ports
+                    .iter()
+                    .all(|p| servers.cli(ca, password, *p, &["PING"]) == "PONG")
+            },
+        );
         servers
     }
 
