@@ -77,7 +77,7 @@ local last, serial, stored_retain, expires = 0, 0, 0, nil
 if v[1] then last, serial, stored_retain, expires = sunpack(META, v[1]) end
 -- Keys written by a build before 2026-11-22 (log triples, a 'serial' field)
 -- would be misread: refuse them before writing anything.
-if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT') end
+if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
 local blocked_until = tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
 

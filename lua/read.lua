@@ -23,7 +23,7 @@ local g = redis.call('HMGET', state, 'meta', 'blocked_until', 'blocked_reason')
 local last, serial = 0, 0
 if g[1] then last, serial = struct.unpack('<dd', g[1]) end
 -- Keys of a build before 2026-11-22 (log triples) would be misread.
-if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT') end
+if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
 if now < last then now = last end
 local tags = {}
 local all = redis.call('HGETALL', state)

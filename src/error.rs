@@ -1,9 +1,29 @@
-//! The one error type of `quota`, and the exit code each kind maps to
-//! (sysexits, as PRODUCT.md lists them).
+//! The one error type of `quota`, and the one place where exit codes live.
+//!
+//! Every way a command can end early is a variant that carries what a
+//! message (and a caller) needs; [`Error::exit_code`] maps each to the
+//! sysexits code the README promises, and [`exit`] names the codes that a
+//! normal finish may return.
 
 use std::path::PathBuf;
 
 use crate::ledger::StoreError;
+
+/// Exit codes (sysexits), named once.
+pub mod exit {
+    /// Every requested job finished its work.
+    pub const OK: u8 = 0;
+    /// Anything else: upstream errors that outlasted retries, I/O, a store error.
+    pub const FAILURE: u8 = 1;
+    /// A command-line usage error.
+    pub const USAGE: u8 = 2;
+    /// The store is unreachable and the policy says stop.
+    pub const UNAVAILABLE: u8 = 69;
+    /// Stopped early but cleanly: the next tick resumes.
+    pub const STOPPED: u8 = 75;
+    /// A configuration error: nothing was charged.
+    pub const CONFIG: u8 = 78;
+}
 
 /// Everything that can end a command early.
 #[derive(Debug, thiserror::Error)]
@@ -15,34 +35,131 @@ pub enum Error {
         field: String,
         message: String,
     },
+
     /// A command-line usage error that clap could not catch.
     #[error("{0}")]
     Usage(String),
-    /// The store cannot be reached and the policy says stop.
-    #[error("{0}")]
-    StoreUnavailable(String),
-    /// Anything else.
-    #[error("{0}")]
-    Other(String),
+
+    /// The store cannot be reached when a job's policy needs it: `fail_closed`
+    /// names the job and endpoint whose request was not sent.
+    #[error("{}the store {store} is unreachable ({reason}){}",
+        fail_closed.as_ref().map(|f| format!("job {}: ", f.job)).unwrap_or_default(),
+        fail_closed.as_ref().map(FailClosed::consequence).unwrap_or_default())]
+    StoreUnavailable {
+        store: String,
+        reason: String,
+        fail_closed: Option<FailClosed>,
+    },
+
+    /// The store answered, but not with a decision (unreachable included,
+    /// when no policy applies: see [`StoreError`]).
+    #[error("{}{source}", store.as_ref().map(|s| format!("{s}: ")).unwrap_or_default())]
+    Store {
+        store: Option<String>,
+        source: StoreError,
+    },
+
+    /// A file or folder that could not be read or written.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    /// Something of the process itself failed: the async runtime, signal
+    /// handlers, stdout, the man page.
+    #[error("cannot {what}: {source}")]
+    Process {
+        what: &'static str,
+        source: std::io::Error,
+    },
+
+    /// The HTTP client could not be built, or a request URL is not a URL.
+    #[error("{what}: {message}")]
+    Http { what: &'static str, message: String },
+
+    /// The upstream failed a request for good: it refused it, or it kept
+    /// failing after every retry. `url` is shown with secrets redacted.
+    #[error("job {job}: {url}: {problem}")]
+    Upstream {
+        job: String,
+        url: String,
+        problem: String,
+    },
+
+    /// A measurement (`quota bench`) could not talk to the Redis it measures.
+    #[error("{what}: {source}")]
+    Redis {
+        what: String,
+        source: redis::RedisError,
+    },
+
+    /// A measurement (`quota bench`) could not be made as designed.
+    #[error("benchmark: {0}")]
+    Benchmark(String),
+}
+
+/// The job and endpoint a store outage stopped (policy `fail_closed`).
+#[derive(Debug)]
+pub struct FailClosed {
+    pub job: String,
+    pub endpoint: String,
+    /// The store was unreachable when the run started (else: at a charge).
+    pub at_start: bool,
+}
+
+impl FailClosed {
+    fn consequence(&self) -> String {
+        let what = if self.at_start {
+            "no request was sent"
+        } else {
+            "the request was not sent"
+        };
+        format!("; endpoint {} is fail_closed, so {what}", self.endpoint)
+    }
 }
 
 impl Error {
-    /// The process exit code for this error.
+    /// The process exit code for this error: the only map from errors to codes.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Config { .. } => 78,
-            Self::Usage(_) => 2,
-            Self::StoreUnavailable(_) => 69,
-            Self::Other(_) => 1,
+            Self::Config { .. } => exit::CONFIG,
+            Self::Usage(_) => exit::USAGE,
+            Self::StoreUnavailable { .. } => exit::UNAVAILABLE,
+            Self::Store { source, .. } => match source {
+                StoreError::Unavailable(_) => exit::UNAVAILABLE,
+                _ => exit::FAILURE,
+            },
+            Self::Io { .. }
+            | Self::Process { .. }
+            | Self::Http { .. }
+            | Self::Upstream { .. }
+            | Self::Redis { .. }
+            | Self::Benchmark(_) => exit::FAILURE,
         }
+    }
+
+    /// A store error, said with the store's name (passwords masked).
+    pub fn store(store: impl Into<String>, source: StoreError) -> Self {
+        Self::Store {
+            store: Some(store.into()),
+            source,
+        }
+    }
+
+    /// A Redis command of a measurement that failed.
+    pub fn redis(what: impl Into<String>) -> impl FnOnce(redis::RedisError) -> Self {
+        let what = what.into();
+        move |source| Self::Redis { what, source }
     }
 }
 
 impl From<StoreError> for Error {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::Unavailable(_) => Self::StoreUnavailable(e.to_string()),
-            other => Self::Other(other.to_string()),
+    fn from(source: StoreError) -> Self {
+        Self::Store {
+            store: None,
+            source,
         }
     }
 }

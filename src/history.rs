@@ -96,7 +96,7 @@ impl History {
         let Some(dir) = path.parent() else { return };
         let _ = std::fs::create_dir_all(dir);
         let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
-        let _ = crate::runner::output::write_atomically(dir, "history.json", text.as_bytes());
+        let _ = crate::atomic_file::write_atomically(dir, "history.json", text.as_bytes());
     }
 }
 

@@ -3,13 +3,21 @@
 //!
 //! Data flows one way: config → plan → charge → call → write → cursor.
 //!
-//! * [`config`]: the YAML file, parsed and validated into typed values.
-//! * [`ledger`]: the exact sliding-window log (Redis and embedded stores).
+//! * [`cli`]: the command-line types; [`commands`]: one module per command,
+//!   each taking checked inputs and doing one job.
+//! * [`config`]: the YAML file, parsed (`raw`) and validated into typed
+//!   values, secrets behind a redacting type.
+//! * [`ledger`]: the exact sliding-window log, its vocabulary and trait, and
+//!   its two stores (Redis, embedded SQLite).
 //! * [`runner`]: one run of a job: lock, cursor, charge, call, write.
+//! * [`history`]: what this host has seen of each credential's log, so a
+//!   store that forgot one is noticed.
+//! * [`atomic_file`]: files written so no reader sees part of one.
+//! * [`logging`], [`timefmt`]: log set-up; how times and durations are shown.
 //! * [`standin`]: a local metered imitation of the YouTube Data API.
-//! * [`cli`]: the command-line types; [`commands`]: what each command does.
-//! * [`error`]: the one error type and its exit codes.
+//! * [`error`]: the one error type, and the one map to exit codes.
 
+pub mod atomic_file;
 pub mod cli;
 pub mod commands;
 pub mod config;

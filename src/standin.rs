@@ -66,17 +66,25 @@ struct State {
 pub async fn serve(opts: StandinOptions) -> Result<u8> {
     let listener = TcpListener::bind(opts.listen)
         .await
-        .map_err(|e| Error::Other(format!("cannot listen on {}: {e}", opts.listen)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::Other(e.to_string()))?;
+        .map_err(|source| Error::Process {
+            what: "listen",
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Process {
+        what: "read the address",
+        source,
+    })?;
     let log = match &opts.log {
         Some(p) => Some(Mutex::new(
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(p)
-                .map_err(|e| Error::Other(format!("cannot open {}: {e}", p.display())))?,
+                .map_err(|source| Error::Io {
+                    what: "open",
+                    path: p.clone(),
+                    source,
+                })?,
         )),
         None => None,
     };
@@ -89,10 +97,10 @@ pub async fn serve(opts: StandinOptions) -> Result<u8> {
     println!("listening on http://{addr}");
     let _ = std::io::stdout().flush();
     loop {
-        let (stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| Error::Other(format!("accept: {e}")))?;
+        let (stream, _) = listener.accept().await.map_err(|source| Error::Process {
+            what: "accept",
+            source,
+        })?;
         let state = state.clone();
         tokio::spawn(async move {
             let _ = handle(stream, &state).await;

@@ -105,8 +105,8 @@ pub(super) async fn charge_one(
     };
     let decision = ledger.charge(&charge, At::StoreClock).await?;
     if !decision.is_allowed() {
-        return Err(Error::Other(format!(
-            "benchmark charge was not allowed: {decision:?}"
+        return Err(Error::Benchmark(format!(
+            "a charge was not allowed: {decision:?}"
         )));
     }
     Ok(())
@@ -135,7 +135,8 @@ where
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| Error::Other(e.to_string()))??;
+        t.await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
     }
     Ok(Throughput {
         clients,
@@ -168,7 +169,7 @@ async fn memory_usage(conn: &mut quota_conn::Conn, key: &str) -> Result<u64> {
         .arg(0)
         .query_async(conn)
         .await
-        .map_err(|e| Error::Other(format!("MEMORY USAGE failed: {e}")))?;
+        .map_err(Error::redis("MEMORY USAGE"))?;
     Ok(bytes.unwrap_or(0))
 }
 
@@ -239,7 +240,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                     let _: i64 = trivial
                         .invoke_async(&mut ledger.connection())
                         .await
-                        .map_err(|e| Error::Other(e.to_string()))?;
+                        .map_err(Error::redis("a benchmark command"))?;
                     Ok(())
                 }
             })
@@ -269,7 +270,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                     let _: i64 = inv
                         .invoke_async(&mut ledger.connection())
                         .await
-                        .map_err(|e| Error::Other(e.to_string()))?;
+                        .map_err(Error::redis("a benchmark command"))?;
                     Ok(())
                 }
             })
@@ -308,7 +309,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
         .arg("server")
         .query_async(&mut conn)
         .await
-        .map_err(|e| Error::Other(format!("INFO failed: {e}")))?;
+        .map_err(Error::redis("INFO"))?;
     let redis_version = info
         .lines()
         .find_map(|l| l.strip_prefix("redis_version:"))
@@ -323,7 +324,7 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
             let _: String = redis::cmd("PING")
                 .query_async(&mut conn)
                 .await
-                .map_err(|e| Error::Other(e.to_string()))?;
+                .map_err(Error::redis("a benchmark command"))?;
             Ok(())
         }
     })
@@ -395,7 +396,7 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
         if args.json {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&c).map_err(|e| Error::Other(e.to_string()))?
+                serde_json::to_string_pretty(&c).expect("a report serializes")
             );
         } else {
             print!("{}", super::capacity::render(&c));
@@ -411,7 +412,7 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&r).map_err(|e| Error::Other(e.to_string()))?
+            serde_json::to_string_pretty(&r).expect("a report serializes")
         );
         return Ok(0);
     }

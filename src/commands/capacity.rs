@@ -59,7 +59,7 @@ async fn masters(url: &str) -> Result<Vec<String>> {
         .arg("NODES")
         .query_async(&mut ledger.connection())
         .await
-        .map_err(|e| Error::Other(format!("CLUSTER NODES: {e}")))?;
+        .map_err(Error::redis("CLUSTER NODES"))?;
     Ok(nodes
         .lines()
         .filter(|l| l.contains("master"))
@@ -88,25 +88,24 @@ fn node_url(store: &str, addr: &str) -> String {
 
 /// `EVALSHA` calls a master has run since its stats were reset.
 async fn evalsha_calls(store: &str, addr: &str, reset: bool) -> Result<u64> {
-    let client =
-        redis::Client::open(node_url(store, addr)).map_err(|e| Error::Other(e.to_string()))?;
+    let client = redis::Client::open(node_url(store, addr)).map_err(Error::redis(addr))?;
     let mut c = client
         .get_multiplexed_async_connection()
         .await
-        .map_err(|e| Error::Other(format!("{addr}: {e}")))?;
+        .map_err(Error::redis(addr))?;
     if reset {
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")
             .query_async(&mut c)
             .await
-            .map_err(|e| Error::Other(e.to_string()))?;
+            .map_err(Error::redis("a benchmark command"))?;
         return Ok(0);
     }
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut c)
         .await
-        .map_err(|e| Error::Other(e.to_string()))?;
+        .map_err(Error::redis("a benchmark command"))?;
     Ok(info
         .lines()
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
@@ -161,7 +160,10 @@ async fn scenario(
     }
     let mut times = Vec::new();
     for t in tasks {
-        times.extend(t.await.map_err(|e| Error::Other(e.to_string()))??);
+        times.extend(
+            t.await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?,
+        );
     }
     let elapsed = start.elapsed();
     times.sort();

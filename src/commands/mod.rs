@@ -26,7 +26,10 @@ pub fn run(cli: Cli) -> Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Other(format!("cannot start the runtime: {e}")))?;
+        .map_err(|source| Error::Process {
+            what: "start the runtime",
+            source,
+        })?;
     runtime.block_on(async move {
         match cli.command {
             Command::Bench(ref args) => bench::run(cli.store.as_deref(), args).await,
@@ -44,7 +47,10 @@ pub fn run(cli: Cli) -> Result<u8> {
                 let mut out = Vec::new();
                 clap_mangen::Man::new(Cli::command())
                     .render(&mut out)
-                    .map_err(|e| Error::Other(format!("cannot render the man page: {e}")))?;
+                    .map_err(|source| Error::Process {
+                        what: "render the man page",
+                        source,
+                    })?;
                 table::emit(&String::from_utf8_lossy(&out))
             }
             Command::Check => {

@@ -6,28 +6,24 @@ use std::io::IsTerminal;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::warn;
 
-use crate::Result;
 use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::error::exit;
 use crate::ledger::{Store, StoreError, StoreLocation};
 use crate::runner::{self, RunContext, Shutdown, upstream};
+use crate::{Error, Result};
 
 pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
     let jobs = config.select_jobs(&args.jobs)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
 
-    let opened = Store::open(location).await;
-    let store = match &opened {
+    let opened = match Store::open(location).await {
         Ok(s) => Ok(s),
-        Err(StoreError::Unavailable(e)) => Err(e.clone()),
-        Err(e) => {
-            return Err(crate::Error::Other(format!(
-                "{}: {e}",
-                super::store_name(location)
-            )));
-        }
+        Err(StoreError::Unavailable(e)) => Err(e),
+        Err(e) => return Err(Error::store(super::store_name(location), e)),
     };
+    let store = opened.as_ref().map_err(String::clone);
     let client = upstream::client(&config.http)?;
     let ctx = RunContext {
         config,
@@ -45,7 +41,7 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
     for (i, job) in jobs.iter().enumerate() {
         if shutdown.is_set() {
             warn!("stop signal: {} job(s) not started", jobs.len() - i);
-            code = code.max(75);
+            code = code.max(exit::STOPPED);
             break;
         }
         match runner::run_job(&ctx, job).await {
@@ -70,7 +66,10 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> R
 /// SIGTERM (systemd stopping the unit) and SIGINT (Ctrl-C) ask the run to
 /// stop at the next safe point, with its cursor saved and its lock released.
 fn listen_for_stop_signals(shutdown: Shutdown) -> Result<()> {
-    let err = |e: std::io::Error| crate::Error::Other(format!("cannot listen for signals: {e}"));
+    let err = |source| Error::Process {
+        what: "listen for signals",
+        source,
+    };
     let mut term = signal(SignalKind::terminate()).map_err(err)?;
     let mut int = signal(SignalKind::interrupt()).map_err(err)?;
     tokio::spawn(async move {

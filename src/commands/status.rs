@@ -31,11 +31,12 @@ pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -
     let credentials = select(config, args.credential.as_deref())?;
     let at = super::parse_at(args.at.as_deref())?;
     let store = Store::open(location).await.map_err(|e| match e {
-        StoreError::Unavailable(why) => Error::StoreUnavailable(format!(
-            "the store {} is unreachable ({why})",
-            super::store_name(location)
-        )),
-        other => other.into(),
+        StoreError::Unavailable(reason) => Error::StoreUnavailable {
+            store: super::store_name(location),
+            reason,
+            fail_closed: None,
+        },
+        other => Error::store(super::store_name(location), other),
     })?;
     let reports = read(
         config,

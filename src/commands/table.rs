@@ -114,7 +114,10 @@ pub fn emit(text: &str) -> crate::Result<u8> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(0),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
-        Err(e) => Err(crate::Error::Other(format!("cannot write to stdout: {e}"))),
+        Err(source) => Err(crate::Error::Process {
+            what: "write to stdout",
+            source,
+        }),
     }
 }
 

@@ -105,18 +105,17 @@ fn store_error(e: RedisError) -> StoreError {
     {
         StoreError::Unavailable(e.to_string())
     } else {
-        StoreError::Other(e.to_string())
+        StoreError::Redis(e)
     }
 }
 
-/// A script's refusal of keys that an older build wrote, said plainly.
+/// A script's refusal of keys that an older build wrote (an `OLDER_LAYOUT`
+/// error reply), typed.
 fn older_layout(e: StoreError, credential: &str) -> StoreError {
     match e {
-        StoreError::Other(m) if m.contains("OLDER_LAYOUT") => StoreError::Other(format!(
-            "the Redis keys of credential '{credential}' were written by a build of quota \
-             older than 2026-11-22, in a layout this one would misread; stop its timers and \
-             delete them: redis-cli --scan --pattern 'quota:{{{credential}}}:*' | xargs -r redis-cli del"
-        )),
+        StoreError::Redis(r) if r.code() == Some("OLDER_LAYOUT") => StoreError::OlderLayout {
+            credential: credential.to_string(),
+        },
         e => e,
     }
 }
@@ -134,10 +133,8 @@ fn int(v: &Value) -> Result<i64, StoreError> {
         Value::BulkString(b) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| StoreError::Other("non-numeric reply from a script".into())),
-        other => Err(StoreError::Other(format!(
-            "unexpected reply from a script: {other:?}"
-        ))),
+            .ok_or_else(|| StoreError::Reply("a number that is not one".into())),
+        other => Err(StoreError::Reply(format!("{other:?}"))),
     }
 }
 
@@ -153,9 +150,7 @@ fn text(v: &Value) -> String {
 fn array(v: &Value) -> Result<&[Value], StoreError> {
     match v {
         Value::Array(a) => Ok(a),
-        other => Err(StoreError::Other(format!(
-            "unexpected reply from a script: {other:?}"
-        ))),
+        other => Err(StoreError::Reply(format!("{other:?}"))),
     }
 }
 
@@ -165,7 +160,7 @@ impl RedisLedger {
     /// [`super::topology`]. Fails with `StoreError::Unavailable` when no
     /// server answers in time.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let topology = Topology::parse(url).map_err(StoreError::Other)?;
+        let topology = Topology::parse(url).map_err(StoreError::BadLocation)?;
         let conn = topology.connect(&redact_url(url)).await?;
         Ok(Self {
             conn,
@@ -355,7 +350,7 @@ impl Ledger for RedisLedger {
                 for c in charge.cost {
                     for w in &c.pool.windows {
                         let v = values.next().ok_or_else(|| {
-                            StoreError::Other("short reply from charge script".into())
+                            StoreError::Reply("a short reply from charge.lua".into())
                         })?;
                         remaining.push(Remaining {
                             pool: c.pool.name.clone(),
@@ -388,8 +383,8 @@ impl Ledger for RedisLedger {
                 until: int(&r[3])?,
                 reason: text(&r[4]),
             }),
-            other => Err(StoreError::Other(format!(
-                "unknown status {other} from charge script"
+            other => Err(StoreError::Reply(format!(
+                "unknown status {other} from charge.lua"
             ))),
         }
     }

@@ -248,7 +248,7 @@ impl Topology {
             .map_err(|_| unavailable("connect timed out".into()))?
             .map_err(|e| {
                 if e.kind() == redis::ErrorKind::InvalidClientConfig {
-                    StoreError::Other(format!("{shown}: {e}"))
+                    StoreError::BadLocation(format!("{shown}: {e}"))
                 } else {
                     unavailable(e.to_string())
                 }

@@ -7,9 +7,8 @@
 //! regions). Temporary files are `.JOB.….json.tmp`; a later run of the same
 //! job removes any that a killed run left.
 
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 
 /// Where a page goes, and what it is called.
 pub struct PageName<'a> {
@@ -36,25 +35,6 @@ impl PageName<'_> {
     }
 }
 
-/// Write `bytes` to `dir/name` atomically; returns the final path.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let path = dir.join(name);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, &path)?;
-        // The rename itself is durable once the folder is synced.
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map(|()| path)
-}
-
 /// Create the output folder and remove temporary files a killed run of
 /// `job` left there. Returns how many were removed.
 pub fn prepare(dir: &Path, job: &str) -> std::io::Result<usize> {
@@ -76,6 +56,7 @@ pub fn prepare(dir: &Path, job: &str) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::atomic_file::write_atomically;
 
     #[test]
     fn names_are_deterministic_and_sort_by_run() {

@@ -9,6 +9,7 @@ use tracing::{error, info, warn};
 
 use super::cursor::Cursor;
 use crate::Error;
+use crate::error::exit;
 use crate::ledger::Micros;
 use crate::timefmt::{fmt_duration, local_datetime};
 
@@ -94,7 +95,11 @@ pub struct JobReport {
 impl JobReport {
     /// Exit 0 when the job served every region, 75 when it stopped cleanly.
     pub fn exit_code(&self) -> u8 {
-        if self.stop.is_some() { 75 } else { 0 }
+        if self.stop.is_some() {
+            exit::STOPPED
+        } else {
+            exit::OK
+        }
     }
 
     /// The one summary line a run ends with.

@@ -44,13 +44,18 @@ pub fn client(http: &HttpSettings) -> crate::Result<Client> {
         .retry(reqwest::retry::never())
         .user_agent(concat!("quota/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| crate::Error::Other(format!("cannot build the HTTP client: {e}")))
+        .map_err(|e| crate::Error::Http {
+            what: "cannot build the HTTP client",
+            message: e.to_string(),
+        })
 }
 
 /// The request URL of one page, and the same URL fit for a log line.
 pub fn url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<reqwest::Url> {
-    let mut url = reqwest::Url::parse(&step.url.fill(fill))
-        .map_err(|e| crate::Error::Other(format!("bad request URL: {e}")))?;
+    let mut url = reqwest::Url::parse(&step.url.fill(fill)).map_err(|e| crate::Error::Http {
+        what: "bad request URL",
+        message: e.to_string(),
+    })?;
     {
         let mut q = url.query_pairs_mut();
         for (k, v) in &step.query {

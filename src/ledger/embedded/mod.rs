@@ -10,11 +10,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod charge;
+
+use self::charge::{OwnedCharge, clock, decide};
+
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome, LogEntry,
-    Micros, Pool, Remaining, StoreError, check_fits, tag, untag,
+    At, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, Micros, Pool,
+    StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -56,10 +60,6 @@ CREATE TABLE IF NOT EXISTS charge_id (
 pub struct EmbeddedLedger {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
-}
-
-fn sql_error(e: rusqlite::Error) -> StoreError {
-    StoreError::Other(format!("embedded store: {e}"))
 }
 
 fn local_now() -> Micros {
@@ -118,10 +118,7 @@ impl EmbeddedLedger {
         } else if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
             PathBuf::from(home).join(".local/state/quota")
         } else {
-            return Err(StoreError::Other(
-                "no state directory: set STATE_DIRECTORY, XDG_STATE_HOME or HOME, or name a store"
-                    .into(),
-            ));
+            return Err(StoreError::NoStateDirectory);
         };
         Ok(dir.join("ledger.sqlite3"))
     }
@@ -135,13 +132,10 @@ impl EmbeddedLedger {
         }
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(sql_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(sql_error)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(sql_error)?;
-        conn.execute_batch(SCHEMA).map_err(sql_error)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(SCHEMA)?;
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
@@ -163,233 +157,19 @@ impl EmbeddedLedger {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql_error)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let out = f(&tx)?;
-            tx.commit().map_err(sql_error)?;
+            tx.commit()?;
             Ok(out)
         })
-        .await
-        .map_err(|e| StoreError::Other(format!("embedded store task failed: {e}")))?
+        .await?
     }
-}
-
-/// An owned copy of a charge, to move into the blocking thread.
-struct OwnedCharge {
-    credential: String,
-    cost: Vec<OwnedPoolCost>,
-    tag: String,
-    id: Option<String>,
-}
-
-/// One pool's part of an owned charge: windows as (length µs, budget).
-struct OwnedPoolCost {
-    pool: String,
-    units: u64,
-    windows: Vec<(Micros, u64)>,
-}
-
-fn decide(
-    tx: &rusqlite::Transaction<'_>,
-    c: &OwnedCharge,
-    at: At,
-) -> Result<ChargeDecision, StoreError> {
-    let row = credential_row(tx, &c.credential).map_err(sql_error)?;
-    let now = match at {
-        At::StoreClock => local_now(),
-        At::Fixed(us) => us,
-    }
-    .max(row.last);
-    let retain = c
-        .cost
-        .iter()
-        .flat_map(|c| c.windows.iter().map(|w| w.0))
-        .fold(row.retain, Micros::max);
-
-    let mut duplicate = false;
-    if let Some(id) = &c.id {
-        let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
-        tx.execute(
-            "DELETE FROM charge_id WHERE credential = ?1 AND at <= ?2",
-            params![c.credential, now - horizon],
-        )
-        .map_err(sql_error)?;
-        duplicate = tx
-            .query_row(
-                "SELECT 1 FROM charge_id WHERE credential = ?1 AND id = ?2",
-                params![c.credential, id],
-                |_| Ok(()),
-            )
-            .optional()
-            .map_err(sql_error)?
-            .is_some();
-    }
-    if !duplicate && row.blocked_until > now {
-        return Ok(ChargeDecision::Blocked {
-            at: now,
-            serial: row.serial,
-            until: row.blocked_until,
-            reason: row.blocked_reason,
-        });
-    }
-
-    // Used units per window, in charge order.
-    let mut sums = Vec::new();
-    for OwnedPoolCost { pool, windows, .. } in &c.cost {
-        let mut per_pool = Vec::new();
-        for (len, _) in windows {
-            let used: i64 = tx
-                .query_row(
-                    "SELECT COALESCE(SUM(cost), 0) FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3",
-                    params![c.credential, pool, now - len],
-                    |r| r.get(0),
-                )
-                .map_err(sql_error)?;
-            per_pool.push(used as u64);
-        }
-        sums.push(per_pool);
-    }
-
-    if !duplicate {
-        // The latest of the times at which each short window has shed enough.
-        let mut worst: Option<(usize, usize, Micros)> = None;
-        for (
-            p,
-            OwnedPoolCost {
-                pool,
-                units,
-                windows,
-            },
-        ) in c.cost.iter().enumerate()
-        {
-            for (k, (len, budget)) in windows.iter().enumerate() {
-                let need = (sums[p][k] + units) as i64 - *budget as i64;
-                if need <= 0 {
-                    continue;
-                }
-                let mut stmt = tx
-                    .prepare_cached(
-                        "SELECT at, cost FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3 ORDER BY at, rowid",
-                    )
-                    .map_err(sql_error)?;
-                let mut rows = stmt
-                    .query(params![c.credential, pool, now - len])
-                    .map_err(sql_error)?;
-                let (mut freed, mut free_at) = (0i64, now + len);
-                while let Some(r) = rows.next().map_err(sql_error)? {
-                    freed += r.get::<_, i64>(1).map_err(sql_error)?;
-                    if freed >= need {
-                        free_at = r.get::<_, i64>(0).map_err(sql_error)? + len;
-                        break;
-                    }
-                }
-                let retry = free_at - now;
-                if worst.is_none_or(|w| retry > w.2) {
-                    worst = Some((p, k, retry));
-                }
-            }
-        }
-        if let Some((p, k, retry)) = worst {
-            // As in Redis, time never goes back past a decision's reading.
-            tx.execute(
-                "INSERT INTO credential (name, last) VALUES (?1, ?2)
-                 ON CONFLICT (name) DO UPDATE SET last = ?2",
-                params![c.credential, now],
-            )
-            .map_err(sql_error)?;
-            return Ok(ChargeDecision::Rejected {
-                at: now,
-                serial: row.serial,
-                pool: c.cost[p].pool.clone(),
-                per: Duration::from_micros(c.cost[p].windows[k].0 as u64),
-                retry_after: Duration::from_micros(retry.max(0) as u64),
-            });
-        }
-    }
-
-    let mut serial = row.serial;
-    if !duplicate {
-        serial += 1;
-        for OwnedPoolCost { pool, units, .. } in &c.cost {
-            tx.execute(
-                "INSERT INTO log (credential, pool, at, cost, tag) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![c.credential, pool, now, *units as i64, c.tag],
-            )
-            .map_err(sql_error)?;
-        }
-        if let Some(id) = &c.id {
-            tx.execute(
-                "INSERT INTO charge_id (credential, id, at) VALUES (?1, ?2, ?3)",
-                params![c.credential, id, now],
-            )
-            .map_err(sql_error)?;
-        }
-    }
-    // Entries older than the longest window ever seen are out of every window.
-    for OwnedPoolCost { pool, .. } in &c.cost {
-        tx.execute(
-            "DELETE FROM log WHERE credential = ?1 AND pool = ?2 AND at <= ?3",
-            params![c.credential, pool, now - retain],
-        )
-        .map_err(sql_error)?;
-    }
-    tx.execute(
-        "INSERT INTO credential (name, last, serial, retain) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4",
-        params![c.credential, now, serial as i64, retain],
-    )
-    .map_err(sql_error)?;
-
-    let mut remaining = Vec::new();
-    for (
-        p,
-        OwnedPoolCost {
-            pool,
-            units,
-            windows,
-        },
-    ) in c.cost.iter().enumerate()
-    {
-        for (k, (len, budget)) in windows.iter().enumerate() {
-            let used = sums[p][k] + if duplicate { 0 } else { *units };
-            remaining.push(Remaining {
-                pool: pool.clone(),
-                per: Duration::from_micros(*len as u64),
-                remaining: budget.saturating_sub(used),
-            });
-        }
-    }
-    Ok(ChargeDecision::Allowed {
-        at: now,
-        serial,
-        duplicate,
-        remaining,
-    })
 }
 
 impl Ledger for EmbeddedLedger {
     async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
         check_fits(charge.cost)?;
-        let owned = OwnedCharge {
-            credential: charge.credential.to_string(),
-            cost: charge
-                .cost
-                .iter()
-                .map(|c| OwnedPoolCost {
-                    pool: c.pool.name.clone(),
-                    units: c.units,
-                    windows: c
-                        .pool
-                        .windows
-                        .iter()
-                        .map(|w| (w.len_us(), w.budget()))
-                        .collect(),
-                })
-                .collect(),
-            tag: tag(charge.endpoint, charge.job),
-            id: charge.id.map(str::to_string),
-        };
+        let owned = OwnedCharge::new(charge);
         let decision = self.transaction(move |tx| decide(tx, &owned, at)).await?;
         // The transaction reports windows by microseconds; give back the
         // configured durations so both stores answer identically.
@@ -434,11 +214,8 @@ impl Ledger for EmbeddedLedger {
                  ON CONFLICT (name) DO UPDATE SET blocked_until = ?2, blocked_reason = ?3
                  WHERE blocked_until < ?2",
                 params![credential, until, reason],
-            )
-            .map_err(sql_error)?;
-            Ok(credential_row(tx, &credential)
-                .map_err(sql_error)?
-                .blocked_until)
+            )?;
+            Ok(credential_row(tx, &credential)?.blocked_until)
         })
         .await
     }
@@ -458,8 +235,7 @@ impl Ledger for EmbeddedLedger {
                     [&job],
                     |r| Ok((r.get(0)?, r.get(1)?)),
                 )
-                .optional()
-                .map_err(sql_error)?;
+                .optional()?;
             match current {
                 Some((other, expires_at)) if other != holder && expires_at > now => {
                     Ok(LockOutcome::Busy {
@@ -471,8 +247,7 @@ impl Ledger for EmbeddedLedger {
                     tx.execute(
                         "INSERT OR REPLACE INTO job_lock (job, holder, expires_at) VALUES (?1, ?2, ?3)",
                         params![job, holder, now + ttl.as_micros() as Micros],
-                    )
-                    .map_err(sql_error)?;
+                    )?;
                     Ok(LockOutcome::Held)
                 }
             }
@@ -488,8 +263,7 @@ impl Ledger for EmbeddedLedger {
                 .execute(
                     "UPDATE job_lock SET expires_at = ?3 WHERE job = ?1 AND holder = ?2 AND expires_at > ?4",
                     params![job, holder, now + ttl.as_micros() as Micros, now],
-                )
-                .map_err(sql_error)?;
+                )?;
             Ok(n == 1)
         })
         .await
@@ -498,12 +272,10 @@ impl Ledger for EmbeddedLedger {
     async fn release_lock(&self, job: &str, holder: &str) -> Result<bool, StoreError> {
         let (job, holder) = (job.to_string(), holder.to_string());
         self.transaction(move |tx| {
-            let n = tx
-                .execute(
-                    "DELETE FROM job_lock WHERE job = ?1 AND holder = ?2 AND expires_at > ?3",
-                    params![job, holder, local_now()],
-                )
-                .map_err(sql_error)?;
+            let n = tx.execute(
+                "DELETE FROM job_lock WHERE job = ?1 AND holder = ?2 AND expires_at > ?3",
+                params![job, holder, local_now()],
+            )?;
             Ok(n == 1)
         })
         .await
@@ -518,7 +290,7 @@ impl Ledger for EmbeddedLedger {
                 |r| r.get(0),
             )
             .optional()
-            .map_err(sql_error)
+            .map_err(StoreError::from)
         })
         .await
     }
@@ -529,8 +301,7 @@ impl Ledger for EmbeddedLedger {
             tx.execute(
                 "INSERT OR REPLACE INTO job_cursor (job, cursor) VALUES (?1, ?2)",
                 params![job, cursor],
-            )
-            .map_err(sql_error)?;
+            )?;
             Ok(())
         })
         .await
@@ -545,18 +316,13 @@ impl Ledger for EmbeddedLedger {
         let credential = credential.to_string();
         let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
         self.transaction(move |tx| {
-            let row = credential_row(tx, &credential).map_err(sql_error)?;
-            let now = match at {
-                At::StoreClock => local_now(),
-                At::Fixed(us) => us,
-            }
-            .max(row.last);
+            let row = credential_row(tx, &credential)?;
+            let now = clock(at, row.last);
             let mut logs = Vec::new();
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT at, cost, tag FROM log WHERE credential = ?1 AND pool = ?2 ORDER BY at, rowid",
-                )
-                .map_err(sql_error)?;
+                )?;
             for pool in &names {
                 let entries = stmt
                     .query_map(params![credential, pool], |r| {
@@ -567,10 +333,8 @@ impl Ledger for EmbeddedLedger {
                             endpoint,
                             job,
                         })
-                    })
-                    .map_err(sql_error)?
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(sql_error)?;
+                    })?
+                    .collect::<Result<Vec<_>, _>>()?;
                 logs.push(entries);
             }
             Ok(CredentialLog {

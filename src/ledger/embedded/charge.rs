@@ -1,0 +1,262 @@
+//! The embedded store's charge: one decision inside one immediate
+//! transaction, in the steps of `lua/charge.lua` (clock, duplicate, blocked,
+//! fit, record, prune), over SQL tables instead of Redis lists.
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{credential_row, local_now};
+use crate::ledger::{
+    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Remaining, StoreError, tag,
+};
+
+/// An owned copy of a charge, to move into the blocking thread.
+pub(super) struct OwnedCharge {
+    credential: String,
+    cost: Vec<OwnedPoolCost>,
+    tag: String,
+    id: Option<String>,
+}
+
+impl OwnedCharge {
+    pub(super) fn new(charge: &Charge<'_>) -> Self {
+        Self {
+            credential: charge.credential.to_string(),
+            cost: charge
+                .cost
+                .iter()
+                .map(|c| OwnedPoolCost {
+                    pool: c.pool.name.clone(),
+                    units: c.units,
+                    windows: c
+                        .pool
+                        .windows
+                        .iter()
+                        .map(|w| (w.len_us(), w.budget()))
+                        .collect(),
+                })
+                .collect(),
+            tag: tag(charge.endpoint, charge.job),
+            id: charge.id.map(str::to_string),
+        }
+    }
+}
+
+/// One pool's part of an owned charge: windows as (length µs, budget).
+pub(super) struct OwnedPoolCost {
+    pool: String,
+    units: u64,
+    windows: Vec<(Micros, u64)>,
+}
+
+/// One charge, in the steps of `lua/charge.lua`: clock, duplicate, blocked,
+/// fit, record, prune. All inside the caller's transaction.
+pub(super) fn decide(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    at: At,
+) -> Result<ChargeDecision, StoreError> {
+    let row = credential_row(tx, &c.credential)?;
+    let now = clock(at, row.last);
+    let duplicate = match &c.id {
+        Some(id) => seen_before(tx, &c.credential, id, now)?,
+        None => false,
+    };
+    if !duplicate && row.blocked_until > now {
+        return Ok(ChargeDecision::Blocked {
+            at: now,
+            serial: row.serial,
+            until: row.blocked_until,
+            reason: row.blocked_reason,
+        });
+    }
+    let used = used_per_window(tx, c, now)?;
+    if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, &used, now)? {
+        // As in Redis, time never goes back past a decision's reading.
+        tx.execute(
+            "INSERT INTO credential (name, last) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET last = ?2",
+            params![c.credential, now],
+        )?;
+        return Ok(ChargeDecision::Rejected {
+            at: now,
+            serial: row.serial,
+            pool: c.cost[p].pool.clone(),
+            per: Duration::from_micros(c.cost[p].windows[k].0 as u64),
+            retry_after: Duration::from_micros(retry.max(0) as u64),
+        });
+    }
+    let serial = if duplicate {
+        row.serial
+    } else {
+        record(tx, c, now)?;
+        row.serial + 1
+    };
+    let retain = c
+        .cost
+        .iter()
+        .flat_map(|c| c.windows.iter().map(|w| w.0))
+        .fold(row.retain, Micros::max);
+    prune(tx, c, now - retain)?;
+    tx.execute(
+        "INSERT INTO credential (name, last, serial, retain) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4",
+        params![c.credential, now, serial as i64, retain],
+    )?;
+    Ok(ChargeDecision::Allowed {
+        at: now,
+        serial,
+        duplicate,
+        remaining: remaining(c, &used, duplicate),
+    })
+}
+
+/// Clock: the reading `at` asks for, never before the latest decision.
+pub(super) fn clock(at: At, last: Micros) -> Micros {
+    match at {
+        At::StoreClock => local_now(),
+        At::Fixed(us) => us,
+    }
+    .max(last)
+}
+
+/// Duplicate: whether this charge id was recorded within the horizon
+/// (forgetting the ids that left it).
+fn seen_before(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    id: &str,
+    now: Micros,
+) -> Result<bool, StoreError> {
+    let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
+    tx.execute(
+        "DELETE FROM charge_id WHERE credential = ?1 AND at <= ?2",
+        params![credential, now - horizon],
+    )?;
+    Ok(tx
+        .query_row(
+            "SELECT 1 FROM charge_id WHERE credential = ?1 AND id = ?2",
+            params![credential, id],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+/// Units used in every window of every pool charged, in charge order.
+fn used_per_window(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    now: Micros,
+) -> Result<Vec<Vec<u64>>, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT COALESCE(SUM(cost), 0) FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3",
+    )?;
+    let mut sums = Vec::new();
+    for OwnedPoolCost { pool, windows, .. } in &c.cost {
+        let mut per_pool = Vec::new();
+        for (len, _) in windows {
+            let used: i64 = stmt.query_row(params![c.credential, pool, now - len], |r| r.get(0))?;
+            per_pool.push(used as u64);
+        }
+        sums.push(per_pool);
+    }
+    Ok(sums)
+}
+
+/// Fit: the window that keeps the call out longest, as (pool, window,
+/// µs until enough of it has left), or `None` when the call fits everywhere.
+fn first_full_window(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    used: &[Vec<u64>],
+    now: Micros,
+) -> Result<Option<(usize, usize, Micros)>, StoreError> {
+    let mut worst: Option<(usize, usize, Micros)> = None;
+    for (p, cost) in c.cost.iter().enumerate() {
+        for (k, (len, budget)) in cost.windows.iter().enumerate() {
+            let need = (used[p][k] + cost.units) as i64 - *budget as i64;
+            if need <= 0 {
+                continue;
+            }
+            let retry = freed_at(tx, &c.credential, &cost.pool, *len, need, now)? - now;
+            if worst.is_none_or(|w| retry > w.2) {
+                worst = Some((p, k, retry));
+            }
+        }
+    }
+    Ok(worst)
+}
+
+/// When `need` units of `pool`'s window of length `len` will have left it.
+fn freed_at(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    len: Micros,
+    need: i64,
+    now: Micros,
+) -> Result<Micros, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT at, cost FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3 ORDER BY at, rowid",
+    )?;
+    let mut rows = stmt.query(params![credential, pool, now - len])?;
+    let mut freed = 0i64;
+    while let Some(r) = rows.next()? {
+        freed += r.get::<_, i64>(1)?;
+        if freed >= need {
+            return Ok(r.get::<_, i64>(0)? + len);
+        }
+    }
+    Ok(now + len)
+}
+
+/// Record: one log entry per pool charged, and the charge's id.
+fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Result<(), StoreError> {
+    for OwnedPoolCost { pool, units, .. } in &c.cost {
+        tx.execute(
+            "INSERT INTO log (credential, pool, at, cost, tag) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![c.credential, pool, now, *units as i64, c.tag],
+        )?;
+    }
+    if let Some(id) = &c.id {
+        tx.execute(
+            "INSERT INTO charge_id (credential, id, at) VALUES (?1, ?2, ?3)",
+            params![c.credential, id, now],
+        )?;
+    }
+    Ok(())
+}
+
+/// Prune: entries at or before `cutoff` (the longest window ever seen) are
+/// out of every window.
+fn prune(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    cutoff: Micros,
+) -> Result<(), StoreError> {
+    for OwnedPoolCost { pool, .. } in &c.cost {
+        tx.execute(
+            "DELETE FROM log WHERE credential = ?1 AND pool = ?2 AND at <= ?3",
+            params![c.credential, pool, cutoff],
+        )?;
+    }
+    Ok(())
+}
+
+/// What each window has left after an allowed charge.
+fn remaining(c: &OwnedCharge, used: &[Vec<u64>], duplicate: bool) -> Vec<Remaining> {
+    let mut out = Vec::new();
+    for (p, cost) in c.cost.iter().enumerate() {
+        for (k, (len, budget)) in cost.windows.iter().enumerate() {
+            let spent = used[p][k] + if duplicate { 0 } else { cost.units };
+            out.push(Remaining {
+                pool: cost.pool.clone(),
+                per: Duration::from_micros(*len as u64),
+                remaining: budget.saturating_sub(spent),
+            });
+        }
+    }
+    out
+}

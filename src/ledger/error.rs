@@ -1,0 +1,63 @@
+//! Why the ledger could not answer: [`StoreError`], typed so that callers
+//! tell an outage (exit 69 under `fail_closed`) from a configuration error
+//! and from keys an older build wrote.
+
+use super::PoolCost;
+
+/// Why the ledger could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached (connection refused, timed out, dropped).
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
+    /// A cost above a window's budget can never fit: a configuration error.
+    #[error("the cost of {units} units in pool '{pool}' exceeds its budget of {budget}")]
+    CostExceedsBudget {
+        pool: String,
+        units: u64,
+        budget: u64,
+    },
+    /// The credential's keys were written by an older build, in a layout
+    /// this one would misread; nothing was written.
+    #[error(
+        "the Redis keys of credential '{credential}' were written by a build of quota \
+         older than 2026-11-22, in a layout this one would misread; stop its timers and \
+         delete them: redis-cli --scan --pattern 'quota:{{{credential}}}:*' | xargs -r redis-cli del"
+    )]
+    OlderLayout { credential: String },
+    /// The store URL names something that cannot be connected to as given
+    /// (the message names the URL, password masked).
+    #[error("{0}")]
+    BadLocation(String),
+    /// No place for the embedded store: no state directory is known.
+    #[error("no state directory: set STATE_DIRECTORY, XDG_STATE_HOME or HOME, or name a store")]
+    NoStateDirectory,
+    /// Redis refused a command (not an outage: a script error, a wrong type).
+    #[error("store error: {0}")]
+    Redis(redis::RedisError),
+    /// A script answered in a shape this build does not expect.
+    #[error("store error: unexpected reply from a script: {0}")]
+    Reply(String),
+    /// The embedded store's SQLite reported an error.
+    #[error("store error: embedded store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// The embedded store's worker thread died (a panic).
+    #[error("store error: embedded store task failed: {0}")]
+    Worker(#[from] tokio::task::JoinError),
+}
+
+/// Refuse a cost that can never fit, before asking any store.
+pub(crate) fn check_fits(cost: &[PoolCost]) -> Result<(), StoreError> {
+    for c in cost {
+        for w in &c.pool.windows {
+            if c.units > w.budget() {
+                return Err(StoreError::CostExceedsBudget {
+                    pool: c.pool.name.clone(),
+                    units: c.units,
+                    budget: w.budget(),
+                });
+            }
+        }
+    }
+    Ok(())
+}

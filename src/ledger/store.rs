@@ -1,0 +1,167 @@
+//! Where the ledger lives ([`StoreLocation`], parsed from `--store`,
+//! `$QUOTA_STORE` or the file's `store:`), and [`Store`], a ledger of either
+//! kind chosen at run time.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{
+    At, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome, Micros, Pool,
+    RedisLedger, StoreError, topology,
+};
+
+/// Where the ledger lives, as the operator names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// One Redis, a Cluster or a Sentinel group: `redis://…`, `rediss://…`,
+    /// `redis+cluster://…`, `redis+sentinel://…` (see [`topology`]).
+    Redis(String),
+    /// `embedded` (the default state directory) or `embedded:PATH`
+    Embedded(Option<PathBuf>),
+}
+
+impl StoreLocation {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if topology::is_redis_url(s) {
+            Ok(Self::Redis(s.to_string()))
+        } else if s == "embedded" {
+            Ok(Self::Embedded(None))
+        } else if let Some(path) = s.strip_prefix("embedded:") {
+            Ok(Self::Embedded(Some(PathBuf::from(path))))
+        } else {
+            Err(format!(
+                "unknown store '{}': expected redis://HOST:PORT/DB, rediss://…, redis+cluster://HOST:PORT,…, redis+sentinel://HOST:PORT,…/SERVICE, embedded or embedded:PATH",
+                redact_url(s)
+            ))
+        }
+    }
+}
+
+/// A store URL with any password masked, fit for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            let masked = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_string()
+            };
+            format!("{}{}{}", &url[..scheme + 3], masked, &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A ledger of either kind, chosen at run time from the configuration.
+#[derive(Clone)]
+pub enum Store {
+    Redis(RedisLedger),
+    Embedded(EmbeddedLedger),
+}
+
+impl Store {
+    /// Open (or connect to) the store at `location`.
+    pub async fn open(location: &StoreLocation) -> Result<Self, StoreError> {
+        Ok(match location {
+            StoreLocation::Redis(url) => Self::Redis(RedisLedger::connect(url).await?),
+            StoreLocation::Embedded(path) => {
+                let path = match path {
+                    Some(p) => p.clone(),
+                    None => EmbeddedLedger::default_path()?,
+                };
+                Self::Embedded(EmbeddedLedger::open(&path)?)
+            }
+        })
+    }
+}
+
+/// Forward a call to whichever ledger this is.
+macro_rules! each {
+    ($self:ident, $l:ident => $call:expr) => {
+        match $self {
+            Self::Redis($l) => $call.await,
+            Self::Embedded($l) => $call.await,
+        }
+    };
+}
+
+impl Ledger for Store {
+    async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
+        each!(self, l => l.charge(charge, at))
+    }
+
+    async fn block(
+        &self,
+        credential: &str,
+        until: Micros,
+        reason: &str,
+        at: At,
+    ) -> Result<Micros, StoreError> {
+        each!(self, l => l.block(credential, until, reason, at))
+    }
+
+    async fn read(
+        &self,
+        credential: &str,
+        pools: &[Pool],
+        at: At,
+    ) -> Result<CredentialLog, StoreError> {
+        each!(self, l => l.read(credential, pools, at))
+    }
+
+    async fn take_lock(
+        &self,
+        job: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<LockOutcome, StoreError> {
+        each!(self, l => l.take_lock(job, holder, ttl))
+    }
+
+    async fn renew_lock(&self, job: &str, holder: &str, ttl: Duration) -> Result<bool, StoreError> {
+        each!(self, l => l.renew_lock(job, holder, ttl))
+    }
+
+    async fn release_lock(&self, job: &str, holder: &str) -> Result<bool, StoreError> {
+        each!(self, l => l.release_lock(job, holder))
+    }
+
+    async fn load_cursor(&self, job: &str) -> Result<Option<String>, StoreError> {
+        each!(self, l => l.load_cursor(job))
+    }
+
+    async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
+        each!(self, l => l.save_cursor(job, cursor))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redacts_store_passwords() {
+        assert_eq!(
+            redact_url("redis://user:hunter2@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact_url("redis://:pw@host"), "redis://:***@host");
+        assert_eq!(redact_url("redis://host:6379"), "redis://host:6379");
+    }
+
+    #[test]
+    fn parses_store_locations() {
+        assert_eq!(
+            StoreLocation::parse("embedded").unwrap(),
+            StoreLocation::Embedded(None)
+        );
+        assert!(matches!(
+            StoreLocation::parse("redis://127.0.0.1:1/0").unwrap(),
+            StoreLocation::Redis(_)
+        ));
+        assert!(StoreLocation::parse("mongodb://x").is_err());
+    }
+}

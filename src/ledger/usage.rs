@@ -1,0 +1,196 @@
+//! Usage reports: the raw log a store reads ([`CredentialLog`]) and its
+//! summary per window ([`CredentialUsage`]), computed here once for both
+//! stores so that their reports can only differ if their logs do.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Micros, Pool, Window};
+
+/// One logged call, as a usage report sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub at: Micros,
+    pub cost: u64,
+    pub endpoint: String,
+    pub job: String,
+}
+
+/// The raw log of a credential, as read from a store, before summarising.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CredentialLog {
+    pub at: Micros,
+    pub serial: u64,
+    pub blocked_until: Micros,
+    pub blocked_reason: String,
+    /// Per pool asked about, in order: its entries, oldest first.
+    pub pools: Vec<Vec<LogEntry>>,
+}
+
+/// Usage of one window, read without spending.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct WindowUsage {
+    #[serde(flatten)]
+    pub window: Window,
+    pub budget: u64,
+    pub used: u64,
+    pub remaining: u64,
+    /// When the oldest entry leaves the window (`None`: the window is empty).
+    pub next_free_at: Option<Micros>,
+    /// When the newest entry leaves the window (`None`: the window is empty).
+    pub fully_free_at: Option<Micros>,
+    pub by_endpoint: BTreeMap<String, u64>,
+    pub by_job: BTreeMap<String, u64>,
+    /// Units spent in equal time buckets across the window, oldest first.
+    pub buckets: Vec<u64>,
+}
+
+/// Usage of one pool: its windows, in configuration order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PoolUsage {
+    pub pool: String,
+    pub windows: Vec<WindowUsage>,
+}
+
+/// Usage of one credential at one instant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CredentialUsage {
+    pub credential: String,
+    pub at: Micros,
+    pub charges_recorded: u64,
+    pub blocked_until: Option<Micros>,
+    pub blocked_reason: Option<String>,
+    pub pools: Vec<PoolUsage>,
+}
+
+/// How many time buckets a usage report splits each window into.
+pub const USAGE_BUCKETS: usize = 24;
+
+/// Summarise a raw log into per-window usage. Shared by both stores, so their
+/// reports can only differ if their logs do.
+pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> CredentialUsage {
+    let now = log.at;
+    let pools_usage = pools
+        .iter()
+        .zip(&log.pools)
+        .map(|(pool, entries)| PoolUsage {
+            pool: pool.name.clone(),
+            windows: pool
+                .windows
+                .iter()
+                .map(|w| summarize_window(w, entries, now))
+                .collect(),
+        })
+        .collect();
+    let blocked = log.blocked_until > now;
+    CredentialUsage {
+        credential: credential.to_string(),
+        at: now,
+        charges_recorded: log.serial,
+        blocked_until: blocked.then_some(log.blocked_until),
+        blocked_reason: blocked.then(|| log.blocked_reason.clone()),
+        pools: pools_usage,
+    }
+}
+
+fn summarize_window(window: &Window, entries: &[LogEntry], now: Micros) -> WindowUsage {
+    let len = window.len_us();
+    let start = now - len;
+    let inside: Vec<&LogEntry> = entries.iter().filter(|e| e.at > start).collect();
+    let used: u64 = inside.iter().map(|e| e.cost).sum();
+    let mut by_endpoint = BTreeMap::new();
+    let mut by_job = BTreeMap::new();
+    let mut buckets = vec![0u64; USAGE_BUCKETS];
+    for e in &inside {
+        *by_endpoint.entry(e.endpoint.clone()).or_insert(0) += e.cost;
+        *by_job.entry(e.job.clone()).or_insert(0) += e.cost;
+        // Bucket i covers (start + i*len/n, start + (i+1)*len/n].
+        let offset = (e.at - start - 1).max(0) as i128;
+        let i = (offset * USAGE_BUCKETS as i128 / len as i128) as usize;
+        buckets[i.min(USAGE_BUCKETS - 1)] += e.cost;
+    }
+    WindowUsage {
+        window: window.clone(),
+        budget: window.budget(),
+        used,
+        remaining: window.budget().saturating_sub(used),
+        next_free_at: inside.first().map(|e| e.at + len),
+        fully_free_at: inside.last().map(|e| e.at + len),
+        by_endpoint,
+        by_job,
+        buckets,
+    }
+}
+
+/// The tag a log entry carries: who spent it.
+pub(crate) fn tag(endpoint: &str, job: &str) -> String {
+    format!("{endpoint}\t{job}")
+}
+
+pub(crate) fn untag(tag: &str) -> (String, String) {
+    match tag.split_once('\t') {
+        Some((e, j)) => (e.to_string(), j.to_string()),
+        None => (tag.to_string(), String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn entry(at: Micros, cost: u64, endpoint: &str, job: &str) -> LogEntry {
+        LogEntry {
+            at,
+            cost,
+            endpoint: endpoint.into(),
+            job: job.into(),
+        }
+    }
+
+    #[test]
+    fn summary_counts_only_entries_inside_each_window() {
+        let pool = Pool {
+            name: "units".into(),
+            windows: vec![
+                Window {
+                    per: Duration::from_secs(100),
+                    limit: 50,
+                    headroom: 5,
+                },
+                Window {
+                    per: Duration::from_secs(10),
+                    limit: 20,
+                    headroom: 0,
+                },
+            ],
+        };
+        let s = 1_000_000;
+        let log = CredentialLog {
+            at: 200 * s,
+            serial: 3,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            pools: vec![vec![
+                entry(100 * s, 7, "a", "j1"), // exactly at the 100 s boundary: out
+                entry(150 * s, 3, "a", "j1"),
+                entry(195 * s, 4, "b", "j2"),
+            ]],
+        };
+        let u = summarize("c", &[pool], &log);
+        let day = &u.pools[0].windows[0];
+        assert_eq!((day.budget, day.used, day.remaining), (45, 7, 38));
+        assert_eq!(day.next_free_at, Some(250 * s));
+        assert_eq!(day.fully_free_at, Some(295 * s));
+        assert_eq!(day.by_endpoint.get("a"), Some(&3));
+        assert_eq!(day.by_job.get("j2"), Some(&4));
+        assert_eq!(day.buckets.iter().sum::<u64>(), 7);
+        // Buckets of 100/24 s: 195 s lies in (191.7 s, 195.8 s], bucket 22.
+        assert_eq!(day.buckets[22], 4);
+        let short = &u.pools[0].windows[1];
+        assert_eq!((short.used, short.remaining), (4, 16));
+        assert_eq!(u.blocked_until, None);
+    }
+}

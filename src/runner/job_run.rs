@@ -1,0 +1,539 @@
+//! [`JobRun`]: the state of one run of a job in progress, and its loop:
+//! every region once, from the cursor on, wrapping around; per page, charge
+//! → call → write → save the cursor.
+
+use std::time::Duration;
+
+use tracing::{debug, error, info, warn};
+
+use super::cursor::Cursor;
+use super::lock::RunLock;
+use super::output::{self, PageName};
+use super::upstream::{self, Answer};
+use super::{JobReport, RunContext, Stop};
+use crate::atomic_file::write_atomically;
+use crate::config::{Credential, Fill, Job, Step, StorePolicy, redact};
+use crate::error::FailClosed;
+use crate::ledger::{At, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError};
+use crate::timefmt::{fmt_duration, local_datetime};
+use crate::{Error, Result};
+
+/// The state of one run in progress.
+pub(super) struct JobRun<'a> {
+    ctx: &'a RunContext<'a>,
+    job: &'a Job,
+    cred: &'a Credential,
+    report: JobReport,
+    /// `None` when the run goes unmetered (store unreachable, every endpoint fail_open).
+    store: Option<&'a Store>,
+    /// The credential's charge serial and time of the latest decision.
+    last_serial: Option<(u64, Micros)>,
+    /// Whether this run compared the serial with the history yet.
+    history_checked: bool,
+    warned_unmetered: bool,
+    /// The run lock, while this run holds it.
+    lock: Option<RunLock>,
+}
+
+/// What the charge before a request said.
+enum Charged {
+    Go { at: Option<Micros> },
+    Stop(Stop),
+}
+
+impl<'a> JobRun<'a> {
+    pub(super) fn new(ctx: &'a RunContext<'a>, job: &'a Job) -> Self {
+        Self {
+            ctx,
+            job,
+            cred: ctx.config.credential(job),
+            report: JobReport {
+                job: job.name.clone(),
+                stop: None,
+                calls: 0,
+                unmetered: 0,
+                units: job
+                    .steps
+                    .iter()
+                    .flat_map(|s| s.cost.iter().map(|c| (c.pool.name.clone(), 0)))
+                    .collect(),
+                regions_done: 0,
+                regions_total: job.regions.len().max(1),
+                pages: 0,
+                resume: None,
+            },
+            store: None,
+            last_serial: None,
+            history_checked: false,
+            warned_unmetered: false,
+            lock: None,
+        }
+    }
+
+    /// The run holds its lock: it charges in `store`.
+    pub(super) fn hold(&mut self, store: &'a Store, lock: RunLock) {
+        self.store = Some(store);
+        self.lock = Some(lock);
+    }
+
+    /// Another run holds the lock: this one stops before it starts.
+    pub(super) fn busy(mut self, busy: LockOutcome) -> JobReport {
+        if let LockOutcome::Busy { holder, expires_in } = busy {
+            self.stop(Stop::LockBusy { holder, expires_in });
+        }
+        self.report
+    }
+
+    /// After the region loop: clear the progress line, update the history,
+    /// give the lock back.
+    pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
+        self.clear_progress();
+        self.check_history();
+        if let Some(lock) = self.lock.take() {
+            lock.release().await;
+        }
+        served.map(|()| self.report)
+    }
+
+    /// Compare the credential's charge serial, from the latest decision,
+    /// with what this host saw before: a store that forgot the log is
+    /// reported loudly at the run's first decision (before its request goes
+    /// out); later calls only keep the history up to date.
+    fn check_history(&mut self) {
+        let Some((serial, now)) = self.last_serial else {
+            return;
+        };
+        let keep = self.cred.longest_window().as_micros() as Micros;
+        let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
+        let lost = history.check(&self.ctx.store_id, &self.cred.name, serial, now, keep);
+        history.save();
+        let first = !std::mem::replace(&mut self.history_checked, true);
+        if let (Some(l), true) = (lost, first) {
+            error!(
+                job = self.job.name,
+                "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
+                 Its windows may admit the budget a second time until {}. A Redis without persistence that restarted does this: turn on appendonly.",
+                self.cred.name,
+                l.had,
+                l.found,
+                local_datetime(l.noticed_at),
+                local_datetime(l.noticed_at + keep)
+            );
+        }
+    }
+
+    pub(super) fn store_unreachable_at_start(&mut self, why: &str) -> Result<()> {
+        let closed: Vec<&str> = self
+            .job
+            .steps
+            .iter()
+            .filter(|s| s.on_store_error == StorePolicy::FailClosed)
+            .map(|s| s.endpoint.as_str())
+            .collect();
+        if let Some(endpoint) = closed.first() {
+            return Err(Error::StoreUnavailable {
+                store: self.ctx.store_id.clone(),
+                reason: why.to_string(),
+                fail_closed: Some(FailClosed {
+                    job: self.job.name.clone(),
+                    endpoint: endpoint.to_string(),
+                    at_start: true,
+                }),
+            });
+        }
+        warn!(
+            job = self.job.name,
+            "UNMETERED RUN: the store {} is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region",
+            self.ctx.store_id
+        );
+        self.warned_unmetered = true;
+        Ok(())
+    }
+
+    /// Serve every region once, from the cursor on, wrapping around.
+    pub(super) async fn serve_regions(&mut self) -> Result<()> {
+        let job = self.job;
+        let cursor = match self.store {
+            Some(store) => match store.load_cursor(&job.name).await {
+                Ok(text) => text.as_deref().and_then(Cursor::decode).unwrap_or_default(),
+                Err(StoreError::Unavailable(e)) => {
+                    self.store_unreachable_at_start(&e)?;
+                    self.store = None;
+                    Cursor::default()
+                }
+                Err(e) => return Err(e.into()),
+            },
+            None => Cursor::default(),
+        };
+        let run_number = cursor.run + 1;
+        let removed = output::prepare(&job.output, &job.name).map_err(|source| Error::Io {
+            what: "prepare the output folder",
+            path: job.output.clone(),
+            source,
+        })?;
+        if removed > 0 {
+            info!(
+                job = job.name,
+                "removed {removed} temporary file(s) a killed run left"
+            );
+        }
+
+        let regions: Vec<&str> = if job.regions.is_empty() {
+            vec![""]
+        } else {
+            job.regions.iter().map(String::as_str).collect()
+        };
+        let n = regions.len();
+        let start = cursor.start(&job.regions, job.steps.len());
+        info!(
+            job = job.name,
+            "run {run_number} starts at {}",
+            describe_position(regions[start.index], start.step, start.page)
+        );
+        self.report.resume = Some(Cursor {
+            run: cursor.run,
+            region: regions[start.index].to_string(),
+            step: start.step,
+            page: start.page,
+            token: start.token.clone(),
+        });
+
+        for i in 0..n {
+            let index = (start.index + i) % n;
+            let region = regions[index];
+            let first = i == 0;
+            let first_step = if first { start.step } else { 0 };
+            for (s, step) in job.steps.iter().enumerate().skip(first_step) {
+                let (mut page, mut token) = if first && s == start.step {
+                    (start.page, start.token.clone())
+                } else {
+                    (0, None)
+                };
+                loop {
+                    let fill = Fill {
+                        region,
+                        secret: &self.cred.secret,
+                        job: &job.name,
+                        step: s,
+                    };
+                    let Some(json) = self
+                        .fetch_page(step, &fill, token.as_deref(), region, s, page, run_number)
+                        .await?
+                    else {
+                        return Ok(()); // stopped; the cursor already points at this page
+                    };
+                    let next = step
+                        .paginate
+                        .as_ref()
+                        .filter(|p| page + 1 < p.max_pages)
+                        .and_then(|p| upstream::next_token(&json, &p.token));
+                    // Where the next run starts if this one stops now.
+                    let resume = match next {
+                        Some(t) => Cursor {
+                            run: run_number,
+                            region: region.to_string(),
+                            step: s,
+                            page: page + 1,
+                            token: Some(t),
+                        },
+                        None if s + 1 < job.steps.len() => Cursor {
+                            run: run_number,
+                            region: region.to_string(),
+                            step: s + 1,
+                            page: 0,
+                            token: None,
+                        },
+                        None => Cursor {
+                            run: run_number,
+                            region: regions[(index + 1) % n].to_string(),
+                            step: 0,
+                            page: 0,
+                            token: None,
+                        },
+                    };
+                    self.save_cursor(&resume).await;
+                    match &resume.token {
+                        Some(t) if resume.step == s && resume.region == region => {
+                            page += 1;
+                            token = Some(t.clone());
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            self.report.regions_done += 1;
+        }
+        Ok(())
+    }
+
+    async fn save_cursor(&mut self, cursor: &Cursor) {
+        self.report.resume = Some(cursor.clone());
+        if let Some(store) = self.store
+            && let Err(e) = store.save_cursor(&self.job.name, &cursor.encode()).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot save the cursor (the next run may redo this page): {e}"
+            );
+        }
+    }
+
+    /// On a terminal, one line that says how far the run is (none under
+    /// cron or systemd, where stderr is a file or the journal).
+    fn progress(&self) {
+        if !self.ctx.progress {
+            return;
+        }
+        let r = &self.report;
+        let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        eprint!(
+            "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
+            r.job,
+            r.regions_done,
+            r.regions_total,
+            r.calls,
+            units.join(", ")
+        );
+    }
+
+    fn clear_progress(&self) {
+        if self.ctx.progress && self.report.pages > 0 {
+            eprint!("\r\x1b[2K");
+        }
+    }
+
+    fn stop(&mut self, stop: Stop) {
+        self.report.stop = Some(stop);
+    }
+
+    /// Charge, call (retrying transient failures, each attempt charged) and
+    /// write one page. `None` when the run stopped cleanly instead.
+    #[allow(clippy::too_many_arguments)]
+    async fn fetch_page(
+        &mut self,
+        step: &Step,
+        fill: &Fill<'_>,
+        token: Option<&str>,
+        region: &str,
+        s: usize,
+        page: u32,
+        run_number: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        let http = &self.ctx.config.http;
+        let url = upstream::url(step, fill, token)?;
+        let shown = redact(url.as_str(), &[fill.secret]);
+        let mut attempt = 0;
+        let body = loop {
+            if self.ctx.shutdown.is_set() {
+                self.stop(Stop::Signal);
+                return Ok(None);
+            }
+            if self.lock.as_ref().is_some_and(RunLock::is_lost) {
+                self.stop(Stop::LockLost);
+                return Ok(None);
+            }
+            let at = match self.charge(step).await? {
+                Charged::Go { at } => at,
+                Charged::Stop(stop) => {
+                    self.stop(stop);
+                    return Ok(None);
+                }
+            };
+            debug!(job = self.job.name, attempt, "GET {shown}");
+            self.report.calls += 1;
+            let answer = tokio::select! {
+                a = upstream::send(self.ctx.client, step, fill, url.clone()) => a,
+                () = self.ctx.shutdown.wait() => {
+                    info!(job = self.job.name, "stop signal: abandoning the request in flight");
+                    self.stop(Stop::Signal);
+                    return Ok(None);
+                }
+            };
+            match answer {
+                Answer::Page { body, json } => break (body, json),
+                Answer::QuotaExhausted {
+                    status,
+                    reason,
+                    retry_after,
+                } => {
+                    let until = self.block_until(at, retry_after);
+                    warn!(
+                        job = self.job.name,
+                        "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+                        self.cred.name,
+                        local_datetime(until)
+                    );
+                    if let Some(store) = self.store {
+                        let why = format!("upstream {status} {reason} (job {})", self.job.name);
+                        if let Err(e) = store
+                            .block(&self.cred.name, until, &why, At::StoreClock)
+                            .await
+                        {
+                            warn!(
+                                job = self.job.name,
+                                "cannot mark the credential blocked: {e}"
+                            );
+                        }
+                    }
+                    self.stop(Stop::UpstreamExhausted { reason, until });
+                    return Ok(None);
+                }
+                Answer::Transient(why) if attempt < http.retries => {
+                    let cap = http
+                        .backoff
+                        .saturating_mul(1 << attempt.min(16))
+                        .min(Duration::from_secs(60));
+                    // Full jitter: anywhere up to the cap, so hosts do not retry in step.
+                    let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
+                    attempt += 1;
+                    warn!(
+                        job = self.job.name,
+                        "{shown}: {why}; retry {attempt} of {} in {}",
+                        http.retries,
+                        fmt_duration(wait)
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.ctx.shutdown.wait() => {}
+                    }
+                }
+                Answer::Transient(why) => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: format!("{why}, after {} attempts", attempt + 1),
+                    });
+                }
+                Answer::Refused { status, excerpt } => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: format!(
+                            "the upstream refused the request with HTTP {status}: {excerpt}"
+                        ),
+                    });
+                }
+            }
+        };
+        let name = PageName {
+            job: &self.job.name,
+            run: run_number,
+            region,
+            step: s,
+            page,
+        }
+        .file_name();
+        let path =
+            write_atomically(&self.job.output, &name, &body.0).map_err(|source| Error::Io {
+                what: "write",
+                path: self.job.output.join(&name),
+                source,
+            })?;
+        self.report.pages += 1;
+        self.progress();
+        debug!(job = self.job.name, "wrote {}", path.display());
+        Ok(Some(body.1))
+    }
+
+    /// Charge one attempt of `step` before it is sent.
+    async fn charge(&mut self, step: &Step) -> Result<Charged> {
+        let Some(store) = self.store else {
+            self.count_unmetered(step, "the store was unreachable when the run started");
+            return Ok(Charged::Go { at: None });
+        };
+        // No id of our own: every charge is new, and the Redis store gives
+        // each one an id for its own resends (an id given here would only be
+        // remembered, and in SQLite written, for nothing).
+        let charge = Charge {
+            credential: &self.cred.name,
+            cost: &step.cost,
+            endpoint: &step.endpoint,
+            job: &self.job.name,
+            id: None,
+        };
+        let decision = store.charge(&charge, At::StoreClock).await;
+        if let Ok(d) = &decision {
+            self.last_serial = Some((d.serial(), d.at()));
+            if !self.history_checked {
+                self.check_history();
+            }
+        }
+        match decision {
+            Ok(ChargeDecision::Allowed { at, .. }) => {
+                for c in &step.cost {
+                    *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
+                }
+                Ok(Charged::Go { at: Some(at) })
+            }
+            Ok(ChargeDecision::Rejected {
+                pool,
+                per,
+                retry_after,
+                ..
+            }) => Ok(Charged::Stop(Stop::QuotaSaidNo {
+                pool,
+                per,
+                retry_after,
+            })),
+            Ok(ChargeDecision::Blocked { until, reason, .. }) => {
+                Ok(Charged::Stop(Stop::Blocked { until, reason }))
+            }
+            Err(StoreError::Unavailable(e)) => match step.on_store_error {
+                StorePolicy::FailClosed => Err(Error::StoreUnavailable {
+                    store: self.ctx.store_id.clone(),
+                    reason: e,
+                    fail_closed: Some(FailClosed {
+                        job: self.job.name.clone(),
+                        endpoint: step.endpoint.clone(),
+                        at_start: false,
+                    }),
+                }),
+                StorePolicy::FailOpen => {
+                    self.count_unmetered(step, &e);
+                    Ok(Charged::Go { at: None })
+                }
+            },
+            Err(StoreError::CostExceedsBudget {
+                pool,
+                units,
+                budget,
+            }) => Err(Error::Config {
+                file: self.ctx.config.file.clone(),
+                field: format!("endpoints.{}.cost.{pool}", step.endpoint),
+                message: format!("{units} units can never fit a budget of {budget}"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn count_unmetered(&mut self, step: &Step, why: &str) {
+        self.report.unmetered += 1;
+        if !self.warned_unmetered {
+            warn!(
+                job = self.job.name,
+                "UNMETERED: {why}; endpoint {} is fail_open, so requests go out without a charge",
+                step.endpoint
+            );
+            self.warned_unmetered = true;
+        }
+    }
+
+    /// When the upstream's quota is back: its reset time, else what it said,
+    /// else the end of the credential's longest window.
+    fn block_until(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> Micros {
+        let now = charged_at.unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
+        if let Some(reset) = &self.cred.upstream_reset {
+            return reset.next_after(chrono::Utc::now()).timestamp_micros();
+        }
+        let wait = retry_after.unwrap_or_else(|| self.cred.longest_window());
+        now + wait.as_micros() as Micros
+    }
+}
+
+fn describe_position(region: &str, step: usize, page: u32) -> String {
+    if region.is_empty() {
+        format!("step {step} page {page}")
+    } else {
+        format!("region {region} step {step} page {page}")
+    }
+}
