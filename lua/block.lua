@@ -8,6 +8,10 @@
 -- ARGV[3]  reason (short text, no secrets)
 --
 -- Returns {now, blocked_until} as stored after the call.
+--
+-- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
+-- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
+-- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
 
 local state = KEYS[1]
 local now

@@ -50,6 +50,10 @@
 -- reads the log only when an entry leaves a window, and packs each pool's
 -- numbers into one field: converting numbers to and from text, and every
 -- field and table, costs more than the arithmetic.
+--
+-- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
+-- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
+-- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
 
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor = struct.pack, struct.unpack, math.floor

@@ -10,6 +10,10 @@
 -- pool's flat list of (time µs, cost, tag id, charge id) quadruples, oldest
 -- first (see lua/charge.lua for the fields of the state hash). Raises
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
+--
+-- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
+-- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
+-- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
 
 local state = KEYS[1]
 local now

@@ -8,7 +8,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = quota::cli::Cli::parse();
     quota::logging::init(cli.log_format, cli.log_level());
-    match quota::commands::run(cli) {
+    match quota::commands::dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("quota: {e}");

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::ledger::{StoreLocation, redact_url};
 use crate::timefmt::fmt_duration;
 
-pub fn run(config: &Config, store: &StoreLocation) -> Result<u8> {
+pub fn execute(config: &Config, store: &StoreLocation) -> Result<u8> {
     super::table::emit(&describe(config, store))
 }
 

@@ -22,7 +22,7 @@ use crate::ledger::StoreLocation;
 use crate::{Error, Result};
 
 /// Run the command `cli` names; returns the exit code of a normal finish.
-pub fn run(cli: Cli) -> Result<u8> {
+pub fn dispatch(cli: Cli) -> Result<u8> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -36,7 +36,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             Command::Standin(args) => standin::run(args).await,
             Command::Status(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
-                status::run(&config, &store, args).await
+                status::execute(&config, &store, args).await
             }
             Command::Completions { shell } => {
                 let mut out = Vec::new();
@@ -55,7 +55,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             }
             Command::Check => {
                 let (config, store) = configured(&cli, Secrets::Read)?;
-                check::run(&config, &store)
+                check::execute(&config, &store)
             }
             Command::Run(ref args) if args.dry_run => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
@@ -63,7 +63,7 @@ pub fn run(cli: Cli) -> Result<u8> {
             }
             Command::Run(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Read)?;
-                run::run(&config, &store, args).await
+                run::execute(&config, &store, args).await
             }
         }
     })

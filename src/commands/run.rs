@@ -13,7 +13,7 @@ use crate::ledger::{Store, StoreError, StoreLocation};
 use crate::runner::{self, RunContext, Shutdown, upstream};
 use crate::{Error, Result};
 
-pub async fn run(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
     let jobs = config.select_jobs(&args.jobs)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;

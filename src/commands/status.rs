@@ -27,7 +27,7 @@ pub struct CredentialReport {
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
 
-pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
+pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
     let credentials = select(config, args.credential.as_deref())?;
     let at = super::parse_at(args.at.as_deref())?;
     let store = Store::open(location).await.map_err(|e| match e {

@@ -1,4 +1,4 @@
-//! The configuration: the YAML of PRODUCT.md parsed and validated into typed,
+//! The configuration: the YAML of the README parsed and validated into typed,
 //! checked values. Everything the runner needs is resolved here (costs per
 //! pool, budgets, templates, secrets), so a bad file fails before anything is
 //! charged or sent, with the file and the field named.
