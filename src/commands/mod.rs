@@ -3,7 +3,6 @@
 //! and dispatches.
 
 pub mod bench;
-pub mod capacity;
 pub mod check;
 pub mod plan;
 pub mod run;
