@@ -3,7 +3,6 @@
 //! and dispatches.
 
 pub mod bench;
-pub mod capacity;
 pub mod check;
 pub mod plan;
 pub mod run;
@@ -32,7 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         })?;
     runtime.block_on(async move {
         match cli.command {
-            Command::Bench(ref args) => bench::run(cli.store.as_deref(), args).await,
+            Command::Bench(ref args) => bench::execute(cli.store.as_deref(), args).await,
             Command::Standin(args) => standin::run(args).await,
             Command::Status(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
@@ -59,7 +58,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             }
             Command::Run(ref args) if args.dry_run => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
-                plan::run(&config, &store, args).await
+                plan::execute(&config, &store, args).await
             }
             Command::Run(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Read)?;

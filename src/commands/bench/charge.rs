@@ -1,35 +1,26 @@
-//! `quota bench`: measure the ledger against a real Redis, so operators can
-//! size a deployment. Every figure comes from the same run on the same server:
-//! the PING round trip and a trivial script are the floor the charge is
-//! compared with. Keys it writes are named `quota:{quota-bench-…}:…` and
-//! deleted at the end.
+//! `quota bench` (without `--capacity`): what one charge costs a real
+//! Redis, so operators can size a deployment. Every figure comes from the
+//! same run on the same server: the PING round trip and a trivial script
+//! are the floor the charge is compared with. Keys it writes are named
+//! `quota:{quota-bench-…}:…` and deleted at the end.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::AsyncCommands;
 use serde::Serialize;
 
-use crate::cli::BenchArgs;
-use crate::ledger::topology as quota_conn;
-use crate::ledger::{
-    At, Charge, Ledger, Pool, PoolCost, RedisLedger, StoreLocation, Window, log_key, state_key,
+use super::measure::{
+    DAY, HOUR, Latency, Throughput, charge_one, cleanup, fresh_credential, latency, pool,
+    throughput, verdict,
 };
+use crate::cli::BenchArgs;
+use crate::ledger::topology::Conn;
+use crate::ledger::{Charge, PoolCost, RedisLedger, log_key, state_key};
 use crate::{Error, Result};
 
-/// Latency percentiles of one measurement, in microseconds.
-#[derive(Debug, Serialize)]
-pub struct Latency {
-    pub p50_us: f64,
-    pub p99_us: f64,
-}
-
-/// Requests per second of one measurement.
-#[derive(Debug, Serialize)]
-pub struct Throughput {
-    pub clients: usize,
-    pub per_second: f64,
-}
+/// A charge in one window (a day), and in two (a day and an hour).
+const ONE_WINDOW: &[Duration] = &[DAY];
+const TWO_WINDOWS: &[Duration] = &[DAY, HOUR];
 
 /// Everything one `quota bench` run measures.
 #[derive(Debug, Serialize)]
@@ -52,116 +43,8 @@ pub struct Report {
     pub rounds: usize,
 }
 
-fn percentiles(mut samples: Vec<Duration>) -> Latency {
-    samples.sort();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
-        samples[i].as_secs_f64() * 1e6
-    };
-    Latency {
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-    }
-}
-
-/// A pool that never runs out during a benchmark: the measured path is the
-/// allowed charge, which is the one that writes.
-fn bench_pool(windows: usize) -> Pool {
-    let day = Window {
-        per: Duration::from_secs(86_400),
-        limit: 1_000_000_000_000,
-        headroom: 0,
-    };
-    let hour = Window {
-        per: Duration::from_secs(3_600),
-        ..day.clone()
-    };
-    Pool {
-        name: "units".into(),
-        windows: [day, hour].into_iter().take(windows).collect(),
-    }
-}
-
-fn bench_credential(what: &str) -> String {
-    format!(
-        "quota-bench-{}-{what}",
-        hex::encode(rand::random::<[u8; 4]>())
-    )
-}
-
-/// One charge of `cost` to `credential`; a refusal is an error (benchmark
-/// budgets never run out).
-pub(super) async fn charge_one(
-    ledger: &RedisLedger,
-    credential: &str,
-    cost: &[PoolCost],
-) -> Result<()> {
-    let charge = Charge {
-        credential,
-        cost,
-        endpoint: "bench",
-        job: "bench",
-        id: None,
-    };
-    let decision = ledger.charge(&charge, At::StoreClock).await?;
-    if !decision.is_allowed() {
-        return Err(Error::Benchmark(format!(
-            "a charge was not allowed: {decision:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// Run `requests` operations spread over `clients` connections; ops per second.
-async fn throughput<F, Fut>(url: &str, clients: usize, requests: usize, op: F) -> Result<Throughput>
-where
-    F: Fn(Arc<RedisLedger>) -> Fut + Send + Sync + Clone + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let mut ledgers = Vec::new();
-    for _ in 0..clients {
-        ledgers.push(Arc::new(RedisLedger::connect(url).await?));
-    }
-    let per_client = requests.div_ceil(clients);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for ledger in ledgers {
-        let op = op.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..per_client {
-                op(ledger.clone()).await?;
-            }
-            Ok::<_, Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await
-            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?;
-    }
-    Ok(Throughput {
-        clients,
-        per_second: (per_client * clients) as f64 / start.elapsed().as_secs_f64(),
-    })
-}
-
-async fn latency<F, Fut>(samples: usize, op: F) -> Result<Latency>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    for _ in 0..samples / 10 {
-        op().await?; // warm up: connection, script cache
-    }
-    let mut times = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let t = Instant::now();
-        op().await?;
-        times.push(t.elapsed());
-    }
-    Ok(percentiles(times))
-}
-
-async fn memory_usage(conn: &mut quota_conn::Conn, key: &str) -> Result<u64> {
+/// The bytes `key` takes in Redis (`MEMORY USAGE`, every element counted).
+async fn memory_usage(conn: &mut Conn, key: &str) -> Result<u64> {
     let bytes: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
         .arg(key)
@@ -176,9 +59,9 @@ async fn memory_usage(conn: &mut quota_conn::Conn, key: &str) -> Result<u64> {
 /// Log `calls` charges of `units` each, then measure the bytes per call of the
 /// log (list + state hash, `MEMORY USAGE`; charge ids ride in the log).
 async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Result<f64> {
-    let credential = bench_credential(&format!("mem{units}"));
+    let credential = fresh_credential(&format!("mem{units}"));
     let cost = [PoolCost {
-        pool: bench_pool(1),
+        pool: pool(ONE_WINDOW),
         units,
     }];
     let mut conn = ledger.connection();
@@ -191,24 +74,18 @@ async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Resul
     Ok(log as f64 / calls as f64)
 }
 
-/// Delete the keys a benchmark credential left.
-async fn cleanup(conn: &mut quota_conn::Conn, credential: &str) {
-    let keys = [state_key(credential), log_key(credential, "units")];
-    let _: redis::RedisResult<()> = conn.del(&keys).await;
-}
-
 /// Measure one scenario of charges at 1 and `clients` clients.
 async fn charge_throughput(
     url: &str,
     args: &BenchArgs,
     units: u64,
-    windows: usize,
+    windows: &[Duration],
 ) -> Result<Vec<Throughput>> {
     let mut out = Vec::new();
     for clients in [1, args.clients] {
-        let credential = Arc::new(bench_credential("tp"));
+        let credential = Arc::new(fresh_credential("tp"));
         let cost = Arc::new(vec![PoolCost {
-            pool: bench_pool(windows),
+            pool: pool(windows),
             units,
         }]);
         let c = credential.clone();
@@ -251,7 +128,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
     for clients in [1, args.clients] {
         let trivial = trivial.clone();
         let cost = Arc::new(vec![PoolCost {
-            pool: bench_pool(1),
+            pool: pool(ONE_WINDOW),
             units: 1,
         }]);
         evalsha_charge_args.push(
@@ -280,9 +157,9 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
     Ok([
         evalsha_floor,
         evalsha_charge_args,
-        charge_throughput(url, args, 1, 1).await?,
-        charge_throughput(url, args, 100, 1).await?,
-        charge_throughput(url, args, 1, 2).await?,
+        charge_throughput(url, args, 1, ONE_WINDOW).await?,
+        charge_throughput(url, args, 100, ONE_WINDOW).await?,
+        charge_throughput(url, args, 1, TWO_WINDOWS).await?,
     ])
 }
 
@@ -330,10 +207,10 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
     })
     .await?;
     let mut single = Vec::new();
-    for windows in [1, 2] {
-        let credential = bench_credential("lat");
+    for windows in [ONE_WINDOW, TWO_WINDOWS] {
+        let credential = fresh_credential("lat");
         let cost = vec![PoolCost {
-            pool: bench_pool(windows),
+            pool: pool(windows),
             units: 1,
         }];
         single.push(latency(samples, || charge_one(&ledger, &credential, &cost)).await?);
@@ -376,69 +253,28 @@ pub async fn measure(url: &str, args: &BenchArgs) -> Result<Report> {
     })
 }
 
-fn verdict(ok: bool) -> &'static str {
-    if ok { "ok" } else { "MISSED" }
-}
-
-/// The `quota bench` command.
-pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
-    let url = match store.map(StoreLocation::parse) {
-        Some(Ok(StoreLocation::Redis(url))) => url,
-        Some(Err(e)) => return Err(Error::Usage(e)),
-        _ => {
-            return Err(Error::Usage(
-                "quota bench measures a Redis: name it with --store redis://HOST:PORT/DB or $QUOTA_STORE".into(),
-            ));
-        }
-    };
-    if args.capacity {
-        let c = super::capacity::measure(&url, args).await?;
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&c).expect("a report serializes")
-            );
-        } else {
-            print!("{}", super::capacity::render(&c));
-        }
-        return Ok(0);
-    }
-    if args.clients == 0 || args.requests == 0 || args.memory_calls == 0 || args.rounds == 0 {
-        return Err(Error::Usage(
-            "--clients, --requests, --rounds and --memory-calls must be positive".into(),
-        ));
-    }
-    let r = measure(&url, args).await?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&r).expect("a report serializes")
-        );
-        return Ok(0);
-    }
+/// The report as text: the figures, then each target and whether it was met.
+pub fn render(r: &Report, args: &BenchArgs) -> String {
     let n = args.clients;
-    let floor_n = r.evalsha_floor[1].per_second;
-    println!(
-        "Redis {} ({} requests per measurement; throughput: the median of {} rounds)",
+    let mut out = format!(
+        "Redis {} ({} requests per measurement; throughput: the median of {} rounds)\n",
         r.redis_version, args.requests, args.rounds
     );
-    println!(
-        "  PING round trip            p50 {:>7.1} µs   p99 {:>7.1} µs",
-        r.ping.p50_us, r.ping.p99_us
-    );
-    println!(
-        "  charge, 1 window           p50 {:>7.1} µs   p99 {:>7.1} µs",
-        r.charge_1_window.p50_us, r.charge_1_window.p99_us
-    );
-    println!(
-        "  charge, 2 windows          p50 {:>7.1} µs   p99 {:>7.1} µs",
-        r.charge_2_windows.p50_us, r.charge_2_windows.p99_us
-    );
-    println!(
-        "  throughput                 {:>10} {:>10}",
+    for (name, l) in [
+        ("PING round trip", &r.ping),
+        ("charge, 1 window", &r.charge_1_window),
+        ("charge, 2 windows", &r.charge_2_windows),
+    ] {
+        out.push_str(&format!(
+            "  {name:<26} p50 {:>7.1} µs   p99 {:>7.1} µs\n",
+            l.p50_us, l.p99_us
+        ));
+    }
+    out.push_str(&format!(
+        "  throughput                 {:>10} {:>10}\n",
         "1 client",
         format!("{n} clients")
-    );
+    ));
     for (name, t) in [
         ("EVALSHA `return 1` (floor)", &r.evalsha_floor),
         ("  the same, a charge's args", &r.evalsha_charge_args),
@@ -446,46 +282,53 @@ pub async fn run(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
         ("charge cost 100", &r.charge_cost_100),
         ("charge cost 1, 2 windows", &r.charge_cost_1_two_windows),
     ] {
-        println!(
-            "  {name:<26} {:>8.0}/s {:>8.0}/s",
+        out.push_str(&format!(
+            "  {name:<26} {:>8.0}/s {:>8.0}/s\n",
             t[0].per_second, t[1].per_second
-        );
+        ));
     }
-    println!(
-        "  memory per logged call     cost 1: {:.1} B   cost 100: {:.1} B   (charge ids included)",
+    out.push_str(&format!(
+        "  memory per logged call     cost 1: {:.1} B   cost 100: {:.1} B   (charge ids included)\n",
         r.log_bytes_per_call_cost_1, r.log_bytes_per_call_cost_100,
-    );
-    println!("targets:");
+    ));
+    out.push_str(&targets(r, n));
+    out
+}
+
+/// The targets the figures are held to, at `n` clients.
+fn targets(r: &Report, n: usize) -> String {
+    let mut out = String::from("targets:\n");
     let ratio = r.charge_1_window.p50_us / r.ping.p50_us;
-    println!(
-        "  charge p50 <= 1.5x PING p50: {:.2}x {}",
+    out.push_str(&format!(
+        "  charge p50 <= 1.5x PING p50: {:.2}x {}\n",
         ratio,
         verdict(ratio <= 1.5)
-    );
+    ));
+    let floor_n = r.evalsha_floor[1].per_second;
     for (name, t) in [
         ("cost 1", &r.charge_cost_1),
         ("cost 100", &r.charge_cost_100),
     ] {
         let share = t[1].per_second / floor_n;
-        println!(
-            "  {n}-client charge {name} >= 60% of floor: {:.0}% {}",
+        out.push_str(&format!(
+            "  {n}-client charge {name} >= 60% of floor: {:.0}% {}\n",
             share * 100.0,
             verdict(share >= 0.6)
-        );
+        ));
     }
     let second = r.charge_2_windows.p50_us / r.charge_1_window.p50_us;
-    println!(
-        "  2 windows < 1.3x 1 window (p50): {:.2}x {}",
+    out.push_str(&format!(
+        "  2 windows < 1.3x 1 window (p50): {:.2}x {}\n",
         second,
         verdict(second < 1.3)
-    );
+    ));
     let bytes = r
         .log_bytes_per_call_cost_1
         .max(r.log_bytes_per_call_cost_100);
-    println!(
-        "  <= 40 B per logged call: {:.1} B {}",
+    out.push_str(&format!(
+        "  <= 40 B per logged call: {:.1} B {}\n",
         bytes,
         verdict(bytes <= 40.0)
-    );
-    Ok(0)
+    ));
+    out
 }

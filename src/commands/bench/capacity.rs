@@ -5,14 +5,13 @@
 //! With `--baseline URL`, the 1-client latency of another store beside it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::bench::charge_one;
+use super::measure::{HOUR, charge_one, connect, percentiles, pool, spread, verdict};
 use crate::cli::BenchArgs;
 use crate::ledger::topology::Topology;
-use crate::ledger::{Pool, PoolCost, RedisLedger, Window};
+use crate::ledger::{PoolCost, RedisLedger};
 use crate::{Error, Result};
 
 const CLIENTS: [usize; 3] = [1, 50, 200];
@@ -36,17 +35,6 @@ pub struct Capacity {
     pub scenarios: Vec<Scenario>,
     /// `--baseline`: its 1-client, 1-credential scenario.
     pub baseline: Option<Scenario>,
-}
-
-fn pool() -> Pool {
-    Pool {
-        name: "units".into(),
-        windows: vec![Window {
-            per: Duration::from_secs(3600),
-            limit: 1_000_000_000_000,
-            headroom: 0,
-        }],
-    }
 }
 
 /// The masters of a Cluster (`CLUSTER NODES`); empty for one server.
@@ -88,7 +76,8 @@ fn node_url(store: &str, addr: &str) -> String {
 
 /// `EVALSHA` calls a master has run since its stats were reset.
 async fn evalsha_calls(store: &str, addr: &str, reset: bool) -> Result<u64> {
-    let client = redis::Client::open(node_url(store, addr)).map_err(Error::redis(addr))?;
+    let client =
+        redis::Client::open(node_url(store, addr)).map_err(Error::redis(addr))?;
     let mut c = client
         .get_multiplexed_async_connection()
         .await
@@ -114,6 +103,8 @@ async fn evalsha_calls(store: &str, addr: &str, reset: bool) -> Result<u64> {
         .unwrap_or(0))
 }
 
+/// `requests` charges of cost 1 from `clients` clients at once, each client
+/// cycling through its share of `credentials` credentials.
 async fn scenario(
     url: &str,
     clients: usize,
@@ -131,43 +122,19 @@ async fn scenario(
             .collect(),
     );
     let cost = Arc::new(vec![PoolCost {
-        pool: pool(),
+        pool: pool(&[HOUR]),
         units: 1,
     }]);
-    let mut ledgers = Vec::new();
-    for _ in 0..clients {
-        ledgers.push(RedisLedger::connect(url).await?);
-    }
-    let per_client = requests.div_ceil(clients);
+    let ledgers = connect(url, clients).await?;
     // Warm the script cache on every node the credentials live on.
     for name in names.iter().take(64) {
         charge_one(&ledgers[0], name, &cost).await?;
     }
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (k, ledger) in ledgers.into_iter().enumerate() {
+    let run = spread(ledgers, requests.div_ceil(clients), move |ledger, n| {
         let (names, cost) = (names.clone(), cost.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut times = Vec::with_capacity(per_client);
-            for i in 0..per_client {
-                let name = &names[(k * per_client + i) % names.len()];
-                let t = Instant::now();
-                charge_one(&ledger, name, &cost).await?;
-                times.push(t.elapsed());
-            }
-            Ok::<_, Error>(times)
-        }));
-    }
-    let mut times = Vec::new();
-    for t in tasks {
-        times.extend(
-            t.await
-                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?,
-        );
-    }
-    let elapsed = start.elapsed();
-    times.sort();
-    let at = |q: f64| times[((times.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6;
+        async move { charge_one(&ledger, &names[n % names.len()], &cost).await }
+    })
+    .await?;
     let mut split = Vec::new();
     let mut total = 0;
     for m in &masters {
@@ -175,12 +142,14 @@ async fn scenario(
         total += n;
         split.push((m.clone(), n));
     }
+    let per_second = run.times.len() as f64 / run.elapsed.as_secs_f64();
+    let latency = percentiles(run.times);
     Ok(Scenario {
         clients,
         credentials,
-        per_second: times.len() as f64 / elapsed.as_secs_f64(),
-        p50_us: at(0.5),
-        p99_us: at(0.99),
+        per_second,
+        p50_us: latency.p50_us,
+        p99_us: latency.p99_us,
         masters: split
             .into_iter()
             .map(|(m, n)| (m, n as f64 / total.max(1) as f64))
@@ -188,6 +157,7 @@ async fn scenario(
     })
 }
 
+/// Every scenario, credentials by clients, and the baseline if asked for.
 pub async fn measure(url: &str, args: &BenchArgs) -> Result<Capacity> {
     let mut scenarios = Vec::new();
     for credentials in CREDENTIALS {
@@ -239,7 +209,7 @@ pub fn render(c: &Capacity) -> String {
         let ratio = own.p50_us / b.p50_us;
         out.push_str(&format!(
             "target: a charge through this store at 1 client <= 1.3x the baseline (p50): {ratio:.2}x {}\n",
-            if ratio <= 1.3 { "ok" } else { "MISSED" }
+            verdict(ratio <= 1.3)
         ));
     }
     out

@@ -1,0 +1,306 @@
+//! What one run of a job costs, and whether the next one fits what remains
+//! now: the arithmetic of a single run, apart from the store and the text
+//! so it can be checked on exact numbers. [`super::schedule`] builds a day
+//! of runs on it. Nothing here reads a store or a clock.
+
+use std::collections::BTreeMap;
+
+use super::model::NextRun;
+use crate::config::Job;
+use crate::ledger::{Pool, PoolCost, Window};
+use crate::runner::cursor::Cursor;
+
+/// What remains now, per (pool, window index): the credential's jobs spend
+/// it in turn, so each job's next run sees what the earlier ones left.
+pub type Remaining = BTreeMap<(String, usize), u64>;
+
+/// Units per run of `job`, per pool: the worst case, `max_pages` pages of
+/// every paginated step in every region.
+pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
+    let regions = job.regions.len().max(1) as u64;
+    let mut units = BTreeMap::new();
+    for s in &job.steps {
+        for c in &s.cost {
+            *units.entry(c.pool.name.clone()).or_insert(0) +=
+                c.units * u64::from(s.max_pages()) * regions;
+        }
+    }
+    units
+}
+
+/// Calls per run of `job`, the worst case as in [`units_per_run`].
+pub fn calls_per_run(job: &Job) -> u64 {
+    let regions = job.regions.len().max(1) as u64;
+    job.steps
+        .iter()
+        .map(|s| u64::from(s.max_pages()))
+        .sum::<u64>()
+        * regions
+}
+/// The largest units per run any of `jobs` (scheduled or not) spends from
+/// `pool`: one round of the pool.
+pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
+    jobs.iter()
+        .filter_map(|j| units_per_run(j).get(pool).copied())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Walk the next run page by page from the job's cursor, spending from
+/// `remaining`, until it ends or a page would not fit.
+pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -> NextRun {
+    let regions: Vec<&str> = if job.regions.is_empty() {
+        vec![""]
+    } else {
+        job.regions.iter().map(String::as_str).collect()
+    };
+    let start = cursor
+        .cloned()
+        .unwrap_or_default()
+        .start(&job.regions, job.steps.len());
+    let n = regions.len();
+    let mut calls = 0;
+    for i in 0..n {
+        let region = regions[(start.index + i) % n];
+        let first_step = if i == 0 { start.step } else { 0 };
+        for (s, step) in job.steps.iter().enumerate().skip(first_step) {
+            let first_page = if i == 0 && s == start.step {
+                start.page
+            } else {
+                0
+            };
+            for page in first_page..step.max_pages() {
+                if let Some((pool, window)) = full_window(&step.cost, remaining) {
+                    return NextRun::Stops {
+                        region: region.to_string(),
+                        step: s,
+                        page,
+                        calls,
+                        pool: pool.name.clone(),
+                        per_seconds: window.per.as_secs(),
+                    };
+                }
+                spend(&step.cost, remaining);
+                calls += 1;
+            }
+        }
+    }
+    NextRun::Fits { calls }
+}
+
+/// The first window, in the order of `cost`, that has less left than one
+/// call of `cost` spends from it.
+fn full_window<'c>(cost: &'c [PoolCost], remaining: &Remaining) -> Option<(&'c Pool, &'c Window)> {
+    for c in cost {
+        for (w, window) in c.pool.windows.iter().enumerate() {
+            let left = remaining
+                .get(&(c.pool.name.clone(), w))
+                .copied()
+                .unwrap_or(0);
+            if left < c.units {
+                return Some((&c.pool, window));
+            }
+        }
+    }
+    None
+}
+
+/// Take one call of `cost` from `remaining` (it was checked to fit).
+fn spend(cost: &[PoolCost], remaining: &mut Remaining) {
+    for c in cost {
+        for w in 0..c.pool.windows.len() {
+            if let Some(left) = remaining.get_mut(&(c.pool.name.clone(), w)) {
+                *left -= c.units;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{Config, Secrets};
+
+    /// trending: 3 regions × 3 pages × 1 unit; music: 1 search, no regions;
+    /// mixed: 2 regions × (2 pages of 1 unit, then 1 call of 2 units and 1
+    /// search). The pools are 90 units a day (100 less 10%), 30 an hour, and
+    /// 10 searches a day.
+    const CONFIG: &str = r#"
+credentials:
+  main:
+    secret: { env: QUOTA_TEST_NEVER_SET }
+    pools:
+      units:
+        - { limit: 100, per: 24h, headroom: 10% }
+        - { limit: 30, per: 1h }
+      search:
+        - { limit: 10, per: 24h }
+endpoints:
+  videos.list: { cost: { units: 1 } }
+  search.list: { cost: { search: 1 } }
+  both.list: { cost: { units: 2, search: 1 } }
+jobs:
+  trending:
+    credential: main
+    regions: [US, GB, DE]
+    steps:
+      - endpoint: videos.list
+        request: { url: "http://127.0.0.1:9/videos" }
+        paginate: { token: /nextPageToken, param: pageToken, max_pages: 3 }
+    output: out/trending
+  music:
+    credential: main
+    steps:
+      - endpoint: search.list
+        request: { url: "http://127.0.0.1:9/search" }
+    output: out/music
+  mixed:
+    credential: main
+    regions: [US, GB]
+    steps:
+      - endpoint: videos.list
+        request: { url: "http://127.0.0.1:9/videos" }
+        paginate: { token: /nextPageToken, param: pageToken, max_pages: 2 }
+      - endpoint: both.list
+        request: { url: "http://127.0.0.1:9/both" }
+    output: out/mixed
+"#;
+
+    fn config() -> Config {
+        Config::parse(Path::new("quota.yaml"), CONFIG, Secrets::Skip).expect("a valid config")
+    }
+
+    fn job<'c>(config: &'c Config, name: &str) -> &'c Job {
+        config.jobs.iter().find(|j| j.name == name).unwrap()
+    }
+
+    fn units(of: &[(&str, u64)]) -> BTreeMap<String, u64> {
+        of.iter().map(|(p, u)| (p.to_string(), *u)).collect()
+    }
+
+    /// Left per pool, per window in the pool's order.
+    fn remaining(of: &[(&str, &[u64])]) -> Remaining {
+        let mut r = Remaining::new();
+        for (pool, left) in of {
+            for (w, left) in left.iter().enumerate() {
+                r.insert((pool.to_string(), w), *left);
+            }
+        }
+        r
+    }
+
+    fn stops(region: &str, step: usize, page: u32, calls: u64, pool: &str, per: u64) -> NextRun {
+        NextRun::Stops {
+            region: region.into(),
+            step,
+            page,
+            calls,
+            pool: pool.into(),
+            per_seconds: per,
+        }
+    }
+
+    #[test]
+    fn a_run_costs_its_worst_case_in_every_region() {
+        let c = config();
+        assert_eq!(units_per_run(job(&c, "trending")), units(&[("units", 9)]));
+        assert_eq!(calls_per_run(job(&c, "trending")), 9);
+        // No regions: the steps run once.
+        assert_eq!(units_per_run(job(&c, "music")), units(&[("search", 1)]));
+        assert_eq!(calls_per_run(job(&c, "music")), 1);
+        // (2 pages × 1 + 1 call × 2) units and 1 search, in each of 2 regions.
+        let mixed = job(&c, "mixed");
+        assert_eq!(units_per_run(mixed), units(&[("units", 8), ("search", 2)]));
+        assert_eq!(calls_per_run(mixed), 6);
+    }
+
+    #[test]
+    fn a_round_is_the_largest_run_of_any_job() {
+        let c = config();
+        let jobs: Vec<&Job> = c.jobs.iter().collect();
+        assert_eq!(round("units", &jobs), 9);
+        assert_eq!(round("search", &jobs), 2);
+        assert_eq!(round("nothing", &jobs), 0);
+    }
+
+    #[test]
+    fn the_next_run_spends_what_remains() {
+        let c = config();
+        let trending = job(&c, "trending");
+        let mut left = remaining(&[("units", &[90, 30])]);
+        assert_eq!(
+            next_run(trending, None, &mut left),
+            NextRun::Fits { calls: 9 }
+        );
+        assert_eq!(left, remaining(&[("units", &[81, 21])]));
+        // A run that exactly fits leaves nothing.
+        let mut left = remaining(&[("units", &[9, 9])]);
+        assert_eq!(
+            next_run(trending, None, &mut left),
+            NextRun::Fits { calls: 9 }
+        );
+        assert_eq!(left, remaining(&[("units", &[0, 0])]));
+    }
+
+    #[test]
+    fn the_next_run_stops_at_the_first_page_that_does_not_fit() {
+        let c = config();
+        let trending = job(&c, "trending");
+        // One unit short in the hour: the last page of the last region.
+        let mut left = remaining(&[("units", &[90, 8])]);
+        let want = stops("DE", 0, 2, 8, "units", 3600);
+        assert_eq!(next_run(trending, None, &mut left), want);
+        assert_eq!(left, remaining(&[("units", &[82, 0])]));
+        // Nothing left: the first page, in the first window that is empty.
+        let mut left = remaining(&[("units", &[0, 30])]);
+        let want = stops("US", 0, 0, 0, "units", 86_400);
+        assert_eq!(next_run(trending, None, &mut left), want);
+        // No regions: the stop names none.
+        let mut left = remaining(&[("search", &[0])]);
+        let want = stops("", 0, 0, 0, "search", 86_400);
+        assert_eq!(next_run(job(&c, "music"), None, &mut left), want);
+    }
+
+    #[test]
+    fn the_next_run_starts_at_the_cursor() {
+        let c = config();
+        let trending = job(&c, "trending");
+        let cursor = Cursor {
+            run: 4,
+            region: "GB".into(),
+            step: 0,
+            page: 1,
+            token: Some("CAUQ1".into()),
+        };
+        // GB pages 1 and 2, then DE, then US: 8 calls, not 9.
+        let mut left = remaining(&[("units", &[90, 30])]);
+        let fits = NextRun::Fits { calls: 8 };
+        assert_eq!(next_run(trending, Some(&cursor), &mut left), fits);
+        let mut left = remaining(&[("units", &[90, 6])]);
+        let want = stops("US", 0, 1, 6, "units", 3600);
+        assert_eq!(next_run(trending, Some(&cursor), &mut left), want);
+        // At GB's second step: that one call, then all of US.
+        let cursor = Cursor {
+            region: "GB".into(),
+            step: 1,
+            page: 0,
+            ..cursor
+        };
+        let mut left = remaining(&[("units", &[90, 30]), ("search", &[10])]);
+        let fits = NextRun::Fits { calls: 4 };
+        assert_eq!(next_run(job(&c, "mixed"), Some(&cursor), &mut left), fits);
+    }
+
+    #[test]
+    fn every_pool_of_a_call_must_fit() {
+        let c = config();
+        // US spends the one search; GB's pages of units still go, then its
+        // second step needs a search.
+        let mut left = remaining(&[("units", &[90, 30]), ("search", &[1])]);
+        let want = stops("GB", 1, 0, 5, "search", 86_400);
+        assert_eq!(next_run(job(&c, "mixed"), None, &mut left), want);
+        assert_eq!(left, remaining(&[("units", &[84, 24]), ("search", &[0])]));
+    }
+}

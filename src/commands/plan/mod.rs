@@ -1,0 +1,210 @@
+//! `quota run --dry-run`: planning. No request, no charge, no cursor or lock
+//! change: the store is only read. For each job: calls and units per run
+//! (the worst case: `max_pages` pages per paginated step); whether the next
+//! run fits what remains now, and if not where it would stop; with a
+//! `schedule`, how a day of runs meets each window, when the budget would
+//! run out, and the fastest schedule that fits. Jobs sharing a credential
+//! are planned together, in the file's order. A pool whose budget nothing
+//! spreads over its longest window gets a proposed pacing window.
+//!
+//! This module is the command: it reads the store and puts the plan
+//! together. [`cost`] (one run), [`schedule`] (a day of runs) and
+//! [`pacing`] (a pool's windows) do the arithmetic, [`model`] is the plan
+//! as data (what `--json` prints) and [`render`] is the table.
+
+mod cost;
+mod model;
+mod pacing;
+mod render;
+mod schedule;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub use self::model::{
+    CredentialPlan, JobPlan, NextRun, Pacing, Plan, PoolPlan, RunsOut, SchedulePlan, WindowNeed,
+};
+pub use self::render::render;
+use self::schedule::Scheduled;
+use super::table::{Paint, emit};
+use crate::Result;
+use crate::cli::RunArgs;
+use crate::config::{Config, Credential, Job};
+use crate::ledger::{At, CredentialLog, Ledger, Store, StoreError, StoreLocation, summarize};
+use crate::runner::cursor::Cursor;
+use crate::timefmt::rfc3339;
+
+/// The `quota run --dry-run` command: plan the selected jobs and print the
+/// plan as a table or, with `--json`, as JSON.
+pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+    let jobs = config.select_jobs(&args.jobs)?;
+    let at = super::parse_at(args.at.as_deref())?;
+    let (store, store_error) = match Store::open(location).await {
+        Ok(s) => (Some(s), None),
+        Err(StoreError::Unavailable(e)) => (None, Some(e)),
+        Err(e) => return Err(e.into()),
+    };
+    let plan = build(config, &jobs, store.as_ref(), store_error, location, at).await?;
+    if args.json {
+        emit(&(serde_json::to_string_pretty(&plan).expect("a plan serializes") + "\n"))
+    } else {
+        let p = Paint {
+            on: super::colour_on_stdout(),
+        };
+        emit(&render(&plan, p))
+    }
+}
+
+/// Read what the plan needs from the store (nothing is written) and plan.
+pub async fn build(
+    config: &Config,
+    jobs: &[&Job],
+    store: Option<&Store>,
+    mut store_error: Option<String>,
+    location: &StoreLocation,
+    at: At,
+) -> Result<Plan> {
+    let fallback_now = match at {
+        At::Fixed(us) => us,
+        At::StoreClock => chrono::Utc::now().timestamp_micros(),
+    };
+    let mut now = fallback_now;
+    let mut credentials = Vec::new();
+    for cred in &config.credentials {
+        let cred_jobs: Vec<&Job> = jobs
+            .iter()
+            .copied()
+            .filter(|j| config.credential(j).name == cred.name)
+            .collect();
+        if cred_jobs.is_empty() {
+            continue;
+        }
+        let mut log = None;
+        let mut cursors = BTreeMap::new();
+        if let (Some(store), None) = (store, &store_error) {
+            match read(store, cred, &cred_jobs, at).await {
+                Ok((l, c)) => {
+                    now = l.at;
+                    log = Some(l);
+                    cursors = c;
+                }
+                Err(StoreError::Unavailable(e)) => store_error = Some(e),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let log = log.unwrap_or_else(|| CredentialLog {
+            at: fallback_now,
+            serial: 0,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            pools: vec![Vec::new(); cred.pools.len()],
+        });
+        credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
+    }
+    let store_desc = super::store_name(location);
+    Ok(Plan {
+        at: rfc3339(now),
+        store: match &store_error {
+            None => store_desc,
+            Some(e) => format!("{store_desc} unreachable ({e}): planned against full budgets"),
+        },
+        store_reachable: store_error.is_none(),
+        credentials,
+    })
+}
+
+/// The credential's log and its jobs' cursors, as they are now.
+async fn read(
+    store: &Store,
+    cred: &Credential,
+    jobs: &[&Job],
+    at: At,
+) -> std::result::Result<(CredentialLog, BTreeMap<String, Cursor>), StoreError> {
+    let log = store.read(&cred.name, &cred.pools, at).await?;
+    let mut cursors = BTreeMap::new();
+    for j in jobs {
+        if let Some(c) = store
+            .load_cursor(&j.name)
+            .await?
+            .as_deref()
+            .and_then(Cursor::decode)
+        {
+            cursors.insert(j.name.clone(), c);
+        }
+    }
+    Ok((log, cursors))
+}
+
+/// The plan of one credential's jobs, from its log and their cursors.
+fn plan_credential(
+    cred: &Credential,
+    jobs: &[&Job],
+    log: &CredentialLog,
+    cursors: &BTreeMap<String, Cursor>,
+) -> CredentialPlan {
+    let usage = summarize(&cred.name, &cred.pools, log);
+    let mut remaining = cost::Remaining::new();
+    for p in &usage.pools {
+        for (i, w) in p.windows.iter().enumerate() {
+            remaining.insert((p.pool.clone(), i), w.remaining);
+        }
+    }
+    let blocked = usage.blocked_until;
+    let scheduled = schedule::scheduled(jobs);
+    let mut job_plans = Vec::new();
+    for job in jobs {
+        let next_run = match blocked {
+            Some(until) => NextRun::Blocked {
+                until: rfc3339(until),
+            },
+            None => cost::next_run(job, cursors.get(&job.name), &mut remaining),
+        };
+        job_plans.push(JobPlan {
+            job: job.name.clone(),
+            calls_per_run: cost::calls_per_run(job),
+            units_per_run: cost::units_per_run(job),
+            next_run,
+            schedule: job
+                .schedule
+                .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
+        });
+    }
+    let pools = cred
+        .pools
+        .iter()
+        .map(|pool| PoolPlan {
+            pool: pool.name.clone(),
+            units_per_day: schedule::pool_units_per_day(&pool.name, &scheduled),
+            pacing: pacing::propose(pool, cost::round(&pool.name, jobs)),
+        })
+        .collect();
+    CredentialPlan {
+        credential: cred.name.clone(),
+        blocked_until: blocked.map(rfc3339),
+        jobs: job_plans,
+        pools,
+    }
+}
+
+/// How `job`, run every `every`, meets the credential's windows beside its
+/// other `scheduled` jobs.
+fn schedule_plan(
+    cred: &Credential,
+    job: &Job,
+    every: Duration,
+    scheduled: &[Scheduled],
+    log: &CredentialLog,
+) -> SchedulePlan {
+    let units = cost::units_per_run(job);
+    SchedulePlan {
+        every_seconds: every.as_secs(),
+        runs_per_day: schedule::runs_per_day(every),
+        units_per_day: units
+            .iter()
+            .map(|(p, u)| (p.clone(), schedule::units_per_day(*u, every)))
+            .collect(),
+        windows: schedule::window_needs(&cred.pools, &units, every, scheduled),
+        runs_out: schedule::runs_out(&cred.pools, &job.name, scheduled, log),
+        fastest_every_seconds: schedule::fastest(&cred.pools, &job.name, &units, scheduled),
+    }
+}

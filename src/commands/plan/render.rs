@@ -1,0 +1,193 @@
+//! The plan as the table an operator reads: per credential, each job's
+//! cost per run, its next run and its schedule against each window, then
+//! the pacing proposals. Everything it says is in the [`Plan`] already, so
+//! the text and `--json` cannot disagree.
+
+use std::time::Duration;
+
+use super::model::{CredentialPlan, JobPlan, NextRun, Plan, PoolPlan, SchedulePlan};
+use crate::commands::table::Paint;
+use crate::ledger::Micros;
+use crate::timefmt::{fmt_duration, from_rfc3339, local_datetime, local_time};
+
+/// "1 call", "2 calls".
+fn count(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+fn secs(s: u64) -> String {
+    fmt_duration(Duration::from_secs(s))
+}
+
+/// The plan as text.
+pub fn render(plan: &Plan, p: Paint) -> String {
+    let now = from_rfc3339(&plan.at);
+    let mut out = format!(
+        "plan as of {}  ·  store: {}\n",
+        local_datetime(now),
+        plan.store
+    );
+    if !plan.store_reachable {
+        out.push_str(&format!(
+            "{}\n",
+            p.yellow("the store is unreachable: remaining budgets are assumed full")
+        ));
+    }
+    for c in &plan.credentials {
+        out.push_str(&credential(c, p, now));
+    }
+    out
+}
+
+/// One credential: its block, its jobs, then its pools' pacing proposals.
+fn credential(c: &CredentialPlan, p: Paint, now: Micros) -> String {
+    let mut out = format!("\n{}\n", p.bold(&format!("credential {}", c.credential)));
+    if let Some(until) = &c.blocked_until {
+        out.push_str(&format!(
+            "  {} until {}\n",
+            p.red("BLOCKED by the upstream"),
+            local_datetime(from_rfc3339(until))
+        ));
+    }
+    for j in &c.jobs {
+        out.push_str(&job(j, p, now));
+    }
+    for pool in &c.pools {
+        out.push_str(&pacing(pool));
+    }
+    out
+}
+
+/// One job: its cost per run, its next run and its schedule.
+fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
+    let units: Vec<String> = j
+        .units_per_run
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let mut out = format!(
+        "  job {}: per run at most {}, spending {}\n",
+        p.bold(&j.job),
+        count(j.calls_per_run, "call"),
+        units.join(", ")
+    );
+    out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
+    match &j.schedule {
+        Some(s) => out.push_str(&schedule(s, p, now)),
+        None => {
+            out.push_str("    no schedule: add `schedule: every DURATION` to plan a day of runs\n")
+        }
+    }
+    out
+}
+
+/// The verdict on the next run, coloured by how it ends.
+fn next_run(next: &NextRun, p: Paint) -> String {
+    match next {
+        NextRun::Fits { calls } => p.green(&format!(
+            "fits what remains now ({})",
+            count(*calls, "call")
+        )),
+        NextRun::Stops {
+            region,
+            step,
+            page,
+            calls,
+            pool,
+            per_seconds,
+        } => p.yellow(&format!(
+            "would stop at {}step {step} page {page} after {}: the {} window of pool {pool} is full",
+            if region.is_empty() {
+                String::new()
+            } else {
+                format!("{region} ")
+            },
+            count(*calls, "call"),
+            secs(*per_seconds)
+        )),
+        NextRun::Blocked { until } => p.red(&format!(
+            "sends nothing: blocked until {}",
+            local_datetime(from_rfc3339(until))
+        )),
+    }
+}
+
+/// A job's schedule: a day of runs, each window, when it runs out, and the
+/// fastest schedule that fits.
+fn schedule(s: &SchedulePlan, p: Paint, now: Micros) -> String {
+    let per_day: Vec<String> = s
+        .units_per_day
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let mut out = format!(
+        "    schedule every {}: {:.1} runs a day, {} a day\n",
+        secs(s.every_seconds),
+        s.runs_per_day,
+        per_day.join(", ")
+    );
+    for w in &s.windows {
+        let verdict = if w.fits {
+            p.green("fits")
+        } else {
+            p.red("does not fit")
+        };
+        out.push_str(&format!(
+            "      {} {}: {} start in a window; all scheduled jobs need {} of {} ({} of this job alone fit): {verdict}\n",
+            w.pool,
+            secs(w.per_seconds),
+            count(w.runs_per_window, "run"),
+            w.units_needed,
+            w.budget,
+            count(w.runs_budget_holds, "run")
+        ));
+    }
+    match &s.runs_out {
+        None => out.push_str("      over the next 24h every scheduled run fits\n"),
+        Some(r) => out.push_str(&format!(
+            "      {} at {} (the {} window of pool {})\n",
+            p.yellow("the budget runs out"),
+            local_time(from_rfc3339(&r.at), now),
+            secs(r.per_seconds),
+            r.pool
+        )),
+    }
+    match s.fastest_every_seconds {
+        Some(f) => out.push_str(&format!(
+            "      fastest schedule that fits: every {}\n",
+            secs(f)
+        )),
+        None => out.push_str(&format!(
+            "      {}\n",
+            p.red("no schedule fits: one run alone needs more than a window's budget")
+        )),
+    }
+    out
+}
+
+/// The pool's pacing proposal, if it has one (else nothing).
+fn pacing(pool: &PoolPlan) -> String {
+    let Some(pc) = &pool.pacing else {
+        return String::new();
+    };
+    format!(
+        "  pool {}: nothing spreads its {}-unit {} budget: its windows let it all go in {}, so a burst repeats every {}.\n    To spread it, add a pacing window: {{ limit: {}, per: {} }} (one round per 1/{} of the {}).\n",
+        pool.pool,
+        pc.budget,
+        secs(pc.longest_seconds),
+        if pc.spendable_in_seconds == 0 {
+            "one burst".into()
+        } else {
+            secs(pc.spendable_in_seconds)
+        },
+        secs(pc.longest_seconds),
+        pc.propose_limit,
+        secs(pc.propose_per_seconds),
+        pc.budget / pc.propose_limit,
+        secs(pc.longest_seconds),
+    )
+}
