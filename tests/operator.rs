@@ -3,12 +3,15 @@
 //! the JSON), dry-run sending and charging nothing, output to a closed pipe,
 //! log formats, completions, the man page and the systemd units.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Deployment, Standin};
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost};
+use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool};
+
+use crate::common::deployment::{
+    Deployment, Ran, WIDE, deployment_yaml, quota, quota_bin, run, trending, videos_job,
+};
+use crate::common::ledger::{charge, cost, pool, window};
+use crate::common::standin::Standin;
 
 const T0: &str = "2026-11-20T12:00:00Z";
 
@@ -60,10 +63,9 @@ jobs:
 }
 
 fn pools() -> (Pool, Pool) {
-    use common::window;
     (
-        common::pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
-        common::pool("search", vec![window(86_400, 10, 0)]),
+        pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
+        pool("search", vec![window(86_400, 10, 0)]),
     )
 }
 
@@ -78,18 +80,13 @@ fn known_ledger(d: &Deployment) {
         let h = 3_600_000_000i64;
         let spend = |pool: &Pool, endpoint: &'static str, job: &'static str, at: i64, n: usize| {
             let ledger = ledger.clone();
-            let cost = vec![PoolCost {
-                pool: pool.clone(),
-                units: 1,
-            }];
+            let cost = vec![cost(pool, 1)];
             async move {
                 for i in 0..n {
                     let c = Charge {
-                        credential: "main",
-                        cost: &cost,
                         endpoint,
                         job,
-                        id: None,
+                        ..charge("main", &cost)
                     };
                     let d = ledger
                         .charge(&c, At::Fixed(at + i as i64 * 1_000_000))
@@ -108,10 +105,10 @@ fn known_ledger(d: &Deployment) {
     });
 }
 
-fn at_t0(d: &Deployment, args: &[&str]) -> common::Ran {
+fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
     let mut args = args.to_vec();
     args.extend(["--at", T0]);
-    common::run(d.cmd(&args).env("TZ", "UTC").env("NO_COLOR", "1"))
+    run(d.cmd(&args).env("TZ", "UTC").env("NO_COLOR", "1"))
 }
 
 fn scrub(d: &Deployment, text: &str) -> String {
@@ -188,7 +185,7 @@ fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
         &["run", "--dry-run", "--json"],
         &["run", "trending", "--dry-run"],
     ] {
-        let r = common::run(&mut d.cmd(args));
+        let r = run(&mut d.cmd(args));
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
     }
     assert!(up.seen().is_empty(), "a dry run sent {:?}", up.seen());
@@ -212,7 +209,7 @@ fn dry_run_with_the_store_down_plans_against_full_budgets() {
     let d = Deployment::new(
         &config("http://127.0.0.1:9").replace("embedded:ledger.sqlite3", "redis://127.0.0.1:1/0"),
     );
-    let r = common::run(&mut d.cmd(&["run", "--dry-run"]));
+    let r = run(&mut d.cmd(&["run", "--dry-run"]));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
@@ -225,7 +222,7 @@ fn dry_run_with_the_store_down_plans_against_full_budgets() {
         "{r:?}"
     );
     // status has nothing to report without its store: 69.
-    let r = common::run(&mut d.cmd(&["status"]));
+    let r = run(&mut d.cmd(&["status"]));
     assert_eq!(r.code, 69, "{r:?}");
 }
 
@@ -264,7 +261,7 @@ fn output_to_a_closed_pipe_exits_quietly() {
     // `true` exits without reading: every write of quota meets a closed pipe.
     let script = format!(
         "set -o pipefail; {} -c {} status 2>{} | true; echo $?",
-        common::quota_bin().display(),
+        quota_bin().display(),
         d.config().display(),
         err.display()
     );
@@ -283,17 +280,11 @@ fn output_to_a_closed_pipe_exits_quietly() {
 fn logs_follow_the_journal_and_the_json_format() {
     use std::os::unix::fs::MetadataExt;
     let up = Standin::start(&[]);
-    let d = Deployment::new(&common::deployment_yaml(
+    let d = Deployment::new(&deployment_yaml(
         "embedded:ledger.sqlite3",
-        common::WIDE,
+        WIDE,
         "fail_closed",
-        &[common::videos_job(
-            "trending",
-            "main",
-            &["US"],
-            1,
-            &up.base(),
-        )],
+        &[videos_job("trending", "main", &["US"], 1, &up.base())],
     ));
     // stderr is "the journal" when JOURNAL_STREAM names its device and inode.
     let log = d.path().join("journal");
@@ -333,11 +324,11 @@ fn logs_follow_the_journal_and_the_json_format() {
 fn completions_and_man_page_come_from_the_cli_definition() {
     let home = tempfile::tempdir().unwrap();
     for shell in ["bash", "zsh", "fish"] {
-        let r = common::run(common::quota(home.path()).args(["completions", shell]));
+        let r = run(quota(home.path()).args(["completions", shell]));
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stdout.contains("dry-run"), "{shell}: {}", r.stdout);
     }
-    let r = common::run(common::quota(home.path()).arg("man"));
+    let r = run(quota(home.path()).arg("man"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.starts_with(".ie") || r.stdout.contains(".TH quota"),
@@ -361,10 +352,7 @@ fn systemd_units_verify() {
     let dir = tempfile::tempdir().unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
     let service = std::fs::read_to_string(format!("{root}/systemd/quota@.service")).unwrap();
-    let service = service.replace(
-        "/usr/local/bin/quota",
-        &common::quota_bin().display().to_string(),
-    );
+    let service = service.replace("/usr/local/bin/quota", &quota_bin().display().to_string());
     std::fs::write(dir.path().join("quota@demo.service"), service).unwrap();
     std::fs::copy(
         format!("{root}/systemd/quota@.timer"),
@@ -397,17 +385,13 @@ fn systemd_units_verify() {
 #[test]
 fn a_progress_line_only_on_a_terminal() {
     let up = Standin::start(&["--pages", "2"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
     // Under cron or systemd (stderr a pipe here): no progress line.
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("\x1b[2K"), "{r:?}");
     // On a terminal (`script` gives the run a pseudo-terminal): one line, redrawn.
-    let cmd = format!(
-        "{} -c {} run",
-        common::quota_bin().display(),
-        d.config().display()
-    );
+    let cmd = format!("{} -c {} run", quota_bin().display(), d.config().display());
     let out = std::process::Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .env("HOME", d.path())
@@ -428,7 +412,7 @@ fn status_is_coloured_on_a_terminal_unless_no_color() {
     let status = |no_color: bool| {
         let cmd = format!(
             "{} -c {} status",
-            common::quota_bin().display(),
+            quota_bin().display(),
             d.config().display()
         );
         let mut c = std::process::Command::new("script");
