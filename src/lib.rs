@@ -6,7 +6,6 @@
 //! * [`config`]: the YAML file, parsed and validated into typed values.
 //! * [`ledger`]: the exact sliding-window log (Redis and embedded stores).
 //! * [`runner`]: one run of a job: lock, cursor, charge, call, write.
-//! * [`standin`]: a local metered imitation of the YouTube Data API.
 //! * [`cli`]: the command-line types; [`commands`]: what each command does.
 //! * [`error`]: the one error type and its exit codes.
 
@@ -18,7 +17,6 @@ pub mod history;
 pub mod ledger;
 pub mod logging;
 pub mod runner;
-pub mod standin;
 pub mod timefmt;
 
 pub use error::{Error, Result};

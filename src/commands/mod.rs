@@ -7,7 +7,6 @@ pub mod capacity;
 pub mod check;
 pub mod plan;
 pub mod run;
-pub mod standin;
 pub mod status;
 pub mod table;
 
@@ -30,7 +29,6 @@ pub fn run(cli: Cli) -> Result<u8> {
     runtime.block_on(async move {
         match cli.command {
             Command::Bench(ref args) => bench::run(cli.store.as_deref(), args).await,
-            Command::Standin(args) => standin::run(args).await,
             Command::Status(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 status::run(&config, &store, args).await

@@ -1,6 +1,6 @@
-//! The upstream of the binary tests: the stand-in (`quota standin`, a
-//! metered YouTube-shaped imitation) on a free loopback port, and what it
-//! saw.
+//! The upstream of the binary tests: the stand-in (the `quota-standin`
+//! binary, a metered YouTube-shaped imitation) on a free loopback port, and
+//! what it saw.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -18,7 +18,7 @@ pub struct Seen {
     pub status: u16,
 }
 
-/// The YouTube stand-in (`quota standin`) on a free loopback port, logging
+/// The YouTube stand-in (`quota-standin`) on a free loopback port, logging
 /// every request it sees; killed when dropped.
 pub struct Standin {
     child: Child,
@@ -31,8 +31,8 @@ impl Standin {
     pub fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("requests.jsonl");
-        let mut child = Command::new(super::deployment::quota_bin())
-            .args(["standin", "--listen", "127.0.0.1:0", "--log"])
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quota-standin"))
+            .args(["--listen", "127.0.0.1:0", "--log"])
             .arg(&log)
             .args(extra)
             .stdout(Stdio::piped())
