@@ -102,10 +102,6 @@ pub struct RunArgs {
     /// With --dry-run: print the plan as JSON
     #[arg(long, requires = "dry_run")]
     pub json: bool,
-
-    /// With --dry-run: plan as of this instant (RFC 3339), for reproducible plans
-    #[arg(long, requires = "dry_run", value_name = "TIME", hide = true)]
-    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -116,10 +112,6 @@ pub struct StatusArgs {
     /// Print JSON (the shape is documented in the README)
     #[arg(long)]
     pub json: bool,
-
-    /// Report as of this instant (RFC 3339), for reproducible reports
-    #[arg(long, value_name = "TIME", hide = true)]
-    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,8 @@
 //! The operator's surface, through the real binary: `quota status` and
 //! `quota run --dry-run` on a known ledger state (snapshots of the table and
-//! the JSON), dry-run sending and charging nothing, output to a closed pipe,
-//! log formats, completions, the man page and the systemd units.
+//! the JSON, taken with the process's wall clock frozen by libfaketime),
+//! dry-run sending and charging nothing, output to a closed pipe, log
+//! formats, completions, the man page and the systemd units.
 
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::common::deployment::{
 use crate::common::ledger::{charge, cost, pool, window};
 use crate::common::standin::Standin;
 
+/// The instant the reports are made at: [`at_t0`] freezes the clock there.
 const T0: &str = "2026-11-20T12:00:00Z";
 
 fn t0() -> i64 {
@@ -105,10 +107,21 @@ fn known_ledger(d: &Deployment) {
     });
 }
 
+/// `quota ARGS…` as of [`T0`], in UTC, without colour: run under `faketime`
+/// (libfaketime) with the wall clock frozen at T0 (an absolute time without
+/// '@' does not run on), which is the clock the embedded store reads. The
+/// monotonic clock is left alone, so tokio's timers still run.
 fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
-    let mut args = args.to_vec();
-    args.extend(["--at", T0]);
-    run(d.cmd(&args).env("TZ", "UTC").env("NO_COLOR", "1"))
+    // libfaketime reads an absolute time in the process's zone: TZ=UTC.
+    let frozen = chrono::DateTime::parse_from_rfc3339(T0)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    run(d
+        .cmd_via(&["faketime", "-f", &frozen], args)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", "UTC")
+        .env("NO_COLOR", "1"))
 }
 
 fn scrub(d: &Deployment, text: &str) -> String {
@@ -125,6 +138,10 @@ fn status_on_a_known_ledger() {
     let r = at_t0(&d, &["status", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        json["at"], T0,
+        "the status was not made on the frozen clock"
+    );
     insta::assert_snapshot!("status_json", serde_json::to_string_pretty(&json).unwrap());
     // Spot checks that do not depend on the snapshot being reviewed.
     let units_1h = &json["credentials"][0]["pools"][0]["windows"][1];
@@ -150,6 +167,7 @@ fn dry_run_plans_on_a_known_ledger() {
     let r = at_t0(&d, &["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(json["at"], T0, "the plan was not made on the frozen clock");
     insta::assert_snapshot!(
         "plan_json",
         scrub(&d, &serde_json::to_string_pretty(&json).unwrap())

@@ -29,7 +29,7 @@ pub struct CredentialReport {
 
 pub async fn run(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
     let credentials = select(config, args.credential.as_deref())?;
-    let at = super::parse_at(args.at.as_deref())?;
+    let at = At::StoreClock;
     let store = Store::open(location).await.map_err(|e| match e {
         StoreError::Unavailable(why) => Error::StoreUnavailable(format!(
             "the store {} is unreachable ({why})",

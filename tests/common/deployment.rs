@@ -15,7 +15,20 @@ pub fn quota_bin() -> PathBuf {
 /// A `quota` command with a clean environment: no inherited QUOTA_* or
 /// RUST_LOG, state under `home` so nothing touches the real home.
 pub fn quota(home: &Path) -> Command {
-    let mut c = Command::new(quota_bin());
+    quota_via(&[], home)
+}
+
+/// [`quota`] started by `wrapper` (a program and its first arguments, such
+/// as `faketime -f TIME`), which gets the same clean environment.
+pub fn quota_via(wrapper: &[&str], home: &Path) -> Command {
+    let mut c = match wrapper.split_first() {
+        None => Command::new(quota_bin()),
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(quota_bin());
+            c
+        }
+    };
     c.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("HOME", home)
@@ -47,7 +60,9 @@ impl std::fmt::Debug for Ran {
 }
 
 pub fn run(cmd: &mut Command) -> Ran {
-    let out = cmd.output().expect("run quota");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
     Ran {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -113,7 +128,12 @@ impl Deployment {
 
     /// `quota -c quota.yaml ARGS…`, not yet run.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = quota(self.dir.path());
+        self.cmd_via(&[], args)
+    }
+
+    /// [`Deployment::cmd`] started by `wrapper` (see [`quota_via`]).
+    pub fn cmd_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let mut c = quota_via(wrapper, self.dir.path());
         c.arg("-c").arg(self.config()).args(args);
         c
     }
