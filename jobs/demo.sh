@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The quick-start demo, end to end on one machine: no network, no Redis, no
-# API key. It builds quota, serves the stand-in for the YouTube Data API on
-# 127.0.0.1:18089, runs the trending job of jobs/demo.yaml tick after tick
-# (as a timer would) until the quota stops it (exit 75), then shows
-# `quota status` and the plan for the next runs. State and pages go to
-# out/demo/, which each demo starts afresh.
+# API key. It builds quota and quota-standin, serves the stand-in for the
+# YouTube Data API on 127.0.0.1:18089, runs the trending job of
+# jobs/demo.yaml tick after tick (as a timer would) until the quota stops it
+# (exit 75), then shows `quota status` and the plan for the next runs. State
+# and pages go to out/demo/, which each demo starts afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --quiet
 quota=target/debug/quota
+standin_bin=target/debug/quota-standin
 config=jobs/demo.yaml
 
 rm -rf out/demo
 mkdir -p out/demo
-"$quota" standin --listen 127.0.0.1:18089 --key demo-key --pages 3 --log out/demo/upstream.jsonl \
+"$standin_bin" --listen 127.0.0.1:18089 --key demo-key --pages 3 --log out/demo/upstream.jsonl \
     > out/demo/standin.out 2> out/demo/standin.err &
 standin=$!
 trap 'kill "$standin" 2>/dev/null || true' EXIT

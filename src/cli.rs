@@ -84,10 +84,6 @@ pub enum Command {
     /// Print the man page (roff) to stdout
     Man,
 
-    /// Serve a local stand-in for a metered API (YouTube-shaped), for the
-    /// demo and the tests
-    Standin(StandinArgs),
-
     /// Measure the ledger against a Redis: round trips, charge latency and
     /// throughput, memory per logged call
     Bench(BenchArgs),
@@ -106,10 +102,6 @@ pub struct RunArgs {
     /// With --dry-run: print the plan as JSON
     #[arg(long, requires = "dry_run")]
     pub json: bool,
-
-    /// With --dry-run: plan as of this instant (RFC 3339), for reproducible plans
-    #[arg(long, requires = "dry_run", value_name = "TIME", hide = true)]
-    pub at: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -120,57 +112,6 @@ pub struct StatusArgs {
     /// Print JSON (the shape is documented in the README)
     #[arg(long)]
     pub json: bool,
-
-    /// Report as of this instant (RFC 3339), for reproducible reports
-    #[arg(long, value_name = "TIME", hide = true)]
-    pub at: Option<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct StandinArgs {
-    /// Address to listen on (port 0 picks a free port; the first line printed says which)
-    #[arg(long, default_value = "127.0.0.1:8089")]
-    pub listen: std::net::SocketAddr,
-
-    /// The one API key it accepts
-    #[arg(long, default_value = "demo-key")]
-    pub key: String,
-
-    /// Its own `units` quota per key and window (videos costs 1)
-    #[arg(long, default_value_t = 10_000)]
-    pub units: u64,
-
-    /// Its own `search` quota per key and window (search costs 1 call)
-    #[arg(long, default_value_t = 100)]
-    pub search: u64,
-
-    /// The length of its own sliding quota window
-    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
-    pub window: std::time::Duration,
-
-    /// Pages per region
-    #[arg(long, default_value_t = 3)]
-    pub pages: u32,
-
-    /// Items per page
-    #[arg(long, default_value_t = 5)]
-    pub items: u32,
-
-    /// Answer the first N requests with 503 (charged all the same)
-    #[arg(long, default_value_t = 0)]
-    pub fail_first: u64,
-
-    /// Answer a spent quota with 429 and Retry-After instead of YouTube's 403
-    #[arg(long)]
-    pub answer_429: bool,
-
-    /// Wait this long before every answer
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
-    pub delay: std::time::Duration,
-
-    /// Append one JSON line per request to this file
-    #[arg(long, value_name = "FILE")]
-    pub log: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -14,8 +14,10 @@
 //!   store that forgot one is noticed.
 //! * [`atomic_file`]: files written so no reader sees part of one.
 //! * [`logging`], [`timefmt`]: log set-up; how times and durations are shown.
-//! * [`standin`]: a local metered imitation of the YouTube Data API.
 //! * [`error`]: the one error type, and the one map to exit codes.
+//!
+//! The stand-in upstream of the demo and the tests is a binary of its own
+//! (`src/bin/quota-standin/`), not part of this library or of `quota`.
 
 pub mod atomic_file;
 pub mod cli;
@@ -26,7 +28,6 @@ pub mod history;
 pub mod ledger;
 pub mod logging;
 pub mod runner;
-pub mod standin;
 pub mod timefmt;
 
 pub use error::{Error, Result};

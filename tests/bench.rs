@@ -2,9 +2,8 @@
 //! small runs that check what it reports and that it cleans up after itself.
 //! Figures are never asserted on (performance lives in BENCHMARKS.md).
 
-mod common;
-
-use common::{RedisServer, quota, run};
+use crate::common::deployment::{quota, run};
+use crate::common::redis::RedisServer;
 
 #[test]
 fn bench_reports_every_figure_and_leaves_no_keys() {

@@ -2,21 +2,18 @@
 //! between and during runs, a Redis that stalls, an upstream that stalls,
 //! hosts with wildly different clocks, and a Redis that lost its data.
 
-mod common;
-
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Deployment, RedisServer, Standin, deployment_yaml, finish, kill, videos_job};
+use crate::common::deployment::{
+    self, Deployment, WIDE, deployment_yaml, finish, kill, quota_bin, run, trending, trending_with,
+    videos_job,
+};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
 
 fn spawn(d: &Deployment, args: &[&str]) -> Child {
-    common::spawn(&mut d.cmd(args))
-}
-
-fn status_json(d: &Deployment) -> serde_json::Value {
-    let r = d.quota(&["status", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    serde_json::from_str(&r.stdout).unwrap()
+    deployment::spawn(&mut d.cmd(args))
 }
 
 fn aof_redis() -> RedisServer {
@@ -27,7 +24,7 @@ fn aof_redis() -> RedisServer {
 fn redis_restarted_between_runs_keeps_log_and_cursor() {
     let mut redis = aof_redis();
     let up = Standin::start(&["--pages", "3"]);
-    let d = common::trending_with(
+    let d = trending_with(
         &up,
         &redis.url(),
         "        - { limit: 5, per: 1h }",
@@ -37,10 +34,10 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
     );
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
-    let before = status_json(&d);
+    let before = d.status_json();
 
     redis.restart();
-    let after = status_json(&d);
+    let after = d.status_json();
     assert_eq!(
         before["credentials"][0]["pools"], after["credentials"][0]["pools"],
         "the log survived"
@@ -64,7 +61,7 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
 fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
     let mut redis = aof_redis();
     let up = Standin::start(&["--pages", "3", "--delay", "300ms"]);
-    let d = common::trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
+    let d = trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
 
     let run = spawn(&d, &["run"]);
     up.wait_for(2);
@@ -81,7 +78,7 @@ fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen().len();
     assert_eq!(seen, 6);
-    let used = status_json(&d)["credentials"][0]["pools"][0]["windows"][0]["used"]
+    let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"]
         .as_u64()
         .unwrap();
     assert_eq!(
@@ -94,7 +91,7 @@ fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
 fn a_stalled_redis_stops_the_run_within_a_bounded_time() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "3", "--delay", "200ms"]);
-    let d = common::trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
+    let d = trending(&up, &redis.url(), &["US", "GB"], 3, "fail_closed");
     let run = spawn(&d, &["run"]);
     up.wait_for(1);
     // Redis still accepts connections but never answers.
@@ -121,13 +118,7 @@ fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
     let up = Standin::start(&["--delay", "10s"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US"], 1, &up.base());
-    let yaml = deployment_yaml(
-        "embedded:ledger.sqlite3",
-        common::WIDE,
-        "fail_closed",
-        &[job],
-    )
-    .replace(
+    let yaml = deployment_yaml("embedded:ledger.sqlite3", WIDE, "fail_closed", &[job]).replace(
         "timeout: 5s, connect_timeout: 2s, retries: 3",
         "timeout: 500ms, connect_timeout: 2s, retries: 2",
     );
@@ -142,7 +133,7 @@ fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
         3,
         "one try and two retries reached the upstream"
     );
-    let used = status_json(&d)["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
+    let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
     assert_eq!(used, 3, "each attempt was charged");
     assert!(
         took < Duration::from_secs(9),
@@ -166,25 +157,21 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
         &jobs,
     ));
     // One host two days ahead, one a day behind (libfaketime).
-    let ahead = common::run(
-        std::process::Command::new("faketime")
-            .args(["-f", "+2d"])
-            .arg(common::quota_bin())
-            .arg("-c")
-            .arg(d.config())
-            .args(["run", "east"])
-            .env("HOME", d.path()),
-    );
+    let ahead = run(std::process::Command::new("faketime")
+        .args(["-f", "+2d"])
+        .arg(quota_bin())
+        .arg("-c")
+        .arg(d.config())
+        .args(["run", "east"])
+        .env("HOME", d.path()));
     assert_eq!(ahead.code, 75, "{ahead:?}");
-    let behind = common::run(
-        std::process::Command::new("faketime")
-            .args(["-f", "-1d"])
-            .arg(common::quota_bin())
-            .arg("-c")
-            .arg(d.config())
-            .args(["run", "west"])
-            .env("HOME", d.path()),
-    );
+    let behind = run(std::process::Command::new("faketime")
+        .args(["-f", "-1d"])
+        .arg(quota_bin())
+        .arg("-c")
+        .arg(d.config())
+        .args(["run", "west"])
+        .env("HOME", d.path()));
     assert_eq!(behind.code, 75, "{behind:?}");
     assert!(behind.stderr.contains("0 calls"), "{behind:?}");
     assert_eq!(
@@ -198,7 +185,7 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
 fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
     let mut redis = RedisServer::start(); // no persistence
     let up = Standin::start(&["--pages", "3"]);
-    let d = common::trending_with(
+    let d = trending_with(
         &up,
         &redis.url(),
         "        - { limit: 4, per: 1h }",
@@ -226,6 +213,6 @@ fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
         "{r:?}"
     );
     assert!(r.stderr.contains("turn on appendonly"), "{r:?}");
-    let json = status_json(&d);
+    let json = d.status_json();
     assert_eq!(json["credentials"][0]["log_lost"]["had"], 4, "{json}");
 }

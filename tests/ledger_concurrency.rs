@@ -7,15 +7,16 @@
 //! The child processes are this test binary run again with `load_child`
 //! selected; that helper is `#[ignore]`d so it never runs on its own.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, Store,
-    StoreLocation, Window,
+    At, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, Store, StoreLocation,
+    Window,
 };
+
+use crate::common::ledger::{charge, embedded_path};
+use crate::common::redis::RedisServer;
 
 const PROCESSES: usize = 2;
 const TASKS: usize = 16;
@@ -71,13 +72,7 @@ fn load_child() {
                         pool: cost_pool.clone(),
                         units,
                     }];
-                    let charge = Charge {
-                        credential: "shared",
-                        cost: &cost,
-                        endpoint: "e",
-                        job: "j",
-                        id: None,
-                    };
+                    let charge = charge("shared", &cost);
                     match store.charge(&charge, At::StoreClock).await.unwrap() {
                         ChargeDecision::Allowed { serial, at, .. } => {
                             out.push(format!("LOAD A {serial} {at} {units} 0"))
@@ -112,11 +107,15 @@ fn load_child() {
 
 fn run_children(store: &str) -> Vec<Decision> {
     let exe = std::env::current_exe().unwrap();
+    // libtest names a test by its path below the crate: this module's path
+    // without the test binary's own name.
+    let (_, module) = module_path!().split_once("::").unwrap();
+    let load_child = format!("{module}::load_child");
     let children: Vec<_> = (0..PROCESSES)
         .map(|_| {
             Command::new(&exe)
                 .args([
-                    "load_child",
+                    load_child.as_str(),
                     "--exact",
                     "--ignored",
                     "--nocapture",
@@ -134,7 +133,7 @@ fn run_children(store: &str) -> Vec<Decision> {
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "child failed");
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            // libtest may print "test load_child ... " before the first line.
+            // libtest may print "test …::load_child ... " before the first line.
             let Some(rest) = line.find("LOAD ").map(|i| &line[i + 5..]) else {
                 continue;
             };
@@ -207,7 +206,7 @@ fn check(decisions: &[Decision]) {
 
 #[test]
 fn redis_never_overspends_under_32_concurrent_clients() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     check(&run_children(&server.url()));
     // The ledger agrees with the clients about what it holds.
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -221,7 +220,7 @@ fn redis_never_overspends_under_32_concurrent_clients() {
 #[test]
 fn embedded_never_overspends_under_32_concurrent_clients() {
     let dir = tempfile::tempdir().unwrap();
-    let path = common::embedded_path(&dir);
+    let path = embedded_path(&dir);
     EmbeddedLedger::open(&path).unwrap(); // create the schema once, up front
     check(&run_children(&format!("embedded:{}", path.display())));
 }

@@ -3,40 +3,25 @@
 //! ledger's clock (`At::Fixed`) so every expectation is exact; one test uses
 //! the store's own clock with a short window.
 
-mod common;
-
-use common::{pool, window};
 use std::time::Duration;
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost, RedisLedger,
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, PoolCost, RedisLedger,
     StoreError,
 };
 
-const S: i64 = 1_000_000; // one second in µs
-const T0: i64 = 1_700_000_000 * S; // an arbitrary epoch for fixed-clock tests
-
-fn cost(pool: &Pool, units: u64) -> PoolCost {
-    PoolCost {
-        pool: pool.clone(),
-        units,
-    }
-}
+use crate::common::cluster::RedisCluster;
+use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
+use crate::common::redis::RedisServer;
+use crate::common::sentinel::RedisSentinel;
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
-    ledger
-        .charge(
-            &Charge {
-                credential: cred,
-                cost,
-                endpoint: "videos.list",
-                job: "trending",
-                id: None,
-            },
-            At::Fixed(at),
-        )
-        .await
-        .expect("charge")
+    let c = Charge {
+        endpoint: "videos.list",
+        job: "trending",
+        ..charge(cred, cost)
+    };
+    ledger.charge(&c, At::Fixed(at)).await.expect("charge")
 }
 
 fn remaining(d: &ChargeDecision) -> Vec<u64> {
@@ -58,17 +43,6 @@ fn rejection(d: &ChargeDecision) -> (String, Duration, Duration) {
         } => (pool.clone(), *per, *retry_after),
         other => panic!("expected rejected, got {other:?}"),
     }
-}
-
-async fn used(ledger: &impl Ledger, cred: &str, pools: &[Pool], at: i64) -> Vec<u64> {
-    let u = ledger
-        .usage(cred, pools, At::Fixed(at))
-        .await
-        .expect("usage");
-    u.pools
-        .iter()
-        .flat_map(|p| p.windows.iter().map(|w| w.used))
-        .collect()
 }
 
 async fn admits_up_to_budget_then_frees_exactly(ledger: impl Ledger) {
@@ -200,11 +174,8 @@ async fn repeated_charge_id_is_counted_once(ledger: impl Ledger) {
     let units = pool("units", vec![window(60, 100, 0)]);
     let c = [cost(&units, 7)];
     let charge = Charge {
-        credential: "idem",
-        cost: &c,
-        endpoint: "e",
-        job: "j",
         id: Some("charge-42"),
+        ..charge("idem", &c)
     };
     let first = ledger.charge(&charge, At::Fixed(T0)).await.unwrap();
     let second = ledger.charge(&charge, At::Fixed(T0 + 1)).await.unwrap();
@@ -268,16 +239,7 @@ async fn blocked_credential_rejects_until_its_time(ledger: impl Ledger) {
 async fn cost_above_budget_is_a_configuration_error(ledger: impl Ledger) {
     let units = pool("units", vec![window(60, 100, 10)]);
     let err = ledger
-        .charge(
-            &Charge {
-                credential: "big",
-                cost: &[cost(&units, 91)],
-                endpoint: "e",
-                job: "j",
-                id: None,
-            },
-            At::Fixed(T0),
-        )
+        .charge(&charge("big", &[cost(&units, 91)]), At::Fixed(T0))
         .await
         .unwrap_err();
     assert!(
@@ -302,19 +264,12 @@ async fn usage_reports_who_spent_and_when_units_free(ledger: impl Ledger) {
         (T0 + 50 * S, "search.list", "b"),
         (T0 + 95 * S, "videos.list", "b"),
     ] {
-        let d = ledger
-            .charge(
-                &Charge {
-                    credential: "use",
-                    cost: &c,
-                    endpoint,
-                    job,
-                    id: None,
-                },
-                At::Fixed(at),
-            )
-            .await
-            .unwrap();
+        let by = Charge {
+            endpoint,
+            job,
+            ..charge("use", &c)
+        };
+        let d = ledger.charge(&by, At::Fixed(at)).await.unwrap();
         assert!(d.is_allowed());
     }
     let u = ledger
@@ -338,13 +293,7 @@ async fn store_clock_frees_units_when_it_said(ledger: impl Ledger) {
     // retry time is exactly what a caller does, so it must then fit.
     let units = pool("units", vec![window(1, 3, 0)]);
     let c = [cost(&units, 1)];
-    let charge = Charge {
-        credential: "clock",
-        cost: &c,
-        endpoint: "e",
-        job: "j",
-        id: None,
-    };
+    let charge = charge("clock", &c);
     for _ in 0..3 {
         assert!(
             ledger
@@ -482,14 +431,14 @@ macro_rules! conformance {
 }
 
 conformance!(redis, {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
     (ledger, Box::new(server) as Box<dyn std::any::Any>)
 });
 
 conformance!(embedded, {
     let dir = tempfile::tempdir().unwrap();
-    let ledger = EmbeddedLedger::open(&common::embedded_path(&dir)).expect("open");
+    let ledger = EmbeddedLedger::open(&embedded_path(&dir)).expect("open");
     (ledger, Box::new(dir) as Box<dyn std::any::Any>)
 });
 
@@ -528,5 +477,5 @@ macro_rules! conformance_on_shared {
     };
 }
 
-conformance_on_shared!(cluster_whole_suite, common::RedisCluster::start());
-conformance_on_shared!(sentinel_whole_suite, common::RedisSentinel::start());
+conformance_on_shared!(cluster_whole_suite, RedisCluster::start());
+conformance_on_shared!(sentinel_whole_suite, RedisSentinel::start());

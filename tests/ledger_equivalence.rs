@@ -3,14 +3,12 @@
 //! ties) and blocks, fed with the same clock readings to a real Redis and to
 //! the embedded store; every decision and every usage report must be equal.
 
-mod common;
-
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger};
 
-const S: i64 = 1_000_000;
-const T0: i64 = 1_700_000_000 * S;
+use crate::common::ledger::{S, T0, charge, embedded_path, pool, window};
+use crate::common::redis::RedisServer;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -36,10 +34,9 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn pools() -> (Pool, Pool) {
-    use common::window;
     (
-        common::pool("units", vec![window(10, 22, 2), window(3, 8, 0)]),
-        common::pool("search", vec![window(5, 12, 2)]),
+        pool("units", vec![window(10, 22, 2), window(3, 8, 0)]),
+        pool("search", vec![window(5, 12, 2)]),
     )
 }
 
@@ -70,23 +67,16 @@ async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<Strin
                 let id = id.map(|k| format!("id-{k}"));
                 // An occasional reading from the past: both must clamp it.
                 let at = if *backwards { now - 5 * S } else { now };
-                let d = ledger
-                    .charge(
-                        &Charge {
-                            credential,
-                            cost: &cost,
-                            endpoint: if b.is_some() {
-                                "search.list"
-                            } else {
-                                "videos.list"
-                            },
-                            job: "j",
-                            id: id.as_deref(),
-                        },
-                        At::Fixed(at),
-                    )
-                    .await
-                    .expect("charge");
+                let c = Charge {
+                    endpoint: if b.is_some() {
+                        "search.list"
+                    } else {
+                        "videos.list"
+                    },
+                    id: id.as_deref(),
+                    ..charge(credential, &cost)
+                };
+                let d = ledger.charge(&c, At::Fixed(at)).await.expect("charge");
                 out.push(format!("{d:?}"));
             }
             Op::Block { dt_us, for_secs } => {
@@ -114,11 +104,11 @@ async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<Strin
 
 #[test]
 fn embedded_store_answers_like_redis() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
-    let embedded = EmbeddedLedger::open(&common::embedded_path(&dir)).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
     let case = std::sync::atomic::AtomicU32::new(0);
     // The whole sequence stays inside the 60 s idempotency horizon: Redis
     // expires charge ids on its real clock, the embedded store on the fixed one.

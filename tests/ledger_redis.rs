@@ -3,77 +3,48 @@
 //! charge whose reply was lost on the wire is recorded once, and a log that
 //! vanished under its state is noticed and rebuilt from.
 
-mod common;
+use quota::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, log_key, state_key};
 
-use std::time::Duration;
+use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
+use crate::common::redis::RedisServer;
+use crate::common::relay::LossyRelay;
 
-use quota::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window, log_key, state_key};
-
-const S: i64 = 1_000_000;
-const T0: i64 = 1_700_000_000 * S;
-
+/// A `units` pool of one window: `limit` units per `per_secs` seconds.
 fn units_pool(per_secs: u64, limit: u64) -> Pool {
-    Pool {
-        name: "units".into(),
-        windows: vec![Window {
-            per: Duration::from_secs(per_secs),
-            limit,
-            headroom: 0,
-        }],
-    }
+    pool("units", vec![window(per_secs, limit, 0)])
 }
 
-async fn charge(ledger: &RedisLedger, cred: &str, cost: &[PoolCost], at: At) -> bool {
+/// Charge `cost` to `cred` at `at`: was it allowed?
+async fn charged(ledger: &RedisLedger, cred: &str, cost: &[PoolCost], at: At) -> bool {
     ledger
-        .charge(
-            &Charge {
-                credential: cred,
-                cost,
-                endpoint: "e",
-                job: "j",
-                id: None,
-            },
-            at,
-        )
+        .charge(&charge(cred, cost), at)
         .await
         .expect("charge")
         .is_allowed()
 }
 
-/// Units used in the first window of `pool` at `at`.
-async fn used(ledger: &RedisLedger, cred: &str, pool: Pool, at: i64) -> u64 {
-    let u = ledger.usage(cred, &[pool], At::Fixed(at)).await.unwrap();
-    u.pools[0].windows[0].used
-}
-
 #[tokio::test]
 async fn script_flush_between_charges_changes_nothing() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let pool = units_pool(60, 5);
-    let cost = [PoolCost {
-        pool: pool.clone(),
-        units: 2,
-    }];
-    assert!(charge(&ledger, "f", &cost, At::Fixed(T0)).await);
+    let cost = [cost(&pool, 2)];
+    assert!(charged(&ledger, "f", &cost, At::Fixed(T0)).await);
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
-    assert!(charge(&ledger, "f", &cost, At::Fixed(T0 + S)).await);
+    assert!(charged(&ledger, "f", &cost, At::Fixed(T0 + S)).await);
     assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
     // 4 used of 5: a third 2-unit call is refused, exactly as without flushes.
-    assert!(!charge(&ledger, "f", &cost, At::Fixed(T0 + 2 * S)).await);
-    assert_eq!(used(&ledger, "f", pool, T0 + 2 * S).await, 4);
+    assert!(!charged(&ledger, "f", &cost, At::Fixed(T0 + 2 * S)).await);
+    assert_eq!(used(&ledger, "f", &[pool], T0 + 2 * S).await, [4]);
 }
 
 #[tokio::test]
 async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
-    let cost = [PoolCost {
-        pool: units_pool(3600, 100),
-        units: 1,
-    }];
-    assert!(charge(&ledger, "ttl", &cost, At::StoreClock).await);
-    assert!(charge(&ledger, "ttl", &cost, At::StoreClock).await);
+    let cost = [cost(&units_pool(3600, 100), 1)];
+    assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
+    assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
     let longest_ms = 3600 * 1000 + 60_000 + 3600 * 1000 / 8;
     for key in [state_key("ttl"), log_key("ttl", "units")] {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
@@ -91,26 +62,19 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
 
 #[tokio::test]
 async fn a_charge_whose_reply_was_lost_is_recorded_once() {
-    let server = common::RedisServer::start();
-    let relay = common::LossyRelay::start(server.port);
+    let server = RedisServer::start();
+    let relay = LossyRelay::start(server.port);
     let ledger = RedisLedger::connect(&relay.url()).await.unwrap();
     let pool = units_pool(3600, 100);
-    let cost = [PoolCost {
-        pool: pool.clone(),
-        units: 5,
-    }];
+    let cost = [cost(&pool, 5)];
     // The first charge also loads the script, so the next request is the
     // charge itself.
-    assert!(charge(&ledger, "lost-reply", &cost, At::Fixed(T0)).await);
+    assert!(charged(&ledger, "lost-reply", &cost, At::Fixed(T0)).await);
     relay.lose_next_reply();
-    let charge = Charge {
-        credential: "lost-reply",
-        cost: &cost,
-        endpoint: "e",
-        job: "j",
-        id: None,
-    };
-    let decision = ledger.charge(&charge, At::Fixed(T0 + S)).await.unwrap();
+    let decision = ledger
+        .charge(&charge("lost-reply", &cost), At::Fixed(T0 + S))
+        .await
+        .unwrap();
     assert_eq!(
         relay.lost(),
         1,
@@ -129,28 +93,22 @@ async fn a_charge_whose_reply_was_lost_is_recorded_once() {
         ),
         "{decision:?}"
     );
-    assert_eq!(used(&ledger, "lost-reply", pool, T0 + S).await, 10);
+    assert_eq!(used(&ledger, "lost-reply", &[pool], T0 + S).await, [10]);
 }
 
 #[tokio::test]
 async fn a_charge_sent_again_is_found_behind_later_charges() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
-    let cost = [PoolCost {
-        pool: units_pool(3600, 1000),
-        units: 3,
-    }];
+    let cost = [cost(&units_pool(3600, 1000), 3)];
     let charge_as = |id: &'static str, at: i64| {
         let (ledger, cost) = (&ledger, &cost);
         async move {
-            let charge = Charge {
-                credential: "again",
-                cost,
-                endpoint: "e",
-                job: "j",
+            let again = Charge {
                 id: Some(id),
+                ..charge("again", cost)
             };
-            ledger.charge(&charge, At::Fixed(at)).await.unwrap()
+            ledger.charge(&again, At::Fixed(at)).await.unwrap()
         }
     };
     let first = charge_as("page-1", T0).await;
@@ -172,8 +130,8 @@ async fn a_charge_sent_again_is_found_behind_later_charges() {
     );
     assert_eq!(again.serial(), 41, "{first:?} then {again:?}");
     assert_eq!(
-        used(&ledger, "again", units_pool(3600, 1000), T0 + 50).await,
-        41 * 3
+        used(&ledger, "again", &[units_pool(3600, 1000)], T0 + 50).await,
+        [41 * 3]
     );
     // Past the idempotency horizon the id is forgotten: recorded anew.
     let late = charge_as("page-1", T0 + 61 * S).await;
@@ -191,17 +149,14 @@ async fn a_charge_sent_again_is_found_behind_later_charges() {
 
 #[tokio::test]
 async fn a_100_unit_call_takes_no_more_memory_than_a_1_unit_call() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let pool = units_pool(86_400, 1_000_000_000);
     let mut bytes = Vec::new();
     for (cred, units) in [("one", 1), ("hundred", 100)] {
-        let cost = [PoolCost {
-            pool: pool.clone(),
-            units,
-        }];
+        let cost = [cost(&pool, units)];
         for i in 0..1000 {
-            assert!(charge(&ledger, cred, &cost, At::Fixed(T0 + i * 1000)).await);
+            assert!(charged(&ledger, cred, &cost, At::Fixed(T0 + i * 1000)).await);
         }
         let usage = |key: String| -> u64 {
             server
@@ -222,26 +177,16 @@ async fn a_100_unit_call_takes_no_more_memory_than_a_1_unit_call() {
 
 #[tokio::test]
 async fn keys_of_an_older_build_are_refused_not_misread() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     // What a build before 2026-11-22 left: log triples, per-window fields.
     let (state, log) = (state_key("old"), log_key("old", "units"));
     server.cli(&["RPUSH", &log, "1700000000000000", "7", "1"]);
     server.cli(&["HSET", &state, "serial", "1", "units|tail", "1"]);
     let pool = units_pool(3600, 100);
-    let cost = [PoolCost {
-        pool: pool.clone(),
-        units: 1,
-    }];
-    let c = Charge {
-        credential: "old",
-        cost: &cost,
-        endpoint: "e",
-        job: "j",
-        id: None,
-    };
+    let cost = [cost(&pool, 1)];
     let e = ledger
-        .charge(&c, At::Fixed(T0))
+        .charge(&charge("old", &cost), At::Fixed(T0))
         .await
         .unwrap_err()
         .to_string();
@@ -261,24 +206,21 @@ async fn keys_of_an_older_build_are_refused_not_misread() {
 
 #[tokio::test]
 async fn a_vanished_log_is_noticed_and_the_state_rebuilt_from_it() {
-    let server = common::RedisServer::start();
+    let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let pool = units_pool(60, 10);
-    let cost = [PoolCost {
-        pool: pool.clone(),
-        units: 4,
-    }];
-    assert!(charge(&ledger, "lost", &cost, At::Fixed(T0)).await);
-    assert!(charge(&ledger, "lost", &cost, At::Fixed(T0 + S)).await);
+    let cost = [cost(&pool, 4)];
+    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0)).await);
+    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + S)).await);
     server.cli(&["DEL", &log_key("lost", "units")]);
     // The state still counts 8 units; this call fits in neither view's favour
     // (8 + 4 > 10), so it is refused without reading the log...
-    assert!(!charge(&ledger, "lost", &cost, At::Fixed(T0 + 2 * S)).await);
+    assert!(!charged(&ledger, "lost", &cost, At::Fixed(T0 + 2 * S)).await);
     // ...and once the old entries would have left, the next call notices the
     // log is not what the state says, records the loss, and recounts.
-    assert!(charge(&ledger, "lost", &cost, At::Fixed(T0 + 61 * S)).await);
+    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + 61 * S)).await);
     assert_ne!(server.cli(&["HGET", &state_key("lost"), "log_lost"]), "");
-    assert_eq!(used(&ledger, "lost", pool, T0 + 61 * S).await, 4);
-    assert!(charge(&ledger, "lost", &cost, At::Fixed(T0 + 62 * S)).await);
-    assert!(!charge(&ledger, "lost", &cost, At::Fixed(T0 + 63 * S)).await);
+    assert_eq!(used(&ledger, "lost", &[pool], T0 + 61 * S).await, [4]);
+    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + 62 * S)).await);
+    assert!(!charged(&ledger, "lost", &cost, At::Fixed(T0 + 63 * S)).await);
 }

@@ -1,15 +1,20 @@
 //! The operator's surface, through the real binary: `quota status` and
 //! `quota run --dry-run` on a known ledger state (snapshots of the table and
-//! the JSON), dry-run sending and charging nothing, output to a closed pipe,
-//! log formats, completions, the man page and the systemd units.
-
-mod common;
+//! the JSON, taken with the process's wall clock frozen by libfaketime),
+//! dry-run sending and charging nothing, output to a closed pipe, log
+//! formats, completions, the man page and the systemd units.
 
 use std::time::Duration;
 
-use common::{Deployment, Standin};
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool, PoolCost};
+use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool};
 
+use crate::common::deployment::{
+    Deployment, Ran, WIDE, deployment_yaml, quota, quota_bin, run, trending, videos_job,
+};
+use crate::common::ledger::{charge, cost, pool, window};
+use crate::common::standin::Standin;
+
+/// The instant the reports are made at: [`at_t0`] freezes the clock there.
 const T0: &str = "2026-11-20T12:00:00Z";
 
 fn t0() -> i64 {
@@ -60,10 +65,9 @@ jobs:
 }
 
 fn pools() -> (Pool, Pool) {
-    use common::window;
     (
-        common::pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
-        common::pool("search", vec![window(86_400, 10, 0)]),
+        pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
+        pool("search", vec![window(86_400, 10, 0)]),
     )
 }
 
@@ -78,18 +82,13 @@ fn known_ledger(d: &Deployment) {
         let h = 3_600_000_000i64;
         let spend = |pool: &Pool, endpoint: &'static str, job: &'static str, at: i64, n: usize| {
             let ledger = ledger.clone();
-            let cost = vec![PoolCost {
-                pool: pool.clone(),
-                units: 1,
-            }];
+            let cost = vec![cost(pool, 1)];
             async move {
                 for i in 0..n {
                     let c = Charge {
-                        credential: "main",
-                        cost: &cost,
                         endpoint,
                         job,
-                        id: None,
+                        ..charge("main", &cost)
                     };
                     let d = ledger
                         .charge(&c, At::Fixed(at + i as i64 * 1_000_000))
@@ -108,10 +107,21 @@ fn known_ledger(d: &Deployment) {
     });
 }
 
-fn at_t0(d: &Deployment, args: &[&str]) -> common::Ran {
-    let mut args = args.to_vec();
-    args.extend(["--at", T0]);
-    common::run(d.cmd(&args).env("TZ", "UTC").env("NO_COLOR", "1"))
+/// `quota ARGS…` as of [`T0`], in UTC, without colour: run under `faketime`
+/// (libfaketime) with the wall clock frozen at T0 (an absolute time without
+/// '@' does not run on), which is the clock the embedded store reads. The
+/// monotonic clock is left alone, so tokio's timers still run.
+fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
+    // libfaketime reads an absolute time in the process's zone: TZ=UTC.
+    let frozen = chrono::DateTime::parse_from_rfc3339(T0)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    run(d
+        .cmd_via(&["faketime", "-f", &frozen], args)
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", "UTC")
+        .env("NO_COLOR", "1"))
 }
 
 fn scrub(d: &Deployment, text: &str) -> String {
@@ -128,6 +138,10 @@ fn status_on_a_known_ledger() {
     let r = at_t0(&d, &["status", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        json["at"], T0,
+        "the status was not made on the frozen clock"
+    );
     insta::assert_snapshot!("status_json", serde_json::to_string_pretty(&json).unwrap());
     // Spot checks that do not depend on the snapshot being reviewed.
     let units_1h = &json["credentials"][0]["pools"][0]["windows"][1];
@@ -153,6 +167,7 @@ fn dry_run_plans_on_a_known_ledger() {
     let r = at_t0(&d, &["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(json["at"], T0, "the plan was not made on the frozen clock");
     insta::assert_snapshot!(
         "plan_json",
         scrub(&d, &serde_json::to_string_pretty(&json).unwrap())
@@ -188,7 +203,7 @@ fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
         &["run", "--dry-run", "--json"],
         &["run", "trending", "--dry-run"],
     ] {
-        let r = common::run(&mut d.cmd(args));
+        let r = run(&mut d.cmd(args));
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
     }
     assert!(up.seen().is_empty(), "a dry run sent {:?}", up.seen());
@@ -212,7 +227,7 @@ fn dry_run_with_the_store_down_plans_against_full_budgets() {
     let d = Deployment::new(
         &config("http://127.0.0.1:9").replace("embedded:ledger.sqlite3", "redis://127.0.0.1:1/0"),
     );
-    let r = common::run(&mut d.cmd(&["run", "--dry-run"]));
+    let r = run(&mut d.cmd(&["run", "--dry-run"]));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
@@ -225,7 +240,7 @@ fn dry_run_with_the_store_down_plans_against_full_budgets() {
         "{r:?}"
     );
     // status has nothing to report without its store: 69.
-    let r = common::run(&mut d.cmd(&["status"]));
+    let r = run(&mut d.cmd(&["status"]));
     assert_eq!(r.code, 69, "{r:?}");
 }
 
@@ -264,7 +279,7 @@ fn output_to_a_closed_pipe_exits_quietly() {
     // `true` exits without reading: every write of quota meets a closed pipe.
     let script = format!(
         "set -o pipefail; {} -c {} status 2>{} | true; echo $?",
-        common::quota_bin().display(),
+        quota_bin().display(),
         d.config().display(),
         err.display()
     );
@@ -283,17 +298,11 @@ fn output_to_a_closed_pipe_exits_quietly() {
 fn logs_follow_the_journal_and_the_json_format() {
     use std::os::unix::fs::MetadataExt;
     let up = Standin::start(&[]);
-    let d = Deployment::new(&common::deployment_yaml(
+    let d = Deployment::new(&deployment_yaml(
         "embedded:ledger.sqlite3",
-        common::WIDE,
+        WIDE,
         "fail_closed",
-        &[common::videos_job(
-            "trending",
-            "main",
-            &["US"],
-            1,
-            &up.base(),
-        )],
+        &[videos_job("trending", "main", &["US"], 1, &up.base())],
     ));
     // stderr is "the journal" when JOURNAL_STREAM names its device and inode.
     let log = d.path().join("journal");
@@ -333,11 +342,11 @@ fn logs_follow_the_journal_and_the_json_format() {
 fn completions_and_man_page_come_from_the_cli_definition() {
     let home = tempfile::tempdir().unwrap();
     for shell in ["bash", "zsh", "fish"] {
-        let r = common::run(common::quota(home.path()).args(["completions", shell]));
+        let r = run(quota(home.path()).args(["completions", shell]));
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stdout.contains("dry-run"), "{shell}: {}", r.stdout);
     }
-    let r = common::run(common::quota(home.path()).arg("man"));
+    let r = run(quota(home.path()).arg("man"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.starts_with(".ie") || r.stdout.contains(".TH quota"),
@@ -361,10 +370,7 @@ fn systemd_units_verify() {
     let dir = tempfile::tempdir().unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
     let service = std::fs::read_to_string(format!("{root}/systemd/quota@.service")).unwrap();
-    let service = service.replace(
-        "/usr/local/bin/quota",
-        &common::quota_bin().display().to_string(),
-    );
+    let service = service.replace("/usr/local/bin/quota", &quota_bin().display().to_string());
     std::fs::write(dir.path().join("quota@demo.service"), service).unwrap();
     std::fs::copy(
         format!("{root}/systemd/quota@.timer"),
@@ -397,17 +403,13 @@ fn systemd_units_verify() {
 #[test]
 fn a_progress_line_only_on_a_terminal() {
     let up = Standin::start(&["--pages", "2"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
     // Under cron or systemd (stderr a pipe here): no progress line.
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("\x1b[2K"), "{r:?}");
     // On a terminal (`script` gives the run a pseudo-terminal): one line, redrawn.
-    let cmd = format!(
-        "{} -c {} run",
-        common::quota_bin().display(),
-        d.config().display()
-    );
+    let cmd = format!("{} -c {} run", quota_bin().display(), d.config().display());
     let out = std::process::Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .env("HOME", d.path())
@@ -428,7 +430,7 @@ fn status_is_coloured_on_a_terminal_unless_no_color() {
     let status = |no_color: bool| {
         let cmd = format!(
             "{} -c {} status",
-            common::quota_bin().display(),
+            quota_bin().display(),
             d.config().display()
         );
         let mut c = std::process::Command::new("script");

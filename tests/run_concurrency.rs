@@ -2,12 +2,12 @@
 //! sharing one Redis: the upstream never sees more than the budget in any
 //! window, and never has to answer 403.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Deployment, RedisServer, Standin, deployment_yaml, videos_job};
+use crate::common::deployment::{Deployment, deployment_yaml, videos_job};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
 
 const WINDOW_MS: u64 = 2000;
 const BUDGET: usize = 24; // limit 30, headroom 20%

@@ -2,9 +2,8 @@
 //! sends nothing and charges nothing. The corpus is run through both `check`
 //! and `run`, with the stand-in as the upstream to prove that no request left.
 
-mod common;
-
-use common::{Deployment, Standin};
+use crate::common::deployment::{Deployment, quota, run};
+use crate::common::standin::Standin;
 
 /// A valid file; each case below breaks it in one place.
 fn base(upstream: &str) -> String {
@@ -316,11 +315,7 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
 #[test]
 fn a_missing_configuration_file_is_78_and_quota_config_is_honoured() {
     let dir = tempfile::tempdir().unwrap();
-    let r = common::run(
-        common::quota(dir.path())
-            .current_dir(dir.path())
-            .arg("check"),
-    );
+    let r = run(quota(dir.path()).current_dir(dir.path()).arg("check"));
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr
@@ -328,11 +323,9 @@ fn a_missing_configuration_file_is_78_and_quota_config_is_honoured() {
         "{r:?}"
     );
 
-    let r = common::run(
-        common::quota(dir.path())
-            .env("QUOTA_CONFIG", dir.path().join("elsewhere.yaml"))
-            .arg("check"),
-    );
+    let r = run(quota(dir.path())
+        .env("QUOTA_CONFIG", dir.path().join("elsewhere.yaml"))
+        .arg("check"));
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr
@@ -353,7 +346,7 @@ fn a_secret_comes_from_the_systemd_credentials_directory() {
     );
     let creds = tempfile::tempdir().unwrap();
     std::fs::write(creds.path().join("yt"), "from-systemd\n").unwrap();
-    let r = common::run(d.cmd(&["check"]).env("CREDENTIALS_DIRECTORY", creds.path()));
+    let r = run(d.cmd(&["check"]).env("CREDENTIALS_DIRECTORY", creds.path()));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout

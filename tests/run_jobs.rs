@@ -2,13 +2,13 @@
 //! free loopback port, and the embedded file), and the YouTube stand-in as
 //! the upstream.
 
-mod common;
-
 use std::collections::BTreeSet;
 
-use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
-
-use common::WIDE;
+use crate::common::deployment::{
+    Deployment, WIDE, deployment_yaml, embedded_store, trending, videos_job,
+};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
 
 fn stores() -> Vec<(&'static str, Option<RedisServer>)> {
     vec![("embedded", None), ("redis", Some(RedisServer::start()))]
@@ -82,7 +82,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
 #[test]
 fn max_pages_caps_pagination() {
     let up = Standin::start(&["--pages", "5"]);
-    let d = common::trending(&up, "embedded", &["US"], 2, "fail_closed");
+    let d = trending(&up, "embedded", &["US"], 2, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages: Vec<u32> = up.seen().iter().map(|s| s.page).collect();
@@ -152,7 +152,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
 #[test]
 fn server_errors_are_retried_and_each_attempt_is_charged() {
     let up = Standin::start(&["--pages", "1", "--fail-first", "2"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
@@ -165,7 +165,7 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
 #[test]
 fn server_errors_that_outlast_the_retries_fail_the_run() {
     let up = Standin::start(&["--fail-first", "100"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -179,7 +179,7 @@ fn server_errors_that_outlast_the_retries_fail_the_run() {
 #[test]
 fn other_client_errors_stop_the_job_with_an_excerpt() {
     let up = Standin::start(&["--key", "another-key"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(

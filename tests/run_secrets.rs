@@ -2,9 +2,9 @@
 //! output file or the store, even with `RUST_LOG=trace`, through success,
 //! retries, a refused key and a network error.
 
-mod common;
-
-use common::{Deployment, RedisServer, Standin, deployment_yaml, videos_job};
+use crate::common::deployment::{Deployment, deployment_yaml, quota, run, videos_job};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
 
 const KEY: &str = "AIzaSyD-distinctive-7f3c9e21";
 const WRONG: &str = "AIzaSyD-wrong-key-55b0a1";
@@ -52,7 +52,7 @@ fn the_api_key_never_appears_anywhere() {
         &["run", "refused"],
         &["run", "unreachable"],
     ] {
-        let r = common::run(d.cmd(args).env("RUST_LOG", "trace"));
+        let r = run(d.cmd(args).env("RUST_LOG", "trace"));
         assert_clean(&format!("quota {args:?}"), &r.all());
         seen_codes.push(r.code);
         if args.contains(&"refused") {
@@ -104,13 +104,13 @@ fn a_store_password_in_the_environment_never_shows() {
     let home = tempfile::tempdir().unwrap();
     let url = format!("redis://:{KEY}@127.0.0.1:1/0");
     for args in [&["--help"][..], &["run", "--help"], &["man"], &["status"]] {
-        let mut cmd = common::quota(home.path());
+        let mut cmd = quota(home.path());
         cmd.args(args).env("QUOTA_STORE", &url);
         if args == ["status"] {
             std::fs::write(home.path().join("quota.yaml"), "credentials: {}\n").unwrap();
             cmd.current_dir(home.path());
         }
-        let r = common::run(&mut cmd);
+        let r = run(&mut cmd);
         assert_clean(&format!("quota {args:?}"), &r.all());
         if args == ["status"] {
             assert_eq!(r.code, 69, "{r:?}");

@@ -2,22 +2,22 @@
 //! SIGTERM, and a store that is down under both policies. The real binary,
 //! a real redis-server, the stand-in upstream.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Deployment, RedisServer, Standin, deployment_yaml, embedded_store, videos_job};
-
-use common::WIDE;
+use crate::common::deployment::{
+    self, Deployment, WIDE, deployment_yaml, embedded_store, finish, kill, trending, videos_job,
+};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
 
 fn spawn(d: &Deployment, args: &[&str]) -> Child {
-    common::spawn(&mut d.cmd(args))
+    deployment::spawn(&mut d.cmd(args))
 }
 
 fn signal(child: &Child, sig: &str) {
-    common::kill(sig, child.id());
+    kill(sig, child.id());
 }
 
 /// (region, page) → how many times the stand-in served it.
@@ -114,7 +114,7 @@ fn a_429_with_retry_after_blocks_for_that_long() {
 fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "4", "--delay", "300ms"]);
-    let d = common::trending(&up, &redis.url(), &["US", "GB", "DE"], 4, "fail_closed");
+    let d = trending(&up, &redis.url(), &["US", "GB", "DE"], 4, "fail_closed");
 
     let first = spawn(&d, &["run"]);
     // 8 answers of 300 ms: the first run is past its 2 s lock_ttl, so it
@@ -133,7 +133,7 @@ fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
     );
     assert!(second.stderr.contains("0 calls"), "{second:?}");
 
-    let first = common::finish(first);
+    let first = finish(first);
     assert_eq!(first.code, 0, "{first:?}");
     assert_eq!(
         up.seen().len(),
@@ -237,12 +237,12 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
 fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
     let redis = RedisServer::start();
     let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
-    let d = common::trending(&up, &redis.url(), &["US", "GB", "DE"], 3, "fail_closed");
+    let d = trending(&up, &redis.url(), &["US", "GB", "DE"], 3, "fail_closed");
 
     let run = spawn(&d, &["run"]);
     up.wait_for(3);
     signal(&run, "-TERM");
-    let r = common::finish(run);
+    let r = finish(run);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(r.stderr.contains("SIGTERM"), "{r:?}");
     assert!(r.stderr.contains("stopped: a stop signal arrived"), "{r:?}");
@@ -299,7 +299,7 @@ fn store_down_fail_closed_exits_69_before_any_request() {
 #[test]
 fn store_down_fail_open_runs_unmetered_and_says_so() {
     let up = Standin::start(&[]);
-    let d = common::trending(&up, "redis://127.0.0.1:1/0", &["US", "GB"], 1, "fail_open");
+    let d = trending(&up, "redis://127.0.0.1:1/0", &["US", "GB"], 1, "fail_open");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
@@ -322,7 +322,7 @@ fn store_lost_mid_run_follows_the_policy() {
         let run = spawn(&d, &["run"]);
         up.wait_for(1);
         redis.kill();
-        let r = common::finish(run);
+        let r = finish(run);
         assert_eq!(r.code, code, "{policy}: {r:?}");
         let n = up.seen().len();
         if policy == "fail_closed" {
@@ -351,11 +351,11 @@ fn store_lost_mid_run_follows_the_policy() {
 #[test]
 fn sigint_stops_cleanly_too() {
     let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
-    let d = common::trending(&up, "embedded", &["US", "GB"], 3, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB"], 3, "fail_closed");
     let run = spawn(&d, &["run"]);
     up.wait_for(2);
     signal(&run, "-INT");
-    let r = common::finish(run);
+    let r = finish(run);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains("SIGINT: stopping at the next safe point"),

@@ -2,19 +2,18 @@
 //! (one master, one replica, three sentinels), and a Sentinel failover in
 //! the middle of a run.
 
-mod common;
-
 use std::process::Stdio;
 
-use common::{RedisCluster, RedisSentinel, Standin, deployment_yaml, videos_job};
+use crate::common::cluster::RedisCluster;
+use crate::common::deployment::{Deployment, deployment_yaml, run, trending_with, videos_job};
+use crate::common::sentinel::{RedisSentinel, SENTINEL_SERVICE};
+use crate::common::standin::Standin;
+use crate::common::tls::{TestCa, TlsRedis};
 
 const SMALL: &str = "        - { limit: 5, per: 1h }";
 
-fn used_1h(d: &common::Deployment) -> u64 {
-    let r = d.quota(&["status", "--json"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    v["credentials"][0]["pools"][0]["windows"][0]["used"]
+fn used_1h(d: &Deployment) -> u64 {
+    d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"]
         .as_u64()
         .unwrap()
 }
@@ -26,7 +25,7 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
     let sentinel = RedisSentinel::start_with_password(Some("sentinel-pw-0xC0FFEE"));
     for (kind, url) in [("cluster", cluster.url()), ("sentinel", sentinel.url())] {
         let up = Standin::start(&["--pages", "3"]);
-        let d = common::trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
+        let d = trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
 
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
@@ -42,7 +41,7 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
         assert_eq!(used_1h(&d), 5, "{kind}");
         // A wrong password is refused, and no message shows either one.
         let wrong = url.replace("-pw-0xC0FFEE", "-pw-wrong");
-        let r = common::run(&mut d.cmd(&["--store", &wrong, "run"]));
+        let r = run(&mut d.cmd(&["--store", &wrong, "run"]));
         assert_eq!(r.code, 69, "{kind}: {r:?}");
         assert!(
             !r.all().contains("0xC0FFEE") && !r.all().contains("pw-wrong"),
@@ -59,10 +58,10 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
 /// would.
 #[test]
 fn a_job_runs_over_tls_with_a_password_on_every_topology() {
-    let ca = common::TestCa::new();
-    let single = common::TlsRedis::single(&ca, "tls-pw-0xBEEF");
-    let cluster = common::TlsRedis::cluster(&ca, "tls-pw-0xBEEF");
-    let sentinel = common::TlsRedis::sentinel(&ca, "tls-pw-0xBEEF");
+    let ca = TestCa::new();
+    let single = TlsRedis::single(&ca, "tls-pw-0xBEEF");
+    let cluster = TlsRedis::cluster(&ca, "tls-pw-0xBEEF");
+    let sentinel = TlsRedis::sentinel(&ca, "tls-pw-0xBEEF");
     let urls = [
         (
             "single",
@@ -79,24 +78,20 @@ fn a_job_runs_over_tls_with_a_password_on_every_topology() {
             "sentinel",
             format!(
                 "rediss+sentinel://:tls-pw-0xBEEF@localhost:{},localhost:{},localhost:{}/{}",
-                sentinel.ports[2],
-                sentinel.ports[3],
-                sentinel.ports[4],
-                common::SENTINEL_SERVICE
+                sentinel.ports[2], sentinel.ports[3], sentinel.ports[4], SENTINEL_SERVICE
             ),
         ),
     ];
     for (kind, url) in urls {
         let up = Standin::start(&["--pages", "3"]);
-        let d = common::trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
-        let r = common::run(d.cmd(&["run"]).env("SSL_CERT_FILE", ca.file("ca.pem")));
+        let d = trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
+        let r = run(d.cmd(&["run"]).env("SSL_CERT_FILE", ca.file("ca.pem")));
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("5 calls, spent units 5"), "{kind}: {r:?}");
         assert!(!r.all().contains("0xBEEF"), "{kind}: {r:?}");
-        let r = common::run(
-            d.cmd(&["status", "--json"])
-                .env("SSL_CERT_FILE", ca.file("ca.pem")),
-        );
+        let r = run(d
+            .cmd(&["status", "--json"])
+            .env("SSL_CERT_FILE", ca.file("ca.pem")));
         assert!(r.stdout.contains("\"used\": 5"), "{kind}: {r:?}");
         // Without the CA, the certificate is refused: the store is unreachable.
         let r = d.quota(&["run"]);
@@ -110,7 +105,7 @@ fn a_sentinel_failover_mid_run_keeps_the_budget() {
     let group = RedisSentinel::start();
     let old_master = group.master_port();
     let up = Standin::start(&["--pages", "3", "--delay", "250ms"]);
-    let d = common::Deployment::new("");
+    let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB", "DE", "FR"], 3, &up.base());
     let budget = "        - { limit: 8, per: 1h }";
     d.write(&deployment_yaml(

@@ -6,7 +6,6 @@ pub mod bench;
 pub mod check;
 pub mod plan;
 pub mod run;
-pub mod standin;
 pub mod status;
 pub mod table;
 
@@ -16,7 +15,6 @@ use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::config::{Config, Secrets};
-use crate::ledger::At;
 use crate::ledger::StoreLocation;
 use crate::{Error, Result};
 
@@ -32,7 +30,6 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
     runtime.block_on(async move {
         match cli.command {
             Command::Bench(ref args) => bench::execute(cli.store.as_deref(), args).await,
-            Command::Standin(args) => standin::run(args).await,
             Command::Status(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 status::execute(&config, &store, args).await
@@ -99,16 +96,6 @@ pub fn store_name(location: &StoreLocation) -> String {
         StoreLocation::Redis(url) => crate::ledger::redact_url(url),
         StoreLocation::Embedded(Some(p)) => format!("embedded {}", p.display()),
         StoreLocation::Embedded(None) => "embedded".into(),
-    }
-}
-
-/// `--at TIME` (RFC 3339) as a fixed clock reading, else the store's clock.
-fn parse_at(at: Option<&str>) -> Result<At> {
-    match at {
-        None => Ok(At::StoreClock),
-        Some(s) => chrono::DateTime::parse_from_rfc3339(s)
-            .map(|t| At::Fixed(t.timestamp_micros()))
-            .map_err(|e| Error::Usage(format!("--at {s}: not an RFC 3339 time ({e})"))),
     }
 }
 

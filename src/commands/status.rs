@@ -29,7 +29,7 @@ pub struct CredentialReport {
 
 pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
     let credentials = select(config, args.credential.as_deref())?;
-    let at = super::parse_at(args.at.as_deref())?;
+    let at = At::StoreClock;
     let store = Store::open(location).await.map_err(|e| match e {
         StoreError::Unavailable(reason) => Error::StoreUnavailable {
             store: super::store_name(location),

@@ -38,7 +38,7 @@ use crate::timefmt::rfc3339;
 /// plan as a table or, with `--json`, as JSON.
 pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
     let jobs = config.select_jobs(&args.jobs)?;
-    let at = super::parse_at(args.at.as_deref())?;
+    let at = At::StoreClock;
     let (store, store_error) = match Store::open(location).await {
         Ok(s) => (Some(s), None),
         Err(StoreError::Unavailable(e)) => (None, Some(e)),

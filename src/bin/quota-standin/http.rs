@@ -1,0 +1,72 @@
+//! The stand-in's HTTP/1.1, hand-written on purpose: one GET per
+//! connection, `Connection: close`, nothing else; a server framework would
+//! be larger than the whole fixture.
+
+use std::io::Write;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::youtube::{self, State};
+use crate::{Error, Options};
+
+/// Serve until the process is stopped. Prints `listening on http://ADDR`
+/// first, so a caller that asked for port 0 learns the port.
+pub async fn serve(opts: Options) -> Result<(), Error> {
+    let listener = TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", opts.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let state = Arc::new(State::new(opts)?);
+    println!("listening on http://{addr}");
+    let _ = std::io::stdout().flush();
+    loop {
+        let (stream, _) = listener
+            .accept()
+            .await
+            .map_err(|e| format!("accept: {e}"))?;
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _ = handle(stream, &state).await;
+        });
+    }
+}
+
+async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 || buf.len() > 64 * 1024 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let (status, headers, body) = youtube::answer(state, &target);
+    if !state.opts.delay.is_zero() {
+        tokio::time::sleep(state.opts.delay).await;
+    }
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        _ => "Service Unavailable",
+    };
+    let body = body.to_string();
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    stream.write_all(out.as_bytes()).await?;
+    stream.shutdown().await
+}

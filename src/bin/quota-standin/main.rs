@@ -1,0 +1,85 @@
+//! `quota-standin`: a local, metered imitation of the YouTube Data API, for
+//! the demo (`jobs/demo.sh`) and the tests. It is not part of `quota`, the
+//! operator's tool, and does not use its library: only this binary, built
+//! beside it by `cargo build`.
+//!
+//! * [`youtube`]: what it answers (`videos`, `search`, its own quota).
+//! * [`http`]: the hand-written HTTP/1.1 server it answers through.
+
+mod http;
+mod youtube;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Serve a local stand-in for a metered API (YouTube-shaped), for the demo
+/// and the tests
+#[derive(Clone, Debug, Parser)]
+#[command(name = "quota-standin", version, about)]
+pub struct Options {
+    /// Address to listen on (port 0 picks a free port; the first line printed says which)
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    pub listen: std::net::SocketAddr,
+
+    /// The one API key it accepts
+    #[arg(long, default_value = "demo-key")]
+    pub key: String,
+
+    /// Its own `units` quota per key and window (videos costs 1)
+    #[arg(long, default_value_t = 10_000)]
+    pub units: u64,
+
+    /// Its own `search` quota per key and window (search costs 1 call)
+    #[arg(long, default_value_t = 100)]
+    pub search: u64,
+
+    /// The length of its own sliding quota window
+    #[arg(long, default_value = "24h", value_parser = humantime::parse_duration)]
+    pub window: Duration,
+
+    /// Pages per region
+    #[arg(long, default_value_t = 3)]
+    pub pages: u32,
+
+    /// Items per page
+    #[arg(long, default_value_t = 5)]
+    pub items: u32,
+
+    /// Answer the first N requests with 503 (charged all the same)
+    #[arg(long, default_value_t = 0)]
+    pub fail_first: u64,
+
+    /// Answer a spent quota with 429 and Retry-After instead of YouTube's 403
+    #[arg(long)]
+    pub answer_429: bool,
+
+    /// Wait this long before every answer
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub delay: Duration,
+
+    /// Append one JSON line per request to this file
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+/// What stops the stand-in: a sentence for stderr.
+pub type Error = String;
+
+fn main() -> ExitCode {
+    let options = Options::parse();
+    let served = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))
+        .and_then(|runtime| runtime.block_on(http::serve(options)));
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quota-standin: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The binary tests' fixture: a deployment folder (`quota.yaml`, a key file,
+//! outputs under `out/`), the YAML it is written from, and the `quota`
+//! binary run in it with a clean environment.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::standin::Standin;
+
+/// The `quota` binary under test.
+pub fn quota_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_quota"))
+}
+
+/// A `quota` command with a clean environment: no inherited QUOTA_* or
+/// RUST_LOG, state under `home` so nothing touches the real home.
+pub fn quota(home: &Path) -> Command {
+    quota_via(&[], home)
+}
+
+/// [`quota`] started by `wrapper` (a program and its first arguments, such
+/// as `faketime -f TIME`), which gets the same clean environment.
+pub fn quota_via(wrapper: &[&str], home: &Path) -> Command {
+    let mut c = match wrapper.split_first() {
+        None => Command::new(quota_bin()),
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(quota_bin());
+            c
+        }
+    };
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_STATE_HOME", home.join("state"));
+    c
+}
+
+/// The finished output of a command: exit code, stdout, stderr.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Debug for Ran {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Ran {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Start a command in the background, its output captured.
+pub fn spawn(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quota")
+}
+
+/// Wait for a command started with [`spawn`].
+pub fn finish(child: Child) -> Ran {
+    let out = child.wait_with_output().unwrap();
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Send `sig` (e.g. "-TERM") to process `pid`.
+pub fn kill(sig: &str, pid: u32) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// A deployment for the binary tests: a folder with `quota.yaml`, the key
+/// file `key` (holding `demo-key`, what the stand-in accepts), outputs
+/// under `out/`.
+pub struct Deployment {
+    pub dir: tempfile::TempDir,
+}
+
+impl Deployment {
+    pub fn new(yaml: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("key"), "demo-key\n").unwrap();
+        let d = Deployment { dir };
+        d.write(yaml);
+        d
+    }
+
+    pub fn write(&self, yaml: &str) {
+        std::fs::write(self.config(), yaml).unwrap();
+    }
+
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("quota.yaml")
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `quota -c quota.yaml ARGS…`, not yet run.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        self.cmd_via(&[], args)
+    }
+
+    /// [`Deployment::cmd`] started by `wrapper` (see [`quota_via`]).
+    pub fn cmd_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
+        let mut c = quota_via(wrapper, self.dir.path());
+        c.arg("-c").arg(self.config()).args(args);
+        c
+    }
+
+    pub fn quota(&self, args: &[&str]) -> Ran {
+        run(&mut self.cmd(args))
+    }
+
+    /// `quota status --json`, which must succeed, parsed.
+    pub fn status_json(&self) -> serde_json::Value {
+        let r = self.quota(&["status", "--json"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        serde_json::from_str(&r.stdout).unwrap()
+    }
+
+    /// Output files of `job` (visible ones), sorted by name.
+    pub fn outputs(&self, job: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.dir.path().join("out").join(job))
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// A `store:` value for each kind of store the binary tests run against.
+pub fn embedded_store(d: &Deployment) -> String {
+    format!("embedded:{}", d.path().join("ledger.sqlite3").display())
+}
+
+/// A YAML job block: `regions`, one videos.list step with `max_pages`.
+pub fn videos_job(
+    name: &str,
+    credential: &str,
+    regions: &[&str],
+    max_pages: u32,
+    base: &str,
+) -> String {
+    format!(
+        r#"  {name}:
+    credential: {credential}
+    regions: [{regions}]
+    steps:
+      - endpoint: videos.list
+        request:
+          url: {base}/youtube/v3/videos
+          query: {{ part: snippet, chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: {max_pages} }}
+    output: out/{name}
+"#,
+        regions = regions.join(", ")
+    )
+}
+
+/// A whole configuration: one credential `main` (secret from the `key`
+/// file) with a `units` pool of the given windows, videos.list costing 1
+/// unit (`policy` when the store is down), and the given jobs.
+pub fn deployment_yaml(store: &str, windows: &str, policy: &str, jobs: &[String]) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 3, backoff: 20ms }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      units:
+{windows}
+endpoints:
+  videos.list: {{ cost: {{ units: 1 }}, on_store_error: {policy} }}
+jobs:
+{jobs}"#,
+        jobs = jobs.concat()
+    )
+}
+
+/// A budget no test reaches: 1000 units an hour.
+pub const WIDE: &str = "        - { limit: 1000, per: 1h }";
+
+/// A deployment with one job, `trending`, over `regions` (up to `max_pages`
+/// pages each) against the stand-in `up`, with the [`WIDE`] budget, on
+/// `store` ("embedded": a file in the deployment's folder).
+pub fn trending(
+    up: &Standin,
+    store: &str,
+    regions: &[&str],
+    max_pages: u32,
+    policy: &str,
+) -> Deployment {
+    trending_with(up, store, WIDE, regions, max_pages, policy)
+}
+
+/// [`trending`] with the given windows of the `units` pool.
+pub fn trending_with(
+    up: &Standin,
+    store: &str,
+    windows: &str,
+    regions: &[&str],
+    max_pages: u32,
+    policy: &str,
+) -> Deployment {
+    let d = Deployment::new("");
+    let store = if store == "embedded" {
+        embedded_store(&d)
+    } else {
+        store.to_string()
+    };
+    let job = videos_job("trending", "main", regions, max_pages, &up.base());
+    d.write(&deployment_yaml(&store, windows, policy, &[job]));
+    d
+}

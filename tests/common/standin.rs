@@ -1,0 +1,90 @@
+//! The upstream of the binary tests: the stand-in (the `quota-standin`
+//! binary, a metered YouTube-shaped imitation) on a free loopback port, and
+//! what it saw.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::wait_until;
+
+/// One request the stand-in saw (the fields of its log line the tests read).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Seen {
+    pub at_us: u64,
+    pub region: String,
+    pub page: u32,
+    pub status: u16,
+}
+
+/// The YouTube stand-in (`quota-standin`) on a free loopback port, logging
+/// every request it sees; killed when dropped.
+pub struct Standin {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Standin {
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("requests.jsonl");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_quota-standin"))
+            .args(["--listen", "127.0.0.1:0", "--log"])
+            .arg(&log)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the stand-in");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("the stand-in says where it listens");
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line from the stand-in: {line:?}"));
+        Standin {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn seen(&self) -> Vec<Seen> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // Only whole lines: the stand-in may be writing the next one.
+        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        whole
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a log line"))
+            .collect()
+    }
+
+    /// Wait (up to 20 s) until the stand-in has seen `n` requests.
+    pub fn wait_for(&self, n: usize) {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("the stand-in never saw {n} requests"),
+            || self.seen().len() >= n,
+        );
+    }
+}
+
+impl Drop for Standin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,19 @@
+//! The integration tests, built as one binary (`[[test]] name = "lib"` in
+//! Cargo.toml) so the fixtures in `common` compile once and the tests link
+//! once: one module per area, run one with `cargo test --test lib drills::`.
+
+mod common;
+
+mod bench;
+mod drills;
+mod ledger_concurrency;
+mod ledger_conformance;
+mod ledger_equivalence;
+mod ledger_redis;
+mod operator;
+mod run_concurrency;
+mod run_config;
+mod run_jobs;
+mod run_secrets;
+mod run_stops;
+mod run_topologies;
