@@ -4,8 +4,10 @@
 --
 -- KEYS[1]  quota:{C}:state  hash of the credential
 -- ARGV[1]  now in µs, or "" to read the Redis server clock (TIME)
--- ARGV[2]  blocked until, µs since the Unix epoch
--- ARGV[3]  reason (short text, no secrets)
+-- ARGV[2]  blocked until, µs since the Unix epoch (a time computed from a
+--          reading of this server's clock), or "" to use ARGV[3]
+-- ARGV[3]  blocked for this many µs from now (a Retry-After), when ARGV[2] is ""
+-- ARGV[4]  reason (short text, no secrets)
 --
 -- Returns {now, blocked_until} as stored after the call.
 --
@@ -21,10 +23,11 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local until_us = tonumber(ARGV[2])
+-- (min: a duration too long for a double's exact integers is still "long")
+local until_us = tonumber(ARGV[2]) or now + math.min(tonumber(ARGV[3]), 2 ^ 52)
 local current = tonumber(redis.call('HGET', state, 'blocked_until')) or 0
 if until_us > current then
-  redis.call('HSET', state, 'blocked_until', string.format('%d', until_us), 'blocked_reason', ARGV[3])
+  redis.call('HSET', state, 'blocked_until', string.format('%d', until_us), 'blocked_reason', ARGV[4])
   current = until_us
 end
 local ttl = redis.call('PTTL', state)

@@ -17,19 +17,23 @@
 --              this long, so that a resent charge is found
 -- ARGV[5]      the tag's state field, "tag:" .. tag, where the tag names who
 --              spends ("endpoint<TAB>job"), for usage reports
--- ARGV[6]      number of pools n
--- ARGV[7..6+n] each pool's state field, "pool:" .. name
--- ARGV[7+n..]  per pool: cost, number of windows m, then per window: length µs
+-- ARGV[6]      the charge serial the caller has seen this credential reach
+--              (0: none): a store that reports fewer has lost its log
+-- ARGV[7]      number of pools n
+-- ARGV[8..7+n] each pool's state field, "pool:" .. name
+-- ARGV[8+n..]  per pool: cost, number of windows m, then per window: length µs
 --              and budget units
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest
---                  window seen), expiry µs (when the keys were set to expire)
+--                  window seen, at least the horizon), expiry µs (when the
+--                  state was set to expire), when the whole log was lost (0: never)
 --   pool:P         head and tail sequence numbers of P's log, window count m,
 --                  then per window: length µs, running sum, pointer to its
---                  oldest entry, that entry's time (0: not known)
+--                  oldest entry, that entry's time (0: not known); then when
+--                  P's log was set to expire, and when it was lost (0: never)
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
---   tag:T, tagname:N, tags          tag ids; log_lost   when a log vanished
+--   tag:T, tagname:N, tags          tag ids
 --
 -- Returns one of:
 --   {1, now, serial, duplicate(0|1), remaining...}   allowed; remaining units per
@@ -37,6 +41,9 @@
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
+--   {3, now, serial, pool_no, lost_at, until}        the pool's log was lost at
+--                                                    lost_at: it counts as spent
+--                                                    until its longest window passed
 -- and raises "COST_EXCEEDS_BUDGET" for a cost that can never fit, and
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
@@ -44,6 +51,17 @@
 -- Time never runs backwards for a credential: now is clamped to the latest
 -- decision that recorded or slid anything, which can only make entries look
 -- younger (more conservative), never older.
+--
+-- Retention, the same rule as the embedded store: entries at or before
+-- now - R, where R is the retain stored before this call (at least the
+-- horizon), count in no window, even one lengthened since: they may already
+-- be gone (trimmed, or expired with an idle log).
+--
+-- Expiry: every key lives at least as long as its newest entry counts (retain,
+-- plus a minute). Each pool's log carries its own expiry, renewed whenever the
+-- pool is charged; the state hash's covers every log's. A log that vanishes
+-- anyway (eviction, FLUSHDB, a replica promoted without it) makes its pool
+-- count as spent until its longest window has passed since the loss.
 --
 -- Speed: this runs on Redis's one thread for every call of every client. The
 -- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
@@ -57,10 +75,10 @@
 
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor = struct.pack, struct.unpack, math.floor
-local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<dddd'
--- The packing of a pool's state with m windows ('<ddddddd' for one).
+local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
+-- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
-  return m == 1 and '<ddddddd' or '<' .. string.rep('d', 3 + 4 * m)
+  return m == 1 and '<ddddddddd' or '<' .. string.rep('d', 5 + 4 * m)
 end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
@@ -74,16 +92,23 @@ else
   now, now_text = tonumber(ARGV[1]), ARGV[1]
 end
 local id, resend, horizon = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
-local tag_field, npools = ARGV[5], tonumber(ARGV[6])
+local tag_field, min_serial, npools = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 7, 6 + npools))
-local last, serial, stored_retain, expires = 0, 0, 0, nil
-if v[1] then last, serial, stored_retain, expires = sunpack(META, v[1]) end
+local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 8, 7 + npools))
+local last, serial, stored_retain, expires, lost_all = 0, 0, 0, nil, 0
+if v[1] and #v[1] == 32 then -- (a build before the loss time: four fields)
+  last, serial, stored_retain, expires = sunpack('<dddd', v[1])
+elseif v[1] then
+  last, serial, stored_retain, expires, lost_all = sunpack(META, v[1])
+end
 -- Keys written by a build before 2026-11-22 (log triples, a 'serial' field)
 -- would be misread: refuse them before writing anything.
 if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
 local blocked_until = tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
+-- The caller saw more charges than the store holds: the log was lost.
+if serial < min_serial then lost_all = now end
+local visible = math.max(stored_retain, horizon) -- R, above
 
 -- Slide window b of pool pv (see pool:P above) over log: drop from its sum
 -- the entries at or before cutoff. False when the log is shorter than the
@@ -110,20 +135,38 @@ end
 -- Each pool's state, brought up to now. A pool seen for the first time, or
 -- whose windows changed, or whose state and log are out of step, is counted
 -- afresh from its log.
-local pools, lost, longest = {}, false, horizon
-local a = 7 + npools -- where the pool's layout starts in ARGV
+local pools, longest = {}, horizon
+local a = 8 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
   local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local pv = v[3 + p]
-  -- (unpacked as stored: the configuration may have changed its windows)
-  pv = pv and pv ~= '' and { sunpack(layout((#pv / 8 - 3) / 4), pv) }
+  -- (unpacked as stored: the configuration may have changed its windows; a
+  -- build before the per-pool expiry stored two fewer fields)
+  if pv and pv ~= '' then
+    local fields = #pv / 8
+    if fields % 4 == 1 then
+      pv = { sunpack(layout((fields - 5) / 4), pv) }
+    else
+      pv = { sunpack('<' .. string.rep('d', fields), pv) }
+      pv[fields + 1], pv[fields + 2] = 0, 0
+    end
+    -- (the expiry and loss time, moved past any window count)
+    local stored_m = pv[3]
+    pv.expires, pv.lost = pv[4 + 4 * stored_m], pv[5 + 4 * stored_m]
+  else
+    pv = nil
+  end
   local fresh = not pv or pv[3] ~= m
+  local plong = 0
   for w = 1, m do
     local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])
     if cost > budget then return redis.error_reply('COST_EXCEEDS_BUDGET pool ' .. p) end
     if len > longest then longest = len end
+    if len > plong then plong = len end
     if not fresh and pv[4 * w] ~= len then fresh = true end
   end
+  local expires_p, lost_p = pv and pv.expires or 0, pv and pv.lost or 0
+  if lost_all > lost_p then lost_p = lost_all end
   for _ = 1, 2 do
     if fresh then
       local head = pv and pv[1] or 0
@@ -137,21 +180,32 @@ for p = 1, npools do
     end
     local ok = true
     for w = 1, m do
-      ok = slide(log, pv, 4 * w, now - pv[4 * w]) and ok
+      local cutoff = now - pv[4 * w]
+      if cutoff < now - visible then cutoff = now - visible end
+      ok = slide(log, pv, 4 * w, cutoff) and ok
     end
     if ok or fresh then break end
     -- The log is shorter than the state says: it vanished (expired, evicted,
-    -- or a Redis without persistence restarted). Say so, and count afresh.
-    lost, fresh = true, true
+    -- or a Redis without persistence restarted). Count afresh, and count the
+    -- pool as spent for a while.
+    lost_p, fresh = now, true
   end
+  -- A loss is over once the pool's longest window has passed since.
+  if lost_p > 0 and lost_p + plong <= now then lost_p = 0 end
+  pv.expires, pv.lost, pv.longest = expires_p, lost_p, plong
   pools[p] = pv
   a = a + 2 + 2 * m
 end
-local retain = math.max(stored_retain, longest)
+local retain = math.max(visible, longest)
+-- Every key lives until its newest entry counts in no window (and the block
+-- is over), plus a minute. Renewed 1/8 window ahead, so not on every call.
+local keep = retain + 60000000
+if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
+local renew_to = now + keep + floor(retain / 8)
 
 -- The units left in every window, in ARGV order, after the fields of reply.
 local function remaining(reply)
-  local r, a = #reply, 7 + npools
+  local r, a = #reply, 8 + npools
   for p = 1, npools do
     local pv = pools[p]
     for w = 1, pv[3] do
@@ -167,17 +221,29 @@ local u, n = {}, 0
 local function save_pools()
   for p = 1, npools do
     local pv = pools[p]
-    u[n + 1] = ARGV[6 + p]
-    u[n + 2] = pv.rebuild and '' or spack(layout(pv[3]), unpack(pv, 1, 3 + 4 * pv[3]))
+    -- (a pool out of step with its log keeps no windows: the next call
+    -- counts them afresh)
+    local m = pv[3]
+    pv[4 + 4 * m], pv[5 + 4 * m] = pv.expires, pv.lost
+    u[n + 1] = ARGV[7 + p]
+    if pv.rebuild then
+      u[n + 2] = spack(layout(0), pv[1], pv[2], 0, pv.expires, pv.lost)
+    else
+      u[n + 2] = spack(layout(m), unpack(pv, 1, 5 + 4 * m))
+    end
     n = n + 2
   end
 end
 
 -- Save the slid windows and the decision's time, which later decisions
--- never go below, without recording anything.
+-- never go below, without recording anything; a state made or kept here
+-- expires like any other.
 local function save_slid()
   save_pools()
-  call('HSET', state, 'meta', spack(META, now, serial, stored_retain, expires or 0), unpack(u, 1, n))
+  local refresh = expires == nil or expires < now + keep
+  if refresh then expires = renew_to end
+  call('HSET', state, 'meta', spack(META, now, serial, stored_retain, expires, lost_all), unpack(u, 1, n))
+  if refresh then call('PEXPIRE', state, floor((expires - now) / 1000)) end
 end
 
 -- A resent charge already in the log (of its first pool) is answered as it
@@ -210,10 +276,19 @@ if blocked_until > now then
   return { 2, now, serial, blocked_until, call('HGET', state, 'blocked_reason') or '' }
 end
 
+-- A pool whose log was lost counts as spent until its longest window passed.
+for p = 1, npools do
+  local pv = pools[p]
+  if pv.lost > 0 then
+    save_slid()
+    return { 3, now, serial, p, pv.lost, pv.lost + pv.longest }
+  end
+end
+
 -- Does the call fit every window? If not, it fits again at the latest of the
 -- times at which each short window has shed enough units.
 local worst_p, worst_w, worst_retry
-a = 7 + npools
+a = 8 + npools
 for p = 1, npools do
   local pv = pools[p]
   for w = 1, pv[3] do
@@ -224,7 +299,12 @@ for p = 1, npools do
       while at == nil and ptr < pv[2] do
         local idx = (ptr - pv[1]) * ENTRY
         local e = call('LRANGE', KEYS[1 + p], idx, idx + ENTRY * CHUNK - 1)
-        if #e == 0 then break end
+        if #e == 0 then
+          -- The entries the state counts are gone: the log was lost.
+          pv.lost, pv.rebuild = now, true
+          save_slid()
+          return { 3, now, serial, p, now, now + pv.longest }
+        end
         for j = 1, #e, ENTRY do
           freed = freed + tonumber(e[j + 1])
           ptr = ptr + 1
@@ -248,15 +328,6 @@ if worst_retry ~= nil then
   return { 0, now, serial, worst_p, worst_w, worst_retry }
 end
 
--- Idle keys expire a little past the longest window (or the block). Setting
--- the expiry on every charge would cost calls, so it is set 1/8 window ahead
--- and renewed only when it no longer covers the newest entry.
-local keep = retain + 60000000
-if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
-local refresh = expires == nil or expires < now + keep
-if refresh then expires = now + keep + floor(retain / 8) end
-local ttl_ms = floor((expires - now) / 1000)
-
 -- Record the call once per pool and add its cost to every window.
 local tag_id = v[3]
 if not tag_id then
@@ -265,17 +336,21 @@ if not tag_id then
   n = 4
 end
 serial = serial + 1
-a = 7 + npools
+a = 8 + npools
 for p = 1, npools do
   local pv, log, cost = pools[p], KEYS[1 + p], tonumber(ARGV[a])
   local len = call('RPUSH', log, now_text, ARGV[a], tag_id, id)
   pv[2] = pv[2] + 1
   if len ~= (pv[2] - pv[1]) * ENTRY then
-    -- The log is not what the state says (a key expired or was evicted):
-    -- the pool is counted afresh from what the log holds on the next call.
-    lost, pv.rebuild = true, true
+    -- The log is not what the state says (a key expired or was evicted
+    -- since the slide above): count it afresh, and as spent for a while.
+    pv.lost, pv.rebuild = now, true
   end
-  if refresh or len == ENTRY then call('PEXPIRE', log, ttl_ms) end
+  -- Each log keeps its own expiry, renewed when it no longer covers keep.
+  if len == ENTRY or pv.expires < now + keep then
+    pv.expires = renew_to
+    call('PEXPIRE', log, floor((renew_to - now) / 1000))
+  end
   for w = 1, pv[3] do
     local b = 4 * w
     if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
@@ -308,11 +383,13 @@ for p = 1, npools do
 end
 
 save_pools()
-if lost then
-  u[n + 1], u[n + 2] = 'log_lost', now
-  n = n + 2
+-- The state outlives every log: renewed with any of them.
+local refresh = expires == nil or expires < now + keep
+for p = 1, npools do
+  if pools[p].expires > (expires or 0) then refresh = true end
 end
-call('HSET', state, 'meta', spack(META, now, serial, retain, expires), unpack(u, 1, n))
-if refresh then call('PEXPIRE', state, ttl_ms) end
+if refresh then expires = renew_to end
+call('HSET', state, 'meta', spack(META, now, serial, retain, expires, lost_all), unpack(u, 1, n))
+if refresh then call('PEXPIRE', state, floor((expires - now) / 1000)) end
 
 return remaining({ 1, now, serial, 0 })

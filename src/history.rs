@@ -56,6 +56,15 @@ impl History {
         Self { path, seen }
     }
 
+    /// The charge serial this host last saw `store` report for `credential`
+    /// (0: never): a store that reports fewer has lost the log.
+    pub fn seen(&self, store: &str, credential: &str) -> u64 {
+        self.seen
+            .get(store)
+            .and_then(|c| c.get(credential))
+            .map_or(0, |s| s.serial)
+    }
+
     /// Record that `store` reports `serial` charges for `credential` at
     /// `now`; returns the loss to report, if one was noticed within `keep`.
     pub fn check(

@@ -1,9 +1,12 @@
 //! What only the Redis store has to prove: scripts survive `SCRIPT FLUSH`,
-//! idle keys carry a TTL, a call's memory does not grow with its cost, a
-//! charge whose reply was lost on the wire is recorded once, and a log that
-//! vanished under its state is noticed and rebuilt from.
+//! every key carries a TTL that outlives its entries (a quiet pool's log
+//! too), a call's memory does not grow with its cost, a charge whose reply
+//! was lost on the wire is recorded once, and a log that vanished under its
+//! state makes its pool count as spent.
 
-use quota::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, log_key, state_key};
+use quota::ledger::{
+    At, Charge, ChargeDecision, Ledger, Pool, PoolCost, RedisLedger, log_key, state_key,
+};
 
 use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
 use crate::common::redis::RedisServer;
@@ -205,7 +208,7 @@ async fn keys_of_an_older_build_are_refused_not_misread() {
 }
 
 #[tokio::test]
-async fn a_vanished_log_is_noticed_and_the_state_rebuilt_from_it() {
+async fn a_vanished_log_counts_as_spent_until_its_longest_window_passed() {
     let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let pool = units_pool(60, 10);
@@ -213,14 +216,157 @@ async fn a_vanished_log_is_noticed_and_the_state_rebuilt_from_it() {
     assert!(charged(&ledger, "lost", &cost, At::Fixed(T0)).await);
     assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + S)).await);
     server.cli(&["DEL", &log_key("lost", "units")]);
-    // The state still counts 8 units; this call fits in neither view's favour
-    // (8 + 4 > 10), so it is refused without reading the log...
-    assert!(!charged(&ledger, "lost", &cost, At::Fixed(T0 + 2 * S)).await);
-    // ...and once the old entries would have left, the next call notices the
-    // log is not what the state says, records the loss, and recounts.
-    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + 61 * S)).await);
-    assert_ne!(server.cli(&["HGET", &state_key("lost"), "log_lost"]), "");
-    assert_eq!(used(&ledger, "lost", &[pool], T0 + 61 * S).await, [4]);
+    // Both entries are still inside the window: their 8 units are forgotten.
+    // The state alone would say "retry in a whole window"; the ledger says
+    // the log is lost, and the pool spent until a window has passed.
+    let d = ledger
+        .charge(&charge("lost", &cost), At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    let lost = ChargeDecision::LogLost {
+        at: T0 + 2 * S,
+        serial: 2,
+        pool: "units".into(),
+        since: T0 + 2 * S,
+        until: T0 + 62 * S,
+    };
+    assert_eq!(d, lost);
+    // status says so, and counts nothing as free meanwhile.
+    let u = ledger
+        .usage("lost", std::slice::from_ref(&pool), At::Fixed(T0 + 3 * S))
+        .await
+        .unwrap();
+    let l = u.pools[0].log_lost.expect("status shows the loss");
+    assert_eq!((l.since, l.until), (T0 + 2 * S, T0 + 62 * S));
+    assert_eq!(u.pools[0].windows[0].remaining, 0);
+    // Every call within the window is refused, none recorded...
+    for t in [3, 30, 61] {
+        let d = ledger
+            .charge(&charge("lost", &cost), At::Fixed(T0 + t * S))
+            .await
+            .unwrap();
+        assert!(
+            matches!(d, ChargeDecision::LogLost { since, .. } if since == T0 + 2 * S),
+            "{d:?}"
+        );
+    }
+    // ...and once it has passed, the pool fills again from nothing.
     assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + 62 * S)).await);
-    assert!(!charged(&ledger, "lost", &cost, At::Fixed(T0 + 63 * S)).await);
+    assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + 63 * S)).await);
+    assert!(!charged(&ledger, "lost", &cost, At::Fixed(T0 + 64 * S)).await);
+    assert_eq!(used(&ledger, "lost", &[pool], T0 + 64 * S).await, [8]);
+}
+
+#[tokio::test]
+async fn a_log_found_missing_by_status_is_reported_lost_before_any_charge() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let pool = units_pool(60, 10);
+    assert!(charged(&ledger, "gone", &[cost(&pool, 4)], At::Fixed(T0)).await);
+    server.cli(&["DEL", &log_key("gone", "units")]);
+    let u = ledger
+        .usage("gone", &[pool], At::Fixed(T0 + 5 * S))
+        .await
+        .unwrap();
+    let l = u.pools[0].log_lost.expect("status notices the missing log");
+    assert_eq!((l.since, l.until), (T0 + 5 * S, T0 + 65 * S));
+    assert_eq!(u.pools[0].windows[0].remaining, 0);
+}
+
+#[tokio::test]
+async fn a_denial_on_a_vanished_state_leaves_every_key_with_a_ttl() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let pool = units_pool(60, 8);
+    let cost = [cost(&pool, 4)];
+    assert!(charged(&ledger, "ttl", &cost, At::Fixed(T0)).await);
+    assert!(charged(&ledger, "ttl", &cost, At::Fixed(T0 + S)).await);
+    server.cli(&["DEL", &state_key("ttl")]);
+    // Counted afresh from the log: full, so refused; the state is made anew.
+    assert!(!charged(&ledger, "ttl", &cost, At::Fixed(T0 + 2 * S)).await);
+    assert_eq!(server.cli(&["EXISTS", &state_key("ttl")]), "1");
+    for key in [state_key("ttl"), log_key("ttl", "units")] {
+        let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
+        assert!(ttl > 60_000, "{key} has PTTL {ttl}");
+    }
+}
+
+/// Let `dt_s` seconds pass for the keys' TTLs as they pass for the fixed
+/// clock the charges read: each key's TTL shrinks by as much, and a key
+/// whose TTL runs out is gone, as Redis would have expired it.
+fn advance(server: &RedisServer, keys: &[String], dt_s: i64) {
+    for key in keys {
+        let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+        assert_ne!(ttl, -1, "{key} has no TTL");
+        if ttl == -2 {
+            continue;
+        }
+        let left = ttl - dt_s * 1000;
+        if left <= 0 {
+            server.cli(&["DEL", key]);
+        } else {
+            server.cli(&["PEXPIRE", key, &left.to_string()]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_quiet_pools_log_lives_as_long_as_its_entries_count() {
+    // The shape of jobs/youtube.yaml: pool `units` charged every second by
+    // one job, pool `search` rarely by another; windows of 60 s.
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let units = units_pool(60, 1000);
+    let search = pool("search", vec![window(60, 4, 0)]);
+    let keys = [
+        state_key("yt"),
+        log_key("yt", "units"),
+        log_key("yt", "search"),
+    ];
+    let (units_cost, search_cost) = ([cost(&units, 1)], [cost(&search, 1)]);
+    let search_at = [0, 75, 111, 138, 138, 138, 138];
+    let mut admitted = Vec::new();
+    let mut t = 0;
+    for second in 0..=140 {
+        advance(&server, &keys, second - t);
+        t = second;
+        assert!(charged(&ledger, "yt", &units_cost, At::Fixed(T0 + t * S)).await);
+        for _ in search_at.iter().filter(|&&s| s == t) {
+            if charged(&ledger, "yt", &search_cost, At::Fixed(T0 + t * S)).await {
+                admitted.push(t);
+            }
+        }
+        for key in &keys {
+            let ttl: i64 = server.cli(&["PTTL", key]).parse().unwrap();
+            assert!(ttl > 0, "{key} at {t} s: PTTL {ttl}");
+        }
+    }
+    // The search log outlived its entries: at 138 s the window (78, 138]
+    // held the call at 111, so only 3 of the 4 calls fit.
+    assert_eq!(admitted, [0, 75, 111, 138, 138, 138]);
+    for &at in &admitted {
+        let in_window = admitted.iter().filter(|&&a| a > at - 60 && a <= at).count();
+        assert!(
+            in_window <= 4,
+            "{in_window} search calls in the window ending {at}"
+        );
+    }
+
+    // Idle, every key does expire, by Redis's own hand: bring the TTLs to
+    // their last second and let Redis remove them.
+    let longest = keys
+        .iter()
+        .map(|k| server.cli(&["PTTL", k]).parse::<i64>().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        longest > 120_000,
+        "idle keys live a window and a minute: {longest}"
+    );
+    advance(&server, &keys, longest / 1000 - 1);
+    crate::common::wait_until(
+        std::time::Duration::from_secs(15),
+        "the idle keys expire",
+        || keys.iter().all(|k| server.cli(&["EXISTS", k]) == "0"),
+    );
 }

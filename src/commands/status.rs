@@ -130,6 +130,18 @@ pub fn render(reports: &[CredentialReport], p: Paint) -> String {
                 local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0))
             ));
         }
+        for pool in &u.pools {
+            if let Some(l) = pool.log_lost {
+                out.push_str(&format!(
+                    "  {}: the store lost the log of pool {} at {}: the pool counts as spent until {} ({})\n",
+                    p.red("LOG LOST"),
+                    pool.pool,
+                    local_datetime(l.since),
+                    local_datetime(l.until),
+                    when(l.until, now)
+                ));
+            }
+        }
         if let Some(until) = u.blocked_until {
             let reason = u.blocked_reason.as_deref().unwrap_or("");
             out.push_str(&format!(
@@ -309,6 +321,16 @@ pub struct CredentialJson {
 pub struct PoolJson {
     pub pool: String,
     pub windows: Vec<WindowJson>,
+    /// Set while the pool counts as spent because the store lost its log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_lost: Option<LogLostJson>,
+}
+
+/// When a pool's log was lost, and until when it counts as spent.
+#[derive(Serialize)]
+pub struct LogLostJson {
+    pub since: String,
+    pub until: String,
 }
 
 #[derive(Serialize)]
@@ -368,6 +390,10 @@ pub fn to_json(reports: &[CredentialReport]) -> StatusJson {
                         .iter()
                         .map(|p| PoolJson {
                             pool: p.pool.clone(),
+                            log_lost: p.log_lost.map(|l| LogLostJson {
+                                since: rfc3339(l.since),
+                                until: rfc3339(l.until),
+                            }),
                             windows: p
                                 .windows
                                 .iter()

@@ -18,6 +18,10 @@ pub struct Charge<'a> {
     /// of a given id when the repeat comes through the same ledger (the only
     /// way a charge is resent: ids are random per charge).
     pub id: Option<&'a str>,
+    /// The charge serial the caller has already seen this credential reach
+    /// (0: none). A store that reports fewer has lost the log since: its
+    /// pools then count as spent until their longest window has passed.
+    pub seen_serial: u64,
 }
 
 /// Which clock a decision reads.
@@ -29,6 +33,39 @@ pub enum At {
     /// A fixed reading, for tests and replays: lets the same sequence of clock
     /// readings be fed to both stores.
     Fixed(Micros),
+}
+
+/// When a block of a credential ends, on the store's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockEnd {
+    /// At this instant, computed from a reading of the store's clock (the
+    /// upstream's next reset after a decision's `at`).
+    At(Micros),
+    /// This long after the store's clock when the block is recorded (a
+    /// `Retry-After`, or a window's length).
+    After(Duration),
+}
+
+impl BlockEnd {
+    /// The end as this host would guess it (for messages when the store
+    /// cannot say).
+    pub fn estimate(self) -> Micros {
+        self.from(chrono::Utc::now().timestamp_micros())
+    }
+
+    /// The end, given the store's now.
+    pub fn from(self, now: Micros) -> Micros {
+        match self {
+            Self::At(t) => t,
+            Self::After(d) => now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros),
+        }
+    }
+}
+
+impl From<Micros> for BlockEnd {
+    fn from(t: Micros) -> Self {
+        Self::At(t)
+    }
 }
 
 /// What is left in one window after an allowed charge.
@@ -67,12 +104,25 @@ pub enum ChargeDecision {
         until: Micros,
         reason: String,
     },
+    /// Nothing recorded: `pool`'s log was lost at `since` (it vanished from
+    /// the store, or the store holds fewer charges than the caller saw), so
+    /// the pool counts as spent until its longest window has passed, `until`.
+    LogLost {
+        at: Micros,
+        serial: u64,
+        pool: String,
+        since: Micros,
+        until: Micros,
+    },
 }
 
 impl ChargeDecision {
     pub fn at(&self) -> Micros {
         match self {
-            Self::Allowed { at, .. } | Self::Rejected { at, .. } | Self::Blocked { at, .. } => *at,
+            Self::Allowed { at, .. }
+            | Self::Rejected { at, .. }
+            | Self::Blocked { at, .. }
+            | Self::LogLost { at, .. } => *at,
         }
     }
 
@@ -81,7 +131,8 @@ impl ChargeDecision {
         match self {
             Self::Allowed { serial, .. }
             | Self::Rejected { serial, .. }
-            | Self::Blocked { serial, .. } => *serial,
+            | Self::Blocked { serial, .. }
+            | Self::LogLost { serial, .. } => *serial,
         }
     }
 

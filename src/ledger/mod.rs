@@ -30,14 +30,15 @@ pub mod topology;
 mod usage;
 mod window;
 
-pub use self::decision::{At, Charge, ChargeDecision, LockOutcome, Remaining};
+pub use self::decision::{At, BlockEnd, Charge, ChargeDecision, LockOutcome, Remaining};
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;
 pub(crate) use self::error::check_fits;
 pub use self::redis::{RedisLedger, cursor_key, lock_key, log_key, state_key};
 pub use self::store::{Store, StoreLocation, redact_url};
 pub use self::usage::{
-    CredentialLog, CredentialUsage, LogEntry, PoolUsage, USAGE_BUCKETS, WindowUsage, summarize,
+    CredentialLog, CredentialUsage, LogEntry, LogLost, PoolUsage, USAGE_BUCKETS, WindowUsage,
+    summarize,
 };
 pub(crate) use self::usage::{tag, untag};
 pub use self::window::{Pool, PoolCost, Window};
@@ -61,12 +62,13 @@ pub trait Ledger: Send + Sync {
         at: At,
     ) -> impl Future<Output = Result<ChargeDecision, StoreError>> + Send;
 
-    /// Block the credential until `until` (a later block never shortens an
-    /// earlier one). Returns the time the credential is now blocked until.
+    /// Block the credential until `end`, on the store's clock (a later block
+    /// never shortens an earlier one). Returns the time the credential is now
+    /// blocked until.
     fn block(
         &self,
         credential: &str,
-        until: Micros,
+        end: impl Into<BlockEnd> + Send,
         reason: &str,
         at: At,
     ) -> impl Future<Output = Result<Micros, StoreError>> + Send;

@@ -35,8 +35,8 @@ use redis::{RedisError, Script, Value};
 use super::topology::{Conn, Topology, is_transient};
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome, LogEntry,
-    Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
+    At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
+    LogEntry, Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
@@ -273,6 +273,7 @@ impl RedisLedger {
             .arg(if resend { "1" } else { "0" })
             .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
             .arg(format!("tag:{}", tag(charge.endpoint, charge.job)))
+            .arg(charge.seen_serial)
             .arg(charge.cost.len());
         for c in charge.cost {
             inv.arg(format!("pool:{}", c.pool.name));
@@ -383,6 +384,13 @@ impl Ledger for RedisLedger {
                 until: int(&r[3])?,
                 reason: text(&r[4]),
             }),
+            3 => Ok(ChargeDecision::LogLost {
+                at: now,
+                serial,
+                pool: charge.cost[int(&r[3])? as usize - 1].pool.name.clone(),
+                since: int(&r[4])?,
+                until: int(&r[5])?,
+            }),
             other => Err(StoreError::Reply(format!(
                 "unknown status {other} from charge.lua"
             ))),
@@ -392,14 +400,19 @@ impl Ledger for RedisLedger {
     async fn block(
         &self,
         credential: &str,
-        until: Micros,
+        end: impl Into<BlockEnd> + Send,
         reason: &str,
         at: At,
     ) -> Result<Micros, StoreError> {
+        let (until, after) = match end.into() {
+            BlockEnd::At(t) => (t.to_string(), String::new()),
+            BlockEnd::After(d) => (String::new(), d.as_micros().to_string()),
+        };
         let mut inv = self.block.prepare_invoke();
         inv.key(state_key(credential))
             .arg(clock_arg(at))
             .arg(until)
+            .arg(after)
             .arg(reason);
         let inv = &inv;
         let reply: Value = self
@@ -467,6 +480,9 @@ impl Ledger for RedisLedger {
             inv.key(log_key(credential, &p.name));
         }
         inv.arg(clock_arg(at));
+        for p in pools {
+            inv.arg(format!("pool:{}", p.name));
+        }
         let inv = &inv;
         let reply: Value = self
             .retrying(
@@ -480,8 +496,12 @@ impl Ledger for RedisLedger {
             .chunks(2)
             .map(|kv| (text(&kv[0]), untag(&text(&kv[1]))))
             .collect();
-        let mut logs = Vec::new();
-        for log in &r[5..] {
+        let (mut logs, mut lost) = (Vec::new(), Vec::new());
+        for pool in r[6..].chunks(2) {
+            let [lost_at, log] = pool else {
+                return Err(StoreError::Reply("an odd reply from read.lua".into()));
+            };
+            lost.push(int(lost_at)?);
             let mut entries = Vec::new();
             for t in array(log)?.chunks(4) {
                 let (endpoint, job) = tags.get(&text(&t[2])).cloned().unwrap_or_default();
@@ -499,7 +519,9 @@ impl Ledger for RedisLedger {
             serial: int(&r[1])? as u64,
             blocked_until: int(&r[2])?,
             blocked_reason: text(&r[3]),
+            retain: int(&r[5])?,
             pools: logs,
+            lost,
         })
     }
 }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome, Micros, Pool,
-    RedisLedger, StoreError, topology,
+    At, BlockEnd, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome,
+    Micros, Pool, RedisLedger, StoreError, topology,
 };
 
 /// Where the ledger lives, as the operator names it.
@@ -96,11 +96,12 @@ impl Ledger for Store {
     async fn block(
         &self,
         credential: &str,
-        until: Micros,
+        end: impl Into<BlockEnd> + Send,
         reason: &str,
         at: At,
     ) -> Result<Micros, StoreError> {
-        each!(self, l => l.block(credential, until, reason, at))
+        let end = end.into();
+        each!(self, l => l.block(credential, end, reason, at))
     }
 
     async fn read(

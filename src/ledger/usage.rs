@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Micros, Pool, Window};
+use super::{IDEMPOTENCY_HORIZON, Micros, Pool, Window};
 
 /// One logged call, as a usage report sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,8 +24,22 @@ pub struct CredentialLog {
     pub serial: u64,
     pub blocked_until: Micros,
     pub blocked_reason: String,
+    /// The retention stored with the log: entries at or before
+    /// `at - max(retain, IDEMPOTENCY_HORIZON)` count in no window, even one
+    /// lengthened since (both stores may already have dropped them).
+    pub retain: Micros,
     /// Per pool asked about, in order: its entries, oldest first.
     pub pools: Vec<Vec<LogEntry>>,
+    /// Per pool asked about, in order: when its log was found lost (0: never).
+    pub lost: Vec<Micros>,
+}
+
+/// A pool whose log the store lost: it counts as spent from `since` until
+/// its longest window has passed (`until`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct LogLost {
+    pub since: Micros,
+    pub until: Micros,
 }
 
 /// Usage of one window, read without spending.
@@ -51,6 +65,9 @@ pub struct WindowUsage {
 pub struct PoolUsage {
     pub pool: String,
     pub windows: Vec<WindowUsage>,
+    /// Set while the pool counts as spent because its log was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_lost: Option<LogLost>,
 }
 
 /// Usage of one credential at one instant.
@@ -71,16 +88,32 @@ pub const USAGE_BUCKETS: usize = 24;
 /// reports can only differ if their logs do.
 pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> CredentialUsage {
     let now = log.at;
+    let visible = now - log.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
     let pools_usage = pools
         .iter()
         .zip(&log.pools)
-        .map(|(pool, entries)| PoolUsage {
-            pool: pool.name.clone(),
-            windows: pool
-                .windows
-                .iter()
-                .map(|w| summarize_window(w, entries, now))
-                .collect(),
+        .enumerate()
+        .map(|(i, (pool, entries))| {
+            let since = log.lost.get(i).copied().unwrap_or(0);
+            let until = since + pool.longest().as_micros() as Micros;
+            let log_lost = (since > 0 && until > now).then_some(LogLost { since, until });
+            PoolUsage {
+                pool: pool.name.clone(),
+                windows: pool
+                    .windows
+                    .iter()
+                    .map(|w| {
+                        let mut usage = summarize_window(w, entries, now, visible);
+                        if let Some(l) = log_lost {
+                            // Spent, as the ledger decides, until the loss is over.
+                            usage.remaining = 0;
+                            usage.next_free_at = Some(l.until);
+                        }
+                        usage
+                    })
+                    .collect(),
+                log_lost,
+            }
         })
         .collect();
     let blocked = log.blocked_until > now;
@@ -94,10 +127,18 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
     }
 }
 
-fn summarize_window(window: &Window, entries: &[LogEntry], now: Micros) -> WindowUsage {
+fn summarize_window(
+    window: &Window,
+    entries: &[LogEntry],
+    now: Micros,
+    visible: Micros,
+) -> WindowUsage {
     let len = window.len_us();
     let start = now - len;
-    let inside: Vec<&LogEntry> = entries.iter().filter(|e| e.at > start).collect();
+    let inside: Vec<&LogEntry> = entries
+        .iter()
+        .filter(|e| e.at > start && e.at > visible)
+        .collect();
     let used: u64 = inside.iter().map(|e| e.cost).sum();
     let mut by_endpoint = BTreeMap::new();
     let mut by_job = BTreeMap::new();
@@ -173,6 +214,8 @@ mod tests {
             serial: 3,
             blocked_until: 0,
             blocked_reason: String::new(),
+            retain: 100 * s,
+            lost: vec![0],
             pools: vec![vec![
                 entry(100 * s, 7, "a", "j1"), // exactly at the 100 s boundary: out
                 entry(150 * s, 3, "a", "j1"),

@@ -14,7 +14,9 @@ use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::write_atomically;
 use crate::config::{Credential, Fill, Job, Step, StorePolicy, redact};
 use crate::error::FailClosed;
-use crate::ledger::{At, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError};
+use crate::ledger::{
+    At, BlockEnd, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError,
+};
 use crate::timefmt::{fmt_duration, local_datetime};
 use crate::{Error, Result};
 
@@ -356,26 +358,8 @@ impl<'a> JobRun<'a> {
                     reason,
                     retry_after,
                 } => {
-                    let until = self.block_until(at, retry_after);
-                    warn!(
-                        job = self.job.name,
-                        "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
-                        self.cred.name,
-                        local_datetime(until)
-                    );
-                    if let Some(store) = self.store {
-                        let why = format!("upstream {status} {reason} (job {})", self.job.name);
-                        if let Err(e) = store
-                            .block(&self.cred.name, until, &why, At::StoreClock)
-                            .await
-                        {
-                            warn!(
-                                job = self.job.name,
-                                "cannot mark the credential blocked: {e}"
-                            );
-                        }
-                    }
-                    self.stop(Stop::UpstreamExhausted { reason, until });
+                    self.upstream_exhausted(status, reason, retry_after, at)
+                        .await;
                     return Ok(None);
                 }
                 Answer::Transient(why) if attempt < http.retries => {
@@ -450,6 +434,7 @@ impl<'a> JobRun<'a> {
             endpoint: &step.endpoint,
             job: &self.job.name,
             id: None,
+            seen_serial: self.seen_serial(),
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {
@@ -475,6 +460,18 @@ impl<'a> JobRun<'a> {
                 per,
                 retry_after,
             })),
+            Ok(ChargeDecision::LogLost {
+                pool, since, until, ..
+            }) => {
+                let stop = Stop::LogLost {
+                    credential: self.cred.name.clone(),
+                    pool,
+                    since,
+                    until,
+                };
+                error!(job = self.job.name, "{stop}");
+                Ok(Charged::Stop(stop))
+            }
             Ok(ChargeDecision::Blocked { until, reason, .. }) => {
                 Ok(Charged::Stop(Stop::Blocked { until, reason }))
             }
@@ -506,6 +503,20 @@ impl<'a> JobRun<'a> {
         }
     }
 
+    /// The most charges this host has seen the credential reach: this run's
+    /// latest decision, else the history.
+    fn seen_serial(&self) -> u64 {
+        match self.last_serial {
+            Some((serial, _)) => serial,
+            None => self
+                .ctx
+                .history
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .seen(&self.ctx.store_id, &self.cred.name),
+        }
+    }
+
     fn count_unmetered(&mut self, step: &Step, why: &str) {
         self.report.unmetered += 1;
         if !self.warned_unmetered {
@@ -518,15 +529,56 @@ impl<'a> JobRun<'a> {
         }
     }
 
-    /// When the upstream's quota is back: its reset time, else what it said,
-    /// else the end of the credential's longest window.
-    fn block_until(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> Micros {
-        let now = charged_at.unwrap_or_else(|| chrono::Utc::now().timestamp_micros());
-        if let Some(reset) = &self.cred.upstream_reset {
-            return reset.next_after(chrono::Utc::now()).timestamp_micros();
+    /// The upstream said its own quota is spent: block the credential in
+    /// the store (so every host stops) until it is back, and stop the run.
+    async fn upstream_exhausted(
+        &mut self,
+        status: u16,
+        reason: String,
+        retry_after: Option<Duration>,
+        charged_at: Option<Micros>,
+    ) {
+        let end = self.block_end(charged_at, retry_after);
+        warn!(
+            job = self.job.name,
+            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+            self.cred.name,
+            local_datetime(end.estimate())
+        );
+        let mut until = end.estimate();
+        if let Some(store) = self.store {
+            let why = format!("upstream {status} {reason} (job {})", self.job.name);
+            match store
+                .block(&self.cred.name, end, &why, At::StoreClock)
+                .await
+            {
+                Ok(stored) => until = stored,
+                Err(e) => warn!(
+                    job = self.job.name,
+                    "cannot mark the credential blocked: {e}"
+                ),
+            }
         }
-        let wait = retry_after.unwrap_or_else(|| self.cred.longest_window());
-        now + wait.as_micros() as Micros
+        self.stop(Stop::UpstreamExhausted { reason, until });
+    }
+
+    /// When the upstream's quota is back, on the store's clock: its next
+    /// reset after the charge's time (a reading of the store's clock), else
+    /// what it said (a duration from the store's now), else the end of the
+    /// credential's longest window. The host's clock is never compared.
+    fn block_end(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> BlockEnd {
+        if let Some(reset) = &self.cred.upstream_reset {
+            return match charged_at.and_then(chrono::DateTime::from_timestamp_micros) {
+                Some(at) => BlockEnd::At(reset.next_after(at).timestamp_micros()),
+                // Unmetered (no reading of the store's clock): the wait as
+                // this host sees it, a duration all the same.
+                None => {
+                    let now = chrono::Utc::now();
+                    BlockEnd::After((reset.next_after(now) - now).to_std().unwrap_or_default())
+                }
+            };
+        }
+        BlockEnd::After(retry_after.unwrap_or_else(|| self.cred.longest_window()))
     }
 }
 

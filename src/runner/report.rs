@@ -26,6 +26,14 @@ pub enum Stop {
     Blocked { until: Micros, reason: String },
     /// The upstream reported its own quota spent during this run.
     UpstreamExhausted { reason: String, until: Micros },
+    /// The store lost the log of `credential`'s `pool` at `since`: the
+    /// pool counts as spent until `until`.
+    LogLost {
+        credential: String,
+        pool: String,
+        since: Micros,
+        until: Micros,
+    },
     /// Another run of the job holds the lock.
     LockBusy {
         holder: String,
@@ -59,6 +67,18 @@ impl fmt::Display for Stop {
             Self::UpstreamExhausted { reason, until } => write!(
                 f,
                 "the upstream reported its quota spent ({reason}); credential blocked until {}",
+                local_datetime(*until)
+            ),
+            Self::LogLost {
+                credential,
+                pool,
+                since,
+                until,
+            } => write!(
+                f,
+                "LOG LOST: the store lost the log of credential {credential} pool {pool} at {}; \
+                 the pool counts as spent until {} (its longest window after the loss)",
+                local_datetime(*since),
                 local_datetime(*until)
             ),
             Self::LockBusy { holder, expires_in } => write!(

@@ -50,6 +50,7 @@ pub fn charge<'a>(credential: &'a str, cost: &'a [PoolCost]) -> Charge<'a> {
         endpoint: "e",
         job: "j",
         id: None,
+        seen_serial: 0,
     }
 }
 

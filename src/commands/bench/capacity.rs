@@ -76,8 +76,7 @@ fn node_url(store: &str, addr: &str) -> String {
 
 /// `EVALSHA` calls a master has run since its stats were reset.
 async fn evalsha_calls(store: &str, addr: &str, reset: bool) -> Result<u64> {
-    let client =
-        redis::Client::open(node_url(store, addr)).map_err(Error::redis(addr))?;
+    let client = redis::Client::open(node_url(store, addr)).map_err(Error::redis(addr))?;
     let mut c = client
         .get_multiplexed_async_connection()
         .await

@@ -141,6 +141,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                         endpoint: "bench",
                         job: "bench",
                         id: None,
+                        seen_serial: 0,
                     };
                     let mut inv = trivial.prepare_invoke();
                     ledger.charge_arguments(&charge, &mut inv);

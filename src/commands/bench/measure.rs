@@ -82,6 +82,7 @@ pub async fn charge_one(ledger: &RedisLedger, credential: &str, cost: &[PoolCost
         endpoint: "bench",
         job: "bench",
         id: None,
+        seen_serial: 0,
     };
     let decision = ledger.charge(&charge, At::StoreClock).await?;
     if !decision.is_allowed() {
@@ -125,7 +126,10 @@ where
     }
     let mut times = Vec::new();
     for t in tasks {
-        times.extend(t.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?);
+        times.extend(
+            t.await
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))?,
+        );
     }
     Ok(Timed {
         elapsed: start.elapsed(),

@@ -97,7 +97,9 @@ pub async fn build(
             serial: 0,
             blocked_until: 0,
             blocked_reason: String::new(),
+            retain: 0,
             pools: vec![Vec::new(); cred.pools.len()],
+            lost: vec![0; cred.pools.len()],
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }

@@ -281,7 +281,9 @@ mod tests {
             serial: 0,
             blocked_until: 0,
             blocked_reason: String::new(),
+            retain: 0,
             pools: vec![entries.iter().map(entry).collect()],
+            lost: vec![0],
         }
     }
 

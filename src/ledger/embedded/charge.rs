@@ -17,6 +17,7 @@ pub(super) struct OwnedCharge {
     cost: Vec<OwnedPoolCost>,
     tag: String,
     id: Option<String>,
+    seen_serial: u64,
 }
 
 impl OwnedCharge {
@@ -39,7 +40,15 @@ impl OwnedCharge {
                 .collect(),
             tag: tag(charge.endpoint, charge.job),
             id: charge.id.map(str::to_string),
+            seen_serial: charge.seen_serial,
         }
+    }
+}
+
+impl OwnedPoolCost {
+    /// The pool's longest window, µs.
+    fn longest(&self) -> Micros {
+        self.windows.iter().map(|w| w.0).max().unwrap_or(0)
     }
 }
 
@@ -59,6 +68,17 @@ pub(super) fn decide(
 ) -> Result<ChargeDecision, StoreError> {
     let row = credential_row(tx, &c.credential)?;
     let now = clock(at, row.last);
+    // Retention, the same rule as charge.lua: entries at or before now - R,
+    // R the retain stored before this call (at least the horizon), count in
+    // no window, even one lengthened since.
+    let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
+    prune(tx, c, now - visible)?;
+    // The caller saw more charges than the store holds: the log was lost.
+    let lost_at = if row.serial < c.seen_serial {
+        now
+    } else {
+        row.lost_at
+    };
     let duplicate = match &c.id {
         Some(id) => seen_before(tx, &c.credential, id, now)?,
         None => false,
@@ -71,14 +91,24 @@ pub(super) fn decide(
             reason: row.blocked_reason,
         });
     }
+    // A pool whose log was lost counts as spent until its longest window passed.
+    let lost = c
+        .cost
+        .iter()
+        .find(|p| lost_at > 0 && lost_at + p.longest() > now);
+    if !duplicate && let Some(lost) = lost {
+        save_time(tx, &c.credential, now, lost_at)?;
+        return Ok(ChargeDecision::LogLost {
+            at: now,
+            serial: row.serial,
+            pool: lost.pool.clone(),
+            since: lost_at,
+            until: lost_at + lost.longest(),
+        });
+    }
     let used = used_per_window(tx, c, now)?;
     if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, &used, now)? {
-        // As in Redis, time never goes back past a decision's reading.
-        tx.execute(
-            "INSERT INTO credential (name, last) VALUES (?1, ?2)
-             ON CONFLICT (name) DO UPDATE SET last = ?2",
-            params![c.credential, now],
-        )?;
+        save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::Rejected {
             at: now,
             serial: row.serial,
@@ -97,12 +127,11 @@ pub(super) fn decide(
         .cost
         .iter()
         .flat_map(|c| c.windows.iter().map(|w| w.0))
-        .fold(row.retain, Micros::max);
-    prune(tx, c, now - retain)?;
+        .fold(visible, Micros::max);
     tx.execute(
-        "INSERT INTO credential (name, last, serial, retain) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4",
-        params![c.credential, now, serial as i64, retain],
+        "INSERT INTO credential (name, last, serial, retain, lost_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4, lost_at = ?5",
+        params![c.credential, now, serial as i64, retain, lost_at],
     )?;
     Ok(ChargeDecision::Allowed {
         at: now,
@@ -110,6 +139,22 @@ pub(super) fn decide(
         duplicate,
         remaining: remaining(c, &used, duplicate),
     })
+}
+
+/// Save a decision's time, which later decisions never go below (as in
+/// Redis), and a loss just noticed, without recording anything.
+fn save_time(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    now: Micros,
+    lost_at: Micros,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO credential (name, last, lost_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET last = ?2, lost_at = ?3",
+        params![credential, now, lost_at],
+    )?;
+    Ok(())
 }
 
 /// Clock: the reading `at` asks for, never before the latest decision.
@@ -229,8 +274,8 @@ fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Resul
     Ok(())
 }
 
-/// Prune: entries at or before `cutoff` (the longest window ever seen) are
-/// out of every window.
+/// Prune: entries at or before `cutoff` (the retention stored before this
+/// call) count in no window.
 fn prune(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,

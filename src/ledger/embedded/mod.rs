@@ -17,8 +17,8 @@ use self::charge::{OwnedCharge, clock, decide};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    At, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, Micros, Pool,
-    StoreError, check_fits, untag,
+    At, BlockEnd, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, Micros,
+    Pool, StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS credential (
     serial         INTEGER NOT NULL DEFAULT 0,  -- charges recorded
     retain         INTEGER NOT NULL DEFAULT 0,  -- longest window seen, µs
     blocked_until  INTEGER NOT NULL DEFAULT 0,
-    blocked_reason TEXT NOT NULL DEFAULT ''
+    blocked_reason TEXT NOT NULL DEFAULT '',
+    lost_at        INTEGER NOT NULL DEFAULT 0   -- when the log was found lost (0: never)
 );
 CREATE TABLE IF NOT EXISTS job_lock (
     job        TEXT PRIMARY KEY,
@@ -76,11 +77,12 @@ struct CredentialRow {
     retain: Micros,
     blocked_until: Micros,
     blocked_reason: String,
+    lost_at: Micros,
 }
 
 fn credential_row(conn: &Connection, name: &str) -> rusqlite::Result<CredentialRow> {
     conn.query_row(
-        "SELECT last, serial, retain, blocked_until, blocked_reason FROM credential WHERE name = ?1",
+        "SELECT last, serial, retain, blocked_until, blocked_reason, lost_at FROM credential WHERE name = ?1",
         [name],
         |r| {
             Ok(CredentialRow {
@@ -89,6 +91,7 @@ fn credential_row(conn: &Connection, name: &str) -> rusqlite::Result<CredentialR
                 retain: r.get(2)?,
                 blocked_until: r.get(3)?,
                 blocked_reason: r.get(4)?,
+                lost_at: r.get(5)?,
             })
         },
     )
@@ -100,6 +103,7 @@ fn credential_row(conn: &Connection, name: &str) -> rusqlite::Result<CredentialR
             retain: 0,
             blocked_until: 0,
             blocked_reason: String::new(),
+            lost_at: 0,
         })
     })
 }
@@ -136,6 +140,15 @@ impl EmbeddedLedger {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
+        // A store made before the loss time had no `lost_at`: add it.
+        let has_lost_at = conn
+            .prepare("SELECT 1 FROM pragma_table_info('credential') WHERE name = 'lost_at'")?
+            .exists([])?;
+        if !has_lost_at {
+            conn.execute_batch(
+                "ALTER TABLE credential ADD COLUMN lost_at INTEGER NOT NULL DEFAULT 0",
+            )?;
+        }
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
@@ -203,12 +216,13 @@ impl Ledger for EmbeddedLedger {
     async fn block(
         &self,
         credential: &str,
-        until: Micros,
+        end: impl Into<BlockEnd> + Send,
         reason: &str,
-        _at: At,
+        at: At,
     ) -> Result<Micros, StoreError> {
-        let (credential, reason) = (credential.to_string(), reason.to_string());
+        let (credential, reason, end) = (credential.to_string(), reason.to_string(), end.into());
         self.transaction(move |tx| {
+            let until = end.from(clock(at, credential_row(tx, &credential)?.last));
             tx.execute(
                 "INSERT INTO credential (name, blocked_until, blocked_reason) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET blocked_until = ?2, blocked_reason = ?3
@@ -342,6 +356,8 @@ impl Ledger for EmbeddedLedger {
                 serial: row.serial,
                 blocked_until: row.blocked_until,
                 blocked_reason: row.blocked_reason,
+                retain: row.retain,
+                lost: vec![row.lost_at; logs.len()],
                 pools: logs,
             })
         })
