@@ -359,20 +359,21 @@ for p = 1, npools do
   a = a + 2 + 2 * pv[3]
 end
 
--- Entries older than the longest window ever seen (and the horizon) are out
--- of every window: trim them. The pointer of a window that long already says
--- how many; otherwise count them.
+-- Entries at or before now - R (the retention stored before this call, at
+-- least the horizon) count in no window: trim them, as the embedded store
+-- deletes them. The pointer of a window that long already says how many;
+-- otherwise count them.
 for p = 1, npools do
   local pv = pools[p]
   if not pv.rebuild then
     local oldest
     for w = 1, pv[3] do
-      if pv[4 * w] == retain then oldest = pv[4 * w + 2] end
+      if pv[4 * w] == visible then oldest = pv[4 * w + 2] end
     end
     if oldest == nil then
       local b = 4 + 4 * pv[3] -- scratch space past the packed fields
-      pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = retain, 0, pv[1], 0
-      slide(KEYS[1 + p], pv, b, now - retain)
+      pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
+      slide(KEYS[1 + p], pv, b, now - visible)
       oldest = pv[b + 2]
     end
     if oldest > pv[1] then

@@ -1,7 +1,10 @@
 //! The embedded store gives the same answers as Redis: random sequences of
-//! charges (several pools and windows, random costs, repeated ids, same-µs
-//! ties) and blocks, fed with the same clock readings to a real Redis and to
-//! the embedded store; every decision and every usage report must be equal.
+//! charges (two pools of several windows, random costs, repeated ids,
+//! same-µs ties), blocks, lost logs, idle gaps past the retention, and
+//! configurations that change between calls (a window lengthened, shortened,
+//! added, dropped, lengthened past the retention, a limit lowered below what
+//! is used), fed with the same clock readings to a real Redis and to the
+//! embedded store; every decision and every usage report must be equal.
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -23,25 +26,69 @@ enum Op {
         dt_us: i64,
         for_secs: i64,
     },
+    /// The configuration changes: the `units` and `search` variants below.
+    Reconfigure {
+        units: usize,
+        search: usize,
+    },
+    /// A charge from a host that saw more charges than the store holds.
+    Lose {
+        dt_us: i64,
+    },
+    /// Nothing happens for a while (past the retention, sometimes).
+    Idle {
+        secs: i64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (0i64..1_900_000, 1u64..=8, proptest::option::of(1u64..=10), proptest::option::of(0u8..4), proptest::bool::weighted(0.05))
+        20 => (0i64..1_900_000, 1u64..=8, proptest::option::of(1u64..=10), proptest::option::of(0u8..4), proptest::bool::weighted(0.05))
             .prop_map(|(dt_us, a, b, id, backwards)| Op::Charge { dt_us, a, b, id, backwards }),
-        1 => (0i64..1_900_000, 1i64..20).prop_map(|(dt_us, for_secs)| Op::Block { dt_us, for_secs }),
+        2 => (0i64..1_900_000, 1i64..20).prop_map(|(dt_us, for_secs)| Op::Block { dt_us, for_secs }),
+        3 => (0..UNITS.len(), 0..SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
+        1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
+        2 => (5i64..150).prop_map(|secs| Op::Idle { secs }),
     ]
 }
 
-fn pools() -> (Pool, Pool) {
-    (
-        pool("units", vec![window(10, 22, 2), window(3, 8, 0)]),
-        pool("search", vec![window(5, 12, 2)]),
+/// The `units` pool's configurations, as (seconds, limit, headroom) windows:
+/// the first, then lengthened, shortened, a window added, one dropped, the
+/// limit lowered (below what is often used), and a window longer than the
+/// 60 s retention the log has kept so far.
+const UNITS: [&[(u64, u64, u64)]; 7] = [
+    &[(10, 22, 2), (3, 8, 0)],
+    &[(30, 22, 2), (3, 8, 0)],
+    &[(5, 22, 2), (3, 8, 0)],
+    &[(10, 22, 2), (3, 8, 0), (20, 30, 0)],
+    &[(10, 22, 2)],
+    &[(10, 10, 2), (3, 8, 0)],
+    &[(120, 40, 0), (3, 8, 0)],
+];
+/// The `search` pool's: the first, lengthened, a short window added, and one
+/// longer than the retention.
+const SEARCH: [&[(u64, u64, u64)]; 4] = [
+    &[(5, 12, 2)],
+    &[(15, 12, 2)],
+    &[(5, 12, 2), (2, 10, 0)],
+    &[(90, 20, 0)],
+];
+
+fn configured(name: &str, windows: &[(u64, u64, u64)]) -> Pool {
+    pool(
+        name,
+        windows
+            .iter()
+            .map(|&(secs, limit, headroom)| window(secs, limit, headroom))
+            .collect(),
     )
 }
 
 async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<String> {
-    let (units, search) = pools();
+    let (mut units, mut search) = (
+        configured("units", UNITS[0]),
+        configured("search", SEARCH[0]),
+    );
     let mut now = T0;
     let mut out = Vec::new();
     for op in ops {
@@ -92,6 +139,27 @@ async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<Strin
                     .expect("block");
                 out.push(format!("blocked until {until}"));
             }
+            Op::Reconfigure {
+                units: u,
+                search: s,
+            } => {
+                units = configured("units", UNITS[*u]);
+                search = configured("search", SEARCH[*s]);
+            }
+            Op::Lose { dt_us } => {
+                now += dt_us;
+                let cost = [PoolCost {
+                    pool: units.clone(),
+                    units: 1,
+                }];
+                let c = Charge {
+                    seen_serial: 1_000_000,
+                    ..charge(credential, &cost)
+                };
+                let d = ledger.charge(&c, At::Fixed(now)).await.expect("charge");
+                out.push(format!("{d:?}"));
+            }
+            Op::Idle { secs } => now += secs * S,
         }
         let usage = ledger
             .usage(credential, &[units.clone(), search.clone()], At::Fixed(now))
@@ -110,13 +178,14 @@ fn embedded_store_answers_like_redis() {
     let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
     let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
     let case = std::sync::atomic::AtomicU32::new(0);
-    // The whole sequence stays inside the 60 s idempotency horizon: Redis
-    // expires charge ids on its real clock, the embedded store on the fixed one.
+    // Idle gaps take the fixed clock past the 60 s retention; Redis's keys
+    // live on its real clock (minutes), so only the retention rule drops
+    // entries, the same in both stores.
     let mut runner = TestRunner::new(Config {
         cases: std::env::var("PROPTEST_CASES")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(96),
+            .unwrap_or(256),
         ..Config::default()
     });
     runner

@@ -123,11 +123,15 @@ pub(super) fn decide(
         record(tx, c, now)?;
         row.serial + 1
     };
-    let retain = c
-        .cost
-        .iter()
-        .flat_map(|c| c.windows.iter().map(|w| w.0))
-        .fold(visible, Micros::max);
+    // Only a call recorded now widens the retention (as in charge.lua).
+    let retain = if duplicate {
+        row.retain
+    } else {
+        c.cost
+            .iter()
+            .flat_map(|c| c.windows.iter().map(|w| w.0))
+            .fold(visible, Micros::max)
+    };
     tx.execute(
         "INSERT INTO credential (name, last, serial, retain, lost_at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4, lost_at = ?5",
