@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The ledger at scale (issue 11, part 4): for each log size N, a credential
+# whose pool logged N calls of cost 1 within 25 s (a 30 s window), then
+#
+#   redis:    bytes per logged call (MEMORY USAGE of the log and the state),
+#             the time inside Redis (SLOWLOG) of a status read (read.lua) and
+#             of the first charge 32 s after the burst, when all N calls have
+#             left the window; and the status read's wall time at the client;
+#   embedded: the wall time of `quota status` and of a one-call `quota run`
+#             (charge + one request to the stand-in) on a store holding the
+#             same N calls, beside the same run on an empty store.
+#
+#   bash bench/scale.sh [N ...]        # default: 10000 100000 1000000
+#
+# Needs redis-server, redis-cli, python3 and a release build (it runs
+# `cargo build --release`). Uses port 16398 and a folder under /tmp; removes
+# both when done. The charges are sent with the ARGV layout documented at the
+# top of lua/charge.lua: keep the two in step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+sizes=("$@")
+[ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000 1000000)
+
+cargo build --release --quiet
+quota=$PWD/target/release/quota
+standin=$PWD/target/release/quota-standin
+work=$(mktemp -d /tmp/quota-scale.XXXXXX)
+port=16398
+redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log"
+"$standin" --listen 127.0.0.1:0 --key k --pages 1 --items 1 > "$work/standin.out" &
+standin_pid=$!
+trap 'kill "$(cat "$work/redis.pid")" "$standin_pid" 2>/dev/null; rm -rf "$work"' EXIT
+for _ in $(seq 50); do
+    redis-cli -p $port ping >/dev/null 2>&1 && grep -q listening "$work/standin.out" && break
+    sleep 0.1
+done
+up=$(sed -n 's#.*listening on http://\([0-9.:]*\).*#\1#p' "$work/standin.out")
+r() { redis-cli -p $port "$@"; }
+T0=1800000000000000 # µs: the fixed clock the charges read
+
+# The longest SLOWLOG entry (µs) of a command matching $1, then reset.
+slowest() {
+    r --no-raw SLOWLOG GET 128 | python3 -c '
+import re, sys
+want, best, lines = sys.argv[1], 0, sys.stdin.read().split("\n")
+for i, l in enumerate(lines):
+    m = re.match(r"\s*\d+\) \d+\) \(integer\) \d+$", l)
+    if m and i + 3 < len(lines) and want in lines[i + 3]:
+        best = max(best, int(lines[i + 2].split()[-1]))
+print(best)' "$1"
+    r SLOWLOG RESET >/dev/null
+}
+
+printf '%-9s | %-10s | %-13s | %-13s | %-12s | %-13s | %-14s\n' \
+    N "bytes/call" "status in Redis" "status wall" "1st charge" "emb. status" "emb. run (empty)"
+for n in "${sizes[@]}"; do
+    r FLUSHALL >/dev/null
+    charge=$(r SCRIPT LOAD "$(cat lua/charge.lua)")
+    read=$(r SCRIPT LOAD "$(cat lua/read.lua)")
+    python3 - "$charge" "$T0" "$n" > "$work/fill.resp" <<'EOF'
+import random, sys
+sha, t0, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = sys.stdout
+def cmd(*a):
+    out.write("*%d\r\n" % len(a))
+    for x in map(str, a):
+        out.write("$%d\r\n%s\r\n" % (len(x.encode()), x))
+for i in range(n):
+    t = t0 + i * 25_000_000 // n
+    cmd("EVALSHA", sha, 2, "quota:{s}:state", "quota:{s}:log:units", t,
+        random.getrandbits(63), 0, 60_000_000, "tag:videos.list\tscale", 0, 1,
+        "pool:units", 1, 1, 30_000_000, 10**12)
+EOF
+    r --pipe < "$work/fill.resp" >/dev/null
+    bytes=$(python3 -c "print(round(($(r MEMORY USAGE 'quota:{s}:log:units' SAMPLES 0) + $(r MEMORY USAGE 'quota:{s}:state' SAMPLES 0)) / $n, 1))")
+    r CONFIG SET slowlog-log-slower-than 0 >/dev/null
+    r SLOWLOG RESET >/dev/null
+    start=$(date +%s%N)
+    r EVALSHA "$read" 2 'quota:{s}:state' 'quota:{s}:log:units' $((T0 + 26000000)) pool:units >/dev/null
+    wall=$(( ($(date +%s%N) - start) / 1000000 ))
+    status_us=$(slowest EVALSHA)
+    r EVALSHA "$charge" 2 'quota:{s}:state' 'quota:{s}:log:units' $((T0 + 57000000)) 1 0 60000000 \
+        "tag:videos.list	scale" 0 1 pool:units 1 1 30000000 1000000000000 >/dev/null
+    charge_us=$(slowest EVALSHA)
+
+    # The embedded store: the same calls, written straight into its tables.
+    db="$work/ledger-$n.sqlite3"
+    cat > "$work/quota.yaml" <<EOF
+credentials:
+  scale:
+    secret: { env: SCALE_KEY }
+    pools:
+      units: [{ limit: 1000000000000, per: 30s }]
+endpoints:
+  videos.list: { cost: { units: 1 } }
+jobs:
+  one:
+    credential: scale
+    steps:
+      - endpoint: videos.list
+        request: { url: "http://$up/youtube/v3/videos", query: { key: "{secret}", regionCode: US } }
+    output: out
+EOF
+    export SCALE_KEY=k
+    "$quota" -c "$work/quota.yaml" --store "embedded:$db" run >/dev/null 2>&1 # the schema
+    "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run >/dev/null 2>&1
+    python3 - "$db" "$n" <<'EOF'
+import sqlite3, sys, time
+db, n = sys.argv[1], int(sys.argv[2])
+now = time.time_ns() // 1000
+c = sqlite3.connect(db)
+c.execute("DELETE FROM log")
+c.executemany("INSERT INTO log (credential, pool, at, cost, tag) VALUES ('scale', 'units', ?, 1, 'videos.list\tscale')",
+              ((now - 25_000_000 + i * 25_000_000 // n,) for i in range(n)))
+c.execute("UPDATE credential SET serial = ?, retain = 60000000, last = ? WHERE name = 'scale'", (n, now))
+c.commit()
+EOF
+    ms() { local s; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; echo $(( ($(date +%s%N) - s) / 1000000 )); }
+    emb_status=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" status)
+    emb_run=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" run)
+    emb_empty=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run)
+    printf '%-9s | %-10s | %-13s | %-13s | %-12s | %-13s | %-14s\n' \
+        "$n" "$bytes" "${status_us} µs" "${wall} ms" "${charge_us} µs" "${emb_status} ms" "${emb_run} ms (${emb_empty} ms)"
+done
