@@ -6,6 +6,7 @@ use std::process::Stdio;
 
 use crate::common::cluster::RedisCluster;
 use crate::common::deployment::{Deployment, deployment_yaml, run, trending_with, videos_job};
+use crate::common::redis::RedisServer;
 use crate::common::sentinel::{RedisSentinel, SENTINEL_SERVICE};
 use crate::common::standin::Standin;
 use crate::common::tls::{TestCa, TlsRedis};
@@ -48,7 +49,29 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
             "{kind}: {r:?}"
         );
         assert_eq!(up.seen().len(), 5, "{kind}");
+        // No password at all: the servers answer NOAUTH, which is as good as
+        // unreachable (69), and the message says what to do.
+        let none = url.replace(&format!(":{kind}-pw-0xC0FFEE@"), "");
+        assert!(!none.contains('@'), "{none}");
+        let r = run(&mut d.cmd(&["--store", &none, "run"]));
+        assert_eq!(r.code, 69, "{kind}: {r:?}");
+        assert!(r.stderr.contains("wants a password"), "{kind}: {r:?}");
+        assert_eq!(up.seen().len(), 5, "{kind}");
     }
+}
+
+/// One server with a password, named without one: 69, nothing sent.
+#[test]
+fn a_store_that_wants_a_password_and_gets_none_is_unavailable() {
+    let redis = RedisServer::start_with(&["--requirepass", "pw-0xBEEF"]);
+    let up = Standin::start(&["--pages", "1"]);
+    let d = trending_with(&up, &redis.url(), SMALL, &["US"], 1, "fail_closed");
+    for args in [&["run"][..], &["status"][..]] {
+        let r = d.quota(args);
+        assert_eq!(r.code, 69, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("wants a password"), "{args:?}: {r:?}");
+    }
+    assert!(up.seen().is_empty());
 }
 
 /// `rediss://`, `rediss+cluster://` and `rediss+sentinel://` with a password:

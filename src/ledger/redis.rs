@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Script, Value};
 
-use super::topology::{Conn, Topology, is_transient};
+use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
@@ -102,8 +102,11 @@ fn store_error(e: RedisError) -> StoreError {
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
+        || e.kind() == redis::ErrorKind::AuthenticationFailed
+        || e.code() == Some("WRONGPASS")
+        || e.code() == Some("NOAUTH")
     {
-        StoreError::Unavailable(e.to_string())
+        refused(&e)
     } else {
         StoreError::Redis(e)
     }

@@ -250,7 +250,7 @@ impl Topology {
                 if e.kind() == redis::ErrorKind::InvalidClientConfig {
                     StoreError::BadLocation(format!("{shown}: {e}"))
                 } else {
-                    unavailable(e.to_string())
+                    refused(&e)
                 }
             })
     }
@@ -349,6 +349,18 @@ impl SentinelConn {
 }
 
 /// An error after which the same request may succeed if sent again.
+/// A store that is up but will not answer us (no password, a wrong one) is
+/// as good as unreachable (exit 69); said with what to do about it.
+pub fn refused(e: &RedisError) -> StoreError {
+    if e.code() == Some("NOAUTH") {
+        StoreError::Unavailable(format!(
+            "{e} (the server wants a password: put it in the store URL, redis://:PASSWORD@HOST:PORT/DB)"
+        ))
+    } else {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
 pub fn is_transient(e: &RedisError) -> bool {
     e.is_io_error()
         || e.is_connection_dropped()
