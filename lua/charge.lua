@@ -107,8 +107,11 @@ if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_re
 local blocked_until = tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
 -- The caller saw more charges than the store holds: the log was lost.
-if serial < min_serial then lost_all = now end
 local visible = math.max(stored_retain, horizon) -- R, above
+-- A loss older than R is over for every window charged so far: forget it,
+-- so that a window lengthened later does not bring it back.
+if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
+if serial < min_serial then lost_all = now end
 
 -- Slide window b of pool pv (see pool:P above) over log: drop from its sum
 -- the entries at or before cutoff. False when the log is shorter than the
@@ -165,8 +168,8 @@ for p = 1, npools do
     if len > plong then plong = len end
     if not fresh and pv[4 * w] ~= len then fresh = true end
   end
+  -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
   local expires_p, lost_p = pv and pv.expires or 0, pv and pv.lost or 0
-  if lost_all > lost_p then lost_p = lost_all end
   for _ = 1, 2 do
     if fresh then
       local head = pv and pv[1] or 0
@@ -190,9 +193,12 @@ for p = 1, npools do
     -- pool as spent for a while.
     lost_p, fresh = now, true
   end
-  -- A loss is over once the pool's longest window has passed since.
-  if lost_p > 0 and lost_p + plong <= now then lost_p = 0 end
-  pv.expires, pv.lost, pv.longest = expires_p, lost_p, plong
+  -- A loss is over once the pool's longest window has passed since (or
+  -- R, the longest of every window charged before).
+  if lost_p > 0 and (lost_p + plong <= now or lost_p + visible <= now) then lost_p = 0 end
+  local lost_any = math.max(lost_p, lost_all)
+  if lost_any + plong <= now then lost_any = 0 end
+  pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
   pools[p] = pv
   a = a + 2 + 2 * m
 end
@@ -279,9 +285,9 @@ end
 -- A pool whose log was lost counts as spent until its longest window passed.
 for p = 1, npools do
   local pv = pools[p]
-  if pv.lost > 0 then
+  if pv.lost_any > 0 then
     save_slid()
-    return { 3, now, serial, p, pv.lost, pv.lost + pv.longest }
+    return { 3, now, serial, p, pv.lost_any, pv.lost_any + pv.longest }
   end
 end
 

@@ -96,7 +96,9 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
         .map(|(i, (pool, entries))| {
             let since = log.lost.get(i).copied().unwrap_or(0);
             let until = since + pool.longest().as_micros() as Micros;
-            let log_lost = (since > 0 && until > now).then_some(LogLost { since, until });
+            // (over, too, once the retention has passed since: see charge.lua)
+            let over = until <= now || since <= visible;
+            let log_lost = (since > 0 && !over).then_some(LogLost { since, until });
             PoolUsage {
                 pool: pool.name.clone(),
                 windows: pool

@@ -74,8 +74,12 @@ pub(super) fn decide(
     let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
     prune(tx, c, now - visible)?;
     // The caller saw more charges than the store holds: the log was lost.
+    // A loss older than R is over for every window charged so far (as in
+    // charge.lua), so a window lengthened later does not bring it back.
     let lost_at = if row.serial < c.seen_serial {
         now
+    } else if row.lost_at + visible <= now {
+        0
     } else {
         row.lost_at
     };
