@@ -626,3 +626,113 @@ macro_rules! conformance_on_shared {
 
 conformance_on_shared!(cluster_whole_suite, RedisCluster::start());
 conformance_on_shared!(sentinel_whole_suite, RedisSentinel::start());
+
+/// The charge script's own guard behind the Rust one (`check_fits` always
+/// refuses first, so only a direct EVAL reaches it): a cost above a window's
+/// budget raises COST_EXCEEDS_BUDGET naming the pool, and writes nothing,
+/// neither on a credential the store has never seen nor on one it holds.
+#[test]
+fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing() {
+    const CHARGE_LUA: &str = include_str!("../lua/charge.lua");
+    let server = RedisServer::start();
+    let units = pool("units", vec![window(60, 10, 0), window(3600, 100, 0)]);
+    let search = pool("search", vec![window(60, 5, 0)]);
+    // A credential with state, logs and expiries, written by the ledger.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+        let both = [cost(&units, 1), cost(&search, 1)];
+        let d = charge_at(&ledger, "held", &both, T0).await;
+        assert!(d.is_allowed(), "{d:?}");
+    });
+
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // EVAL charge.lua with KEYS and ARGV as its header documents them.
+    let mut eval = |credential: &str, costs: &[(&quota::ledger::Pool, u64)]| {
+        let mut cmd = ::redis::cmd("EVAL");
+        cmd.arg(CHARGE_LUA)
+            .arg(1 + costs.len())
+            .arg(quota::ledger::state_key(credential));
+        for (p, _) in costs {
+            cmd.arg(quota::ledger::log_key(credential, &p.name));
+        }
+        cmd.arg(T0 + S) // now
+            .arg(42) // charge id
+            .arg("0") // not a resend
+            .arg(quota::ledger::IDEMPOTENCY_HORIZON.as_micros() as u64)
+            .arg("tag:videos.list\ttrending")
+            .arg(0) // seen serial
+            .arg(costs.len());
+        for (p, _) in costs {
+            cmd.arg(format!("pool:{}", p.name));
+        }
+        for (p, units) in costs {
+            cmd.arg(*units).arg(p.windows.len());
+            for w in &p.windows {
+                cmd.arg(w.per.as_micros() as u64).arg(w.budget());
+            }
+        }
+        cmd.query::<::redis::Value>(&mut con)
+    };
+    // Every key with its contents and absolute expiry (PEXPIRETIME). (Not
+    // DUMP: a hash's field order may change as Redis rehashes it.)
+    let snapshot = || {
+        let mut con = ::redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut keys: Vec<String> = ::redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| {
+                let kind: String = ::redis::cmd("TYPE").arg(&k).query(&mut con).unwrap();
+                let mut contents: Vec<Vec<u8>> = match kind.as_str() {
+                    "hash" => ::redis::cmd("HGETALL").arg(&k).query(&mut con).unwrap(),
+                    "list" => ::redis::cmd("LRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .query(&mut con)
+                        .unwrap(),
+                    other => panic!("{k} is a {other}"),
+                };
+                if kind == "hash" {
+                    let mut pairs: Vec<Vec<u8>> = contents.chunks(2).map(|p| p.concat()).collect();
+                    pairs.sort();
+                    contents = pairs;
+                }
+                let expiry: i64 = ::redis::cmd("PEXPIRETIME").arg(&k).query(&mut con).unwrap();
+                (k, contents, expiry)
+            })
+            .collect::<Vec<_>>()
+    };
+
+    let before = snapshot();
+    assert_eq!(before.len(), 3, "state and two logs: {before:?}");
+    assert!(before.iter().all(|(_, _, expiry)| *expiry > 0));
+    // The first pool fits, the second's cost is above its budget of 5.
+    let err = eval("held", &[(&units, 1), (&search, 6)]).unwrap_err();
+    assert_eq!(
+        (err.code(), err.detail()),
+        (Some("COST_EXCEEDS_BUDGET"), Some("pool 2")),
+        "{err:?}"
+    );
+    // Above the budget of one window of the first pool, on a new credential.
+    let err = eval("new", &[(&units, 11)]).unwrap_err();
+    assert_eq!(
+        (err.code(), err.detail()),
+        (Some("COST_EXCEEDS_BUDGET"), Some("pool 1")),
+        "{err:?}"
+    );
+    assert_eq!(snapshot(), before, "nothing was written");
+    // The same EVAL within the budgets is recorded (the call shape is right).
+    let fits = eval("held", &[(&units, 1), (&search, 4)]).unwrap();
+    assert!(
+        matches!(&fits, ::redis::Value::Array(r) if r.first() == Some(&::redis::Value::Int(1))),
+        "{fits:?}"
+    );
+    assert_ne!(snapshot(), before);
+}
