@@ -736,3 +736,42 @@ fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing(
     );
     assert_ne!(snapshot(), before);
 }
+
+/// The embedded store's busy timeout running out is an outage, not a broken
+/// store: another connection holds the file's write lock (`BEGIN
+/// IMMEDIATE`) for longer than the timeout (10 s), and the charge fails with
+/// `StoreError::Unavailable` (so the endpoint's fail_closed/fail_open policy
+/// applies) after waiting that long, having written nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_locked_past_its_busy_timeout_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = embedded_path(&dir);
+    let ledger = EmbeddedLedger::open(&path).expect("open");
+    let units = pool("units", vec![window(60, 10, 0)]);
+    let c = [cost(&units, 1)];
+    assert!(charge_at(&ledger, "busy", &c, T0).await.is_allowed());
+
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let err = ledger
+        .charge(&charge("busy", &c), At::Fixed(T0 + S))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    eprintln!("a charge on a locked embedded store failed after {waited:?}");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        waited >= Duration::from_millis(9_500) && waited < Duration::from_secs(30),
+        "the busy timeout (10 s) ran out, no sooner: {waited:?}"
+    );
+    holder.execute_batch("COMMIT").unwrap();
+
+    // Nothing was written; with the lock free, the store answers at once.
+    assert_eq!(
+        used(&ledger, "busy", std::slice::from_ref(&units), T0 + S).await,
+        vec![1]
+    );
+    let d = charge_at(&ledger, "busy", &c, T0 + 2 * S).await;
+    assert_eq!(remaining(&d), vec![8]);
+}

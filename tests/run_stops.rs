@@ -367,6 +367,57 @@ fn store_down_fail_open_runs_unmetered_and_says_so() {
 }
 
 #[test]
+fn embedded_store_locked_past_its_busy_timeout_follows_the_policy() {
+    // Both policies at once: each waits out the 10 s busy timeout.
+    std::thread::scope(|s| {
+        for (policy, code) in [("fail_closed", 69), ("fail_open", 0)] {
+            s.spawn(move || {
+                let up = Standin::start(&[]);
+                let d = trending(&up, "embedded", &["US", "GB"], 1, policy);
+                let path = d.path().join("ledger.sqlite3");
+                quota::ledger::EmbeddedLedger::open(&path).unwrap(); // the schema
+                // Another writer holds the file's write lock throughout.
+                let holder = rusqlite::Connection::open(&path).unwrap();
+                holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+                let started = Instant::now();
+                let r = d.quota(&["run"]);
+                let took = started.elapsed();
+                holder.execute_batch("ROLLBACK").unwrap();
+                eprintln!("{policy}: a locked embedded store ended the wait after {took:?}");
+                assert_eq!(r.code, code, "{policy}: {r:?}");
+                assert!(
+                    took >= Duration::from_millis(9_500),
+                    "{policy}: the busy timeout (10 s) ran out first: {took:?}"
+                );
+                let store = format!("embedded {}", path.display());
+                if policy == "fail_closed" {
+                    assert!(
+                        r.stderr
+                            .contains(&format!("job trending: the store {store} is unreachable (")),
+                        "{r:?}"
+                    );
+                    assert!(
+                        r.stderr.contains(
+                            "endpoint videos.list is fail_closed, so no request was sent"
+                        ),
+                        "{r:?}"
+                    );
+                    assert!(up.seen().is_empty());
+                } else {
+                    assert!(
+                        r.stderr
+                            .contains(&format!("UNMETERED RUN: the store {store} is unreachable")),
+                        "{r:?}"
+                    );
+                    assert!(r.stderr.contains("2 calls (2 UNMETERED)"), "{r:?}");
+                    assert_eq!(up.seen().len(), 2);
+                }
+            });
+        }
+    });
+}
+
+#[test]
 fn store_lost_mid_run_follows_the_policy() {
     for (policy, code) in [("fail_closed", 69), ("fail_open", 0)] {
         let mut redis = RedisServer::start();
