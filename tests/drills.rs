@@ -5,8 +5,10 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use quota::ledger::state_key;
+
 use crate::common::deployment::{
-    self, Deployment, WIDE, deployment_yaml, finish, kill, quota_bin, run, trending, trending_with,
+    self, Deployment, Ran, WIDE, deployment_yaml, finish, kill, run, trending, trending_with,
     videos_job,
 };
 use crate::common::redis::RedisServer;
@@ -141,6 +143,37 @@ fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
     );
 }
 
+const DAY_US: i64 = 86_400 * 1_000_000;
+
+/// The clock of a `quota` process as it read it: the time of the first
+/// line it logged (µs since the epoch).
+fn logged_time(r: &Ran) -> i64 {
+    let first = r.stderr.split_whitespace().next().unwrap_or_default();
+    chrono::DateTime::parse_from_rfc3339(first)
+        .unwrap_or_else(|e| panic!("no timestamp opens its log ({e}): {r:?}"))
+        .timestamp_micros()
+}
+
+/// Run `args` in `d` under libfaketime, the host's clock `skew_days` off,
+/// and check that the skew took effect: the process logged a time that far
+/// from this host's clock around the run.
+fn run_skewed(d: &Deployment, skew_days: i64, args: &[&str]) -> Ran {
+    let offset = format!("{skew_days:+}d");
+    let before = chrono::Utc::now().timestamp_micros();
+    let r = run(&mut d.cmd_via(&["faketime", "-f", &offset], args));
+    let after = chrono::Utc::now().timestamp_micros();
+    let logged = logged_time(&r) - skew_days * DAY_US;
+    assert!(
+        before - 1_000_000 <= logged && logged <= after + 1_000_000,
+        "faketime {offset} did not take effect: the process logged {}, \
+         this host's clock read {} to {}: {r:?}",
+        logged_time(&r),
+        before,
+        after
+    );
+    r
+}
+
 #[test]
 fn hosts_with_skewed_clocks_share_one_budget_exactly() {
     let redis = RedisServer::start();
@@ -157,21 +190,9 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
         &jobs,
     ));
     // One host two days ahead, one a day behind (libfaketime).
-    let ahead = run(std::process::Command::new("faketime")
-        .args(["-f", "+2d"])
-        .arg(quota_bin())
-        .arg("-c")
-        .arg(d.config())
-        .args(["run", "east"])
-        .env("HOME", d.path()));
+    let ahead = run_skewed(&d, 2, &["run", "east"]);
     assert_eq!(ahead.code, 75, "{ahead:?}");
-    let behind = run(std::process::Command::new("faketime")
-        .args(["-f", "-1d"])
-        .arg(quota_bin())
-        .arg("-c")
-        .arg(d.config())
-        .args(["run", "west"])
-        .env("HOME", d.path()));
+    let behind = run_skewed(&d, -1, &["run", "west"]);
     assert_eq!(behind.code, 75, "{behind:?}");
     assert!(behind.stderr.contains("0 calls"), "{behind:?}");
     assert_eq!(
@@ -179,6 +200,69 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
         6,
         "exactly the budget, whatever the hosts' clocks"
     );
+}
+
+#[test]
+fn a_403_blocks_until_the_next_reset_on_the_stores_clock_whatever_the_hosts() {
+    for skew_days in [-1, 1] {
+        let redis = RedisServer::start(); // its clock is right
+        // The upstream's own quota (2 units) runs out on the third page.
+        let up = Standin::start(&["--units", "2", "--pages", "3"]);
+        let d = Deployment::new("");
+        let jobs = [
+            videos_job("first", "main", &["US"], 3, &up.base()),
+            videos_job("second", "main", &["JP"], 3, &up.base()),
+        ];
+        // The upstream resets daily at a minute about six hours after
+        // Redis's now: the next reset after Redis's now is that minute,
+        // today or tomorrow; a host a day off would see it a day off.
+        let redis_now = redis.time_us();
+        let reset_us = (redis_now + 6 * 3_600_000_000) / 60_000_000 * 60_000_000;
+        let reset = chrono::DateTime::from_timestamp_micros(reset_us).unwrap();
+        let yaml = deployment_yaml(&redis.url(), WIDE, "fail_closed", &jobs).replace(
+            "    secret: { file: key }\n",
+            &format!(
+                "    secret: {{ file: key }}\n    upstream_reset: \"{} UTC\"\n",
+                reset.format("%H:%M")
+            ),
+        );
+        assert!(yaml.contains("upstream_reset"), "{yaml}");
+        d.write(&yaml);
+
+        let r = run_skewed(&d, skew_days, &["run", "first"]);
+        assert_eq!(r.code, 75, "{skew_days:+} days: {r:?}");
+        assert!(
+            r.stderr.contains("upstream answered 403 (quotaExceeded)"),
+            "{r:?}"
+        );
+        let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
+        assert_eq!(statuses, [200, 200, 403]);
+
+        // The block stored ends at the next reset after Redis's own now, to
+        // the microsecond: the host's skew changed nothing.
+        let stored = redis.cli(&["HGET", &state_key("main"), "blocked_until"]);
+        assert_eq!(
+            stored,
+            reset_us.to_string(),
+            "a host {skew_days:+} days off stored a block until {stored}, \
+             the next reset after Redis's now is {reset} ({reset_us})"
+        );
+        let json = d.status_json();
+        assert_eq!(
+            json["credentials"][0]["blocked_until"],
+            reset.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            "{json}"
+        );
+
+        // The next job, on a host with a right clock, sends nothing.
+        let r = d.quota(&["run", "second"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        assert!(
+            r.stderr.contains("the credential is blocked until"),
+            "{r:?}"
+        );
+        assert_eq!(up.seen().len(), 3, "no request for the second job");
+    }
 }
 
 #[test]

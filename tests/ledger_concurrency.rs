@@ -2,7 +2,10 @@
 //! random costs 1..=20 against one credential, on the store's own clock, for
 //! several windows' worth of time. From the log of decisions: no window ever
 //! holds more than its budget, and every rejection was deserved (the window it
-//! names really was short at that point of the serial order).
+//! names really was short at that point of the serial order). And the ledger
+//! agrees with the clients exactly: one recorded charge per Allowed decision,
+//! its log is their admitted charges (times and costs, in serial order), its
+//! windows hold what those put there, and never more than a budget.
 //!
 //! The child processes are this test binary run again with `load_child`
 //! selected; that helper is `#[ignore]`d so it never runs on its own.
@@ -204,23 +207,100 @@ fn check(decisions: &[Decision]) {
     }
 }
 
+/// The ledger agrees with the clients exactly: it recorded one charge per
+/// Allowed decision they saw, and its log holds exactly their charges, in
+/// serial order, at the times and costs they were told; the windows it
+/// reports hold what those charges put there, and its own log never holds
+/// more than a budget in any window.
+async fn assert_ledger_agrees(ledger: &impl Ledger, decisions: &[Decision]) {
+    let mut admitted: Vec<&Decision> = decisions.iter().filter(|d| d.allowed).collect();
+    admitted.sort_by_key(|d| d.serial);
+    let last = admitted.last().expect("some charges were admitted").at;
+    let pools = [pool()];
+    // Read as of the last admitted charge (a later rejection may have moved
+    // the credential's clock on: the report says when it reads).
+    let log = ledger
+        .read("shared", &pools, At::Fixed(last))
+        .await
+        .unwrap();
+    let u = ledger
+        .usage("shared", &pools, At::Fixed(last))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        u.charges_recorded,
+        admitted.len() as u64,
+        "one recorded charge per Allowed decision"
+    );
+    // The run is far shorter than the retention (the idempotency horizon),
+    // so the log still holds every charge.
+    let logged: Vec<(i64, u64)> = log.pools[0].iter().map(|e| (e.at, e.cost)).collect();
+    let told: Vec<(i64, u64)> = admitted.iter().map(|d| (d.at, d.cost)).collect();
+    assert_eq!(
+        logged.len(),
+        told.len(),
+        "the log holds every admitted charge"
+    );
+    if let Some(i) = (0..told.len()).find(|&i| logged[i] != told[i]) {
+        panic!(
+            "the log is not the admitted charges, in serial order: serial {} was told \
+             (at, cost) = {:?}, the log holds {:?}",
+            i + 1,
+            told[i],
+            logged[i]
+        );
+    }
+    assert_eq!(
+        logged.iter().map(|e| e.1).sum::<u64>(),
+        told.iter().map(|e| e.1).sum::<u64>(),
+        "units logged == units the clients were told were charged"
+    );
+    for (w, usage) in pools[0].windows.iter().zip(&u.pools[0].windows) {
+        let per = w.per.as_micros() as i64;
+        let held: u64 = told
+            .iter()
+            .filter(|(at, _)| *at > u.at - per)
+            .map(|e| e.1)
+            .sum();
+        assert_eq!(usage.used, held, "{:?} window at {}", w.per, u.at);
+        // The store's own log, window by window: never over the budget.
+        let (mut from, mut in_window) = (0, 0u64);
+        for (i, (at, cost)) in logged.iter().enumerate() {
+            in_window += cost;
+            while logged[from].0 <= at - per {
+                in_window -= logged[from].1;
+                from += 1;
+            }
+            assert!(
+                in_window <= w.budget(),
+                "the store's log holds {in_window} > {} in its {:?} window ending at entry {i}",
+                w.budget(),
+                w.per
+            );
+        }
+    }
+}
+
 #[test]
 fn redis_never_overspends_under_32_concurrent_clients() {
     let server = RedisServer::start();
-    check(&run_children(&server.url()));
-    // The ledger agrees with the clients about what it holds.
+    let decisions = run_children(&server.url());
+    check(&decisions);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let ledger = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
-    let u = rt
-        .block_on(ledger.usage("shared", &[pool()], At::StoreClock))
-        .unwrap();
-    assert!(u.charges_recorded > 100);
+    rt.block_on(async {
+        let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+        assert_ledger_agrees(&ledger, &decisions).await;
+    });
 }
 
 #[test]
 fn embedded_never_overspends_under_32_concurrent_clients() {
     let dir = tempfile::tempdir().unwrap();
     let path = embedded_path(&dir);
-    EmbeddedLedger::open(&path).unwrap(); // create the schema once, up front
-    check(&run_children(&format!("embedded:{}", path.display())));
+    let ledger = EmbeddedLedger::open(&path).unwrap(); // the schema, up front
+    let decisions = run_children(&format!("embedded:{}", path.display()));
+    check(&decisions);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(assert_ledger_agrees(&ledger, &decisions));
 }

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, PoolCost, RedisLedger,
-    StoreError,
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, LogLost, PoolCost,
+    RedisLedger, StoreError,
 };
 
 use crate::common::cluster::RedisCluster;
@@ -132,6 +132,159 @@ async fn a_window_added_later_counts_what_the_log_holds(ledger: impl Ledger) {
     // And loses it again: the 60 s window still counts every call.
     let d = charge_at(&ledger, "aw", &[cost(&before, 1)], T0 + 26 * S).await;
     assert_eq!(remaining(&d), vec![92]);
+}
+
+async fn a_limit_lowered_below_what_is_used_refuses_until_enough_left(ledger: impl Ledger) {
+    let before = pool("units", vec![window(60, 100, 0)]);
+    let d = charge_at(&ledger, "low", &[cost(&before, 30)], T0).await;
+    assert_eq!(remaining(&d), vec![70]);
+    let d = charge_at(&ledger, "low", &[cost(&before, 30)], T0 + 10 * S).await;
+    assert_eq!(remaining(&d), vec![40]);
+    // The limit becomes 40 while the window holds 60: a call of 1 needs 21
+    // units gone, which the entry of T0 (30 units) frees at T0 + 60 s.
+    let after = pool("units", vec![window(60, 40, 0)]);
+    let d = charge_at(&ledger, "low", &[cost(&after, 1)], T0 + 20 * S).await;
+    assert_eq!(
+        rejection(&d),
+        (
+            "units".into(),
+            Duration::from_secs(60),
+            Duration::from_secs(40)
+        )
+    );
+    let u = ledger
+        .usage("low", std::slice::from_ref(&after), At::Fixed(T0 + 20 * S))
+        .await
+        .unwrap();
+    let w = &u.pools[0].windows[0];
+    assert_eq!((w.budget, w.used, w.remaining), (40, 60, 0));
+    let d = charge_at(&ledger, "low", &[cost(&after, 1)], T0 + 60 * S - 1).await;
+    assert_eq!(rejection(&d).2, Duration::from_micros(1));
+    let d = charge_at(&ledger, "low", &[cost(&after, 1)], T0 + 60 * S).await;
+    assert_eq!(remaining(&d), vec![9]);
+    // 31 held: 10 more needs the entry of T0 + 10 s gone.
+    let d = charge_at(&ledger, "low", &[cost(&after, 10)], T0 + 60 * S).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(10));
+    // Headroom raised instead (budget 100 - 66 = 34): 31 held, 3 fit, 4 do not.
+    let headroom = pool("units", vec![window(60, 100, 66)]);
+    let d = charge_at(&ledger, "low", &[cost(&headroom, 4)], T0 + 61 * S).await;
+    assert_eq!(rejection(&d).2, Duration::from_secs(9));
+    let d = charge_at(&ledger, "low", &[cost(&headroom, 3)], T0 + 61 * S).await;
+    assert_eq!(remaining(&d), vec![0]);
+    assert_eq!(used(&ledger, "low", &[before], T0 + 61 * S).await, vec![34]);
+
+    // The case the issue found the stores disagreeing on: 10 s / 100, 5 units
+    // at t = 0 and t = 15, then 30 s / 12: at t = 20 both entries are inside
+    // the 30 s window (10 + 5 > 12), and the first leaves it at t = 30.
+    let short = pool("units", vec![window(10, 100, 0)]);
+    for t in [0, 15] {
+        let d = charge_at(&ledger, "grown", &[cost(&short, 5)], T0 + t * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    let long = pool("units", vec![window(30, 12, 0)]);
+    let d = charge_at(&ledger, "grown", &[cost(&long, 5)], T0 + 20 * S).await;
+    assert_eq!(
+        rejection(&d),
+        (
+            "units".into(),
+            Duration::from_secs(30),
+            Duration::from_secs(10)
+        )
+    );
+}
+
+async fn a_store_behind_the_callers_serial_lost_its_log(ledger: impl Ledger) {
+    // Longest windows: units 600 s, search 30 s.
+    let units = pool("units", vec![window(60, 10, 0), window(600, 100, 0)]);
+    let search = pool("search", vec![window(30, 5, 0)]);
+    let pools = [units.clone(), search.clone()];
+    let d = charge_at(&ledger, "lost", &[cost(&units, 1)], T0).await;
+    assert_eq!(d.serial(), 1);
+    // The caller has seen this credential reach 5 charges; the store holds 1.
+    let both = [cost(&units, 1), cost(&search, 1)];
+    let ahead = Charge {
+        seen_serial: 5,
+        ..charge("lost", &both)
+    };
+    let now = T0 + S;
+    let d = ledger.charge(&ahead, At::Fixed(now)).await.unwrap();
+    assert_eq!(
+        d,
+        ChargeDecision::LogLost {
+            at: now,
+            serial: 1,
+            pool: "units".into(),
+            since: now,
+            until: now + 600 * S,
+        }
+    );
+    let lost = |since: i64, longest: i64| {
+        Some(LogLost {
+            since,
+            until: since + longest * S,
+        })
+    };
+    let u = ledger
+        .usage("lost", &pools, At::Fixed(now + S))
+        .await
+        .unwrap();
+    assert_eq!(u.charges_recorded, 1, "nothing was recorded");
+    assert_eq!(u.pools[0].log_lost, lost(now, 600));
+    assert_eq!(u.pools[1].log_lost, lost(now, 30));
+    for w in u.pools.iter().flat_map(|p| &p.windows) {
+        assert_eq!(w.remaining, 0, "a lost pool counts as spent: {w:?}");
+    }
+
+    // Every pool is lost until its own longest window has passed, whoever
+    // charges it (a caller that saw nothing too).
+    for at in [now + S, now + 30 * S - 1] {
+        match charge_at(&ledger, "lost", &[cost(&search, 1)], at).await {
+            ChargeDecision::LogLost {
+                pool, since, until, ..
+            } => assert_eq!((pool.as_str(), since, until), ("search", now, now + 30 * S)),
+            other => panic!("search at {}: expected LogLost, got {other:?}", at - T0),
+        }
+    }
+    let d = charge_at(&ledger, "lost", &[cost(&search, 1)], now + 30 * S).await;
+    assert_eq!(remaining(&d), vec![4], "search, counted from nothing");
+    for at in [now + 30 * S, now + 300 * S, now + 600 * S - 1] {
+        match charge_at(&ledger, "lost", &[cost(&units, 1)], at).await {
+            ChargeDecision::LogLost {
+                pool, since, until, ..
+            } => assert_eq!((pool.as_str(), since, until), ("units", now, now + 600 * S)),
+            other => panic!("units at {}: expected LogLost, got {other:?}", at - T0),
+        }
+    }
+    let u = ledger
+        .usage("lost", &pools, At::Fixed(now + 600 * S - 1))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, lost(now, 600));
+    assert_eq!(u.pools[1].log_lost, None, "search's loss is over");
+
+    // After it: allowed, and counted from nothing.
+    let d = charge_at(&ledger, "lost", &[cost(&units, 3)], now + 600 * S).await;
+    assert_eq!(remaining(&d), vec![7, 97]);
+    let u = ledger
+        .usage("lost", &pools, At::Fixed(now + 600 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None);
+    assert_eq!(u.charges_recorded, 3);
+    assert_eq!(
+        used(&ledger, "lost", &pools, now + 600 * S).await,
+        vec![3, 3, 0]
+    );
+
+    // A loss that is over stays over, even for a window lengthened later.
+    let longer = pool("units", vec![window(60, 10, 0), window(1200, 100, 0)]);
+    let d = charge_at(&ledger, "lost", &[cost(&longer, 1)], now + 601 * S).await;
+    assert_eq!(remaining(&d), vec![6, 96], "{d:?}");
+    let u = ledger
+        .usage("lost", &[longer], At::Fixed(now + 601 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None);
 }
 
 async fn several_pools_are_all_or_nothing(ledger: impl Ledger) {
@@ -405,6 +558,8 @@ macro_rules! conformance {
                 weighted_costs,
                 tightest_window_of_a_pool_rejects,
                 a_window_added_later_counts_what_the_log_holds,
+                a_limit_lowered_below_what_is_used_refuses_until_enough_left,
+                a_store_behind_the_callers_serial_lost_its_log,
                 several_pools_are_all_or_nothing,
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
@@ -455,6 +610,8 @@ macro_rules! conformance_on_shared {
                 weighted_costs,
                 tightest_window_of_a_pool_rejects,
                 a_window_added_later_counts_what_the_log_holds,
+                a_limit_lowered_below_what_is_used_refuses_until_enough_left,
+                a_store_behind_the_callers_serial_lost_its_log,
                 several_pools_are_all_or_nothing,
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
@@ -479,3 +636,152 @@ macro_rules! conformance_on_shared {
 
 conformance_on_shared!(cluster_whole_suite, RedisCluster::start());
 conformance_on_shared!(sentinel_whole_suite, RedisSentinel::start());
+
+/// The charge script's own guard behind the Rust one (`check_fits` always
+/// refuses first, so only a direct EVAL reaches it): a cost above a window's
+/// budget raises COST_EXCEEDS_BUDGET naming the pool, and writes nothing,
+/// neither on a credential the store has never seen nor on one it holds.
+#[test]
+fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing() {
+    const CHARGE_LUA: &str = include_str!("../lua/charge.lua");
+    let server = RedisServer::start();
+    let units = pool("units", vec![window(60, 10, 0), window(3600, 100, 0)]);
+    let search = pool("search", vec![window(60, 5, 0)]);
+    // A credential with state, logs and expiries, written by the ledger.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+        let both = [cost(&units, 1), cost(&search, 1)];
+        let d = charge_at(&ledger, "held", &both, T0).await;
+        assert!(d.is_allowed(), "{d:?}");
+    });
+
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // EVAL charge.lua with KEYS and ARGV as its header documents them.
+    let mut eval = |credential: &str, costs: &[(&quota::ledger::Pool, u64)]| {
+        let mut cmd = ::redis::cmd("EVAL");
+        cmd.arg(CHARGE_LUA)
+            .arg(1 + costs.len())
+            .arg(quota::ledger::state_key(credential));
+        for (p, _) in costs {
+            cmd.arg(quota::ledger::log_key(credential, &p.name));
+        }
+        cmd.arg(T0 + S) // now
+            .arg(42) // charge id
+            .arg("0") // not a resend
+            .arg(quota::ledger::IDEMPOTENCY_HORIZON.as_micros() as u64)
+            .arg("tag:videos.list\ttrending")
+            .arg(0) // seen serial
+            .arg(costs.len());
+        for (p, _) in costs {
+            cmd.arg(format!("pool:{}", p.name));
+        }
+        for (p, units) in costs {
+            cmd.arg(*units).arg(p.windows.len());
+            for w in &p.windows {
+                cmd.arg(w.per.as_micros() as u64).arg(w.budget());
+            }
+        }
+        cmd.query::<::redis::Value>(&mut con)
+    };
+    // Every key with its contents and absolute expiry (PEXPIRETIME). (Not
+    // DUMP: a hash's field order may change as Redis rehashes it.)
+    let snapshot = || {
+        let mut con = ::redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let mut keys: Vec<String> = ::redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        keys.sort();
+        keys.into_iter()
+            .map(|k| {
+                let kind: String = ::redis::cmd("TYPE").arg(&k).query(&mut con).unwrap();
+                let mut contents: Vec<Vec<u8>> = match kind.as_str() {
+                    "hash" => ::redis::cmd("HGETALL").arg(&k).query(&mut con).unwrap(),
+                    "list" => ::redis::cmd("LRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .query(&mut con)
+                        .unwrap(),
+                    other => panic!("{k} is a {other}"),
+                };
+                if kind == "hash" {
+                    let mut pairs: Vec<Vec<u8>> = contents.chunks(2).map(|p| p.concat()).collect();
+                    pairs.sort();
+                    contents = pairs;
+                }
+                let expiry: i64 = ::redis::cmd("PEXPIRETIME").arg(&k).query(&mut con).unwrap();
+                (k, contents, expiry)
+            })
+            .collect::<Vec<_>>()
+    };
+
+    let before = snapshot();
+    assert_eq!(before.len(), 3, "state and two logs: {before:?}");
+    assert!(before.iter().all(|(_, _, expiry)| *expiry > 0));
+    // The first pool fits, the second's cost is above its budget of 5.
+    let err = eval("held", &[(&units, 1), (&search, 6)]).unwrap_err();
+    assert_eq!(
+        (err.code(), err.detail()),
+        (Some("COST_EXCEEDS_BUDGET"), Some("pool 2")),
+        "{err:?}"
+    );
+    // Above the budget of one window of the first pool, on a new credential.
+    let err = eval("new", &[(&units, 11)]).unwrap_err();
+    assert_eq!(
+        (err.code(), err.detail()),
+        (Some("COST_EXCEEDS_BUDGET"), Some("pool 1")),
+        "{err:?}"
+    );
+    assert_eq!(snapshot(), before, "nothing was written");
+    // The same EVAL within the budgets is recorded (the call shape is right).
+    let fits = eval("held", &[(&units, 1), (&search, 4)]).unwrap();
+    assert!(
+        matches!(&fits, ::redis::Value::Array(r) if r.first() == Some(&::redis::Value::Int(1))),
+        "{fits:?}"
+    );
+    assert_ne!(snapshot(), before);
+}
+
+/// The embedded store's busy timeout running out is an outage, not a broken
+/// store: another connection holds the file's write lock (`BEGIN
+/// IMMEDIATE`) for longer than the timeout (10 s), and the charge fails with
+/// `StoreError::Unavailable` (so the endpoint's fail_closed/fail_open policy
+/// applies) after waiting that long, having written nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_locked_past_its_busy_timeout_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = embedded_path(&dir);
+    let ledger = EmbeddedLedger::open(&path).expect("open");
+    let units = pool("units", vec![window(60, 10, 0)]);
+    let c = [cost(&units, 1)];
+    assert!(charge_at(&ledger, "busy", &c, T0).await.is_allowed());
+
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let err = ledger
+        .charge(&charge("busy", &c), At::Fixed(T0 + S))
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    eprintln!("a charge on a locked embedded store failed after {waited:?}");
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert!(
+        waited >= Duration::from_millis(9_500) && waited < Duration::from_secs(30),
+        "the busy timeout (10 s) ran out, no sooner: {waited:?}"
+    );
+    holder.execute_batch("COMMIT").unwrap();
+
+    // Nothing was written; with the lock free, the store answers at once.
+    assert_eq!(
+        used(&ledger, "busy", std::slice::from_ref(&units), T0 + S).await,
+        vec![1]
+    );
+    let d = charge_at(&ledger, "busy", &c, T0 + 2 * S).await;
+    assert_eq!(remaining(&d), vec![8]);
+}

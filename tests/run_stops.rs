@@ -85,29 +85,84 @@ fn the_upstreams_403_blocks_the_credential_for_every_job() {
 
 #[test]
 fn a_429_with_retry_after_blocks_for_that_long() {
-    let up = Standin::start(&["--units", "1", "--answer-429", "--window", "1h"]);
-    let d = Deployment::new("");
-    let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
-    d.write(&deployment_yaml(
-        &embedded_store(&d),
-        WIDE,
-        "fail_closed",
-        &jobs,
-    ));
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 75, "{r:?}");
-    assert!(
-        r.stderr
-            .contains("upstream answered 429 (rateLimitExceeded)"),
-        "{r:?}"
-    );
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 75, "{r:?}");
-    assert!(
-        r.stderr.contains("the credential is blocked until"),
-        "{r:?}"
-    );
-    assert_eq!(up.seen().len(), 2, "blocked: the second run sent nothing");
+    // The stand-in's own window (45 min) is neither the ledger's longest
+    // window (WIDE: 1 h, the fallback without a Retry-After) nor a day.
+    const UPSTREAM_WINDOW_S: i64 = 45 * 60;
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&["--units", "1", "--answer-429", "--window", "45m"]);
+        let d = Deployment::new("");
+        let store = redis
+            .as_ref()
+            .map_or_else(|| embedded_store(&d), RedisServer::url);
+        let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
+        d.write(&deployment_yaml(&store, WIDE, "fail_closed", &jobs));
+        // The store's clock: Redis TIME, or this host's for the embedded store.
+        let store_now = || match &redis {
+            Some(r) => r.time_us(),
+            None => chrono::Utc::now().timestamp_micros(),
+        };
+
+        let before = store_now();
+        let r = d.quota(&["run"]);
+        let after = store_now();
+        assert_eq!(r.code, 75, "{r:?}");
+        assert!(
+            r.stderr
+                .contains("upstream answered 429 (rateLimitExceeded)"),
+            "{r:?}"
+        );
+
+        // What the stand-in sent: Retry-After = its window less the age of the
+        // unit that fills it, in whole seconds (`--units 1`: the first call's).
+        let seen = up.seen();
+        assert_eq!(
+            seen.iter().map(|s| s.status).collect::<Vec<_>>(),
+            [200, 429],
+            "{seen:?}"
+        );
+        let age = (seen[1].at_us - seen[0].at_us) as i64;
+        let retry_after = (UPSTREAM_WINDOW_S * 1_000_000 - age) / 1_000_000;
+        assert_eq!(
+            retry_after,
+            (UPSTREAM_WINDOW_S * 1_000_000 - age - 50_000) / 1_000_000,
+            "Retry-After is ambiguous: the calls were {age} µs apart"
+        );
+
+        // The block lasts Retry-After from the store's now when it was set
+        // (between the readings around the run); status shows whole seconds.
+        let json = d.status_json();
+        let cred = &json["credentials"][0];
+        let until = cred["blocked_until"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not blocked: {json}"));
+        let until = chrono::DateTime::parse_from_rfc3339(until)
+            .unwrap()
+            .timestamp_micros();
+        let (lo, hi) = (
+            before + retry_after * 1_000_000,
+            after + retry_after * 1_000_000,
+        );
+        assert!(
+            lo / 1_000_000 * 1_000_000 <= until && until <= hi,
+            "blocked until {until}, expected {retry_after} s after the store's now, \
+             within [{lo}, {hi}] (the run took {} ms)",
+            (after - before) / 1000
+        );
+        assert!(
+            cred["blocked_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("429")),
+            "{json}"
+        );
+
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        assert!(
+            r.stderr.contains("the credential is blocked until"),
+            "{r:?}"
+        );
+        assert_eq!(up.seen().len(), 2, "blocked: the second run sent nothing");
+    }
 }
 
 #[test]
@@ -309,6 +364,57 @@ fn store_down_fail_open_runs_unmetered_and_says_so() {
     );
     assert!(r.stderr.contains("2 calls (2 UNMETERED)"), "{r:?}");
     assert_eq!(up.seen().len(), 2);
+}
+
+#[test]
+fn embedded_store_locked_past_its_busy_timeout_follows_the_policy() {
+    // Both policies at once: each waits out the 10 s busy timeout.
+    std::thread::scope(|s| {
+        for (policy, code) in [("fail_closed", 69), ("fail_open", 0)] {
+            s.spawn(move || {
+                let up = Standin::start(&[]);
+                let d = trending(&up, "embedded", &["US", "GB"], 1, policy);
+                let path = d.path().join("ledger.sqlite3");
+                quota::ledger::EmbeddedLedger::open(&path).unwrap(); // the schema
+                // Another writer holds the file's write lock throughout.
+                let holder = rusqlite::Connection::open(&path).unwrap();
+                holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+                let started = Instant::now();
+                let r = d.quota(&["run"]);
+                let took = started.elapsed();
+                holder.execute_batch("ROLLBACK").unwrap();
+                eprintln!("{policy}: a locked embedded store ended the wait after {took:?}");
+                assert_eq!(r.code, code, "{policy}: {r:?}");
+                assert!(
+                    took >= Duration::from_millis(9_500),
+                    "{policy}: the busy timeout (10 s) ran out first: {took:?}"
+                );
+                let store = format!("embedded {}", path.display());
+                if policy == "fail_closed" {
+                    assert!(
+                        r.stderr
+                            .contains(&format!("job trending: the store {store} is unreachable (")),
+                        "{r:?}"
+                    );
+                    assert!(
+                        r.stderr.contains(
+                            "endpoint videos.list is fail_closed, so no request was sent"
+                        ),
+                        "{r:?}"
+                    );
+                    assert!(up.seen().is_empty());
+                } else {
+                    assert!(
+                        r.stderr
+                            .contains(&format!("UNMETERED RUN: the store {store} is unreachable")),
+                        "{r:?}"
+                    );
+                    assert!(r.stderr.contains("2 calls (2 UNMETERED)"), "{r:?}");
+                    assert_eq!(up.seen().len(), 2);
+                }
+            });
+        }
+    });
 }
 
 #[test]

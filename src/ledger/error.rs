@@ -3,6 +3,7 @@
 //! and from keys an older build wrote.
 
 use super::PoolCost;
+use super::embedded::BUSY_TIMEOUT;
 
 /// Why the ledger could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -38,12 +39,30 @@ pub enum StoreError {
     /// A script answered in a shape this build does not expect.
     #[error("store error: unexpected reply from a script: {0}")]
     Reply(String),
-    /// The embedded store's SQLite reported an error.
+    /// The embedded store's SQLite reported an error (other than its file
+    /// staying locked past the busy timeout: that is [`StoreError::Unavailable`]).
     #[error("store error: embedded store: {0}")]
-    Sql(#[from] rusqlite::Error),
+    Sql(rusqlite::Error),
     /// The embedded store's worker thread died (a panic).
     #[error("store error: embedded store task failed: {0}")]
     Worker(#[from] tokio::task::JoinError),
+}
+
+/// SQLite's errors, except that a file still locked by another connection
+/// when the busy timeout ran out (`SQLITE_BUSY`, `SQLITE_LOCKED`) is an
+/// outage: the store cannot answer now, so the endpoint's
+/// fail_closed/fail_open policy applies, as for an unreachable Redis.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => Self::Unavailable(format!(
+                "its file stayed locked by another writer past the {}s busy timeout: {e}",
+                BUSY_TIMEOUT.as_secs()
+            )),
+            _ => Self::Sql(e),
+        }
+    }
 }
 
 /// Refuse a cost that can never fit, before asking any store.

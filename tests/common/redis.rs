@@ -118,6 +118,17 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// The server's clock (`TIME`), in µs since the epoch: the store's clock
+    /// the ledger's scripts read.
+    pub fn time_us(&self) -> i64 {
+        let out = self.cli(&["TIME"]);
+        let mut parts = out.lines().map(|l| l.trim().parse::<i64>());
+        match (parts.next(), parts.next()) {
+            (Some(Ok(s)), Some(Ok(us))) => s * 1_000_000 + us,
+            _ => panic!("unexpected TIME reply: {out:?}"),
+        }
+    }
+
     /// [`RedisServer::cli`], authenticated when there is a password.
     pub fn cli_as(&self, password: &Option<String>, args: &[&str]) -> String {
         match password {

@@ -56,6 +56,10 @@ CREATE TABLE IF NOT EXISTS charge_id (
 );
 ";
 
+/// How long a transaction waits for another process's write lock on the
+/// file before the store counts as unavailable (SQLite's busy timeout).
+pub(in crate::ledger) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The ledger in a local SQLite file.
 #[derive(Clone)]
 pub struct EmbeddedLedger {
@@ -136,7 +140,7 @@ impl EmbeddedLedger {
         }
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
-        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
