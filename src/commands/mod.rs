@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod man;
 pub mod plan;
 pub mod run;
 pub mod status;
@@ -39,16 +40,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 clap_complete::generate(shell, &mut Cli::command(), "quota", &mut out);
                 table::emit(&String::from_utf8_lossy(&out))
             }
-            Command::Man => {
-                let mut out = Vec::new();
-                clap_mangen::Man::new(Cli::command())
-                    .render(&mut out)
-                    .map_err(|source| Error::Process {
-                        what: "render the man page",
-                        source,
-                    })?;
-                table::emit(&String::from_utf8_lossy(&out))
-            }
+            Command::Man => man::execute(),
             Command::Check => {
                 let (config, store) = configured(&cli, Secrets::Read)?;
                 check::execute(&config, &store)
