@@ -2,7 +2,9 @@
 //! output file or the store, even with `RUST_LOG=trace`, through success,
 //! retries, a refused key and a network error.
 
-use crate::common::deployment::{Deployment, deployment_yaml, quota, run, videos_job};
+use crate::common::deployment::{
+    Deployment, deployment_yaml, embedded_store, quota, run, videos_job,
+};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 
@@ -117,4 +119,120 @@ fn a_store_password_in_the_environment_never_shows() {
             assert!(r.stderr.contains("redis://:***@127.0.0.1:1/0"), "{r:?}");
         }
     }
+}
+
+/// Units charged to `job` in the deployment's store so far.
+fn charged(d: &Deployment, job: &str) -> u64 {
+    let s = d.status_json();
+    s["credentials"][0]["pools"][0]["windows"][0]["by_job"][job]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Redirects: one to the same origin is followed, at most 3 hops, each hop
+/// charged, never with a Referer; one to another origin (host, port or
+/// scheme), whatever the status and method, is not followed: the job stops
+/// (1) naming the target with the key masked, and the other origin sees
+/// nothing, neither the key in the query nor an `X-Api-Key` header.
+#[test]
+fn a_redirect_never_carries_the_key_to_another_origin() {
+    let up = Standin::start(&["--key", KEY, "--pages", "1"]);
+    let other = Standin::start(&["--key", KEY, "--pages", "1"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), format!("{KEY}\n")).unwrap();
+    let localhost = format!("http://localhost:{}", up.port);
+    let https = format!("https://127.0.0.1:{}", up.port);
+    let jobs = vec![
+        videos_job("hops", "main", &["US"], 1, &up.hops(3)),
+        videos_job("loop", "main", &["US"], 1, &up.hops(9)),
+        videos_job("port", "main", &["US"], 1, &up.away(302, &other.base())),
+        videos_job("host", "main", &["US"], 1, &up.away(302, &localhost)),
+        videos_job("scheme", "main", &["US"], 1, &up.away(301, &https)),
+        // The key in a header, a POST, and a 307 (which keeps both).
+        format!(
+            r#"  header:
+    credential: main
+    steps:
+      - endpoint: videos.list
+        request:
+          method: POST
+          url: {}/youtube/v3/videos
+          query: {{ part: snippet, regionCode: US }}
+          headers: {{ X-Api-Key: "{{secret}}" }}
+    output: out/header
+"#,
+            up.away(307, &other.base())
+        ),
+    ];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        "        - { limit: 1000, per: 1h }",
+        "fail_closed",
+        &jobs,
+    ));
+
+    // Same origin, 3 hops: followed, 4 requests, 4 charges, no Referer.
+    let r = run(d.cmd(&["run", "hops"]).env("RUST_LOG", "trace"));
+    assert_clean("run hops", &r.all());
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/hop/3/youtube/v3/videos",
+            "/hop/2/youtube/v3/videos",
+            "/hop/1/youtube/v3/videos",
+            "/youtube/v3/videos"
+        ]
+    );
+    assert!(seen.iter().all(|s| s.referer.is_none()), "{seen:?}");
+    assert_eq!(seen.last().unwrap().status, 200, "the key came along");
+    assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
+    assert_eq!(d.outputs("hops").len(), 1);
+
+    // More than 3 hops: the job stops after the 4th request, each charged.
+    let r = run(d.cmd(&["run", "loop"]).env("RUST_LOG", "trace"));
+    assert_clean("run loop", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("more than 3 redirects"), "{r:?}");
+    assert_eq!(up.seen().len(), 4 + 4);
+    assert_eq!(charged(&d, "loop"), 4);
+
+    // Another origin: never followed, whatever carries the key.
+    let other_port = format!(
+        "redirects to another origin, {}/youtube/v3/videos?part=snippet&chart=mostPopular&regionCode=US&key=***",
+        other.base()
+    );
+    let other_host =
+        format!("redirects to another origin, {localhost}/youtube/v3/videos?part=snippet");
+    let other_scheme = format!("redirects to another origin, {https}/youtube/v3/videos?part");
+    let header = format!(
+        "HTTP 307 Temporary Redirect redirects to another origin, {}/youtube/v3/videos?part=snippet&regionCode=US",
+        other.base()
+    );
+    for (job, want) in [
+        ("port", other_port),
+        ("host", other_host),
+        ("scheme", other_scheme),
+        ("header", header),
+    ] {
+        let before = up.seen().len();
+        let r = run(d.cmd(&["run", job]).env("RUST_LOG", "trace"));
+        assert_clean(&format!("run {job}"), &r.all());
+        assert_eq!(r.code, 1, "{job}: {r:?}");
+        assert!(r.stderr.contains(&want), "{job}: missing {want:?} in {r:?}");
+        assert!(r.stderr.contains("not followed"), "{job}: {r:?}");
+        assert_eq!(up.seen().len(), before + 1, "{job}: one request, no hop");
+        assert_eq!(charged(&d, job), 1, "{job}");
+        assert!(d.outputs(job).is_empty(), "{job}");
+    }
+    assert!(
+        other.seen().is_empty(),
+        "the other origin saw: {:?}",
+        other.seen()
+    );
+    let header_request = up.seen().last().cloned().unwrap();
+    assert_eq!(header_request.method, "POST");
+    assert!(header_request.x_api_key.is_some(), "{header_request:?}");
 }

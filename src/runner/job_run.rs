@@ -325,6 +325,9 @@ impl<'a> JobRun<'a> {
         let url = upstream::url(step, fill, token)?;
         let shown = redact(url.as_str(), &[fill.secret]);
         let mut attempt = 0;
+        // The request in hand: the page's own, or a same-origin redirect's
+        // target (each hop charged like any call), and how many hops led there.
+        let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
         let body = loop {
             if self.ctx.shutdown.is_set() {
                 self.stop(Stop::Signal);
@@ -341,10 +344,11 @@ impl<'a> JobRun<'a> {
                     return Ok(None);
                 }
             };
-            debug!(job = self.job.name, attempt, "GET {shown}");
+            let shown_target = redact(target.as_str(), &[fill.secret]);
+            debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, step, fill, url.clone()) => a,
+                a = upstream::send(self.ctx.client, step, fill, &method, &target) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
                     self.stop(Stop::Signal);
@@ -362,6 +366,38 @@ impl<'a> JobRun<'a> {
                         .await;
                     return Ok(None);
                 }
+                Answer::Redirect {
+                    status,
+                    to,
+                    method: next,
+                } if hops < upstream::MAX_REDIRECTS => {
+                    hops += 1;
+                    info!(
+                        job = self.job.name,
+                        "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
+                        upstream::MAX_REDIRECTS,
+                        redact(to.as_str(), &[fill.secret])
+                    );
+                    (method, target) = (next, to);
+                }
+                Answer::Redirect { status, to, .. } => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: format!(
+                            "more than {} redirects (the last, HTTP {status}, to {}): not followed",
+                            upstream::MAX_REDIRECTS,
+                            redact(to.as_str(), &[fill.secret])
+                        ),
+                    });
+                }
+                Answer::Fatal(why) => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: why,
+                    });
+                }
                 Answer::Transient(why) if attempt < http.retries => {
                     let cap = http
                         .backoff
@@ -370,9 +406,11 @@ impl<'a> JobRun<'a> {
                     // Full jitter: anywhere up to the cap, so hosts do not retry in step.
                     let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
                     attempt += 1;
+                    // A retry is the page's request again, from its own URL.
+                    (method, target, hops) = (step.method.clone(), url.clone(), 0);
                     warn!(
                         job = self.job.name,
-                        "{shown}: {why}; retry {attempt} of {} in {}",
+                        "{shown_target}: {why}; retry {attempt} of {} in {}",
                         http.retries,
                         fmt_duration(wait)
                     );

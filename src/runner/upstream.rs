@@ -1,5 +1,6 @@
 //! Upstream calls: build one request from a step's templates, send it (no
-//! client-side retries: every attempt is charged by the runner first), and
+//! client-side retries and no redirects followed by the client: every
+//! request, a retry or a redirect hop, is charged by the runner first), and
 //! classify the answer the way the runner acts on it.
 
 use std::time::Duration;
@@ -13,6 +14,9 @@ const QUOTA_REASONS: [&str; 3] = ["quotaExceeded", "dailyLimitExceeded", "rateLi
 
 /// How long an error excerpt of a response body may be.
 const EXCERPT: usize = 300;
+
+/// Same-origin redirects followed for one page, at most (each one charged).
+pub const MAX_REDIRECTS: u32 = 3;
 
 /// What came back from one attempt.
 #[derive(Debug)]
@@ -34,6 +38,16 @@ pub enum Answer {
     Transient(String),
     /// Any other 4xx: retrying will not help.
     Refused { status: u16, excerpt: String },
+    /// A redirect to the same origin (scheme, host and port), with the
+    /// method the next hop uses: the runner charges and follows it.
+    Redirect {
+        status: u16,
+        to: reqwest::Url,
+        method: reqwest::Method,
+    },
+    /// The request can never succeed as it is (a redirect to another
+    /// origin, …): not retried. Redacted.
+    Fatal(String),
 }
 
 /// The HTTP client every run uses.
@@ -42,6 +56,11 @@ pub fn client(http: &HttpSettings) -> crate::Result<Client> {
         .connect_timeout(http.connect_timeout)
         .timeout(http.timeout)
         .retry(reqwest::retry::never())
+        // Redirects are the runner's to follow (same origin only, each hop
+        // charged): a client that follows them would send the key, in the
+        // query, a header or a Referer, wherever the upstream points.
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
         .user_agent(concat!("quota/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| crate::Error::Http {
@@ -73,9 +92,15 @@ pub fn url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<r
 
 /// Send one request and classify the answer. Anything that could carry the
 /// secret (error texts, bodies) is redacted before it leaves this function.
-pub async fn send(client: &Client, step: &Step, fill: &Fill<'_>, url: reqwest::Url) -> Answer {
+pub async fn send(
+    client: &Client,
+    step: &Step,
+    fill: &Fill<'_>,
+    method: &reqwest::Method,
+    url: &reqwest::Url,
+) -> Answer {
     let secrets = [fill.secret];
-    let mut req = client.request(step.method.clone(), url);
+    let mut req = client.request(method.clone(), url.clone());
     for (k, v) in &step.headers {
         req = req.header(k, v.fill(fill));
     }
@@ -84,6 +109,9 @@ pub async fn send(client: &Client, step: &Step, fill: &Fill<'_>, url: reqwest::U
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
     let status = resp.status();
+    if status.is_redirection() {
+        return redirect(status, resp.headers(), method, url, &secrets);
+    }
     let retry_after = resp
         .headers()
         .get(reqwest::header::RETRY_AFTER)
@@ -94,6 +122,58 @@ pub async fn send(client: &Client, step: &Step, fill: &Fill<'_>, url: reqwest::U
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
     classify(status, retry_after, body, &secrets)
+}
+
+/// A 3xx: a redirect to follow when it stays on the request's origin;
+/// anything else ends the job (not retried), naming the target with the
+/// secret masked.
+fn redirect(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    method: &reqwest::Method,
+    from: &reqwest::Url,
+    secrets: &[&Secret],
+) -> Answer {
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    let Some(to) = location.and_then(|l| from.join(l).ok()) else {
+        return Answer::Fatal(format!(
+            "HTTP {status} without a Location to follow{}",
+            location
+                .map(|l| format!(" ({:?})", redact(l, secrets)))
+                .unwrap_or_default()
+        ));
+    };
+    if !same_origin(from, &to) {
+        return Answer::Fatal(format!(
+            "HTTP {status} redirects to another origin, {}: not followed (only redirects within {} are: one elsewhere could carry the key away)",
+            redact(to.as_str(), secrets),
+            from.origin().ascii_serialization()
+        ));
+    }
+    // What clients do: 303 (and 301/302 after a POST) switch to GET; 307 and
+    // 308 keep the method.
+    let method = match status {
+        StatusCode::SEE_OTHER => reqwest::Method::GET,
+        StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND if *method == reqwest::Method::POST => {
+            reqwest::Method::GET
+        }
+        _ => method.clone(),
+    };
+    Answer::Redirect {
+        status: status.as_u16(),
+        to,
+        method,
+    }
+}
+
+/// Whether `to` has the scheme, host and port of `from` (an https → http
+/// redirect never has: the schemes differ).
+pub fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
+    from.scheme() == to.scheme()
+        && from.host() == to.host()
+        && from.port_or_known_default() == to.port_or_known_default()
 }
 
 fn classify(
@@ -228,6 +308,65 @@ mod tests {
             classify(StatusCode::OK, None, b"<html>".to_vec(), &[]),
             Answer::Transient(_)
         ));
+    }
+
+    #[test]
+    fn redirects_are_followed_only_on_the_same_origin() {
+        let u = |s: &str| reqwest::Url::parse(s).unwrap();
+        let from = u("https://api.example.com/v3/videos?key=SEKRET");
+        assert!(same_origin(&from, &u("https://api.example.com:443/other")));
+        for other in [
+            "http://api.example.com/v3/videos",       // https → http
+            "https://api.example.com:8443/v3/videos", // another port
+            "https://cdn.example.com/v3/videos",      // another host
+        ] {
+            assert!(!same_origin(&from, &u(other)), "{other}");
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            "location",
+            "http://api.example.com/x?key=SEKRET".parse().unwrap(),
+        );
+        match redirect(
+            StatusCode::FOUND,
+            &headers,
+            &reqwest::Method::GET,
+            &from,
+            &[&secret()],
+        ) {
+            Answer::Fatal(why) => {
+                assert!(
+                    why.contains("another origin, http://api.example.com/x?key=***"),
+                    "{why}"
+                );
+                assert!(!why.contains("SEKRET"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        headers.insert("location", "/v3/other".parse().unwrap());
+        match redirect(
+            StatusCode::FOUND,
+            &headers,
+            &reqwest::Method::POST,
+            &from,
+            &[],
+        ) {
+            Answer::Redirect { to, method, .. } => {
+                assert_eq!(to.as_str(), "https://api.example.com/v3/other");
+                assert_eq!(method, reqwest::Method::GET);
+            }
+            other => panic!("{other:?}"),
+        }
+        match redirect(
+            StatusCode::TEMPORARY_REDIRECT,
+            &headers,
+            &reqwest::Method::POST,
+            &from,
+            &[],
+        ) {
+            Answer::Redirect { method, .. } => assert_eq!(method, reqwest::Method::POST),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

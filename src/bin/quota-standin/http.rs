@@ -1,6 +1,6 @@
-//! The stand-in's HTTP/1.1, hand-written on purpose: one GET per
-//! connection, `Connection: close`, nothing else; a server framework would
-//! be larger than the whole fixture.
+//! The stand-in's HTTP/1.1, hand-written on purpose: one request per
+//! connection (its body, if any, ignored), `Connection: close`, nothing
+//! else; a server framework would be larger than the whole fixture.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -44,13 +44,31 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let head = String::from_utf8_lossy(&buf);
-    let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let (status, headers, body) = youtube::answer(state, &target);
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split_whitespace();
+    let method = request_line.next().unwrap_or("GET").to_string();
+    let target = request_line.next().unwrap_or("/").to_string();
+    let headers = lines
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let request = youtube::Request {
+        method,
+        target,
+        headers,
+    };
+    let (status, headers, body) = youtube::answer(state, &request);
     if !state.opts.delay.is_zero() {
         tokio::time::sleep(state.opts.delay).await;
     }
     let reason = match status {
         200 => "OK",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
