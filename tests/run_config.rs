@@ -198,6 +198,15 @@ const CASES: &[Case] = &[
         expect: &["credentials.main.secret", "empty"],
     },
     Case {
+        name: "secret with a line break inside",
+        from: "{ file: key }",
+        to: "{ file: broken }",
+        expect: &[
+            "credentials.main.secret",
+            "file broken contains a control character",
+        ],
+    },
+    Case {
         name: "inline secret",
         from: "{ file: key }",
         to: "hunter2",
@@ -255,6 +264,7 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
     let up = Standin::start(&[]);
     let d = Deployment::new(&base(&up.base()));
     std::fs::write(d.path().join("empty"), "\n").unwrap();
+    std::fs::write(d.path().join("broken"), "demo\nkey\n").unwrap();
     // The base file is good: the cases below fail for their one change.
     let ok = d.quota(&["check"]);
     assert_eq!(ok.code, 0, "{ok:?}");

@@ -236,3 +236,131 @@ fn a_redirect_never_carries_the_key_to_another_origin() {
     assert_eq!(header_request.method, "POST");
     assert!(header_request.x_api_key.is_some(), "{header_request:?}");
 }
+
+/// A key with characters every encoding changes (`~`, a space, `+`) is
+/// masked however a request carries it: form-encoded in the query (`-vv`
+/// logs every URL), percent-encoded in the path (a refused request's error
+/// names it), in the URL's userinfo and in the Basic `Authorization` it
+/// becomes, echoed back by the upstream (base64); and a page token that
+/// echoes the key is stored masked in the cursor, shown masked by `status`,
+/// and put back by the next run, which resumes with the right token.
+#[test]
+fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
+    const ODD: &str = "AIzaSyD-tilde~space Key+plus77";
+    // The middle of base64("user:" + ODD), which no alignment of the mask may leave.
+    const BASE64: &str = "SXphU3lELXRpbGRlfnNwYWNlIEtleStwbHVz";
+    let clean = |what: &str, text: &str| {
+        assert_clean(what, text);
+        for leak in [ODD, BASE64, "tilde", "plus77"] {
+            assert!(!text.contains(leak), "{what} shows {leak:?}:\n{text}");
+        }
+    };
+    let up = Standin::start(&["--key", ODD, "--pages", "3", "--token-echoes-key"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), format!("{ODD}\n")).unwrap();
+    let request = |name: &str, url: &str| {
+        format!(
+            "  {name}:\n    credential: main\n    steps:\n      - endpoint: videos.list\n        request: {{ url: \"{url}\" }}\n    output: out/{name}\n"
+        )
+    };
+    let jobs = |budget: &str| {
+        deployment_yaml(
+            &embedded_store(&d),
+            budget,
+            "fail_closed",
+            &[
+                request(
+                    "path",
+                    &format!("{}/youtube/v3/{{secret}}/videos", up.base()),
+                ),
+                request(
+                    "basic",
+                    &format!("http://user:{{secret}}@127.0.0.1:{}/echo/", up.port),
+                ),
+                videos_job("query", "main", &["US", "GB"], 3, &up.base()),
+            ],
+        )
+    };
+    d.write(&jobs("        - { limit: 4, per: 1h }"));
+
+    let r = run(d.cmd(&["run", "path"]).env("RUST_LOG", "trace"));
+    clean("run path", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("/youtube/v3/***/videos: the upstream refused"),
+        "{r:?}"
+    );
+
+    let r = run(d.cmd(&["run", "basic"]).env("RUST_LOG", "trace"));
+    clean("run basic", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("http://user:***@127.0.0.1:"), "{r:?}");
+    assert!(
+        r.stderr.contains("Authorization: Basic dXNlcjp***"),
+        "{r:?}"
+    );
+
+    // Two units left: US pages 0 and 1; the cursor then holds page 2's
+    // token, which carries the key.
+    let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
+    clean("run query", &r.all());
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains("&key=***&pageToken=CAUQ1.***"), "{r:?}");
+    let status = d.quota(&["status", "--json"]);
+    clean("status --json", &status.all());
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let cursor = &s["credentials"][0]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "query")
+        .unwrap()["cursor"];
+    assert_eq!(cursor["page"], 2, "{cursor}");
+    assert_eq!(cursor["token"], "CAUQ2.***", "{cursor}");
+    clean("status", &d.quota(&["status"]).all());
+
+    // With room, the next run resumes at US page 2 with the real token.
+    d.write(&jobs("        - { limit: 1000, per: 1h }"));
+    let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
+    clean("run query again", &r.all());
+    assert_eq!(r.code, 0, "{r:?}");
+    let pages: Vec<(String, u32, u16)> = up
+        .seen()
+        .iter()
+        .filter(|s| s.path == "/youtube/v3/videos")
+        .map(|s| (s.region.clone(), s.page, s.status))
+        .collect();
+    let want: Vec<(String, u32, u16)> = [
+        ("US", 0),
+        ("US", 1),
+        ("US", 2),
+        ("GB", 0),
+        ("GB", 1),
+        ("GB", 2),
+    ]
+    .iter()
+    .map(|(r, p)| (r.to_string(), *p, 200))
+    .collect();
+    assert_eq!(pages, want);
+    let resumed = up.seen().into_iter().rfind(|s| s.region == "US").unwrap();
+    assert_eq!(
+        resumed.token,
+        Some(format!("CAUQ2.{ODD}")),
+        "the token put back"
+    );
+    // The pages hold the upstream's answers, the key it echoed masked.
+    let files = d.outputs("query");
+    assert_eq!(files.len(), 6, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(d.path().join("out/query").join(&f)).unwrap();
+        clean(&f, &text);
+        let page: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if !f.contains(".p2.") {
+            assert!(
+                page["nextPageToken"].as_str().unwrap().ends_with(".***"),
+                "{f}: {text}"
+            );
+        }
+    }
+}

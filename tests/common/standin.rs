@@ -20,6 +20,9 @@ pub struct Seen {
     pub method: String,
     #[serde(default)]
     pub path: String,
+    /// The `pageToken` it was asked for.
+    #[serde(default)]
+    pub token: Option<String>,
     #[serde(default)]
     pub referer: Option<String>,
     #[serde(default)]

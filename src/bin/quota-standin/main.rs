@@ -56,6 +56,11 @@ pub struct Options {
     #[arg(long)]
     pub answer_429: bool,
 
+    /// Page tokens echo the key (`CAUQ2.KEY`), as a next-page link that
+    /// repeats the query would
+    #[arg(long)]
+    pub token_echoes_key: bool,
+
     /// Wait this long before every answer
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,

@@ -15,6 +15,9 @@
 //! * `/away/STATUS/ORIGIN/REST`: a STATUS redirect to `ORIGIN/REST` (ORIGIN
 //!   percent-encoded, e.g. `http%3A%2F%2Flocalhost%3A8090`), the query kept,
 //!   key and all.
+//! * `/echo/…`: a 401 whose body echoes the request (its `Authorization`
+//!   header first, then the target and the other headers), as a careless
+//!   upstream's error page does.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -99,6 +102,7 @@ pub fn answer(state: &State, request: &Request) -> Answer {
     let page: u32 = token
         .as_deref()
         .and_then(|t| t.strip_prefix("CAUQ"))
+        .map(|n| n.split(|c: char| !c.is_ascii_digit()).next().unwrap_or(""))
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     // The header wins over the query, as APIs that take both do.
@@ -107,6 +111,16 @@ pub fn answer(state: &State, request: &Request) -> Answer {
         .map(String::from)
         .or_else(|| q.get("key").cloned())
         .unwrap_or_default();
+    if url.path().starts_with("/echo/") {
+        let mut echo = vec![format!(
+            "Authorization: {}",
+            request.header("authorization").unwrap_or("none")
+        )];
+        echo.push(format!("{} {}", request.method, request.target));
+        echo.extend(request.headers.iter().map(|(k, v)| format!("{k}: {v}")));
+        let body = error_body(401, &echo.join("; "), "global", "unauthorized");
+        return (401, vec![], body);
+    }
     let (status, headers, body, pool, cost) = respond(state, &url, &key, &region, page);
     if let Some(log) = &state.log {
         let at = SystemTime::now()
@@ -200,7 +214,13 @@ fn respond(
         let m = "The service is currently unavailable.";
         (503, vec![], error_body(503, m, "global", "backendError"))
     } else {
-        (200, vec![], page_body(&state.opts, pool, region, page))
+        let mut body = page_body(&state.opts, pool, region, page);
+        if state.opts.token_echoes_key
+            && let Some(next) = body.get_mut("nextPageToken")
+        {
+            *next = json!(format!("{}.{key}", next.as_str().unwrap_or_default()));
+        }
+        (200, vec![], body)
     };
     (status, headers, body, pool, cost)
 }
