@@ -234,6 +234,18 @@ const CASES: &[Case] = &[
         expect: &["store", "unknown store"],
     },
     Case {
+        name: "bad max_body",
+        from: "credentials:\n",
+        to: "http: { max_body: 12 parsecs }\ncredentials:\n",
+        expect: &["http.max_body", "not a size"],
+    },
+    Case {
+        name: "max_body too small",
+        from: "credentials:\n",
+        to: "http: { max_body: 100 }\ncredentials:\n",
+        expect: &["http.max_body", "out of range: 1KiB to 4GiB"],
+    },
+    Case {
         name: "bad pagination pointer",
         from: "    output:",
         to: "        paginate: { token: nextPageToken, param: pageToken, max_pages: 2 }\n    output:",

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use crate::common::deployment::{
-    Deployment, WIDE, deployment_yaml, embedded_store, trending, videos_job,
+    Deployment, WIDE, deployment_yaml, embedded_store, run_measured, trending, videos_job,
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
@@ -255,4 +255,95 @@ fn a_job_without_regions_runs_its_steps_once() {
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");
     let pages: BTreeSet<u32> = up.seen().iter().map(|s| s.page).collect();
     assert_eq!(pages.len(), 2);
+}
+
+/// `http.max_body` bounds what a response may cost: a page declared larger
+/// is refused before it is read, an endless body is cut off at the cap,
+/// neither is retried (one charge each), and the process's peak memory
+/// stays within a small multiple of the cap above what a run of small pages
+/// takes; a page under the cap is written whole, the same way.
+#[test]
+fn max_body_bounds_a_response_and_the_memory_it_takes() {
+    const MIB: u64 = 1 << 20;
+    // About 5.5 MiB a page: 45,000 items.
+    let up = Standin::start(&["--pages", "1", "--items", "45000"]);
+    let small = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let jobs = [
+        videos_job("small", "main", &["US"], 1, &small.base()),
+        videos_job("big", "main", &["US"], 1, &up.base()),
+        videos_job(
+            "endless",
+            "main",
+            &["US"],
+            1,
+            &format!("{}/endless", up.base()),
+        ),
+    ];
+    let yaml = |max_body: &str| {
+        deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", &jobs).replace(
+            "backoff: 20ms }",
+            &format!("backoff: 20ms, max_body: {max_body} }}"),
+        )
+    };
+    d.write(&yaml("4MiB"));
+
+    let (r, base) = run_measured(&mut d.cmd(&["run", "small"]));
+    assert_eq!(r.code, 0, "{r:?}");
+
+    let (r, big) = run_measured(&mut d.cmd(&["run", "big"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("HTTP 200 OK with a body of 5.")
+            && r.stderr
+                .contains("past http.max_body, 4 MiB (4194304 bytes): not read further"),
+        "{r:?}"
+    );
+    assert!(d.outputs("big").is_empty());
+
+    let (r, endless) = run_measured(&mut d.cmd(&["run", "endless"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("with a body that goes on past http.max_body, 4 MiB"),
+        "{r:?}"
+    );
+    // One request each, one charge each: a body past the cap is not retried.
+    let paths: Vec<String> = up.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, ["/youtube/v3/videos", "/endless/youtube/v3/videos"]);
+    assert!(
+        d.status_json()
+            .to_string()
+            .contains(r#""by_job":{"big":1,"endless":1,"small":1}"#),
+        "{}",
+        d.status_json()
+    );
+
+    // Raised above the page, the same page is written whole.
+    d.write(&yaml("8MiB"));
+    let (r, fits) = run_measured(&mut d.cmd(&["run", "big"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    let files = d.outputs("big");
+    let page = std::fs::metadata(d.path().join("out/big").join(&files[0]))
+        .unwrap()
+        .len();
+    assert!(page > 5 * MIB && page < 6 * MIB, "{page}");
+
+    eprintln!(
+        "peak memory: small pages {} MiB; a 4 MiB cap against a declared {:.1} MiB page {} MiB, against an endless body {} MiB; the page under an 8 MiB cap {} MiB",
+        base / MIB,
+        page as f64 / MIB as f64,
+        big / MIB,
+        endless / MIB,
+        fits / MIB
+    );
+    assert!(
+        big < base + 4 * MIB,
+        "the declared size is refused unread: {big} vs {base}"
+    );
+    assert!(endless < base + 3 * 4 * MIB, "endless: {endless} vs {base}");
+    assert!(
+        fits < base + 3 * page,
+        "a page under the cap: {fits} vs {base}"
+    );
 }

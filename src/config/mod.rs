@@ -25,7 +25,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::reset::UpstreamReset;
-pub use self::secret::{Secret, SecretSource, redact};
+pub use self::secret::{Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, Placeholder, Template};
 use crate::ledger::{Pool, PoolCost, StoreLocation};
 use crate::{Error, Result};
@@ -57,7 +57,12 @@ pub struct HttpSettings {
     pub retries: u32,
     /// The first retry waits up to this long (full jitter); each later one doubles it.
     pub backoff: Duration,
+    /// The largest response body read, in bytes: a page past it is an error.
+    pub max_body: u64,
 }
+
+/// The default `http.max_body`: 32 MiB.
+pub const DEFAULT_MAX_BODY: u64 = 32 << 20;
 
 impl Default for HttpSettings {
     fn default() -> Self {
@@ -66,6 +71,7 @@ impl Default for HttpSettings {
             connect_timeout: Duration::from_secs(10),
             retries: 3,
             backoff: Duration::from_secs(1),
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 }

@@ -103,6 +103,12 @@ fn read_file(path: &Path) -> Result<String, String> {
 /// on anything that came back from the network or from an HTTP library, and
 /// on URLs, before it is logged, shown or stored.
 pub fn redact(text: &str, secrets: &[&Secret]) -> String {
+    mask(text, secrets).into_owned()
+}
+
+/// [`redact`] that copies nothing when there is nothing to mask (a page of
+/// tens of megabytes, say).
+pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str> {
     let mut needles: Vec<Vec<u8>> = Vec::new();
     for secret in secrets {
         let raw = secret.expose().as_bytes();
@@ -112,26 +118,52 @@ pub fn redact(text: &str, secrets: &[&Secret]) -> String {
         needles.push(raw.to_vec());
         needles.extend(base64_cores(raw));
     }
-    if needles.is_empty() {
-        return text.to_string();
+    // The bytes a match can start with: a needle's first byte as is, or
+    // the start of one of its encodings. Most of a text is skipped on one
+    // table look-up a byte.
+    let mut starts = [false; 256];
+    for n in &needles {
+        starts[usize::from(n[0])] = true;
+        if n[0] == b' ' {
+            starts[usize::from(b'+')] = true;
+        }
     }
+    starts[usize::from(b'%')] = true;
+    starts[usize::from(b'\\')] = true;
     let bytes = text.as_bytes();
+    let found = |from: usize| {
+        (from..bytes.len()).find_map(|i| {
+            if !starts[usize::from(bytes[i])] {
+                return None;
+            }
+            needles
+                .iter()
+                .find_map(|n| match_encoded(&bytes[i..], n))
+                .map(|len| (i, len))
+        })
+    };
+    let Some(mut next) = found(0) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
-    'text: while i < bytes.len() {
-        for needle in &needles {
-            if let Some(len) = match_encoded(&bytes[i..], needle) {
-                out.extend_from_slice(b"***");
-                i += len;
-                continue 'text;
-            }
+    loop {
+        let (at, len) = next;
+        out.extend_from_slice(&bytes[i..at]);
+        out.extend_from_slice(b"***");
+        i = at + len;
+        match found(i) {
+            Some(n) => next = n,
+            None => break,
         }
-        out.push(bytes[i]);
-        i += 1;
     }
+    out.extend_from_slice(&bytes[i..]);
     // Matches start and end on character boundaries (a needle is UTF-8, its
     // encodings ASCII), so this is UTF-8; lossy all the same, never a panic.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    std::borrow::Cow::Owned(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
 }
 
 /// The length of the text at the start of `text` that encodes `needle`,

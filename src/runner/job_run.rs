@@ -2,6 +2,7 @@
 //! every region once, from the cursor on, wrapping around; per page, charge
 //! → call → write → save the cursor.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
@@ -12,7 +13,7 @@ use super::output::{self, PageName};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::write_atomically;
-use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, redact};
+use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
     At, BlockEnd, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError,
@@ -221,17 +222,13 @@ impl<'a> JobRun<'a> {
                         job: &job.name,
                         step: s,
                     };
-                    let Some(json) = self
+                    let Some(next) = self
                         .fetch_page(step, &fill, token.as_deref(), region, s, page, run_number)
                         .await?
                     else {
                         return Ok(()); // stopped; the cursor already points at this page
                     };
-                    let next = step
-                        .paginate
-                        .as_ref()
-                        .filter(|p| page + 1 < p.max_pages)
-                        .and_then(|p| upstream::next_token(&json, &p.token));
+                    let next = next.filter(|_| step.max_pages() > page + 1);
                     // Where the next run starts if this one stops now.
                     let resume = match next {
                         Some(t) => Cursor {
@@ -331,7 +328,7 @@ impl<'a> JobRun<'a> {
         s: usize,
         page: u32,
         run_number: u64,
-    ) -> Result<Option<serde_json::Value>> {
+    ) -> Result<Option<Option<String>>> {
         let http = &self.ctx.config.http;
         let url = upstream::url(step, fill, token)?;
         let shown = redact(url.as_str(), &[fill.secret]);
@@ -359,7 +356,7 @@ impl<'a> JobRun<'a> {
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, step, fill, &method, &target) => a,
+                a = upstream::send(self.ctx.client, step, fill, &method, &target, http.max_body) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
                     self.stop(Stop::Signal);
@@ -367,7 +364,7 @@ impl<'a> JobRun<'a> {
                 }
             };
             match answer {
-                Answer::Page { body, json } => break (body, json),
+                Answer::Page { body, next } => break (body, next),
                 Answer::QuotaExhausted {
                     status,
                     reason,
@@ -459,8 +456,8 @@ impl<'a> JobRun<'a> {
         // An upstream that echoes the key (in a next-page link, say) does
         // not get it into the page file: masked there like everywhere else.
         let text = String::from_utf8_lossy(&body.0);
-        let masked = redact(&text, &[fill.secret]);
-        let bytes = if masked == text {
+        let masked = mask(&text, &[fill.secret]);
+        let bytes = if let Cow::Borrowed(_) = masked {
             &body.0[..]
         } else {
             warn!(

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
+use serde::de::DeserializeSeed;
 
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
 
@@ -18,14 +19,16 @@ const EXCERPT: usize = 300;
 /// Same-origin redirects followed for one page, at most (each one charged).
 pub const MAX_REDIRECTS: u32 = 3;
 
+/// How much of an error answer's body is read: enough for its reasons and
+/// an excerpt.
+const ERROR_BODY: u64 = 64 * 1024;
+
 /// What came back from one attempt.
 #[derive(Debug)]
 pub enum Answer {
-    /// 2xx with a JSON body.
-    Page {
-        body: Vec<u8>,
-        json: serde_json::Value,
-    },
+    /// 2xx with a JSON body, and the next page's token in it (when the
+    /// step paginates and the body has one).
+    Page { body: Vec<u8>, next: Option<String> },
     /// The upstream says its own quota is spent (403 with a quota reason, or
     /// 429); `retry_after` when it said how long.
     QuotaExhausted {
@@ -98,6 +101,7 @@ pub async fn send(
     fill: &Fill<'_>,
     method: &reqwest::Method,
     url: &reqwest::Url,
+    max_body: u64,
 ) -> Answer {
     let secrets = [fill.secret];
     let mut req = client.request(method.clone(), url.clone());
@@ -117,11 +121,81 @@ pub async fn send(
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after);
-    let body = match resp.bytes().await {
-        Ok(b) => b.to_vec(),
+    // A page is read up to `max_body`, never past it; an error answer up
+    // to what its reasons and excerpt need.
+    let limit = if status.is_success() {
+        max_body
+    } else {
+        max_body.min(ERROR_BODY)
+    };
+    let declared = resp.content_length();
+    if status.is_success()
+        && let Some(n) = declared.filter(|n| *n > max_body)
+    {
+        return Answer::Fatal(too_big(status, max_body, Some(n)));
+    }
+    let body = match read_body(resp, limit).await {
+        Ok((body, false)) => body,
+        Ok((_, true)) if status.is_success() => {
+            return Answer::Fatal(too_big(status, max_body, None));
+        }
+        Ok((body, true)) => body,
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
-    classify(status, retry_after, body, &secrets)
+    let pointer = step.paginate.as_ref().map(|p| p.token.as_str());
+    classify(status, retry_after, body, pointer, &secrets)
+}
+
+/// Read a body as it streams in, at most `limit` bytes; `true` when there
+/// was more (the rest is not read: the connection is dropped). Memory is
+/// the body itself: the buffer grows by doubling, never beyond `limit`.
+async fn read_body(
+    mut resp: reqwest::Response,
+    limit: u64,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let declared = resp.content_length().map_or(0, |n| n as usize);
+    let mut body = Vec::with_capacity(declared.min(limit));
+    while let Some(chunk) = resp.chunk().await? {
+        let room = limit - body.len();
+        let take = chunk.len().min(room);
+        if body.capacity() < body.len() + take {
+            let want = (body.capacity() * 2).max(body.len() + take).min(limit);
+            body.reserve_exact(want - body.len());
+        }
+        body.extend_from_slice(&chunk[..take]);
+        if take < chunk.len() {
+            return Ok((body, true));
+        }
+    }
+    Ok((body, false))
+}
+
+fn too_big(status: StatusCode, max_body: u64, declared: Option<u64>) -> String {
+    let size = match declared {
+        Some(n) => format!("of {} ({n} bytes)", fmt_bytes(n)),
+        None => "that goes on".into(),
+    };
+    format!(
+        "HTTP {status} with a body {size} past http.max_body, {} ({max_body} bytes): not read further; raise http.max_body if pages really are this large",
+        fmt_bytes(max_body)
+    )
+}
+
+/// Bytes in the largest binary unit that keeps one decimal.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
 }
 
 /// A 3xx: a redirect to follow when it stays on the request's origin;
@@ -180,11 +254,12 @@ fn classify(
     status: StatusCode,
     retry_after: Option<Duration>,
     body: Vec<u8>,
+    pointer: Option<&str>,
     secrets: &[&Secret],
 ) -> Answer {
     if status.is_success() {
-        return match serde_json::from_slice(&body) {
-            Ok(json) => Answer::Page { body, json },
+        return match scan(&body, pointer) {
+            Ok(next) => Answer::Page { body, next },
             Err(e) => Answer::Transient(format!("HTTP {status} with a body that is not JSON: {e}")),
         };
     }
@@ -250,12 +325,120 @@ fn parse_retry_after(v: &str) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// A value at a JSON pointer, as a page token: a non-empty string.
-pub fn next_token(json: &serde_json::Value, pointer: &str) -> Option<String> {
-    json.pointer(pointer)
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .map(String::from)
+/// Check that `body` is one JSON document and find the page token at
+/// `pointer` in it: a non-empty string. One pass, and no tree: nothing but
+/// the token is kept, so a page of tens of megabytes costs no more memory
+/// than its bytes (a `serde_json::Value` of it would cost many times that).
+pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<String>, serde_json::Error> {
+    let path: Vec<String> = pointer
+        .map(|p| {
+            p.split('/')
+                .skip(1)
+                .map(|s| s.replace("~1", "/").replace("~0", "~"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Find {
+        path: &path,
+        wanted: pointer.is_some(),
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(found.filter(|s| !s.is_empty()))
+}
+
+/// Follows a JSON pointer through a document as it is parsed, skipping
+/// (and so checking) everything else; yields the string at its end.
+struct Find<'p> {
+    path: &'p [String],
+    /// Without a pointer, only the check.
+    wanted: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((self.wanted && self.path.is_empty()).then(|| v.to_string()))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match self.path.split_first() {
+                Some((first, rest)) if self.wanted && *first == key => {
+                    // A repeated key: the last one counts, as in a parsed tree.
+                    found = map.next_value_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })?;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let index = self
+            .path
+            .split_first()
+            .filter(|_| self.wanted)
+            .and_then(|(first, rest)| first.parse::<usize>().ok().map(|i| (i, rest)));
+        let mut found = None;
+        let mut i = 0;
+        loop {
+            match index {
+                Some((at, rest)) if at == i => {
+                    match seq.next_element_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })? {
+                        Some(v) => found = v,
+                        None => break,
+                    }
+                }
+                _ => {
+                    if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]
@@ -269,7 +452,13 @@ mod tests {
     #[test]
     fn youtube_quota_errors_and_429_mean_the_upstream_quota_is_spent() {
         let body = br#"{"error":{"code":403,"errors":[{"domain":"youtube.quota","reason":"quotaExceeded"}]}}"#;
-        let a = classify(StatusCode::FORBIDDEN, None, body.to_vec(), &[&secret()]);
+        let a = classify(
+            StatusCode::FORBIDDEN,
+            None,
+            body.to_vec(),
+            None,
+            &[&secret()],
+        );
         assert!(
             matches!(a, Answer::QuotaExhausted { ref reason, .. } if reason == "quotaExceeded"),
             "{a:?}"
@@ -278,6 +467,7 @@ mod tests {
             StatusCode::TOO_MANY_REQUESTS,
             Some(Duration::from_secs(7)),
             b"slow down".to_vec(),
+            None,
             &[&secret()],
         );
         assert!(
@@ -289,7 +479,13 @@ mod tests {
     #[test]
     fn other_403s_are_refusals_with_a_redacted_excerpt() {
         let body = br#"{"error":{"code":403,"message":"key SEKRET lacks access","errors":[{"reason":"forbidden"}]}}"#;
-        match classify(StatusCode::FORBIDDEN, None, body.to_vec(), &[&secret()]) {
+        match classify(
+            StatusCode::FORBIDDEN,
+            None,
+            body.to_vec(),
+            None,
+            &[&secret()],
+        ) {
             Answer::Refused { status, excerpt } => {
                 assert_eq!(status, 403);
                 assert!(excerpt.contains("key *** lacks access"), "{excerpt}");
@@ -301,11 +497,11 @@ mod tests {
     #[test]
     fn server_errors_and_bad_bodies_are_transient() {
         assert!(matches!(
-            classify(StatusCode::BAD_GATEWAY, None, vec![], &[]),
+            classify(StatusCode::BAD_GATEWAY, None, vec![], None, &[]),
             Answer::Transient(_)
         ));
         assert!(matches!(
-            classify(StatusCode::OK, None, b"<html>".to_vec(), &[]),
+            classify(StatusCode::OK, None, b"<html>".to_vec(), None, &[]),
             Answer::Transient(_)
         ));
     }
@@ -371,9 +567,37 @@ mod tests {
 
     #[test]
     fn page_tokens_follow_the_pointer() {
-        let j: serde_json::Value = serde_json::json!({"nextPageToken": "CAUQ1", "x": ""});
-        assert_eq!(next_token(&j, "/nextPageToken").as_deref(), Some("CAUQ1"));
-        assert_eq!(next_token(&j, "/x"), None);
-        assert_eq!(next_token(&j, "/missing"), None);
+        let j = br#"{"items":[{"a":1},{"next":"deep"}],"nextPageToken":"CAUQ1","x":"","a/b":{"~":"esc"},"n":3}"#;
+        let at = |p: &str| scan(j, Some(p)).unwrap();
+        assert_eq!(at("/nextPageToken").as_deref(), Some("CAUQ1"));
+        assert_eq!(at("/items/1/next").as_deref(), Some("deep"));
+        assert_eq!(at("/a~1b/~0").as_deref(), Some("esc"));
+        for none in [
+            "/x",
+            "/missing",
+            "/items",
+            "/items/2/next",
+            "/n",
+            "/nextPageToken/0",
+        ] {
+            assert_eq!(at(none), None, "{none}");
+        }
+        assert_eq!(scan(j, None).unwrap(), None);
+        assert_eq!(
+            scan(br#"{"t":"a","t":"b"}"#, Some("/t"))
+                .unwrap()
+                .as_deref(),
+            Some("b")
+        );
+        for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
+            assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_are_shown_in_binary_units() {
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(32 << 20), "32 MiB");
+        assert_eq!(fmt_bytes(1_500_000), "1.4 MiB");
     }
 }

@@ -62,6 +62,9 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     if !state.opts.delay.is_zero() {
         tokio::time::sleep(state.opts.delay).await;
     }
+    if headers.iter().any(|(k, _)| *k == youtube::ENDLESS) {
+        return endless(stream).await;
+    }
     let reason = match status {
         200 => "OK",
         301 => "Moved Permanently",
@@ -87,4 +90,26 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     out.push_str(&body);
     stream.write_all(out.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// A 200 whose JSON body never ends: 64 KiB every 1.5 ms (about 40 MiB/s),
+/// until the client hangs up (or 64 GiB, whichever comes first).
+async fn endless(mut stream: TcpStream) -> std::io::Result<()> {
+    stream
+        .write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nConnection: close\r\n\r\n{\"items\":[",
+        )
+        .await?;
+    let item = br#"{"kind":"youtube#video","id":"endless"},"#;
+    let chunk: Vec<u8> = item
+        .iter()
+        .copied()
+        .cycle()
+        .take(item.len() * 1600)
+        .collect();
+    for _ in 0..(64u64 << 30) / chunk.len() as u64 {
+        stream.write_all(&chunk).await?;
+        tokio::time::sleep(std::time::Duration::from_micros(1500)).await;
+    }
+    Ok(())
 }

@@ -15,6 +15,8 @@
 //! * `/away/STATUS/ORIGIN/REST`: a STATUS redirect to `ORIGIN/REST` (ORIGIN
 //!   percent-encoded, e.g. `http%3A%2F%2Flocalhost%3A8090`), the query kept,
 //!   key and all.
+//! * `/endless/…`: a 200 JSON body that never ends (no `Content-Length`),
+//!   about 40 MiB/s, until the client hangs up.
 //! * `/echo/…`: a 401 whose body echoes the request (its `Authorization`
 //!   header first, then the target and the other headers), as a careless
 //!   upstream's error page does.
@@ -64,6 +66,10 @@ impl State {
 /// An answer: status, extra headers, JSON body.
 pub type Answer = (u16, Vec<(&'static str, String)>, serde_json::Value);
 
+/// The header by which [`answer`] asks the server for an endless body
+/// instead (the server does not send it).
+pub const ENDLESS: &str = "X-Standin-Endless";
+
 /// One request as the server read it.
 pub struct Request {
     pub method: String,
@@ -111,6 +117,12 @@ pub fn answer(state: &State, request: &Request) -> Answer {
         .map(String::from)
         .or_else(|| q.get("key").cloned())
         .unwrap_or_default();
+    if url.path().starts_with("/endless/") {
+        log(
+            state, request, &url, &key, &region, page, &token, 200, "", 0,
+        );
+        return (200, vec![(ENDLESS, String::new())], json!(null));
+    }
     if url.path().starts_with("/echo/") {
         let mut echo = vec![format!(
             "Authorization: {}",
@@ -122,22 +134,40 @@ pub fn answer(state: &State, request: &Request) -> Answer {
         return (401, vec![], body);
     }
     let (status, headers, body, pool, cost) = respond(state, &url, &key, &region, page);
-    if let Some(log) = &state.log {
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        let line = json!({
-            "at_us": at, "method": request.method, "path": url.path(), "region": region,
-            "page": page, "token": token, "status": status, "pool": pool, "cost": cost,
-            "key_ok": key == state.opts.key, "referer": request.header("referer"),
-            "x_api_key": request.header("x-api-key"),
-        });
-        // One write per line, so a reader never sees half of one.
-        let mut f = log.lock().unwrap();
-        let _ = f.write_all(format!("{line}\n").as_bytes());
-    }
+    log(
+        state, request, &url, &key, &region, page, &token, status, pool, cost,
+    );
     (status, headers, body)
+}
+
+/// Append one line to the request log, if there is one.
+#[allow(clippy::too_many_arguments)]
+fn log(
+    state: &State,
+    request: &Request,
+    url: &reqwest::Url,
+    key: &str,
+    region: &str,
+    page: u32,
+    token: &Option<String>,
+    status: u16,
+    pool: &str,
+    cost: u64,
+) {
+    let Some(log) = &state.log else { return };
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    let line = json!({
+        "at_us": at, "method": request.method, "path": url.path(), "region": region,
+        "page": page, "token": token, "status": status, "pool": pool, "cost": cost,
+        "key_ok": key == state.opts.key, "referer": request.header("referer"),
+        "x_api_key": request.header("x-api-key"),
+    });
+    // One write per line, so a reader never sees half of one.
+    let mut f = log.lock().unwrap();
+    let _ = f.write_all(format!("{line}\n").as_bytes());
 }
 
 /// The answer to one request, and the pool and cost it was charged (none
