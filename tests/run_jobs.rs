@@ -5,7 +5,8 @@
 use std::collections::BTreeSet;
 
 use crate::common::deployment::{
-    Deployment, WIDE, deployment_yaml, embedded_store, run_measured, trending, videos_job,
+    Deployment, WIDE, deployment_yaml, embedded_store, run_measured, trending, trending_with,
+    videos_job,
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
@@ -345,5 +346,62 @@ fn max_body_bounds_a_response_and_the_memory_it_takes() {
     assert!(
         fits < base + 3 * page,
         "a page under the cap: {fits} vs {base}"
+    );
+}
+
+/// An upstream whose page tokens go in circles does not burn the budget:
+/// a region's walk ends when the next token repeats one it already
+/// followed, with a warning, and the cursor moves on to the next region,
+/// so a tight budget stopped there resumes with the next region, not
+/// with the circle.
+#[test]
+fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
+    // Always the same token: page 0, then CAUQ1 again and again.
+    let up = Standin::start(&["--pages", "30", "--token-cycle", "1"]);
+    let d = trending(&up, "embedded", &["US", "GB"], 30, "fail_closed");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen: Vec<(String, Option<String>)> = up
+        .seen()
+        .iter()
+        .map(|s| (s.region.clone(), s.token.clone()))
+        .collect();
+    let want: Vec<(String, Option<String>)> = ["US", "GB"]
+        .iter()
+        .flat_map(|r| [(r.to_string(), None), (r.to_string(), Some("CAUQ1".into()))])
+        .collect();
+    assert_eq!(seen, want);
+    assert!(
+        r.stderr.contains(
+            "region US step 0 page 1: the next page token (\"CAUQ1\") repeats one this walk already followed"
+        ),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
+
+    // A circle of two (CAUQ1, CAUQ2, CAUQ1, …), and a budget of 3: US is
+    // walked to the end of its circle, and the cursor points at GB.
+    let up = Standin::start(&["--pages", "30", "--token-cycle", "2"]);
+    let d = trending_with(
+        &up,
+        "embedded",
+        "        - { limit: 3, per: 1h }",
+        &["US", "GB"],
+        30,
+        "fail_closed",
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let tokens: Vec<Option<String>> = up.seen().iter().map(|s| s.token.clone()).collect();
+    assert_eq!(tokens, [None, Some("CAUQ1".into()), Some("CAUQ2".into())]);
+    assert!(
+        r.stderr.contains("next run starts at GB step 0 page 0"),
+        "{r:?}"
+    );
+    let cursor = &d.status_json()["credentials"][0]["jobs"][0]["cursor"];
+    assert_eq!(
+        (&cursor["region"], &cursor["page"], cursor.get("token")),
+        (&serde_json::json!("GB"), &serde_json::json!(0), None),
+        "{cursor}"
     );
 }

@@ -3,6 +3,7 @@
 //! → call → write → save the cursor.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
@@ -215,6 +216,9 @@ impl<'a> JobRun<'a> {
                 } else {
                     (0, None)
                 };
+                // The tokens this walk has followed: an upstream that hands
+                // one out again is going in circles.
+                let mut walked: HashSet<String> = token.iter().cloned().collect();
                 loop {
                     let fill = Fill {
                         region,
@@ -228,7 +232,23 @@ impl<'a> JobRun<'a> {
                     else {
                         return Ok(()); // stopped; the cursor already points at this page
                     };
-                    let next = next.filter(|_| step.max_pages() > page + 1);
+                    let next = match next.filter(|_| step.max_pages() > page + 1) {
+                        Some(t) if !walked.insert(t.clone()) => {
+                            let masked = redact(&t, &[&self.cred.secret]);
+                            let mut shown: String = masked.chars().take(80).collect();
+                            if shown.len() < masked.len() {
+                                shown.push('…');
+                            }
+                            warn!(
+                                job = job.name,
+                                "{}: the next page token ({shown:?}) repeats one this walk already followed: \
+                                 the upstream is going in circles, so the walk ends here and the run moves on",
+                                describe_position(region, s, page)
+                            );
+                            None
+                        }
+                        other => other,
+                    };
                     // Where the next run starts if this one stops now.
                     let resume = match next {
                         Some(t) => Cursor {

@@ -56,6 +56,11 @@ pub struct Options {
     #[arg(long)]
     pub answer_429: bool,
 
+    /// Page tokens go in circles of N: after page P comes token CAUQ{1 + P mod N}
+    /// (1: the same token again and again)
+    #[arg(long, value_name = "N")]
+    pub token_cycle: Option<u32>,
+
     /// Page tokens echo the key (`CAUQ2.KEY`), as a next-page link that
     /// repeats the query would
     #[arg(long)]

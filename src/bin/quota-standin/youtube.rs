@@ -245,6 +245,9 @@ fn respond(
         (503, vec![], error_body(503, m, "global", "backendError"))
     } else {
         let mut body = page_body(&state.opts, pool, region, page);
+        if let (Some(n), Some(next)) = (state.opts.token_cycle, body.get_mut("nextPageToken")) {
+            *next = json!(format!("CAUQ{}", 1 + page % n.max(1)));
+        }
         if state.opts.token_echoes_key
             && let Some(next) = body.get_mut("nextPageToken")
         {
