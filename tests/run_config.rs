@@ -234,6 +234,15 @@ const CASES: &[Case] = &[
         expect: &["store", "unknown store"],
     },
     Case {
+        name: "header with a control character",
+        from: "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n",
+        to: "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n          headers: { Accept: application/json, X-Trace: \"a\\u0007b\" }\n",
+        expect: &[
+            "jobs.trending.steps[0].request.headers.X-Trace",
+            "after substitution, the value is not one HTTP allows in a header: it holds a control character",
+        ],
+    },
+    Case {
         name: "bad max_body",
         from: "credentials:\n",
         to: "http: { max_body: 12 parsecs }\ncredentials:\n",

@@ -4,12 +4,15 @@
 
 use std::collections::BTreeSet;
 
+use std::os::unix::fs::PermissionsExt;
+
 use crate::common::deployment::{
-    Deployment, WIDE, deployment_yaml, embedded_store, run_measured, trending, trending_with,
-    videos_job,
+    Deployment, WIDE, bound_by_permissions, deployment_yaml, embedded_store, run, run_measured,
+    trending, trending_with, videos_job,
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
+use crate::common::tls::{TestCa, TlsRedis};
 
 fn stores() -> Vec<(&'static str, Option<RedisServer>)> {
     vec![("embedded", None), ("redis", Some(RedisServer::start()))]
@@ -404,4 +407,94 @@ fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
         (&serde_json::json!("GB"), &serde_json::json!(0), None),
         "{cursor}"
     );
+}
+
+/// A failure that a retry cannot mend (a certificate that does not verify,
+/// a host name that does not exist) stops the job at once: one attempt,
+/// one charge, where a network failure gets its retries.
+#[test]
+fn a_failure_no_retry_can_mend_is_charged_once() {
+    let ca = TestCa::new();
+    let tls = TlsRedis::single(&ca, "pw");
+    let d = Deployment::new("");
+    let jobs = [
+        // A TLS server whose certificate comes from a CA that quota does not trust.
+        videos_job(
+            "tls",
+            "main",
+            &["US"],
+            1,
+            &format!("https://127.0.0.1:{}", tls.ports[0]),
+        ),
+        // RFC 6761: .invalid never resolves.
+        videos_job("dns", "main", &["US"], 1, "http://no-such-host.invalid"),
+    ];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &jobs,
+    ));
+    for (job, want) in [
+        (
+            "tls",
+            "the upstream's TLS certificate does not verify: not retried",
+        ),
+        ("dns", "the host name does not exist: not retried"),
+    ] {
+        let r = d.quota(&["run", job]);
+        assert_eq!(r.code, 1, "{job}: {r:?}");
+        assert!(r.stderr.contains(want), "{job}: {r:?}");
+        assert!(!r.stderr.contains("retry 1 of 3"), "{job}: {r:?}");
+    }
+    assert!(
+        d.status_json()
+            .to_string()
+            .contains(r#""by_job":{"dns":1,"tls":1}"#),
+        "{}",
+        d.status_json()
+    );
+}
+
+/// An output folder that takes no file: `check` says so (78, naming the
+/// job's output), and a run stops (1) before its first charge, where it
+/// used to charge and fetch every page, then fail to write it.
+#[test]
+fn a_read_only_output_folder_is_caught_before_anything_is_charged() {
+    let up = Standin::start(&[]);
+    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let wrapper = bound_by_permissions(&out);
+
+    let r = run(&mut d.cmd_via(&wrapper, &["check"]));
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!(
+            "jobs.trending.output: {}: cannot write in {}: Permission denied",
+            out.display(),
+            out.display()
+        )),
+        "{r:?}"
+    );
+
+    let r = run(&mut d.cmd_via(&wrapper, &["run"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot write pages in {}: Permission denied",
+            out.display()
+        )),
+        "{r:?}"
+    );
+    assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
+    let status = d.status_json();
+    assert_eq!(status["credentials"][0]["charges_recorded"], 0, "{status}");
+
+    // Writable again: the same run goes through.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = run(&mut d.cmd_via(&wrapper, &["run"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(d.outputs("trending").len(), 2);
 }

@@ -123,6 +123,45 @@ pub struct Job {
     pub schedule: Option<Duration>,
 }
 
+impl Job {
+    /// Whether a run can write its pages: the output folder, or the nearest
+    /// folder above it that exists (a run creates the rest), takes a new
+    /// file. Probed by creating one (exclusively, under a name of its own)
+    /// and removing it, which is what the permissions, a read-only mount
+    /// and the process's capabilities all answer to. The error names the
+    /// folder it probed.
+    pub fn output_writable(&self) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+        let mut dir = self.output.as_path();
+        while !dir.exists() {
+            match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => dir = p,
+                _ => {
+                    dir = Path::new(".");
+                    break;
+                }
+            }
+        }
+        let fail = |e| (dir.to_path_buf(), e);
+        if !dir.is_dir() {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "not a directory",
+            )));
+        }
+        let probe = dir.join(format!(
+            ".quota-probe.{}.{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(fail)?;
+        std::fs::remove_file(&probe).map_err(fail)
+    }
+}
+
 /// One request template of a job, with its endpoint's cost resolved against
 /// the job's credential.
 #[derive(Debug)]

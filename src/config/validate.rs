@@ -398,6 +398,7 @@ impl Validator<'_> {
         for (i, s) in raw.steps.into_iter().enumerate() {
             steps.push(self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?);
         }
+        self.filled(&at, &name, &regions, &steps, cred)?;
         if raw.output.trim().is_empty() {
             return Err(self.err(format!("{at}.output"), "must name a directory"));
         }
@@ -423,6 +424,72 @@ impl Validator<'_> {
             output,
             schedule,
         })
+    }
+
+    /// Every request of the job as it will be sent, placeholders filled in
+    /// (the secret too, when it was read), for every region: the URL must
+    /// parse and every header value be one HTTP allows, or the run would
+    /// charge calls it can never send. The error names the field, never the
+    /// value (it may hold the secret).
+    fn filled(
+        &self,
+        at: &str,
+        job: &str,
+        regions: &[String],
+        steps: &[Step],
+        cred: &Credential,
+    ) -> Result<()> {
+        let all = [String::new()];
+        let regions = if regions.is_empty() {
+            &all[..]
+        } else {
+            regions
+        };
+        for (i, step) in steps.iter().enumerate() {
+            let at = format!("{at}.steps[{i}].request");
+            for (r, region) in regions.iter().enumerate() {
+                let fill = Fill {
+                    region,
+                    secret: &cred.secret,
+                    job,
+                    step: i,
+                };
+                let with = |t: &Template| {
+                    let mut what = String::from("after substitution");
+                    if t.uses(Placeholder::Region) {
+                        what.push_str(&format!(" for region {region}"));
+                    }
+                    if t.uses(Placeholder::Secret) {
+                        what.push_str(&format!(" of the secret from {}", cred.secret_source));
+                    }
+                    what
+                };
+                // A template without {region} is the same for every region.
+                if r == 0 || step.url.uses(Placeholder::Region) {
+                    reqwest::Url::parse(&step.url.fill(&fill)).map_err(|e| {
+                        self.err(
+                            format!("{at}.url"),
+                            format!("{}, it is not a URL: {e}", with(&step.url)),
+                        )
+                    })?;
+                }
+                for (k, v) in &step.headers {
+                    if r > 0 && !v.uses(Placeholder::Region) {
+                        continue;
+                    }
+                    if reqwest::header::HeaderValue::from_str(&v.fill(&fill)).is_err() {
+                        return Err(self.err(
+                            format!("{at}.headers.{k}"),
+                            format!(
+                                "{}, the value is not one HTTP allows in a header: it holds a control character (a line break, an escape, …); the request could never be sent",
+                                with(v)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn step(

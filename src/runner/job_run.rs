@@ -184,6 +184,13 @@ impl<'a> JobRun<'a> {
                 "removed {removed} temporary file(s) a killed run left"
             );
         }
+        // A folder that takes no page would fail every page after its
+        // charge and its call: stop before the first.
+        job.output_writable().map_err(|(path, source)| Error::Io {
+            what: "write pages in",
+            path,
+            source,
+        })?;
 
         let regions: Vec<&str> = if job.regions.is_empty() {
             vec![""]
@@ -365,6 +372,15 @@ impl<'a> JobRun<'a> {
                 self.stop(Stop::LockLost);
                 return Ok(None);
             }
+            let shown_target = redact(target.as_str(), &[fill.secret]);
+            // Built before its charge: a request that can never be sent
+            // costs nothing.
+            let request = upstream::request(self.ctx.client, step, fill, &method, &target)
+                .map_err(|problem| Error::Upstream {
+                    job: self.job.name.clone(),
+                    url: shown_target.clone(),
+                    problem,
+                })?;
             let at = match self.charge(step).await? {
                 Charged::Go { at } => at,
                 Charged::Stop(stop) => {
@@ -372,11 +388,10 @@ impl<'a> JobRun<'a> {
                     return Ok(None);
                 }
             };
-            let shown_target = redact(target.as_str(), &[fill.secret]);
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, step, fill, &method, &target, http.max_body) => a,
+                a = upstream::send(self.ctx.client, request, step, fill, http.max_body) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
                     self.stop(Stop::Signal);

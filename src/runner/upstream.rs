@@ -93,28 +93,65 @@ pub fn url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<r
     Ok(url)
 }
 
-/// Send one request and classify the answer. Anything that could carry the
-/// secret (error texts, bodies) is redacted before it leaves this function.
-pub async fn send(
+/// The request of one attempt, built before it is charged: a header whose
+/// value HTTP does not allow is an error that names the header (and never
+/// shows the value, which may hold the secret).
+pub fn request(
     client: &Client,
     step: &Step,
     fill: &Fill<'_>,
     method: &reqwest::Method,
     url: &reqwest::Url,
+) -> Result<reqwest::Request, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (k, v) in &step.headers {
+        let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("header {k}: not a valid header name; nothing was sent"))?;
+        let value = reqwest::header::HeaderValue::from_str(&v.fill(fill)).map_err(|_| {
+            format!(
+                "header {k}: after substitution its value holds a control character, which HTTP does not allow; nothing was sent or charged"
+            )
+        })?;
+        headers.append(name, value);
+    }
+    client
+        .request(method.clone(), url.clone())
+        .headers(headers)
+        .build()
+        .map_err(|e| {
+            format!(
+                "the request cannot be built ({}); nothing was sent or charged",
+                describe(&e, &[fill.secret])
+            )
+        })
+}
+
+/// Send one request and classify the answer. Anything that could carry the
+/// secret (error texts, bodies) is redacted before it leaves this function.
+pub async fn send(
+    client: &Client,
+    request: reqwest::Request,
+    step: &Step,
+    fill: &Fill<'_>,
     max_body: u64,
 ) -> Answer {
     let secrets = [fill.secret];
-    let mut req = client.request(method.clone(), url.clone());
-    for (k, v) in &step.headers {
-        req = req.header(k, v.fill(fill));
-    }
-    let resp = match req.send().await {
+    let (method, url) = (request.method().clone(), request.url().clone());
+    let resp = match client.execute(request).await {
         Ok(r) => r,
-        Err(e) => return Answer::Transient(describe(&e, &secrets)),
+        Err(e) => {
+            let why = describe(&e, &secrets);
+            return match cannot_succeed(&e) {
+                Some(because) => Answer::Fatal(format!(
+                    "{why} ({because}: not retried, since every attempt is charged and would fail the same way)"
+                )),
+                None => Answer::Transient(why),
+            };
+        }
     };
     let status = resp.status();
     if status.is_redirection() {
-        return redirect(status, resp.headers(), method, url, &secrets);
+        return redirect(status, resp.headers(), &method, &url, &secrets);
     }
     let retry_after = resp
         .headers()
@@ -318,6 +355,55 @@ fn describe(e: &reqwest::Error, secrets: &[&Secret]) -> String {
         source = s.source();
     }
     redact(&text, secrets)
+}
+
+/// Why a failed request can never succeed as it is, if it cannot: an
+/// invalid request, a certificate that does not verify, a host name that
+/// does not exist. Anything else (refused, reset, timed out, a DNS server
+/// that did not answer) may pass, and is retried.
+fn cannot_succeed(e: &reqwest::Error) -> Option<&'static str> {
+    if e.is_builder() {
+        return Some("the request is invalid");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        // rustls reports through io::Errors wrapped in io::Errors, whose
+        // source() skips the error each wraps: look inside them.
+        let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(s);
+        while let Some(candidate) = inner {
+            if let Some(tls) = candidate.downcast_ref::<rustls::Error>()
+                && matches!(
+                    tls,
+                    rustls::Error::InvalidCertificate(_)
+                        | rustls::Error::NoCertificatesPresented
+                        | rustls::Error::UnsupportedNameType
+                )
+            {
+                return Some("the upstream's TLS certificate does not verify");
+            }
+            inner = candidate
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|i| i as &(dyn std::error::Error + 'static));
+        }
+        // getaddrinfo's EAI_NONAME / EAI_NODATA, which std reports only as
+        // text (glibc, musl, BSD wordings); "Temporary failure in name
+        // resolution" (EAI_AGAIN) is not among them.
+        let text = s.to_string();
+        if [
+            "Name or service not known",
+            "No address associated with hostname",
+            "Name does not resolve",
+            "nodename nor servname provided, or not known",
+        ]
+        .iter()
+        .any(|t| text.contains(t))
+        {
+            return Some("the host name does not exist");
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// `Retry-After` as seconds (the HTTP-date form is rare on APIs: ignored).
@@ -592,6 +678,52 @@ mod tests {
         for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
             assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_request_that_can_never_be_sent_is_refused_before_its_charge() {
+        let yaml = r#"
+credentials:
+  main: { secret: { env: UNUSED }, pools: { units: [ { limit: 10, per: 1h } ] } }
+endpoints:
+  e: { cost: 1 }
+jobs:
+  j:
+    credential: main
+    steps:
+      - endpoint: e
+        request: { url: "http://127.0.0.1:9/x", headers: { Accept: application/json } }
+    output: out
+"#;
+        let mut config = crate::config::Config::parse(
+            std::path::Path::new("q.yaml"),
+            yaml,
+            crate::config::Secrets::Skip,
+        )
+        .unwrap();
+        let step = &mut config.jobs[0].steps[0];
+        let client = client(&config.http).unwrap();
+        let secret = secret();
+        let fill = Fill {
+            region: "",
+            secret: &secret,
+            job: "j",
+            step: 0,
+        };
+        let url = url(step, &fill, None).unwrap();
+        let built = request(&client, step, &fill, &step.method, &url).unwrap();
+        assert_eq!(built.headers()["accept"], "application/json");
+        // What validation refuses at load, the runner refuses too, naming the header.
+        step.headers.push((
+            "X-Trace".into(),
+            crate::config::Template::parse("a\u{7}{secret}").unwrap(),
+        ));
+        let why = request(&client, step, &fill, &step.method, &url).unwrap_err();
+        assert!(
+            why.starts_with("header X-Trace: after substitution"),
+            "{why}"
+        );
+        assert!(!why.contains("SEKRET"), "{why}");
     }
 
     #[test]

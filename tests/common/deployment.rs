@@ -136,6 +136,22 @@ pub fn kill(sig: &str, pid: u32) {
     assert!(ok, "kill {sig} {pid}");
 }
 
+/// A wrapper (for [`Deployment::cmd_via`]) under which `quota` cannot write
+/// where permissions say no: none for a user; for root, which writes
+/// anywhere otherwise, `setpriv` dropping CAP_DAC_OVERRIDE and
+/// CAP_DAC_READ_SEARCH from the bounding set. `read_only` is a folder the
+/// test made read-only: whether this process can still write there decides.
+pub fn bound_by_permissions(read_only: &Path) -> Vec<&'static str> {
+    let probe = read_only.join(".can-i-write");
+    match std::fs::write(&probe, "") {
+        Err(_) => vec![],
+        Ok(()) => {
+            std::fs::remove_file(&probe).unwrap();
+            vec!["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+        }
+    }
+}
+
 /// A deployment for the binary tests: a folder with `quota.yaml`, the key
 /// file `key` (holding `demo-key`, what the stand-in accepts), outputs
 /// under `out/`.
