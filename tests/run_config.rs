@@ -198,6 +198,15 @@ const CASES: &[Case] = &[
         expect: &["credentials.main.secret", "empty"],
     },
     Case {
+        name: "secret with a line break inside",
+        from: "{ file: key }",
+        to: "{ file: broken }",
+        expect: &[
+            "credentials.main.secret",
+            "file broken contains a control character",
+        ],
+    },
+    Case {
         name: "inline secret",
         from: "{ file: key }",
         to: "hunter2",
@@ -223,6 +232,27 @@ const CASES: &[Case] = &[
         from: "credentials:\n",
         to: "store: mysql://x\ncredentials:\n",
         expect: &["store", "unknown store"],
+    },
+    Case {
+        name: "header with a control character",
+        from: "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n",
+        to: "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n          headers: { Accept: application/json, X-Trace: \"a\\u0007b\" }\n",
+        expect: &[
+            "jobs.trending.steps[0].request.headers.X-Trace",
+            "after substitution, the value is not one HTTP allows in a header: it holds a control character",
+        ],
+    },
+    Case {
+        name: "bad max_body",
+        from: "credentials:\n",
+        to: "http: { max_body: 12 parsecs }\ncredentials:\n",
+        expect: &["http.max_body", "not a size"],
+    },
+    Case {
+        name: "max_body too small",
+        from: "credentials:\n",
+        to: "http: { max_body: 100 }\ncredentials:\n",
+        expect: &["http.max_body", "out of range: 1KiB to 4GiB"],
     },
     Case {
         name: "bad pagination pointer",
@@ -255,6 +285,7 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
     let up = Standin::start(&[]);
     let d = Deployment::new(&base(&up.base()));
     std::fs::write(d.path().join("empty"), "\n").unwrap();
+    std::fs::write(d.path().join("broken"), "demo\nkey\n").unwrap();
     // The base file is good: the cases below fail for their one change.
     let ok = d.quota(&["check"]);
     assert_eq!(ok.code, 0, "{ok:?}");

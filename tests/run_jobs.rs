@@ -4,11 +4,15 @@
 
 use std::collections::BTreeSet;
 
+use std::os::unix::fs::PermissionsExt;
+
 use crate::common::deployment::{
-    Deployment, WIDE, deployment_yaml, embedded_store, trending, videos_job,
+    Deployment, WIDE, bound_by_permissions, deployment_yaml, embedded_store, run, run_measured,
+    trending, trending_with, videos_job,
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
+use crate::common::tls::{TestCa, TlsRedis};
 
 fn stores() -> Vec<(&'static str, Option<RedisServer>)> {
     vec![("embedded", None), ("redis", Some(RedisServer::start()))]
@@ -255,4 +259,242 @@ fn a_job_without_regions_runs_its_steps_once() {
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");
     let pages: BTreeSet<u32> = up.seen().iter().map(|s| s.page).collect();
     assert_eq!(pages.len(), 2);
+}
+
+/// `http.max_body` bounds what a response may cost: a page declared larger
+/// is refused before it is read, an endless body is cut off at the cap,
+/// neither is retried (one charge each), and the process's peak memory
+/// stays within a small multiple of the cap above what a run of small pages
+/// takes; a page under the cap is written whole, the same way.
+#[test]
+fn max_body_bounds_a_response_and_the_memory_it_takes() {
+    const MIB: u64 = 1 << 20;
+    // About 5.5 MiB a page: 45,000 items.
+    let up = Standin::start(&["--pages", "1", "--items", "45000"]);
+    let small = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let jobs = [
+        videos_job("small", "main", &["US"], 1, &small.base()),
+        videos_job("big", "main", &["US"], 1, &up.base()),
+        videos_job(
+            "endless",
+            "main",
+            &["US"],
+            1,
+            &format!("{}/endless", up.base()),
+        ),
+    ];
+    let yaml = |max_body: &str| {
+        deployment_yaml(&embedded_store(&d), WIDE, "fail_closed", &jobs).replace(
+            "backoff: 20ms }",
+            &format!("backoff: 20ms, max_body: {max_body} }}"),
+        )
+    };
+    d.write(&yaml("4MiB"));
+
+    let (r, base) = run_measured(&mut d.cmd(&["run", "small"]));
+    assert_eq!(r.code, 0, "{r:?}");
+
+    let (r, big) = run_measured(&mut d.cmd(&["run", "big"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("HTTP 200 OK with a body of 5.")
+            && r.stderr
+                .contains("past http.max_body, 4 MiB (4194304 bytes): not read further"),
+        "{r:?}"
+    );
+    assert!(d.outputs("big").is_empty());
+
+    let (r, endless) = run_measured(&mut d.cmd(&["run", "endless"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("with a body that goes on past http.max_body, 4 MiB"),
+        "{r:?}"
+    );
+    // One request each, one charge each: a body past the cap is not retried.
+    let paths: Vec<String> = up.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, ["/youtube/v3/videos", "/endless/youtube/v3/videos"]);
+    assert!(
+        d.status_json()
+            .to_string()
+            .contains(r#""by_job":{"big":1,"endless":1,"small":1}"#),
+        "{}",
+        d.status_json()
+    );
+
+    // Raised above the page, the same page is written whole.
+    d.write(&yaml("8MiB"));
+    let (r, fits) = run_measured(&mut d.cmd(&["run", "big"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    let files = d.outputs("big");
+    let page = std::fs::metadata(d.path().join("out/big").join(&files[0]))
+        .unwrap()
+        .len();
+    assert!(page > 5 * MIB && page < 6 * MIB, "{page}");
+
+    eprintln!(
+        "peak memory: small pages {} MiB; a 4 MiB cap against a declared {:.1} MiB page {} MiB, against an endless body {} MiB; the page under an 8 MiB cap {} MiB",
+        base / MIB,
+        page as f64 / MIB as f64,
+        big / MIB,
+        endless / MIB,
+        fits / MIB
+    );
+    assert!(
+        big < base + 4 * MIB,
+        "the declared size is refused unread: {big} vs {base}"
+    );
+    assert!(endless < base + 3 * 4 * MIB, "endless: {endless} vs {base}");
+    assert!(
+        fits < base + 3 * page,
+        "a page under the cap: {fits} vs {base}"
+    );
+}
+
+/// An upstream whose page tokens go in circles does not burn the budget:
+/// a region's walk ends when the next token repeats one it already
+/// followed, with a warning, and the cursor moves on to the next region,
+/// so a tight budget stopped there resumes with the next region, not
+/// with the circle.
+#[test]
+fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
+    // Always the same token: page 0, then CAUQ1 again and again.
+    let up = Standin::start(&["--pages", "30", "--token-cycle", "1"]);
+    let d = trending(&up, "embedded", &["US", "GB"], 30, "fail_closed");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen: Vec<(String, Option<String>)> = up
+        .seen()
+        .iter()
+        .map(|s| (s.region.clone(), s.token.clone()))
+        .collect();
+    let want: Vec<(String, Option<String>)> = ["US", "GB"]
+        .iter()
+        .flat_map(|r| [(r.to_string(), None), (r.to_string(), Some("CAUQ1".into()))])
+        .collect();
+    assert_eq!(seen, want);
+    assert!(
+        r.stderr.contains(
+            "region US step 0 page 1: the next page token (\"CAUQ1\") repeats one this walk already followed"
+        ),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
+
+    // A circle of two (CAUQ1, CAUQ2, CAUQ1, …), and a budget of 3: US is
+    // walked to the end of its circle, and the cursor points at GB.
+    let up = Standin::start(&["--pages", "30", "--token-cycle", "2"]);
+    let d = trending_with(
+        &up,
+        "embedded",
+        "        - { limit: 3, per: 1h }",
+        &["US", "GB"],
+        30,
+        "fail_closed",
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let tokens: Vec<Option<String>> = up.seen().iter().map(|s| s.token.clone()).collect();
+    assert_eq!(tokens, [None, Some("CAUQ1".into()), Some("CAUQ2".into())]);
+    assert!(
+        r.stderr.contains("next run starts at GB step 0 page 0"),
+        "{r:?}"
+    );
+    let cursor = &d.status_json()["credentials"][0]["jobs"][0]["cursor"];
+    assert_eq!(
+        (&cursor["region"], &cursor["page"], cursor.get("token")),
+        (&serde_json::json!("GB"), &serde_json::json!(0), None),
+        "{cursor}"
+    );
+}
+
+/// A failure that a retry cannot mend (a certificate that does not verify,
+/// a host name that does not exist) stops the job at once: one attempt,
+/// one charge, where a network failure gets its retries.
+#[test]
+fn a_failure_no_retry_can_mend_is_charged_once() {
+    let ca = TestCa::new();
+    let tls = TlsRedis::single(&ca, "pw");
+    let d = Deployment::new("");
+    let jobs = [
+        // A TLS server whose certificate comes from a CA that quota does not trust.
+        videos_job(
+            "tls",
+            "main",
+            &["US"],
+            1,
+            &format!("https://127.0.0.1:{}", tls.ports[0]),
+        ),
+        // RFC 6761: .invalid never resolves.
+        videos_job("dns", "main", &["US"], 1, "http://no-such-host.invalid"),
+    ];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &jobs,
+    ));
+    for (job, want) in [
+        (
+            "tls",
+            "the upstream's TLS certificate does not verify: not retried",
+        ),
+        ("dns", "the host name does not exist: not retried"),
+    ] {
+        let r = d.quota(&["run", job]);
+        assert_eq!(r.code, 1, "{job}: {r:?}");
+        assert!(r.stderr.contains(want), "{job}: {r:?}");
+        assert!(!r.stderr.contains("retry 1 of 3"), "{job}: {r:?}");
+    }
+    assert!(
+        d.status_json()
+            .to_string()
+            .contains(r#""by_job":{"dns":1,"tls":1}"#),
+        "{}",
+        d.status_json()
+    );
+}
+
+/// An output folder that takes no file: `check` says so (78, naming the
+/// job's output), and a run stops (1) before its first charge, where it
+/// used to charge and fetch every page, then fail to write it.
+#[test]
+fn a_read_only_output_folder_is_caught_before_anything_is_charged() {
+    let up = Standin::start(&[]);
+    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let wrapper = bound_by_permissions(&out);
+
+    let r = run(&mut d.cmd_via(&wrapper, &["check"]));
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!(
+            "jobs.trending.output: {}: cannot write in {}: Permission denied",
+            out.display(),
+            out.display()
+        )),
+        "{r:?}"
+    );
+
+    let r = run(&mut d.cmd_via(&wrapper, &["run"]));
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!(
+            "cannot write pages in {}: Permission denied",
+            out.display()
+        )),
+        "{r:?}"
+    );
+    assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
+    let status = d.status_json();
+    assert_eq!(status["credentials"][0]["charges_recorded"], 0, "{status}");
+
+    // Writable again: the same run goes through.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = run(&mut d.cmd_via(&wrapper, &["run"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(d.outputs("trending").len(), 2);
 }

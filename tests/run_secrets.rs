@@ -2,7 +2,9 @@
 //! output file or the store, even with `RUST_LOG=trace`, through success,
 //! retries, a refused key and a network error.
 
-use crate::common::deployment::{Deployment, deployment_yaml, quota, run, videos_job};
+use crate::common::deployment::{
+    Deployment, deployment_yaml, embedded_store, quota, run, videos_job,
+};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 
@@ -115,6 +117,250 @@ fn a_store_password_in_the_environment_never_shows() {
         if args == ["status"] {
             assert_eq!(r.code, 69, "{r:?}");
             assert!(r.stderr.contains("redis://:***@127.0.0.1:1/0"), "{r:?}");
+        }
+    }
+}
+
+/// Units charged to `job` in the deployment's store so far.
+fn charged(d: &Deployment, job: &str) -> u64 {
+    let s = d.status_json();
+    s["credentials"][0]["pools"][0]["windows"][0]["by_job"][job]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Redirects: one to the same origin is followed, at most 3 hops, each hop
+/// charged, never with a Referer; one to another origin (host, port or
+/// scheme), whatever the status and method, is not followed: the job stops
+/// (1) naming the target with the key masked, and the other origin sees
+/// nothing, neither the key in the query nor an `X-Api-Key` header.
+#[test]
+fn a_redirect_never_carries_the_key_to_another_origin() {
+    let up = Standin::start(&["--key", KEY, "--pages", "1"]);
+    let other = Standin::start(&["--key", KEY, "--pages", "1"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), format!("{KEY}\n")).unwrap();
+    let localhost = format!("http://localhost:{}", up.port);
+    let https = format!("https://127.0.0.1:{}", up.port);
+    let jobs = vec![
+        videos_job("hops", "main", &["US"], 1, &up.hops(3)),
+        videos_job("loop", "main", &["US"], 1, &up.hops(9)),
+        videos_job("port", "main", &["US"], 1, &up.away(302, &other.base())),
+        videos_job("host", "main", &["US"], 1, &up.away(302, &localhost)),
+        videos_job("scheme", "main", &["US"], 1, &up.away(301, &https)),
+        // The key in a header, a POST, and a 307 (which keeps both).
+        format!(
+            r#"  header:
+    credential: main
+    steps:
+      - endpoint: videos.list
+        request:
+          method: POST
+          url: {}/youtube/v3/videos
+          query: {{ part: snippet, regionCode: US }}
+          headers: {{ X-Api-Key: "{{secret}}" }}
+    output: out/header
+"#,
+            up.away(307, &other.base())
+        ),
+    ];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        "        - { limit: 1000, per: 1h }",
+        "fail_closed",
+        &jobs,
+    ));
+
+    // Same origin, 3 hops: followed, 4 requests, 4 charges, no Referer.
+    let r = run(d.cmd(&["run", "hops"]).env("RUST_LOG", "trace"));
+    assert_clean("run hops", &r.all());
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/hop/3/youtube/v3/videos",
+            "/hop/2/youtube/v3/videos",
+            "/hop/1/youtube/v3/videos",
+            "/youtube/v3/videos"
+        ]
+    );
+    assert!(seen.iter().all(|s| s.referer.is_none()), "{seen:?}");
+    assert_eq!(seen.last().unwrap().status, 200, "the key came along");
+    assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
+    assert_eq!(d.outputs("hops").len(), 1);
+
+    // More than 3 hops: the job stops after the 4th request, each charged.
+    let r = run(d.cmd(&["run", "loop"]).env("RUST_LOG", "trace"));
+    assert_clean("run loop", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("more than 3 redirects"), "{r:?}");
+    assert_eq!(up.seen().len(), 4 + 4);
+    assert_eq!(charged(&d, "loop"), 4);
+
+    // Another origin: never followed, whatever carries the key.
+    let other_port = format!(
+        "redirects to another origin, {}/youtube/v3/videos?part=snippet&chart=mostPopular&regionCode=US&key=***",
+        other.base()
+    );
+    let other_host =
+        format!("redirects to another origin, {localhost}/youtube/v3/videos?part=snippet");
+    let other_scheme = format!("redirects to another origin, {https}/youtube/v3/videos?part");
+    let header = format!(
+        "HTTP 307 Temporary Redirect redirects to another origin, {}/youtube/v3/videos?part=snippet&regionCode=US",
+        other.base()
+    );
+    for (job, want) in [
+        ("port", other_port),
+        ("host", other_host),
+        ("scheme", other_scheme),
+        ("header", header),
+    ] {
+        let before = up.seen().len();
+        let r = run(d.cmd(&["run", job]).env("RUST_LOG", "trace"));
+        assert_clean(&format!("run {job}"), &r.all());
+        assert_eq!(r.code, 1, "{job}: {r:?}");
+        assert!(r.stderr.contains(&want), "{job}: missing {want:?} in {r:?}");
+        assert!(r.stderr.contains("not followed"), "{job}: {r:?}");
+        assert_eq!(up.seen().len(), before + 1, "{job}: one request, no hop");
+        assert_eq!(charged(&d, job), 1, "{job}");
+        assert!(d.outputs(job).is_empty(), "{job}");
+    }
+    assert!(
+        other.seen().is_empty(),
+        "the other origin saw: {:?}",
+        other.seen()
+    );
+    let header_request = up.seen().last().cloned().unwrap();
+    assert_eq!(header_request.method, "POST");
+    assert!(header_request.x_api_key.is_some(), "{header_request:?}");
+}
+
+/// A key with characters every encoding changes (`~`, a space, `+`) is
+/// masked however a request carries it: form-encoded in the query (`-vv`
+/// logs every URL), percent-encoded in the path (a refused request's error
+/// names it), in the URL's userinfo and in the Basic `Authorization` it
+/// becomes, echoed back by the upstream (base64); and a page token that
+/// echoes the key is stored masked in the cursor, shown masked by `status`,
+/// and put back by the next run, which resumes with the right token.
+#[test]
+fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
+    const ODD: &str = "AIzaSyD-tilde~space Key+plus77";
+    // The middle of base64("user:" + ODD), which no alignment of the mask may leave.
+    const BASE64: &str = "SXphU3lELXRpbGRlfnNwYWNlIEtleStwbHVz";
+    let clean = |what: &str, text: &str| {
+        assert_clean(what, text);
+        for leak in [ODD, BASE64, "tilde", "plus77"] {
+            assert!(!text.contains(leak), "{what} shows {leak:?}:\n{text}");
+        }
+    };
+    let up = Standin::start(&["--key", ODD, "--pages", "3", "--token-echoes-key"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), format!("{ODD}\n")).unwrap();
+    let request = |name: &str, url: &str| {
+        format!(
+            "  {name}:\n    credential: main\n    steps:\n      - endpoint: videos.list\n        request: {{ url: \"{url}\" }}\n    output: out/{name}\n"
+        )
+    };
+    let jobs = |budget: &str| {
+        deployment_yaml(
+            &embedded_store(&d),
+            budget,
+            "fail_closed",
+            &[
+                request(
+                    "path",
+                    &format!("{}/youtube/v3/{{secret}}/videos", up.base()),
+                ),
+                request(
+                    "basic",
+                    &format!("http://user:{{secret}}@127.0.0.1:{}/echo/", up.port),
+                ),
+                videos_job("query", "main", &["US", "GB"], 3, &up.base()),
+            ],
+        )
+    };
+    d.write(&jobs("        - { limit: 4, per: 1h }"));
+
+    let r = run(d.cmd(&["run", "path"]).env("RUST_LOG", "trace"));
+    clean("run path", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("/youtube/v3/***/videos: the upstream refused"),
+        "{r:?}"
+    );
+
+    let r = run(d.cmd(&["run", "basic"]).env("RUST_LOG", "trace"));
+    clean("run basic", &r.all());
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("http://user:***@127.0.0.1:"), "{r:?}");
+    assert!(
+        r.stderr.contains("Authorization: Basic dXNlcjp***"),
+        "{r:?}"
+    );
+
+    // Two units left: US pages 0 and 1; the cursor then holds page 2's
+    // token, which carries the key.
+    let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
+    clean("run query", &r.all());
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains("&key=***&pageToken=CAUQ1.***"), "{r:?}");
+    let status = d.quota(&["status", "--json"]);
+    clean("status --json", &status.all());
+    let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    let cursor = &s["credentials"][0]["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["job"] == "query")
+        .unwrap()["cursor"];
+    assert_eq!(cursor["page"], 2, "{cursor}");
+    assert_eq!(cursor["token"], "CAUQ2.***", "{cursor}");
+    clean("status", &d.quota(&["status"]).all());
+
+    // With room, the next run resumes at US page 2 with the real token.
+    d.write(&jobs("        - { limit: 1000, per: 1h }"));
+    let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
+    clean("run query again", &r.all());
+    assert_eq!(r.code, 0, "{r:?}");
+    let pages: Vec<(String, u32, u16)> = up
+        .seen()
+        .iter()
+        .filter(|s| s.path == "/youtube/v3/videos")
+        .map(|s| (s.region.clone(), s.page, s.status))
+        .collect();
+    let want: Vec<(String, u32, u16)> = [
+        ("US", 0),
+        ("US", 1),
+        ("US", 2),
+        ("GB", 0),
+        ("GB", 1),
+        ("GB", 2),
+    ]
+    .iter()
+    .map(|(r, p)| (r.to_string(), *p, 200))
+    .collect();
+    assert_eq!(pages, want);
+    let resumed = up.seen().into_iter().rfind(|s| s.region == "US").unwrap();
+    assert_eq!(
+        resumed.token,
+        Some(format!("CAUQ2.{ODD}")),
+        "the token put back"
+    );
+    // The pages hold the upstream's answers, the key it echoed masked.
+    let files = d.outputs("query");
+    assert_eq!(files.len(), 6, "{files:?}");
+    for f in files {
+        let text = std::fs::read_to_string(d.path().join("out/query").join(&f)).unwrap();
+        clean(&f, &text);
+        let page: serde_json::Value = serde_json::from_str(&text).unwrap();
+        if !f.contains(".p2.") {
+            assert!(
+                page["nextPageToken"].as_str().unwrap().ends_with(".***"),
+                "{f}: {text}"
+            );
         }
     }
 }

@@ -1,15 +1,30 @@
 //! `quota check`: validate the configuration and print what it resolved,
 //! without touching the store or the network. Secrets are read (so a missing
-//! one fails here, not at 3 a.m.) but never printed.
+//! one fails here, not at 3 a.m.) but never printed; every request is filled
+//! in as it will be sent (its URL and headers checked), and each job's
+//! output folder must take a new file.
 
 use std::fmt::Write;
 
-use crate::Result;
 use crate::config::Config;
 use crate::ledger::{StoreLocation, redact_url};
 use crate::timefmt::fmt_duration;
+use crate::{Error, Result};
 
 pub fn execute(config: &Config, store: &StoreLocation) -> Result<u8> {
+    // What the configuration cannot say by itself: that each job can write
+    // its pages (a run checks this too, before its first charge).
+    for job in &config.jobs {
+        job.output_writable().map_err(|(dir, e)| Error::Config {
+            file: config.file.clone(),
+            field: format!("jobs.{}.output", job.name),
+            message: format!(
+                "{}: cannot write in {}: {e}; a run would stop before its first call",
+                job.output.display(),
+                dir.display()
+            ),
+        })?;
+    }
     super::table::emit(&describe(config, store))
 }
 

@@ -25,7 +25,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::reset::UpstreamReset;
-pub use self::secret::{Secret, SecretSource, redact};
+pub use self::secret::{Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, Placeholder, Template};
 use crate::ledger::{Pool, PoolCost, StoreLocation};
 use crate::{Error, Result};
@@ -57,7 +57,12 @@ pub struct HttpSettings {
     pub retries: u32,
     /// The first retry waits up to this long (full jitter); each later one doubles it.
     pub backoff: Duration,
+    /// The largest response body read, in bytes: a page past it is an error.
+    pub max_body: u64,
 }
+
+/// The default `http.max_body`: 32 MiB.
+pub const DEFAULT_MAX_BODY: u64 = 32 << 20;
 
 impl Default for HttpSettings {
     fn default() -> Self {
@@ -66,6 +71,7 @@ impl Default for HttpSettings {
             connect_timeout: Duration::from_secs(10),
             retries: 3,
             backoff: Duration::from_secs(1),
+            max_body: DEFAULT_MAX_BODY,
         }
     }
 }
@@ -115,6 +121,45 @@ pub struct Job {
     pub output: PathBuf,
     /// `every DURATION`, for planning.
     pub schedule: Option<Duration>,
+}
+
+impl Job {
+    /// Whether a run can write its pages: the output folder, or the nearest
+    /// folder above it that exists (a run creates the rest), takes a new
+    /// file. Probed by creating one (exclusively, under a name of its own)
+    /// and removing it, which is what the permissions, a read-only mount
+    /// and the process's capabilities all answer to. The error names the
+    /// folder it probed.
+    pub fn output_writable(&self) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+        let mut dir = self.output.as_path();
+        while !dir.exists() {
+            match dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => dir = p,
+                _ => {
+                    dir = Path::new(".");
+                    break;
+                }
+            }
+        }
+        let fail = |e| (dir.to_path_buf(), e);
+        if !dir.is_dir() {
+            return Err(fail(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "not a directory",
+            )));
+        }
+        let probe = dir.join(format!(
+            ".quota-probe.{}.{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+            .map_err(fail)?;
+        std::fs::remove_file(&probe).map_err(fail)
+    }
 }
 
 /// One request template of a job, with its endpoint's cost resolved against

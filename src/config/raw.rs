@@ -32,6 +32,7 @@ pub(super) struct RawHttp {
     pub(super) connect_timeout: Option<String>,
     pub(super) retries: Option<i64>,
     pub(super) backoff: Option<String>,
+    pub(super) max_body: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -79,6 +79,14 @@ impl SecretSource {
         if value.trim().is_empty() {
             return Err(format!("the secret from {self} is empty"));
         }
+        // A control character (a newline inside, a tab, an escape) is never
+        // part of a key: it would be dropped from a URL or refused in a
+        // header after the call was charged, and it defeats redaction.
+        if value.chars().any(char::is_control) {
+            return Err(format!(
+                "the secret from {self} contains a control character (a line break inside it, a tab, …); an API key has none: only a final line break is dropped"
+            ));
+        }
         Ok(Secret(value))
     }
 }
@@ -87,35 +95,153 @@ fn read_file(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// Replace every occurrence of each secret (as is and URL-encoded) in `text`
-/// with `***`. Used on anything that came back from the network or from an
-/// HTTP library before it is logged or shown.
+/// Replace every occurrence of each secret in `text` with `***`, in every
+/// encoding a request or an echo of it may use: as is, percent-encoded
+/// (upper or lower case hex, once or twice, any mix), form-encoded (`+` for
+/// a space), JSON-escaped (`\/`, `\u0041`), and base64 (standard or URL
+/// alphabet, at any alignment: `user:KEY` in a Basic `Authorization`). Used
+/// on anything that came back from the network or from an HTTP library, and
+/// on URLs, before it is logged, shown or stored.
 pub fn redact(text: &str, secrets: &[&Secret]) -> String {
-    let mut out = text.to_string();
+    mask(text, secrets).into_owned()
+}
+
+/// [`redact`] that copies nothing when there is nothing to mask (a page of
+/// tens of megabytes, say).
+pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str> {
+    let mut needles: Vec<Vec<u8>> = Vec::new();
     for secret in secrets {
-        let raw = secret.expose();
+        let raw = secret.expose().as_bytes();
         if raw.is_empty() {
             continue;
         }
-        out = out.replace(raw, "***");
-        let encoded: String = url_encode(raw);
-        if encoded != raw {
-            out = out.replace(&encoded, "***");
+        needles.push(raw.to_vec());
+        needles.extend(base64_cores(raw));
+    }
+    // The bytes a match can start with: a needle's first byte as is, or
+    // the start of one of its encodings. Most of a text is skipped on one
+    // table look-up a byte.
+    let mut starts = [false; 256];
+    for n in &needles {
+        starts[usize::from(n[0])] = true;
+        if n[0] == b' ' {
+            starts[usize::from(b'+')] = true;
         }
     }
-    out
+    starts[usize::from(b'%')] = true;
+    starts[usize::from(b'\\')] = true;
+    let bytes = text.as_bytes();
+    let found = |from: usize| {
+        (from..bytes.len()).find_map(|i| {
+            if !starts[usize::from(bytes[i])] {
+                return None;
+            }
+            needles
+                .iter()
+                .find_map(|n| match_encoded(&bytes[i..], n))
+                .map(|len| (i, len))
+        })
+    };
+    let Some(mut next) = found(0) else {
+        return std::borrow::Cow::Borrowed(text);
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    loop {
+        let (at, len) = next;
+        out.extend_from_slice(&bytes[i..at]);
+        out.extend_from_slice(b"***");
+        i = at + len;
+        match found(i) {
+            Some(n) => next = n,
+            None => break,
+        }
+    }
+    out.extend_from_slice(&bytes[i..]);
+    // Matches start and end on character boundaries (a needle is UTF-8, its
+    // encodings ASCII), so this is UTF-8; lossy all the same, never a panic.
+    std::borrow::Cow::Owned(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
 }
 
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
+/// The length of the text at the start of `text` that encodes `needle`,
+/// each byte of it as is or in one of the encodings [`redact`] knows.
+fn match_encoded(text: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for &b in needle {
+        at += match_byte(&text[at..], b)?;
     }
-    out
+    Some(at)
+}
+
+/// How many bytes at the start of `text` stand for the byte `b`.
+fn match_byte(text: &[u8], b: u8) -> Option<usize> {
+    let hex = |t: &[u8]| -> Option<u8> {
+        let h = std::str::from_utf8(t.get(..2)?).ok()?;
+        u8::from_str_radix(h, 16).ok()
+    };
+    let first = *text.first()?;
+    if first == b {
+        return Some(1);
+    }
+    match first {
+        b'+' if b == b' ' => Some(1),
+        b'%' if hex(&text[1..]) == Some(b) => Some(3),
+        // Percent-encoded twice: `%25` is the `%`.
+        b'%' if text[1..].starts_with(b"25") && hex(&text[3..]) == Some(b) => Some(5),
+        b'\\' => match text.get(1)? {
+            c if *c == b && matches!(b, b'/' | b'"' | b'\\') => Some(2),
+            b'u' if b.is_ascii() && text.get(2..4) == Some(b"00") && hex(&text[4..]) == Some(b) => {
+                Some(6)
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The runs of base64 characters that only `raw` decides, whatever comes
+/// before it (0, 1 or 2 bytes mod 3), in the standard and the URL alphabet;
+/// runs shorter than 6 characters would mask innocent text, and are left out.
+fn base64_cores(raw: &[u8]) -> Vec<Vec<u8>> {
+    const STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut cores = Vec::new();
+    for offset in 0..3usize {
+        let mut input = vec![0u8; offset];
+        input.extend_from_slice(raw);
+        let bits = input.len() * 8;
+        // Characters wholly inside the secret's bits: from the first that
+        // starts at or after bit 8·offset to the last that ends by the end.
+        let first = (8 * offset).div_ceil(6);
+        let last = bits / 6;
+        if last < first + 6 {
+            continue;
+        }
+        let core: Vec<u8> = (first..last)
+            .map(|i| {
+                let bit = 6 * i;
+                let (byte, shift) = (bit / 8, bit % 8);
+                let pair =
+                    u16::from(input[byte]) << 8 | u16::from(*input.get(byte + 1).unwrap_or(&0));
+                STANDARD[usize::from((pair >> (10 - shift)) & 0x3f)]
+            })
+            .collect();
+        let url: Vec<u8> = core
+            .iter()
+            .map(|&c| match c {
+                b'+' => b'-',
+                b'/' => b'_',
+                c => c,
+            })
+            .collect();
+        if url != core {
+            cores.push(url);
+        }
+        cores.push(core);
+    }
+    cores
 }
 
 #[cfg(test)]
@@ -132,8 +258,72 @@ mod tests {
     #[test]
     fn redacts_plain_and_url_encoded_forms() {
         let s = Secret::new("k+y/1".into());
-        let text = "url=https://x/?key=k%2By%2F1 raw=k+y/1";
-        assert_eq!(redact(text, &[&s]), "url=https://x/?key=*** raw=***");
+        let text = "url=https://x/?key=k%2By%2F1 raw=k+y/1 lower=k%2by%2f1";
+        assert_eq!(
+            redact(text, &[&s]),
+            "url=https://x/?key=*** raw=*** lower=***"
+        );
+    }
+
+    #[test]
+    fn redacts_every_encoding_a_request_uses() {
+        let s = Secret::new("tilde~space Key/77é".into());
+        let mut url = reqwest::Url::parse("http://u:p@h/a").unwrap();
+        url.set_path(&format!("/v/{}/x", s.expose()));
+        url.set_password(Some(s.expose())).unwrap();
+        url.query_pairs_mut().append_pair("key", s.expose());
+        let shown = redact(url.as_str(), &[&s]);
+        assert_eq!(shown, "http://u:***@h/v/***/x?key=***", "{url}");
+        for text in [
+            "tilde%7Espace+Key%2F77%C3%A9",        // form
+            "tilde~space%20Key/77%c3%a9",          // path, lower-case hex
+            "tilde%257Espace%2520Key/77%C3%A9",    // encoded twice
+            r#"{"k":"tilde~space Key\u002f77é"}"#, // JSON, `/` as \u002f
+            r#"{"k":"tilde~space Key\/77é"}"#,     // JSON, `/` as \/
+        ] {
+            let out = redact(text, &[&s]);
+            assert!(!out.contains("space"), "{text} → {out}");
+        }
+    }
+
+    #[test]
+    fn redacts_base64_at_every_alignment() {
+        let s = Secret::new("AIzaSyD-distinctive-7f3c9e21".into());
+        // Basic auth of `user:KEY`, `u:KEY`, `KEY:x`: three alignments.
+        for basic in [
+            "dXNlcjpBSXphU3lELWRpc3RpbmN0aXZlLTdmM2M5ZTIx",
+            "dTpBSXphU3lELWRpc3RpbmN0aXZlLTdmM2M5ZTIx",
+            "QUl6YVN5RC1kaXN0aW5jdGl2ZS03ZjNjOWUyMTp4",
+        ] {
+            let out = redact(&format!("Authorization: Basic {basic}"), &[&s]);
+            let (before, after) = out.split_once("***").expect(&out);
+            // Left: what encodes `user:`/`u:` (and one character it shares
+            // with the key) and what encodes `:x`.
+            assert!(
+                before.len() <= 21 + 8 && after.len() <= 3,
+                "{basic} → {out}"
+            );
+        }
+        assert_eq!(redact("nothing here", &[&s]), "nothing here");
+    }
+
+    #[test]
+    fn control_characters_are_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["abc\ndef\n", "abc\tdef", "abc\x1b[0m", "abc\r\ndef"] {
+            std::fs::write(dir.path().join("key"), bad).unwrap();
+            let err = SecretSource::File("key".into())
+                .read(dir.path())
+                .unwrap_err();
+            assert!(
+                err.contains("file key contains a control character"),
+                "{err}"
+            );
+            assert!(!err.contains("abc"), "{err}");
+        }
+        std::fs::write(dir.path().join("key"), "abc def\r\n").unwrap();
+        let s = SecretSource::File("key".into()).read(dir.path()).unwrap();
+        assert_eq!(s.expose(), "abc def");
     }
 
     #[test]

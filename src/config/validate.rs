@@ -109,6 +109,9 @@ impl Validator<'_> {
         if let Some(s) = raw.backoff {
             http.backoff = self.duration("http.backoff", &s)?;
         }
+        if let Some(v) = raw.max_body {
+            http.max_body = self.max_body("http.max_body", &v)?;
+        }
         if let Some(n) = raw.retries {
             if !(0..=10).contains(&n) {
                 return Err(self.err("http.retries", format!("{n} is out of range: 0 to 10")));
@@ -116,6 +119,32 @@ impl Validator<'_> {
             http.retries = n as u32;
         }
         Ok(http)
+    }
+
+    /// A size: bytes (`1048576`) or a number with a unit (`500kB`, `32MiB`,
+    /// `1GB`), between 1 KiB and 4 GiB.
+    fn max_body(&self, field: &str, v: &Value) -> Result<u64> {
+        let bytes = match v {
+            Value::Number(n) => n.as_u64(),
+            Value::String(s) => parse_size(s),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            self.err(
+                field,
+                format!(
+                    "{} is not a size: write bytes (1048576) or a number with a unit (500kB, 32MiB, 1GB)",
+                    serde_yaml::to_string(v).unwrap_or_default().trim()
+                ),
+            )
+        })?;
+        if !(1 << 10..=4 << 30).contains(&bytes) {
+            return Err(self.err(
+                field,
+                format!("{bytes} bytes is out of range: 1KiB to 4GiB"),
+            ));
+        }
+        Ok(bytes)
     }
 
     fn name(&self, field: &str, name: &str) -> Result<()> {
@@ -369,6 +398,7 @@ impl Validator<'_> {
         for (i, s) in raw.steps.into_iter().enumerate() {
             steps.push(self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?);
         }
+        self.filled(&at, &name, &regions, &steps, cred)?;
         if raw.output.trim().is_empty() {
             return Err(self.err(format!("{at}.output"), "must name a directory"));
         }
@@ -394,6 +424,72 @@ impl Validator<'_> {
             output,
             schedule,
         })
+    }
+
+    /// Every request of the job as it will be sent, placeholders filled in
+    /// (the secret too, when it was read), for every region: the URL must
+    /// parse and every header value be one HTTP allows, or the run would
+    /// charge calls it can never send. The error names the field, never the
+    /// value (it may hold the secret).
+    fn filled(
+        &self,
+        at: &str,
+        job: &str,
+        regions: &[String],
+        steps: &[Step],
+        cred: &Credential,
+    ) -> Result<()> {
+        let all = [String::new()];
+        let regions = if regions.is_empty() {
+            &all[..]
+        } else {
+            regions
+        };
+        for (i, step) in steps.iter().enumerate() {
+            let at = format!("{at}.steps[{i}].request");
+            for (r, region) in regions.iter().enumerate() {
+                let fill = Fill {
+                    region,
+                    secret: &cred.secret,
+                    job,
+                    step: i,
+                };
+                let with = |t: &Template| {
+                    let mut what = String::from("after substitution");
+                    if t.uses(Placeholder::Region) {
+                        what.push_str(&format!(" for region {region}"));
+                    }
+                    if t.uses(Placeholder::Secret) {
+                        what.push_str(&format!(" of the secret from {}", cred.secret_source));
+                    }
+                    what
+                };
+                // A template without {region} is the same for every region.
+                if r == 0 || step.url.uses(Placeholder::Region) {
+                    reqwest::Url::parse(&step.url.fill(&fill)).map_err(|e| {
+                        self.err(
+                            format!("{at}.url"),
+                            format!("{}, it is not a URL: {e}", with(&step.url)),
+                        )
+                    })?;
+                }
+                for (k, v) in &step.headers {
+                    if r > 0 && !v.uses(Placeholder::Region) {
+                        continue;
+                    }
+                    if reqwest::header::HeaderValue::from_str(&v.fill(&fill)).is_err() {
+                        return Err(self.err(
+                            format!("{at}.headers.{k}"),
+                            format!(
+                                "{}, the value is not one HTTP allows in a header: it holds a control character (a line break, an escape, …); the request could never be sent",
+                                with(v)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn step(
@@ -556,11 +652,52 @@ impl Validator<'_> {
     }
 }
 
+/// `500kB`, `32 MiB`, `1GB`, `2048`, `2048B`: bytes (k, M, G are powers of
+/// 1000; Ki, Mi, Gi of 1024).
+pub(super) fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "k" | "kB" | "K" | "KB" => 1000,
+        "Ki" | "KiB" => 1 << 10,
+        "M" | "MB" => 1_000_000,
+        "Mi" | "MiB" => 1 << 20,
+        "G" | "GB" => 1_000_000_000,
+        "Gi" | "GiB" => 1 << 30,
+        _ => return None,
+    };
+    let n: f64 = number.parse().ok()?;
+    let bytes = n * factor as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64 && bytes.fract() == 0.0)
+        .then_some(bytes as u64)
+}
+
 fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let v: Vec<&str> = names.map(String::as_str).collect();
     if v.is_empty() {
         "none".into()
     } else {
         v.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_decimal_and_binary_units() {
+        assert_eq!(parse_size("2048"), Some(2048));
+        assert_eq!(parse_size("500kB"), Some(500_000));
+        assert_eq!(parse_size("32MiB"), Some(32 << 20));
+        assert_eq!(parse_size("1.5 MB"), Some(1_500_000));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        for bad in ["", "MB", "12 parsecs", "-1MB", "0.5B"] {
+            assert_eq!(parse_size(bad), None, "{bad}");
+        }
     }
 }

@@ -2,6 +2,8 @@
 //! every region once, from the cursor on, wrapping around; per page, charge
 //! → call → write → save the cursor.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
@@ -12,7 +14,7 @@ use super::output::{self, PageName};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::write_atomically;
-use crate::config::{Credential, Fill, Job, Step, StorePolicy, redact};
+use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
     At, BlockEnd, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError,
@@ -157,7 +159,10 @@ impl<'a> JobRun<'a> {
         let job = self.job;
         let cursor = match self.store {
             Some(store) => match store.load_cursor(&job.name).await {
-                Ok(text) => text.as_deref().and_then(Cursor::decode).unwrap_or_default(),
+                Ok(text) => text
+                    .as_deref()
+                    .and_then(|t| read_cursor(t, &self.cred.secret))
+                    .unwrap_or_default(),
                 Err(StoreError::Unavailable(e)) => {
                     self.store_unreachable_at_start(&e)?;
                     self.store = None;
@@ -179,6 +184,13 @@ impl<'a> JobRun<'a> {
                 "removed {removed} temporary file(s) a killed run left"
             );
         }
+        // A folder that takes no page would fail every page after its
+        // charge and its call: stop before the first.
+        job.output_writable().map_err(|(path, source)| Error::Io {
+            what: "write pages in",
+            path,
+            source,
+        })?;
 
         let regions: Vec<&str> = if job.regions.is_empty() {
             vec![""]
@@ -211,6 +223,9 @@ impl<'a> JobRun<'a> {
                 } else {
                     (0, None)
                 };
+                // The tokens this walk has followed: an upstream that hands
+                // one out again is going in circles.
+                let mut walked: HashSet<String> = token.iter().cloned().collect();
                 loop {
                     let fill = Fill {
                         region,
@@ -218,17 +233,29 @@ impl<'a> JobRun<'a> {
                         job: &job.name,
                         step: s,
                     };
-                    let Some(json) = self
+                    let Some(next) = self
                         .fetch_page(step, &fill, token.as_deref(), region, s, page, run_number)
                         .await?
                     else {
                         return Ok(()); // stopped; the cursor already points at this page
                     };
-                    let next = step
-                        .paginate
-                        .as_ref()
-                        .filter(|p| page + 1 < p.max_pages)
-                        .and_then(|p| upstream::next_token(&json, &p.token));
+                    let next = match next.filter(|_| step.max_pages() > page + 1) {
+                        Some(t) if !walked.insert(t.clone()) => {
+                            let masked = redact(&t, &[&self.cred.secret]);
+                            let mut shown: String = masked.chars().take(80).collect();
+                            if shown.len() < masked.len() {
+                                shown.push('…');
+                            }
+                            warn!(
+                                job = job.name,
+                                "{}: the next page token ({shown:?}) repeats one this walk already followed: \
+                                 the upstream is going in circles, so the walk ends here and the run moves on",
+                                describe_position(region, s, page)
+                            );
+                            None
+                        }
+                        other => other,
+                    };
                     // Where the next run starts if this one stops now.
                     let resume = match next {
                         Some(t) => Cursor {
@@ -269,9 +296,17 @@ impl<'a> JobRun<'a> {
     }
 
     async fn save_cursor(&mut self, cursor: &Cursor) {
-        self.report.resume = Some(cursor.clone());
+        let (stored, text) = cursor_text(cursor, &self.cred.secret);
+        if stored.page != cursor.page {
+            warn!(
+                job = self.job.name,
+                "the next page's token carries the credential's secret in an encoding that cannot be stored masked: \
+                 the cursor keeps the start of this step instead (a stop before the step ends redoes its pages)"
+            );
+        }
+        self.report.resume = Some(stored);
         if let Some(store) = self.store
-            && let Err(e) = store.save_cursor(&self.job.name, &cursor.encode()).await
+            && let Err(e) = store.save_cursor(&self.job.name, &text).await
         {
             warn!(
                 job = self.job.name,
@@ -320,11 +355,14 @@ impl<'a> JobRun<'a> {
         s: usize,
         page: u32,
         run_number: u64,
-    ) -> Result<Option<serde_json::Value>> {
+    ) -> Result<Option<Option<String>>> {
         let http = &self.ctx.config.http;
         let url = upstream::url(step, fill, token)?;
         let shown = redact(url.as_str(), &[fill.secret]);
         let mut attempt = 0;
+        // The request in hand: the page's own, or a same-origin redirect's
+        // target (each hop charged like any call), and how many hops led there.
+        let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
         let body = loop {
             if self.ctx.shutdown.is_set() {
                 self.stop(Stop::Signal);
@@ -334,6 +372,15 @@ impl<'a> JobRun<'a> {
                 self.stop(Stop::LockLost);
                 return Ok(None);
             }
+            let shown_target = redact(target.as_str(), &[fill.secret]);
+            // Built before its charge: a request that can never be sent
+            // costs nothing.
+            let request = upstream::request(self.ctx.client, step, fill, &method, &target)
+                .map_err(|problem| Error::Upstream {
+                    job: self.job.name.clone(),
+                    url: shown_target.clone(),
+                    problem,
+                })?;
             let at = match self.charge(step).await? {
                 Charged::Go { at } => at,
                 Charged::Stop(stop) => {
@@ -341,10 +388,10 @@ impl<'a> JobRun<'a> {
                     return Ok(None);
                 }
             };
-            debug!(job = self.job.name, attempt, "GET {shown}");
+            debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, step, fill, url.clone()) => a,
+                a = upstream::send(self.ctx.client, request, step, fill, http.max_body) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
                     self.stop(Stop::Signal);
@@ -352,7 +399,7 @@ impl<'a> JobRun<'a> {
                 }
             };
             match answer {
-                Answer::Page { body, json } => break (body, json),
+                Answer::Page { body, next } => break (body, next),
                 Answer::QuotaExhausted {
                     status,
                     reason,
@@ -362,6 +409,38 @@ impl<'a> JobRun<'a> {
                         .await;
                     return Ok(None);
                 }
+                Answer::Redirect {
+                    status,
+                    to,
+                    method: next,
+                } if hops < upstream::MAX_REDIRECTS => {
+                    hops += 1;
+                    info!(
+                        job = self.job.name,
+                        "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
+                        upstream::MAX_REDIRECTS,
+                        redact(to.as_str(), &[fill.secret])
+                    );
+                    (method, target) = (next, to);
+                }
+                Answer::Redirect { status, to, .. } => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: format!(
+                            "more than {} redirects (the last, HTTP {status}, to {}): not followed",
+                            upstream::MAX_REDIRECTS,
+                            redact(to.as_str(), &[fill.secret])
+                        ),
+                    });
+                }
+                Answer::Fatal(why) => {
+                    return Err(Error::Upstream {
+                        job: self.job.name.clone(),
+                        url: shown,
+                        problem: why,
+                    });
+                }
                 Answer::Transient(why) if attempt < http.retries => {
                     let cap = http
                         .backoff
@@ -370,9 +449,11 @@ impl<'a> JobRun<'a> {
                     // Full jitter: anywhere up to the cap, so hosts do not retry in step.
                     let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
                     attempt += 1;
+                    // A retry is the page's request again, from its own URL.
+                    (method, target, hops) = (step.method.clone(), url.clone(), 0);
                     warn!(
                         job = self.job.name,
-                        "{shown}: {why}; retry {attempt} of {} in {}",
+                        "{shown_target}: {why}; retry {attempt} of {} in {}",
                         http.retries,
                         fmt_duration(wait)
                     );
@@ -407,8 +488,21 @@ impl<'a> JobRun<'a> {
             page,
         }
         .file_name();
+        // An upstream that echoes the key (in a next-page link, say) does
+        // not get it into the page file: masked there like everywhere else.
+        let text = String::from_utf8_lossy(&body.0);
+        let masked = mask(&text, &[fill.secret]);
+        let bytes = if let Cow::Borrowed(_) = masked {
+            &body.0[..]
+        } else {
+            warn!(
+                job = self.job.name,
+                "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
+            );
+            masked.as_bytes()
+        };
         let path =
-            write_atomically(&self.job.output, &name, &body.0).map_err(|source| Error::Io {
+            write_atomically(&self.job.output, &name, bytes).map_err(|source| Error::Io {
                 what: "write",
                 path: self.job.output.join(&name),
                 source,
@@ -582,10 +676,111 @@ impl<'a> JobRun<'a> {
     }
 }
 
+/// A cursor as the store keeps it, and its text. A page token that carries
+/// the secret (an upstream that echoes the key in its next-page link) is
+/// kept masked, each occurrence `***` and its byte offsets in `secret_at`,
+/// so `status` never shows the key and [`read_cursor`] puts it back. One
+/// that carries it in another encoding (percent-encoded, …) cannot be put
+/// back exactly: the cursor then points at the start of the step.
+fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
+    let mut stored = cursor.clone();
+    let mut offsets = Vec::new();
+    if let Some(token) = &cursor.token
+        && !secret.expose().is_empty()
+    {
+        let mut masked = String::with_capacity(token.len());
+        let mut rest = token.as_str();
+        while let Some(at) = rest.find(secret.expose()) {
+            masked.push_str(&rest[..at]);
+            offsets.push(masked.len());
+            masked.push_str("***");
+            rest = &rest[at + secret.expose().len()..];
+        }
+        masked.push_str(rest);
+        if redact(&masked, &[secret]) == masked {
+            stored.token = Some(masked);
+        } else {
+            (stored.page, stored.token) = (0, None);
+            offsets.clear();
+        }
+    }
+    if offsets.is_empty() {
+        let text = stored.encode();
+        return (stored, text);
+    }
+    let mut json = serde_json::to_value(&stored).expect("a cursor always serializes");
+    json["secret_at"] = serde_json::json!(offsets);
+    (stored, json.to_string())
+}
+
+/// A stored cursor, its page token unmasked (see [`cursor_text`]); one whose
+/// mask does not fit its token restarts its step.
+fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
+    let mut cursor = Cursor::decode(text)?;
+    let json: serde_json::Value = serde_json::from_str(text).ok()?;
+    let Some(offsets) = json.get("secret_at").and_then(|v| v.as_array()) else {
+        return Some(cursor);
+    };
+    let token = cursor.token.take().unwrap_or_default();
+    let mut out = String::with_capacity(token.len());
+    let mut from = 0;
+    for at in offsets.iter().map(|o| o.as_u64().map(|o| o as usize)) {
+        match at {
+            Some(at) if at >= from && token.get(at..at + 3) == Some("***") => {
+                out.push_str(&token[from..at]);
+                out.push_str(secret.expose());
+                from = at + 3;
+            }
+            _ => {
+                cursor.page = 0;
+                return Some(cursor);
+            }
+        }
+    }
+    out.push_str(&token[from..]);
+    cursor.token = Some(out);
+    Some(cursor)
+}
+
 fn describe_position(region: &str, step: usize, page: u32) -> String {
     if region.is_empty() {
         format!("step {step} page {page}")
     } else {
         format!("region {region} step {step} page {page}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_that_carries_the_secret_is_stored_masked_and_read_back() {
+        let secret = Secret::new("K3y".into());
+        let cursor = Cursor {
+            run: 2,
+            region: "US".into(),
+            step: 0,
+            page: 3,
+            token: Some("***K3y/next?key=K3y".into()),
+        };
+        let (stored, text) = cursor_text(&cursor, &secret);
+        assert_eq!(stored.token.as_deref(), Some("******/next?key=***"));
+        assert!(!text.contains("K3y"), "{text}");
+        assert_eq!(read_cursor(&text, &secret), Some(cursor.clone()));
+        // Without the secret inside, the cursor is stored as it always was.
+        let plain = Cursor {
+            token: Some("CAUQ3".into()),
+            ..cursor.clone()
+        };
+        assert_eq!(cursor_text(&plain, &secret).1, plain.encode());
+        // Another encoding cannot be put back: the step restarts.
+        let encoded = Cursor {
+            token: Some("next?key=K%33y".into()),
+            ..cursor
+        };
+        let (stored, text) = cursor_text(&encoded, &secret);
+        assert_eq!((stored.page, stored.token), (0, None));
+        assert!(!text.contains("K%33y"), "{text}");
     }
 }

@@ -1,10 +1,12 @@
 //! Upstream calls: build one request from a step's templates, send it (no
-//! client-side retries: every attempt is charged by the runner first), and
+//! client-side retries and no redirects followed by the client: every
+//! request, a retry or a redirect hop, is charged by the runner first), and
 //! classify the answer the way the runner acts on it.
 
 use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
+use serde::de::DeserializeSeed;
 
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
 
@@ -14,14 +16,19 @@ const QUOTA_REASONS: [&str; 3] = ["quotaExceeded", "dailyLimitExceeded", "rateLi
 /// How long an error excerpt of a response body may be.
 const EXCERPT: usize = 300;
 
+/// Same-origin redirects followed for one page, at most (each one charged).
+pub const MAX_REDIRECTS: u32 = 3;
+
+/// How much of an error answer's body is read: enough for its reasons and
+/// an excerpt.
+const ERROR_BODY: u64 = 64 * 1024;
+
 /// What came back from one attempt.
 #[derive(Debug)]
 pub enum Answer {
-    /// 2xx with a JSON body.
-    Page {
-        body: Vec<u8>,
-        json: serde_json::Value,
-    },
+    /// 2xx with a JSON body, and the next page's token in it (when the
+    /// step paginates and the body has one).
+    Page { body: Vec<u8>, next: Option<String> },
     /// The upstream says its own quota is spent (403 with a quota reason, or
     /// 429); `retry_after` when it said how long.
     QuotaExhausted {
@@ -34,6 +41,16 @@ pub enum Answer {
     Transient(String),
     /// Any other 4xx: retrying will not help.
     Refused { status: u16, excerpt: String },
+    /// A redirect to the same origin (scheme, host and port), with the
+    /// method the next hop uses: the runner charges and follows it.
+    Redirect {
+        status: u16,
+        to: reqwest::Url,
+        method: reqwest::Method,
+    },
+    /// The request can never succeed as it is (a redirect to another
+    /// origin, …): not retried. Redacted.
+    Fatal(String),
 }
 
 /// The HTTP client every run uses.
@@ -42,6 +59,11 @@ pub fn client(http: &HttpSettings) -> crate::Result<Client> {
         .connect_timeout(http.connect_timeout)
         .timeout(http.timeout)
         .retry(reqwest::retry::never())
+        // Redirects are the runner's to follow (same origin only, each hop
+        // charged): a client that follows them would send the key, in the
+        // query, a header or a Referer, wherever the upstream points.
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
         .user_agent(concat!("quota/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| crate::Error::Http {
@@ -71,40 +93,210 @@ pub fn url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<r
     Ok(url)
 }
 
+/// The request of one attempt, built before it is charged: a header whose
+/// value HTTP does not allow is an error that names the header (and never
+/// shows the value, which may hold the secret).
+pub fn request(
+    client: &Client,
+    step: &Step,
+    fill: &Fill<'_>,
+    method: &reqwest::Method,
+    url: &reqwest::Url,
+) -> Result<reqwest::Request, String> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (k, v) in &step.headers {
+        let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| format!("header {k}: not a valid header name; nothing was sent"))?;
+        let value = reqwest::header::HeaderValue::from_str(&v.fill(fill)).map_err(|_| {
+            format!(
+                "header {k}: after substitution its value holds a control character, which HTTP does not allow; nothing was sent or charged"
+            )
+        })?;
+        headers.append(name, value);
+    }
+    client
+        .request(method.clone(), url.clone())
+        .headers(headers)
+        .build()
+        .map_err(|e| {
+            format!(
+                "the request cannot be built ({}); nothing was sent or charged",
+                describe(&e, &[fill.secret])
+            )
+        })
+}
+
 /// Send one request and classify the answer. Anything that could carry the
 /// secret (error texts, bodies) is redacted before it leaves this function.
-pub async fn send(client: &Client, step: &Step, fill: &Fill<'_>, url: reqwest::Url) -> Answer {
+pub async fn send(
+    client: &Client,
+    request: reqwest::Request,
+    step: &Step,
+    fill: &Fill<'_>,
+    max_body: u64,
+) -> Answer {
     let secrets = [fill.secret];
-    let mut req = client.request(step.method.clone(), url);
-    for (k, v) in &step.headers {
-        req = req.header(k, v.fill(fill));
-    }
-    let resp = match req.send().await {
+    let (method, url) = (request.method().clone(), request.url().clone());
+    let resp = match client.execute(request).await {
         Ok(r) => r,
-        Err(e) => return Answer::Transient(describe(&e, &secrets)),
+        Err(e) => {
+            let why = describe(&e, &secrets);
+            return match cannot_succeed(&e) {
+                Some(because) => Answer::Fatal(format!(
+                    "{why} ({because}: not retried, since every attempt is charged and would fail the same way)"
+                )),
+                None => Answer::Transient(why),
+            };
+        }
     };
     let status = resp.status();
+    if status.is_redirection() {
+        return redirect(status, resp.headers(), &method, &url, &secrets);
+    }
     let retry_after = resp
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after);
-    let body = match resp.bytes().await {
-        Ok(b) => b.to_vec(),
+    // A page is read up to `max_body`, never past it; an error answer up
+    // to what its reasons and excerpt need.
+    let limit = if status.is_success() {
+        max_body
+    } else {
+        max_body.min(ERROR_BODY)
+    };
+    let declared = resp.content_length();
+    if status.is_success()
+        && let Some(n) = declared.filter(|n| *n > max_body)
+    {
+        return Answer::Fatal(too_big(status, max_body, Some(n)));
+    }
+    let body = match read_body(resp, limit).await {
+        Ok((body, false)) => body,
+        Ok((_, true)) if status.is_success() => {
+            return Answer::Fatal(too_big(status, max_body, None));
+        }
+        Ok((body, true)) => body,
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
-    classify(status, retry_after, body, &secrets)
+    let pointer = step.paginate.as_ref().map(|p| p.token.as_str());
+    classify(status, retry_after, body, pointer, &secrets)
+}
+
+/// Read a body as it streams in, at most `limit` bytes; `true` when there
+/// was more (the rest is not read: the connection is dropped). Memory is
+/// the body itself: the buffer grows by doubling, never beyond `limit`.
+async fn read_body(
+    mut resp: reqwest::Response,
+    limit: u64,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let declared = resp.content_length().map_or(0, |n| n as usize);
+    let mut body = Vec::with_capacity(declared.min(limit));
+    while let Some(chunk) = resp.chunk().await? {
+        let room = limit - body.len();
+        let take = chunk.len().min(room);
+        if body.capacity() < body.len() + take {
+            let want = (body.capacity() * 2).max(body.len() + take).min(limit);
+            body.reserve_exact(want - body.len());
+        }
+        body.extend_from_slice(&chunk[..take]);
+        if take < chunk.len() {
+            return Ok((body, true));
+        }
+    }
+    Ok((body, false))
+}
+
+fn too_big(status: StatusCode, max_body: u64, declared: Option<u64>) -> String {
+    let size = match declared {
+        Some(n) => format!("of {} ({n} bytes)", fmt_bytes(n)),
+        None => "that goes on".into(),
+    };
+    format!(
+        "HTTP {status} with a body {size} past http.max_body, {} ({max_body} bytes): not read further; raise http.max_body if pages really are this large",
+        fmt_bytes(max_body)
+    )
+}
+
+/// Bytes in the largest binary unit that keeps one decimal.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || v.fract() == 0.0 {
+        format!("{v:.0} {}", UNITS[unit])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// A 3xx: a redirect to follow when it stays on the request's origin;
+/// anything else ends the job (not retried), naming the target with the
+/// secret masked.
+fn redirect(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    method: &reqwest::Method,
+    from: &reqwest::Url,
+    secrets: &[&Secret],
+) -> Answer {
+    let location = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok());
+    let Some(to) = location.and_then(|l| from.join(l).ok()) else {
+        return Answer::Fatal(format!(
+            "HTTP {status} without a Location to follow{}",
+            location
+                .map(|l| format!(" ({:?})", redact(l, secrets)))
+                .unwrap_or_default()
+        ));
+    };
+    if !same_origin(from, &to) {
+        return Answer::Fatal(format!(
+            "HTTP {status} redirects to another origin, {}: not followed (only redirects within {} are: one elsewhere could carry the key away)",
+            redact(to.as_str(), secrets),
+            from.origin().ascii_serialization()
+        ));
+    }
+    // What clients do: 303 (and 301/302 after a POST) switch to GET; 307 and
+    // 308 keep the method.
+    let method = match status {
+        StatusCode::SEE_OTHER => reqwest::Method::GET,
+        StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND if *method == reqwest::Method::POST => {
+            reqwest::Method::GET
+        }
+        _ => method.clone(),
+    };
+    Answer::Redirect {
+        status: status.as_u16(),
+        to,
+        method,
+    }
+}
+
+/// Whether `to` has the scheme, host and port of `from` (an https → http
+/// redirect never has: the schemes differ).
+pub fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
+    from.scheme() == to.scheme()
+        && from.host() == to.host()
+        && from.port_or_known_default() == to.port_or_known_default()
 }
 
 fn classify(
     status: StatusCode,
     retry_after: Option<Duration>,
     body: Vec<u8>,
+    pointer: Option<&str>,
     secrets: &[&Secret],
 ) -> Answer {
     if status.is_success() {
-        return match serde_json::from_slice(&body) {
-            Ok(json) => Answer::Page { body, json },
+        return match scan(&body, pointer) {
+            Ok(next) => Answer::Page { body, next },
             Err(e) => Answer::Transient(format!("HTTP {status} with a body that is not JSON: {e}")),
         };
     }
@@ -165,17 +357,174 @@ fn describe(e: &reqwest::Error, secrets: &[&Secret]) -> String {
     redact(&text, secrets)
 }
 
+/// Why a failed request can never succeed as it is, if it cannot: an
+/// invalid request, a certificate that does not verify, a host name that
+/// does not exist. Anything else (refused, reset, timed out, a DNS server
+/// that did not answer) may pass, and is retried.
+fn cannot_succeed(e: &reqwest::Error) -> Option<&'static str> {
+    if e.is_builder() {
+        return Some("the request is invalid");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        // rustls reports through io::Errors wrapped in io::Errors, whose
+        // source() skips the error each wraps: look inside them.
+        let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(s);
+        while let Some(candidate) = inner {
+            if let Some(tls) = candidate.downcast_ref::<rustls::Error>()
+                && matches!(
+                    tls,
+                    rustls::Error::InvalidCertificate(_)
+                        | rustls::Error::NoCertificatesPresented
+                        | rustls::Error::UnsupportedNameType
+                )
+            {
+                return Some("the upstream's TLS certificate does not verify");
+            }
+            inner = candidate
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .map(|i| i as &(dyn std::error::Error + 'static));
+        }
+        // getaddrinfo's EAI_NONAME / EAI_NODATA, which std reports only as
+        // text (glibc, musl, BSD wordings); "Temporary failure in name
+        // resolution" (EAI_AGAIN) is not among them.
+        let text = s.to_string();
+        if [
+            "Name or service not known",
+            "No address associated with hostname",
+            "Name does not resolve",
+            "nodename nor servname provided, or not known",
+        ]
+        .iter()
+        .any(|t| text.contains(t))
+        {
+            return Some("the host name does not exist");
+        }
+        source = s.source();
+    }
+    None
+}
+
 /// `Retry-After` as seconds (the HTTP-date form is rare on APIs: ignored).
 fn parse_retry_after(v: &str) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
-/// A value at a JSON pointer, as a page token: a non-empty string.
-pub fn next_token(json: &serde_json::Value, pointer: &str) -> Option<String> {
-    json.pointer(pointer)
-        .and_then(|v| v.as_str())
-        .filter(|s| !s.is_empty())
-        .map(String::from)
+/// Check that `body` is one JSON document and find the page token at
+/// `pointer` in it: a non-empty string. One pass, and no tree: nothing but
+/// the token is kept, so a page of tens of megabytes costs no more memory
+/// than its bytes (a `serde_json::Value` of it would cost many times that).
+pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<String>, serde_json::Error> {
+    let path: Vec<String> = pointer
+        .map(|p| {
+            p.split('/')
+                .skip(1)
+                .map(|s| s.replace("~1", "/").replace("~0", "~"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Find {
+        path: &path,
+        wanted: pointer.is_some(),
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(found.filter(|s| !s.is_empty()))
+}
+
+/// Follows a JSON pointer through a document as it is parsed, skipping
+/// (and so checking) everything else; yields the string at its end.
+struct Find<'p> {
+    path: &'p [String],
+    /// Without a pointer, only the check.
+    wanted: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((self.wanted && self.path.is_empty()).then(|| v.to_string()))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match self.path.split_first() {
+                Some((first, rest)) if self.wanted && *first == key => {
+                    // A repeated key: the last one counts, as in a parsed tree.
+                    found = map.next_value_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })?;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let index = self
+            .path
+            .split_first()
+            .filter(|_| self.wanted)
+            .and_then(|(first, rest)| first.parse::<usize>().ok().map(|i| (i, rest)));
+        let mut found = None;
+        let mut i = 0;
+        loop {
+            match index {
+                Some((at, rest)) if at == i => {
+                    match seq.next_element_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })? {
+                        Some(v) => found = v,
+                        None => break,
+                    }
+                }
+                _ => {
+                    if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]
@@ -189,7 +538,13 @@ mod tests {
     #[test]
     fn youtube_quota_errors_and_429_mean_the_upstream_quota_is_spent() {
         let body = br#"{"error":{"code":403,"errors":[{"domain":"youtube.quota","reason":"quotaExceeded"}]}}"#;
-        let a = classify(StatusCode::FORBIDDEN, None, body.to_vec(), &[&secret()]);
+        let a = classify(
+            StatusCode::FORBIDDEN,
+            None,
+            body.to_vec(),
+            None,
+            &[&secret()],
+        );
         assert!(
             matches!(a, Answer::QuotaExhausted { ref reason, .. } if reason == "quotaExceeded"),
             "{a:?}"
@@ -198,6 +553,7 @@ mod tests {
             StatusCode::TOO_MANY_REQUESTS,
             Some(Duration::from_secs(7)),
             b"slow down".to_vec(),
+            None,
             &[&secret()],
         );
         assert!(
@@ -209,7 +565,13 @@ mod tests {
     #[test]
     fn other_403s_are_refusals_with_a_redacted_excerpt() {
         let body = br#"{"error":{"code":403,"message":"key SEKRET lacks access","errors":[{"reason":"forbidden"}]}}"#;
-        match classify(StatusCode::FORBIDDEN, None, body.to_vec(), &[&secret()]) {
+        match classify(
+            StatusCode::FORBIDDEN,
+            None,
+            body.to_vec(),
+            None,
+            &[&secret()],
+        ) {
             Answer::Refused { status, excerpt } => {
                 assert_eq!(status, 403);
                 assert!(excerpt.contains("key *** lacks access"), "{excerpt}");
@@ -221,20 +583,153 @@ mod tests {
     #[test]
     fn server_errors_and_bad_bodies_are_transient() {
         assert!(matches!(
-            classify(StatusCode::BAD_GATEWAY, None, vec![], &[]),
+            classify(StatusCode::BAD_GATEWAY, None, vec![], None, &[]),
             Answer::Transient(_)
         ));
         assert!(matches!(
-            classify(StatusCode::OK, None, b"<html>".to_vec(), &[]),
+            classify(StatusCode::OK, None, b"<html>".to_vec(), None, &[]),
             Answer::Transient(_)
         ));
     }
 
     #[test]
+    fn redirects_are_followed_only_on_the_same_origin() {
+        let u = |s: &str| reqwest::Url::parse(s).unwrap();
+        let from = u("https://api.example.com/v3/videos?key=SEKRET");
+        assert!(same_origin(&from, &u("https://api.example.com:443/other")));
+        for other in [
+            "http://api.example.com/v3/videos",       // https → http
+            "https://api.example.com:8443/v3/videos", // another port
+            "https://cdn.example.com/v3/videos",      // another host
+        ] {
+            assert!(!same_origin(&from, &u(other)), "{other}");
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            "location",
+            "http://api.example.com/x?key=SEKRET".parse().unwrap(),
+        );
+        match redirect(
+            StatusCode::FOUND,
+            &headers,
+            &reqwest::Method::GET,
+            &from,
+            &[&secret()],
+        ) {
+            Answer::Fatal(why) => {
+                assert!(
+                    why.contains("another origin, http://api.example.com/x?key=***"),
+                    "{why}"
+                );
+                assert!(!why.contains("SEKRET"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        headers.insert("location", "/v3/other".parse().unwrap());
+        match redirect(
+            StatusCode::FOUND,
+            &headers,
+            &reqwest::Method::POST,
+            &from,
+            &[],
+        ) {
+            Answer::Redirect { to, method, .. } => {
+                assert_eq!(to.as_str(), "https://api.example.com/v3/other");
+                assert_eq!(method, reqwest::Method::GET);
+            }
+            other => panic!("{other:?}"),
+        }
+        match redirect(
+            StatusCode::TEMPORARY_REDIRECT,
+            &headers,
+            &reqwest::Method::POST,
+            &from,
+            &[],
+        ) {
+            Answer::Redirect { method, .. } => assert_eq!(method, reqwest::Method::POST),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn page_tokens_follow_the_pointer() {
-        let j: serde_json::Value = serde_json::json!({"nextPageToken": "CAUQ1", "x": ""});
-        assert_eq!(next_token(&j, "/nextPageToken").as_deref(), Some("CAUQ1"));
-        assert_eq!(next_token(&j, "/x"), None);
-        assert_eq!(next_token(&j, "/missing"), None);
+        let j = br#"{"items":[{"a":1},{"next":"deep"}],"nextPageToken":"CAUQ1","x":"","a/b":{"~":"esc"},"n":3}"#;
+        let at = |p: &str| scan(j, Some(p)).unwrap();
+        assert_eq!(at("/nextPageToken").as_deref(), Some("CAUQ1"));
+        assert_eq!(at("/items/1/next").as_deref(), Some("deep"));
+        assert_eq!(at("/a~1b/~0").as_deref(), Some("esc"));
+        for none in [
+            "/x",
+            "/missing",
+            "/items",
+            "/items/2/next",
+            "/n",
+            "/nextPageToken/0",
+        ] {
+            assert_eq!(at(none), None, "{none}");
+        }
+        assert_eq!(scan(j, None).unwrap(), None);
+        assert_eq!(
+            scan(br#"{"t":"a","t":"b"}"#, Some("/t"))
+                .unwrap()
+                .as_deref(),
+            Some("b")
+        );
+        for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
+            assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_can_never_be_sent_is_refused_before_its_charge() {
+        let yaml = r#"
+credentials:
+  main: { secret: { env: UNUSED }, pools: { units: [ { limit: 10, per: 1h } ] } }
+endpoints:
+  e: { cost: 1 }
+jobs:
+  j:
+    credential: main
+    steps:
+      - endpoint: e
+        request: { url: "http://127.0.0.1:9/x", headers: { Accept: application/json } }
+    output: out
+"#;
+        let mut config = crate::config::Config::parse(
+            std::path::Path::new("q.yaml"),
+            yaml,
+            crate::config::Secrets::Skip,
+        )
+        .unwrap();
+        let step = &mut config.jobs[0].steps[0];
+        let client = client(&config.http).unwrap();
+        let secret = secret();
+        let fill = Fill {
+            region: "",
+            secret: &secret,
+            job: "j",
+            step: 0,
+        };
+        let url = url(step, &fill, None).unwrap();
+        let built = request(&client, step, &fill, &step.method, &url).unwrap();
+        assert_eq!(built.headers()["accept"], "application/json");
+        // What validation refuses at load, the runner refuses too, naming the header.
+        step.headers.push((
+            "X-Trace".into(),
+            crate::config::Template::parse("a\u{7}{secret}").unwrap(),
+        ));
+        let why = request(&client, step, &fill, &step.method, &url).unwrap_err();
+        assert!(
+            why.starts_with("header X-Trace: after substitution"),
+            "{why}"
+        );
+        assert!(!why.contains("SEKRET"), "{why}");
+    }
+
+    #[test]
+    fn sizes_are_shown_in_binary_units() {
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(32 << 20), "32 MiB");
+        assert_eq!(fmt_bytes(1_500_000), "1.4 MiB");
     }
 }

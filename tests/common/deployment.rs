@@ -70,6 +70,44 @@ pub fn run(cmd: &mut Command) -> Ran {
     }
 }
 
+/// [`run`], and the command's peak memory (its maximum resident set size,
+/// in bytes, from `wait4`'s resource usage of that one process).
+// The child is reaped by wait4, which std does not know about.
+#[allow(clippy::zombie_processes)]
+pub fn run_measured(cmd: &mut Command) -> (Ran, u64) {
+    use std::io::Read;
+    let mut child = spawn(cmd);
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out.read_to_end(&mut s);
+        s
+    });
+    let mut stderr = Vec::new();
+    let _ = err.read_to_end(&mut stderr);
+    let stdout = stdout.join().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value, and wait4 writes it for
+    // a child of ours that std has not reaped (we never call child.wait()).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(reaped, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    let ran = Ran {
+        code,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    };
+    // Linux reports ru_maxrss in KiB.
+    (ran, usage.ru_maxrss as u64 * 1024)
+}
+
 /// Start a command in the background, its output captured.
 pub fn spawn(cmd: &mut Command) -> Child {
     cmd.stdout(Stdio::piped())
@@ -96,6 +134,22 @@ pub fn kill(sig: &str, pid: u32) {
         .unwrap()
         .success();
     assert!(ok, "kill {sig} {pid}");
+}
+
+/// A wrapper (for [`Deployment::cmd_via`]) under which `quota` cannot write
+/// where permissions say no: none for a user; for root, which writes
+/// anywhere otherwise, `setpriv` dropping CAP_DAC_OVERRIDE and
+/// CAP_DAC_READ_SEARCH from the bounding set. `read_only` is a folder the
+/// test made read-only: whether this process can still write there decides.
+pub fn bound_by_permissions(read_only: &Path) -> Vec<&'static str> {
+    let probe = read_only.join(".can-i-write");
+    match std::fs::write(&probe, "") {
+        Err(_) => vec![],
+        Ok(()) => {
+            std::fs::remove_file(&probe).unwrap();
+            vec!["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+        }
+    }
 }
 
 /// A deployment for the binary tests: a folder with `quota.yaml`, the key

@@ -16,6 +16,17 @@ pub struct Seen {
     pub region: String,
     pub page: u32,
     pub status: u16,
+    #[serde(default)]
+    pub method: String,
+    #[serde(default)]
+    pub path: String,
+    /// The `pageToken` it was asked for.
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub referer: Option<String>,
+    #[serde(default)]
+    pub x_api_key: Option<String>,
 }
 
 /// The YouTube stand-in (`quota-standin`) on a free loopback port, logging
@@ -59,6 +70,25 @@ impl Standin {
 
     pub fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A base URL whose requests the stand-in answers with a `status`
+    /// redirect to the same path on `origin` (query and key kept).
+    pub fn away(&self, status: u16, origin: &str) -> String {
+        let encoded: String = origin
+            .bytes()
+            .map(|b| match b {
+                b':' => "%3A".to_string(),
+                b'/' => "%2F".to_string(),
+                b => (b as char).to_string(),
+            })
+            .collect();
+        format!("{}/away/{status}/{encoded}", self.base())
+    }
+
+    /// A base URL whose requests go through `hops` same-origin redirects.
+    pub fn hops(&self, hops: u32) -> String {
+        format!("{}/hop/{hops}", self.base())
     }
 
     /// Every request seen so far, in arrival order.

@@ -1,6 +1,6 @@
-//! The stand-in's HTTP/1.1, hand-written on purpose: one GET per
-//! connection, `Connection: close`, nothing else; a server framework would
-//! be larger than the whole fixture.
+//! The stand-in's HTTP/1.1, hand-written on purpose: one request per
+//! connection (its body, if any, ignored), `Connection: close`, nothing
+//! else; a server framework would be larger than the whole fixture.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -44,13 +44,34 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         buf.extend_from_slice(&chunk[..n]);
     }
     let head = String::from_utf8_lossy(&buf);
-    let target = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let (status, headers, body) = youtube::answer(state, &target);
+    let mut lines = head.split("\r\n");
+    let mut request_line = lines.next().unwrap_or_default().split_whitespace();
+    let method = request_line.next().unwrap_or("GET").to_string();
+    let target = request_line.next().unwrap_or("/").to_string();
+    let headers = lines
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let request = youtube::Request {
+        method,
+        target,
+        headers,
+    };
+    let (status, headers, body) = youtube::answer(state, &request);
     if !state.opts.delay.is_zero() {
         tokio::time::sleep(state.opts.delay).await;
     }
+    if headers.iter().any(|(k, _)| *k == youtube::ENDLESS) {
+        return endless(stream).await;
+    }
     let reason = match status {
         200 => "OK",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
@@ -69,4 +90,26 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     out.push_str(&body);
     stream.write_all(out.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// A 200 whose JSON body never ends: 64 KiB every 1.5 ms (about 40 MiB/s),
+/// until the client hangs up (or 64 GiB, whichever comes first).
+async fn endless(mut stream: TcpStream) -> std::io::Result<()> {
+    stream
+        .write_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=UTF-8\r\nConnection: close\r\n\r\n{\"items\":[",
+        )
+        .await?;
+    let item = br#"{"kind":"youtube#video","id":"endless"},"#;
+    let chunk: Vec<u8> = item
+        .iter()
+        .copied()
+        .cycle()
+        .take(item.len() * 1600)
+        .collect();
+    for _ in 0..(64u64 << 30) / chunk.len() as u64 {
+        stream.write_all(&chunk).await?;
+        tokio::time::sleep(std::time::Duration::from_micros(1500)).await;
+    }
+    Ok(())
 }

@@ -56,6 +56,16 @@ pub struct Options {
     #[arg(long)]
     pub answer_429: bool,
 
+    /// Page tokens go in circles of N: after page P comes token CAUQ{1 + P mod N}
+    /// (1: the same token again and again)
+    #[arg(long, value_name = "N")]
+    pub token_cycle: Option<u32>,
+
+    /// Page tokens echo the key (`CAUQ2.KEY`), as a next-page link that
+    /// repeats the query would
+    #[arg(long)]
+    pub token_echoes_key: bool,
+
     /// Wait this long before every answer
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,

@@ -5,7 +5,21 @@
 //! real 403 `quotaExceeded` body when a key's quota is spent.
 //!
 //! Every request is appended to a JSON-lines log (`--log`), which the tests
-//! read to check what the upstream actually saw.
+//! read to check what the upstream actually saw (its method, `Referer` and
+//! `X-Api-Key` headers and page token included).
+//!
+//! Misbehaviour on demand, by path, for the tests:
+//!
+//! * `/hop/N/REST`: a 302 to `/hop/N-1/REST` (the query kept), and from
+//!   `/hop/1/REST` to `/REST`: N same-origin redirects.
+//! * `/away/STATUS/ORIGIN/REST`: a STATUS redirect to `ORIGIN/REST` (ORIGIN
+//!   percent-encoded, e.g. `http%3A%2F%2Flocalhost%3A8090`), the query kept,
+//!   key and all.
+//! * `/endless/…`: a 200 JSON body that never ends (no `Content-Length`),
+//!   about 40 MiB/s, until the client hangs up.
+//! * `/echo/…`: a 401 whose body echoes the request (its `Authorization`
+//!   header first, then the target and the other headers), as a careless
+//!   upstream's error page does.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -52,6 +66,28 @@ impl State {
 /// An answer: status, extra headers, JSON body.
 pub type Answer = (u16, Vec<(&'static str, String)>, serde_json::Value);
 
+/// The header by which [`answer`] asks the server for an endless body
+/// instead (the server does not send it).
+pub const ENDLESS: &str = "X-Standin-Endless";
+
+/// One request as the server read it.
+pub struct Request {
+    pub method: String,
+    /// Path and query.
+    pub target: String,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 fn error_body(code: u16, message: &str, domain: &str, reason: &str) -> serde_json::Value {
     json!({ "error": {
         "code": code,
@@ -60,32 +96,125 @@ fn error_body(code: u16, message: &str, domain: &str, reason: &str) -> serde_jso
     }})
 }
 
-/// Answer the request for `target` (path and query), charging its key and
-/// logging it.
-pub fn answer(state: &State, target: &str) -> Answer {
-    let url = match reqwest::Url::parse(&format!("http://standin{target}")) {
+/// Answer `request`, charging its key and logging it.
+pub fn answer(state: &State, request: &Request) -> Answer {
+    let url = match reqwest::Url::parse(&format!("http://standin{}", request.target)) {
         Ok(u) => u,
         Err(_) => return (400, vec![], json!({"error": "bad request line"})),
     };
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
-    let (pool, cost): (&'static str, u64) = match url.path() {
+    let region = q.get("regionCode").cloned().unwrap_or_default();
+    let token = q.get("pageToken").cloned();
+    let page: u32 = token
+        .as_deref()
+        .and_then(|t| t.strip_prefix("CAUQ"))
+        .map(|n| n.split(|c: char| !c.is_ascii_digit()).next().unwrap_or(""))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    // The header wins over the query, as APIs that take both do.
+    let key = request
+        .header("x-api-key")
+        .map(String::from)
+        .or_else(|| q.get("key").cloned())
+        .unwrap_or_default();
+    if url.path().starts_with("/endless/") {
+        log(
+            state, request, &url, &key, &region, page, &token, 200, "", 0,
+        );
+        return (200, vec![(ENDLESS, String::new())], json!(null));
+    }
+    if url.path().starts_with("/echo/") {
+        let mut echo = vec![format!(
+            "Authorization: {}",
+            request.header("authorization").unwrap_or("none")
+        )];
+        echo.push(format!("{} {}", request.method, request.target));
+        echo.extend(request.headers.iter().map(|(k, v)| format!("{k}: {v}")));
+        let body = error_body(401, &echo.join("; "), "global", "unauthorized");
+        return (401, vec![], body);
+    }
+    let (status, headers, body, pool, cost) = respond(state, &url, &key, &region, page);
+    log(
+        state, request, &url, &key, &region, page, &token, status, pool, cost,
+    );
+    (status, headers, body)
+}
+
+/// Append one line to the request log, if there is one.
+#[allow(clippy::too_many_arguments)]
+fn log(
+    state: &State,
+    request: &Request,
+    url: &reqwest::Url,
+    key: &str,
+    region: &str,
+    page: u32,
+    token: &Option<String>,
+    status: u16,
+    pool: &str,
+    cost: u64,
+) {
+    let Some(log) = &state.log else { return };
+    let at = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    let line = json!({
+        "at_us": at, "method": request.method, "path": url.path(), "region": region,
+        "page": page, "token": token, "status": status, "pool": pool, "cost": cost,
+        "key_ok": key == state.opts.key, "referer": request.header("referer"),
+        "x_api_key": request.header("x-api-key"),
+    });
+    // One write per line, so a reader never sees half of one.
+    let mut f = log.lock().unwrap();
+    let _ = f.write_all(format!("{line}\n").as_bytes());
+}
+
+/// The answer to one request, and the pool and cost it was charged (none
+/// for a redirect or an unknown path).
+fn respond(
+    state: &State,
+    url: &reqwest::Url,
+    key: &str,
+    region: &str,
+    page: u32,
+) -> (
+    u16,
+    Vec<(&'static str, String)>,
+    serde_json::Value,
+    &'static str,
+    u64,
+) {
+    let path = url.path();
+    let query = url.query().map(|q| format!("?{q}")).unwrap_or_default();
+    if let Some(rest) = path.strip_prefix("/hop/") {
+        let (n, rest) = rest.split_once('/').unwrap_or((rest, ""));
+        let to = match n.parse::<u32>() {
+            Ok(n) if n > 1 => format!("/hop/{}/{rest}{query}", n - 1),
+            _ => format!("/{rest}{query}"),
+        };
+        return (302, vec![("Location", to)], json!({}), "", 0);
+    }
+    if let Some(rest) = path.strip_prefix("/away/") {
+        let mut parts = rest.splitn(3, '/');
+        let status = parts.next().and_then(|s| s.parse().ok()).unwrap_or(302);
+        let origin = parts.next().unwrap_or_default();
+        // Percent-decoded the way a query value is.
+        let origin: String = reqwest::Url::parse(&format!("http://x/?o={origin}"))
+            .ok()
+            .and_then(|u| u.query_pairs().next().map(|(_, v)| v.into_owned()))
+            .unwrap_or_default();
+        let to = format!("{origin}/{}{query}", parts.next().unwrap_or_default());
+        return (status, vec![("Location", to)], json!({}), "", 0);
+    }
+    let (pool, cost): (&'static str, u64) = match path {
         "/youtube/v3/videos" => ("units", 1),
         "/youtube/v3/search" => ("search", 1),
         _ => {
-            return (
-                404,
-                vec![],
-                error_body(404, "Not Found", "global", "notFound"),
-            );
+            let body = error_body(404, "Not Found", "global", "notFound");
+            return (404, vec![], body, "", 0);
         }
     };
-    let region = q.get("regionCode").cloned().unwrap_or_default();
-    let page: u32 = q
-        .get("pageToken")
-        .and_then(|t| t.strip_prefix("CAUQ"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    let key = q.get("key").cloned().unwrap_or_default();
 
     let number = {
         let mut n = state.requests.lock().unwrap();
@@ -95,7 +224,7 @@ pub fn answer(state: &State, target: &str) -> Answer {
     let (status, headers, body) = if key != state.opts.key {
         let m = "API key not valid. Please pass a valid API key.";
         (400, vec![], error_body(400, m, "global", "badRequest"))
-    } else if let Some(retry) = spend(state, &key, pool, cost) {
+    } else if let Some(retry) = spend(state, key, pool, cost) {
         let m = "The request cannot be completed because you have exceeded your <a href=\"/youtube/v3/getting-started#quota\">quota</a>.";
         if state.opts.answer_429 {
             let body = error_body(429, "Too many requests", "usageLimits", "rateLimitExceeded");
@@ -115,22 +244,18 @@ pub fn answer(state: &State, target: &str) -> Answer {
         let m = "The service is currently unavailable.";
         (503, vec![], error_body(503, m, "global", "backendError"))
     } else {
-        (200, vec![], page_body(&state.opts, pool, &region, page))
+        let mut body = page_body(&state.opts, pool, region, page);
+        if let (Some(n), Some(next)) = (state.opts.token_cycle, body.get_mut("nextPageToken")) {
+            *next = json!(format!("CAUQ{}", 1 + page % n.max(1)));
+        }
+        if state.opts.token_echoes_key
+            && let Some(next) = body.get_mut("nextPageToken")
+        {
+            *next = json!(format!("{}.{key}", next.as_str().unwrap_or_default()));
+        }
+        (200, vec![], body)
     };
-    if let Some(log) = &state.log {
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        let line = json!({
-            "at_us": at, "path": url.path(), "region": region, "page": page,
-            "status": status, "pool": pool, "cost": cost, "key_ok": key == state.opts.key,
-        });
-        // One write per line, so a reader never sees half of one.
-        let mut f = log.lock().unwrap();
-        let _ = f.write_all(format!("{line}\n").as_bytes());
-    }
-    (status, headers, body)
+    (status, headers, body, pool, cost)
 }
 
 /// Spend `cost` from the key's `pool`, or say how long until it would fit.
