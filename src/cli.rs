@@ -81,6 +81,13 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
 
+    /// Lift CREDENTIAL's upstream block now (when you know the upstream's
+    /// quota is back before the block ends)
+    Unblock {
+        /// The credential, as the configuration names it
+        credential: String,
+    },
+
     /// Print the man page (roff) to stdout
     Man,
 

@@ -11,6 +11,7 @@ mod ledger_conformance;
 mod ledger_equivalence;
 mod ledger_redis;
 mod operator;
+mod run_blocks;
 mod run_concurrency;
 mod run_config;
 mod run_jobs;

@@ -74,7 +74,7 @@ fn the_upstreams_403_blocks_the_credential_for_every_job() {
         "{r:?}"
     );
     assert!(
-        r.stderr.contains("upstream 403 quotaExceeded (job first)"),
+        r.stderr.contains("upstream 403 quotaExceeded (job first, "),
         "{r:?}"
     );
     assert!(

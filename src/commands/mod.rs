@@ -9,6 +9,7 @@ pub mod plan;
 pub mod run;
 pub mod status;
 pub mod table;
+pub mod unblock;
 
 use std::io::IsTerminal;
 
@@ -41,6 +42,10 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 table::emit(&String::from_utf8_lossy(&out))
             }
             Command::Man => man::execute(),
+            Command::Unblock { ref credential } => {
+                let (config, store) = configured(&cli, Secrets::Skip)?;
+                unblock::execute(&config, &store, credential).await
+            }
             Command::Check => {
                 let (config, store) = configured(&cli, Secrets::Read)?;
                 check::execute(&config, &store)

@@ -73,6 +73,13 @@ pub trait Ledger: Send + Sync {
         at: At,
     ) -> impl Future<Output = Result<Micros, StoreError>> + Send;
 
+    /// Lift the credential's upstream block. Returns the block that was
+    /// lifted (until, reason), if there was one in force or not.
+    fn unblock(
+        &self,
+        credential: &str,
+    ) -> impl Future<Output = Result<Option<(Micros, String)>, StoreError>> + Send;
+
     /// Read the credential's log for these pools, without spending.
     fn read(
         &self,

@@ -43,6 +43,7 @@ const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
 const BLOCK_LUA: &str = include_str!("../../lua/block.lua");
 const READ_LUA: &str = include_str!("../../lua/read.lua");
 const LOCK_LUA: &str = include_str!("../../lua/lock.lua");
+const UNBLOCK_LUA: &str = include_str!("../../lua/unblock.lua");
 
 /// A request that failed in a way that may pass (a lost reply, a dropped
 /// connection, a failover in progress) is sent again, the same request (a
@@ -62,6 +63,7 @@ pub struct RedisLedger {
     block: Script,
     read: Script,
     lock: Script,
+    unblock: Script,
 }
 
 #[derive(Default)]
@@ -172,6 +174,7 @@ impl RedisLedger {
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
             lock: Script::new(LOCK_LUA),
+            unblock: Script::new(UNBLOCK_LUA),
         })
     }
 
@@ -425,6 +428,21 @@ impl Ledger for RedisLedger {
             )
             .await?;
         int(&array(&reply)?[1])
+    }
+
+    async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
+        let mut inv = self.unblock.prepare_invoke();
+        inv.key(state_key(credential));
+        let inv = &inv;
+        let reply: Value = self
+            .retrying(
+                "unblock",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
+            .await?;
+        let r = array(&reply)?;
+        let until = int(&r[0])?;
+        Ok((until > 0).then(|| (until, text(&r[1]))))
     }
 
     async fn take_lock(

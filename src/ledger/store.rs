@@ -58,7 +58,7 @@ pub fn redact_url(url: &str) -> String {
 /// A ledger of either kind, chosen at run time from the configuration.
 #[derive(Clone)]
 pub enum Store {
-    Redis(RedisLedger),
+    Redis(Box<RedisLedger>),
     Embedded(EmbeddedLedger),
 }
 
@@ -66,7 +66,7 @@ impl Store {
     /// Open (or connect to) the store at `location`.
     pub async fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         Ok(match location {
-            StoreLocation::Redis(url) => Self::Redis(RedisLedger::connect(url).await?),
+            StoreLocation::Redis(url) => Self::Redis(Box::new(RedisLedger::connect(url).await?)),
             StoreLocation::Embedded(path) => {
                 let path = match path {
                     Some(p) => p.clone(),
@@ -102,6 +102,10 @@ impl Ledger for Store {
     ) -> Result<Micros, StoreError> {
         let end = end.into();
         each!(self, l => l.block(credential, end, reason, at))
+    }
+
+    async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
+        each!(self, l => l.unblock(credential))
     }
 
     async fn read(

@@ -641,7 +641,17 @@ impl<'a> JobRun<'a> {
         );
         let mut until = end.estimate();
         if let Some(store) = self.store {
-            let why = format!("upstream {status} {reason} (job {})", self.job.name);
+            // Who set it, when and why: `status` shows this text.
+            let when = charged_at.map_or_else(
+                || crate::timefmt::rfc3339(chrono::Utc::now().timestamp_micros()),
+                crate::timefmt::rfc3339,
+            );
+            let why = format!(
+                "upstream {status} {reason} (job {}, {} pid {}, at {when})",
+                self.job.name,
+                super::hostname(),
+                std::process::id()
+            );
             match store
                 .block(&self.cred.name, end, &why, At::StoreClock)
                 .await
@@ -672,7 +682,23 @@ impl<'a> JobRun<'a> {
                 }
             };
         }
-        BlockEnd::After(retry_after.unwrap_or_else(|| self.cred.longest_window()))
+        // Never longer than the credential's longest window: an upstream
+        // that says "for a century" (or overflows) must not stop every
+        // later tick for good. `quota unblock` lifts a block sooner.
+        let longest = self.cred.longest_window();
+        match retry_after {
+            Some(wait) if wait > longest => {
+                warn!(
+                    job = self.job.name,
+                    "the upstream asked to wait {}; capped at the credential's longest window, {}",
+                    fmt_duration(wait.min(Duration::from_secs(100 * 365 * 86_400))),
+                    fmt_duration(longest)
+                );
+                BlockEnd::After(longest)
+            }
+            Some(wait) => BlockEnd::After(wait),
+            None => BlockEnd::After(longest),
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod cursor;
 mod job_run;
 mod lock;
 pub mod output;
+mod quota_headers;
 mod report;
 mod shutdown;
 pub mod upstream;
@@ -69,7 +70,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
     run.finish(result).await
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .ok()

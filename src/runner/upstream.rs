@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::{Client, StatusCode};
 use serde::de::DeserializeSeed;
 
+use super::quota_headers::QuotaHeaders;
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
 
 /// Reasons in a 403 body that mean the upstream's own quota is spent.
@@ -153,11 +154,7 @@ pub async fn send(
     if status.is_redirection() {
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_retry_after);
+    let quota = QuotaHeaders::read(resp.headers());
     // A page is read up to `max_body`, never past it; an error answer up
     // to what its reasons and excerpt need.
     let limit = if status.is_success() {
@@ -180,7 +177,7 @@ pub async fn send(
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
     let pointer = step.paginate.as_ref().map(|p| p.token.as_str());
-    classify(status, retry_after, body, pointer, &secrets)
+    classify(status, quota, body, pointer, &secrets)
 }
 
 /// Read a body as it streams in, at most `limit` bytes; `true` when there
@@ -289,7 +286,7 @@ pub fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
 
 fn classify(
     status: StatusCode,
-    retry_after: Option<Duration>,
+    quota: QuotaHeaders,
     body: Vec<u8>,
     pointer: Option<&str>,
     secrets: &[&Secret],
@@ -313,15 +310,21 @@ fn classify(
         })
         .unwrap_or_default();
     let quota_reason = reasons.iter().find(|r| QUOTA_REASONS.contains(&r.as_str()));
+    // GitHub answers a spent quota with 403 and X-RateLimit-Remaining: 0.
+    let refused = status == StatusCode::FORBIDDEN || status == StatusCode::TOO_MANY_REQUESTS;
     if status == StatusCode::TOO_MANY_REQUESTS
         || (status == StatusCode::FORBIDDEN && quota_reason.is_some())
+        || (refused && quota.spent)
     {
+        let reason = match quota_reason {
+            Some(r) => r.clone(),
+            None if quota.spent => "rate limit exceeded: no units remaining".into(),
+            None => "too many requests".into(),
+        };
         return Answer::QuotaExhausted {
             status: status.as_u16(),
-            reason: quota_reason
-                .cloned()
-                .unwrap_or_else(|| "too many requests".into()),
-            retry_after,
+            reason,
+            retry_after: quota.wait,
         };
     }
     if status.is_server_error() {
@@ -404,11 +407,6 @@ fn cannot_succeed(e: &reqwest::Error) -> Option<&'static str> {
         source = s.source();
     }
     None
-}
-
-/// `Retry-After` as seconds (the HTTP-date form is rare on APIs: ignored).
-fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
 /// Check that `body` is one JSON document and find the page token at
@@ -540,7 +538,7 @@ mod tests {
         let body = br#"{"error":{"code":403,"errors":[{"domain":"youtube.quota","reason":"quotaExceeded"}]}}"#;
         let a = classify(
             StatusCode::FORBIDDEN,
-            None,
+            QuotaHeaders::default(),
             body.to_vec(),
             None,
             &[&secret()],
@@ -551,7 +549,10 @@ mod tests {
         );
         let a = classify(
             StatusCode::TOO_MANY_REQUESTS,
-            Some(Duration::from_secs(7)),
+            QuotaHeaders {
+                wait: Some(Duration::from_secs(7)),
+                spent: false,
+            },
             b"slow down".to_vec(),
             None,
             &[&secret()],
@@ -563,11 +564,40 @@ mod tests {
     }
 
     #[test]
+    fn a_403_whose_headers_say_nothing_remains_means_the_quota_is_spent() {
+        let body = br#"{"message":"API rate limit exceeded for installation ID 1."}"#;
+        let spent = QuotaHeaders {
+            wait: Some(Duration::from_secs(300)),
+            spent: true,
+        };
+        let a = classify(
+            StatusCode::FORBIDDEN,
+            spent,
+            body.to_vec(),
+            None,
+            &[&secret()],
+        );
+        assert!(
+            matches!(a, Answer::QuotaExhausted { retry_after: Some(d), .. } if d.as_secs() == 300),
+            "{a:?}"
+        );
+        // The same 403 with units left is a refusal.
+        let a = classify(
+            StatusCode::FORBIDDEN,
+            QuotaHeaders::default(),
+            body.to_vec(),
+            None,
+            &[&secret()],
+        );
+        assert!(matches!(a, Answer::Refused { status: 403, .. }), "{a:?}");
+    }
+
+    #[test]
     fn other_403s_are_refusals_with_a_redacted_excerpt() {
         let body = br#"{"error":{"code":403,"message":"key SEKRET lacks access","errors":[{"reason":"forbidden"}]}}"#;
         match classify(
             StatusCode::FORBIDDEN,
-            None,
+            QuotaHeaders::default(),
             body.to_vec(),
             None,
             &[&secret()],
@@ -583,11 +613,23 @@ mod tests {
     #[test]
     fn server_errors_and_bad_bodies_are_transient() {
         assert!(matches!(
-            classify(StatusCode::BAD_GATEWAY, None, vec![], None, &[]),
+            classify(
+                StatusCode::BAD_GATEWAY,
+                QuotaHeaders::default(),
+                vec![],
+                None,
+                &[]
+            ),
             Answer::Transient(_)
         ));
         assert!(matches!(
-            classify(StatusCode::OK, None, b"<html>".to_vec(), None, &[]),
+            classify(
+                StatusCode::OK,
+                QuotaHeaders::default(),
+                b"<html>".to_vec(),
+                None,
+                &[]
+            ),
             Answer::Transient(_)
         ));
     }

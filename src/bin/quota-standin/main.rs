@@ -56,6 +56,16 @@ pub struct Options {
     #[arg(long)]
     pub answer_429: bool,
 
+    /// With --answer-429: send this Retry-After value as it is (seconds or
+    /// an HTTP-date, sane or not) instead of the seconds until units free up
+    #[arg(long, value_name = "VALUE", requires = "answer_429")]
+    pub retry_after: Option<String>,
+
+    /// Answer a spent quota as GitHub does: 403, `X-RateLimit-Remaining: 0`,
+    /// `X-RateLimit-Reset` (epoch seconds) and "API rate limit exceeded"
+    #[arg(long, conflicts_with = "answer_429")]
+    pub answer_github: bool,
+
     /// Page tokens go in circles of N: after page P comes token CAUQ{1 + P mod N}
     /// (1: the same token again and again)
     #[arg(long, value_name = "N")]

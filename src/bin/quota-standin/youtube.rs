@@ -228,9 +228,26 @@ fn respond(
         let m = "The request cannot be completed because you have exceeded your <a href=\"/youtube/v3/getting-started#quota\">quota</a>.";
         if state.opts.answer_429 {
             let body = error_body(429, "Too many requests", "usageLimits", "rateLimitExceeded");
+            let after = (state.opts.retry_after.clone())
+                .unwrap_or_else(|| retry.as_secs().max(1).to_string());
+            (429, vec![("Retry-After", after)], body)
+        } else if state.opts.answer_github {
+            let reset = SystemTime::now() + retry + Duration::from_secs(1);
+            let epoch = reset
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            let body = json!({
+                "message": "API rate limit exceeded for installation ID 1.",
+                "documentation_url": "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+            });
             (
-                429,
-                vec![("Retry-After", retry.as_secs().max(1).to_string())],
+                403,
+                vec![
+                    ("X-RateLimit-Limit", "5000".to_string()),
+                    ("X-RateLimit-Remaining", "0".to_string()),
+                    ("X-RateLimit-Reset", epoch.to_string()),
+                ],
                 body,
             )
         } else {

@@ -238,6 +238,19 @@ impl Ledger for EmbeddedLedger {
         .await
     }
 
+    async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
+        let credential = credential.to_string();
+        self.transaction(move |tx| {
+            let row = credential_row(tx, &credential)?;
+            tx.execute(
+                "UPDATE credential SET blocked_until = 0, blocked_reason = '' WHERE name = ?1",
+                [&credential],
+            )?;
+            Ok((row.blocked_until > 0).then_some((row.blocked_until, row.blocked_reason)))
+        })
+        .await
+    }
+
     async fn take_lock(
         &self,
         job: &str,

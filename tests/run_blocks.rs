@@ -1,0 +1,110 @@
+//! Upstream blocks an operator can live with: a `Retry-After` of a century is
+//! capped at the credential's longest window (with a warning), GitHub's
+//! rate-limit answer (403 with `X-RateLimit-Remaining: 0`) blocks until its
+//! reset, `status` says who set a block, when and why, and `quota unblock`
+//! lifts one. The real binary, the embedded store, the stand-in upstream.
+
+use crate::common::deployment::{Deployment, WIDE, deployment_yaml, embedded_store, videos_job};
+use crate::common::standin::Standin;
+
+const HOUR_US: i64 = 3_600_000_000;
+
+/// A deployment of one job on `up`, the embedded store, a 1 h window.
+fn deployment(up: &Standin) -> Deployment {
+    let d = Deployment::new("");
+    let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &jobs,
+    ));
+    d
+}
+
+fn blocked_until(d: &Deployment) -> Option<i64> {
+    let json = d.status_json();
+    json["credentials"][0]["blocked_until"].as_str().map(|t| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .unwrap()
+            .timestamp_micros()
+    })
+}
+
+#[test]
+fn a_retry_after_of_a_century_is_capped_at_the_longest_window() {
+    for huge in ["99999999999", "18446744073709551615"] {
+        let up = Standin::start(&["--units", "1", "--answer-429", "--retry-after", huge]);
+        let d = deployment(&up);
+        let before = chrono::Utc::now().timestamp_micros();
+        let r = d.quota(&["run"]);
+        let after = chrono::Utc::now().timestamp_micros();
+        assert_eq!(r.code, 75, "{huge}: {r:?}");
+        assert!(
+            r.stderr
+                .contains("capped at the credential's longest window, 1h"),
+            "{r:?}"
+        );
+        // Neither the year 5195 nor "until now": one hour from the block.
+        let until = blocked_until(&d).expect("blocked");
+        assert!(
+            before + HOUR_US - 1_000_000 <= until && until <= after + HOUR_US,
+            "{huge}: blocked until {until}, run between {before} and {after}"
+        );
+    }
+}
+
+#[test]
+fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
+    // GitHub's answer: 403, X-RateLimit-Remaining: 0, the reset in epoch
+    // seconds (the stand-in's window, 10 min, plus a second).
+    let up = Standin::start(&["--units", "1", "--answer-github", "--window", "10m"]);
+    let d = deployment(&up);
+    let before = chrono::Utc::now().timestamp_micros();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("upstream answered 403 (rate limit exceeded"),
+        "{r:?}"
+    );
+    let until = blocked_until(&d).expect("blocked until the reset");
+    let ten_min = 600_000_000;
+    assert!(
+        until >= before + ten_min - 2_000_000 && until <= before + ten_min + 3_000_000,
+        "blocked until {until}, the reset was about {}",
+        before + ten_min
+    );
+    // Who set it, when and why.
+    let r = d.quota(&["status"]);
+    assert!(r.stdout.contains("BLOCKED by the upstream"), "{r:?}");
+    assert!(
+        r.stdout.contains("upstream 403 rate limit exceeded"),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains("(job first, "), "{r:?}");
+    assert!(r.stdout.contains(" pid "), "{r:?}");
+    assert!(r.stdout.contains(", at 20"), "{r:?}");
+    // The next run stops before sending anything.
+    let sent = up.seen().len();
+    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(up.seen().len(), sent);
+
+    // `quota unblock` lifts it; the next run sends again.
+    let r = d.quota(&["unblock", "main"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("credential main: block lifted"), "{r:?}");
+    assert_eq!(blocked_until(&d), None);
+    let r = d.quota(&["unblock", "main"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("credential main was not blocked"),
+        "{r:?}"
+    );
+    assert_eq!(d.quota(&["unblock", "nobody"]).code, 2);
+    d.quota(&["run"]);
+    assert!(
+        up.seen().len() > sent,
+        "the run after unblock sent a request"
+    );
+}
