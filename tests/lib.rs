@@ -13,6 +13,7 @@ mod ledger_redis;
 mod operator;
 mod run_concurrency;
 mod run_config;
+mod run_files;
 mod run_jobs;
 mod run_secrets;
 mod run_stops;

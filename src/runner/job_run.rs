@@ -13,7 +13,7 @@ use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
-use crate::atomic_file::write_atomically;
+use crate::atomic_file::write_new;
 use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
@@ -172,16 +172,27 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
-        let run_number = cursor.run + 1;
-        let removed = output::prepare(&job.output, &job.name).map_err(|source| Error::Io {
+        let prepared = output::prepare(&job.output, &job.name).map_err(|source| Error::Io {
             what: "prepare the output folder",
             path: job.output.clone(),
             source,
         })?;
-        if removed > 0 {
+        if prepared.removed > 0 {
             info!(
                 job = job.name,
-                "removed {removed} temporary file(s) a killed run left"
+                "removed {} temporary file(s) a killed run left", prepared.removed
+            );
+        }
+        // A page is never replaced: a run is numbered after every run whose
+        // pages are in the folder, even when the store lost the cursor.
+        let run_number = cursor.run.max(prepared.highest_run) + 1;
+        if prepared.highest_run > cursor.run {
+            warn!(
+                job = job.name,
+                "{} holds pages of run {} but the store's cursor says run {} (a new or reset store?): this run is run {run_number}, so no page is replaced",
+                job.output.display(),
+                prepared.highest_run,
+                cursor.run
             );
         }
         // A folder that takes no page would fail every page after its
@@ -501,12 +512,21 @@ impl<'a> JobRun<'a> {
             );
             masked.as_bytes()
         };
-        let path =
-            write_atomically(&self.job.output, &name, bytes).map_err(|source| Error::Io {
-                what: "write",
-                path: self.job.output.join(&name),
-                source,
-            })?;
+        let path = write_new(&self.job.output, &name, bytes).map_err(|source| {
+            let path = self.job.output.join(&name);
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::PageExists {
+                    job: self.job.name.clone(),
+                    path,
+                }
+            } else {
+                Error::Io {
+                    what: "write",
+                    path,
+                    source,
+                }
+            }
+        })?;
         self.report.pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());

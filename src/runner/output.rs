@@ -1,6 +1,8 @@
 //! Output files: one JSON document per fetched page, written atomically
-//! (hidden temporary file, fsync, rename, fsync of the folder), so a run
-//! killed at any moment leaves no partial file under a visible name.
+//! (hidden temporary file, fsync, a new name, fsync of the folder), so a run
+//! killed at any moment leaves no partial file under a visible name, and
+//! never over an existing file: a run is numbered after the highest run
+//! whose pages are in the folder, and a page takes only a free name.
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
 //! `trending.r000042.US.s0.p1.json` (no region part for a job without
@@ -35,22 +37,48 @@ impl PageName<'_> {
     }
 }
 
-/// Create the output folder and remove temporary files a killed run of
-/// `job` left there. Returns how many were removed.
-pub fn prepare(dir: &Path, job: &str) -> std::io::Result<usize> {
+/// What [`prepare`] found in the output folder.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// Temporary files a killed run left, removed.
+    pub removed: usize,
+    /// The highest run number among the job's page files (0: none).
+    pub highest_run: u64,
+}
+
+/// Create the output folder, remove temporary files a killed run of `job`
+/// left there, and find the highest run number of its pages, so that a run
+/// whose cursor was lost (a new or reset store) is numbered after them and
+/// never takes an existing page's name.
+pub fn prepare(dir: &Path, job: &str) -> std::io::Result<Prepared> {
     fs::create_dir_all(dir)?;
     let prefix = format!(".{job}.r");
-    let mut removed = 0;
+    let mut found = Prepared::default();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
         if name.starts_with(&prefix) && name.ends_with(".json.tmp") {
             fs::remove_file(entry.path())?;
-            removed += 1;
+            found.removed += 1;
+        } else if let Some(run) = page_run(&name, job) {
+            found.highest_run = found.highest_run.max(run);
         }
     }
-    Ok(removed)
+    Ok(found)
+}
+
+/// The run number of `name` if it is a page file of `job`
+/// (`JOB.rRUN.….json`). Another job whose name starts with `JOB.r` followed
+/// by digits could be counted too: that only makes the next run's number
+/// higher, never one already used.
+fn page_run(name: &str, job: &str) -> Option<u64> {
+    let rest = name.strip_prefix(job)?.strip_prefix(".r")?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+    if digits == 0 || !rest[digits..].starts_with('.') || !name.ends_with(".json") {
+        return None;
+    }
+    rest[..digits].parse().ok()
 }
 
 #[cfg(test)]
@@ -73,6 +101,32 @@ mod tests {
     }
 
     #[test]
+    fn finds_the_highest_run_of_this_jobs_pages_only() {
+        assert_eq!(page_run("feed.r000042.US.s0.p1.json", "feed"), Some(42));
+        assert_eq!(
+            page_run("feed.r1234567.s0.p1.json", "feed"),
+            Some(1_234_567)
+        );
+        assert_eq!(page_run("feed.reddit.r000009.US.s0.p0.json", "feed"), None);
+        assert_eq!(page_run("feed.r000009.US.s0.p0.json.tmp", "feed"), None);
+        assert_eq!(page_run("feed.r.US.s0.p0.json", "feed"), None);
+        assert_eq!(page_run("other.r000009.US.s0.p0.json", "feed"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "feed.r000003.US.s0.p0.json",
+            "feed.r000007.s0.p0.json",
+            "feed.reddit.r000099.US.s0.p0.json",
+            "notes.txt",
+        ] {
+            fs::write(dir.path().join(name), "{}").unwrap();
+        }
+        assert_eq!(prepare(dir.path(), "feed").unwrap().highest_run, 7);
+        assert_eq!(prepare(dir.path(), "feed.reddit").unwrap().highest_run, 99);
+        assert_eq!(prepare(dir.path(), "new").unwrap().highest_run, 0);
+    }
+
+    #[test]
     fn writes_atomically_and_cleans_only_this_jobs_leftovers() {
         let dir = tempfile::tempdir().unwrap();
         let p = write_atomically(dir.path(), "j.r000001.US.s0.p0.json", b"{}").unwrap();
@@ -83,7 +137,7 @@ mod tests {
         )
         .unwrap();
         fs::write(dir.path().join(".other.r000002.US.s0.p0.json.tmp"), "x").unwrap();
-        assert_eq!(prepare(dir.path(), "j").unwrap(), 1);
+        assert_eq!(prepare(dir.path(), "j").unwrap().removed, 1);
         let mut left: Vec<_> = fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
