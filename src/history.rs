@@ -105,7 +105,9 @@ impl History {
         let Some(dir) = path.parent() else { return };
         let _ = std::fs::create_dir_all(dir);
         let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
-        let _ = crate::atomic_file::write_atomically(dir, "history.json", text.as_bytes());
+        // `+history`: no job's temporary files, whatever the jobs are called.
+        let _ =
+            crate::atomic_file::write_atomically(dir, "+history", "history.json", text.as_bytes());
     }
 }
 

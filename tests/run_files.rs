@@ -62,3 +62,93 @@ fn a_new_store_never_replaces_a_page() {
     assert!(r.stderr.contains("run 3 starts at region US"), "{r:?}");
     assert_eq!(d.outputs("trending").len(), 6);
 }
+
+/// Hidden files of a folder, sorted.
+fn hidden(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Two jobs write to one folder, `feed` and `feed.reddit`: a run of `feed`
+/// removes what a killed run of `feed` left, and nothing of `feed.reddit`'s,
+/// whatever its temporary files are called.
+#[test]
+fn a_job_removes_only_its_own_leftovers() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let jobs = ["feed", "feed.reddit"].map(|name| {
+        videos_job(name, "main", &["US"], 1, &up.base())
+            .replace(&format!("output: out/{name}"), "output: out/shared")
+    });
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &jobs,
+    ));
+    let shared = d.path().join("out/shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let others = [
+        // What builds before this one left (a `feed` prefix, but
+        // feed.reddit's page), and what a killed run of feed.reddit leaves.
+        ".feed.reddit.r000001.US.s0.p0.json.tmp",
+        ".feed.reddit~feed.reddit.r000001.US.s0.p0.json.tmp",
+    ];
+    for name in others
+        .iter()
+        .chain([&".feed~feed.r000009.US.s0.p0.json.tmp"])
+    {
+        std::fs::write(shared.join(name), "{\"partial").unwrap();
+    }
+
+    let r = d.quota(&["run", "feed"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("removed 1 temporary file(s) a killed run left"),
+        "{r:?}"
+    );
+    assert_eq!(hidden(&shared), others.map(String::from));
+    assert!(shared.join("feed.r000001.US.s0.p0.json").exists());
+}
+
+/// A run that holds no lock (the store is unreachable and the job is
+/// fail_open, so it runs unmetered) leaves every temporary file alone: a
+/// run that holds the lock may be writing it. The next run with the lock
+/// removes it.
+#[test]
+fn leftovers_are_removed_only_under_the_lock() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    d.write(&deployment_yaml(
+        "redis://127.0.0.1:1/0",
+        WIDE,
+        "fail_open",
+        std::slice::from_ref(&job),
+    ));
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    let leftover = ".trending~trending.r000009.US.s0.p0.json.tmp";
+    std::fs::write(out.join(leftover), "{\"partial").unwrap();
+
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("UNMETERED RUN"), "{r:?}");
+    assert_eq!(hidden(&out), [leftover]);
+
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_open",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(hidden(&out).is_empty(), "{:?}", hidden(&out));
+}

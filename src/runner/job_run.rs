@@ -172,11 +172,15 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
-        let prepared = output::prepare(&job.output, &job.name).map_err(|source| Error::Io {
-            what: "prepare the output folder",
-            path: job.output.clone(),
-            source,
-        })?;
+        // Leftovers are removed only while this run holds the job's lock:
+        // an unmetered run (no lock) could be racing a run that has it.
+        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
+        let prepared =
+            output::prepare(&job.output, &job.name, locked).map_err(|source| Error::Io {
+                what: "prepare the output folder",
+                path: job.output.clone(),
+                source,
+            })?;
         if prepared.removed > 0 {
             info!(
                 job = job.name,
@@ -512,7 +516,7 @@ impl<'a> JobRun<'a> {
             );
             masked.as_bytes()
         };
-        let path = write_new(&self.job.output, &name, bytes).map_err(|source| {
+        let path = write_new(&self.job.output, &self.job.name, &name, bytes).map_err(|source| {
             let path = self.job.output.join(&name);
             if source.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::PageExists {

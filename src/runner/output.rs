@@ -6,11 +6,14 @@
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
 //! `trending.r000042.US.s0.p1.json` (no region part for a job without
-//! regions). Temporary files are `.JOB.….json.tmp`; a later run of the same
-//! job removes any that a killed run left.
+//! regions). Temporary files are `.JOB~….tmp` (see [`crate::atomic_file`]);
+//! a later run of the same job, holding the job's lock, removes any that a
+//! killed run left, and never another job's.
 
 use std::fs;
 use std::path::Path;
+
+use crate::atomic_file::is_temp_of;
 
 /// Where a page goes, and what it is called.
 pub struct PageName<'a> {
@@ -46,21 +49,23 @@ pub struct Prepared {
     pub highest_run: u64,
 }
 
-/// Create the output folder, remove temporary files a killed run of `job`
-/// left there, and find the highest run number of its pages, so that a run
-/// whose cursor was lost (a new or reset store) is numbered after them and
-/// never takes an existing page's name.
-pub fn prepare(dir: &Path, job: &str) -> std::io::Result<Prepared> {
+/// Create the output folder, find the highest run number of `job`'s pages,
+/// so that a run whose cursor was lost (a new or reset store) is numbered
+/// after them and never takes an existing page's name, and, when `clean`
+/// (the run holds the job's lock, so no other run of it is writing), remove
+/// the temporary files a killed run of `job` left there: its own only.
+pub fn prepare(dir: &Path, job: &str, clean: bool) -> std::io::Result<Prepared> {
     fs::create_dir_all(dir)?;
-    let prefix = format!(".{job}.r");
     let mut found = Prepared::default();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".json.tmp") {
-            fs::remove_file(entry.path())?;
-            found.removed += 1;
+        if is_temp_of(&name, job) {
+            if clean {
+                fs::remove_file(entry.path())?;
+                found.removed += 1;
+            }
         } else if let Some(run) = page_run(&name, job) {
             found.highest_run = found.highest_run.max(run);
         }
@@ -84,7 +89,7 @@ fn page_run(name: &str, job: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::atomic_file::write_atomically;
+    use crate::atomic_file::write_new;
 
     #[test]
     fn names_are_deterministic_and_sort_by_run() {
@@ -121,32 +126,48 @@ mod tests {
         ] {
             fs::write(dir.path().join(name), "{}").unwrap();
         }
-        assert_eq!(prepare(dir.path(), "feed").unwrap().highest_run, 7);
-        assert_eq!(prepare(dir.path(), "feed.reddit").unwrap().highest_run, 99);
-        assert_eq!(prepare(dir.path(), "new").unwrap().highest_run, 0);
+        assert_eq!(prepare(dir.path(), "feed", true).unwrap().highest_run, 7);
+        assert_eq!(
+            prepare(dir.path(), "feed.reddit", true)
+                .unwrap()
+                .highest_run,
+            99
+        );
+        assert_eq!(prepare(dir.path(), "new", true).unwrap().highest_run, 0);
     }
 
     #[test]
-    fn writes_atomically_and_cleans_only_this_jobs_leftovers() {
+    fn cleans_only_this_jobs_leftovers_and_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let p = write_atomically(dir.path(), "j.r000001.US.s0.p0.json", b"{}").unwrap();
+        let d = dir.path();
+        let p = write_new(d, "j", "j.r000001.US.s0.p0.json", b"{}").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{}");
-        fs::write(
-            dir.path().join(".j.r000002.US.s0.p0.json.tmp"),
-            "{\"partial",
-        )
-        .unwrap();
-        fs::write(dir.path().join(".other.r000002.US.s0.p0.json.tmp"), "x").unwrap();
-        assert_eq!(prepare(dir.path(), "j").unwrap().removed, 1);
-        let mut left: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
+        for leftover in [
+            ".j~j.r000002.US.s0.p0.json.tmp",
+            ".j.r~j.r.r000002.US.s0.p0.json.tmp",
+            ".other~other.r000002.US.s0.p0.json.tmp",
+            ".j.r000002.US.s0.p0.json.tmp",
+        ] {
+            fs::write(d.join(leftover), "{\"partial").unwrap();
+        }
+        let left = || {
+            let mut v: Vec<_> = fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // Without the lock: nothing removed.
+        assert_eq!(prepare(d, "j", false).unwrap().removed, 0);
+        assert_eq!(left().len(), 5);
+        assert_eq!(prepare(d, "j", true).unwrap().removed, 1);
         assert_eq!(
-            left,
+            left(),
             [
-                ".other.r000002.US.s0.p0.json.tmp",
+                ".j.r000002.US.s0.p0.json.tmp",
+                ".j.r~j.r.r000002.US.s0.p0.json.tmp",
+                ".other~other.r000002.US.s0.p0.json.tmp",
                 "j.r000001.US.s0.p0.json"
             ]
         );
