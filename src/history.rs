@@ -106,8 +106,14 @@ impl History {
         let _ = std::fs::create_dir_all(dir);
         let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
         // `+history`: no job's temporary files, whatever the jobs are called.
-        let _ =
-            crate::atomic_file::write_atomically(dir, "+history", "history.json", text.as_bytes());
+        let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);
+        let _ = crate::atomic_file::write_atomically(
+            dir,
+            "+history",
+            "history.json",
+            text.as_bytes(),
+            mode,
+        );
     }
 }
 

@@ -152,3 +152,117 @@ fn leftovers_are_removed_only_under_the_lock() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(hidden(&out).is_empty(), "{:?}", hidden(&out));
 }
+
+/// The mode of a file, permission bits only.
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Under the usual umask 022 (which left pages and the ledger 0644, API
+/// answers readable by every user of the host), what quota creates is 0640;
+/// `QUOTA_FILE_MODE` sets another mode, and a wrong one stops the run
+/// before anything is charged or sent (exit 2).
+#[test]
+fn pages_the_ledger_and_the_history_are_not_world_readable() {
+    let umask = ["bash", "-c", "umask 022 && exec \"$0\" \"$@\""];
+    for (file_mode, want) in [(None, 0o640), (Some("0600"), 0o600), (Some("0644"), 0o644)] {
+        let up = Standin::start(&["--pages", "1"]);
+        let d = Deployment::new("");
+        let job = videos_job("trending", "main", &["US"], 1, &up.base());
+        d.write(&deployment_yaml(
+            &embedded_store(&d),
+            WIDE,
+            "fail_closed",
+            &[job],
+        ));
+        let mut cmd = d.cmd_via(&umask, &["run"]);
+        if let Some(m) = file_mode {
+            cmd.env("QUOTA_FILE_MODE", m);
+        }
+        let r = crate::common::deployment::run(&mut cmd);
+        assert_eq!(r.code, 0, "{r:?}");
+        for file in [
+            "out/trending/trending.r000001.US.s0.p0.json",
+            "ledger.sqlite3",
+            "state/quota/history.json",
+        ] {
+            assert_eq!(
+                mode(&d.path().join(file)),
+                want,
+                "{file} with QUOTA_FILE_MODE={file_mode:?}"
+            );
+        }
+    }
+
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let r = crate::common::deployment::run(d.cmd(&["run"]).env("QUOTA_FILE_MODE", "0755"));
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("QUOTA_FILE_MODE=0755: only read and write bits may be given"),
+        "{r:?}"
+    );
+    assert!(up.seen().is_empty(), "{:?}", up.seen());
+    assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
+}
+
+/// In a folder that others can write to, someone plants symlinks under the
+/// names temporary files had (`.PAGE.tmp` before, `.JOB~PAGE.tmp`), aimed
+/// at a file of theirs or of root's. A run (here one that holds no lock, so
+/// it removes no leftover) writes its pages beside them, never through
+/// them.
+#[test]
+fn a_planted_symlink_is_never_written_through() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+    d.write(&deployment_yaml(
+        "redis://127.0.0.1:1/0",
+        WIDE,
+        "fail_open",
+        &[job],
+    ));
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    let victim = d.path().join("victim");
+    std::fs::write(&victim, "root's secret").unwrap();
+    let mut planted = Vec::new();
+    for region in ["US", "GB"] {
+        let page = format!("trending.r000001.{region}.s0.p0.json");
+        for name in [format!(".{page}.tmp"), format!(".trending~{page}.tmp")] {
+            std::os::unix::fs::symlink(&victim, out.join(&name)).unwrap();
+            planted.push(name);
+        }
+    }
+
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's secret");
+    for region in ["US", "GB"] {
+        let page = out.join(format!("trending.r000001.{region}.s0.p0.json"));
+        let meta = std::fs::symlink_metadata(&page).unwrap();
+        assert!(meta.is_file(), "{} is not a plain file", page.display());
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&page).unwrap()).unwrap();
+        assert_eq!(v["kind"], "youtube#videoListResponse");
+    }
+    planted.sort();
+    assert_eq!(
+        hidden(&out),
+        planted,
+        "the run left no temporary file of its own"
+    );
+}

@@ -13,7 +13,7 @@ use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
-use crate::atomic_file::write_new;
+use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
@@ -172,6 +172,8 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
+        // A wrong QUOTA_FILE_MODE stops the run before anything is charged.
+        file_mode().map_err(Error::Usage)?;
         // Leftovers are removed only while this run holds the job's lock:
         // an unmetered run (no lock) could be racing a run that has it.
         let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
@@ -516,21 +518,23 @@ impl<'a> JobRun<'a> {
             );
             masked.as_bytes()
         };
-        let path = write_new(&self.job.output, &self.job.name, &name, bytes).map_err(|source| {
-            let path = self.job.output.join(&name);
-            if source.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::PageExists {
-                    job: self.job.name.clone(),
-                    path,
+        let mode = file_mode().map_err(Error::Usage)?;
+        let path =
+            write_new(&self.job.output, &self.job.name, &name, bytes, mode).map_err(|source| {
+                let path = self.job.output.join(&name);
+                if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::PageExists {
+                        job: self.job.name.clone(),
+                        path,
+                    }
+                } else {
+                    Error::Io {
+                        what: "write",
+                        path,
+                        source,
+                    }
                 }
-            } else {
-                Error::Io {
-                    what: "write",
-                    path,
-                    source,
-                }
-            }
-        })?;
+            })?;
         self.report.pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());

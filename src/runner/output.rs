@@ -6,9 +6,10 @@
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
 //! `trending.r000042.US.s0.p1.json` (no region part for a job without
-//! regions). Temporary files are `.JOB~….tmp` (see [`crate::atomic_file`]);
-//! a later run of the same job, holding the job's lock, removes any that a
-//! killed run left, and never another job's.
+//! regions). Temporary files are `.JOB~NAME~RANDOM.tmp`, created
+//! exclusively (see [`crate::atomic_file`]); a later run of the same job,
+//! holding the job's lock, removes any that a killed run left, and never
+//! another job's. Pages are created 0640 (`QUOTA_FILE_MODE`), less the umask.
 
 use std::fs;
 use std::path::Path;
@@ -140,7 +141,7 @@ mod tests {
     fn cleans_only_this_jobs_leftovers_and_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let p = write_new(d, "j", "j.r000001.US.s0.p0.json", b"{}").unwrap();
+        let p = write_new(d, "j", "j.r000001.US.s0.p0.json", b"{}", 0o640).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{}");
         for leftover in [
             ".j~j.r000002.US.s0.p0.json.tmp",

@@ -138,6 +138,20 @@ impl EmbeddedLedger {
                 StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
+        // A new store file is made here, with quota's file mode (0640 unless
+        // QUOTA_FILE_MODE says otherwise, less the umask), not SQLite's 0644:
+        // SQLite gives its -wal and -shm files the same mode.
+        let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);
+        match crate::atomic_file::create_exclusive(path, mode) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot create {}: {e}",
+                    path.display()
+                )));
+            }
+        }
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
