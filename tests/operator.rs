@@ -142,7 +142,11 @@ fn status_on_a_known_ledger() {
         json["at"], T0,
         "the status was not made on the frozen clock"
     );
-    insta::assert_snapshot!("status_json", serde_json::to_string_pretty(&json).unwrap());
+    insta::assert_snapshot!(
+        "status_json",
+        scrub(&d, &serde_json::to_string_pretty(&json).unwrap())
+    );
+    assert_eq!(json["store_exists"], true);
     // Spot checks that do not depend on the snapshot being reviewed.
     let units_1h = &json["credentials"][0]["pools"][0]["windows"][1];
     assert_eq!(units_1h["used"], 5);
@@ -220,6 +224,83 @@ fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
         other => panic!("the lock changed hands: {other:?}"),
     }
     assert!(!d.path().join("out").exists(), "no output written");
+}
+
+/// On a fresh machine, `status` and `run --dry-run` name the store they
+/// read and say that it does not exist yet; they create nothing (no store
+/// file, no folder, no history), so that a status run as root before the
+/// service's first run leaves nothing the service cannot write.
+#[test]
+fn status_and_dry_run_never_create_a_store() {
+    let up = Standin::start(&["--pages", "1"]);
+    for store in ["embedded:ledger.sqlite3", "embedded"] {
+        let d = Deployment::new(
+            &config(&up.base())
+                .replace("store: embedded:ledger.sqlite3", &format!("store: {store}")),
+        );
+        let file = if store == "embedded" {
+            d.path().join("state/quota/ledger.sqlite3")
+        } else {
+            d.path().join("ledger.sqlite3")
+        };
+        let before = std::fs::read_dir(d.path()).unwrap().count();
+
+        let r = d.quota(&["status"]);
+        assert_eq!(r.code, 0, "{store}: {r:?}");
+        assert!(
+            r.stdout.starts_with(&format!(
+                "store: embedded {} does not exist yet: no run has charged anything through it",
+                file.display()
+            )),
+            "{store}: {r:?}"
+        );
+        assert!(r.stdout.contains("0 charges recorded"), "{r:?}");
+        assert!(r.stdout.contains("job trending has not run yet"), "{r:?}");
+        let json = d.status_json();
+        assert_eq!(json["store"], format!("embedded {}", file.display()));
+        assert_eq!(json["store_exists"], false);
+        assert_eq!(
+            json["credentials"][0]["pools"][0]["windows"][0]["remaining"],
+            90
+        );
+
+        let r = d.quota(&["run", "--dry-run"]);
+        assert_eq!(r.code, 0, "{store}: {r:?}");
+        assert!(
+            r.stdout.contains(&format!(
+                "store: embedded {} (does not exist yet: nothing charged, planned against full budgets; the dry run created nothing)",
+                file.display()
+            )),
+            "{store}: {r:?}"
+        );
+        assert!(
+            r.stdout
+                .contains("next run: fits what remains now (9 calls)"),
+            "{r:?}"
+        );
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            before,
+            "{store}: status and the dry run created something in {}",
+            d.path().display()
+        );
+        assert!(!file.exists() && !d.path().join("state").exists());
+
+        // The first run creates it; status then reads it.
+        let r = run(d
+            .cmd(&["run", "trending"])
+            .env("QUOTA_TEST_NEVER_SET", "demo-key"));
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(file.exists());
+        let r = d.quota(&["status"]);
+        assert!(
+            r.stdout
+                .starts_with(&format!("store: embedded {}\n\n", file.display())),
+            "{r:?}"
+        );
+        assert!(r.stdout.contains("3 charges recorded"), "{r:?}");
+        assert_eq!(d.status_json()["store_exists"], true);
+    }
 }
 
 #[test]

@@ -38,6 +38,17 @@ impl StoreLocation {
     }
 }
 
+impl StoreLocation {
+    /// This location with `embedded` (the default) resolved to its file, so
+    /// that messages name the file a command reads.
+    pub fn resolved(&self) -> Result<Self, StoreError> {
+        Ok(match self {
+            Self::Embedded(None) => Self::Embedded(Some(EmbeddedLedger::default_path()?)),
+            other => other.clone(),
+        })
+    }
+}
+
 /// A store URL with any password masked, fit for logs and errors.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -73,6 +84,26 @@ impl Store {
                     None => EmbeddedLedger::default_path()?,
                 };
                 Self::Embedded(EmbeddedLedger::open(&path)?)
+            }
+        })
+    }
+}
+
+impl Store {
+    /// Open the store at `location` only if it exists, creating nothing:
+    /// `Ok(None)` for an embedded store whose file is not there yet. `status`
+    /// and `run --dry-run` read a store; they never make one (a store made
+    /// by root would then be root's, and the service that needs to write it
+    /// would fail). A Redis is connected to as by [`Store::open`].
+    pub async fn open_existing(location: &StoreLocation) -> Result<Option<Self>, StoreError> {
+        Ok(match location {
+            StoreLocation::Redis(url) => Some(Self::Redis(RedisLedger::connect(url).await?)),
+            StoreLocation::Embedded(path) => {
+                let path = match path {
+                    Some(p) => p.clone(),
+                    None => EmbeddedLedger::default_path()?,
+                };
+                EmbeddedLedger::open_existing(&path)?.map(Self::Embedded)
             }
         })
     }

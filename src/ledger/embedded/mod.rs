@@ -154,6 +154,34 @@ impl EmbeddedLedger {
         }
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn, path)
+    }
+
+    /// Open the store file at `path` if there is one, creating nothing (no
+    /// folder, no file): `Ok(None)` when it does not exist.
+    pub fn open_existing(path: &Path) -> Result<Option<Self>, StoreError> {
+        match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot open {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+        // The default flags without SQLITE_OPEN_CREATE: a file removed
+        // since is an error, not a new store.
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn, path).map(Some)
+    }
+
+    /// Set up a connection to the store file at `path`.
+    fn init(conn: Connection, path: &Path) -> Result<Self, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
