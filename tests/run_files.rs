@@ -266,3 +266,88 @@ fn a_planted_symlink_is_never_written_through() {
         "the run left no temporary file of its own"
     );
 }
+
+/// Remove an embedded store's file (and SQLite's companions, if any).
+fn remove_store(file: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = file.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(name);
+    }
+}
+
+/// What `bash jobs/demo.sh` does twice: the embedded store and the pages
+/// are deleted and made afresh. The new file is a new store (this host's
+/// history knows an embedded store by its path and the id written inside
+/// it), so nothing is reported lost, and the run spends its budget.
+#[test]
+fn an_embedded_store_made_afresh_is_a_new_store_not_a_lost_log() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 2);
+
+    remove_store(&d.path().join("ledger.sqlite3"));
+    std::fs::remove_dir_all(d.path().join("out")).unwrap();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("LOG LOST"), "{r:?}");
+    assert!(r.stderr.contains("2 calls, spent units 2"), "{r:?}");
+    let r = d.quota(&["status"]);
+    assert!(!r.stdout.contains("LOG LOST"), "{r:?}");
+    assert!(d.status_json()["credentials"][0]["log_lost"].is_null());
+}
+
+/// An older copy of the same embedded store put back (a backup restored)
+/// has forgotten charges: LOG LOST, with advice that fits a file (not
+/// Redis's "appendonly").
+#[test]
+fn an_older_copy_of_the_embedded_store_is_a_lost_log_with_advice_for_a_file() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let file = d.path().join("ledger.sqlite3");
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let backup = d.path().join("backup.sqlite3");
+    std::fs::copy(&file, &backup).unwrap();
+    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 4);
+
+    remove_store(&file);
+    std::fs::rename(&backup, &file).unwrap();
+    let advice =
+        "The store's file was replaced by an older copy of itself (restored from a backup?)";
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains(
+            "LOG LOST: the store has forgotten credential main's log: it had recorded 4 charges, it reported 2"
+        ),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains(advice), "{r:?}");
+    assert!(!r.all().contains("appendonly"), "{r:?}");
+    let r = d.quota(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("LOG LOST: the store had recorded 4 charges and reported 2"),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains(advice), "{r:?}");
+    assert!(!r.stdout.contains("appendonly"), "{r:?}");
+}

@@ -24,6 +24,8 @@ pub struct CredentialReport {
     pub usage: CredentialUsage,
     /// The store forgot this credential's log (noticed from this host's history).
     pub lost: Option<LostLog>,
+    /// What the operator can do about it, for this kind of store.
+    pub lost_advice: &'static str,
     /// (job, its saved cursor, if any)
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
@@ -50,7 +52,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArg
             read(
                 config,
                 store,
-                &super::store_name(location),
+                &store.identity(&super::store_name(location)),
                 &credentials,
                 at,
             )
@@ -101,6 +103,7 @@ fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<Credenti
             CredentialReport {
                 usage: summarize(&c.name, &c.pools, &empty),
                 lost: None,
+                lost_advice: "",
                 jobs: config
                     .jobs
                     .iter()
@@ -154,7 +157,12 @@ pub async fn read(
             let cursor = store.load_cursor(&job.name).await?;
             jobs.push((job.name.clone(), cursor.as_deref().and_then(Cursor::decode)));
         }
-        reports.push(CredentialReport { usage, lost, jobs });
+        reports.push(CredentialReport {
+            usage,
+            lost,
+            lost_advice: store.lost_log_advice(),
+            jobs,
+        });
     }
     history.save();
     Ok(reports)
@@ -187,12 +195,13 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
         ));
         if let Some(l) = r.lost {
             out.push_str(&format!(
-                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n",
+                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n    {}.\n",
                 p.red("LOG LOST"),
                 l.had,
                 l.found,
                 local_datetime(l.noticed_at),
-                local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0))
+                local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0)),
+                r.lost_advice
             ));
         }
         for pool in &u.pools {

@@ -107,6 +107,30 @@ impl Store {
             }
         })
     }
+
+    /// What this host's history (`history.json`) knows the store by. An
+    /// embedded store: its file's canonical path and the id written inside
+    /// it (see [`EmbeddedLedger::identity`]). A Redis: `name`, its URL as
+    /// messages show it, whatever its data: a Redis that lost its data is
+    /// the same store, and the history is there to notice.
+    pub fn identity(&self, name: &str) -> String {
+        match self {
+            Self::Redis(_) => name.to_string(),
+            Self::Embedded(l) => l.identity().to_string(),
+        }
+    }
+
+    /// What the operator can do about a store that forgot charges.
+    pub fn lost_log_advice(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => {
+                "A Redis that restarted without persistence, a FLUSHDB or a replica promoted without the data does this: turn on appendonly and keep maxmemory-policy noeviction"
+            }
+            Self::Embedded(_) => {
+                "The store's file was replaced by an older copy of itself (restored from a backup?): the charges made since that copy are not in it"
+            }
+        }
+    }
 }
 
 /// Forward a call to whichever ledger this is.

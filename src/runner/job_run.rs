@@ -107,21 +107,26 @@ impl<'a> JobRun<'a> {
         let Some((serial, now)) = self.last_serial else {
             return;
         };
+        let Some(store) = self.store else {
+            return;
+        };
         let keep = self.cred.longest_window().as_micros() as Micros;
         let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
-        let lost = history.check(&self.ctx.store_id, &self.cred.name, serial, now, keep);
+        let key = store.identity(&self.ctx.store_id);
+        let lost = history.check(&key, &self.cred.name, serial, now, keep);
         history.save();
         let first = !std::mem::replace(&mut self.history_checked, true);
         if let (Some(l), true) = (lost, first) {
             error!(
                 job = self.job.name,
                 "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
-                 Its windows may admit the budget a second time until {}. A Redis without persistence that restarted does this: turn on appendonly.",
+                 Its windows may admit the budget a second time until {}. {}.",
                 self.cred.name,
                 l.had,
                 l.found,
                 local_datetime(l.noticed_at),
-                local_datetime(l.noticed_at + keep)
+                local_datetime(l.noticed_at + keep),
+                store.lost_log_advice()
             );
         }
     }
@@ -628,14 +633,15 @@ impl<'a> JobRun<'a> {
     /// The most charges this host has seen the credential reach: this run's
     /// latest decision, else the history.
     fn seen_serial(&self) -> u64 {
-        match self.last_serial {
-            Some((serial, _)) => serial,
-            None => self
+        match (self.last_serial, self.store) {
+            (Some((serial, _)), _) => serial,
+            (None, Some(store)) => self
                 .ctx
                 .history
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .seen(&self.ctx.store_id, &self.cred.name),
+                .seen(&store.identity(&self.ctx.store_id), &self.cred.name),
+            (None, None) => 0,
         }
     }
 

@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS job_cursor (
     job    TEXT PRIMARY KEY,
     cursor TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,           -- 'store_id': this store's random id
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS charge_id (
     credential TEXT NOT NULL,
     id         TEXT NOT NULL,
@@ -65,6 +69,8 @@ pub(in crate::ledger) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct EmbeddedLedger {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    /// What this host's history knows the store by: see [`Self::identity`].
+    identity: String,
 }
 
 fn local_now() -> Micros {
@@ -195,10 +201,33 @@ impl EmbeddedLedger {
                 "ALTER TABLE credential ADD COLUMN lost_at INTEGER NOT NULL DEFAULT 0",
             )?;
         }
+        // The store's id, written once, when the store is made (or first
+        // opened by a build that writes one): a file removed and made again
+        // is another store, a copy restored from a backup is the same one.
+        conn.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?1)",
+            [format!("{:032x}", rand::random::<u128>())],
+        )?;
+        let id: String =
+            conn.query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })?;
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
+            identity: format!("embedded {} #{id}", canonical.display()),
         })
+    }
+
+    /// What this host's history (`history.json`) knows the store by: its
+    /// file's canonical path and the id written inside it,
+    /// `embedded PATH #ID`. A store file deleted and made again (the demo
+    /// does this) is a new store with nothing forgotten; an older copy of
+    /// the same store put back is the same store, and the history notices
+    /// the charges it lacks.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The file the store lives in.
