@@ -480,6 +480,98 @@ fn systemd_units_verify() {
     );
 }
 
+/// `systemd/crontab.example`'s line, run as cron runs it (`bash -c`, since
+/// the file sets `SHELL=/bin/bash`) with a fake `quota` that exits 0, 75 and
+/// 1 and a fake `logger`: 0 and 75 are success and print nothing (cron
+/// mails nothing); 1 fails the line and prints the run's log, which cron
+/// mails; the log goes to syslog every time.
+#[test]
+fn the_crontab_line_treats_75_as_success_and_mails_failures() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let crontab = std::fs::read_to_string(format!("{root}/systemd/crontab.example")).unwrap();
+    assert!(crontab.lines().any(|l| l == "SHELL=/bin/bash"), "{crontab}");
+    let line = crontab
+        .lines()
+        .find(|l| l.starts_with("*/30"))
+        .expect("a */30 line");
+    // Cron's five time fields, then the command, given to the shell as is.
+    let mut rest = line;
+    for _ in 0..5 {
+        rest = rest.trim_start();
+        rest = &rest[rest.find(char::is_whitespace).unwrap()..];
+    }
+    let command = rest.trim();
+    assert!(
+        !command.contains('%'),
+        "cron turns an unescaped % into a newline: {command}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = |name: &str, body: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    };
+    let fake_quota = script(
+        "quota",
+        "echo \"fake quota $*, key $YT_API_KEY\"; echo 'a log line on stderr' >&2; exit \"$FAKE_EXIT\"",
+    );
+    let syslog = dir.path().join("syslog");
+    script(
+        "logger",
+        &format!("{{ echo \"[$*]\"; cat; }} >> {}", syslog.display()),
+    );
+    let key = dir.path().join("youtube.key");
+    std::fs::write(&key, "the-key\n").unwrap();
+    let command = command
+        .replace("/usr/local/bin/quota", &fake_quota.display().to_string())
+        .replace("/etc/quota/youtube.key", &key.display().to_string());
+    assert!(
+        command.contains(&*fake_quota.display().to_string()),
+        "{command}"
+    );
+
+    for (code, want) in [(0, 0), (75, 0), (1, 1)] {
+        let _ = std::fs::remove_file(&syslog);
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(&command)
+            .env(
+                "PATH",
+                format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+            )
+            .env("FAKE_EXIT", code.to_string())
+            .output()
+            .unwrap();
+        let mailed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(want), "quota exit {code}: {mailed}");
+        let logged = std::fs::read_to_string(&syslog).unwrap();
+        assert!(
+            logged.starts_with(
+                "[-t quota]\nfake quota -c /etc/quota/youtube.yaml run, key the-key\n"
+            ) && logged.contains("a log line on stderr"),
+            "quota exit {code}: {logged}"
+        );
+        if want == 0 {
+            assert_eq!(mailed, "", "quota exit {code}: cron would mail this");
+        } else {
+            assert!(
+                mailed.starts_with(&format!("quota exited {code}:\nfake quota -c"))
+                    && mailed.contains("a log line on stderr"),
+                "quota exit {code}: cron mails {mailed:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_progress_line_only_on_a_terminal() {
     let up = Standin::start(&["--pages", "2"]);
