@@ -451,7 +451,7 @@ fn systemd_units_verify() {
     let root = env!("CARGO_MANIFEST_DIR");
     let service = std::fs::read_to_string(format!("{root}/systemd/quota@.service")).unwrap();
     let service = service.replace("/usr/local/bin/quota", &quota_bin().display().to_string());
-    std::fs::write(dir.path().join("quota@demo.service"), service).unwrap();
+    std::fs::write(dir.path().join("quota@demo.service"), &service).unwrap();
     std::fs::copy(
         format!("{root}/systemd/quota@.timer"),
         dir.path().join("quota@demo.timer"),
@@ -478,6 +478,39 @@ fn systemd_units_verify() {
         !text.contains("quota@demo"),
         "systemd-analyze found problems:\n{text}"
     );
+
+    // The hardening: an overall exposure of 1.1 or better (`--threshold`
+    // counts tenths: the command fails above 11), with the directives that
+    // get it there and bound a run.
+    let out = std::process::Command::new("systemd-analyze")
+        .args([
+            "security",
+            "--offline=true",
+            "--threshold=11",
+            "--no-pager",
+            "./quota@demo.service",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let exposure = text
+        .lines()
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{text}"));
+    assert!(out.status.success(), "{exposure}\n{text}");
+    for directive in [
+        "TimeoutStartSec=25min",
+        "MemoryMax=256M",
+        "PrivateUsers=yes",
+        "PrivateMounts=yes",
+        "UMask=0077",
+    ] {
+        assert!(
+            service.lines().any(|l| l == directive),
+            "quota@.service lacks {directive}"
+        );
+    }
 }
 
 /// `systemd/crontab.example`'s line, run as cron runs it (`bash -c`, since
