@@ -1,28 +1,279 @@
 //! Writing a file so that no reader ever sees part of it: a hidden
-//! temporary file beside it, fsync, rename, fsync of the folder. Page files
-//! (`runner::output`) and this host's history (`history`) both write this
-//! way; the temporary name is `.NAME.tmp`, so a later run can find and
-//! remove what a killed one left.
+//! temporary file beside it, fsync, then the final name, then fsync of the
+//! folder. Page files (`runner::output`) and this host's history
+//! (`history`) both write this way.
+//!
+//! A temporary file is named `.OWNER~NAME~RANDOM.tmp`: `OWNER` is the job
+//! whose page it is (or, for files that are no job's, something no job name
+//! can be, such as `+history`), and `~` appears in no name, so a later run
+//! of a job finds exactly its own leftovers ([`is_temp_of`]) and no other
+//! job's, whatever their names (`feed` and `feed.reddit` sharing a folder).
+//! `RANDOM` is 64 random bits, so nobody can guess the name in advance, and
+//! the file is created exclusively (`O_CREAT|O_EXCL`, which never follows a
+//! symlink, nor opens a file someone planted under the name): in a folder
+//! that others can write to, a planted symlink cannot make quota write
+//! through it.
+//!
+//! Files are created with [`file_mode`] (0640 unless `QUOTA_FILE_MODE` says
+//! otherwise), less the process's umask: API responses are not readable by
+//! every user of the host.
+//!
+//! Two ways to give the file its name: [`write_atomically`] replaces what
+//! was there (the history), [`write_new`] never does (pages: a page file,
+//! once written, is never overwritten).
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-/// Write `bytes` to `dir/name` atomically; returns the final path.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let tmp = dir.join(format!(".{name}.tmp"));
+/// The mode of the files quota creates (pages, the embedded ledger, the
+/// history) unless `QUOTA_FILE_MODE` says otherwise; the umask applies on top.
+pub const DEFAULT_FILE_MODE: u32 = 0o640;
+
+/// The environment variable that sets [`file_mode`].
+pub const FILE_MODE_VAR: &str = "QUOTA_FILE_MODE";
+
+/// The mode quota creates its files with: `$QUOTA_FILE_MODE` (octal, read
+/// and write bits only, the owner's both included: `0600`, `0640`, `0660`,
+/// `0644`), else [`DEFAULT_FILE_MODE`]. Read once per process. `Err` says
+/// what is wrong with the variable.
+pub fn file_mode() -> Result<u32, String> {
+    static MODE: OnceLock<Result<u32, String>> = OnceLock::new();
+    MODE.get_or_init(|| parse_mode(std::env::var_os(FILE_MODE_VAR).as_deref()))
+        .clone()
+}
+
+fn parse_mode(value: Option<&std::ffi::OsStr>) -> Result<u32, String> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(DEFAULT_FILE_MODE);
+    };
+    let text = value.to_string_lossy();
+    let digits = text.strip_prefix("0o").unwrap_or(&text);
+    let wrong = |why: &str| format!("{FILE_MODE_VAR}={text}: {why}");
+    let mode = u32::from_str_radix(digits, 8)
+        .map_err(|_| wrong("not an octal file mode (such as 0640)"))?;
+    if mode & !0o666 != 0 {
+        return Err(wrong(
+            "only read and write bits may be given (at most 0666: no execute or special bits)",
+        ));
+    }
+    if mode & 0o600 != 0o600 {
+        return Err(wrong(
+            "the owner must be able to read and write (0600 at least)",
+        ));
+    }
+    Ok(mode)
+}
+
+/// Write `bytes` to `dir/name` atomically, replacing any file of that name,
+/// with `mode` (less the umask); returns the final path. `owner` names the
+/// temporary file (see the module).
+pub fn write_atomically(
+    dir: &Path,
+    owner: &str,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> std::io::Result<PathBuf> {
+    write(dir, owner, name, bytes, mode, |tmp, path| {
+        fs::rename(tmp, path)
+    })
+}
+
+/// Write `bytes` to `dir/name` atomically, with `mode` (less the umask),
+/// but only if nothing has that name yet: an existing file (or symlink, or
+/// anything else) is left as it is and the error is
+/// [`ErrorKind::AlreadyExists`]. Returns the final path.
+pub fn write_new(
+    dir: &Path,
+    owner: &str,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> std::io::Result<PathBuf> {
+    write(dir, owner, name, bytes, mode, publish_new)
+}
+
+/// Whether `file_name` is a temporary file of `owner` (what a killed
+/// writer of `owner` may have left), and of no one else.
+pub fn is_temp_of(file_name: &str, owner: &str) -> bool {
+    file_name
+        .strip_prefix('.')
+        .and_then(|rest| rest.split_once('~'))
+        .is_some_and(|(o, rest)| o == owner && rest.ends_with(".tmp"))
+}
+
+/// Create `path` with `mode` (less the umask) only if nothing has that name:
+/// `O_CREAT|O_EXCL`, so an existing file is never opened and a symlink,
+/// even one to nowhere, is never followed (the error is
+/// [`ErrorKind::AlreadyExists`] either way).
+pub fn create_exclusive(path: &Path, mode: u32) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+}
+
+/// A fresh temporary file for `owner`'s `name` in `dir`, under a name
+/// nobody could guess: a few tries, in case a name was taken.
+fn create_temp(dir: &Path, owner: &str, name: &str, mode: u32) -> std::io::Result<(PathBuf, File)> {
+    let mut tries = 0;
+    loop {
+        let tmp = dir.join(format!(
+            ".{owner}~{name}~{:016x}.tmp",
+            rand::random::<u64>()
+        ));
+        match create_exclusive(&tmp, mode) {
+            Ok(f) => return Ok((tmp, f)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && tries < 8 => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn write(
+    dir: &Path,
+    owner: &str,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    publish: impl FnOnce(&Path, &Path) -> std::io::Result<()>,
+) -> std::io::Result<PathBuf> {
+    let (tmp, mut f) = create_temp(dir, owner, name, mode)?;
     let path = dir.join(name);
     let result = (|| {
-        let mut f = File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, &path)?;
-        // The rename itself is durable once the folder is synced.
+        publish(&tmp, &path)?;
+        // The new name itself is durable once the folder is synced.
         File::open(dir)?.sync_all()
     })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
+    drop(f);
+    let _ = fs::remove_file(&tmp);
     result.map(|()| path)
+}
+
+/// Give `tmp` the name `path` unless `path` exists: a hard link is created
+/// only if the name is free, in one step (no window in which another writer
+/// could slip a file in between a check and a rename). On a filesystem
+/// without hard links, a check then a rename.
+fn publish_new(tmp: &Path, path: &Path) -> std::io::Result<()> {
+    match fs::hard_link(tmp, path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(e),
+        Err(_) => {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(ErrorKind::AlreadyExists.into());
+            }
+            fs::rename(tmp, path)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_new_never_replaces_a_file_or_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = write_new(d, "j", "page.json", b"{}", 0o640).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"{}");
+        let e = write_new(d, "j", "page.json", b"{\"other\":1}", 0o640).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&p).unwrap(), b"{}");
+
+        fs::write(d.join("victim"), "victim").unwrap();
+        std::os::unix::fs::symlink(d.join("victim"), d.join("link.json")).unwrap();
+        let e = write_new(d, "j", "link.json", b"{}", 0o640).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(d.join("victim")).unwrap(), b"victim");
+
+        // No temporary file is left behind either way.
+        let mut left: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["link.json", "page.json", "victim"]);
+    }
+
+    #[test]
+    fn temporary_files_belong_to_one_owner() {
+        assert!(is_temp_of(".feed~feed.r000001.US.s0.p0.json.tmp", "feed"));
+        assert!(!is_temp_of(
+            ".feed.reddit~feed.reddit.r000001.US.s0.p0.json.tmp",
+            "feed"
+        ));
+        assert!(is_temp_of(
+            ".feed.reddit~feed.reddit.r000001.US.s0.p0.json.tmp",
+            "feed.reddit"
+        ));
+        // The names of builds before this one: no owner, so no one's.
+        assert!(!is_temp_of(".feed.r000001.US.s0.p0.json.tmp", "feed"));
+        assert!(!is_temp_of("feed~x.tmp", "feed"));
+        assert!(!is_temp_of(".feed~x.json", "feed"));
+        assert!(!is_temp_of(".+history~history.json.tmp", "history"));
+    }
+
+    #[test]
+    fn temporary_files_are_created_exclusively_never_through_a_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        fs::write(d.join("victim"), "victim").unwrap();
+        fs::set_permissions(d.join("victim"), fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(d.join("victim"), d.join("planted")).unwrap();
+        std::os::unix::fs::symlink(d.join("nowhere"), d.join("dangling")).unwrap();
+        for name in ["planted", "dangling", "victim"] {
+            let e = create_exclusive(&d.join(name), 0o640).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{name}");
+        }
+        assert_eq!(fs::read(d.join("victim")).unwrap(), b"victim");
+        assert!(!d.join("nowhere").exists());
+
+        // Each write takes a fresh name: two temporary files for one page
+        // never share one.
+        let (a, _) = create_temp(d, "j", "p.json", 0o640).unwrap();
+        let (b, _) = create_temp(d, "j", "p.json", 0o640).unwrap();
+        assert_ne!(a, b);
+        for t in [&a, &b] {
+            let n = t.file_name().unwrap().to_string_lossy();
+            assert!(n.starts_with(".j~p.json~") && is_temp_of(&n, "j"), "{n}");
+        }
+    }
+
+    #[test]
+    fn the_file_mode_is_0640_unless_the_variable_says_otherwise() {
+        use std::ffi::OsStr;
+        assert_eq!(parse_mode(None), Ok(0o640));
+        assert_eq!(parse_mode(Some(OsStr::new(""))), Ok(0o640));
+        assert_eq!(parse_mode(Some(OsStr::new("0600"))), Ok(0o600));
+        assert_eq!(parse_mode(Some(OsStr::new("644"))), Ok(0o644));
+        assert_eq!(parse_mode(Some(OsStr::new("0o660"))), Ok(0o660));
+        for bad in ["0755", "4640", "0400", "rw-r-----", "0999"] {
+            let e = parse_mode(Some(OsStr::new(bad))).unwrap_err();
+            assert!(e.starts_with(&format!("QUOTA_FILE_MODE={bad}: ")), "{e}");
+        }
+    }
+
+    #[test]
+    fn files_get_the_mode_less_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = write_new(dir.path(), "j", "p.json", b"{}", 0o600).unwrap();
+        assert_eq!(fs::metadata(p).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn write_atomically_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        write_atomically(dir.path(), "+h", "h.json", b"1", 0o640).unwrap();
+        let p = write_atomically(dir.path(), "+h", "h.json", b"2", 0o640).unwrap();
+        assert_eq!(fs::read(p).unwrap(), b"2");
+    }
 }

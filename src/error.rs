@@ -67,6 +67,11 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A page file already has the name a page was to be written under:
+    /// pages are never replaced, so the job stops.
+    #[error("job {job}: will not replace {}: a file of that name is already there (pages are never overwritten; another writer in the folder, or a run numbered wrongly?)", path.display())]
+    PageExists { job: String, path: PathBuf },
+
     /// Something of the process itself failed: the async runtime, signal
     /// handlers, stdout, the man page.
     #[error("cannot {what}: {source}")]
@@ -132,6 +137,7 @@ impl Error {
                 _ => exit::FAILURE,
             },
             Self::Io { .. }
+            | Self::PageExists { .. }
             | Self::Process { .. }
             | Self::Http { .. }
             | Self::Upstream { .. }

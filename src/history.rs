@@ -9,6 +9,12 @@
 //! run` and `quota status` say so loudly, until the credential's longest
 //! window has passed since it was noticed (by then the lost charges would
 //! have left every window anyway).
+//!
+//! Stores are known by their identity (`Store::identity`): a Redis by its
+//! URL, an embedded store by its file's canonical path and the id written
+//! inside it (`embedded PATH #ID`). An embedded file deleted and made again
+//! is a new store that has forgotten nothing (the demo starts afresh this
+//! way); the entry of the store it replaced at that path is dropped.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -75,6 +81,7 @@ impl History {
         now: Micros,
         keep: Micros,
     ) -> Option<LostLog> {
+        self.forget_replaced(store);
         let seen = self
             .seen
             .entry(store.to_string())
@@ -99,13 +106,38 @@ impl History {
         }
     }
 
+    /// Drop what is known of the stores that `store`, an embedded store,
+    /// replaced: another id at the same path, and the entries of builds
+    /// that knew embedded stores by their path only. Nothing for a Redis.
+    fn forget_replaced(&mut self, store: &str) {
+        let Some((path, _id)) = store
+            .rsplit_once(" #")
+            .filter(|_| store.starts_with("embedded "))
+        else {
+            return;
+        };
+        self.seen.retain(|k, _| {
+            k == store
+                || !k.starts_with("embedded")
+                || k.rsplit_once(" #").is_some_and(|(p, _)| p != path)
+        });
+    }
+
     /// Write the file back (atomically).
     pub fn save(&self) {
         let Some(path) = &self.path else { return };
         let Some(dir) = path.parent() else { return };
         let _ = std::fs::create_dir_all(dir);
         let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
-        let _ = crate::atomic_file::write_atomically(dir, "history.json", text.as_bytes());
+        // `+history`: no job's temporary files, whatever the jobs are called.
+        let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);
+        let _ = crate::atomic_file::write_atomically(
+            dir,
+            "+history",
+            "history.json",
+            text.as_bytes(),
+            mode,
+        );
     }
 }
 
@@ -133,5 +165,42 @@ mod tests {
         assert_eq!(h.check("redis://r", "c", 5, 171, 50), None);
         // Other stores and credentials are separate.
         assert_eq!(h.check("redis://other", "c", 0, 120, 50), None);
+    }
+
+    #[test]
+    fn an_embedded_store_made_again_is_a_new_store() {
+        let mut h = history();
+        h.seen
+            .insert("embedded out/demo/ledger.sqlite3".into(), BTreeMap::new());
+        h.seen.insert("embedded".into(), BTreeMap::new());
+        assert_eq!(
+            h.check("embedded /d/ledger.sqlite3 #a1", "c", 30, 100, 50),
+            None
+        );
+        assert_eq!(
+            h.check("embedded /e/ledger.sqlite3 #b2", "c", 7, 100, 50),
+            None
+        );
+        assert_eq!(h.check("redis://r", "c", 9, 100, 50), None);
+        // The same file put back older: the same store, which forgot.
+        assert!(
+            h.check("embedded /d/ledger.sqlite3 #a1", "c", 20, 110, 50)
+                .is_some()
+        );
+        // Deleted and made again: a new id, nothing forgotten, and the
+        // replaced store's entry (and the path-only ones of older builds) dropped.
+        assert_eq!(
+            h.check("embedded /d/ledger.sqlite3 #c3", "c", 0, 120, 50),
+            None
+        );
+        let keys: Vec<&str> = h.seen.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "embedded /d/ledger.sqlite3 #c3",
+                "embedded /e/ledger.sqlite3 #b2",
+                "redis://r"
+            ]
+        );
     }
 }

@@ -14,6 +14,7 @@ mod operator;
 mod run_blocks;
 mod run_concurrency;
 mod run_config;
+mod run_files;
 mod run_jobs;
 mod run_secrets;
 mod run_stops;

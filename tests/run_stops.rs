@@ -225,7 +225,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
         // What a kill during a write would leave behind.
         let leftover = d
             .path()
-            .join("out/trending/.trending.r000001.GB.s0.p1.json.tmp");
+            .join("out/trending/.trending~trending.r000001.GB.s0.p1.json.tmp");
         std::fs::write(&leftover, "{\"items\": [").unwrap();
 
         // The killed run wrote a prefix of its work, page by page, and lost

@@ -12,7 +12,8 @@ use crate::cli::StatusArgs;
 use crate::config::{Config, Credential};
 use crate::history::{History, LostLog};
 use crate::ledger::{
-    At, CredentialUsage, Ledger, Micros, Store, StoreError, StoreLocation, USAGE_BUCKETS,
+    At, CredentialLog, CredentialUsage, Ledger, Micros, Store, StoreError, StoreLocation,
+    USAGE_BUCKETS, summarize,
 };
 use crate::runner::cursor::Cursor;
 use crate::timefmt::{fmt_duration, local_datetime, rfc3339, when};
@@ -23,6 +24,8 @@ pub struct CredentialReport {
     pub usage: CredentialUsage,
     /// The store forgot this credential's log (noticed from this host's history).
     pub lost: Option<LostLog>,
+    /// What the operator can do about it, for this kind of store.
+    pub lost_advice: &'static str,
     /// (job, its saved cursor, if any)
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
@@ -30,31 +33,86 @@ pub struct CredentialReport {
 pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
     let credentials = select(config, args.credential.as_deref())?;
     let at = At::StoreClock;
-    let store = Store::open(location).await.map_err(|e| match e {
+    // The file an embedded store is in, so that the report names it.
+    let resolved = location
+        .resolved()
+        .map_err(|e| Error::store(super::store_name(location), e))?;
+    let store_desc = super::store_name(&resolved);
+    // Read only: an embedded store that does not exist yet is not created.
+    let store = Store::open_existing(&resolved).await.map_err(|e| match e {
         StoreError::Unavailable(reason) => Error::StoreUnavailable {
-            store: super::store_name(location),
+            store: store_desc.clone(),
             reason,
             fail_closed: None,
         },
-        other => Error::store(super::store_name(location), other),
+        other => Error::store(store_desc.clone(), other),
     })?;
-    let reports = read(
-        config,
-        &store,
-        &super::store_name(location),
-        &credentials,
-        at,
-    )
-    .await?;
+    let reports = match &store {
+        Some(store) => {
+            read(
+                config,
+                store,
+                &store.identity(&super::store_name(location)),
+                &credentials,
+                at,
+            )
+            .await?
+        }
+        None => nothing_charged(config, &credentials),
+    };
+    let header = StoreHeader {
+        store: store_desc,
+        exists: store.is_some(),
+    };
     if args.json {
-        let json = serde_json::to_string_pretty(&to_json(&reports)).expect("a report serializes");
+        let json =
+            serde_json::to_string_pretty(&to_json(&header, &reports)).expect("a report serializes");
         emit(&(json + "\n"))
     } else {
         let paint = Paint {
             on: super::colour_on_stdout(),
         };
-        emit(&render(&reports, paint))
+        emit(&render(&header, &reports, paint))
     }
+}
+
+/// The store a report was read from.
+pub struct StoreHeader {
+    /// As messages name it: a Redis URL (password masked) or `embedded PATH`.
+    pub store: String,
+    /// False for an embedded store whose file does not exist yet.
+    pub exists: bool,
+}
+
+/// The reports of a store that does not exist yet: nothing charged,
+/// nothing blocked, no job has run.
+fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<CredentialReport> {
+    let now = chrono::Utc::now().timestamp_micros();
+    credentials
+        .iter()
+        .map(|c| {
+            let empty = CredentialLog {
+                at: now,
+                serial: 0,
+                blocked_until: 0,
+                blocked_reason: String::new(),
+                retain: 0,
+                pools: vec![Vec::new(); c.pools.len()],
+                lost: vec![0; c.pools.len()],
+            };
+            CredentialReport {
+                usage: summarize(&c.name, &c.pools, &empty),
+                lost: None,
+                lost_advice: "",
+                jobs: config
+                    .jobs
+                    .iter()
+                    .filter(|j| config.credential(j).name == c.name)
+                    .map(|j| (j.name.clone(), None))
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 fn select<'a>(config: &'a Config, name: Option<&str>) -> Result<Vec<&'a Credential>> {
@@ -99,15 +157,30 @@ pub async fn read(
             let cursor = store.load_cursor(&job.name).await?;
             jobs.push((job.name.clone(), cursor.as_deref().and_then(Cursor::decode)));
         }
-        reports.push(CredentialReport { usage, lost, jobs });
+        reports.push(CredentialReport {
+            usage,
+            lost,
+            lost_advice: store.lost_log_advice(),
+            jobs,
+        });
     }
     history.save();
     Ok(reports)
 }
 
 /// The report as text.
-pub fn render(reports: &[CredentialReport], p: Paint) -> String {
-    let mut out = String::new();
+pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> String {
+    let mut out = if header.exists {
+        format!("store: {}\n\n", header.store)
+    } else {
+        format!(
+            "store: {} {}\n\n",
+            header.store,
+            p.yellow(
+                "does not exist yet: no run has charged anything through it (the first `quota run` creates it; status created nothing)"
+            )
+        )
+    };
     for (i, r) in reports.iter().enumerate() {
         if i > 0 {
             out.push('\n');
@@ -122,12 +195,13 @@ pub fn render(reports: &[CredentialReport], p: Paint) -> String {
         ));
         if let Some(l) = r.lost {
             out.push_str(&format!(
-                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n",
+                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n    {}.\n",
                 p.red("LOG LOST"),
                 l.had,
                 l.found,
                 local_datetime(l.noticed_at),
-                local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0))
+                local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0)),
+                r.lost_advice
             ));
         }
         for pool in &u.pools {
@@ -302,6 +376,11 @@ fn replace_column(line: &str, plain: &str, painted: &str, col: usize) -> String 
 #[derive(Serialize)]
 pub struct StatusJson {
     pub at: String,
+    /// The store read: a Redis URL (password masked) or `embedded PATH`.
+    pub store: String,
+    /// False for an embedded store whose file does not exist yet (nothing
+    /// was charged through it; status does not create it).
+    pub store_exists: bool,
     pub credentials: Vec<CredentialJson>,
 }
 
@@ -371,10 +450,12 @@ pub struct JobJson {
     pub cursor: Option<Cursor>,
 }
 
-pub fn to_json(reports: &[CredentialReport]) -> StatusJson {
+pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson {
     let at = reports.first().map_or(0, |r| r.usage.at);
     StatusJson {
         at: rfc3339(at),
+        store: header.store.clone(),
+        store_exists: header.exists,
         credentials: reports
             .iter()
             .map(|r| {

@@ -38,6 +38,17 @@ impl StoreLocation {
     }
 }
 
+impl StoreLocation {
+    /// This location with `embedded` (the default) resolved to its file, so
+    /// that messages name the file a command reads.
+    pub fn resolved(&self) -> Result<Self, StoreError> {
+        Ok(match self {
+            Self::Embedded(None) => Self::Embedded(Some(EmbeddedLedger::default_path()?)),
+            other => other.clone(),
+        })
+    }
+}
+
 /// A store URL with any password masked, fit for logs and errors.
 pub fn redact_url(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -75,6 +86,50 @@ impl Store {
                 Self::Embedded(EmbeddedLedger::open(&path)?)
             }
         })
+    }
+}
+
+impl Store {
+    /// Open the store at `location` only if it exists, creating nothing:
+    /// `Ok(None)` for an embedded store whose file is not there yet. `status`
+    /// and `run --dry-run` read a store; they never make one (a store made
+    /// by root would then be root's, and the service that needs to write it
+    /// would fail). A Redis is connected to as by [`Store::open`].
+    pub async fn open_existing(location: &StoreLocation) -> Result<Option<Self>, StoreError> {
+        Ok(match location {
+            StoreLocation::Redis(url) => Some(Self::Redis(RedisLedger::connect(url).await?)),
+            StoreLocation::Embedded(path) => {
+                let path = match path {
+                    Some(p) => p.clone(),
+                    None => EmbeddedLedger::default_path()?,
+                };
+                EmbeddedLedger::open_existing(&path)?.map(Self::Embedded)
+            }
+        })
+    }
+
+    /// What this host's history (`history.json`) knows the store by. An
+    /// embedded store: its file's canonical path and the id written inside
+    /// it (see [`EmbeddedLedger::identity`]). A Redis: `name`, its URL as
+    /// messages show it, whatever its data: a Redis that lost its data is
+    /// the same store, and the history is there to notice.
+    pub fn identity(&self, name: &str) -> String {
+        match self {
+            Self::Redis(_) => name.to_string(),
+            Self::Embedded(l) => l.identity().to_string(),
+        }
+    }
+
+    /// What the operator can do about a store that forgot charges.
+    pub fn lost_log_advice(&self) -> &'static str {
+        match self {
+            Self::Redis(_) => {
+                "A Redis that restarted without persistence, a FLUSHDB or a replica promoted without the data does this: turn on appendonly and keep maxmemory-policy noeviction"
+            }
+            Self::Embedded(_) => {
+                "The store's file was replaced by an older copy of itself (restored from a backup?): the charges made since that copy are not in it"
+            }
+        }
     }
 }
 

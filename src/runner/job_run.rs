@@ -13,7 +13,7 @@ use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
-use crate::atomic_file::write_atomically;
+use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Credential, Fill, Job, Secret, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
@@ -107,21 +107,26 @@ impl<'a> JobRun<'a> {
         let Some((serial, now)) = self.last_serial else {
             return;
         };
+        let Some(store) = self.store else {
+            return;
+        };
         let keep = self.cred.longest_window().as_micros() as Micros;
         let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
-        let lost = history.check(&self.ctx.store_id, &self.cred.name, serial, now, keep);
+        let key = store.identity(&self.ctx.store_id);
+        let lost = history.check(&key, &self.cred.name, serial, now, keep);
         history.save();
         let first = !std::mem::replace(&mut self.history_checked, true);
         if let (Some(l), true) = (lost, first) {
             error!(
                 job = self.job.name,
                 "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
-                 Its windows may admit the budget a second time until {}. A Redis without persistence that restarted does this: turn on appendonly.",
+                 Its windows may admit the budget a second time until {}. {}.",
                 self.cred.name,
                 l.had,
                 l.found,
                 local_datetime(l.noticed_at),
-                local_datetime(l.noticed_at + keep)
+                local_datetime(l.noticed_at + keep),
+                store.lost_log_advice()
             );
         }
     }
@@ -172,16 +177,33 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
-        let run_number = cursor.run + 1;
-        let removed = output::prepare(&job.output, &job.name).map_err(|source| Error::Io {
-            what: "prepare the output folder",
-            path: job.output.clone(),
-            source,
-        })?;
-        if removed > 0 {
+        // A wrong QUOTA_FILE_MODE stops the run before anything is charged.
+        file_mode().map_err(Error::Usage)?;
+        // Leftovers are removed only while this run holds the job's lock:
+        // an unmetered run (no lock) could be racing a run that has it.
+        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
+        let prepared =
+            output::prepare(&job.output, &job.name, locked).map_err(|source| Error::Io {
+                what: "prepare the output folder",
+                path: job.output.clone(),
+                source,
+            })?;
+        if prepared.removed > 0 {
             info!(
                 job = job.name,
-                "removed {removed} temporary file(s) a killed run left"
+                "removed {} temporary file(s) a killed run left", prepared.removed
+            );
+        }
+        // A page is never replaced: a run is numbered after every run whose
+        // pages are in the folder, even when the store lost the cursor.
+        let run_number = cursor.run.max(prepared.highest_run) + 1;
+        if prepared.highest_run > cursor.run {
+            warn!(
+                job = job.name,
+                "{} holds pages of run {} but the store's cursor says run {} (a new or reset store?): this run is run {run_number}, so no page is replaced",
+                job.output.display(),
+                prepared.highest_run,
+                cursor.run
             );
         }
         // A folder that takes no page would fail every page after its
@@ -501,11 +523,22 @@ impl<'a> JobRun<'a> {
             );
             masked.as_bytes()
         };
+        let mode = file_mode().map_err(Error::Usage)?;
         let path =
-            write_atomically(&self.job.output, &name, bytes).map_err(|source| Error::Io {
-                what: "write",
-                path: self.job.output.join(&name),
-                source,
+            write_new(&self.job.output, &self.job.name, &name, bytes, mode).map_err(|source| {
+                let path = self.job.output.join(&name);
+                if source.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::PageExists {
+                        job: self.job.name.clone(),
+                        path,
+                    }
+                } else {
+                    Error::Io {
+                        what: "write",
+                        path,
+                        source,
+                    }
+                }
             })?;
         self.report.pages += 1;
         self.progress();
@@ -600,14 +633,15 @@ impl<'a> JobRun<'a> {
     /// The most charges this host has seen the credential reach: this run's
     /// latest decision, else the history.
     fn seen_serial(&self) -> u64 {
-        match self.last_serial {
-            Some((serial, _)) => serial,
-            None => self
+        match (self.last_serial, self.store) {
+            (Some((serial, _)), _) => serial,
+            (None, Some(store)) => self
                 .ctx
                 .history
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .seen(&self.ctx.store_id, &self.cred.name),
+                .seen(&store.identity(&self.ctx.store_id), &self.cred.name),
+            (None, None) => 0,
         }
     }
 

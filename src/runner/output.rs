@@ -1,14 +1,20 @@
 //! Output files: one JSON document per fetched page, written atomically
-//! (hidden temporary file, fsync, rename, fsync of the folder), so a run
-//! killed at any moment leaves no partial file under a visible name.
+//! (hidden temporary file, fsync, a new name, fsync of the folder), so a run
+//! killed at any moment leaves no partial file under a visible name, and
+//! never over an existing file: a run is numbered after the highest run
+//! whose pages are in the folder, and a page takes only a free name.
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
 //! `trending.r000042.US.s0.p1.json` (no region part for a job without
-//! regions). Temporary files are `.JOB.….json.tmp`; a later run of the same
-//! job removes any that a killed run left.
+//! regions). Temporary files are `.JOB~NAME~RANDOM.tmp`, created
+//! exclusively (see [`crate::atomic_file`]); a later run of the same job,
+//! holding the job's lock, removes any that a killed run left, and never
+//! another job's. Pages are created 0640 (`QUOTA_FILE_MODE`), less the umask.
 
 use std::fs;
 use std::path::Path;
+
+use crate::atomic_file::is_temp_of;
 
 /// Where a page goes, and what it is called.
 pub struct PageName<'a> {
@@ -35,28 +41,56 @@ impl PageName<'_> {
     }
 }
 
-/// Create the output folder and remove temporary files a killed run of
-/// `job` left there. Returns how many were removed.
-pub fn prepare(dir: &Path, job: &str) -> std::io::Result<usize> {
+/// What [`prepare`] found in the output folder.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Prepared {
+    /// Temporary files a killed run left, removed.
+    pub removed: usize,
+    /// The highest run number among the job's page files (0: none).
+    pub highest_run: u64,
+}
+
+/// Create the output folder, find the highest run number of `job`'s pages,
+/// so that a run whose cursor was lost (a new or reset store) is numbered
+/// after them and never takes an existing page's name, and, when `clean`
+/// (the run holds the job's lock, so no other run of it is writing), remove
+/// the temporary files a killed run of `job` left there: its own only.
+pub fn prepare(dir: &Path, job: &str, clean: bool) -> std::io::Result<Prepared> {
     fs::create_dir_all(dir)?;
-    let prefix = format!(".{job}.r");
-    let mut removed = 0;
+    let mut found = Prepared::default();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".json.tmp") {
-            fs::remove_file(entry.path())?;
-            removed += 1;
+        if is_temp_of(&name, job) {
+            if clean {
+                fs::remove_file(entry.path())?;
+                found.removed += 1;
+            }
+        } else if let Some(run) = page_run(&name, job) {
+            found.highest_run = found.highest_run.max(run);
         }
     }
-    Ok(removed)
+    Ok(found)
+}
+
+/// The run number of `name` if it is a page file of `job`
+/// (`JOB.rRUN.….json`). Another job whose name starts with `JOB.r` followed
+/// by digits could be counted too: that only makes the next run's number
+/// higher, never one already used.
+fn page_run(name: &str, job: &str) -> Option<u64> {
+    let rest = name.strip_prefix(job)?.strip_prefix(".r")?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+    if digits == 0 || !rest[digits..].starts_with('.') || !name.ends_with(".json") {
+        return None;
+    }
+    rest[..digits].parse().ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::atomic_file::write_atomically;
+    use crate::atomic_file::write_new;
 
     #[test]
     fn names_are_deterministic_and_sort_by_run() {
@@ -73,26 +107,68 @@ mod tests {
     }
 
     #[test]
-    fn writes_atomically_and_cleans_only_this_jobs_leftovers() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = write_atomically(dir.path(), "j.r000001.US.s0.p0.json", b"{}").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"{}");
-        fs::write(
-            dir.path().join(".j.r000002.US.s0.p0.json.tmp"),
-            "{\"partial",
-        )
-        .unwrap();
-        fs::write(dir.path().join(".other.r000002.US.s0.p0.json.tmp"), "x").unwrap();
-        assert_eq!(prepare(dir.path(), "j").unwrap(), 1);
-        let mut left: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
+    fn finds_the_highest_run_of_this_jobs_pages_only() {
+        assert_eq!(page_run("feed.r000042.US.s0.p1.json", "feed"), Some(42));
         assert_eq!(
-            left,
+            page_run("feed.r1234567.s0.p1.json", "feed"),
+            Some(1_234_567)
+        );
+        assert_eq!(page_run("feed.reddit.r000009.US.s0.p0.json", "feed"), None);
+        assert_eq!(page_run("feed.r000009.US.s0.p0.json.tmp", "feed"), None);
+        assert_eq!(page_run("feed.r.US.s0.p0.json", "feed"), None);
+        assert_eq!(page_run("other.r000009.US.s0.p0.json", "feed"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "feed.r000003.US.s0.p0.json",
+            "feed.r000007.s0.p0.json",
+            "feed.reddit.r000099.US.s0.p0.json",
+            "notes.txt",
+        ] {
+            fs::write(dir.path().join(name), "{}").unwrap();
+        }
+        assert_eq!(prepare(dir.path(), "feed", true).unwrap().highest_run, 7);
+        assert_eq!(
+            prepare(dir.path(), "feed.reddit", true)
+                .unwrap()
+                .highest_run,
+            99
+        );
+        assert_eq!(prepare(dir.path(), "new", true).unwrap().highest_run, 0);
+    }
+
+    #[test]
+    fn cleans_only_this_jobs_leftovers_and_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let p = write_new(d, "j", "j.r000001.US.s0.p0.json", b"{}", 0o640).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"{}");
+        for leftover in [
+            ".j~j.r000002.US.s0.p0.json.tmp",
+            ".j.r~j.r.r000002.US.s0.p0.json.tmp",
+            ".other~other.r000002.US.s0.p0.json.tmp",
+            ".j.r000002.US.s0.p0.json.tmp",
+        ] {
+            fs::write(d.join(leftover), "{\"partial").unwrap();
+        }
+        let left = || {
+            let mut v: Vec<_> = fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // Without the lock: nothing removed.
+        assert_eq!(prepare(d, "j", false).unwrap().removed, 0);
+        assert_eq!(left().len(), 5);
+        assert_eq!(prepare(d, "j", true).unwrap().removed, 1);
+        assert_eq!(
+            left(),
             [
-                ".other.r000002.US.s0.p0.json.tmp",
+                ".j.r000002.US.s0.p0.json.tmp",
+                ".j.r~j.r.r000002.US.s0.p0.json.tmp",
+                ".other~other.r000002.US.s0.p0.json.tmp",
                 "j.r000001.US.s0.p0.json"
             ]
         );

@@ -39,12 +39,21 @@ use crate::timefmt::rfc3339;
 pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
     let jobs = config.select_jobs(&args.jobs)?;
     let at = At::StoreClock;
-    let (store, store_error) = match Store::open(location).await {
-        Ok(s) => (Some(s), None),
-        Err(StoreError::Unavailable(e)) => (None, Some(e)),
+    // The plan names the file an embedded store is in, and reads it only if
+    // it exists: a dry run creates nothing.
+    let location = &location.resolved()?;
+    let (store, store_error, missing) = match Store::open_existing(location).await {
+        Ok(Some(s)) => (Some(s), None, false),
+        Ok(None) => (None, None, true),
+        Err(StoreError::Unavailable(e)) => (None, Some(e), false),
         Err(e) => return Err(e.into()),
     };
-    let plan = build(config, &jobs, store.as_ref(), store_error, location, at).await?;
+    let mut plan = build(config, &jobs, store.as_ref(), store_error, location, at).await?;
+    if missing {
+        plan.store.push_str(
+            " (does not exist yet: nothing charged, planned against full budgets; the dry run created nothing)",
+        );
+    }
     if args.json {
         emit(&(serde_json::to_string_pretty(&plan).expect("a plan serializes") + "\n"))
     } else {

@@ -48,6 +48,10 @@ CREATE TABLE IF NOT EXISTS job_cursor (
     job    TEXT PRIMARY KEY,
     cursor TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,           -- 'store_id': this store's random id
+    value TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS charge_id (
     credential TEXT NOT NULL,
     id         TEXT NOT NULL,
@@ -65,6 +69,8 @@ pub(in crate::ledger) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct EmbeddedLedger {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    /// What this host's history knows the store by: see [`Self::identity`].
+    identity: String,
 }
 
 fn local_now() -> Micros {
@@ -138,8 +144,50 @@ impl EmbeddedLedger {
                 StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
+        // A new store file is made here, with quota's file mode (0640 unless
+        // QUOTA_FILE_MODE says otherwise, less the umask), not SQLite's 0644:
+        // SQLite gives its -wal and -shm files the same mode.
+        let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);
+        match crate::atomic_file::create_exclusive(path, mode) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot create {}: {e}",
+                    path.display()
+                )));
+            }
+        }
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn, path)
+    }
+
+    /// Open the store file at `path` if there is one, creating nothing (no
+    /// folder, no file): `Ok(None)` when it does not exist.
+    pub fn open_existing(path: &Path) -> Result<Option<Self>, StoreError> {
+        match std::fs::metadata(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot open {}: {e}",
+                    path.display()
+                )));
+            }
+        }
+        // The default flags without SQLITE_OPEN_CREATE: a file removed
+        // since is an error, not a new store.
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+            | rusqlite::OpenFlags::SQLITE_OPEN_URI
+            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn, path).map(Some)
+    }
+
+    /// Set up a connection to the store file at `path`.
+    fn init(conn: Connection, path: &Path) -> Result<Self, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -153,10 +201,33 @@ impl EmbeddedLedger {
                 "ALTER TABLE credential ADD COLUMN lost_at INTEGER NOT NULL DEFAULT 0",
             )?;
         }
+        // The store's id, written once, when the store is made (or first
+        // opened by a build that writes one): a file removed and made again
+        // is another store, a copy restored from a backup is the same one.
+        conn.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', ?1)",
+            [format!("{:032x}", rand::random::<u128>())],
+        )?;
+        let id: String =
+            conn.query_row("SELECT value FROM meta WHERE key = 'store_id'", [], |r| {
+                r.get(0)
+            })?;
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(Self {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
+            identity: format!("embedded {} #{id}", canonical.display()),
         })
+    }
+
+    /// What this host's history (`history.json`) knows the store by: its
+    /// file's canonical path and the id written inside it,
+    /// `embedded PATH #ID`. A store file deleted and made again (the demo
+    /// does this) is a new store with nothing forgotten; an older copy of
+    /// the same store put back is the same store, and the history notices
+    /// the charges it lacks.
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     /// The file the store lives in.
