@@ -289,7 +289,17 @@ fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
             .contains("LOG LOST: the store had recorded 4 charges and reported 0"),
         "{r:?}"
     );
+    // status noticed it first; the run still tells the store, which then
+    // counts the pool as spent: nothing is sent on an empty log.
+    let sent = up.seen().len();
     let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("LOG LOST: the store lost the log of credential main pool units"),
+        "{r:?}"
+    );
+    assert_eq!(up.seen().len(), sent, "a forgotten budget was spent again");
     assert!(
         r.stderr.contains(
             "LOG LOST: the store has forgotten credential main's log: it had recorded 4 charges"

@@ -142,7 +142,7 @@ pub async fn read(
     credentials: &[&Credential],
     at: At,
 ) -> Result<Vec<CredentialReport>> {
-    let mut history = History::open();
+    let mut history = History::open(); // (read, compared, never saved)
     let mut reports = Vec::new();
     for c in credentials {
         let usage = store.usage(&c.name, &c.pools, at).await?;
@@ -164,7 +164,10 @@ pub async fn read(
             jobs,
         });
     }
-    history.save();
+    // Not saved: only a run, whose charges tell the store what this host
+    // has seen, may lower the serial it remembers. Saved here, a loss that
+    // status noticed first would never reach the store, and the next run
+    // would hand the forgotten budget out again.
     Ok(reports)
 }
 
@@ -195,7 +198,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
         ));
         if let Some(l) = r.lost {
             out.push_str(&format!(
-                "  {}: the store had recorded {} charges and reported {} on {}: its windows may admit the budget twice until {}\n    {}.\n",
+                "  {}: the store had recorded {} charges and reported {} on {}: the next run tells the store, which then counts its pools as spent until at most {}\n    {}.\n",
                 p.red("LOG LOST"),
                 l.had,
                 l.found,

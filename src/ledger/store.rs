@@ -77,19 +77,13 @@ impl Store {
     /// Open (or connect to) the store at `location`.
     pub async fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         Ok(match location {
-            StoreLocation::Redis(url) => Self::Redis(Box::new(RedisLedger::connect(url).await?)),
+            StoreLocation::Redis(url) => Self::redis(url).await?,
             StoreLocation::Embedded(path) => {
-                let path = match path {
-                    Some(p) => p.clone(),
-                    None => EmbeddedLedger::default_path()?,
-                };
-                Self::Embedded(EmbeddedLedger::open(&path)?)
+                Self::Embedded(EmbeddedLedger::open(&embedded_path(path)?)?)
             }
         })
     }
-}
 
-impl Store {
     /// Open the store at `location` only if it exists, creating nothing:
     /// `Ok(None)` for an embedded store whose file is not there yet. `status`
     /// and `run --dry-run` read a store; they never make one (a store made
@@ -97,15 +91,15 @@ impl Store {
     /// would fail). A Redis is connected to as by [`Store::open`].
     pub async fn open_existing(location: &StoreLocation) -> Result<Option<Self>, StoreError> {
         Ok(match location {
-            StoreLocation::Redis(url) => Some(Self::Redis(RedisLedger::connect(url).await?)),
+            StoreLocation::Redis(url) => Some(Self::redis(url).await?),
             StoreLocation::Embedded(path) => {
-                let path = match path {
-                    Some(p) => p.clone(),
-                    None => EmbeddedLedger::default_path()?,
-                };
-                EmbeddedLedger::open_existing(&path)?.map(Self::Embedded)
+                EmbeddedLedger::open_existing(&embedded_path(path)?)?.map(Self::Embedded)
             }
         })
+    }
+
+    async fn redis(url: &str) -> Result<Self, StoreError> {
+        Ok(Self::Redis(Box::new(RedisLedger::connect(url).await?)))
     }
 
     /// What this host's history (`history.json`) knows the store by. An
@@ -130,6 +124,14 @@ impl Store {
                 "The store's file was replaced by an older copy of itself (restored from a backup?): the charges made since that copy are not in it"
             }
         }
+    }
+}
+
+/// The embedded store's file: the one named, else the default.
+fn embedded_path(path: &Option<PathBuf>) -> Result<PathBuf, StoreError> {
+    match path {
+        Some(p) => Ok(p.clone()),
+        None => EmbeddedLedger::default_path(),
     }
 }
 

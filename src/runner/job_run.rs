@@ -120,7 +120,7 @@ impl<'a> JobRun<'a> {
             error!(
                 job = self.job.name,
                 "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
-                 Its windows may admit the budget a second time until {}. {}.",
+                 The store now counts its pools as spent (LOG LOST per pool) until at most {}. {}.",
                 self.cred.name,
                 l.had,
                 l.found,
