@@ -9,8 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build --quiet
-quota=target/debug/quota
-standin_bin=target/debug/quota-standin
+bin=${CARGO_TARGET_DIR:-target}/debug   # where `cargo build` put them
+quota=$bin/quota
+standin_bin=$bin/quota-standin
 config=jobs/demo.yaml
 
 rm -rf out/demo
