@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{Secret, redact};
+
 /// A position in a job's work: the region, step and page to do next.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
@@ -66,6 +68,72 @@ pub struct Start {
     pub token: Option<String>,
 }
 
+/// A cursor as the store keeps it, and its text. A page token that carries
+/// the secret (an upstream that echoes the key in its next-page link) is
+/// kept masked, each occurrence `***` and its byte offsets in `secret_at`,
+/// so `status` never shows the key and [`read_cursor`] puts it back. One
+/// that carries it in another encoding (percent-encoded, …) cannot be put
+/// back exactly: the cursor then points at the start of the step.
+pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
+    let mut stored = cursor.clone();
+    let mut offsets = Vec::new();
+    if let Some(token) = &cursor.token
+        && !secret.expose().is_empty()
+    {
+        let mut masked = String::with_capacity(token.len());
+        let mut rest = token.as_str();
+        while let Some(at) = rest.find(secret.expose()) {
+            masked.push_str(&rest[..at]);
+            offsets.push(masked.len());
+            masked.push_str("***");
+            rest = &rest[at + secret.expose().len()..];
+        }
+        masked.push_str(rest);
+        if redact(&masked, &[secret]) == masked {
+            stored.token = Some(masked);
+        } else {
+            (stored.page, stored.token) = (0, None);
+            offsets.clear();
+        }
+    }
+    if offsets.is_empty() {
+        let text = stored.encode();
+        return (stored, text);
+    }
+    let mut json = serde_json::to_value(&stored).expect("a cursor always serializes");
+    json["secret_at"] = serde_json::json!(offsets);
+    (stored, json.to_string())
+}
+
+/// A stored cursor, its page token unmasked (see [`cursor_text`]); one whose
+/// mask does not fit its token restarts its step.
+pub fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
+    let mut cursor = Cursor::decode(text)?;
+    let json: serde_json::Value = serde_json::from_str(text).ok()?;
+    let Some(offsets) = json.get("secret_at").and_then(|v| v.as_array()) else {
+        return Some(cursor);
+    };
+    let token = cursor.token.take().unwrap_or_default();
+    let mut out = String::with_capacity(token.len());
+    let mut from = 0;
+    for at in offsets.iter().map(|o| o.as_u64().map(|o| o as usize)) {
+        match at {
+            Some(at) if at >= from && token.get(at..at + 3) == Some("***") => {
+                out.push_str(&token[from..at]);
+                out.push_str(secret.expose());
+                from = at + 3;
+            }
+            _ => {
+                cursor.page = 0;
+                return Some(cursor);
+            }
+        }
+    }
+    out.push_str(&token[from..]);
+    cursor.token = Some(out);
+    Some(cursor)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +182,35 @@ mod tests {
             }
         );
         assert_eq!(Cursor::decode("not json"), None);
+    }
+
+    #[test]
+    fn a_token_that_carries_the_secret_is_stored_masked_and_read_back() {
+        let secret = Secret::new("K3y".into());
+        let cursor = Cursor {
+            run: 2,
+            region: "US".into(),
+            step: 0,
+            page: 3,
+            token: Some("***K3y/next?key=K3y".into()),
+        };
+        let (stored, text) = cursor_text(&cursor, &secret);
+        assert_eq!(stored.token.as_deref(), Some("******/next?key=***"));
+        assert!(!text.contains("K3y"), "{text}");
+        assert_eq!(read_cursor(&text, &secret), Some(cursor.clone()));
+        // Without the secret inside, the cursor is stored as it always was.
+        let plain = Cursor {
+            token: Some("CAUQ3".into()),
+            ..cursor.clone()
+        };
+        assert_eq!(cursor_text(&plain, &secret).1, plain.encode());
+        // Another encoding cannot be put back: the step restarts.
+        let encoded = Cursor {
+            token: Some("next?key=K%33y".into()),
+            ..cursor
+        };
+        let (stored, text) = cursor_text(&encoded, &secret);
+        assert_eq!((stored.page, stored.token), (0, None));
+        assert!(!text.contains("K%33y"), "{text}");
     }
 }

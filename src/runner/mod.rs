@@ -8,13 +8,17 @@
 //!
 //! Rooms: [`job_run`] (one run in progress: the region loop, charge, call,
 //! write), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
-//! [`cursor`], [`output`] (page files), [`upstream`] (HTTP), and the
-//! report a run ends with.
+//! [`cursor`] (where a job resumes, kept without the secret), [`output`]
+//! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
+//! [`page_scan`] (the next-page token, without building the page),
+//! [`quota_headers`] (what an answer says of the upstream's own quota), and
+//! the report a run ends with.
 
 pub mod cursor;
 mod job_run;
 mod lock;
 pub mod output;
+mod page_scan;
 mod quota_headers;
 mod report;
 mod shutdown;

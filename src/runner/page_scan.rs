@@ -1,0 +1,156 @@
+//! Finding a page's next-page token without building the page: one pass
+//! over the body that checks it is one JSON document and keeps only the
+//! string at the step's JSON pointer, so a page of tens of megabytes costs
+//! no more memory than its bytes.
+
+use serde::de::DeserializeSeed;
+
+/// Check that `body` is one JSON document and find the page token at
+/// `pointer` in it: a non-empty string. One pass, and no tree: nothing but
+/// the token is kept, so a page of tens of megabytes costs no more memory
+/// than its bytes (a `serde_json::Value` of it would cost many times that).
+pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<String>, serde_json::Error> {
+    let path: Vec<String> = pointer
+        .map(|p| {
+            p.split('/')
+                .skip(1)
+                .map(|s| s.replace("~1", "/").replace("~0", "~"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let found = Find {
+        path: &path,
+        wanted: pointer.is_some(),
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(found.filter(|s| !s.is_empty()))
+}
+
+/// Follows a JSON pointer through a document as it is parsed, skipping
+/// (and so checking) everything else; yields the string at its end.
+struct Find<'p> {
+    path: &'p [String],
+    /// Without a pointer, only the check.
+    wanted: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Find<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok((self.wanted && self.path.is_empty()).then(|| v.to_string()))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            match self.path.split_first() {
+                Some((first, rest)) if self.wanted && *first == key => {
+                    // A repeated key: the last one counts, as in a parsed tree.
+                    found = map.next_value_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })?;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let index = self
+            .path
+            .split_first()
+            .filter(|_| self.wanted)
+            .and_then(|(first, rest)| first.parse::<usize>().ok().map(|i| (i, rest)));
+        let mut found = None;
+        let mut i = 0;
+        loop {
+            match index {
+                Some((at, rest)) if at == i => {
+                    match seq.next_element_seed(Find {
+                        path: rest,
+                        wanted: true,
+                    })? {
+                        Some(v) => found = v,
+                        None => break,
+                    }
+                }
+                _ => {
+                    if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(found)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_tokens_follow_the_pointer() {
+        let j = br#"{"items":[{"a":1},{"next":"deep"}],"nextPageToken":"CAUQ1","x":"","a/b":{"~":"esc"},"n":3}"#;
+        let at = |p: &str| scan(j, Some(p)).unwrap();
+        assert_eq!(at("/nextPageToken").as_deref(), Some("CAUQ1"));
+        assert_eq!(at("/items/1/next").as_deref(), Some("deep"));
+        assert_eq!(at("/a~1b/~0").as_deref(), Some("esc"));
+        for none in [
+            "/x",
+            "/missing",
+            "/items",
+            "/items/2/next",
+            "/n",
+            "/nextPageToken/0",
+        ] {
+            assert_eq!(at(none), None, "{none}");
+        }
+        assert_eq!(scan(j, None).unwrap(), None);
+        assert_eq!(
+            scan(br#"{"t":"a","t":"b"}"#, Some("/t"))
+                .unwrap()
+                .as_deref(),
+            Some("b")
+        );
+        for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
+            assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");
+        }
+    }
+}
