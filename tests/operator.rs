@@ -162,6 +162,39 @@ fn status_on_a_known_ledger() {
 }
 
 #[test]
+fn a_sub_second_window_is_shown_as_it_is_configured() {
+    // `per: 1s 500ms` used to show as "2s" in the table and its name, with
+    // `w=1` in the RateLimit policy: three different windows for one.
+    let d = Deployment::new(&config("http://127.0.0.1:9").replace(
+        "      search:\n",
+        "      burst:\n        - { limit: 5, per: 1s 500ms }\n      search:\n",
+    ));
+    let r = d.quota(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.starts_with(&["burst", "1s500ms", "5"])
+        }),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("burst  2s"), "{}", r.stdout);
+    let json = d.status_json();
+    let burst = &json["credentials"][0]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "burst")
+        .unwrap()["windows"][0]["ratelimit"];
+    assert_eq!(burst["policy"], "burst-1s500ms");
+    // `w` is whole seconds: the window rounded up, the span over which at
+    // most `q` still holds (never down, which would promise more).
+    assert_eq!(burst["w"], 2);
+    assert_eq!(burst["policy_header"], "\"burst-1s500ms\";q=5;w=2");
+}
+
+#[test]
 fn dry_run_plans_on_a_known_ledger() {
     let d = Deployment::new(&config("http://127.0.0.1:9"));
     known_ledger(&d);

@@ -16,7 +16,7 @@ use crate::ledger::{
     USAGE_BUCKETS, summarize,
 };
 use crate::runner::cursor::Cursor;
-use crate::timefmt::{fmt_duration, local_datetime, rfc3339, when};
+use crate::timefmt::{fmt_window, local_datetime, rfc3339, when};
 use crate::{Error, Result};
 
 /// One credential's report: its usage and its jobs' cursors.
@@ -249,7 +249,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
             for w in &pool.windows {
                 t.row(vec![
                     pool.pool.clone(),
-                    fmt_duration(w.window.per),
+                    fmt_window(w.window.per),
                     w.window.limit.to_string(),
                     w.window.headroom.to_string(),
                     w.budget.to_string(),
@@ -291,9 +291,9 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                 let peak = w.buckets.iter().copied().max().unwrap_or(0);
                 t.row(vec![
                     pool.pool.clone(),
-                    fmt_duration(w.window.per),
+                    fmt_window(w.window.per),
                     format!("│{}│", sparkline(&w.buckets)),
-                    format!("peak {peak} per {}", fmt_duration(bucket)),
+                    format!("peak {peak} per {}", fmt_window(bucket)),
                 ]);
             }
         }
@@ -311,7 +311,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                         format!(
                             "{} {}: {}",
                             pool.pool,
-                            fmt_duration(w.window.per),
+                            fmt_window(w.window.per),
                             who.join(", ")
                         )
                     })
@@ -482,8 +482,12 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                 .windows
                                 .iter()
                                 .map(|w| {
+                                    // `w` is an integer: a window that is not whole
+                                    // seconds is promised as the next whole second,
+                                    // the longer span, over which at most `q` holds too.
                                     let per = w.window.per.as_secs();
-                                    let name = format!("{}-{}", p.pool, fmt_duration(w.window.per));
+                                    let w_secs = w.window.per.as_millis().div_ceil(1000) as u64;
+                                    let name = format!("{}-{}", p.pool, fmt_window(w.window.per));
                                     let t = w.next_free_at.map_or(0, |t| {
                                         ((t - u.at).max(0) as u64).div_ceil(1_000_000)
                                     });
@@ -503,13 +507,13 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                         buckets: w.buckets.clone(),
                                         ratelimit: RateLimitJson {
                                             policy_header: format!(
-                                                "\"{name}\";q={};w={per}",
+                                                "\"{name}\";q={};w={w_secs}",
                                                 w.budget
                                             ),
                                             header: format!("\"{name}\";r={};t={t}", w.remaining),
                                             policy: name,
                                             q: w.budget,
-                                            w: per,
+                                            w: w_secs,
                                             r: w.remaining,
                                             t,
                                         },
