@@ -195,6 +195,38 @@ fn a_sub_second_window_is_shown_as_it_is_configured() {
 }
 
 #[test]
+fn windows_of_one_length_get_distinct_ratelimit_policy_names() {
+    // Two 1h windows in pool units were both named "units-1h".
+    let d = Deployment::new(&config("http://127.0.0.1:9").replace(
+        "        - { limit: 30, per: 1h }\n",
+        "        - { limit: 30, per: 1h }\n        - { limit: 50, per: 1h }\n        \
+         - { limit: 50, per: 1h }\n",
+    ));
+    let names = || -> Vec<String> {
+        let json = d.status_json();
+        json["credentials"][0]["pools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["windows"].as_array().unwrap().clone())
+            .map(|w| w["ratelimit"]["policy"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first = names();
+    assert_eq!(
+        first,
+        [
+            "units-24h",
+            "units-1h-30",
+            "units-1h-50-3",
+            "units-1h-50-4",
+            "search-24h"
+        ],
+    );
+    assert_eq!(names(), first, "the names must not change between calls");
+}
+
+#[test]
 fn dry_run_plans_on_a_known_ledger() {
     let d = Deployment::new(&config("http://127.0.0.1:9"));
     known_ledger(&d);
