@@ -18,6 +18,16 @@ pub fn fmt_duration(d: Duration) -> String {
     hms(s, 0)
 }
 
+/// A wait about to be slept: [`fmt_duration`] from a second up; under a
+/// second, in milliseconds rounded up (`100ms`, `10ms`), never "1s".
+pub fn fmt_wait(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_nanos().div_ceil(1_000_000))
+    } else {
+        fmt_duration(d)
+    }
+}
+
 /// A configured duration (a window's `per`) the way the configuration
 /// writes it, exactly to the millisecond (rounded up below it): `1h`,
 /// `1s500ms`, `250ms`. Never rounded to a different window.
@@ -97,5 +107,16 @@ mod tests {
         assert_eq!(fmt_window(ms(3_600_000)), "1h");
         assert_eq!(fmt_window(ms(90_000)), "1m30s");
         assert_eq!(fmt_window(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn short_waits_are_shown_in_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_wait(ms(100)), "100ms");
+        assert_eq!(fmt_wait(ms(10)), "10ms");
+        assert_eq!(fmt_wait(Duration::from_micros(1)), "1ms");
+        assert_eq!(fmt_wait(Duration::ZERO), "0ms");
+        assert_eq!(fmt_wait(ms(1500)), "2s");
+        assert_eq!(fmt_wait(ms(60_000)), "1m");
     }
 }

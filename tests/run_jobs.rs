@@ -162,6 +162,18 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [503, 503, 200, 200]);
     assert!(r.stderr.contains("retry 1 of 3"), "{r:?}");
+    // The real wait: up to the 20ms backoff, then 40ms (full jitter), in
+    // milliseconds, never "in 1s".
+    for (attempt, cap) in [(1, 20), (2, 40)] {
+        let wait = r
+            .stderr
+            .split(&format!("retry {attempt} of 3 in "))
+            .nth(1)
+            .and_then(|rest| rest.split_once("ms"))
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no wait in milliseconds for retry {attempt}: {r:?}"));
+        assert!(wait <= cap, "retry {attempt} waits {wait}ms: {r:?}");
+    }
     // Four requests, four charges.
     assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
 }
