@@ -62,7 +62,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
         let files = d.outputs("trending");
         assert_eq!(files.len(), 9, "{kind}: {files:?}");
         assert!(
-            files.contains(&"trending.r000001.GB.s0.p2.json".to_string()),
+            files.contains(&"trending.r000001.GB.s0.p000002.json".to_string()),
             "{files:?}"
         );
         for f in &files {
@@ -265,7 +265,10 @@ fn a_job_without_regions_runs_its_steps_once() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         d.outputs("popular"),
-        ["popular.r000001.s0.p0.json", "popular.r000001.s0.p1.json"]
+        [
+            "popular.r000001.s0.p000000.json",
+            "popular.r000001.s0.p000001.json"
+        ]
     );
     let r = d.quota(&["run", "nope"]);
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");
