@@ -15,9 +15,35 @@ pub fn fmt_duration(d: Duration) -> String {
     if s == 0 {
         return "0s".into();
     }
+    hms(s, 0)
+}
+
+/// A wait about to be slept: [`fmt_duration`] from a second up; under a
+/// second, in milliseconds rounded up (`100ms`, `10ms`), never "1s".
+pub fn fmt_wait(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_nanos().div_ceil(1_000_000))
+    } else {
+        fmt_duration(d)
+    }
+}
+
+/// A configured duration (a window's `per`) the way the configuration
+/// writes it, exactly to the millisecond (rounded up below it): `1h`,
+/// `1s500ms`, `250ms`. Never rounded to a different window.
+pub fn fmt_window(d: Duration) -> String {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    let (s, ms) = (ms / 1000, ms % 1000);
+    if s == 0 && ms == 0 {
+        return "0s".into();
+    }
+    hms(u64::try_from(s).unwrap_or(u64::MAX), ms as u32)
+}
+
+fn hms(s: u64, ms: u32) -> String {
     let (h, m, s) = (s / 3600, s % 3600 / 60, s % 60);
     let mut out = String::new();
-    for (n, unit) in [(h, 'h'), (m, 'm'), (s, 's')] {
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (u64::from(ms), "ms")] {
         if n > 0 {
             out.push_str(&format!("{n}{unit}"));
         }
@@ -67,4 +93,30 @@ pub fn rfc3339(us: Micros) -> String {
 /// An RFC 3339 time as [`Micros`] (0 when it does not parse).
 pub fn from_rfc3339(rfc: &str) -> Micros {
     DateTime::parse_from_rfc3339(rfc).map_or(0, |t| t.timestamp_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_are_shown_exactly() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_window(ms(1500)), "1s500ms");
+        assert_eq!(fmt_window(ms(500)), "500ms");
+        assert_eq!(fmt_window(ms(3_600_000)), "1h");
+        assert_eq!(fmt_window(ms(90_000)), "1m30s");
+        assert_eq!(fmt_window(Duration::ZERO), "0s");
+    }
+
+    #[test]
+    fn short_waits_are_shown_in_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_wait(ms(100)), "100ms");
+        assert_eq!(fmt_wait(ms(10)), "10ms");
+        assert_eq!(fmt_wait(Duration::from_micros(1)), "1ms");
+        assert_eq!(fmt_wait(Duration::ZERO), "0ms");
+        assert_eq!(fmt_wait(ms(1500)), "2s");
+        assert_eq!(fmt_wait(ms(60_000)), "1m");
+    }
 }

@@ -26,11 +26,13 @@ fn a_new_store_never_replaces_a_page() {
     assert_eq!(
         d.outputs("trending"),
         [
-            "trending.r000001.GB.s0.p0.json",
-            "trending.r000001.US.s0.p0.json"
+            "trending.r000001.GB.s0.p000000.json",
+            "trending.r000001.US.s0.p000000.json"
         ]
     );
-    let marker = d.path().join("out/trending/trending.r000001.US.s0.p0.json");
+    let marker = d
+        .path()
+        .join("out/trending/trending.r000001.US.s0.p000000.json");
     std::fs::write(&marker, "{\"marker\": \"must survive\"}").unwrap();
 
     let redis = RedisServer::start();
@@ -50,10 +52,10 @@ fn a_new_store_never_replaces_a_page() {
     assert_eq!(
         d.outputs("trending"),
         [
-            "trending.r000001.GB.s0.p0.json",
-            "trending.r000001.US.s0.p0.json",
-            "trending.r000002.GB.s0.p0.json",
-            "trending.r000002.US.s0.p0.json"
+            "trending.r000001.GB.s0.p000000.json",
+            "trending.r000001.US.s0.p000000.json",
+            "trending.r000002.GB.s0.p000000.json",
+            "trending.r000002.US.s0.p000000.json"
         ]
     );
     // The store's own numbering goes on from there.
@@ -96,12 +98,12 @@ fn a_job_removes_only_its_own_leftovers() {
     let others = [
         // What builds before this one left (a `feed` prefix, but
         // feed.reddit's page), and what a killed run of feed.reddit leaves.
-        ".feed.reddit.r000001.US.s0.p0.json.tmp",
-        ".feed.reddit~feed.reddit.r000001.US.s0.p0.json.tmp",
+        ".feed.reddit.r000001.US.s0.p000000.json.tmp",
+        ".feed.reddit~feed.reddit.r000001.US.s0.p000000.json.tmp",
     ];
     for name in others
         .iter()
-        .chain([&".feed~feed.r000009.US.s0.p0.json.tmp"])
+        .chain([&".feed~feed.r000009.US.s0.p000000.json.tmp"])
     {
         std::fs::write(shared.join(name), "{\"partial").unwrap();
     }
@@ -114,7 +116,7 @@ fn a_job_removes_only_its_own_leftovers() {
         "{r:?}"
     );
     assert_eq!(hidden(&shared), others.map(String::from));
-    assert!(shared.join("feed.r000001.US.s0.p0.json").exists());
+    assert!(shared.join("feed.r000001.US.s0.p000000.json").exists());
 }
 
 /// A run that holds no lock (the store is unreachable and the job is
@@ -134,7 +136,7 @@ fn leftovers_are_removed_only_under_the_lock() {
     ));
     let out = d.path().join("out/trending");
     std::fs::create_dir_all(&out).unwrap();
-    let leftover = ".trending~trending.r000009.US.s0.p0.json.tmp";
+    let leftover = ".trending~trending.r000009.US.s0.p000000.json.tmp";
     std::fs::write(out.join(leftover), "{\"partial").unwrap();
 
     let r = d.quota(&["run"]);
@@ -187,7 +189,7 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
         let r = crate::common::deployment::run(&mut cmd);
         assert_eq!(r.code, 0, "{r:?}");
         for file in [
-            "out/trending/trending.r000001.US.s0.p0.json",
+            "out/trending/trending.r000001.US.s0.p000000.json",
             "ledger.sqlite3",
             "state/quota/history.json",
         ] {
@@ -241,7 +243,7 @@ fn a_planted_symlink_is_never_written_through() {
     std::fs::write(&victim, "root's secret").unwrap();
     let mut planted = Vec::new();
     for region in ["US", "GB"] {
-        let page = format!("trending.r000001.{region}.s0.p0.json");
+        let page = format!("trending.r000001.{region}.s0.p000000.json");
         for name in [format!(".{page}.tmp"), format!(".trending~{page}.tmp")] {
             std::os::unix::fs::symlink(&victim, out.join(&name)).unwrap();
             planted.push(name);
@@ -252,7 +254,7 @@ fn a_planted_symlink_is_never_written_through() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's secret");
     for region in ["US", "GB"] {
-        let page = out.join(format!("trending.r000001.{region}.s0.p0.json"));
+        let page = out.join(format!("trending.r000001.{region}.s0.p000000.json"));
         let meta = std::fs::symlink_metadata(&page).unwrap();
         assert!(meta.is_file(), "{} is not a plain file", page.display());
         let v: serde_json::Value =

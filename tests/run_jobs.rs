@@ -62,7 +62,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
         let files = d.outputs("trending");
         assert_eq!(files.len(), 9, "{kind}: {files:?}");
         assert!(
-            files.contains(&"trending.r000001.GB.s0.p2.json".to_string()),
+            files.contains(&"trending.r000001.GB.s0.p000002.json".to_string()),
             "{files:?}"
         );
         for f in &files {
@@ -162,6 +162,18 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [503, 503, 200, 200]);
     assert!(r.stderr.contains("retry 1 of 3"), "{r:?}");
+    // The real wait: up to the 20ms backoff, then 40ms (full jitter), in
+    // milliseconds, never "in 1s".
+    for (attempt, cap) in [(1, 20), (2, 40)] {
+        let wait = r
+            .stderr
+            .split(&format!("retry {attempt} of 3 in "))
+            .nth(1)
+            .and_then(|rest| rest.split_once("ms"))
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no wait in milliseconds for retry {attempt}: {r:?}"));
+        assert!(wait <= cap, "retry {attempt} waits {wait}ms: {r:?}");
+    }
     // Four requests, four charges.
     assert!(r.stderr.contains("4 calls, spent units 4"), "{r:?}");
 }
@@ -253,7 +265,10 @@ fn a_job_without_regions_runs_its_steps_once() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         d.outputs("popular"),
-        ["popular.r000001.s0.p0.json", "popular.r000001.s0.p1.json"]
+        [
+            "popular.r000001.s0.p000000.json",
+            "popular.r000001.s0.p000001.json"
+        ]
     );
     let r = d.quota(&["run", "nope"]);
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");

@@ -225,7 +225,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
         // What a kill during a write would leave behind.
         let leftover = d
             .path()
-            .join("out/trending/.trending~trending.r000001.GB.s0.p1.json.tmp");
+            .join("out/trending/.trending~trending.r000001.GB.s0.p000001.json.tmp");
         std::fs::write(&leftover, "{\"items\": [").unwrap();
 
         // The killed run wrote a prefix of its work, page by page, and lost
@@ -241,7 +241,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
             .count();
         let names: Vec<String> = cycle[..written]
             .iter()
-            .map(|(r, p)| format!("trending.r000001.{r}.s0.p{p}.json"))
+            .map(|(r, p)| format!("trending.r000001.{r}.s0.p{p:06}.json"))
             .collect();
         assert_eq!(
             d.outputs("trending")
@@ -313,7 +313,7 @@ fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
     let counts = fetch_counts(&up);
     assert_eq!(counts.len(), 9);
     for f in &written {
-        // trending.r000001.US.s0.p1.json → (US, 1)
+        // trending.r000001.US.s0.p000001.json → (US, 1)
         let parts: Vec<&str> = f.split('.').collect();
         let key = (parts[2].to_string(), parts[4][1..].parse::<u32>().unwrap());
         assert_eq!(counts[&key], 1, "{f} was fetched again: {counts:?}");

@@ -16,7 +16,7 @@ use crate::ledger::{
     USAGE_BUCKETS, summarize,
 };
 use crate::runner::cursor::Cursor;
-use crate::timefmt::{fmt_duration, local_datetime, rfc3339, when};
+use crate::timefmt::{fmt_window, local_datetime, rfc3339, when};
 use crate::{Error, Result};
 
 /// One credential's report: its usage and its jobs' cursors.
@@ -249,7 +249,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
             for w in &pool.windows {
                 t.row(vec![
                     pool.pool.clone(),
-                    fmt_duration(w.window.per),
+                    fmt_window(w.window.per),
                     w.window.limit.to_string(),
                     w.window.headroom.to_string(),
                     w.budget.to_string(),
@@ -291,9 +291,9 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                 let peak = w.buckets.iter().copied().max().unwrap_or(0);
                 t.row(vec![
                     pool.pool.clone(),
-                    fmt_duration(w.window.per),
+                    fmt_window(w.window.per),
                     format!("│{}│", sparkline(&w.buckets)),
-                    format!("peak {peak} per {}", fmt_duration(bucket)),
+                    format!("peak {peak} per {}", fmt_window(bucket)),
                 ]);
             }
         }
@@ -311,7 +311,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                         format!(
                             "{} {}: {}",
                             pool.pool,
-                            fmt_duration(w.window.per),
+                            fmt_window(w.window.per),
                             who.join(", ")
                         )
                     })
@@ -453,6 +453,50 @@ pub struct JobJson {
     pub cursor: Option<Cursor>,
 }
 
+/// Each window's RateLimit policy name, unique within the credential and
+/// the same from one call to the next: `POOL-PER` (`units-24h`); when
+/// windows share that, `POOL-PER-LIMIT` (`units-1h-30`); when they share
+/// that too, the window's place in its pool (`units-1h-30-2`, from 1).
+fn policy_names(u: &CredentialUsage) -> BTreeMap<(&str, usize), String> {
+    let windows: Vec<(&str, usize, &crate::ledger::WindowUsage)> = u
+        .pools
+        .iter()
+        .flat_map(|p| {
+            p.windows
+                .iter()
+                .enumerate()
+                .map(move |(i, w)| (p.pool.as_str(), i, w))
+        })
+        .collect();
+    let base =
+        |pool: &str, w: &crate::ledger::WindowUsage| format!("{pool}-{}", fmt_window(w.window.per));
+    let count = |names: &[String], n: &String| names.iter().filter(|m| *m == n).count();
+    let first: Vec<String> = windows.iter().map(|(p, _, w)| base(p, w)).collect();
+    let second: Vec<String> = windows
+        .iter()
+        .zip(&first)
+        .map(|((_, _, w), n)| {
+            if count(&first, n) > 1 {
+                format!("{n}-{}", w.window.limit)
+            } else {
+                n.clone()
+            }
+        })
+        .collect();
+    windows
+        .iter()
+        .zip(&second)
+        .map(|((p, i, _), n)| {
+            let name = if count(&second, n) > 1 {
+                format!("{n}-{}", i + 1)
+            } else {
+                n.clone()
+            };
+            ((*p, *i), name)
+        })
+        .collect()
+}
+
 pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson {
     let at = reports.first().map_or(0, |r| r.usage.at);
     StatusJson {
@@ -463,6 +507,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
             .iter()
             .map(|r| {
                 let u = &r.usage;
+                let names = policy_names(u);
                 CredentialJson {
                     credential: u.credential.clone(),
                     charges_recorded: u.charges_recorded,
@@ -481,9 +526,14 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             windows: p
                                 .windows
                                 .iter()
-                                .map(|w| {
+                                .enumerate()
+                                .map(|(i, w)| {
+                                    // `w` is an integer: a window that is not whole
+                                    // seconds is promised as the next whole second,
+                                    // the longer span, over which at most `q` holds too.
                                     let per = w.window.per.as_secs();
-                                    let name = format!("{}-{}", p.pool, fmt_duration(w.window.per));
+                                    let w_secs = w.window.per.as_millis().div_ceil(1000) as u64;
+                                    let name = names[&(p.pool.as_str(), i)].clone();
                                     let t = w.next_free_at.map_or(0, |t| {
                                         ((t - u.at).max(0) as u64).div_ceil(1_000_000)
                                     });
@@ -503,13 +553,13 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                         buckets: w.buckets.clone(),
                                         ratelimit: RateLimitJson {
                                             policy_header: format!(
-                                                "\"{name}\";q={};w={per}",
+                                                "\"{name}\";q={};w={w_secs}",
                                                 w.budget
                                             ),
                                             header: format!("\"{name}\";r={};t={t}", w.remaining),
                                             policy: name,
                                             q: w.budget,
-                                            w: per,
+                                            w: w_secs,
                                             r: w.remaining,
                                             t,
                                         },

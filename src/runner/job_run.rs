@@ -477,7 +477,7 @@ impl<'a> JobRun<'a> {
                         job = self.job.name,
                         "{shown_target}: {why}; retry {attempt} of {} in {}",
                         http.retries,
-                        fmt_duration(wait)
+                        crate::timefmt::fmt_wait(wait)
                     );
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}

@@ -74,10 +74,16 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
     run.finish(result).await
 }
 
+/// This host's name, for a lock's holder and a block's reason: from the
+/// uname(2) system call (what gethostname(3) returns), not from
+/// /proc/sys/kernel/hostname, which the systemd unit hides (ProcSubset=pid).
 pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".into())
+    let uname = rustix::system::uname();
+    let name = uname.nodename().to_string_lossy();
+    let name = name.trim();
+    if name.is_empty() {
+        "unknown-host".into()
+    } else {
+        name.to_string()
+    }
 }

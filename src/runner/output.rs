@@ -5,7 +5,7 @@
 //! whose pages are in the folder, and a page takes only a free name.
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
-//! `trending.r000042.US.s0.p1.json` (no region part for a job without
+//! `trending.r000042.US.s0.p000001.json` (no region part for a job without
 //! regions). Temporary files are `.JOB~NAME~RANDOM.tmp`, created
 //! exclusively (see [`crate::atomic_file`]); a later run of the same job,
 //! holding the job's lock, removes any that a killed run left, and never
@@ -29,12 +29,12 @@ impl PageName<'_> {
     pub fn file_name(&self) -> String {
         if self.region.is_empty() {
             format!(
-                "{}.r{:06}.s{}.p{}.json",
+                "{}.r{:06}.s{}.p{:06}.json",
                 self.job, self.run, self.step, self.page
             )
         } else {
             format!(
-                "{}.r{:06}.{}.s{}.p{}.json",
+                "{}.r{:06}.{}.s{}.p{:06}.json",
                 self.job, self.run, self.region, self.step, self.page
             )
         }
@@ -101,28 +101,56 @@ mod tests {
             step: 0,
             page: 1,
         };
-        assert_eq!(n.file_name(), "trending.r000042.US.s0.p1.json");
+        assert_eq!(n.file_name(), "trending.r000042.US.s0.p000001.json");
         let n = PageName { region: "", ..n };
-        assert_eq!(n.file_name(), "trending.r000042.s0.p1.json");
+        assert_eq!(n.file_name(), "trending.r000042.s0.p000001.json");
+    }
+
+    #[test]
+    fn names_sort_in_page_order() {
+        let names: Vec<String> = (0..12)
+            .map(|page| {
+                PageName {
+                    job: "feed",
+                    run: 1,
+                    region: "US",
+                    step: 0,
+                    page,
+                }
+                .file_name()
+            })
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, names, "p10 sorted before p2");
     }
 
     #[test]
     fn finds_the_highest_run_of_this_jobs_pages_only() {
-        assert_eq!(page_run("feed.r000042.US.s0.p1.json", "feed"), Some(42));
         assert_eq!(
-            page_run("feed.r1234567.s0.p1.json", "feed"),
+            page_run("feed.r000042.US.s0.p000001.json", "feed"),
+            Some(42)
+        );
+        assert_eq!(
+            page_run("feed.r1234567.s0.p000001.json", "feed"),
             Some(1_234_567)
         );
-        assert_eq!(page_run("feed.reddit.r000009.US.s0.p0.json", "feed"), None);
-        assert_eq!(page_run("feed.r000009.US.s0.p0.json.tmp", "feed"), None);
-        assert_eq!(page_run("feed.r.US.s0.p0.json", "feed"), None);
-        assert_eq!(page_run("other.r000009.US.s0.p0.json", "feed"), None);
+        assert_eq!(
+            page_run("feed.reddit.r000009.US.s0.p000000.json", "feed"),
+            None
+        );
+        assert_eq!(
+            page_run("feed.r000009.US.s0.p000000.json.tmp", "feed"),
+            None
+        );
+        assert_eq!(page_run("feed.r.US.s0.p000000.json", "feed"), None);
+        assert_eq!(page_run("other.r000009.US.s0.p000000.json", "feed"), None);
 
         let dir = tempfile::tempdir().unwrap();
         for name in [
-            "feed.r000003.US.s0.p0.json",
-            "feed.r000007.s0.p0.json",
-            "feed.reddit.r000099.US.s0.p0.json",
+            "feed.r000003.US.s0.p000000.json",
+            "feed.r000007.s0.p000000.json",
+            "feed.reddit.r000099.US.s0.p000000.json",
             "notes.txt",
         ] {
             fs::write(dir.path().join(name), "{}").unwrap();
@@ -141,13 +169,13 @@ mod tests {
     fn cleans_only_this_jobs_leftovers_and_only_when_asked() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let p = write_new(d, "j", "j.r000001.US.s0.p0.json", b"{}", 0o640).unwrap();
+        let p = write_new(d, "j", "j.r000001.US.s0.p000000.json", b"{}", 0o640).unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"{}");
         for leftover in [
-            ".j~j.r000002.US.s0.p0.json.tmp",
-            ".j.r~j.r.r000002.US.s0.p0.json.tmp",
-            ".other~other.r000002.US.s0.p0.json.tmp",
-            ".j.r000002.US.s0.p0.json.tmp",
+            ".j~j.r000002.US.s0.p000000.json.tmp",
+            ".j.r~j.r.r000002.US.s0.p000000.json.tmp",
+            ".other~other.r000002.US.s0.p000000.json.tmp",
+            ".j.r000002.US.s0.p000000.json.tmp",
         ] {
             fs::write(d.join(leftover), "{\"partial").unwrap();
         }
@@ -166,10 +194,10 @@ mod tests {
         assert_eq!(
             left(),
             [
-                ".j.r000002.US.s0.p0.json.tmp",
-                ".j.r~j.r.r000002.US.s0.p0.json.tmp",
-                ".other~other.r000002.US.s0.p0.json.tmp",
-                "j.r000001.US.s0.p0.json"
+                ".j.r000002.US.s0.p000000.json.tmp",
+                ".j.r~j.r.r000002.US.s0.p000000.json.tmp",
+                ".other~other.r000002.US.s0.p000000.json.tmp",
+                "j.r000001.US.s0.p000000.json"
             ]
         );
     }
