@@ -386,3 +386,17 @@ fn a_secret_comes_from_the_systemd_credentials_directory() {
     );
     assert!(!r.all().contains("from-systemd"));
 }
+
+#[test]
+fn a_byte_order_mark_before_the_file_is_accepted() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new(&format!("\u{feff}{}", base(&up.base())));
+    assert!(
+        std::fs::read(d.config())
+            .unwrap()
+            .starts_with(b"\xef\xbb\xbf")
+    );
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("job trending (credential main)"), "{r:?}");
+}

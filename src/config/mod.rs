@@ -226,6 +226,10 @@ impl Config {
             field: field.to_string(),
             message,
         };
+        // A UTF-8 byte order mark (Windows editors write one) is not part
+        // of the document: the parser would take it for the start of a
+        // second one.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         // Pass 1: syntax and duplicate keys, anywhere in the document.
         let value: Value = serde_yaml::from_str(text).map_err(|e| yaml_error(file, e))?;
         if value.is_null() {
