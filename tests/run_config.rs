@@ -498,3 +498,33 @@ fn merge_keys_and_top_level_x_blocks_are_resolved_and_unknown_keys_still_refused
     }
     assert!(up.seen().is_empty(), "{:?}", up.seen());
 }
+
+#[test]
+fn a_long_region_list_is_checked_for_duplicates() {
+    let up = Standin::start(&[]);
+    let regions: Vec<String> = (0..200_000).map(|i| format!("R{i}")).collect();
+    let with = |regions: &[String]| {
+        base(&up.base()).replace("[US, GB]", &format!("[{}]", regions.join(", ")))
+    };
+    let d = Deployment::new(&with(&regions));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("regions (200000): R0, R1, "),
+        "{}",
+        r.stderr
+    );
+
+    // One duplicate, far from its first occurrence: named, with its place.
+    let mut dup = regions;
+    dup[150_000] = "R42".into();
+    d.write(&with(&dup));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("jobs.trending.regions[150000]: region 'R42' appears twice"),
+        "{}",
+        r.stderr
+    );
+}
