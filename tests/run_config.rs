@@ -528,3 +528,32 @@ fn a_long_region_list_is_checked_for_duplicates() {
         r.stderr
     );
 }
+
+#[test]
+fn check_prints_a_url_without_a_query_without_a_question_mark() {
+    let up = Standin::start(&[]);
+    let url = format!("{}/youtube/v3/videos", up.base());
+    let text = base(&up.base()).replace(
+        "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n",
+        "          headers: { X-Region: \"{region}\" }\n",
+    );
+    assert!(!text.contains("query:"));
+    let d = Deployment::new(&text);
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!("videos.list GET {url}\n")),
+        "{r:?}"
+    );
+
+    // With a query, it follows the one `?`.
+    d.write(&base(&up.base()));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!(
+            "videos.list GET {url}?regionCode={{region}}&key={{secret}}\n"
+        )),
+        "{r:?}"
+    );
+}
