@@ -386,3 +386,174 @@ fn a_secret_comes_from_the_systemd_credentials_directory() {
     );
     assert!(!r.all().contains("from-systemd"));
 }
+
+#[test]
+fn a_byte_order_mark_before_the_file_is_accepted() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new(&format!("\u{feff}{}", base(&up.base())));
+    assert!(
+        std::fs::read(d.config())
+            .unwrap()
+            .starts_with(b"\xef\xbb\xbf")
+    );
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("job trending (credential main)"), "{r:?}");
+}
+
+/// Merge keys and top-level `x-` blocks (the docker-compose convention), in
+/// the places a deployment would use them.
+fn with_anchors(upstream: &str) -> String {
+    format!(
+        r#"x-windows:
+  hourly: &hourly {{ limit: 100, per: 1h }}
+  daily: &daily
+    <<: *hourly
+    per: 24h
+x-request: &request
+  url: {upstream}/youtube/v3/videos
+  query: &query {{ part: snippet, key: "{{secret}}" }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      units:
+        - {{ <<: *hourly, headroom: 5% }}
+        - *daily
+      search:
+        - {{ <<: [*daily, *hourly], limit: 7 }}
+endpoints:
+  videos.list: {{ cost: {{ units: 1 }} }}
+jobs:
+  trending:
+    credential: main
+    regions: [US, GB]
+    steps:
+      - endpoint: videos.list
+        request:
+          <<: *request
+          query: {{ <<: *query, regionCode: "{{region}}" }}
+    output: out/trending
+"#
+    )
+}
+
+#[test]
+fn merge_keys_and_top_level_x_blocks_are_resolved_and_unknown_keys_still_refused() {
+    let up = Standin::start(&[]);
+    let url = format!("{}/youtube/v3/videos", up.base());
+    let d = Deployment::new(&with_anchors(&up.base()));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for want in [
+        "pool units      per 1h       limit     100  headroom      5",
+        // An anchor built on another: the inner merge is applied too.
+        "pool units      per 24h      limit     100  headroom      0",
+        // The first of a list of merges wins, an explicit key over both.
+        "pool search     per 24h      limit       7",
+        // Merged keys come after the mapping's own.
+        &format!("videos.list GET {url}?regionCode={{region}}&part=snippet&key={{secret}}"),
+    ] {
+        assert!(r.stdout.contains(want), "{want:?}: {r:?}");
+    }
+
+    // Everywhere else an unknown key is still an error, merged in or not,
+    // with the path of the field.
+    for (from, to, expect) in [
+        (
+            "  query: &query",
+            "  retries: 3\n  query: &query",
+            &["jobs.trending.steps[0].request", "unknown field `retries`"][..],
+        ),
+        (
+            "hourly: &hourly { limit: 100,",
+            "hourly: &hourly { burst: 3, limit: 100,",
+            &["credentials.main.pools.units[0]", "unknown field `burst`"],
+        ),
+        (
+            "    credential: main\n    regions",
+            "    credential: main\n    x-note: hi\n    regions",
+            &["jobs.trending", "unknown field `x-note`"],
+        ),
+        (
+            "credentials:\n",
+            "xs: 1\ncredentials:\n",
+            &["unknown field `xs`"],
+        ),
+        ("    <<: *hourly\n", "    <<: 3\n", &["merg"]),
+    ] {
+        let text = with_anchors(&up.base());
+        assert!(text.contains(from), "{from:?}");
+        d.write(&text.replacen(from, to, 1));
+        let r = d.quota(&["check"]);
+        assert_eq!(r.code, 78, "{to:?}: {r:?}");
+        assert!(
+            r.stderr.contains(&d.config().display().to_string()),
+            "{r:?}"
+        );
+        for want in expect {
+            assert!(r.stderr.contains(want), "{to:?} must say {want:?}: {r:?}");
+        }
+        assert!(!r.stderr.contains(" at line "), "{to:?}: {r:?}");
+    }
+    assert!(up.seen().is_empty(), "{:?}", up.seen());
+}
+
+#[test]
+fn a_long_region_list_is_checked_for_duplicates() {
+    let up = Standin::start(&[]);
+    let regions: Vec<String> = (0..200_000).map(|i| format!("R{i}")).collect();
+    let with = |regions: &[String]| {
+        base(&up.base()).replace("[US, GB]", &format!("[{}]", regions.join(", ")))
+    };
+    let d = Deployment::new(&with(&regions));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("regions (200000): R0, R1, "),
+        "{}",
+        r.stderr
+    );
+
+    // One duplicate, far from its first occurrence: named, with its place.
+    let mut dup = regions;
+    dup[150_000] = "R42".into();
+    d.write(&with(&dup));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("jobs.trending.regions[150000]: region 'R42' appears twice"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn check_prints_a_url_without_a_query_without_a_question_mark() {
+    let up = Standin::start(&[]);
+    let url = format!("{}/youtube/v3/videos", up.base());
+    let text = base(&up.base()).replace(
+        "          query: { regionCode: \"{region}\", key: \"{secret}\" }\n",
+        "          headers: { X-Region: \"{region}\" }\n",
+    );
+    assert!(!text.contains("query:"));
+    let d = Deployment::new(&text);
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!("videos.list GET {url}\n")),
+        "{r:?}"
+    );
+
+    // With a query, it follows the one `?`.
+    d.write(&base(&up.base()));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(&format!(
+            "videos.list GET {url}?regionCode={{region}}&key={{secret}}\n"
+        )),
+        "{r:?}"
+    );
+}

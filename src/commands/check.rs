@@ -109,14 +109,17 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 Some(p) => format!("up to {} pages ({} → {})", p.max_pages, p.token, p.param),
                 None => "1 page".into(),
             };
-            let query: Vec<String> = s.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            // The query as it is sent: none at all, not an empty `?`.
+            let query: String = s
+                .query
+                .iter()
+                .enumerate()
+                .map(|(n, (k, v))| format!("{}{k}={v}", if n == 0 { '?' } else { '&' }))
+                .collect();
             let _ = writeln!(
                 w,
-                "  step {i}: {} {} {}?{}",
-                s.endpoint,
-                s.method,
-                s.url,
-                query.join("&")
+                "  step {i}: {} {} {}{query}",
+                s.endpoint, s.method, s.url
             );
             let _ = writeln!(
                 w,

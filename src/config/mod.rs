@@ -6,7 +6,8 @@
 //! Loading is two passes over the text: first into a generic YAML value,
 //! which catches syntax errors and duplicate keys anywhere (with line and
 //! column), then into the raw structs of [`raw`] (`deny_unknown_fields` at
-//! every level), whose errors carry the path of the field. The semantic
+//! every level), whose errors carry the path of the field. Between the two,
+//! merge keys are applied and top-level `x-` blocks dropped. The semantic
 //! checks of [`validate`] turn those into the typed values below.
 
 mod raw;
@@ -226,13 +227,26 @@ impl Config {
             field: field.to_string(),
             message,
         };
+        // A UTF-8 byte order mark (Windows editors write one) is not part
+        // of the document: the parser would take it for the start of a
+        // second one.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         // Pass 1: syntax and duplicate keys, anywhere in the document.
-        let value: Value = serde_yaml::from_str(text).map_err(|e| yaml_error(file, e))?;
+        let mut value: Value =
+            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, Lines::Kept))?;
         if value.is_null() {
             return Err(fail("", "the file is empty".into()));
         }
-        // Pass 2: the shape, with unknown keys refused at every level.
-        let raw: RawConfig = serde_yaml::from_str(text).map_err(|e| yaml_error(file, e))?;
+        // Pass 2: the shape, with unknown keys refused at every level. A file
+        // with merge keys or `x-` blocks is read again as the YAML of its
+        // resolved value: the errors keep the path of the field, but their
+        // line numbers would be those of that text, so they are left out.
+        let raw: RawConfig = if resolve(&mut value).map_err(|e| fail("", e.to_string()))? {
+            let resolved = serde_yaml::to_string(&value).map_err(|e| fail("", e.to_string()))?;
+            serde_yaml::from_str(&resolved).map_err(|e| yaml_error(file, e, Lines::Dropped))?
+        } else {
+            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, Lines::Kept))?
+        };
         let dir = file
             .parent()
             .map(Path::to_path_buf)
@@ -270,7 +284,43 @@ impl Config {
     }
 }
 
-fn yaml_error(file: &Path, e: serde_yaml::Error) -> Error {
+/// The YAML conveniences the raw structs do not know: merge keys
+/// (`<<: *anchor`, or a list of them) are applied, nested ones too, and the
+/// top-level keys that start with `x-` (blocks that only hold anchors, as in
+/// docker-compose files) are dropped. Unknown keys anywhere else stay
+/// errors. Whether anything changed.
+fn resolve(value: &mut Value) -> std::result::Result<bool, serde_yaml::Error> {
+    fn has_merge(v: &Value) -> bool {
+        match v {
+            Value::Mapping(m) => m.contains_key("<<") || m.values().any(has_merge),
+            Value::Sequence(s) => s.iter().any(has_merge),
+            Value::Tagged(t) => has_merge(&t.value),
+            _ => false,
+        }
+    }
+    let mut changed = false;
+    if let Value::Mapping(m) = value {
+        let before = m.len();
+        m.retain(|k, _| !k.as_str().is_some_and(|k| k.starts_with("x-")));
+        changed = m.len() != before;
+    }
+    // A merged mapping may itself hold a merge key (an anchor built on
+    // another): each pass resolves one level.
+    while has_merge(value) {
+        value.apply_merge()?;
+        changed = true;
+    }
+    Ok(changed)
+}
+
+/// Whether an error's line and column are those of the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    Kept,
+    Dropped,
+}
+
+fn yaml_error(file: &Path, e: serde_yaml::Error, lines: Lines) -> Error {
     // serde_yaml writes "path.to.field: message at line L column C".
     let text = e.to_string();
     let (field, message) = match text.split_once(": ") {
@@ -279,8 +329,12 @@ fn yaml_error(file: &Path, e: serde_yaml::Error) -> Error {
         }
         _ => (String::new(), text.clone()),
     };
-    let message = match (e.location(), message.contains(" at line ")) {
-        (Some(l), false) => format!("{message} at line {} column {}", l.line(), l.column()),
+    let at = message.rfind(" at line ");
+    let message = match (lines, e.location(), at) {
+        (Lines::Kept, Some(l), None) => {
+            format!("{message} at line {} column {}", l.line(), l.column())
+        }
+        (Lines::Dropped, _, Some(i)) => message[..i].to_string(),
         _ => message,
     };
     Error::Config {

@@ -1,6 +1,7 @@
 //! The semantic checks: raw values (see [`super::raw`]) into the typed,
 //! checked configuration. Every error names the file and the field.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -382,9 +383,10 @@ impl Validator<'_> {
                 "an empty list: leave `regions` out for a job without regions",
             ));
         }
+        let mut seen = HashSet::with_capacity(regions.len());
         for (i, r) in regions.iter().enumerate() {
             self.name(&format!("{at}.regions[{i}]"), r)?;
-            if regions[..i].contains(r) {
+            if !seen.insert(r.as_str()) {
                 return Err(self.err(
                     format!("{at}.regions[{i}]"),
                     format!("region '{r}' appears twice"),
