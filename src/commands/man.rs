@@ -55,17 +55,37 @@ fn extra_sections() -> String {
          .TP\n\\fBQUOTA_CONFIG\\fR\nthe configuration file, when \\-c is not given (else ./quota.yaml)\n\
          .TP\n\\fBQUOTA_STORE\\fR\nthe store, when \\-\\-store is not given (else the file's store:, else the embedded store)\n\
          .TP\n\\fBSTATE_DIRECTORY\\fR, \\fBXDG_STATE_HOME\\fR\nwhere the embedded store and this host's history live\n\
+         .TP\n\\fBQUOTA_FILE_MODE\\fR\nthe mode of pages, a new embedded store and the history (octal, default 0640, less the umask)\n\
          .TP\n\\fBRUST_LOG\\fR\nthe log filter, over \\-v and \\-q\n\
          .SH FILES\n\
          .TP\n\\fB$STATE_DIRECTORY/ledger.sqlite3\\fR, else \\fB~/.local/state/quota/ledger.sqlite3\\fR\n\
          the embedded store, with history.json beside it\n\
          .SH CONFIGURATION\n\
-         One YAML file: store:, credentials: (secret, upstream_reset, pools of sliding windows \
-         { limit, per, headroom }), endpoints: (cost per pool, on_store_error) and jobs: \
-         (credential, regions, steps with request and paginate, output, schedule). \
-         Unknown keys and duplicate keys are errors. \
-         \\fBquota check\\fR validates a file and prints what it resolved; the README, \
-         section Configuration, is the full reference, and jobs/youtube.yaml a complete example.\n",
+         One YAML file (a UTF\\-8 BOM, merge keys and top\\-level x\\- anchor blocks \
+         allowed). Unknown and duplicate keys are errors (exit 78, naming the file and \
+         the field). Durations are human (90s, 10m, 1h, 24h); \\fBquota check\\fR \
+         prints what a file resolves to; jobs/youtube.yaml is a complete example and \
+         the README the full text.\n\
+         .TP\n\\fBstore:\\fR URL\nembedded, embedded:PATH, redis://, rediss://, \
+         redis+cluster://, redis+sentinel://; optional (default: embedded)\n\
+         .TP\n\\fBlock_ttl:\\fR DURATION\nhow long a killed run's lock outlives it (default 30s)\n\
+         .TP\n\\fBhttp:\\fR { timeout, connect_timeout, retries, backoff, max_body }\n\
+         per request: time limits, attempts after the first (each charged), the first \
+         pause between them, the largest body read\n\
+         .TP\n\\fBcredentials:\\fR NAME: { secret, upstream_reset, pools }\n\
+         secret: { env: VAR } or { file: PATH }, never inline; upstream_reset: \
+         \\(dqHH:MM Area/City\\(dq, when the upstream's own quota resets; pools: \
+         POOL: [ { limit, per, headroom } ], a window's budget being limit less \
+         headroom (units, or a percentage rounded up)\n\
+         .TP\n\\fBendpoints:\\fR NAME: { cost, on_store_error }\n\
+         cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; \
+         on_store_error: fail_closed (default) or fail_open\n\
+         .TP\n\\fBjobs:\\fR NAME: { credential, regions, steps, output, schedule }\n\
+         regions: the keys the job walks; steps: [ { endpoint, request: { url, method, \
+         query, headers }, paginate: { token: POINTER, param: NAME, max_pages: N } } ]; \
+         output: a folder (relative to the file's) of one JSON file per page; \
+         schedule: every DURATION, for planning. Placeholders in requests: {region}, \
+         {secret}, {job}.\n",
     );
     s
 }
@@ -96,6 +116,15 @@ mod tests {
             assert!(
                 s.contains(&format!(".SH {section}")) || s.contains(&format!(".SH \"{section}\""))
             );
+        }
+        for key in [
+            "store:",
+            "credentials:",
+            "endpoints:",
+            "jobs:",
+            "QUOTA_FILE_MODE",
+        ] {
+            assert!(s.contains(key), "{key} missing");
         }
         assert_eq!(roff_text(".x-y"), "\\&.x\\-y");
     }

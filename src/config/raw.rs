@@ -117,8 +117,11 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut entries: Vec<(String, V)> = Vec::new();
+                // (a set beside the list: a map of 10^5 jobs is checked in
+                // linear time, not quadratic)
+                let mut seen = std::collections::HashSet::new();
                 while let Some(key) = map.next_key::<String>()? {
-                    if entries.iter().any(|(k, _)| *k == key) {
+                    if !seen.insert(key.clone()) {
                         return Err(de::Error::custom(format!("duplicate key '{key}'")));
                     }
                     let value = map.next_value()?;
