@@ -378,6 +378,30 @@ impl<'a> JobRun<'a> {
         page: u32,
         run_number: u64,
     ) -> Result<Option<Option<String>>> {
+        let Some((body, next)) = self.request_page(step, fill, token).await? else {
+            return Ok(None);
+        };
+        let name = PageName {
+            job: &self.job.name,
+            run: run_number,
+            region,
+            step: s,
+            page,
+        }
+        .file_name();
+        self.write_page(fill, &name, &body)?;
+        Ok(Some(next))
+    }
+
+    /// Charge and send the page's request until it answers with a page
+    /// (its body and next-page token): retries and same-origin redirects
+    /// are charged like any call. `None` when the run stopped cleanly.
+    async fn request_page(
+        &mut self,
+        step: &Step,
+        fill: &Fill<'_>,
+        token: Option<&str>,
+    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
         let http = &self.ctx.config.http;
         let url = upstream::url(step, fill, token)?;
         let shown = redact(url.as_str(), &[fill.secret]);
@@ -385,7 +409,7 @@ impl<'a> JobRun<'a> {
         // The request in hand: the page's own, or a same-origin redirect's
         // target (each hop charged like any call), and how many hops led there.
         let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
-        let body = loop {
+        loop {
             if self.ctx.shutdown.is_set() {
                 self.stop(Stop::Signal);
                 return Ok(None);
@@ -421,7 +445,7 @@ impl<'a> JobRun<'a> {
                 }
             };
             match answer {
-                Answer::Page { body, next } => break (body, next),
+                Answer::Page { body, next } => return Ok(Some((body, next))),
                 Answer::QuotaExhausted {
                     status,
                     reason,
@@ -501,21 +525,18 @@ impl<'a> JobRun<'a> {
                     });
                 }
             }
-        };
-        let name = PageName {
-            job: &self.job.name,
-            run: run_number,
-            region,
-            step: s,
-            page,
         }
-        .file_name();
+    }
+
+    /// Write one page file, the secret masked if the upstream echoed it,
+    /// under a name no earlier page has.
+    fn write_page(&mut self, fill: &Fill<'_>, name: &str, body: &[u8]) -> Result<()> {
         // An upstream that echoes the key (in a next-page link, say) does
         // not get it into the page file: masked there like everywhere else.
-        let text = String::from_utf8_lossy(&body.0);
+        let text = String::from_utf8_lossy(body);
         let masked = mask(&text, &[fill.secret]);
         let bytes = if let Cow::Borrowed(_) = masked {
-            &body.0[..]
+            body
         } else {
             warn!(
                 job = self.job.name,
@@ -525,8 +546,8 @@ impl<'a> JobRun<'a> {
         };
         let mode = file_mode().map_err(Error::Usage)?;
         let path =
-            write_new(&self.job.output, &self.job.name, &name, bytes, mode).map_err(|source| {
-                let path = self.job.output.join(&name);
+            write_new(&self.job.output, &self.job.name, name, bytes, mode).map_err(|source| {
+                let path = self.job.output.join(name);
                 if source.kind() == std::io::ErrorKind::AlreadyExists {
                     Error::PageExists {
                         job: self.job.name.clone(),
@@ -543,7 +564,7 @@ impl<'a> JobRun<'a> {
         self.report.pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());
-        Ok(Some(body.1))
+        Ok(())
     }
 
     /// Charge one attempt of `step` before it is sent.
