@@ -241,16 +241,23 @@ local function save_pools()
   end
 end
 
--- Save the slid windows and the decision's time, which later decisions
--- never go below, without recording anything; a state made or kept here
--- expires like any other.
-local function save_slid()
+-- Save every pool's state and meta (with retain r), renewing the state's
+-- expiry when it no longer covers keep or any log's: the state outlives
+-- every log, and a state made or kept here expires like any other.
+local function save_state(r)
   save_pools()
   local refresh = expires == nil or expires < now + keep
+  for p = 1, npools do
+    if pools[p].expires > (expires or 0) then refresh = true end
+  end
   if refresh then expires = renew_to end
-  call('HSET', state, 'meta', spack(META, now, serial, stored_retain, expires, lost_all), unpack(u, 1, n))
+  call('HSET', state, 'meta', spack(META, now, serial, r, expires, lost_all), unpack(u, 1, n))
   if refresh then call('PEXPIRE', state, floor((expires - now) / 1000)) end
 end
+
+-- Save the slid windows and the decision's time, which later decisions
+-- never go below, without recording anything.
+local function save_slid() save_state(stored_retain) end
 
 -- A resent charge already in the log (of its first pool) is answered as it
 -- was, and not recorded again. Only resends pay for the search.
@@ -389,14 +396,6 @@ for p = 1, npools do
   end
 end
 
-save_pools()
--- The state outlives every log: renewed with any of them.
-local refresh = expires == nil or expires < now + keep
-for p = 1, npools do
-  if pools[p].expires > (expires or 0) then refresh = true end
-end
-if refresh then expires = renew_to end
-call('HSET', state, 'meta', spack(META, now, serial, retain, expires, lost_all), unpack(u, 1, n))
-if refresh then call('PEXPIRE', state, floor((expires - now) / 1000)) end
+save_state(retain)
 
 return remaining({ 1, now, serial, 0 })

@@ -50,11 +50,11 @@ impl BlockEnd {
     /// The end as this host would guess it (for messages when the store
     /// cannot say).
     pub fn estimate(self) -> Micros {
-        self.from(chrono::Utc::now().timestamp_micros())
+        self.end_at(chrono::Utc::now().timestamp_micros())
     }
 
     /// The end, given the store's now.
-    pub fn from(self, now: Micros) -> Micros {
+    pub fn end_at(self, now: Micros) -> Micros {
         match self {
             Self::At(t) => t,
             Self::After(d) => now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros),

@@ -297,7 +297,7 @@ impl Ledger for EmbeddedLedger {
     ) -> Result<Micros, StoreError> {
         let (credential, reason, end) = (credential.to_string(), reason.to_string(), end.into());
         self.transaction(move |tx| {
-            let until = end.from(clock(at, credential_row(tx, &credential)?.last));
+            let until = end.end_at(clock(at, credential_row(tx, &credential)?.last));
             tx.execute(
                 "INSERT INTO credential (name, blocked_until, blocked_reason) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET blocked_until = ?2, blocked_reason = ?3
