@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use quota::ledger::{
-    At, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger, Store, StoreLocation,
-    Window,
+    At, ChargeDecision, EmbeddedLedger, Ledger, LogSegment, Pool, PoolCost, RedisLedger, Store,
+    StoreLocation, Window,
 };
 
 use crate::common::ledger::{charge, embedded_path};
@@ -235,8 +235,30 @@ async fn assert_ledger_agrees(ledger: &impl Ledger, decisions: &[Decision]) {
     );
     // The run is far shorter than the retention (the idempotency horizon),
     // so the log still holds every charge.
-    let logged: Vec<(i64, u64)> = log.pools[0].iter().map(|e| (e.at, e.cost)).collect();
     let told: Vec<(i64, u64)> = admitted.iter().map(|d| (d.at, d.cost)).collect();
+    // (a block of calls read as one summary stands for as many told charges:
+    // its first and last time and its total cost must be theirs)
+    let mut logged: Vec<(i64, u64)> = Vec::new();
+    for s in &log.pools[0] {
+        match s {
+            LogSegment::Entry(e) => logged.push((e.at, e.cost)),
+            LogSegment::Block(b) => {
+                let n = logged.len();
+                let calls = &told[n.min(told.len())..(n + b.calls as usize).min(told.len())];
+                assert_eq!(
+                    (calls.first().map(|c| c.0), calls.last().map(|c| c.0)),
+                    (Some(b.first), Some(b.last)),
+                    "block {b:?} at call {n}"
+                );
+                assert_eq!(
+                    calls.iter().map(|c| c.1).sum::<u64>(),
+                    b.cost,
+                    "block {b:?}"
+                );
+                logged.extend_from_slice(calls);
+            }
+        }
+    }
     assert_eq!(
         logged.len(),
         told.len(),

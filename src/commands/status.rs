@@ -97,6 +97,7 @@ fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<Credenti
                 blocked_until: 0,
                 blocked_reason: String::new(),
                 retain: 0,
+                tags: Vec::new(),
                 pools: vec![Vec::new(); c.pools.len()],
                 lost: vec![0; c.pools.len()],
             };

@@ -37,8 +37,8 @@ pub(crate) use self::error::check_fits;
 pub use self::redis::{RedisLedger, cursor_key, lock_key, log_key, state_key};
 pub use self::store::{Store, StoreLocation, redact_url};
 pub use self::usage::{
-    CredentialLog, CredentialUsage, LogEntry, LogLost, PoolUsage, USAGE_BUCKETS, WindowUsage,
-    summarize,
+    CredentialLog, CredentialUsage, LogBlock, LogEntry, LogLost, LogSegment, PoolUsage,
+    USAGE_BUCKETS, WindowUsage, straddles, summarize,
 };
 pub(crate) use self::usage::{tag, untag};
 pub use self::window::{Pool, PoolCost, Window};

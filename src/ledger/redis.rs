@@ -36,7 +36,7 @@ use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    LogEntry, Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
+    LogEntry, LogSegment, Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
@@ -123,6 +123,23 @@ fn older_layout(e: StoreError, credential: &str) -> StoreError {
         },
         e => e,
     }
+}
+
+/// The names of a credential's tags, indexed by tag id, from the flat
+/// (id, "endpoint<TAB>job", ...) list the read scripts return.
+fn tag_names(flat: &[Value]) -> Result<Vec<(String, String)>, StoreError> {
+    let mut names = Vec::new();
+    for kv in flat.chunks(2) {
+        let id = usize::try_from(int(&kv[0])?)
+            .ok()
+            .filter(|id| *id < 1 << 20)
+            .ok_or_else(|| StoreError::Reply("a tag id out of range".into()))?;
+        if names.len() <= id {
+            names.resize(id + 1, (String::new(), String::new()));
+        }
+        names[id] = untag(&text(&kv[1]));
+    }
+    Ok(names)
 }
 
 fn clock_arg(at: At) -> String {
@@ -513,10 +530,7 @@ impl Ledger for RedisLedger {
             .await
             .map_err(|e| older_layout(e, credential))?;
         let r = array(&reply)?;
-        let tags: std::collections::HashMap<String, (String, String)> = array(&r[4])?
-            .chunks(2)
-            .map(|kv| (text(&kv[0]), untag(&text(&kv[1]))))
-            .collect();
+        let tags = tag_names(array(&r[4])?)?;
         let (mut logs, mut lost) = (Vec::new(), Vec::new());
         for pool in r[6..].chunks(2) {
             let [lost_at, log] = pool else {
@@ -525,13 +539,11 @@ impl Ledger for RedisLedger {
             lost.push(int(lost_at)?);
             let mut entries = Vec::new();
             for t in array(log)?.chunks(4) {
-                let (endpoint, job) = tags.get(&text(&t[2])).cloned().unwrap_or_default();
-                entries.push(LogEntry {
+                entries.push(LogSegment::Entry(LogEntry {
                     at: int(&t[0])?,
                     cost: int(&t[1])? as u64,
-                    endpoint,
-                    job,
-                });
+                    tag: int(&t[2])? as u32,
+                }));
             }
             logs.push(entries);
         }
@@ -543,6 +555,7 @@ impl Ledger for RedisLedger {
             retain: int(&r[5])?,
             pools: logs,
             lost,
+            tags,
         })
     }
 }

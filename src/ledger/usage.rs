@@ -1,6 +1,13 @@
 //! Usage reports: the raw log a store reads ([`CredentialLog`]) and its
 //! summary per window ([`CredentialUsage`]), computed here once for both
 //! stores so that their reports can only differ if their logs do.
+//!
+//! A log is read as segments: single calls, and (from Redis, whose log keeps
+//! a summary per block of calls, `lua/charge.lua`) blocks of calls read as
+//! one summary, so that a status of a million-call log reads thousands of
+//! summaries rather than a million entries. The store expands every block
+//! that straddles a boundary the summary draws (a window's start, a chart
+//! bucket's edge, the retention), so the summary stays exact.
 
 use std::collections::BTreeMap;
 
@@ -8,13 +15,51 @@ use serde::Serialize;
 
 use super::{IDEMPOTENCY_HORIZON, Micros, Pool, Window};
 
-/// One logged call, as a usage report sees it.
+/// One logged call, as a usage report sees it: `tag` indexes
+/// [`CredentialLog::tags`] (who spent it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogEntry {
     pub at: Micros,
     pub cost: u64,
-    pub endpoint: String,
-    pub job: String,
+    pub tag: u32,
+}
+
+/// Consecutive logged calls read as one summary: how many, the first and
+/// last call's times, their total cost, and that cost by tag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogBlock {
+    pub calls: u64,
+    pub first: Micros,
+    pub last: Micros,
+    pub cost: u64,
+    pub by_tag: Vec<(u32, u64)>,
+}
+
+/// A piece of a pool's log, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogSegment {
+    Entry(LogEntry),
+    Block(LogBlock),
+}
+
+impl LogSegment {
+    /// The time from which every unit of the segment has left a window once
+    /// its length has passed (its last call), and its cost: what a planner
+    /// may count, erring late (never frees units early).
+    pub fn spent(&self) -> (Micros, u64) {
+        match self {
+            LogSegment::Entry(e) => (e.at, e.cost),
+            LogSegment::Block(b) => (b.last, b.cost),
+        }
+    }
+
+    /// The first and last call's times.
+    pub fn span(&self) -> (Micros, Micros) {
+        match self {
+            LogSegment::Entry(e) => (e.at, e.at),
+            LogSegment::Block(b) => (b.first, b.last),
+        }
+    }
 }
 
 /// The raw log of a credential, as read from a store, before summarising.
@@ -28,8 +73,11 @@ pub struct CredentialLog {
     /// `at - max(retain, IDEMPOTENCY_HORIZON)` count in no window, even one
     /// lengthened since (both stores may already have dropped them).
     pub retain: Micros,
-    /// Per pool asked about, in order: its entries, oldest first.
-    pub pools: Vec<Vec<LogEntry>>,
+    /// Who spent, by tag id: (endpoint, job). An id with no name reads as
+    /// empty names.
+    pub tags: Vec<(String, String)>,
+    /// Per pool asked about, in order: its log, oldest first.
+    pub pools: Vec<Vec<LogSegment>>,
     /// Per pool asked about, in order: when its log was found lost (0: never).
     pub lost: Vec<Micros>,
 }
@@ -105,7 +153,7 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
                     .windows
                     .iter()
                     .map(|w| {
-                        let mut usage = summarize_window(w, entries, now, visible);
+                        let mut usage = summarize_window(w, log, entries, now, visible);
                         if let Some(l) = log_lost {
                             // Spent, as the ledger decides, until the loss is over.
                             usage.remaining = 0;
@@ -131,39 +179,90 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
 
 fn summarize_window(
     window: &Window,
-    entries: &[LogEntry],
+    log: &CredentialLog,
+    segments: &[LogSegment],
     now: Micros,
     visible: Micros,
 ) -> WindowUsage {
     let len = window.len_us();
     let start = now - len;
-    let inside: Vec<&LogEntry> = entries
-        .iter()
-        .filter(|e| e.at > start && e.at > visible)
-        .collect();
-    let used: u64 = inside.iter().map(|e| e.cost).sum();
+    let inside = |t: Micros| t > start && t > visible;
+    // Bucket i covers (start + i*len/n, start + (i+1)*len/n].
+    let bucket = |t: Micros| {
+        let offset = (t - start - 1).max(0) as i128;
+        ((offset * USAGE_BUCKETS as i128 / len as i128) as usize).min(USAGE_BUCKETS - 1)
+    };
+    let mut used = 0u64;
+    let mut by_tag = vec![0u64; log.tags.len()];
+    let mut buckets = vec![0u64; USAGE_BUCKETS];
+    let (mut oldest, mut newest) = (None, None);
+    let mut spend = |tag: u32, cost: u64| match by_tag.get_mut(tag as usize) {
+        Some(t) => *t += cost,
+        None => {} // (a tag with no name: counted in `used`, named by none)
+    };
+    for s in segments {
+        let (first, last) = s.span();
+        if !inside(last) {
+            continue;
+        }
+        // The store expands every block that straddles a boundary drawn here.
+        debug_assert!(
+            inside(first) && bucket(first) == bucket(last),
+            "{s:?} straddles"
+        );
+        oldest.get_or_insert(first);
+        newest = Some(last);
+        match s {
+            LogSegment::Entry(e) => {
+                used += e.cost;
+                buckets[bucket(e.at)] += e.cost;
+                spend(e.tag, e.cost);
+            }
+            LogSegment::Block(b) => {
+                used += b.cost;
+                buckets[bucket(b.last)] += b.cost;
+                for &(tag, cost) in &b.by_tag {
+                    spend(tag, cost);
+                }
+            }
+        }
+    }
     let mut by_endpoint = BTreeMap::new();
     let mut by_job = BTreeMap::new();
-    let mut buckets = vec![0u64; USAGE_BUCKETS];
-    for e in &inside {
-        *by_endpoint.entry(e.endpoint.clone()).or_insert(0) += e.cost;
-        *by_job.entry(e.job.clone()).or_insert(0) += e.cost;
-        // Bucket i covers (start + i*len/n, start + (i+1)*len/n].
-        let offset = (e.at - start - 1).max(0) as i128;
-        let i = (offset * USAGE_BUCKETS as i128 / len as i128) as usize;
-        buckets[i.min(USAGE_BUCKETS - 1)] += e.cost;
+    for (tag, cost) in by_tag.into_iter().enumerate().filter(|(_, c)| *c > 0) {
+        let (endpoint, job) = &log.tags[tag];
+        *by_endpoint.entry(endpoint.clone()).or_insert(0) += cost;
+        *by_job.entry(job.clone()).or_insert(0) += cost;
     }
     WindowUsage {
         window: window.clone(),
         budget: window.budget(),
         used,
         remaining: window.budget().saturating_sub(used),
-        next_free_at: inside.first().map(|e| e.at + len),
-        fully_free_at: inside.last().map(|e| e.at + len),
+        next_free_at: oldest.map(|t| t + len),
+        fully_free_at: newest.map(|t| t + len),
         by_endpoint,
         by_job,
         buckets,
     }
+}
+
+/// Whether `segment` straddles a boundary that [`summarize`] draws for a
+/// window of `pools`'s pool at `now` (its start, a chart bucket's edge, or
+/// the retention `visible`): such a block must be read call by call.
+pub fn straddles(pool: &Pool, segment: &LogSegment, now: Micros, visible: Micros) -> bool {
+    let (first, last) = segment.span();
+    pool.windows.iter().any(|w| {
+        let len = w.len_us();
+        let start = now - len;
+        let inside = |t: Micros| t > start && t > visible;
+        let bucket = |t: Micros| {
+            (((t - start - 1).max(0) as i128) * USAGE_BUCKETS as i128 / len as i128) as usize
+        };
+        inside(first) != inside(last)
+            || (inside(first)
+                && bucket(first).min(USAGE_BUCKETS - 1) != bucket(last).min(USAGE_BUCKETS - 1))
+    })
 }
 
 /// The tag a log entry carries: who spent it.
@@ -184,13 +283,8 @@ mod tests {
 
     use super::*;
 
-    fn entry(at: Micros, cost: u64, endpoint: &str, job: &str) -> LogEntry {
-        LogEntry {
-            at,
-            cost,
-            endpoint: endpoint.into(),
-            job: job.into(),
-        }
+    fn entry(at: Micros, cost: u64, tag: u32) -> LogSegment {
+        LogSegment::Entry(LogEntry { at, cost, tag })
     }
 
     #[test]
@@ -218,10 +312,11 @@ mod tests {
             blocked_reason: String::new(),
             retain: 100 * s,
             lost: vec![0],
+            tags: vec![("a".into(), "j1".into()), ("b".into(), "j2".into())],
             pools: vec![vec![
-                entry(100 * s, 7, "a", "j1"), // exactly at the 100 s boundary: out
-                entry(150 * s, 3, "a", "j1"),
-                entry(195 * s, 4, "b", "j2"),
+                entry(100 * s, 7, 0), // exactly at the 100 s boundary: out
+                entry(150 * s, 3, 0),
+                entry(195 * s, 4, 1),
             ]],
         };
         let u = summarize("c", &[pool], &log);

@@ -107,6 +107,7 @@ pub async fn build(
             blocked_until: 0,
             blocked_reason: String::new(),
             retain: 0,
+            tags: Vec::new(),
             pools: vec![Vec::new(); cred.pools.len()],
             lost: vec![0; cred.pools.len()],
         });

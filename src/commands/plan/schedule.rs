@@ -133,7 +133,7 @@ pub fn runs_out(
     // Per pool: (time, units) spent, the log's and the simulated runs'.
     let mut spent: BTreeMap<&str, Vec<(Micros, u64)>> = BTreeMap::new();
     for (pool, entries) in pools.iter().zip(&log.pools) {
-        spent.insert(&pool.name, entries.iter().map(|e| (e.at, e.cost)).collect());
+        spent.insert(&pool.name, entries.iter().map(|s| s.spent()).collect());
     }
     for (t, k) in simulated_runs(log.at, scheduled) {
         let s = &scheduled[k];
@@ -215,7 +215,7 @@ pub fn fastest(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::{LogEntry, Window};
+    use crate::ledger::{LogEntry, LogSegment, Window};
     use crate::timefmt::from_rfc3339;
 
     const MIN: u64 = 60;
@@ -270,11 +270,12 @@ mod tests {
 
     /// A log of one pool at `t0`, with entries (µs from t0, cost).
     fn log(entries: &[(i64, u64)]) -> CredentialLog {
-        let entry = |&(after, cost): &(i64, u64)| LogEntry {
-            at: t0() + after,
-            cost,
-            endpoint: "videos.list".into(),
-            job: "earlier".into(),
+        let entry = |&(after, cost): &(i64, u64)| {
+            LogSegment::Entry(LogEntry {
+                at: t0() + after,
+                cost,
+                tag: 0,
+            })
         };
         CredentialLog {
             at: t0(),
@@ -282,6 +283,7 @@ mod tests {
             blocked_until: 0,
             blocked_reason: String::new(),
             retain: 0,
+            tags: vec![("videos.list".into(), "earlier".into())],
             pools: vec![entries.iter().map(entry).collect()],
             lost: vec![0],
         }

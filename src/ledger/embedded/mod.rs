@@ -17,8 +17,8 @@ use self::charge::{OwnedCharge, clock, decide};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    At, BlockEnd, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, Micros,
-    Pool, StoreError, check_fits, untag,
+    At, BlockEnd, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, LogSegment,
+    Micros, Pool, StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -421,22 +421,29 @@ impl Ledger for EmbeddedLedger {
             let row = credential_row(tx, &credential)?;
             let now = clock(at, row.last);
             let mut logs = Vec::new();
+            let mut tags: Vec<String> = Vec::new();
             let mut stmt = tx
                 .prepare_cached(
                     "SELECT at, cost, tag FROM log WHERE credential = ?1 AND pool = ?2 ORDER BY at, rowid",
                 )?;
             for pool in &names {
-                let entries = stmt
-                    .query_map(params![credential, pool], |r| {
-                        let (endpoint, job) = untag(&r.get::<_, String>(2)?);
-                        Ok(LogEntry {
-                            at: r.get(0)?,
-                            cost: r.get::<_, i64>(1)? as u64,
-                            endpoint,
-                            job,
-                        })
-                    })?
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut entries = Vec::new();
+                let mut rows = stmt.query(params![credential, pool])?;
+                while let Some(r) = rows.next()? {
+                    let name = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
+                    let tag = match tags.iter().position(|t| t == name) {
+                        Some(i) => i,
+                        None => {
+                            tags.push(name.to_string());
+                            tags.len() - 1
+                        }
+                    };
+                    entries.push(LogSegment::Entry(LogEntry {
+                        at: r.get(0)?,
+                        cost: r.get::<_, i64>(1)? as u64,
+                        tag: tag as u32,
+                    }));
+                }
                 logs.push(entries);
             }
             Ok(CredentialLog {
@@ -446,6 +453,7 @@ impl Ledger for EmbeddedLedger {
                 blocked_reason: row.blocked_reason,
                 retain: row.retain,
                 lost: vec![row.lost_at; logs.len()],
+                tags: tags.iter().map(|t| untag(t)).collect(),
                 pools: logs,
             })
         })
