@@ -3,9 +3,11 @@
 -- is written anywhere.
 --
 -- KEYS[1]      quota:{C}:state    hash of the credential (fields below)
--- KEYS[2..]    quota:{C}:log:P    list per pool, in ARGV pool order: flat
+-- KEYS[2..1+n] quota:{C}:log:P    list per pool, in ARGV pool order: flat
 --                                 quadruples (time µs, cost, tag id, charge id),
 --                                 one per call whatever its cost, oldest first
+-- KEYS[2+n..]  quota:{C}:index:P  list per pool, in ARGV pool order: one
+--                                 record per block of BLOCK calls (below)
 -- ARGV[1]      now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2]      charge id: a decimal integer, unique among the credential's
 --              charges within the horizon
@@ -35,6 +37,17 @@
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
 --   tag:T, tagname:N, tags          tag ids
 --
+-- The index: call number s of a pool (head <= s < tail) sits in block
+-- floor(s / BLOCK). When a block's last call is logged, its record is
+-- appended to the pool's index: packed doubles (first call's time, last
+-- call's time, cumulative cost through the block, the block's cost, calls),
+-- then (tag id, cost) per tag in the block. The records are those of
+-- consecutive blocks ending with the last complete one, so the first is
+-- block floor(tail / BLOCK) - LLEN; the cumulative costs share an arbitrary
+-- origin. With it a window's new start, its sum and the time at which `need`
+-- units free up are a binary search and a read of at most one block, however
+-- many calls left at once; and a usage report reads block summaries.
+--
 -- Returns one of:
 --   {1, now, serial, duplicate(0|1), remaining...}   allowed; remaining units per
 --                                                    window, in ARGV order
@@ -63,6 +76,14 @@
 -- anyway (eviction, FLUSHDB, a replica promoted without it) makes its pool
 -- count as spent until its longest window has passed since the loss.
 --
+-- Bounded work: no step reads more than a block (or a chunk of one) of the
+-- log per window, except where the index lacks blocks (a log written by a
+-- build before the index, or after the index was evicted), which is walked
+-- as before. A resent charge is looked for among the pool's last RESEND
+-- calls only (a charge not found is recorded again: counted twice, never
+-- forgotten). Calls that left the retention are trimmed TRIM at a time,
+-- and a log that left it entirely is unlinked (freed off the main thread).
+--
 -- Speed: this runs on Redis's one thread for every call of every client. The
 -- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
 -- reads the log only when an entry leaves a window, and packs each pool's
@@ -76,6 +97,7 @@
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor = struct.pack, struct.unpack, math.floor
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
+local BLOCK, RESEND, TRIM = 64, 1024, 16384
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<ddddddddd' or '<' .. string.rep('d', 5 + 4 * m)
@@ -113,26 +135,130 @@ local visible = math.max(stored_retain, horizon) -- R, above
 if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
 if serial < min_serial then lost_all = now end
 
--- Slide window b of pool pv (see pool:P above) over log: drop from its sum
--- the entries at or before cutoff. False when the log is shorter than the
--- state says.
-local function slide(log, pv, b, cutoff)
+-- Pool p's index (see above): its key, the block of its first record and
+-- how many it holds; read once per call, when first needed.
+local function index_of(p, pv)
+  if not pv.ix then
+    local key = KEYS[1 + npools + p]
+    local n = call('LLEN', key)
+    pv.ix = { key = key, base = floor(pv[2] / BLOCK) - n, n = n }
+  end
+  return pv.ix
+end
+
+-- Block b's record: first and last call's time, cumulative cost through the
+-- block, the block's cost, calls; nothing when the index has no record of b.
+local function record_of(ix, b)
+  if b < ix.base or b >= ix.base + ix.n then return end
+  return sunpack('<ddddd', call('LINDEX', ix.key, b - ix.base))
+end
+
+-- The first block in [lo, hi] whose record satisfies ok, or hi + 1
+-- (ok must hold for every block after one where it holds).
+local function search(ix, lo, hi, ok)
+  hi = hi + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if ok(record_of(ix, mid)) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- Calls [from, to) of pool p's log, at most CHUNK of them and never past
+-- the end of from's block: flat quadruples.
+local function chunk(p, pv, from, to)
+  local stop = math.min(to, from + CHUNK, (floor(from / BLOCK) + 1) * BLOCK)
+  return call('LRANGE', KEYS[1 + p], (from - pv[1]) * ENTRY, (stop - pv[1]) * ENTRY - 1)
+end
+
+-- Slide window b of pool p (state pv, see pool:P above) over its log: drop
+-- from its sum the calls at or before cutoff, passing whole blocks that
+-- left through the index. False when the log is shorter than the state says.
+local function slide(p, pv, b, cutoff)
   while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
-    local idx = (pv[b + 2] - pv[1]) * ENTRY
-    local e = call('LRANGE', log, idx, idx + ENTRY * CHUNK - 1)
-    if #e == 0 then return false end
-    pv[b + 3] = 0
-    for j = 1, #e, ENTRY do
-      local t = tonumber(e[j])
-      if t > cutoff then
-        pv[b + 3] = t
-        return true
+    local ptr = pv[b + 2]
+    if ptr % BLOCK == 0 then
+      local ix, a = index_of(p, pv), ptr / BLOCK
+      local _, last, cum, cost = record_of(ix, a)
+      if last and last <= cutoff then
+        -- Block a left whole: so did every block up to the first that did not.
+        local j = search(ix, a + 1, ix.base + ix.n - 1, function(_, l) return l > cutoff end)
+        local _, _, through = record_of(ix, j - 1)
+        pv[b + 1] = pv[b + 1] - (through - (cum - cost))
+        pv[b + 2], pv[b + 3], ptr = j * BLOCK, 0, j * BLOCK
       end
-      pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
-      pv[b + 2] = pv[b + 2] + 1
+    end
+    if ptr < pv[2] then
+      local e = chunk(p, pv, ptr, pv[2])
+      if #e == 0 then return false end
+      pv[b + 3] = 0
+      for j = 1, #e, ENTRY do
+        local t = tonumber(e[j])
+        if t > cutoff then
+          pv[b + 3] = t
+          return true
+        end
+        pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
+        pv[b + 2] = pv[b + 2] + 1
+      end
     end
   end
   return true
+end
+
+-- The total cost of pool p's calls [from, to), whole blocks through the
+-- index; and false when the log is shorter than the state says.
+local function cost_between(p, pv, from, to)
+  local total = 0
+  while from < to do
+    local ix = from % BLOCK == 0 and index_of(p, pv)
+    local a = from / BLOCK
+    local z = ix and math.min(ix.base + ix.n, floor(to / BLOCK)) - 1
+    if ix and a >= ix.base and z >= a then
+      local _, _, cum, cost = record_of(ix, a)
+      local _, _, through = record_of(ix, z)
+      total, from = total + through - (cum - cost), (z + 1) * BLOCK
+    else
+      local e = chunk(p, pv, from, to)
+      if #e == 0 then return total, false end
+      for j = 2, #e, ENTRY do total = total + tonumber(e[j]) end
+      from = from + #e / ENTRY
+    end
+  end
+  return total, true
+end
+
+-- When `need` units of window b of pool p (state pv) will have left it: when
+-- the newest of the oldest calls that hold them leaves; nil when the log is
+-- shorter than the state says.
+local function freed_at(p, pv, b, need)
+  local freed, ptr, walk_to = 0, pv[b + 2], pv[b + 2]
+  while ptr < pv[2] do
+    if ptr % BLOCK == 0 and ptr >= walk_to then
+      local ix, a = index_of(p, pv), ptr / BLOCK
+      local _, _, cum, cost = record_of(ix, a)
+      if cum then
+        -- (the cumulative cost before the window's oldest call)
+        local base = cum - cost - freed
+        local j = search(ix, a, ix.base + ix.n - 1, function(_, _, c) return c - base >= need end)
+        if j > a then
+          local _, _, through = record_of(ix, j - 1)
+          freed, ptr = through - base, j * BLOCK
+        end
+        walk_to = ptr + BLOCK -- (block j holds the call that frees enough)
+      end
+    end
+    if ptr < pv[2] then
+      local e = chunk(p, pv, ptr, pv[2])
+      if #e == 0 then return nil end
+      for j = 1, #e, ENTRY do
+        freed = freed + tonumber(e[j + 1])
+        if freed >= need then return tonumber(e[j]) + pv[b] end
+      end
+      ptr = ptr + #e / ENTRY
+    end
+  end
+  return now + pv[b]
 end
 
 -- Each pool's state, brought up to now. A pool seen for the first time, or
@@ -172,10 +298,11 @@ for p = 1, npools do
   local expires_p, lost_p = pv and pv.expires or 0, pv and pv.lost or 0
   for _ = 1, 2 do
     if fresh then
-      local head = pv and pv[1] or 0
-      local total, all = 0, call('LRANGE', log, 0, -1)
-      for j = 2, #all, ENTRY do total = total + tonumber(all[j]) end
-      pv = { head, head + #all / ENTRY, m }
+      local head, calls = pv and pv[1] or 0, call('LLEN', log) / ENTRY
+      -- (calls numbered afresh: the index no longer describes them)
+      if not pv or pv[2] - pv[1] ~= calls then call('UNLINK', KEYS[1 + npools + p]) end
+      pv = { head, head + calls, m }
+      local total = cost_between(p, pv, head, head + calls)
       for w = 1, m do
         local b = 4 * w
         pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = tonumber(ARGV[a + 2 * w]), total, head, 0
@@ -185,7 +312,7 @@ for p = 1, npools do
     for w = 1, m do
       local cutoff = now - pv[4 * w]
       if cutoff < now - visible then cutoff = now - visible end
-      ok = slide(log, pv, 4 * w, cutoff) and ok
+      ok = slide(p, pv, 4 * w, cutoff) and ok
     end
     if ok or fresh then break end
     -- The log is shorter than the state says: it vanished (expired, evicted,
@@ -234,6 +361,7 @@ local function save_pools()
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
       u[n + 2] = spack(layout(0), pv[1], pv[2], 0, pv.expires, pv.lost)
+      call('UNLINK', KEYS[1 + npools + p])
     else
       u[n + 2] = spack(layout(m), unpack(pv, 1, 5 + 4 * m))
     end
@@ -259,12 +387,14 @@ end
 -- never go below, without recording anything.
 local function save_slid() save_state(stored_retain) end
 
--- A resent charge already in the log (of its first pool) is answered as it
--- was, and not recorded again. Only resends pay for the search.
+-- A resent charge already in the log (of its first pool, among its last
+-- RESEND calls) is answered as it was, and not recorded again. Only
+-- resends pay for the search.
 if resend then
   local pv, from, found, done = pools[1], pools[1][2], false, false
-  while not (found or done) and from > pv[1] do
-    local n = math.min(CHUNK, from - pv[1])
+  local stop = math.max(pv[1], pv[2] - RESEND)
+  while not (found or done) and from > stop do
+    local n = math.min(BLOCK, from - stop)
     from = from - n
     local e = call('LRANGE', KEYS[2], (from - pv[1]) * ENTRY, (from - pv[1] + n) * ENTRY - 1)
     done = #e == 0
@@ -308,26 +438,14 @@ for p = 1, npools do
     local b = 4 * w
     local need = pv[b + 1] + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
     if need > 0 then
-      local freed, at, ptr = 0, nil, pv[b + 2]
-      while at == nil and ptr < pv[2] do
-        local idx = (ptr - pv[1]) * ENTRY
-        local e = call('LRANGE', KEYS[1 + p], idx, idx + ENTRY * CHUNK - 1)
-        if #e == 0 then
-          -- The entries the state counts are gone: the log was lost.
-          pv.lost, pv.rebuild = now, true
-          save_slid()
-          return { 3, now, serial, p, now, now + pv.longest }
-        end
-        for j = 1, #e, ENTRY do
-          freed = freed + tonumber(e[j + 1])
-          ptr = ptr + 1
-          if freed >= need then
-            at = tonumber(e[j]) + pv[b]
-            break
-          end
-        end
+      local at = freed_at(p, pv, b, need)
+      if at == nil then
+        -- The entries the state counts are gone: the log was lost.
+        pv.lost, pv.rebuild = now, true
+        save_slid()
+        return { 3, now, serial, p, now, now + pv.longest }
       end
-      local retry = (at or (now + pv[b])) - now
+      local retry = at - now
       if worst_retry == nil or retry > worst_retry then
         worst_p, worst_w, worst_retry = p, w, retry
       end
@@ -349,6 +467,69 @@ if not tag_id then
   n = 4
 end
 serial = serial + 1
+
+-- Calls at or before now - R (the retention stored before this call, at
+-- least the horizon) count in no window: trim them, TRIM at a time (the
+-- rest on later calls), as the embedded store deletes them; a log that left
+-- entirely is unlinked, with its index. The pointer of a window that long
+-- already says how many; otherwise count them.
+for p = 1, npools do
+  local pv = pools[p]
+  local oldest
+  for w = 1, pv[3] do
+    if pv[4 * w] == visible then oldest = pv[4 * w + 2] end
+  end
+  if oldest == nil then
+    local b = 4 + 4 * pv[3] -- scratch space past the packed fields
+    pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
+    slide(p, pv, b, now - visible)
+    oldest = pv[b + 2]
+  end
+  if oldest >= pv[2] and pv[2] > pv[1] then
+    call('UNLINK', KEYS[1 + p], KEYS[1 + npools + p])
+    pv[1], pv.ix = pv[2], { key = KEYS[1 + npools + p], base = floor(pv[2] / BLOCK), n = 0 }
+  elseif oldest > pv[1] then
+    local to = math.min(oldest, pv[1] + TRIM)
+    call('LTRIM', KEYS[1 + p], (to - pv[1]) * ENTRY, -1)
+    -- (the index keeps the records from the new head's block on)
+    if floor(to / BLOCK) > floor(pv[1] / BLOCK) then
+      local ix = index_of(p, pv)
+      local drop = math.min(floor(to / BLOCK) - ix.base, ix.n)
+      if drop > 0 then
+        call('LTRIM', ix.key, drop, -1)
+        ix.base, ix.n = ix.base + drop, ix.n - drop
+      end
+    end
+    pv[1] = to
+  end
+end
+
+-- Append the record of pool p's block that the call just logged completed.
+local function append_record(p, pv)
+  local from = math.max(pv[1], pv[2] - BLOCK)
+  local e = call('LRANGE', KEYS[1 + p], (from - pv[1]) * ENTRY, -1)
+  local cost, by_tag, tags = 0, {}, {}
+  for j = 1, #e, ENTRY do
+    local c, t = tonumber(e[j + 1]), e[j + 2]
+    cost = cost + c
+    if by_tag[t] then
+      by_tag[t] = by_tag[t] + c
+    else
+      by_tag[t], tags[#tags + 1] = c, t
+    end
+  end
+  local key = KEYS[1 + npools + p]
+  local prev, cum = call('LINDEX', key, -1), cost
+  if prev then cum = cum + select(3, sunpack('<ddd', prev)) end
+  local r = { spack('<ddddd', tonumber(e[1]), tonumber(e[#e - 3]), cum, cost, #e / ENTRY) }
+  for k, t in ipairs(tags) do r[k + 1] = spack('<dd', tonumber(t), by_tag[t]) end
+  if call('RPUSH', key, table.concat(r)) == 1 then
+    call('PEXPIRE', key, floor((pv.expires - now) / 1000))
+  end
+  if pv.ix then pv.ix.n = pv.ix.n + 1 end
+end
+
+-- Record the call once per pool and add its cost to every window.
 a = 8 + npools
 for p = 1, npools do
   local pv, log, cost = pools[p], KEYS[1 + p], tonumber(ARGV[a])
@@ -359,41 +540,20 @@ for p = 1, npools do
     -- since the slide above): count it afresh, and as spent for a while.
     pv.lost, pv.rebuild = now, true
   end
-  -- Each log keeps its own expiry, renewed when it no longer covers keep.
+  -- Each log (and its index) keeps its own expiry, renewed when it no
+  -- longer covers keep.
   if len == ENTRY or pv.expires < now + keep then
     pv.expires = renew_to
     call('PEXPIRE', log, floor((renew_to - now) / 1000))
+    call('PEXPIRE', KEYS[1 + npools + p], floor((renew_to - now) / 1000))
   end
+  if pv[2] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
   for w = 1, pv[3] do
     local b = 4 * w
     if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
     pv[b + 1] = pv[b + 1] + cost
   end
   a = a + 2 + 2 * pv[3]
-end
-
--- Entries at or before now - R (the retention stored before this call, at
--- least the horizon) count in no window: trim them, as the embedded store
--- deletes them. The pointer of a window that long already says how many;
--- otherwise count them.
-for p = 1, npools do
-  local pv = pools[p]
-  if not pv.rebuild then
-    local oldest
-    for w = 1, pv[3] do
-      if pv[4 * w] == visible then oldest = pv[4 * w + 2] end
-    end
-    if oldest == nil then
-      local b = 4 + 4 * pv[3] -- scratch space past the packed fields
-      pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
-      slide(KEYS[1 + p], pv, b, now - visible)
-      oldest = pv[b + 2]
-    end
-    if oldest > pv[1] then
-      call('LTRIM', KEYS[1 + p], (oldest - pv[1]) * ENTRY, -1)
-      pv[1] = oldest
-    end
-  end
 end
 
 save_state(retain)

@@ -664,10 +664,13 @@ fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing(
     let mut eval = |credential: &str, costs: &[(&quota::ledger::Pool, u64)]| {
         let mut cmd = ::redis::cmd("EVAL");
         cmd.arg(CHARGE_LUA)
-            .arg(1 + costs.len())
+            .arg(1 + 2 * costs.len())
             .arg(quota::ledger::state_key(credential));
         for (p, _) in costs {
             cmd.arg(quota::ledger::log_key(credential, &p.name));
+        }
+        for (p, _) in costs {
+            cmd.arg(quota::ledger::index_key(credential, &p.name));
         }
         cmd.arg(T0 + S) // now
             .arg(42) // charge id

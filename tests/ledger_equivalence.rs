@@ -39,6 +39,14 @@ enum Op {
     Idle {
         secs: i64,
     },
+    /// Many charges in quick succession: logs longer than a block of the
+    /// Redis index (64 calls), whose blocks later leave the windows whole.
+    Burst {
+        calls: usize,
+        gap_us: i64,
+        a: u64,
+        b: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -84,10 +92,32 @@ fn configured(name: &str, windows: &[(u64, u64, u64)]) -> Pool {
     )
 }
 
-async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<String> {
+/// The configurations of the long-log test: budgets that admit bursts of
+/// hundreds of calls, changed the same ways as [`UNITS`] and [`SEARCH`].
+const LONG_UNITS: [&[(u64, u64, u64)]; 5] = [
+    &[(10, 900, 20), (3, 400, 0)],
+    &[(30, 900, 20), (3, 400, 0)],
+    &[(5, 900, 20)],
+    &[(10, 300, 0), (3, 400, 0), (20, 1500, 0)],
+    &[(120, 2000, 0)],
+];
+const LONG_SEARCH: [&[(u64, u64, u64)]; 3] = [&[(5, 500, 0)], &[(15, 700, 0)], &[(90, 900, 0)]];
+
+/// The configurations a replay changes between.
+type Configs = (
+    &'static [&'static [(u64, u64, u64)]],
+    &'static [&'static [(u64, u64, u64)]],
+);
+
+async fn replay(
+    ledger: &impl Ledger,
+    credential: &str,
+    configs: Configs,
+    ops: &[Op],
+) -> Vec<String> {
     let (mut units, mut search) = (
-        configured("units", UNITS[0]),
-        configured("search", SEARCH[0]),
+        configured("units", configs.0[0]),
+        configured("search", configs.1[0]),
     );
     let mut now = T0;
     let mut out = Vec::new();
@@ -143,8 +173,8 @@ async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<Strin
                 units: u,
                 search: s,
             } => {
-                units = configured("units", UNITS[*u]);
-                search = configured("search", SEARCH[*s]);
+                units = configured("units", configs.0[*u % configs.0.len()]);
+                search = configured("search", configs.1[*s % configs.1.len()]);
             }
             Op::Lose { dt_us } => {
                 now += dt_us;
@@ -160,6 +190,32 @@ async fn replay(ledger: &impl Ledger, credential: &str, ops: &[Op]) -> Vec<Strin
                 out.push(format!("{d:?}"));
             }
             Op::Idle { secs } => now += secs * S,
+            Op::Burst {
+                calls,
+                gap_us,
+                a,
+                b,
+            } => {
+                for k in 0..*calls {
+                    now += gap_us;
+                    let mut cost = vec![PoolCost {
+                        pool: units.clone(),
+                        units: *a + (k % 3) as u64,
+                    }];
+                    if *b && k % 2 == 0 {
+                        cost.push(PoolCost {
+                            pool: search.clone(),
+                            units: 1,
+                        });
+                    }
+                    let c = Charge {
+                        job: if k % 5 == 0 { "backfill" } else { "trending" },
+                        ..charge(credential, &cost)
+                    };
+                    let d = ledger.charge(&c, At::Fixed(now)).await.expect("charge");
+                    out.push(format!("{d:?}"));
+                }
+            }
         }
         let usage = ledger
             .usage(credential, &[units.clone(), search.clone()], At::Fixed(now))
@@ -194,8 +250,8 @@ fn embedded_store_answers_like_redis() {
             let credential = format!("eq{n}");
             let (a, b) = rt.block_on(async {
                 (
-                    replay(&redis, &credential, &ops).await,
-                    replay(&embedded, &credential, &ops).await,
+                    replay(&redis, &credential, (&UNITS, &SEARCH), &ops).await,
+                    replay(&embedded, &credential, (&UNITS, &SEARCH), &ops).await,
                 )
             });
             for (step, (r, e)) in a.iter().zip(&b).enumerate() {
@@ -204,4 +260,113 @@ fn embedded_store_answers_like_redis() {
             Ok(())
         })
         .unwrap();
+}
+
+fn long_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (40usize..400, 0i64..40_000, 1u64..=3, proptest::bool::ANY)
+            .prop_map(|(calls, gap_us, a, b)| Op::Burst { calls, gap_us, a, b }),
+        3 => (0i64..1_900_000, 1u64..=300, proptest::option::of(1u64..=10), proptest::option::of(0u8..4))
+            .prop_map(|(dt_us, a, b, id)| Op::Charge { dt_us, a, b, id, backwards: false }),
+        2 => (0..LONG_UNITS.len(), 0..LONG_SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
+        3 => (1i64..40).prop_map(|secs| Op::Idle { secs }),
+        1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
+    ]
+}
+
+/// The same agreement over logs of thousands of calls: Redis passes whole
+/// blocks of its log through its index (a window's start, its sum, when
+/// units free up, the trim) and reads block summaries for usage, where the
+/// embedded store counts rows; every decision and report must still agree.
+#[test]
+fn embedded_store_answers_like_redis_over_long_logs() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let mut runner = TestRunner::new(Config {
+        cases: std::env::var("PROPTEST_LONG_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(12),
+        ..Config::default()
+    });
+    runner
+        .run(&proptest::collection::vec(long_op(), 1..14), |ops| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let credential = format!("long{n}");
+            let (a, b) = rt.block_on(async {
+                (
+                    replay(&redis, &credential, (&LONG_UNITS, &LONG_SEARCH), &ops).await,
+                    replay(&embedded, &credential, (&LONG_UNITS, &LONG_SEARCH), &ops).await,
+                )
+            });
+            for (step, (r, e)) in a.iter().zip(&b).enumerate() {
+                prop_assert_eq!(r, e, "output {} of {:?}", step, ops);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A charge that needs units held by many blocks of calls: both stores give
+/// the exact time at which the call holding the last unit needed leaves
+/// (Redis finds it through its index, a binary search over blocks).
+#[test]
+fn the_retry_of_a_large_charge_after_many_calls_is_exact_in_both_stores() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    let units = configured("units", &[(10, 2000, 0)]);
+    let ms = 1000;
+    rt.block_on(async {
+        for need in [1u64, 63, 64, 65, 200, 500, 700] {
+            let credential = format!("large{need}");
+            // 700 calls of cost 1, 2, 3, 1, 2, 3, ... one every ms: 1,400 units.
+            let (mut held, mut times) = (0u64, Vec::new());
+            for k in 0..700u64 {
+                let at = T0 + k as i64 * ms;
+                let cost = [PoolCost {
+                    pool: units.clone(),
+                    units: 1 + k % 3,
+                }];
+                let c = charge(&credential, &cost);
+                assert!(matches!(
+                    redis.charge(&c, At::Fixed(at)).await.unwrap(),
+                    quota::ledger::ChargeDecision::Allowed { .. }
+                ));
+                assert!(matches!(
+                    embedded.charge(&c, At::Fixed(at)).await.unwrap(),
+                    quota::ledger::ChargeDecision::Allowed { .. }
+                ));
+                held += 1 + k % 3;
+                times.push((at, held));
+            }
+            // A charge that overfills the window by `need` units, 1 s later.
+            let now = T0 + 1000 * ms;
+            let big = [PoolCost {
+                pool: units.clone(),
+                units: 2000 - held + need,
+            }];
+            let c = charge(&credential, &big);
+            let expected_at = times.iter().find(|(_, h)| *h >= need).unwrap().0 + 10 * S;
+            for d in [
+                redis.charge(&c, At::Fixed(now)).await.unwrap(),
+                embedded.charge(&c, At::Fixed(now)).await.unwrap(),
+            ] {
+                match d {
+                    quota::ledger::ChargeDecision::Rejected { retry_after, .. } => assert_eq!(
+                        retry_after.as_micros() as i64,
+                        expected_at - now,
+                        "need {need}: {d:?}"
+                    ),
+                    other => panic!("need {need}: {other:?}"),
+                }
+            }
+        }
+    });
 }

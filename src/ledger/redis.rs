@@ -12,6 +12,9 @@
 //! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id, charge id)`
 //!   quadruples, one per call whatever its cost, oldest first, trimmed past
 //!   the longest window (and never before [`IDEMPOTENCY_HORIZON`]).
+//! * `quota:{C}:index:P`  list per pool: a summary per block of 64 calls
+//!   (times, cumulative cost, cost by tag), so that no charge and no status
+//!   read walks a long log call by call.
 //!
 //! Idempotency costs nothing on the common path: a charge's id rides in its
 //! log entry, and the log is searched for it only when the charge is sent
@@ -86,6 +89,12 @@ pub fn state_key(credential: &str) -> String {
 /// The key of the log of `pool` of `credential`.
 pub fn log_key(credential: &str, pool: &str) -> String {
     format!("quota:{{{credential}}}:log:{pool}")
+}
+
+/// The key of the index of the log of `pool` of `credential` (one record
+/// per block of calls: see `lua/charge.lua`).
+pub fn index_key(credential: &str, pool: &str) -> String {
+    format!("quota:{{{credential}}}:index:{pool}")
 }
 
 /// The key of job `job`'s run lock.
@@ -290,6 +299,9 @@ impl RedisLedger {
         inv.key(state_key(charge.credential));
         for c in charge.cost {
             inv.key(log_key(charge.credential, &c.pool.name));
+        }
+        for c in charge.cost {
+            inv.key(index_key(charge.credential, &c.pool.name));
         }
         inv.arg(clock_arg(at))
             .arg(id)
