@@ -196,9 +196,11 @@ fn summarize_window(
     let mut by_tag = vec![0u64; log.tags.len()];
     let mut buckets = vec![0u64; USAGE_BUCKETS];
     let (mut oldest, mut newest) = (None, None);
-    let mut spend = |tag: u32, cost: u64| match by_tag.get_mut(tag as usize) {
-        Some(t) => *t += cost,
-        None => {} // (a tag with no name: counted in `used`, named by none)
+    // (a tag with no name: counted in `used`, named by none)
+    let mut spend = |tag: u32, cost: u64| {
+        if let Some(t) = by_tag.get_mut(tag as usize) {
+            *t += cost;
+        }
     };
     for s in segments {
         let (first, last) = s.span();
