@@ -1,19 +1,22 @@
--- read.lua: read a credential's log without spending or changing anything.
--- Read-only, so it may run as EVAL_RO / on a replica.
+-- read.lua: what a credential's log holds, without spending or changing
+-- anything, in bounded work: the log itself is read afterwards, in bounded
+-- slices, by lua/read_log.lua. Read-only, so it may run as EVAL_RO / on a
+-- replica.
 --
--- KEYS[1]    quota:{C}:state  hash of the credential
--- KEYS[2..]  quota:{C}:log:P  one log list per pool asked about
--- ARGV[1]    now in µs, or "" to read the Redis server clock (TIME)
--- ARGV[2..]  each pool's state field, "pool:" .. name, in KEYS order
+-- KEYS[1]        quota:{C}:state    hash of the credential
+-- KEYS[2..1+n]   quota:{C}:log:P    the log of each pool asked about
+-- KEYS[2+n..]    quota:{C}:index:P  its index, in the same order
+-- ARGV[1]        now in µs, or "" to read the Redis server clock (TIME)
+-- ARGV[2..]      each pool's state field, "pool:" .. name, in KEYS order
 --
 -- Returns {now, serial, blocked_until, blocked_reason, tags, retain,
--- lost1, log1, lost2, log2, ...} where tags is a flat list (id,
--- "endpoint<TAB>job", ...), retain is the stored retention in µs, lostK is
--- when pool K's log was found lost (0: never; now: it is missing at this
--- read) and each log is the pool's flat list of (time µs, cost, tag id, charge
--- id) quadruples, oldest first (see lua/charge.lua for the fields of the
--- state hash). Raises "OLDER_LAYOUT" for keys an older build wrote in another
--- layout.
+-- then per pool: lost, head, tail, first indexed block, indexed blocks}
+-- where tags is a flat list (id, "endpoint<TAB>job", ...), retain is the
+-- stored retention in µs, lost is when the pool's log was found lost (0:
+-- never; now: it is missing at this read), head and tail number the calls
+-- the log holds (head <= s < tail) and the index holds the records of the
+-- blocks [first, first + indexed) (see lua/charge.lua). Raises
+-- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
 -- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
 -- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
@@ -43,18 +46,22 @@ for j = 1, #all, 2 do
   end
 end
 local reply = { now, serial, tonumber(g[2]) or 0, g[3] or '', tags, retain }
-for k = 2, #KEYS do
-  local log = redis.call('LRANGE', KEYS[k], 0, -1)
-  local pv, lost = redis.call('HGET', state, ARGV[k]), lost_all
+local n = (#KEYS - 1) / 2
+for k = 1, n do
+  local calls = redis.call('LLEN', KEYS[1 + k]) / 4
+  local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
+  local head, tail = 0, calls
   if pv and #pv >= 40 then
     local fields = #pv / 8
-    local head, tail = struct.unpack('<dd', pv)
+    head, tail = struct.unpack('<dd', pv)
     -- (the loss time is the last field of this build's layout)
     if fields % 4 == 1 then lost = math.max(lost, (struct.unpack('<d', pv, #pv - 7))) end
     -- A log shorter than its state says is lost, noticed or not.
-    if #log < (tail - head) * 4 and lost == 0 then lost = now end
+    if calls < tail - head and lost == 0 then lost = now end
   end
-  reply[#reply + 1] = lost
-  reply[#reply + 1] = log
+  local indexed = redis.call('LLEN', KEYS[1 + n + k])
+  for _, x in ipairs({ lost, head, tail, math.floor(tail / 64) - indexed, indexed }) do
+    reply[#reply + 1] = x
+  end
 end
 return reply

@@ -35,18 +35,21 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisError, Script, Value};
 
+mod read;
+
 use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    LogEntry, LogSegment, Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
+    Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
 };
 
-const CHARGE_LUA: &str = include_str!("../../lua/charge.lua");
-const BLOCK_LUA: &str = include_str!("../../lua/block.lua");
-const READ_LUA: &str = include_str!("../../lua/read.lua");
-const LOCK_LUA: &str = include_str!("../../lua/lock.lua");
-const UNBLOCK_LUA: &str = include_str!("../../lua/unblock.lua");
+const CHARGE_LUA: &str = include_str!("../../../lua/charge.lua");
+const BLOCK_LUA: &str = include_str!("../../../lua/block.lua");
+const READ_LUA: &str = include_str!("../../../lua/read.lua");
+const READ_LOG_LUA: &str = include_str!("../../../lua/read_log.lua");
+const LOCK_LUA: &str = include_str!("../../../lua/lock.lua");
+const UNBLOCK_LUA: &str = include_str!("../../../lua/unblock.lua");
 
 /// A request that failed in a way that may pass (a lost reply, a dropped
 /// connection, a failover in progress) is sent again, the same request (a
@@ -65,6 +68,7 @@ pub struct RedisLedger {
     charge: Script,
     block: Script,
     read: Script,
+    read_log: Script,
     lock: Script,
     unblock: Script,
 }
@@ -199,6 +203,7 @@ impl RedisLedger {
             charge: Script::new(CHARGE_LUA),
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
+            read_log: Script::new(READ_LOG_LUA),
             lock: Script::new(LOCK_LUA),
             unblock: Script::new(UNBLOCK_LUA),
         })
@@ -524,50 +529,6 @@ impl Ledger for RedisLedger {
         pools: &[Pool],
         at: At,
     ) -> Result<CredentialLog, StoreError> {
-        let mut inv = self.read.prepare_invoke();
-        inv.key(state_key(credential));
-        for p in pools {
-            inv.key(log_key(credential, &p.name));
-        }
-        inv.arg(clock_arg(at));
-        for p in pools {
-            inv.arg(format!("pool:{}", p.name));
-        }
-        let inv = &inv;
-        let reply: Value = self
-            .retrying(
-                "read",
-                |mut c| async move { inv.invoke_async(&mut c).await },
-            )
-            .await
-            .map_err(|e| older_layout(e, credential))?;
-        let r = array(&reply)?;
-        let tags = tag_names(array(&r[4])?)?;
-        let (mut logs, mut lost) = (Vec::new(), Vec::new());
-        for pool in r[6..].chunks(2) {
-            let [lost_at, log] = pool else {
-                return Err(StoreError::Reply("an odd reply from read.lua".into()));
-            };
-            lost.push(int(lost_at)?);
-            let mut entries = Vec::new();
-            for t in array(log)?.chunks(4) {
-                entries.push(LogSegment::Entry(LogEntry {
-                    at: int(&t[0])?,
-                    cost: int(&t[1])? as u64,
-                    tag: int(&t[2])? as u32,
-                }));
-            }
-            logs.push(entries);
-        }
-        Ok(CredentialLog {
-            at: int(&r[0])?,
-            serial: int(&r[1])? as u64,
-            blocked_until: int(&r[2])?,
-            blocked_reason: text(&r[3]),
-            retain: int(&r[5])?,
-            pools: logs,
-            lost,
-            tags,
-        })
+        read::read(self, credential, pools, at).await
     }
 }

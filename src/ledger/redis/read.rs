@@ -1,0 +1,231 @@
+//! A usage report from Redis in bounded steps: `lua/read.lua` says what a
+//! credential's logs hold (call numbers, indexed blocks), then
+//! `lua/read_log.lua` returns slices of at most 1,024 calls or block
+//! records, so no script runs long however long the log (issue 11: a
+//! million-call log once held Redis for 1.4 s in one read).
+//!
+//! Blocks are read as summaries; a block that straddles a boundary the
+//! report draws (a window's start, a chart bucket's edge, the retention) is
+//! read again call by call, so the report is exact. The slices are read on
+//! the clock reading of the first script: calls logged since lie past the
+//! tail it reported and are not asked for; calls trimmed since had left the
+//! retention, at most a few milliseconds' worth of them was still inside
+//! the longest window at that reading.
+
+use redis::Value;
+
+use super::{RedisLedger, array, clock_arg, int, older_layout, state_key, tag_names, text};
+use crate::ledger::{
+    At, CredentialLog, IDEMPOTENCY_HORIZON, LogBlock, LogEntry, LogSegment, Micros, Pool,
+    StoreError, index_key, log_key, straddles,
+};
+
+/// Calls per block of the index, as in `lua/charge.lua`.
+const BLOCK: i64 = 64;
+/// The most calls or blocks one `read_log.lua` call returns.
+const SLICE: i64 = 1024;
+
+/// What `read.lua` reports of one pool's log.
+struct PoolExtent {
+    lost: Micros,
+    /// The calls the log holds: `head..tail`.
+    head: i64,
+    tail: i64,
+    /// The blocks the index holds: `first..first + indexed`.
+    first: i64,
+    indexed: i64,
+}
+
+pub(super) async fn read(
+    ledger: &RedisLedger,
+    credential: &str,
+    pools: &[Pool],
+    at: At,
+) -> Result<CredentialLog, StoreError> {
+    let mut inv = ledger.read.prepare_invoke();
+    inv.key(state_key(credential));
+    for p in pools {
+        inv.key(log_key(credential, &p.name));
+    }
+    for p in pools {
+        inv.key(index_key(credential, &p.name));
+    }
+    inv.arg(clock_arg(at));
+    for p in pools {
+        inv.arg(format!("pool:{}", p.name));
+    }
+    let inv = &inv;
+    let reply: Value = ledger
+        .retrying(
+            "read",
+            |mut c| async move { inv.invoke_async(&mut c).await },
+        )
+        .await
+        .map_err(|e| older_layout(e, credential))?;
+    let r = array(&reply)?;
+    if r.len() != 6 + 5 * pools.len() {
+        return Err(StoreError::Reply("an odd reply from read.lua".into()));
+    }
+    let (now, retain) = (int(&r[0])?, int(&r[5])?);
+    let visible = now - retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
+    let (mut logs, mut lost) = (Vec::new(), Vec::new());
+    for (pool, f) in pools.iter().zip(r[6..].chunks(5)) {
+        let extent = PoolExtent {
+            lost: int(&f[0])?,
+            head: int(&f[1])?,
+            tail: int(&f[2])?,
+            first: int(&f[3])?,
+            indexed: int(&f[4])?,
+        };
+        lost.push(extent.lost);
+        let reader = Reader {
+            ledger,
+            credential,
+            pool,
+        };
+        logs.push(reader.segments(&extent, now, visible).await?);
+    }
+    Ok(CredentialLog {
+        at: now,
+        serial: int(&r[1])? as u64,
+        blocked_until: int(&r[2])?,
+        blocked_reason: text(&r[3]),
+        retain,
+        tags: tag_names(array(&r[4])?)?,
+        pools: logs,
+        lost,
+    })
+}
+
+/// Reads one pool's log through `read_log.lua`.
+struct Reader<'a> {
+    ledger: &'a RedisLedger,
+    credential: &'a str,
+    pool: &'a Pool,
+}
+
+impl Reader<'_> {
+    /// The pool's log as segments, oldest first: calls outside the index,
+    /// block summaries inside it, and the blocks that straddle a boundary
+    /// of the report at `now` read call by call.
+    async fn segments(
+        &self,
+        e: &PoolExtent,
+        now: Micros,
+        visible: Micros,
+    ) -> Result<Vec<LogSegment>, StoreError> {
+        let (indexed_from, indexed_to) = if e.indexed > 0 {
+            (
+                (e.first * BLOCK).clamp(e.head, e.tail),
+                ((e.first + e.indexed) * BLOCK).clamp(e.head, e.tail),
+            )
+        } else {
+            (e.tail, e.tail)
+        };
+        let mut out = self.calls(e.head, indexed_from).await?;
+        for (b, block) in self.blocks(e.first, e.first + e.indexed).await? {
+            let segment = LogSegment::Block(block);
+            if straddles(self.pool, &segment, now, visible) {
+                out.extend(self.calls(b * BLOCK, (b + 1) * BLOCK).await?);
+            } else {
+                out.push(segment);
+            }
+        }
+        out.extend(self.calls(indexed_to.max(indexed_from), e.tail).await?);
+        Ok(out)
+    }
+
+    /// Calls `from..to`, in slices.
+    async fn calls(&self, from: i64, to: i64) -> Result<Vec<LogSegment>, StoreError> {
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < to {
+            let end = (at + SLICE).min(to);
+            for t in self.slice("calls", at, end).await?.1.chunks(4) {
+                let [time, cost, tag, _id] = t else {
+                    return Err(StoreError::Reply("a log entry of the wrong size".into()));
+                };
+                out.push(LogSegment::Entry(LogEntry {
+                    at: int(time)?,
+                    cost: int(cost)? as u64,
+                    tag: int(tag)? as u32,
+                }));
+            }
+            at = end;
+        }
+        Ok(out)
+    }
+
+    /// Block records `from..to`, in slices, with their block numbers.
+    async fn blocks(&self, from: i64, to: i64) -> Result<Vec<(i64, LogBlock)>, StoreError> {
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < to {
+            let end = (at + SLICE).min(to);
+            let (first, records) = self.slice("blocks", at, end).await?;
+            for (k, r) in records.iter().enumerate() {
+                out.push((first + k as i64, block(r)?));
+            }
+            at = end;
+        }
+        Ok(out)
+    }
+
+    /// One `read_log.lua` call for the range `from..to`: the number of the
+    /// first call or block returned, and the flat reply.
+    async fn slice(&self, kind: &str, from: i64, to: i64) -> Result<(i64, Vec<Value>), StoreError> {
+        let mut inv = self.ledger.read_log.prepare_invoke();
+        inv.key(state_key(self.credential))
+            .key(log_key(self.credential, &self.pool.name))
+            .key(index_key(self.credential, &self.pool.name))
+            .arg(format!("pool:{}", self.pool.name))
+            .arg(kind)
+            .arg(from)
+            .arg(to);
+        let inv = &inv;
+        let reply: Value = self
+            .ledger
+            .retrying(
+                "read log",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
+            .await?;
+        let ranges = array(&reply)?;
+        let [range] = ranges else {
+            return Err(StoreError::Reply("an odd reply from read_log.lua".into()));
+        };
+        let range = array(range)?;
+        let [first, items] = range else {
+            return Err(StoreError::Reply("an odd reply from read_log.lua".into()));
+        };
+        Ok((int(first)?, array(items)?.to_vec()))
+    }
+}
+
+/// A block record (`lua/charge.lua`): packed little-endian doubles, first
+/// and last call's time, cumulative cost, the block's cost, calls, then
+/// (tag id, cost) per tag.
+fn block(record: &Value) -> Result<LogBlock, StoreError> {
+    let Value::BulkString(bytes) = record else {
+        return Err(StoreError::Reply(
+            "a block record that is not a string".into(),
+        ));
+    };
+    if bytes.len() < 40 || bytes.len() % 16 != 8 {
+        return Err(StoreError::Reply("a block record of the wrong size".into()));
+    }
+    let f: Vec<f64> = bytes
+        .chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    Ok(LogBlock {
+        first: f[0] as Micros,
+        last: f[1] as Micros,
+        cost: f[3] as u64,
+        calls: f[4] as u64,
+        by_tag: f[5..]
+            .chunks_exact(2)
+            .map(|t| (t[0] as u32, t[1] as u64))
+            .collect(),
+    })
+}
