@@ -2,10 +2,12 @@
 # The ledger at scale (issue 11, part 4): for each log size N, a credential
 # whose pool logged N calls of cost 1 within 25 s (a 30 s window), then
 #
-#   redis:    bytes per logged call (MEMORY USAGE of the log and the state),
-#             the time inside Redis (SLOWLOG) of a status read (read.lua) and
-#             of the first charge 32 s after the burst, when all N calls have
-#             left the window; and the status read's wall time at the client;
+#   redis:    bytes per logged call (MEMORY USAGE of the log, its index and
+#             the state); the slowest script while the N calls were charged;
+#             the wall time of `quota status` and the slowest script it ran
+#             (SLOWLOG); the time inside Redis of a charge when half the calls
+#             have left the window, and of the first charge 32 s after the
+#             burst, when all N have;
 #   embedded: the wall time of `quota status` and of a one-call `quota run`
 #             (charge + one request to the stand-in) on a store holding the
 #             same N calls, beside the same run on an empty store.
@@ -14,8 +16,8 @@
 #
 # Needs redis-server, redis-cli, python3 and a release build (it runs
 # `cargo build --release`). Uses port 16398 and a folder under /tmp; removes
-# both when done. The charges are sent with the ARGV layout documented at the
-# top of lua/charge.lua: keep the two in step.
+# both when done. The charges are sent with the KEYS and ARGV layout
+# documented at the top of lua/charge.lua: keep the two in step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sizes=("$@")
@@ -38,10 +40,12 @@ done
 up=$(sed -n 's#.*listening on http://\([0-9.:]*\).*#\1#p' "$work/standin.out")
 r() { redis-cli -p $port "$@"; }
 T0=1800000000000000 # µs: the fixed clock the charges read
+keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units')
+export SCALE_KEY=k
 
 # The longest SLOWLOG entry (µs) of a command matching $1, then reset.
 slowest() {
-    r --no-raw SLOWLOG GET 128 | python3 -c '
+    r --no-raw SLOWLOG GET -1 | python3 -c '
 import re, sys
 want, best, lines = sys.argv[1], 0, sys.stdin.read().split("\n")
 for i, l in enumerate(lines):
@@ -52,41 +56,15 @@ print(best)' "$1"
     r SLOWLOG RESET >/dev/null
 }
 
-printf '%-9s | %-10s | %-13s | %-13s | %-12s | %-13s | %-14s\n' \
-    N "bytes/call" "status in Redis" "status wall" "1st charge" "emb. status" "emb. run (empty)"
-for n in "${sizes[@]}"; do
-    r FLUSHALL >/dev/null
-    charge=$(r SCRIPT LOAD "$(cat lua/charge.lua)")
-    read=$(r SCRIPT LOAD "$(cat lua/read.lua)")
-    python3 - "$charge" "$T0" "$n" > "$work/fill.resp" <<'EOF'
-import random, sys
-sha, t0, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-out = sys.stdout
-def cmd(*a):
-    out.write("*%d\r\n" % len(a))
-    for x in map(str, a):
-        out.write("$%d\r\n%s\r\n" % (len(x.encode()), x))
-for i in range(n):
-    t = t0 + i * 25_000_000 // n
-    cmd("EVALSHA", sha, 2, "quota:{s}:state", "quota:{s}:log:units", t,
-        random.getrandbits(63), 0, 60_000_000, "tag:videos.list\tscale", 0, 1,
-        "pool:units", 1, 1, 30_000_000, 10**12)
-EOF
-    r --pipe < "$work/fill.resp" >/dev/null
-    bytes=$(python3 -c "print(round(($(r MEMORY USAGE 'quota:{s}:log:units' SAMPLES 0) + $(r MEMORY USAGE 'quota:{s}:state' SAMPLES 0)) / $n, 1))")
-    r CONFIG SET slowlog-log-slower-than 0 >/dev/null
-    r SLOWLOG RESET >/dev/null
-    start=$(date +%s%N)
-    r EVALSHA "$read" 2 'quota:{s}:state' 'quota:{s}:log:units' $((T0 + 26000000)) pool:units >/dev/null
-    wall=$(( ($(date +%s%N) - start) / 1000000 ))
-    status_us=$(slowest EVALSHA)
-    r EVALSHA "$charge" 2 'quota:{s}:state' 'quota:{s}:log:units' $((T0 + 57000000)) 1 0 60000000 \
+# A charge of cost 1 at µs $1, as charge.lua's header documents its arguments.
+charge_at() {
+    r EVALSHA "$charge" 3 "${keys[@]}" "$1" "$RANDOM$RANDOM" 0 60000000 \
         "tag:videos.list	scale" 0 1 pool:units 1 1 30000000 1000000000000 >/dev/null
-    charge_us=$(slowest EVALSHA)
+}
 
-    # The embedded store: the same calls, written straight into its tables.
-    db="$work/ledger-$n.sqlite3"
-    cat > "$work/quota.yaml" <<EOF
+# The configuration both stores are read with: credential `scale`, one pool
+# of one 30 s window, one job calling the stand-in once.
+cat > "$work/quota.yaml" <<EOF
 credentials:
   scale:
     secret: { env: SCALE_KEY }
@@ -102,7 +80,46 @@ jobs:
         request: { url: "http://$up/youtube/v3/videos", query: { key: "{secret}", regionCode: US } }
     output: out
 EOF
-    export SCALE_KEY=k
+
+printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' \
+    N "bytes/call" "fill, worst" "status wall" "status, worst" "charge, half" "charge, all" \
+    "emb. status" "emb. run (empty)"
+for n in "${sizes[@]}"; do
+    r FLUSHALL >/dev/null
+    charge=$(r SCRIPT LOAD "$(cat lua/charge.lua)")
+    python3 - "$charge" "$T0" "$n" > "$work/fill.resp" <<'EOF'
+import random, sys
+sha, t0, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = sys.stdout
+def cmd(*a):
+    out.write("*%d\r\n" % len(a))
+    for x in map(str, a):
+        out.write("$%d\r\n%s\r\n" % (len(x.encode()), x))
+for i in range(n):
+    t = t0 + i * 25_000_000 // n
+    cmd("EVALSHA", sha, 3, "quota:{scale}:state", "quota:{scale}:log:units",
+        "quota:{scale}:index:units", t, random.getrandbits(63), 0, 60_000_000,
+        "tag:videos.list\tscale", 0, 1, "pool:units", 1, 1, 30_000_000, 10**12)
+EOF
+    r CONFIG SET slowlog-log-slower-than 0 >/dev/null
+    r CONFIG SET slowlog-max-len 200000 >/dev/null
+    r SLOWLOG RESET >/dev/null
+    r --pipe < "$work/fill.resp" >/dev/null
+    fill_us=$(slowest EVALSHA)
+    r CONFIG SET slowlog-max-len 1000 >/dev/null
+    mem=0
+    for k in "${keys[@]}"; do mem=$((mem + $(r MEMORY USAGE "$k" SAMPLES 0 | sed 's/^$/0/'))); done
+    bytes=$(python3 -c "print(round($mem / $n, 1))")
+    start=$(date +%s%N)
+    "$quota" -c "$work/quota.yaml" --store "redis://127.0.0.1:$port/0" status >/dev/null
+    wall=$(( ($(date +%s%N) - start) / 1000000 ))
+    status_us=$(slowest EVALSHA)
+    # (half the calls have left the 30 s window; then, 32 s after, all)
+    charge_at $((T0 + 42500000)); half_us=$(slowest EVALSHA)
+    charge_at $((T0 + 57000000)); all_us=$(slowest EVALSHA)
+
+    # The embedded store: the same calls, written straight into its tables.
+    db="$work/ledger-$n.sqlite3"
     "$quota" -c "$work/quota.yaml" --store "embedded:$db" run >/dev/null 2>&1 # the schema
     "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run >/dev/null 2>&1
     python3 - "$db" "$n" <<'EOF'
@@ -120,6 +137,7 @@ EOF
     emb_status=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" status)
     emb_run=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" run)
     emb_empty=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run)
-    printf '%-9s | %-10s | %-13s | %-13s | %-12s | %-13s | %-14s\n' \
-        "$n" "$bytes" "${status_us} µs" "${wall} ms" "${charge_us} µs" "${emb_status} ms" "${emb_run} ms (${emb_empty} ms)"
+    printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' \
+        "$n" "$bytes" "${fill_us} µs" "${wall} ms" "${status_us} µs" "${half_us} µs" "${all_us} µs" \
+        "${emb_status} ms" "${emb_run} ms (${emb_empty} ms)"
 done
