@@ -5,7 +5,7 @@
 //! state makes its pool count as spent.
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, Ledger, Pool, PoolCost, RedisLedger, log_key, state_key,
+    At, Charge, ChargeDecision, Ledger, Pool, PoolCost, RedisLedger, index_key, log_key, state_key,
 };
 
 use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
@@ -46,10 +46,16 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
     let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let cost = [cost(&units_pool(3600, 100), 1)];
-    assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
-    assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
+    // (65 calls: the log's first block of 64 is complete, so it has an index)
+    for _ in 0..65 {
+        assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
+    }
     let longest_ms = 3600 * 1000 + 60_000 + 3600 * 1000 / 8;
-    for key in [state_key("ttl"), log_key("ttl", "units")] {
+    for key in [
+        state_key("ttl"),
+        log_key("ttl", "units"),
+        index_key("ttl", "units"),
+    ] {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
         assert!(ttl > 3600 * 1000 && ttl <= longest_ms, "{key}: PTTL {ttl}");
     }
@@ -60,7 +66,14 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
         .map(str::to_string)
         .collect();
     keys.sort();
-    assert_eq!(keys, [log_key("ttl", "units"), state_key("ttl")]);
+    assert_eq!(
+        keys,
+        [
+            index_key("ttl", "units"),
+            log_key("ttl", "units"),
+            state_key("ttl")
+        ]
+    );
 }
 
 #[tokio::test]
@@ -167,7 +180,11 @@ async fn a_100_unit_call_takes_no_more_memory_than_a_1_unit_call() {
                 .parse()
                 .unwrap()
         };
-        bytes.push(usage(log_key(cred, "units")) + usage(state_key(cred)));
+        bytes.push(
+            usage(log_key(cred, "units"))
+                + usage(index_key(cred, "units"))
+                + usage(state_key(cred)),
+        );
     }
     assert!(
         bytes[1] <= bytes[0],
@@ -369,4 +386,50 @@ async fn a_quiet_pools_log_lives_as_long_as_its_entries_count() {
         "the idle keys expire",
         || keys.iter().all(|k| server.cli(&["EXISTS", k]) == "0"),
     );
+}
+
+/// The index follows its log: a log that vanished takes its index with it
+/// (its call numbers start again), and an index that vanished alone (an
+/// evicted key) only costs speed: the log is walked call by call, with the
+/// same answers, and a new index starts with the next complete block.
+#[tokio::test]
+async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let pool = units_pool(10, 1000);
+    let one = [cost(&pool, 1)];
+    let ms = 1000;
+    for i in 0..200 {
+        assert!(charged(&ledger, "ix", &one, At::Fixed(T0 + i * 10 * ms)).await);
+    }
+    let records = |cred: &str| server.cli(&["LLEN", &index_key(cred, "units")]);
+    assert_eq!(
+        records("ix"),
+        "3",
+        "a record per complete block of 64 calls"
+    );
+    // The index alone vanishes: the window still slides exactly (at 2.5 s
+    // past the last call, the calls of the first 7.5 s have left it).
+    server.cli(&["DEL", &index_key("ix", "units")]);
+    let at = T0 + 199 * 10 * ms + 2500 * ms;
+    let expected = (0..200).filter(|i| T0 + i * 10 * ms > at - 10 * S).count() as u64;
+    assert_eq!(used(&ledger, "ix", &[pool.clone()], at).await, [expected]);
+    for i in 0..60 {
+        assert!(charged(&ledger, "ix", &one, At::Fixed(at + i * ms)).await);
+    }
+    assert_eq!(
+        records("ix"),
+        "1",
+        "a new index from the next complete block"
+    );
+    // The log vanishes: the index goes with it, the pool counts as spent
+    // (from the charge that finds it gone: its window sums were still whole).
+    server.cli(&["DEL", &log_key("ix", "units")]);
+    let _ = ledger.charge(&charge("ix", &one), At::Fixed(at + S)).await;
+    assert_eq!(records("ix"), "0");
+    let d = ledger
+        .charge(&charge("ix", &one), At::Fixed(at + 2 * S))
+        .await
+        .unwrap();
+    assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
 }

@@ -15,7 +15,7 @@ use super::measure::{
 };
 use crate::cli::BenchArgs;
 use crate::ledger::topology::Conn;
-use crate::ledger::{Charge, PoolCost, RedisLedger, log_key, state_key};
+use crate::ledger::{Charge, PoolCost, RedisLedger, index_key, log_key, state_key};
 use crate::{Error, Result};
 
 /// A charge in one window (a day), and in two (a day and an hour).
@@ -69,6 +69,7 @@ async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Resul
         charge_one(ledger, &credential, &cost).await?;
     }
     let log = memory_usage(&mut conn, &log_key(&credential, "units")).await?
+        + memory_usage(&mut conn, &index_key(&credential, "units")).await?
         + memory_usage(&mut conn, &state_key(&credential)).await?;
     cleanup(&mut conn, &credential).await;
     Ok(log as f64 / calls as f64)

@@ -10,7 +10,9 @@ use redis::AsyncCommands;
 use serde::Serialize;
 
 use crate::ledger::topology::Conn;
-use crate::ledger::{At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window, log_key, state_key};
+use crate::ledger::{
+    At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window, index_key, log_key, state_key,
+};
 use crate::{Error, Result};
 
 pub const DAY: Duration = Duration::from_secs(86_400);
@@ -180,7 +182,11 @@ where
 
 /// Delete the keys a benchmark credential left.
 pub async fn cleanup(conn: &mut Conn, credential: &str) {
-    let keys = [state_key(credential), log_key(credential, "units")];
+    let keys = [
+        state_key(credential),
+        log_key(credential, "units"),
+        index_key(credential, "units"),
+    ];
     let _: redis::RedisResult<()> = conn.del(&keys).await;
 }
 
