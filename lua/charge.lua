@@ -33,7 +33,9 @@
 --   pool:P         head and tail sequence numbers of P's log, window count m,
 --                  then per window: length µs, running sum, pointer to its
 --                  oldest entry, that entry's time (0: not known); then when
---                  P's log was set to expire, and when it was lost (0: never)
+--                  P's log was set to expire, when it was lost (0: never),
+--                  and the time at or before which its entries count in no
+--                  window (the retention's cutoff at its latest recorded call)
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
 --   tag:T, tagname:N, tags          tag ids
 --
@@ -68,7 +70,11 @@
 -- Retention, the same rule as the embedded store: entries at or before
 -- now - R, where R is the retain stored before this call (at least the
 -- horizon), count in no window, even one lengthened since: they may already
--- be gone (trimmed, or expired with an idle log).
+-- be gone (trimmed, or expired with an idle log). Nor do entries at or before
+-- that cutoff as it stood at the pool's latest recorded call (the pool's
+-- dead mark): R may have grown since, and the trim that follows a recorded
+-- call is bounded, so such entries may still be in the log, but they count
+-- as the ones already trimmed.
 --
 -- Expiry: every key lives at least as long as its newest entry counts (retain,
 -- plus a minute). Each pool's log carries its own expiry, renewed whenever the
@@ -100,7 +106,7 @@ local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
 local BLOCK, RESEND, TRIM = 64, 1024, 16384
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
-  return m == 1 and '<ddddddddd' or '<' .. string.rep('d', 5 + 4 * m)
+  return m == 1 and '<dddddddddd' or '<' .. string.rep('d', 6 + 4 * m)
 end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
@@ -269,19 +275,20 @@ local a = 8 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
   local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local pv = v[3 + p]
-  -- (unpacked as stored: the configuration may have changed its windows; a
-  -- build before the per-pool expiry stored two fewer fields)
+  -- (unpacked as stored: the configuration may have changed its windows;
+  -- builds before the dead mark stored one field fewer, before the per-pool
+  -- expiry three fewer)
   if pv and pv ~= '' then
     local fields = #pv / 8
-    if fields % 4 == 1 then
-      pv = { sunpack(layout((fields - 5) / 4), pv) }
+    if fields % 4 == 2 then
+      pv = { sunpack(layout((fields - 6) / 4), pv) }
     else
       pv = { sunpack('<' .. string.rep('d', fields), pv) }
-      pv[fields + 1], pv[fields + 2] = 0, 0
+      for k = fields + 1, fields + (fields % 4 == 1 and 1 or 3) do pv[k] = 0 end
     end
-    -- (the expiry and loss time, moved past any window count)
+    -- (the expiry, loss time and dead mark, moved past any window count)
     local stored_m = pv[3]
-    pv.expires, pv.lost = pv[4 + 4 * stored_m], pv[5 + 4 * stored_m]
+    pv.expires, pv.lost, pv.dead = pv[4 + 4 * stored_m], pv[5 + 4 * stored_m], pv[6 + 4 * stored_m]
   else
     pv = nil
   end
@@ -295,7 +302,9 @@ for p = 1, npools do
     if not fresh and pv[4 * w] ~= len then fresh = true end
   end
   -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
-  local expires_p, lost_p = pv and pv.expires or 0, pv and pv.lost or 0
+  local expires_p, lost_p, dead_p = pv and pv.expires or 0, pv and pv.lost or 0, pv and pv.dead or 0
+  -- (no window reaches back past the retention, nor past the dead mark)
+  local dead_cut = math.max(now - visible, dead_p)
   for _ = 1, 2 do
     if fresh then
       local head, calls = pv and pv[1] or 0, call('LLEN', log) / ENTRY
@@ -311,7 +320,7 @@ for p = 1, npools do
     local ok = true
     for w = 1, m do
       local cutoff = now - pv[4 * w]
-      if cutoff < now - visible then cutoff = now - visible end
+      if cutoff < dead_cut then cutoff = dead_cut end
       ok = slide(p, pv, 4 * w, cutoff) and ok
     end
     if ok or fresh then break end
@@ -326,6 +335,7 @@ for p = 1, npools do
   local lost_any = math.max(lost_p, lost_all)
   if lost_any + plong <= now then lost_any = 0 end
   pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
+  pv.dead, pv.dead_cut = dead_p, dead_cut
   pools[p] = pv
   a = a + 2 + 2 * m
 end
@@ -357,13 +367,13 @@ local function save_pools()
     -- (a pool out of step with its log keeps no windows: the next call
     -- counts them afresh)
     local m = pv[3]
-    pv[4 + 4 * m], pv[5 + 4 * m] = pv.expires, pv.lost
+    pv[4 + 4 * m], pv[5 + 4 * m], pv[6 + 4 * m] = pv.expires, pv.lost, pv.dead
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
-      u[n + 2] = spack(layout(0), pv[1], pv[2], 0, pv.expires, pv.lost)
+      u[n + 2] = spack(layout(0), pv[1], pv[2], 0, pv.expires, pv.lost, pv.dead)
       call('UNLINK', KEYS[1 + npools + p])
     else
-      u[n + 2] = spack(layout(m), unpack(pv, 1, 5 + 4 * m))
+      u[n + 2] = spack(layout(m), unpack(pv, 1, 6 + 4 * m))
     end
     n = n + 2
   end
@@ -469,22 +479,24 @@ end
 serial = serial + 1
 
 -- Calls at or before now - R (the retention stored before this call, at
--- least the horizon) count in no window: trim them, TRIM at a time (the
--- rest on later calls), as the embedded store deletes them; a log that left
--- entirely is unlinked, with its index. The pointer of a window that long
--- already says how many; otherwise count them.
+-- least the horizon) count in no window, from now on even if R grows (the
+-- dead mark): trim them, TRIM at a time (the rest on later calls), as the
+-- embedded store deletes them; a log that left entirely is unlinked, with
+-- its index. The pointer of a window that long already says how many;
+-- otherwise count them.
 for p = 1, npools do
   local pv = pools[p]
   local oldest
   for w = 1, pv[3] do
-    if pv[4 * w] == visible then oldest = pv[4 * w + 2] end
+    if now - pv[4 * w] <= pv.dead_cut then oldest = pv[4 * w + 2] end
   end
   if oldest == nil then
-    local b = 4 + 4 * pv[3] -- scratch space past the packed fields
+    local b = 7 + 4 * pv[3] -- scratch space past the packed fields
     pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
-    slide(p, pv, b, now - visible)
+    slide(p, pv, b, pv.dead_cut)
     oldest = pv[b + 2]
   end
+  pv.dead = pv.dead_cut
   if oldest >= pv[2] and pv[2] > pv[1] then
     call('UNLINK', KEYS[1 + p], KEYS[1 + npools + p])
     pv[1], pv.ix = pv[2], { key = KEYS[1 + npools + p], base = floor(pv[2] / BLOCK), n = 0 }

@@ -10,12 +10,14 @@
 -- ARGV[2..]      each pool's state field, "pool:" .. name, in KEYS order
 --
 -- Returns {now, serial, blocked_until, blocked_reason, tags, retain,
--- then per pool: lost, head, tail, first indexed block, indexed blocks}
+-- then per pool: lost, head, tail, first indexed block, indexed blocks,
+-- dead mark}
 -- where tags is a flat list (id, "endpoint<TAB>job", ...), retain is the
 -- stored retention in µs, lost is when the pool's log was found lost (0:
 -- never; now: it is missing at this read), head and tail number the calls
 -- the log holds (head <= s < tail) and the index holds the records of the
--- blocks [first, first + indexed) (see lua/charge.lua). Raises
+-- blocks [first, first + indexed), and calls at or before the dead mark
+-- count in no window (see lua/charge.lua). Raises
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
 -- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
@@ -50,17 +52,22 @@ local n = (#KEYS - 1) / 2
 for k = 1, n do
   local calls = redis.call('LLEN', KEYS[1 + k]) / 4
   local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
-  local head, tail = 0, calls
+  local head, tail, dead = 0, calls, 0
   if pv and #pv >= 40 then
     local fields = #pv / 8
     head, tail = struct.unpack('<dd', pv)
-    -- (the loss time is the last field of this build's layout)
-    if fields % 4 == 1 then lost = math.max(lost, (struct.unpack('<d', pv, #pv - 7))) end
+    -- (the loss time and dead mark close this build's layout; the build
+    -- before the dead mark closed it with the loss time)
+    if fields % 4 == 2 then
+      lost, dead = math.max(lost, (struct.unpack('<d', pv, #pv - 15))), struct.unpack('<d', pv, #pv - 7)
+    elseif fields % 4 == 1 then
+      lost = math.max(lost, (struct.unpack('<d', pv, #pv - 7)))
+    end
     -- A log shorter than its state says is lost, noticed or not.
     if calls < tail - head and lost == 0 then lost = now end
   end
   local indexed = redis.call('LLEN', KEYS[1 + n + k])
-  for _, x in ipairs({ lost, head, tail, math.floor(tail / 64) - indexed, indexed }) do
+  for _, x in ipairs({ lost, head, tail, math.floor(tail / 64) - indexed, indexed, dead }) do
     reply[#reply + 1] = x
   end
 end

@@ -370,3 +370,91 @@ fn the_retry_of_a_large_charge_after_many_calls_is_exact_in_both_stores() {
         }
     });
 }
+
+/// Calls that left the retention at a recorded call count in no window
+/// afterwards, even when the trim that follows is bounded (Redis trims
+/// 16,384 calls a call) and the retention grows at that very call: both
+/// stores count the calls still in the log but past that cutoff as gone.
+#[test]
+fn calls_past_the_retention_stay_gone_when_it_grows_before_they_are_trimmed() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    let ms = 1000;
+    let (short, long, longer) = (
+        configured("units", &[(10, 100_000, 0)]),
+        configured("units", &[(120, 100_000, 0)]),
+        configured("units", &[(130, 100_000, 0)]),
+    );
+    rt.block_on(async {
+        for ledger in [&redis as &dyn DynLedger, &embedded] {
+            // 20,000 calls, one a ms: the retention is the 60 s horizon.
+            for i in 0..20_000 {
+                ledger.charge_one("dead", &short, T0 + i * ms).await;
+            }
+            // At 78 s, 18,001 calls are at or before now - 60 s: more than
+            // one trim removes. This call lengthens the window to 120 s.
+            ledger.charge_one("dead", &long, T0 + 78 * S).await;
+            // At 78.5 s the retention is 120 s, but the calls up to 18 s
+            // stay gone: 1,999 calls after 18 s, and the one at 78 s.
+            assert_eq!(
+                ledger.used("dead", &long, T0 + 78 * S + 500 * ms).await,
+                2_000
+            );
+            // A window changed again is counted afresh from the log: the
+            // same 2,000, and this call.
+            let left = ledger.charge_one("dead", &longer, T0 + 79 * S).await;
+            assert_eq!(left, 100_000 - 2_001);
+        }
+    });
+}
+
+/// Just enough of a ledger for the test above, for both stores.
+trait DynLedger {
+    fn charge_one<'a>(
+        &'a self,
+        credential: &'a str,
+        pool: &'a Pool,
+        at: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>>;
+    fn used<'a>(
+        &'a self,
+        credential: &'a str,
+        pool: &'a Pool,
+        at: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>>;
+}
+
+impl<L: Ledger> DynLedger for L {
+    fn charge_one<'a>(
+        &'a self,
+        credential: &'a str,
+        pool: &'a Pool,
+        at: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>> {
+        Box::pin(async move {
+            let cost = [PoolCost {
+                pool: pool.clone(),
+                units: 1,
+            }];
+            match self.charge(&charge(credential, &cost), At::Fixed(at)).await {
+                Ok(quota::ledger::ChargeDecision::Allowed { remaining, .. }) => {
+                    remaining[0].remaining
+                }
+                d => panic!("{d:?}"),
+            }
+        })
+    }
+    fn used<'a>(
+        &'a self,
+        credential: &'a str,
+        pool: &'a Pool,
+        at: i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64> + 'a>> {
+        Box::pin(async move {
+            crate::common::ledger::used(self, credential, std::slice::from_ref(pool), at).await[0]
+        })
+    }
+}

@@ -413,7 +413,10 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
     server.cli(&["DEL", &index_key("ix", "units")]);
     let at = T0 + 199 * 10 * ms + 2500 * ms;
     let expected = (0..200).filter(|i| T0 + i * 10 * ms > at - 10 * S).count() as u64;
-    assert_eq!(used(&ledger, "ix", std::slice::from_ref(&pool), at).await, [expected]);
+    assert_eq!(
+        used(&ledger, "ix", std::slice::from_ref(&pool), at).await,
+        [expected]
+    );
     for i in 0..60 {
         assert!(charged(&ledger, "ix", &one, At::Fixed(at + i * ms)).await);
     }

@@ -34,6 +34,8 @@ struct PoolExtent {
     /// The blocks the index holds: `first..first + indexed`.
     first: i64,
     indexed: i64,
+    /// Calls at or before this time count in no window (`lua/charge.lua`).
+    dead: Micros,
 }
 
 pub(super) async fn read(
@@ -63,19 +65,20 @@ pub(super) async fn read(
         .await
         .map_err(|e| older_layout(e, credential))?;
     let r = array(&reply)?;
-    if r.len() != 6 + 5 * pools.len() {
+    if r.len() != 6 + 6 * pools.len() {
         return Err(StoreError::Reply("an odd reply from read.lua".into()));
     }
     let (now, retain) = (int(&r[0])?, int(&r[5])?);
     let visible = now - retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
     let (mut logs, mut lost) = (Vec::new(), Vec::new());
-    for (pool, f) in pools.iter().zip(r[6..].chunks(5)) {
+    for (pool, f) in pools.iter().zip(r[6..].chunks(6)) {
         let extent = PoolExtent {
             lost: int(&f[0])?,
             head: int(&f[1])?,
             tail: int(&f[2])?,
             first: int(&f[3])?,
             indexed: int(&f[4])?,
+            dead: int(&f[5])?,
         };
         lost.push(extent.lost);
         let reader = Reader {
@@ -107,8 +110,22 @@ struct Reader<'a> {
 impl Reader<'_> {
     /// The pool's log as segments, oldest first: calls outside the index,
     /// block summaries inside it, and the blocks that straddle a boundary
-    /// of the report at `now` read call by call.
+    /// of the report at `now` read call by call. Calls at or before the dead
+    /// mark are left out, as the embedded store deletes them.
     async fn segments(
+        &self,
+        e: &PoolExtent,
+        now: Micros,
+        visible: Micros,
+    ) -> Result<Vec<LogSegment>, StoreError> {
+        let mut out = self.all_segments(e, now, visible.max(e.dead)).await?;
+        out.retain(|s| s.span().1 > e.dead);
+        Ok(out)
+    }
+
+    /// The pool's log as segments, oldest first, with blocks that straddle a
+    /// boundary of the report (`visible` included) read call by call.
+    async fn all_segments(
         &self,
         e: &PoolExtent,
         now: Micros,
