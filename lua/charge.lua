@@ -103,7 +103,7 @@
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor = struct.pack, struct.unpack, math.floor
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
-local BLOCK, RESEND, TRIM = 64, 1024, 16384
+local BLOCK, RESEND, TRIM = 128, 1024, 16384
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<dddddddddd' or '<' .. string.rep('d', 6 + 4 * m)

@@ -67,7 +67,7 @@ for k = 1, n do
     if calls < tail - head and lost == 0 then lost = now end
   end
   local indexed = redis.call('LLEN', KEYS[1 + n + k])
-  for _, x in ipairs({ lost, head, tail, math.floor(tail / 64) - indexed, indexed, dead }) do
+  for _, x in ipairs({ lost, head, tail, math.floor(tail / 128) - indexed, indexed, dead }) do
     reply[#reply + 1] = x
   end
 end

@@ -15,7 +15,7 @@
 -- of the first one returned. Calls and blocks trimmed since lua/read.lua
 -- ran (they had left the retention) are simply not returned.
 
-local LIMIT, BLOCK = 1024, 64
+local LIMIT, BLOCK = 1024, 128
 local pv = redis.call('HGET', KEYS[1], ARGV[1])
 local head, tail = 0, redis.call('LLEN', KEYS[2]) / 4
 if pv and #pv >= 16 then head, tail = struct.unpack('<dd', pv) end

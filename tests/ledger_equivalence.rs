@@ -40,7 +40,7 @@ enum Op {
         secs: i64,
     },
     /// Many charges in quick succession: logs longer than a block of the
-    /// Redis index (64 calls), whose blocks later leave the windows whole.
+    /// Redis index (128 calls), whose blocks later leave the windows whole.
     Burst {
         calls: usize,
         gap_us: i64,

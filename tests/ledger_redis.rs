@@ -45,9 +45,9 @@ async fn script_flush_between_charges_changes_nothing() {
 async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
     let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
-    let cost = [cost(&units_pool(3600, 100), 1)];
-    // (65 calls: the log's first block of 64 is complete, so it has an index)
-    for _ in 0..65 {
+    let cost = [cost(&units_pool(3600, 1000), 1)];
+    // (129 calls: the log's first block of 128 is complete, so it has an index)
+    for _ in 0..129 {
         assert!(charged(&ledger, "ttl", &cost, At::StoreClock).await);
     }
     let longest_ms = 3600 * 1000 + 60_000 + 3600 * 1000 / 8;
@@ -399,25 +399,34 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
     let pool = units_pool(10, 1000);
     let one = [cost(&pool, 1)];
     let ms = 1000;
-    for i in 0..200 {
-        assert!(charged(&ledger, "ix", &one, At::Fixed(T0 + i * 10 * ms)).await);
+    // 300 calls, one each 50 ms.
+    for i in 0..300 {
+        assert!(charged(&ledger, "ix", &one, At::Fixed(T0 + i * 50 * ms)).await);
     }
     let records = |cred: &str| server.cli(&["LLEN", &index_key(cred, "units")]);
     assert_eq!(
         records("ix"),
-        "3",
-        "a record per complete block of 64 calls"
+        "2",
+        "a record per complete block of 128 calls"
     );
-    // The index alone vanishes: the window still slides exactly (at 2.5 s
-    // past the last call, the calls of the first 7.5 s have left it).
+    // The index alone vanishes: the window still slides exactly, walking
+    // the log (2.5 s past the last call, the calls of the first 7.45 s, the
+    // first 150, have left the 10 s window).
     server.cli(&["DEL", &index_key("ix", "units")]);
-    let at = T0 + 199 * 10 * ms + 2500 * ms;
-    let expected = (0..200).filter(|i| T0 + i * 10 * ms > at - 10 * S).count() as u64;
+    let at = T0 + 299 * 50 * ms + 2500 * ms;
     assert_eq!(
         used(&ledger, "ix", std::slice::from_ref(&pool), at).await,
-        [expected]
+        [150]
     );
-    for i in 0..60 {
+    let d = ledger
+        .charge(&charge("ix", &one), At::Fixed(at))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&d, ChargeDecision::Allowed { remaining, .. } if remaining[0].remaining == 1000 - 151),
+        "{d:?}"
+    );
+    for i in 1..100 {
         assert!(charged(&ledger, "ix", &one, At::Fixed(at + i * ms)).await);
     }
     assert_eq!(

@@ -12,7 +12,7 @@
 //! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id, charge id)`
 //!   quadruples, one per call whatever its cost, oldest first, trimmed past
 //!   the longest window (and never before [`IDEMPOTENCY_HORIZON`]).
-//! * `quota:{C}:index:P`  list per pool: a summary per block of 64 calls
+//! * `quota:{C}:index:P`  list per pool: a summary per block of 128 calls
 //!   (times, cumulative cost, cost by tag), so that no charge and no status
 //!   read walks a long log call by call.
 //!

@@ -21,7 +21,7 @@ use crate::ledger::{
 };
 
 /// Calls per block of the index, as in `lua/charge.lua`.
-const BLOCK: i64 = 64;
+const BLOCK: i64 = 128;
 /// The most calls or blocks one `read_log.lua` call returns.
 const SLICE: i64 = 1024;
 
