@@ -245,10 +245,27 @@ impl EmbeddedLedger {
         T: Send + 'static,
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
+        self.transaction_with(TransactionBehavior::Immediate, f)
+            .await
+    }
+
+    /// Run `f` in a blocking thread inside one transaction of `behavior`:
+    /// a read that writes nothing takes a deferred one, a snapshot that
+    /// never holds the write lock (a status of a long log takes a few
+    /// hundred ms, which no charge from another process should wait for).
+    async fn transaction_with<T, F>(
+        &self,
+        behavior: TransactionBehavior,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = conn.transaction_with_behavior(behavior)?;
             let out = f(&tx)?;
             tx.commit()?;
             Ok(out)
@@ -420,7 +437,7 @@ impl Ledger for EmbeddedLedger {
     ) -> Result<CredentialLog, StoreError> {
         let credential = credential.to_string();
         let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
-        self.transaction(move |tx| {
+        self.transaction_with(TransactionBehavior::Deferred, move |tx| {
             let row = credential_row(tx, &credential)?;
             let now = clock(at, row.last);
             // Entries at or before now - R count in no window (as in charge.rs),
