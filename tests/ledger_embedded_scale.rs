@@ -212,6 +212,17 @@ struct Recount {
 }
 
 impl Recount {
+    /// Units used in every window of `pools` (in log order), pool after pool.
+    fn used_all(&self, pools: &[Pool], now: i64) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (p, pool) in pools.iter().enumerate() {
+            for w in &pool.windows {
+                out.push(self.used(p, w.per.as_micros() as i64, now));
+            }
+        }
+        out
+    }
+
     fn used(&self, p: usize, len: i64, now: i64) -> u64 {
         self.log[p]
             .iter()
@@ -331,15 +342,7 @@ async fn thousands_of_weighted_calls_agree_with_a_recount() {
             _ => panic!("call {i}: the store said {d:?}, a recount {want:?}"),
         }
         if i % 50 == 0 {
-            let naive: Vec<u64> = (0..2)
-                .flat_map(|p| {
-                    pools[p]
-                        .windows
-                        .iter()
-                        .map(move |w| (p, w.per.as_micros() as i64))
-                })
-                .map(|(p, len)| model.used(p, len, t))
-                .collect();
+            let naive = model.used_all(&pools, t);
             assert_eq!(used(&ledger, "c", &pools, t).await, naive, "call {i}");
         }
     }
