@@ -128,8 +128,9 @@ db, n = sys.argv[1], int(sys.argv[2])
 now = time.time_ns() // 1000
 c = sqlite3.connect(db)
 c.execute("DELETE FROM log")
-c.executemany("INSERT INTO log (credential, pool, at, cost, tag) VALUES ('scale', 'units', ?, 1, 'videos.list\tscale')",
-              ((now - 25_000_000 + i * 25_000_000 // n,) for i in range(n)))
+# cum: the pool's running total of costs, this row's included (cost 1 each).
+c.executemany("INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES ('scale', 'units', ?, 1, 'videos.list\tscale', ?)",
+              ((now - 25_000_000 + i * 25_000_000 // n, i + 1) for i in range(n)))
 c.execute("UPDATE credential SET serial = ?, retain = 60000000, last = ? WHERE name = 'scale'", (n, now))
 c.commit()
 EOF

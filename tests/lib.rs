@@ -8,6 +8,7 @@ mod bench;
 mod drills;
 mod ledger_concurrency;
 mod ledger_conformance;
+mod ledger_embedded_scale;
 mod ledger_equivalence;
 mod ledger_redis;
 mod operator;

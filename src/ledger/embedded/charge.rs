@@ -1,11 +1,14 @@
 //! The embedded store's charge: one decision inside one immediate
 //! transaction, in the steps of `lua/charge.lua` (clock, duplicate, blocked,
-//! fit, record, prune), over SQL tables instead of Redis lists.
+//! fit, record, prune), over SQL tables instead of Redis lists. Window sums
+//! come from the log's running totals (`log.rs`), so a charge's work does not
+//! grow with the log.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::log::{self, PoolLog};
 use super::{credential_row, local_now};
 use crate::ledger::{
     At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Remaining, StoreError, tag,
@@ -72,7 +75,7 @@ pub(super) fn decide(
     // R the retain stored before this call (at least the horizon), count in
     // no window, even one lengthened since.
     let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-    prune(tx, c, now - visible)?;
+    let logs = prune(tx, c, now - visible)?;
     // The caller saw more charges than the store holds: the log was lost.
     // A loss older than R is over for every window charged so far (as in
     // charge.lua), so a window lengthened later does not bring it back.
@@ -110,7 +113,7 @@ pub(super) fn decide(
             until: lost_at + lost.longest(),
         });
     }
-    let used = used_per_window(tx, c, now)?;
+    let used = used_per_window(tx, c, &logs, now)?;
     if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, &used, now)? {
         save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::Rejected {
@@ -183,35 +186,46 @@ fn seen_before(
     now: Micros,
 ) -> Result<bool, StoreError> {
     let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
-    tx.execute(
-        "DELETE FROM charge_id WHERE credential = ?1 AND at <= ?2",
-        params![credential, now - horizon],
-    )?;
+    // A batch at a time; the lookup ignores the ids not deleted yet.
+    tx.prepare_cached(
+        "DELETE FROM charge_id WHERE rowid IN (SELECT rowid FROM charge_id
+         WHERE credential = ?1 AND at <= ?2 ORDER BY at LIMIT ?3)",
+    )?
+    .execute(params![credential, now - horizon, log::PRUNE_BATCH])?;
     Ok(tx
         .query_row(
-            "SELECT 1 FROM charge_id WHERE credential = ?1 AND id = ?2",
-            params![credential, id],
+            "SELECT 1 FROM charge_id WHERE credential = ?1 AND id = ?2 AND at > ?3",
+            params![credential, id, now - horizon],
             |_| Ok(()),
         )
         .optional()?
         .is_some())
 }
 
-/// Units used in every window of every pool charged, in charge order.
+/// One window's sum: the units used in it, and the running total just
+/// before its first entry.
+#[derive(Clone, Copy)]
+struct WindowSum {
+    used: u64,
+    base: i64,
+}
+
+/// Units used in every window of every pool charged, in charge order: the
+/// newest running total less the one before the window (or before the
+/// pool's `dead` mark, if later).
 fn used_per_window(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
+    logs: &[PoolLog],
     now: Micros,
-) -> Result<Vec<Vec<u64>>, StoreError> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT COALESCE(SUM(cost), 0) FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3",
-    )?;
+) -> Result<Vec<Vec<WindowSum>>, StoreError> {
     let mut sums = Vec::new();
-    for OwnedPoolCost { pool, windows, .. } in &c.cost {
+    for (OwnedPoolCost { pool, windows, .. }, pl) in c.cost.iter().zip(logs) {
         let mut per_pool = Vec::new();
         for (len, _) in windows {
-            let used: i64 = stmt.query_row(params![c.credential, pool, now - len], |r| r.get(0))?;
-            per_pool.push(used as u64);
+            let base = log::base(tx, &c.credential, pool, (now - len).max(pl.dead))?;
+            let used = (pl.newest - base).max(0) as u64;
+            per_pool.push(WindowSum { used, base });
         }
         sums.push(per_pool);
     }
@@ -223,17 +237,21 @@ fn used_per_window(
 fn first_full_window(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
-    used: &[Vec<u64>],
+    used: &[Vec<WindowSum>],
     now: Micros,
 ) -> Result<Option<(usize, usize, Micros)>, StoreError> {
     let mut worst: Option<(usize, usize, Micros)> = None;
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (len, budget)) in cost.windows.iter().enumerate() {
-            let need = (used[p][k] + cost.units) as i64 - *budget as i64;
+            let WindowSum { used, base } = used[p][k];
+            let need = (used + cost.units) as i64 - *budget as i64;
             if need <= 0 {
                 continue;
             }
-            let retry = freed_at(tx, &c.credential, &cost.pool, *len, need, now)? - now;
+            // When `need` units have left: the row by which the window's
+            // entries add up to `need`, a window's length on.
+            let freed = log::reached_at(tx, &c.credential, &cost.pool, base + need)?;
+            let retry = freed.map_or(now + len, |at| at + len) - now;
             if worst.is_none_or(|w| retry > w.2) {
                 worst = Some((p, k, retry));
             }
@@ -242,40 +260,15 @@ fn first_full_window(
     Ok(worst)
 }
 
-/// When `need` units of `pool`'s window of length `len` will have left it.
-fn freed_at(
-    tx: &rusqlite::Transaction<'_>,
-    credential: &str,
-    pool: &str,
-    len: Micros,
-    need: i64,
-    now: Micros,
-) -> Result<Micros, StoreError> {
-    let mut stmt = tx.prepare_cached(
-        "SELECT at, cost FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3 ORDER BY at, rowid",
-    )?;
-    let mut rows = stmt.query(params![credential, pool, now - len])?;
-    let mut freed = 0i64;
-    while let Some(r) = rows.next()? {
-        freed += r.get::<_, i64>(1)?;
-        if freed >= need {
-            return Ok(r.get::<_, i64>(0)? + len);
-        }
-    }
-    Ok(now + len)
-}
-
 /// Record: one log entry per pool charged, and the charge's id.
 fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Result<(), StoreError> {
     for OwnedPoolCost { pool, units, .. } in &c.cost {
-        tx.execute(
-            "INSERT INTO log (credential, pool, at, cost, tag) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![c.credential, pool, now, *units as i64, c.tag],
-        )?;
+        log::append(tx, &c.credential, pool, now, *units, &c.tag)?;
     }
     if let Some(id) = &c.id {
+        // (replacing the same id left from beyond the horizon, not deleted yet)
         tx.execute(
-            "INSERT INTO charge_id (credential, id, at) VALUES (?1, ?2, ?3)",
+            "INSERT OR REPLACE INTO charge_id (credential, id, at) VALUES (?1, ?2, ?3)",
             params![c.credential, id, now],
         )?;
     }
@@ -283,27 +276,24 @@ fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Resul
 }
 
 /// Prune: entries at or before `cutoff` (the retention stored before this
-/// call) count in no window.
+/// call) count in no window; per pool charged, its log as the charge reads it.
 fn prune(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
     cutoff: Micros,
-) -> Result<(), StoreError> {
-    for OwnedPoolCost { pool, .. } in &c.cost {
-        tx.execute(
-            "DELETE FROM log WHERE credential = ?1 AND pool = ?2 AND at <= ?3",
-            params![c.credential, pool, cutoff],
-        )?;
-    }
-    Ok(())
+) -> Result<Vec<PoolLog>, StoreError> {
+    c.cost
+        .iter()
+        .map(|p| log::prune(tx, &c.credential, &p.pool, cutoff))
+        .collect()
 }
 
 /// What each window has left after an allowed charge.
-fn remaining(c: &OwnedCharge, used: &[Vec<u64>], duplicate: bool) -> Vec<Remaining> {
+fn remaining(c: &OwnedCharge, used: &[Vec<WindowSum>], duplicate: bool) -> Vec<Remaining> {
     let mut out = Vec::new();
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (len, budget)) in cost.windows.iter().enumerate() {
-            let spent = used[p][k] + if duplicate { 0 } else { cost.units };
+            let spent = used[p][k].used + if duplicate { 0 } else { cost.units };
             out.push(Remaining {
                 pool: cost.pool.clone(),
                 per: Duration::from_micros(*len as u64),

@@ -11,14 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod charge;
+mod log;
 
 use self::charge::{OwnedCharge, clock, decide};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
-    At, BlockEnd, Charge, ChargeDecision, CredentialLog, Ledger, LockOutcome, LogEntry, LogSegment,
-    Micros, Pool, StoreError, check_fits, untag,
+    At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
+    LogEntry, LogSegment, Micros, Pool, StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -27,7 +28,8 @@ CREATE TABLE IF NOT EXISTS log (
     pool       TEXT NOT NULL,
     at         INTEGER NOT NULL,  -- µs since the epoch
     cost       INTEGER NOT NULL,
-    tag        TEXT NOT NULL      -- endpoint<TAB>job
+    tag        TEXT NOT NULL,     -- endpoint<TAB>job
+    cum        INTEGER NOT NULL DEFAULT 0  -- the pool's costs so far, this row's included (log.rs)
 );
 CREATE INDEX IF NOT EXISTS log_by_time ON log (credential, pool, at);
 CREATE TABLE IF NOT EXISTS credential (
@@ -201,6 +203,7 @@ impl EmbeddedLedger {
                 "ALTER TABLE credential ADD COLUMN lost_at INTEGER NOT NULL DEFAULT 0",
             )?;
         }
+        log::migrate(&conn)?;
         // The store's id, written once, when the store is made (or first
         // opened by a build that writes one): a file removed and made again
         // is another store, a copy restored from a backup is the same one.
@@ -242,10 +245,27 @@ impl EmbeddedLedger {
         T: Send + 'static,
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
+        self.transaction_with(TransactionBehavior::Immediate, f)
+            .await
+    }
+
+    /// Run `f` in a blocking thread inside one transaction of `behavior`:
+    /// a read that writes nothing takes a deferred one, a snapshot that
+    /// never holds the write lock (a status of a long log takes a few
+    /// hundred ms, which no charge from another process should wait for).
+    async fn transaction_with<T, F>(
+        &self,
+        behavior: TransactionBehavior,
+        f: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = conn.transaction_with_behavior(behavior)?;
             let out = f(&tx)?;
             tx.commit()?;
             Ok(out)
@@ -417,34 +437,17 @@ impl Ledger for EmbeddedLedger {
     ) -> Result<CredentialLog, StoreError> {
         let credential = credential.to_string();
         let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
-        self.transaction(move |tx| {
+        self.transaction_with(TransactionBehavior::Deferred, move |tx| {
             let row = credential_row(tx, &credential)?;
             let now = clock(at, row.last);
-            let mut logs = Vec::new();
+            // Entries at or before now - R count in no window (as in charge.rs),
+            // nor do those at or before a pool's dead mark: not read.
+            let visible = now - row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
             let mut tags: Vec<String> = Vec::new();
-            let mut stmt = tx
-                .prepare_cached(
-                    "SELECT at, cost, tag FROM log WHERE credential = ?1 AND pool = ?2 ORDER BY at, rowid",
-                )?;
+            let mut logs = Vec::new();
             for pool in &names {
-                let mut entries = Vec::new();
-                let mut rows = stmt.query(params![credential, pool])?;
-                while let Some(r) = rows.next()? {
-                    let name = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
-                    let tag = match tags.iter().position(|t| t == name) {
-                        Some(i) => i,
-                        None => {
-                            tags.push(name.to_string());
-                            tags.len() - 1
-                        }
-                    };
-                    entries.push(LogSegment::Entry(LogEntry {
-                        at: r.get(0)?,
-                        cost: r.get::<_, i64>(1)? as u64,
-                        tag: tag as u32,
-                    }));
-                }
-                logs.push(entries);
+                let after = log::dead_mark(tx, &credential, pool)?.max(visible);
+                logs.push(read_pool(tx, &credential, pool, after, &mut tags)?);
             }
             Ok(CredentialLog {
                 at: now,
@@ -459,4 +462,43 @@ impl Ledger for EmbeddedLedger {
         })
         .await
     }
+}
+
+/// One pool's entries after `after`, oldest first, their tags interned in
+/// `tags` (rows read in place: no string is copied per row).
+fn read_pool(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    after: Micros,
+    tags: &mut Vec<String>,
+) -> Result<Vec<LogSegment>, StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "SELECT at, cost, tag FROM log WHERE credential = ?1 AND pool = ?2 AND at > ?3
+         ORDER BY at, rowid",
+    )?;
+    let mut rows = stmt.query(params![credential, pool, after])?;
+    let mut entries = Vec::new();
+    let mut last: Option<usize> = None;
+    while let Some(r) = rows.next()? {
+        let name = r.get_ref(2)?.as_str().map_err(rusqlite::Error::from)?;
+        // Runs of one tag are the rule: check the last one first.
+        let tag = match last.filter(|&i| tags[i] == name) {
+            Some(i) => i,
+            None => match tags.iter().position(|t| t == name) {
+                Some(i) => i,
+                None => {
+                    tags.push(name.to_string());
+                    tags.len() - 1
+                }
+            },
+        };
+        last = Some(tag);
+        entries.push(LogSegment::Entry(LogEntry {
+            at: r.get(0)?,
+            cost: r.get::<_, i64>(1)? as u64,
+            tag: tag as u32,
+        }));
+    }
+    Ok(entries)
 }

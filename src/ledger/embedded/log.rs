@@ -1,0 +1,176 @@
+//! The embedded store's log, read in bounded work at any length (issue 11):
+//! every row carries `cum`, the running total of its pool's costs in
+//! insertion order, so a window's sum and the time enough of it leaves are
+//! two index lookups instead of a scan; rows that left the retention are
+//! deleted a bounded batch at a time, and every read stops at each pool's
+//! `dead` mark (the latest retention cutoff a charge applied), so a row not
+//! deleted yet counts exactly as if it were.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+
+use crate::ledger::{Micros, StoreError};
+
+/// Most rows one charge deletes per pool (and ids per credential): enough to
+/// outpace any insertion rate, small enough to keep a charge within a few ms.
+pub(super) const PRUNE_BATCH: i64 = 256;
+
+/// The tables and indexes the running totals need, made after `migrate`.
+pub(super) const SCHEMA: &str = "
+CREATE INDEX IF NOT EXISTS log_by_cum ON log (credential, pool, cum);
+CREATE INDEX IF NOT EXISTS charge_id_by_time ON charge_id (credential, at);
+CREATE TABLE IF NOT EXISTS log_pool (
+    credential TEXT NOT NULL,
+    pool       TEXT NOT NULL,
+    dead       INTEGER NOT NULL,  -- rows at or before count in no window (pruned or not)
+    PRIMARY KEY (credential, pool)
+);
+";
+
+/// A store made before the running totals has no `cum`: add it, and fill it
+/// once for the rows it holds, in one transaction (two processes may open
+/// the file at once). Its logs were pruned in full, so no `dead` is needed.
+pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let out = (|| {
+        let has_cum = conn
+            .prepare("SELECT 1 FROM pragma_table_info('log') WHERE name = 'cum'")?
+            .exists([])?;
+        if !has_cum {
+            conn.execute_batch(
+                "ALTER TABLE log ADD COLUMN cum INTEGER NOT NULL DEFAULT 0;
+                 UPDATE log SET cum = s.cum FROM (
+                     SELECT rowid AS id,
+                            SUM(cost) OVER (PARTITION BY credential, pool ORDER BY at, rowid) AS cum
+                     FROM log) AS s
+                 WHERE log.rowid = s.id;",
+            )?;
+        }
+        conn.execute_batch(SCHEMA)
+    })();
+    match out {
+        Ok(()) => conn.execute_batch("COMMIT")?,
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+/// One pool's log as a charge reads it: its `dead` mark and the running
+/// total of its newest row (0 when empty).
+pub(super) struct PoolLog {
+    pub dead: Micros,
+    pub newest: i64,
+}
+
+/// Prune: raise the pool's `dead` mark to `cutoff` (entries at or before it
+/// count in no window) and delete a batch of the oldest such rows.
+pub(super) fn prune(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    cutoff: Micros,
+) -> Result<PoolLog, StoreError> {
+    let dead: Micros = tx
+        .prepare_cached(
+            "INSERT INTO log_pool (credential, pool, dead) VALUES (?1, ?2, ?3)
+             ON CONFLICT (credential, pool) DO UPDATE SET dead = max(dead, excluded.dead)
+             RETURNING dead",
+        )?
+        .query_row(params![credential, pool, cutoff], |r| r.get(0))?;
+    // Oldest first, so the rows left are always a suffix of the log.
+    tx.prepare_cached(
+        "DELETE FROM log WHERE rowid IN (SELECT rowid FROM log
+         WHERE credential = ?1 AND pool = ?2 AND at <= ?3 ORDER BY at, rowid LIMIT ?4)",
+    )?
+    .execute(params![credential, pool, dead, PRUNE_BATCH])?;
+    let newest: Option<i64> = tx
+        .prepare_cached(
+            "SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
+             ORDER BY at DESC, rowid DESC LIMIT 1",
+        )?
+        .query_row(params![credential, pool], |r| r.get(0))
+        .optional()?;
+    Ok(PoolLog {
+        dead,
+        newest: newest.unwrap_or(0),
+    })
+}
+
+/// The running total just before the first row after `cutoff`: the last
+/// row's at or before it, else what preceded the oldest row left.
+pub(super) fn base(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    cutoff: Micros,
+) -> Result<i64, StoreError> {
+    let before: Option<i64> = tx
+        .prepare_cached(
+            "SELECT cum FROM log WHERE credential = ?1 AND pool = ?2 AND at <= ?3
+             ORDER BY at DESC, rowid DESC LIMIT 1",
+        )?
+        .query_row(params![credential, pool, cutoff], |r| r.get(0))
+        .optional()?;
+    if let Some(cum) = before {
+        return Ok(cum);
+    }
+    let oldest: Option<i64> = tx
+        .prepare_cached(
+            "SELECT cum - cost FROM log WHERE credential = ?1 AND pool = ?2
+             ORDER BY at, rowid LIMIT 1",
+        )?
+        .query_row(params![credential, pool], |r| r.get(0))
+        .optional()?;
+    Ok(oldest.unwrap_or(0))
+}
+
+/// The time of the first row whose running total reaches `total` (the row
+/// by which that much has been spent), if any.
+pub(super) fn reached_at(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    total: i64,
+) -> Result<Option<Micros>, StoreError> {
+    // Totals never decrease along the log, so the least total is the first row.
+    Ok(tx
+        .prepare_cached(
+            "SELECT at FROM log WHERE credential = ?1 AND pool = ?2 AND cum >= ?3
+             ORDER BY cum, rowid LIMIT 1",
+        )?
+        .query_row(params![credential, pool, total], |r| r.get(0))
+        .optional()?)
+}
+
+/// Append one entry, its running total continuing the pool's newest row's.
+pub(super) fn append(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    at: Micros,
+    cost: u64,
+    tag: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES (?1, ?2, ?3, ?4, ?5,
+         ?4 + COALESCE((SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
+                        ORDER BY at DESC, rowid DESC LIMIT 1), 0))",
+    )?
+    .execute(params![credential, pool, at, cost as i64, tag])?;
+    Ok(())
+}
+
+/// A pool's `dead` mark for a read (none yet: nothing is dead).
+pub(super) fn dead_mark(
+    conn: &Connection,
+    credential: &str,
+    pool: &str,
+) -> Result<Micros, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT dead FROM log_pool WHERE credential = ?1 AND pool = ?2")?
+        .query_row(params![credential, pool], |r| r.get(0))
+        .optional()?
+        .unwrap_or(Micros::MIN))
+}
