@@ -26,19 +26,26 @@ sizes=("$@")
 cargo build --release --quiet
 quota=$PWD/target/release/quota
 standin=$PWD/target/release/quota-standin
-work=$(mktemp -d /tmp/quota-scale.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/quota-scale.XXXXXX")
 port=16398
 # The server runs at real-time priority where the script may set it (root),
 # so that SLOWLOG times the scripts' work rather than the moments a shared
-# machine gave its core to something else; a fixed CPU would not help on
-# two cores shared with builds.
-rt=()
-chrt -f 10 true 2>/dev/null && rt=(chrt -f 10)
+# machine gave its core to something else (a fixed CPU would not help on
+# two cores shared with builds); the kernel's real-time throttling, which
+# would pause a server kept busy by the fill for 50 ms each second, is
+# lifted meanwhile and put back on exit.
+rt=() rt_runtime=
+if chrt -f 10 true 2>/dev/null && [ -w /proc/sys/kernel/sched_rt_runtime_us ]; then
+    rt=(chrt -f 10)
+    rt_runtime=$(cat /proc/sys/kernel/sched_rt_runtime_us)
+    echo -1 > /proc/sys/kernel/sched_rt_runtime_us
+fi
 "${rt[@]}" redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log"
 "$standin" --listen 127.0.0.1:0 --key k --pages 1 --items 1 > "$work/standin.out" &
 standin_pid=$!
-trap 'kill "$(cat "$work/redis.pid")" "$standin_pid" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "$(cat "$work/redis.pid")" "$standin_pid" 2>/dev/null; rm -rf "$work"
+      [ -z "$rt_runtime" ] || echo "$rt_runtime" > /proc/sys/kernel/sched_rt_runtime_us' EXIT
 for _ in $(seq 50); do
     redis-cli -p $port ping >/dev/null 2>&1 && grep -q listening "$work/standin.out" && break
     sleep 0.1
