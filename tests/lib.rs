@@ -17,6 +17,8 @@ mod run_concurrency;
 mod run_config;
 mod run_files;
 mod run_jobs;
+mod run_pagination;
+mod run_requests;
 mod run_secrets;
 mod run_stops;
 mod run_topologies;

@@ -106,7 +106,7 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 .map(|c| format!("{} {}", c.pool.name, c.units))
                 .collect();
             let pages = match &s.paginate {
-                Some(p) => format!("up to {} pages ({} → {})", p.max_pages, p.token, p.param),
+                Some(p) => format!("up to {} pages ({})", p.max_pages, p.kind),
                 None => "1 page".into(),
             };
             // The query as it is sent: none at all, not an empty `?`.

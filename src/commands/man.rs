@@ -81,11 +81,13 @@ fn extra_sections() -> String {
          cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; \
          on_store_error: fail_closed (default) or fail_open\n\
          .TP\n\\fBjobs:\\fR NAME: { credential, regions, steps, output, schedule }\n\
-         regions: the keys the job walks; steps: [ { endpoint, request: { url, method, \
-         query, headers }, paginate: { token: POINTER, param: NAME, max_pages: N } } ]; \
+         regions: the keys the job walks; steps: [ { endpoint, request: { url, method \
+         (GET, POST, PUT), query, headers, body }, paginate: { token: POINTER, param: NAME \
+         | link: next | next_url: POINTER | page: NAME, start: N, until_empty: POINTER \
+         | offset: NAME, size: N, until_empty: POINTER; max_pages: N } } ]; \
          output: a folder (relative to the file's) of one JSON file per page; \
          schedule: every DURATION, for planning. Placeholders in requests: {region}, \
-         {secret}, {job}.\n",
+         {secret}, {job}, {step}, {page}.\n",
     );
     s
 }

@@ -47,7 +47,10 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) 
         match runner::run_job(&ctx, job).await {
             Ok(report) => {
                 runner::log_summary(&report);
-                if !failed {
+                if !failed && report.exit_code() == exit::FAILURE {
+                    code = exit::FAILURE;
+                    failed = true;
+                } else if !failed {
                     code = code.max(report.exit_code());
                 }
             }

@@ -27,7 +27,7 @@ use self::validate::Validator;
 
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Secret, SecretSource, mask, redact};
-pub use self::template::{Fill, Placeholder, Template};
+pub use self::template::{Fill, JsonTemplate, Placeholder, Template};
 use crate::ledger::{Pool, PoolCost, StoreLocation};
 use crate::{Error, Result};
 
@@ -174,6 +174,8 @@ pub struct Step {
     pub url: Template,
     pub query: Vec<(String, Template)>,
     pub headers: Vec<(String, Template)>,
+    /// The JSON body of a POST or PUT, its strings templates.
+    pub body: Option<JsonTemplate>,
     pub paginate: Option<Paginate>,
 }
 
@@ -184,13 +186,67 @@ impl Step {
     }
 }
 
-/// Pagination: the JSON pointer to the next page's token in a response, the
-/// query parameter it goes into, and how many pages at most.
+/// Pagination: how the next page is found, and how many pages at most.
 #[derive(Clone, Debug)]
 pub struct Paginate {
-    pub token: String,
-    pub param: String,
+    pub kind: PageKind,
     pub max_pages: u32,
+}
+
+/// The ways APIs say where the next page is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PageKind {
+    /// A token at a JSON pointer of the body, sent back in query `param`.
+    Token { pointer: String, param: String },
+    /// The RFC 8288 `Link` header's `rel="next"` URL.
+    Link,
+    /// A URL at a JSON pointer of the body.
+    NextUrl { pointer: String },
+    /// Query `param` counts pages from `start`; the walk ends on a page
+    /// whose array at `until_empty` is empty.
+    Page {
+        param: String,
+        start: u64,
+        until_empty: String,
+    },
+    /// Query `param` is an offset from 0, `size` more on each page; the
+    /// walk ends as for [`PageKind::Page`].
+    Offset {
+        param: String,
+        size: u64,
+        until_empty: String,
+    },
+}
+
+impl PageKind {
+    /// The JSON pointer whose value the runner reads from each page.
+    pub fn pointer(&self) -> Option<&str> {
+        match self {
+            Self::Token { pointer, .. } | Self::NextUrl { pointer } => Some(pointer),
+            Self::Page { until_empty, .. } | Self::Offset { until_empty, .. } => Some(until_empty),
+            Self::Link => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PageKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Token { pointer, param } => write!(f, "token {pointer} → {param}"),
+            Self::Link => write!(f, "Link rel=next"),
+            Self::NextUrl { pointer } => write!(f, "next URL at {pointer}"),
+            Self::Page {
+                param,
+                start,
+                until_empty,
+            } => write!(f, "{param}={start}, +1 until {until_empty} is empty"),
+            Self::Offset {
+                param,
+                size,
+                until_empty,
+            } => write!(f, "{param}=0, +{size} until {until_empty} is empty"),
+        }
+    }
 }
 
 impl Config {

@@ -85,13 +85,22 @@ pub(super) struct RawRequest {
     pub(super) query: OrderedMap<Value>,
     #[serde(default)]
     pub(super) headers: OrderedMap<String>,
+    /// A JSON template: placeholders inside its strings.
+    pub(super) body: Option<Value>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPaginate {
-    pub(super) token: String,
-    pub(super) param: String,
+    pub(super) token: Option<String>,
+    pub(super) param: Option<String>,
+    pub(super) link: Option<String>,
+    pub(super) next_url: Option<String>,
+    pub(super) page: Option<String>,
+    pub(super) start: Option<i64>,
+    pub(super) offset: Option<String>,
+    pub(super) size: Option<i64>,
+    pub(super) until_empty: Option<String>,
     pub(super) max_pages: i64,
 }
 

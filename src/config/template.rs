@@ -1,6 +1,9 @@
 //! Request templates: strings with placeholders (`{region}`, `{secret}`,
-//! `{job}`, `{step}`), checked when the configuration loads and filled in
-//! for each request. `{{` and `}}` stand for literal braces.
+//! `{job}`, `{step}`, `{page}`), checked when the configuration loads and
+//! filled in for each request. `{{` and `}}` stand for literal braces.
+//! A request body is a [`JsonTemplate`]: JSON whose strings are templates,
+//! filled value by value and serialized afterwards, so a region or secret
+//! with a quote or a backslash stays one JSON string.
 
 use super::Secret;
 
@@ -11,14 +14,16 @@ pub enum Placeholder {
     Secret,
     Job,
     Step,
+    Page,
 }
 
 impl Placeholder {
-    pub const ALL: [(&'static str, Placeholder); 4] = [
+    pub const ALL: [(&'static str, Placeholder); 5] = [
         ("region", Self::Region),
         ("secret", Self::Secret),
         ("job", Self::Job),
         ("step", Self::Step),
+        ("page", Self::Page),
     ];
 }
 
@@ -40,6 +45,8 @@ pub struct Fill<'a> {
     pub secret: &'a Secret,
     pub job: &'a str,
     pub step: usize,
+    /// The page's index in its walk, from 0.
+    pub page: u32,
 }
 
 impl Template {
@@ -75,7 +82,7 @@ impl Template {
                         .map(|(_, p)| *p)
                         .ok_or_else(|| {
                             format!(
-                                "unknown placeholder '{{{name}}}' (known: {{region}}, {{secret}}, {{job}}, {{step}}; write {{{{ for a literal brace)"
+                                "unknown placeholder '{{{name}}}' (known: {{region}}, {{secret}}, {{job}}, {{step}}, {{page}}; write {{{{ for a literal brace)"
                             )
                         })?;
                     if !text.is_empty() {
@@ -111,9 +118,105 @@ impl Template {
                 Part::Slot(Placeholder::Secret) => out.push_str(fill.secret.expose()),
                 Part::Slot(Placeholder::Job) => out.push_str(fill.job),
                 Part::Slot(Placeholder::Step) => out.push_str(&fill.step.to_string()),
+                Part::Slot(Placeholder::Page) => out.push_str(&fill.page.to_string()),
             }
         }
         out
+    }
+}
+
+/// A JSON request body whose strings (keys stay as written) are templates.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JsonTemplate {
+    /// null, a boolean or a number: sent as written.
+    Plain(serde_json::Value),
+    Text(Template),
+    List(Vec<JsonTemplate>),
+    Object(Vec<(String, JsonTemplate)>),
+}
+
+impl JsonTemplate {
+    /// From the YAML value of `body:`; the error names the path inside it.
+    pub fn parse(v: &serde_yaml::Value) -> Result<Self, (String, String)> {
+        use serde_yaml::Value as Y;
+        Ok(match v {
+            Y::Null => Self::Plain(serde_json::Value::Null),
+            Y::Bool(b) => Self::Plain((*b).into()),
+            Y::Number(n) => {
+                Self::Plain(serde_json::to_value(n).map_err(|e| (String::new(), e.to_string()))?)
+            }
+            Y::String(s) => Self::Text(Template::parse(s).map_err(|m| (String::new(), m))?),
+            Y::Sequence(items) => Self::List(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| Self::parse(v).map_err(|(p, m)| (format!("[{i}]{p}"), m)))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Y::Mapping(m) => {
+                let mut fields = Vec::new();
+                for (k, v) in m {
+                    let key = match k {
+                        Y::String(s) => s.clone(),
+                        Y::Number(n) => n.to_string(),
+                        Y::Bool(b) => b.to_string(),
+                        _ => return Err((String::new(), "object keys are strings".into())),
+                    };
+                    let value = Self::parse(v).map_err(|(p, m)| (format!(".{key}{p}"), m))?;
+                    fields.push((key, value));
+                }
+                Self::Object(fields)
+            }
+            Y::Tagged(_) => return Err((String::new(), "YAML tags have no JSON form".into())),
+        })
+    }
+
+    /// Whether any string in it uses `p`.
+    pub fn uses(&self, p: Placeholder) -> bool {
+        match self {
+            Self::Plain(_) => false,
+            Self::Text(t) => t.uses(p),
+            Self::List(items) => items.iter().any(|i| i.uses(p)),
+            Self::Object(fields) => fields.iter().any(|(_, v)| v.uses(p)),
+        }
+    }
+
+    /// The filled-in JSON text, object keys in the order written (a
+    /// `serde_json::Map` would sort them).
+    pub fn fill(&self, fill: &Fill<'_>) -> String {
+        let mut out = String::new();
+        self.write(fill, &mut out);
+        out
+    }
+
+    fn write(&self, fill: &Fill<'_>, out: &mut String) {
+        let json = |v: &serde_json::Value| serde_json::to_string(v).expect("JSON serializes");
+        match self {
+            Self::Plain(v) => out.push_str(&json(v)),
+            Self::Text(t) => out.push_str(&json(&t.fill(fill).into())),
+            Self::List(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.write(fill, out);
+                }
+                out.push(']');
+            }
+            Self::Object(fields) => {
+                out.push('{');
+                for (i, (k, v)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&json(&k.as_str().into()));
+                    out.push(':');
+                    v.write(fill, out);
+                }
+                out.push('}');
+            }
+        }
     }
 }
 
@@ -149,8 +252,10 @@ mod tests {
             secret: &secret,
             job: "j",
             step: 2,
+            page: 4,
         };
         assert_eq!(t.fill(&fill), "j/US?k=K&s=2&x={y}");
+        assert_eq!(Template::parse("p{page}").unwrap().fill(&fill), "p4");
         assert!(t.uses(Placeholder::Secret));
     }
 
@@ -163,5 +268,33 @@ mod tests {
         );
         assert!(Template::parse("{region").unwrap_err().contains("unclosed"));
         assert!(Template::parse("a}b").unwrap_err().contains("unmatched"));
+    }
+
+    #[test]
+    fn json_bodies_are_filled_value_by_value_and_escaped() {
+        let yaml: serde_yaml::Value = serde_yaml::from_str(
+            "{ model: m, n: 2, ok: true, messages: [ { role: user, content: \"about {region}\" } ], key: \"{secret}\" }",
+        )
+        .unwrap();
+        let t = JsonTemplate::parse(&yaml).unwrap();
+        assert!(t.uses(Placeholder::Secret));
+        let secret = Secret::new("s\"e\\c".into());
+        let fill = Fill {
+            region: "a\"b",
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+        };
+        let text = t.fill(&fill);
+        serde_json::from_str::<serde_json::Value>(&text).unwrap();
+        assert_eq!(
+            text,
+            r#"{"model":"m","n":2,"ok":true,"messages":[{"role":"user","content":"about a\"b"}],"key":"s\"e\\c"}"#
+        );
+        let bad: serde_yaml::Value = serde_yaml::from_str("{ a: [ x, \"{nope}\" ] }").unwrap();
+        let (at, why) = JsonTemplate::parse(&bad).unwrap_err();
+        assert_eq!(at, ".a[1]");
+        assert!(why.contains("unknown placeholder"), "{why}");
     }
 }

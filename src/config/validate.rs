@@ -9,8 +9,8 @@ use serde_yaml::Value;
 
 use super::raw::*;
 use super::{
-    Config, Credential, Fill, HttpSettings, Job, Paginate, Placeholder, Secret, SecretSource,
-    Secrets, Step, StorePolicy, Template, UpstreamReset,
+    Config, Credential, Fill, HttpSettings, Job, JsonTemplate, PageKind, Paginate, Placeholder,
+    Secret, SecretSource, Secrets, Step, StorePolicy, Template, UpstreamReset,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
 use crate::timefmt::fmt_duration;
@@ -164,6 +164,22 @@ impl Validator<'_> {
                 ),
             ))
         }
+    }
+
+    /// A region is any key (a country code, `owner/repo`, an account): not
+    /// empty, no control characters, and short enough that its
+    /// percent-encoded form fits in a page file's name.
+    fn region(&self, field: &str, r: &str) -> Result<()> {
+        let why = if r.is_empty() {
+            "a region must not be empty"
+        } else if r.chars().any(char::is_control) {
+            "a region must not hold control characters (line breaks, tabs, …)"
+        } else if crate::runner::output::encode_region(r).len() > 150 {
+            "too long: a region takes at most 150 bytes once percent-encoded for file names"
+        } else {
+            return Ok(());
+        };
+        Err(self.err(field, why))
     }
 
     fn duration(&self, field: &str, s: &str) -> Result<Duration> {
@@ -385,7 +401,7 @@ impl Validator<'_> {
         }
         let mut seen = HashSet::with_capacity(regions.len());
         for (i, r) in regions.iter().enumerate() {
-            self.name(&format!("{at}.regions[{i}]"), r)?;
+            self.region(&format!("{at}.regions[{i}]"), r)?;
             if !seen.insert(r.as_str()) {
                 return Err(self.err(
                     format!("{at}.regions[{i}]"),
@@ -455,6 +471,7 @@ impl Validator<'_> {
                     secret: &cred.secret,
                     job,
                     step: i,
+                    page: 0,
                 };
                 let with = |t: &Template| {
                     let mut what = String::from("after substitution");
@@ -566,10 +583,11 @@ impl Validator<'_> {
         let method = match raw.request.method.as_deref().unwrap_or("GET") {
             m if m.eq_ignore_ascii_case("GET") => reqwest::Method::GET,
             m if m.eq_ignore_ascii_case("POST") => reqwest::Method::POST,
+            m if m.eq_ignore_ascii_case("PUT") => reqwest::Method::PUT,
             m => {
                 return Err(self.err(
                     format!("{at}.request.method"),
-                    format!("'{m}': expected GET or POST"),
+                    format!("'{m}': expected GET, POST or PUT"),
                 ));
             }
         };
@@ -586,6 +604,7 @@ impl Validator<'_> {
             secret: &Secret::new("x".into()),
             job: "job",
             step: 0,
+            page: 0,
         });
         match reqwest::Url::parse(&probe) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => {}
@@ -618,27 +637,26 @@ impl Validator<'_> {
         }
         let paginate = raw
             .paginate
-            .map(|p| {
-                if !p.token.starts_with('/') {
+            .map(|p| self.paginate(&format!("{at}.paginate"), p))
+            .transpose()?;
+        let body = raw
+            .request
+            .body
+            .as_ref()
+            .map(|v| {
+                let field = format!("{at}.request.body");
+                if method == reqwest::Method::GET {
                     return Err(self.err(
-                        format!("{at}.paginate.token"),
-                        format!("'{}' is not a JSON pointer (e.g. /nextPageToken)", p.token),
+                        &field,
+                        "a GET request carries no body: set method: POST or PUT",
                     ));
                 }
-                if p.param.is_empty() {
-                    return Err(self.err(format!("{at}.paginate.param"), "must not be empty"));
+                let t = JsonTemplate::parse(v)
+                    .map_err(|(path, m)| self.err(format!("{field}{path}"), m))?;
+                if t.uses(Placeholder::Region) && !has_regions {
+                    return Err(self.err(field, "{region} is used but the job has no regions"));
                 }
-                if !(1..=10_000).contains(&p.max_pages) {
-                    return Err(self.err(
-                        format!("{at}.paginate.max_pages"),
-                        format!("{} is out of range: 1 to 10000", p.max_pages),
-                    ));
-                }
-                Ok(Paginate {
-                    token: p.token,
-                    param: p.param,
-                    max_pages: p.max_pages as u32,
-                })
+                Ok(t)
             })
             .transpose()?;
         Ok(Step {
@@ -649,7 +667,125 @@ impl Validator<'_> {
             url,
             query,
             headers,
+            body,
             paginate,
+        })
+    }
+
+    /// Which pagination kind `p` names (exactly one), with the keys that
+    /// kind takes and no others.
+    fn paginate_kind(&self, at: &str, p: &RawPaginate) -> Result<&'static str> {
+        let named: Vec<&str> = [
+            ("token", p.token.is_some()),
+            ("link", p.link.is_some()),
+            ("next_url", p.next_url.is_some()),
+            ("page", p.page.is_some()),
+            ("offset", p.offset.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(k, set)| set.then_some(k))
+        .collect();
+        let [kind] = named[..] else {
+            return Err(self.err(
+                at,
+                format!(
+                    "name exactly one kind of pagination: token, link, next_url, page or offset (found {})",
+                    if named.is_empty() { "none".into() } else { named.join(", ") }
+                ),
+            ));
+        };
+        let takes: &[&str] = match kind {
+            "token" => &["param"],
+            "page" => &["start", "until_empty"],
+            "offset" => &["size", "until_empty"],
+            _ => &[],
+        };
+        for (key, set) in [
+            ("param", p.param.is_some()),
+            ("start", p.start.is_some()),
+            ("size", p.size.is_some()),
+            ("until_empty", p.until_empty.is_some()),
+        ] {
+            if set && !takes.contains(&key) {
+                return Err(self.err(
+                    format!("{at}.{key}"),
+                    format!(
+                        "not a key of {kind} pagination (it takes: {})",
+                        takes.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// One pagination kind, checked.
+    fn paginate(&self, at: &str, p: RawPaginate) -> Result<Paginate> {
+        let kind = self.paginate_kind(at, &p)?;
+        let field = |k: &str| format!("{at}.{k}");
+        let pointer = |k: &str, v: Option<String>| -> Result<String> {
+            let v = v.ok_or_else(|| self.err(field(k), format!("{kind} pagination needs {k}")))?;
+            if !v.starts_with('/') {
+                return Err(self.err(
+                    field(k),
+                    format!("'{v}' is not a JSON pointer (e.g. /items)"),
+                ));
+            }
+            Ok(v)
+        };
+        let name = |k: &str, v: Option<String>| -> Result<String> {
+            match v {
+                Some(v) if !v.is_empty() => Ok(v),
+                Some(_) => Err(self.err(field(k), "must not be empty")),
+                None => Err(self.err(field(k), format!("{kind} pagination needs {k}"))),
+            }
+        };
+        let kind = match kind {
+            "token" => PageKind::Token {
+                pointer: pointer("token", p.token)?,
+                param: name("param", p.param)?,
+            },
+            "link" => match p.link.as_deref() {
+                Some("next") => PageKind::Link,
+                Some(other) => {
+                    return Err(self.err(
+                        field("link"),
+                        format!("'{other}': the only relation followed is next (link: next)"),
+                    ));
+                }
+                None => unreachable!("named above"),
+            },
+            "next_url" => PageKind::NextUrl {
+                pointer: pointer("next_url", p.next_url)?,
+            },
+            "page" => PageKind::Page {
+                param: name("page", p.page)?,
+                start: match p.start {
+                    None => 1,
+                    Some(n) if n >= 0 => n as u64,
+                    Some(n) => return Err(self.err(field("start"), format!("{n} is negative"))),
+                },
+                until_empty: pointer("until_empty", p.until_empty)?,
+            },
+            _ => PageKind::Offset {
+                param: name("offset", p.offset)?,
+                size: match p.size {
+                    Some(n) if n > 0 => n as u64,
+                    Some(n) => return Err(self.err(field("size"), format!("{n} is not positive"))),
+                    None => return Err(self.err(field("size"), "offset pagination needs size")),
+                },
+                until_empty: pointer("until_empty", p.until_empty)?,
+            },
+        };
+        if !(1..=10_000).contains(&p.max_pages) {
+            return Err(self.err(
+                field("max_pages"),
+                format!("{} is out of range: 1 to 10000", p.max_pages),
+            ));
+        }
+        Ok(Paginate {
+            kind,
+            max_pages: p.max_pages as u32,
         })
     }
 }

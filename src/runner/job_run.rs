@@ -11,10 +11,12 @@ use tracing::{debug, error, info, warn};
 use super::cursor::{Cursor, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::output::{self, PageName};
+use super::page_scan::Found;
+use super::paginate::{self, Next};
 use super::upstream::{self, Answer};
 use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::{file_mode, write_new};
-use crate::config::{Credential, Fill, Job, Step, StorePolicy, mask, redact};
+use crate::config::{Credential, Fill, Job, PageKind, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{
     At, BlockEnd, Charge, ChargeDecision, Ledger, LockOutcome, Micros, Store, StoreError,
@@ -37,6 +39,38 @@ pub(super) struct JobRun<'a> {
     warned_unmetered: bool,
     /// The run lock, while this run holds it.
     lock: Option<RunLock>,
+}
+
+/// A page's body, what it holds at the pagination's pointer, its `Link`.
+type PageAnswer = (Vec<u8>, Option<Found>, Option<String>);
+
+/// Where a walk is: its region (and the one after it), step and run.
+struct Position<'r> {
+    region: &'r str,
+    next_region: &'r str,
+    step: usize,
+    run: u64,
+}
+
+impl Position<'_> {
+    fn cursor(&self, region: &str, step: usize, page: u32, token: Option<String>) -> Cursor {
+        Cursor {
+            run: self.run,
+            region: region.to_string(),
+            step,
+            page,
+            token,
+        }
+    }
+}
+
+/// How one step's walk of one region ended.
+enum Walk {
+    Done,
+    /// The run stopped cleanly (the cursor points at the page in hand).
+    Stopped,
+    /// A next page elsewhere was refused: the region ends with an error.
+    Refused,
 }
 
 /// What the charge before a request said.
@@ -62,6 +96,7 @@ impl<'a> JobRun<'a> {
                     .flat_map(|s| s.cost.iter().map(|c| (c.pool.name.clone(), 0)))
                     .collect(),
                 regions_done: 0,
+                failed_regions: Vec::new(),
                 regions_total: job.regions.len().max(1),
                 pages: 0,
                 resume: None,
@@ -239,82 +274,143 @@ impl<'a> JobRun<'a> {
             let region = regions[index];
             let first = i == 0;
             let first_step = if first { start.step } else { 0 };
+            let mut refused = false;
             for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-                let (mut page, mut token) = if first && s == start.step {
+                let (page, token) = if first && s == start.step {
                     (start.page, start.token.clone())
                 } else {
                     (0, None)
                 };
-                // The tokens this walk has followed: an upstream that hands
-                // one out again is going in circles.
-                let mut walked: HashSet<String> = token.iter().cloned().collect();
-                loop {
-                    let fill = Fill {
-                        region,
-                        secret: &self.cred.secret,
-                        job: &job.name,
-                        step: s,
-                    };
-                    let Some(next) = self
-                        .fetch_page(step, &fill, token.as_deref(), region, s, page, run_number)
-                        .await?
-                    else {
-                        return Ok(()); // stopped; the cursor already points at this page
-                    };
-                    let next = match next.filter(|_| step.max_pages() > page + 1) {
-                        Some(t) if !walked.insert(t.clone()) => {
-                            let masked = redact(&t, &[&self.cred.secret]);
-                            let mut shown: String = masked.chars().take(80).collect();
-                            if shown.len() < masked.len() {
-                                shown.push('…');
-                            }
-                            warn!(
-                                job = job.name,
-                                "{}: the next page token ({shown:?}) repeats one this walk already followed: \
-                                 the upstream is going in circles, so the walk ends here and the run moves on",
-                                describe_position(region, s, page)
-                            );
-                            None
-                        }
-                        other => other,
-                    };
-                    // Where the next run starts if this one stops now.
-                    let resume = match next {
-                        Some(t) => Cursor {
-                            run: run_number,
-                            region: region.to_string(),
-                            step: s,
-                            page: page + 1,
-                            token: Some(t),
-                        },
-                        None if s + 1 < job.steps.len() => Cursor {
-                            run: run_number,
-                            region: region.to_string(),
-                            step: s + 1,
-                            page: 0,
-                            token: None,
-                        },
-                        None => Cursor {
-                            run: run_number,
-                            region: regions[(index + 1) % n].to_string(),
-                            step: 0,
-                            page: 0,
-                            token: None,
-                        },
-                    };
-                    self.save_cursor(&resume).await;
-                    match &resume.token {
-                        Some(t) if resume.step == s && resume.region == region => {
-                            page += 1;
-                            token = Some(t.clone());
-                        }
-                        _ => break,
+                let at = Position {
+                    region,
+                    next_region: regions[(index + 1) % n],
+                    step: s,
+                    run: run_number,
+                };
+                match self.walk(step, &at, page, token).await? {
+                    Walk::Done => {}
+                    // Stopped: the cursor already points at this page.
+                    Walk::Stopped => return Ok(()),
+                    Walk::Refused => {
+                        refused = true;
+                        break;
                     }
                 }
             }
-            self.report.regions_done += 1;
+            if refused {
+                self.report.failed_regions.push(region.to_string());
+            } else {
+                self.report.regions_done += 1;
+            }
         }
         Ok(())
+    }
+
+    /// Whether a walk can start at `page` with the cursor's `token`: one
+    /// that does not fit the step's pagination (see
+    /// [`paginate::token_fits`]) restarts the step, with a warning.
+    fn resumable(&self, step: &Step, at: &Position<'_>, page: u32, token: Option<&str>) -> bool {
+        let Some(t) = token else { return true };
+        let fill = Fill {
+            region: at.region,
+            secret: &self.cred.secret,
+            job: &self.job.name,
+            step: at.step,
+            page,
+        };
+        let fits = paginate::token_fits(step, &fill, t);
+        if !fits {
+            warn!(
+                job = self.job.name,
+                "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
+                describe_position(at.region, at.step, page)
+            );
+        }
+        fits
+    }
+
+    /// One step's pages for one region, from `page` (whose token is
+    /// `token`) on, the cursor saved after each.
+    async fn walk(
+        &mut self,
+        step: &Step,
+        at: &Position<'_>,
+        mut page: u32,
+        mut token: Option<String>,
+    ) -> Result<Walk> {
+        let job = self.job;
+        if !self.resumable(step, at, page, token.as_deref()) {
+            (page, token) = (0, None);
+        }
+        // The tokens this walk has followed: an upstream that hands one
+        // out again is going in circles.
+        let mut walked: HashSet<String> = token.iter().cloned().collect();
+        loop {
+            let fill = Fill {
+                region: at.region,
+                secret: &self.cred.secret,
+                job: &job.name,
+                step: at.step,
+                page,
+            };
+            let Some(next) = self
+                .fetch_page(step, &fill, token.as_deref(), at, page)
+                .await?
+            else {
+                return Ok(Walk::Stopped);
+            };
+            let here = describe_position(at.region, at.step, page);
+            let next = match next {
+                Next::Follow(_) if step.max_pages() <= page + 1 => None,
+                Next::Follow(t) if !walked.insert(t.clone()) => {
+                    let masked = redact(&t, &[&self.cred.secret]);
+                    let mut shown: String = masked.chars().take(80).collect();
+                    if shown.len() < masked.len() {
+                        shown.push('…');
+                    }
+                    let what = match step.paginate.as_ref().map(|p| &p.kind) {
+                        Some(PageKind::Link | PageKind::NextUrl { .. }) => "URL",
+                        _ => "token",
+                    };
+                    warn!(
+                        job = job.name,
+                        "{here}: the next page {what} ({shown:?}) repeats one this walk already followed: \
+                         the upstream is going in circles, so the walk ends here and the run moves on"
+                    );
+                    None
+                }
+                Next::Follow(t) => Some(t),
+                Next::End(note) => {
+                    if let Some(note) = note {
+                        warn!(job = job.name, "{here}: {note}");
+                    }
+                    None
+                }
+                Next::Refused(why) => {
+                    error!(
+                        job = job.name,
+                        "{here}: {why}; the region ends here, the others go on"
+                    );
+                    let resume = at.cursor(at.next_region, 0, 0, None);
+                    self.save_cursor(&resume).await;
+                    return Ok(Walk::Refused);
+                }
+            };
+            // Where the next run starts if this one stops now.
+            let resume = match next {
+                Some(t) => at.cursor(at.region, at.step, page + 1, Some(t)),
+                None if at.step + 1 < job.steps.len() => at.cursor(at.region, at.step + 1, 0, None),
+                None => at.cursor(at.next_region, 0, 0, None),
+            };
+            self.save_cursor(&resume).await;
+            match resume.token {
+                Some(t) if resume.step == at.step && resume.region == at.region => {
+                    page += 1;
+                    token = Some(t);
+                }
+                _ => return Ok(Walk::Done),
+            }
+        }
     }
 
     async fn save_cursor(&mut self, cursor: &Cursor) {
@@ -366,31 +462,37 @@ impl<'a> JobRun<'a> {
     }
 
     /// Charge, call (retrying transient failures, each attempt charged) and
-    /// write one page. `None` when the run stopped cleanly instead.
-    #[allow(clippy::too_many_arguments)]
+    /// write one page; what it says of the next. `None` when the run
+    /// stopped cleanly instead.
     async fn fetch_page(
         &mut self,
         step: &Step,
         fill: &Fill<'_>,
         token: Option<&str>,
-        region: &str,
-        s: usize,
+        at: &Position<'_>,
         page: u32,
-        run_number: u64,
-    ) -> Result<Option<Option<String>>> {
-        let Some((body, next)) = self.request_page(step, fill, token).await? else {
+    ) -> Result<Option<Next>> {
+        let url = paginate::page_url(step, fill, token)?;
+        let Some((body, found, link)) = self.request_page(step, fill, &url).await? else {
             return Ok(None);
         };
         let name = PageName {
             job: &self.job.name,
-            run: run_number,
-            region,
-            step: s,
+            run: at.run,
+            region: at.region,
+            step: at.step,
             page,
         }
         .file_name();
         self.write_page(fill, &name, &body)?;
-        Ok(Some(next))
+        Ok(Some(paginate::next(
+            step,
+            fill,
+            &url,
+            token,
+            found,
+            link.as_deref(),
+        )))
     }
 
     /// Charge and send the page's request until it answers with a page
@@ -400,10 +502,9 @@ impl<'a> JobRun<'a> {
         &mut self,
         step: &Step,
         fill: &Fill<'_>,
-        token: Option<&str>,
-    ) -> Result<Option<(Vec<u8>, Option<String>)>> {
+        url: &reqwest::Url,
+    ) -> Result<Option<PageAnswer>> {
         let http = &self.ctx.config.http;
-        let url = upstream::url(step, fill, token)?;
         let shown = redact(url.as_str(), &[fill.secret]);
         let mut attempt = 0;
         // The request in hand: the page's own, or a same-origin redirect's
@@ -445,7 +546,7 @@ impl<'a> JobRun<'a> {
                 }
             };
             match answer {
-                Answer::Page { body, next } => return Ok(Some((body, next))),
+                Answer::Page { body, found, link } => return Ok(Some((body, found, link))),
                 Answer::QuotaExhausted {
                     status,
                     reason,

@@ -10,7 +10,8 @@
 //! write), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
 //! [`cursor`] (where a job resumes, kept without the secret), [`output`]
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
-//! [`page_scan`] (the next-page token, without building the page),
+//! [`page_scan`] (what a page says of the next, without building it),
+//! [`paginate`] (every kind of pagination: page URLs and what comes next),
 //! [`quota_headers`] (what an answer says of the upstream's own quota), and
 //! the report a run ends with.
 
@@ -19,6 +20,7 @@ mod job_run;
 mod lock;
 pub mod output;
 mod page_scan;
+mod paginate;
 mod quota_headers;
 mod report;
 mod shutdown;

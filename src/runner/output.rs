@@ -6,7 +6,9 @@
 //!
 //! Names are deterministic: `JOB.rRUN.REGION.sSTEP.pPAGE.json`, e.g.
 //! `trending.r000042.US.s0.p000001.json` (no region part for a job without
-//! regions). Temporary files are `.JOB~NAME~RANDOM.tmp`, created
+//! regions; a region's characters other than letters, digits, `.`, `_`
+//! and `-` percent-encoded, so `rust-lang/rust` is `rust-lang%2Frust`).
+//! Temporary files are `.JOB~NAME~RANDOM.tmp`, created
 //! exclusively (see [`crate::atomic_file`]); a later run of the same job,
 //! holding the job's lock, removes any that a killed run left, and never
 //! another job's. Pages are created 0640 (`QUOTA_FILE_MODE`), less the umask.
@@ -35,10 +37,29 @@ impl PageName<'_> {
         } else {
             format!(
                 "{}.r{:06}.{}.s{}.p{:06}.json",
-                self.job, self.run, self.region, self.step, self.page
+                self.job,
+                self.run,
+                encode_region(self.region),
+                self.step,
+                self.page
             )
         }
     }
+}
+
+/// A region as a page file's name carries it: letters, digits, `.`, `_`
+/// and `-` as they are, every other byte of its UTF-8 as `%XX`. A `/` can
+/// then never make a folder, nor `%` or a space a name two regions share.
+pub fn encode_region(region: &str) -> String {
+    let mut out = String::with_capacity(region.len());
+    for b in region.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// What [`prepare`] found in the output folder.
@@ -102,6 +123,14 @@ mod tests {
             page: 1,
         };
         assert_eq!(n.file_name(), "trending.r000042.US.s0.p000001.json");
+        let n = PageName {
+            region: "rust-lang/rust é%",
+            ..n
+        };
+        assert_eq!(
+            n.file_name(),
+            "trending.r000042.rust-lang%2Frust%20%C3%A9%25.s0.p000001.json"
+        );
         let n = PageName { region: "", ..n };
         assert_eq!(n.file_name(), "trending.r000042.s0.p000001.json");
     }

@@ -1,15 +1,34 @@
-//! Finding a page's next-page token without building the page: one pass
-//! over the body that checks it is one JSON document and keeps only the
-//! string at the step's JSON pointer, so a page of tens of megabytes costs
-//! no more memory than its bytes.
+//! Finding what a page says of the next one without building the page: one
+//! pass over the body that checks it is one JSON document and keeps only
+//! what is at the step's JSON pointer (a string: a token or a next URL; an
+//! array: only its length, for `until_empty`), so a page of tens of
+//! megabytes costs no more memory than its bytes.
 
 use serde::de::DeserializeSeed;
 
-/// Check that `body` is one JSON document and find the page token at
-/// `pointer` in it: a non-empty string. One pass, and no tree: nothing but
-/// the token is kept, so a page of tens of megabytes costs no more memory
+/// What a page holds at the pointer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A non-empty string.
+    Text(String),
+    /// An array of this many elements.
+    Items(usize),
+}
+
+impl Found {
+    pub fn text(self) -> Option<String> {
+        match self {
+            Self::Text(t) => Some(t),
+            Self::Items(_) => None,
+        }
+    }
+}
+
+/// Check that `body` is one JSON document and find what is at `pointer`
+/// in it. One pass, and no tree: nothing but the string or the array's
+/// length is kept, so a page of tens of megabytes costs no more memory
 /// than its bytes (a `serde_json::Value` of it would cost many times that).
-pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<String>, serde_json::Error> {
+pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_json::Error> {
     let path: Vec<String> = pointer
         .map(|p| {
             p.split('/')
@@ -25,7 +44,7 @@ pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<String>, serde_
     }
     .deserialize(&mut de)?;
     de.end()?;
-    Ok(found.filter(|s| !s.is_empty()))
+    Ok(found.filter(|f| *f != Found::Text(String::new())))
 }
 
 /// Follows a JSON pointer through a document as it is parsed, skipping
@@ -37,7 +56,7 @@ struct Find<'p> {
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
-    type Value = Option<String>;
+    type Value = Option<Found>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
@@ -45,14 +64,14 @@ impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
 }
 
 impl<'de> serde::de::Visitor<'de> for Find<'_> {
-    type Value = Option<String>;
+    type Value = Option<Found>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("JSON")
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok((self.wanted && self.path.is_empty()).then(|| v.to_string()))
+        Ok((self.wanted && self.path.is_empty()).then(|| Found::Text(v.to_string())))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
@@ -75,6 +94,13 @@ impl<'de> serde::de::Visitor<'de> for Find<'_> {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        if self.wanted && self.path.is_empty() {
+            let mut n = 0;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            return Ok(Some(Found::Items(n)));
+        }
         let index = self
             .path
             .split_first()
@@ -128,26 +154,22 @@ mod tests {
     #[test]
     fn page_tokens_follow_the_pointer() {
         let j = br#"{"items":[{"a":1},{"next":"deep"}],"nextPageToken":"CAUQ1","x":"","a/b":{"~":"esc"},"n":3}"#;
-        let at = |p: &str| scan(j, Some(p)).unwrap();
+        let at = |p: &str| scan(j, Some(p)).unwrap().and_then(Found::text);
         assert_eq!(at("/nextPageToken").as_deref(), Some("CAUQ1"));
         assert_eq!(at("/items/1/next").as_deref(), Some("deep"));
         assert_eq!(at("/a~1b/~0").as_deref(), Some("esc"));
-        for none in [
-            "/x",
-            "/missing",
-            "/items",
-            "/items/2/next",
-            "/n",
-            "/nextPageToken/0",
-        ] {
+        for none in ["/x", "/missing", "/items/2/next", "/n", "/nextPageToken/0"] {
             assert_eq!(at(none), None, "{none}");
         }
         assert_eq!(scan(j, None).unwrap(), None);
+        assert_eq!(scan(j, Some("/items")).unwrap(), Some(Found::Items(2)));
         assert_eq!(
-            scan(br#"{"t":"a","t":"b"}"#, Some("/t"))
-                .unwrap()
-                .as_deref(),
-            Some("b")
+            scan(br#"{"data":{"rows":[]}}"#, Some("/data/rows")).unwrap(),
+            Some(Found::Items(0))
+        );
+        assert_eq!(
+            scan(br#"{"t":"a","t":"b"}"#, Some("/t")).unwrap(),
+            Some(Found::Text("b".into()))
         );
         for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
             assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");

@@ -106,6 +106,9 @@ pub struct JobReport {
     pub unmetered: u64,
     pub units: BTreeMap<String, u64>,
     pub regions_done: usize,
+    /// Regions whose walk ended with an error (a next page on another
+    /// origin): the run went on with the others, and exits 1.
+    pub failed_regions: Vec<String>,
     pub regions_total: usize,
     pub pages: u64,
     /// Where the next run starts.
@@ -113,9 +116,12 @@ pub struct JobReport {
 }
 
 impl JobReport {
-    /// Exit 0 when the job served every region, 75 when it stopped cleanly.
+    /// Exit 0 when the job served every region, 75 when it stopped
+    /// cleanly, 1 when a region failed (which outranks a clean stop).
     pub fn exit_code(&self) -> u8 {
-        if self.stop.is_some() {
+        if !self.failed_regions.is_empty() {
+            exit::FAILURE
+        } else if self.stop.is_some() {
             exit::STOPPED
         } else {
             exit::OK
@@ -139,8 +145,16 @@ impl JobReport {
             Some(c) => format!("{} step {} page {}", c.region, c.step, c.page),
             None => "the first region".into(),
         };
+        let failed = match self.failed_regions.len() {
+            0 => String::new(),
+            _ => format!(
+                " ({} FAILED: {})",
+                self.failed_regions.len(),
+                self.failed_regions.join(", ")
+            ),
+        };
         format!(
-            "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}; {} pages written; next run starts at {resume}",
+            "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}{failed}; {} pages written; next run starts at {resume}",
             self.job,
             self.calls,
             if units.is_empty() {
@@ -158,6 +172,7 @@ impl JobReport {
 /// Log a job's summary line at the level its outcome deserves.
 pub fn log_summary(report: &JobReport) {
     match report.stop {
+        _ if !report.failed_regions.is_empty() => error!("{}", report.summary()),
         None => info!("{}", report.summary()),
         Some(_) => warn!("{}", report.summary()),
     }

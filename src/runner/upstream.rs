@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
 
-use super::page_scan::scan;
+use super::page_scan::{Found, scan};
 use super::quota_headers::QuotaHeaders;
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
 
@@ -27,9 +27,13 @@ const ERROR_BODY: u64 = 64 * 1024;
 /// What came back from one attempt.
 #[derive(Debug)]
 pub enum Answer {
-    /// 2xx with a JSON body, and the next page's token in it (when the
-    /// step paginates and the body has one).
-    Page { body: Vec<u8>, next: Option<String> },
+    /// 2xx with a JSON body, what it holds at the step's pagination
+    /// pointer (if any), and its `Link` header(s), joined.
+    Page {
+        body: Vec<u8>,
+        found: Option<Found>,
+        link: Option<String>,
+    },
     /// The upstream says its own quota is spent (403 with a quota reason, or
     /// 429); `retry_after` when it said how long.
     QuotaExhausted {
@@ -73,27 +77,6 @@ pub fn client(http: &HttpSettings) -> crate::Result<Client> {
         })
 }
 
-/// The request URL of one page, and the same URL fit for a log line.
-pub fn url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<reqwest::Url> {
-    let mut url = reqwest::Url::parse(&step.url.fill(fill)).map_err(|e| crate::Error::Http {
-        what: "bad request URL",
-        message: e.to_string(),
-    })?;
-    {
-        let mut q = url.query_pairs_mut();
-        for (k, v) in &step.query {
-            q.append_pair(k, &v.fill(fill));
-        }
-        if let (Some(p), Some(token)) = (&step.paginate, token) {
-            q.append_pair(&p.param, token);
-        }
-    }
-    if url.query() == Some("") {
-        url.set_query(None);
-    }
-    Ok(url)
-}
-
 /// The request of one attempt, built before it is charged: a header whose
 /// value HTTP does not allow is an error that names the header (and never
 /// shows the value, which may hold the secret).
@@ -115,16 +98,25 @@ pub fn request(
         })?;
         headers.append(name, value);
     }
-    client
-        .request(method.clone(), url.clone())
-        .headers(headers)
-        .build()
-        .map_err(|e| {
-            format!(
-                "the request cannot be built ({}); nothing was sent or charged",
-                describe(&e, &[fill.secret])
-            )
-        })
+    let mut builder = client.request(method.clone(), url.clone()).headers(headers);
+    // The body goes with the step's own method: a redirect that turned a
+    // POST into a GET (303) sends none.
+    if let Some(body) = step.body.as_ref().filter(|_| *method == step.method) {
+        if !step
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            builder = builder.header(reqwest::header::CONTENT_TYPE, "application/json");
+        }
+        builder = builder.body(body.fill(fill));
+    }
+    builder.build().map_err(|e| {
+        format!(
+            "the request cannot be built ({}); nothing was sent or charged",
+            describe(&e, &[fill.secret])
+        )
+    })
 }
 
 /// Send one request and classify the answer. Anything that could carry the
@@ -155,6 +147,14 @@ pub async fn send(
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
     let quota = QuotaHeaders::read(resp.headers());
+    // Several Link fields are one list (RFC 9110 §5.3).
+    let links: Vec<&str> = resp
+        .headers()
+        .get_all(reqwest::header::LINK)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let link = (!links.is_empty()).then(|| links.join(", "));
     // A page is read up to `max_body`, never past it; an error answer up
     // to what its reasons and excerpt need.
     let limit = if status.is_success() {
@@ -176,8 +176,12 @@ pub async fn send(
         Ok((body, true)) => body,
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
-    let pointer = step.paginate.as_ref().map(|p| p.token.as_str());
-    classify(status, quota, body, pointer, &secrets)
+    let pointer = step.paginate.as_ref().and_then(|p| p.kind.pointer());
+    let answer = classify(status, quota, body, pointer, &secrets);
+    match answer {
+        Answer::Page { body, found, .. } => Answer::Page { body, found, link },
+        other => other,
+    }
 }
 
 /// Read a body as it streams in, at most `limit` bytes; `true` when there
@@ -293,7 +297,11 @@ fn classify(
 ) -> Answer {
     if status.is_success() {
         return match scan(&body, pointer) {
-            Ok(next) => Answer::Page { body, next },
+            Ok(found) => Answer::Page {
+                body,
+                found,
+                link: None,
+            },
             Err(e) => Answer::Transient(format!("HTTP {status} with a body that is not JSON: {e}")),
         };
     }
@@ -606,8 +614,9 @@ jobs:
             secret: &secret,
             job: "j",
             step: 0,
+            page: 0,
         };
-        let url = url(step, &fill, None).unwrap();
+        let url = super::super::paginate::page_url(step, &fill, None).unwrap();
         let built = request(&client, step, &fill, &step.method, &url).unwrap();
         assert_eq!(built.headers()["accept"], "application/json");
         // What validation refuses at load, the runner refuses too, naming the header.

@@ -27,6 +27,15 @@ pub struct Seen {
     pub referer: Option<String>,
     #[serde(default)]
     pub x_api_key: Option<String>,
+    /// The query string (the paths of `apis.rs` only).
+    #[serde(default)]
+    pub query: Option<String>,
+    /// The `Host` header (the paths of `apis.rs` only).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The request's body, when it was JSON (the paths of `apis.rs` only).
+    #[serde(default)]
+    pub body: Option<serde_json::Value>,
 }
 
 /// The YouTube stand-in (`quota-standin`) on a free loopback port, logging

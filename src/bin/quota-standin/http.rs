@@ -1,6 +1,6 @@
 //! The stand-in's HTTP/1.1, hand-written on purpose: one request per
-//! connection (its body, if any, ignored), `Connection: close`, nothing
-//! else; a server framework would be larger than the whole fixture.
+//! connection (its body read by `Content-Length`, no chunked bodies),
+//! `Connection: close`, nothing else; a server framework would be larger than the whole fixture.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -43,7 +43,8 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let head = String::from_utf8_lossy(&buf);
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(0) + 4;
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
     let mut lines = head.split("\r\n");
     let mut request_line = lines.next().unwrap_or_default().split_whitespace();
     let method = request_line.next().unwrap_or("GET").to_string();
@@ -52,11 +53,27 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         .take_while(|l| !l.is_empty())
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
+        .collect::<Vec<(String, String)>>();
+    let length = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0)
+        .min(1 << 20);
+    let mut body = buf[end..].to_vec();
+    while body.len() < length {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(length);
     let request = youtube::Request {
         method,
         target,
         headers,
+        body,
     };
     let (status, headers, body) = youtube::answer(state, &request);
     if !state.opts.delay.is_zero() {
@@ -73,6 +90,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         307 => "Temporary Redirect",
         308 => "Permanent Redirect",
         400 => "Bad Request",
+        401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
         429 => "Too Many Requests",

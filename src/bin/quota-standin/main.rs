@@ -4,8 +4,11 @@
 //! beside it by `cargo build`.
 //!
 //! * [`youtube`]: what it answers (`videos`, `search`, its own quota).
+//! * [`apis`]: other API shapes (GitHub's Link pagination, a next URL in
+//!   the body, page and offset numbers, a JSON POST).
 //! * [`http`]: the hand-written HTTP/1.1 server it answers through.
 
+mod apis;
 mod http;
 mod youtube;
 

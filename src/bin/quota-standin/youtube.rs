@@ -77,10 +77,12 @@ pub struct Request {
     pub target: String,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
+    /// As sent (`Content-Length` bytes).
+    pub body: Vec<u8>,
 }
 
 impl Request {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -117,6 +119,9 @@ pub fn answer(state: &State, request: &Request) -> Answer {
         .map(String::from)
         .or_else(|| q.get("key").cloned())
         .unwrap_or_default();
+    if let Some(answer) = crate::apis::answer(state, request, &url) {
+        return answer;
+    }
     if url.path().starts_with("/endless/") {
         log(
             state, request, &url, &key, &region, page, &token, 200, "", 0,
@@ -165,7 +170,14 @@ fn log(
         "key_ok": key == state.opts.key, "referer": request.header("referer"),
         "x_api_key": request.header("x-api-key"),
     });
-    // One write per line, so a reader never sees half of one.
+    let _ = log;
+    write_log(state, line);
+}
+
+/// Append one JSON line to the request log, if there is one: one write per
+/// line, so a reader never sees half of one.
+pub fn write_log(state: &State, line: serde_json::Value) {
+    let Some(log) = &state.log else { return };
     let mut f = log.lock().unwrap();
     let _ = f.write_all(format!("{line}\n").as_bytes());
 }

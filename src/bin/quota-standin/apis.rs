@@ -1,0 +1,170 @@
+//! Other API shapes than YouTube's, so the tests can drive every kind of
+//! pagination and request `quota` knows against a real server. Each has
+//! `--pages` pages of `--items` items, checks the key, and logs every
+//! request (its region, page, method and body) like the YouTube paths.
+//!
+//! * `/repos/OWNER/REPO/issues?page=N` (GitHub): `Authorization: Bearer
+//!   KEY`, a relative `Link` header with `rel="next"` (and `rel="last"`).
+//!   Under `OWNER` `away`, the next link points to another origin
+//!   (`localhost` instead of the address asked), with the request's query.
+//! * `/feed?region=R&cursor=N`: an absolute next URL at `/paging/next`.
+//! * `/rows?region=R&page=N` (pages from 1) or `&offset=N&limit=L`: the
+//!   items at `/data`, an empty array past the last.
+//! * `POST /chat`: a JSON body with a string `model` and a non-empty array
+//!   `messages`, `Content-Type: application/json`, the key as `Bearer`;
+//!   400 for anything else. It answers `{"echo": BODY}`.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use crate::youtube::{Answer, Request, State, write_log};
+
+/// The answer of one of these paths, or `None` for another path.
+pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<Answer> {
+    let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
+    let bearer = request
+        .header("authorization")
+        .and_then(|a| a.strip_prefix("Bearer "));
+    let key = bearer.map(String::from).or_else(|| q.get("key").cloned());
+    let key_ok = key.as_deref() == Some(state.opts.key.as_str());
+    let host = request.header("host").unwrap_or("127.0.0.1").to_string();
+    let path = url.path();
+    let (region, page, answer) = if let Some(repo) = path
+        .strip_prefix("/repos/")
+        .and_then(|r| r.strip_suffix("/issues"))
+    {
+        let page = number(&q, "page", 1);
+        (
+            repo.to_string(),
+            page,
+            issues(state, repo, page, &host, url),
+        )
+    } else if path == "/feed" {
+        let page = number(&q, "cursor", 0);
+        let region = q.get("region").cloned().unwrap_or_default();
+        let a = feed(state, &region, page, &host);
+        (region, page, a)
+    } else if path == "/rows" {
+        let region = q.get("region").cloned().unwrap_or_default();
+        let limit = number(&q, "limit", state.opts.items as u64);
+        let (page, first) = match q.get("offset") {
+            Some(_) => {
+                let offset = number(&q, "offset", 0);
+                (offset / limit.max(1), offset)
+            }
+            None => {
+                let page = number(&q, "page", 1);
+                (page, page.saturating_sub(1) * limit)
+            }
+        };
+        (region.clone(), page, rows(state, &region, first, limit))
+    } else if path == "/chat" {
+        (String::new(), 0, chat(request))
+    } else {
+        return None;
+    };
+    let answer = if key_ok {
+        answer
+    } else {
+        (401, vec![], json!({"message": "Bad credentials"}))
+    };
+    let body: Option<serde_json::Value> = serde_json::from_slice(&request.body).ok();
+    write_log(
+        state,
+        json!({
+            "at_us": now_us(), "method": request.method, "path": path, "region": region,
+            "page": page, "status": answer.0, "query": url.query(), "body": body,
+            "host": host,
+        }),
+    );
+    Some(answer)
+}
+
+fn number(q: &HashMap<String, String>, name: &str, default: u64) -> u64 {
+    q.get(name).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn items(state: &State, region: &str, first: u64, count: u64) -> Vec<serde_json::Value> {
+    let total = u64::from(state.opts.pages) * u64::from(state.opts.items);
+    (first..(first + count).min(total))
+        .map(|i| json!({ "id": format!("{region}#{i}"), "title": format!("item {i} of {region}") }))
+        .collect()
+}
+
+/// GitHub's issues: an array body, the next page in the `Link` header.
+fn issues(state: &State, repo: &str, page: u64, host: &str, url: &reqwest::Url) -> Answer {
+    let per = u64::from(state.opts.items);
+    let body = json!(items(state, repo, (page.max(1) - 1) * per, per));
+    let last = u64::from(state.opts.pages);
+    let mut links = Vec::new();
+    if page < last {
+        let query: Vec<String> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "page")
+            .map(|(k, v)| format!("{k}={v}"))
+            .chain([format!("page={}", page + 1)])
+            .collect();
+        let target = format!("/repos/{repo}/issues?{}", query.join("&"));
+        let target = if repo.starts_with("away/") {
+            let port = host.rsplit(':').next().unwrap_or("80");
+            format!("http://localhost:{port}{target}")
+        } else {
+            target
+        };
+        links.push(format!("<{target}>; rel=\"next\""));
+    }
+    links.push(format!("</repos/{repo}/issues?page={last}>; rel=\"last\""));
+    (200, vec![("Link", links.join(", "))], body)
+}
+
+/// A feed whose body names the next page's absolute URL.
+fn feed(state: &State, region: &str, page: u64, host: &str) -> Answer {
+    let per = u64::from(state.opts.items);
+    let mut body = json!({ "data": items(state, region, page * per, per), "paging": {} });
+    if page + 1 < u64::from(state.opts.pages) {
+        body["paging"]["next"] = json!(format!(
+            "http://{host}/feed?region={region}&cursor={}",
+            page + 1
+        ));
+    }
+    (200, vec![], body)
+}
+
+/// Rows from `first`: an empty `data` past the last.
+fn rows(state: &State, region: &str, first: u64, limit: u64) -> Answer {
+    (
+        200,
+        vec![],
+        json!({ "data": items(state, region, first, limit) }),
+    )
+}
+
+/// A JSON POST, checked the way a strict API checks it.
+fn chat(request: &Request) -> Answer {
+    let bad = |why: &str| (400, vec![], json!({ "error": { "message": why } }));
+    if request.method != "POST" {
+        return bad("POST only");
+    }
+    if request.header("content-type") != Some("application/json") {
+        return bad("Content-Type must be application/json");
+    }
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(&request.body) else {
+        return bad("the body is not JSON");
+    };
+    let model_ok = body.get("model").is_some_and(|m| m.is_string());
+    let messages_ok = body
+        .get("messages")
+        .and_then(|m| m.as_array())
+        .is_some_and(|m| !m.is_empty());
+    if !model_ok || !messages_ok {
+        return bad("a string model and a non-empty array messages are required");
+    }
+    (200, vec![], json!({ "echo": body }))
+}

@@ -1,0 +1,409 @@
+//! Pagination, every common kind: where a page's request goes (the step's
+//! URL and what its pagination adds) and what a fetched page says of the
+//! next one. The runner stores that "next" as the cursor's token, so each
+//! kind resumes exactly after a kill: a body token as it is, a next link or
+//! URL as an absolute URL with the secret's query parameters taken out
+//! (they are put back when it is followed), a page number or offset as its
+//! number.
+//!
+//! A next link or URL that leaves the request's origin (scheme, host or
+//! port) is never followed: the step's headers and the secret's query
+//! parameters would go with it.
+
+use reqwest::Url;
+
+use super::page_scan::Found;
+use super::upstream::same_origin;
+use crate::config::{Fill, PageKind, Placeholder, Step, redact};
+
+/// What a fetched page says of the next one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Fetch the next page with this token (see the module's text).
+    Follow(String),
+    /// The walk is over; with a note when it ended for an odd reason.
+    End(Option<String>),
+    /// The next page is elsewhere and is not followed: why, redacted.
+    Refused(String),
+}
+
+/// The request URL of one page: the step's URL and query, and the
+/// pagination's part for `token` (the cursor's token of this page; `None`
+/// on a walk's first page).
+pub fn page_url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Result<Url> {
+    let kind = step.paginate.as_ref().map(|p| &p.kind);
+    if let (Some(PageKind::Link | PageKind::NextUrl { .. }), Some(next)) = (kind, token) {
+        let mut url = Url::parse(next).map_err(|e| bad_url(&e))?;
+        put_back_secret(step, fill, &mut url);
+        return Ok(url);
+    }
+    let mut url = Url::parse(&step.url.fill(fill)).map_err(|e| bad_url(&e))?;
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in &step.query {
+            q.append_pair(k, &v.fill(fill));
+        }
+        match (kind, token) {
+            (Some(PageKind::Token { param, .. }), Some(t)) => {
+                q.append_pair(param, t);
+            }
+            (Some(PageKind::Page { param, start, .. }), t) => {
+                q.append_pair(param, t.unwrap_or(&start.to_string()));
+            }
+            (Some(PageKind::Offset { param, .. }), t) => {
+                q.append_pair(param, t.unwrap_or("0"));
+            }
+            _ => {}
+        }
+    }
+    if url.query() == Some("") {
+        url.set_query(None);
+    }
+    Ok(url)
+}
+
+/// Whether a cursor's token can be this step's: a number for page and
+/// offset numbers, a URL on the step's own origin for a next link or URL. A
+/// file edited between runs (another kind, another host) could leave one
+/// that does not fit, which must restart the step, not fail every run nor
+/// send the key to the old host.
+pub fn token_fits(step: &Step, fill: &Fill<'_>, token: &str) -> bool {
+    match step.paginate.as_ref().map(|p| &p.kind) {
+        None => false,
+        Some(PageKind::Token { .. }) => true,
+        Some(PageKind::Page { .. } | PageKind::Offset { .. }) => token.parse::<u64>().is_ok(),
+        Some(PageKind::Link | PageKind::NextUrl { .. }) => {
+            match (Url::parse(&step.url.fill(fill)), Url::parse(token)) {
+                (Ok(base), Ok(next)) => same_origin(&base, &next),
+                _ => false,
+            }
+        }
+    }
+}
+
+fn bad_url(e: &dyn std::fmt::Display) -> crate::Error {
+    crate::Error::Http {
+        what: "bad request URL",
+        message: e.to_string(),
+    }
+}
+
+/// The query parameters of `step` whose value carries `{secret}`.
+fn secret_params(step: &Step) -> impl Iterator<Item = &(String, crate::config::Template)> {
+    step.query
+        .iter()
+        .filter(|(_, v)| v.uses(Placeholder::Secret))
+}
+
+/// A next link followed as given, with every query parameter of the step
+/// that carries the secret set (replacing what the link had, if anything).
+fn put_back_secret(step: &Step, fill: &Fill<'_>, url: &mut Url) {
+    if secret_params(step).next().is_none() {
+        return;
+    }
+    let names: Vec<&str> = secret_params(step).map(|(k, _)| k.as_str()).collect();
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| !names.contains(&k.as_ref()))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let mut q = url.query_pairs_mut();
+    q.clear().extend_pairs(kept);
+    for (k, v) in secret_params(step) {
+        q.append_pair(k, &v.fill(fill));
+    }
+}
+
+/// A next URL as the cursor keeps it: without the step's secret-carrying
+/// query parameters, which [`put_back_secret`] adds when it is followed.
+fn without_secret(step: &Step, mut url: Url) -> String {
+    let names: Vec<&str> = secret_params(step).map(|(k, _)| k.as_str()).collect();
+    if !names.is_empty() && url.query_pairs().any(|(k, _)| names.contains(&k.as_ref())) {
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| !names.contains(&k.as_ref()))
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(kept);
+        if url.query() == Some("") {
+            url.set_query(None);
+        }
+    }
+    url.into()
+}
+
+/// What a page fetched from `request` with `token` says of the next one:
+/// `found` is what its body holds at the kind's pointer, `link` its `Link`
+/// header(s), joined.
+pub fn next(
+    step: &Step,
+    fill: &Fill<'_>,
+    request: &Url,
+    token: Option<&str>,
+    found: Option<Found>,
+    link: Option<&str>,
+) -> Next {
+    let Some(p) = &step.paginate else {
+        return Next::End(None);
+    };
+    match &p.kind {
+        PageKind::Token { .. } => found
+            .and_then(Found::text)
+            .map_or(Next::End(None), Next::Follow),
+        PageKind::Link => match link.and_then(link_next) {
+            Some(target) => follow(step, fill, request, &target, "Link header's next"),
+            None => Next::End(None),
+        },
+        PageKind::NextUrl { pointer } => match found.and_then(Found::text) {
+            Some(target) => follow(
+                step,
+                fill,
+                request,
+                &target,
+                &format!("next URL at {pointer}"),
+            ),
+            None => Next::End(None),
+        },
+        PageKind::Page {
+            start, until_empty, ..
+        } => counted(found, until_empty, token, *start, 1),
+        PageKind::Offset {
+            size, until_empty, ..
+        } => counted(found, until_empty, token, 0, *size),
+    }
+}
+
+/// A next link or URL, resolved against the page's URL, followed only on
+/// the same origin.
+fn follow(step: &Step, fill: &Fill<'_>, request: &Url, target: &str, what: &str) -> Next {
+    let shown = |s: &str| redact(s, &[fill.secret]);
+    let Ok(to) = request.join(target) else {
+        return Next::End(Some(format!(
+            "the {what} ({:?}) is not a URL: the walk ends here",
+            shown(target)
+        )));
+    };
+    if !matches!(to.scheme(), "http" | "https") || !same_origin(request, &to) {
+        return Next::Refused(format!(
+            "the {what} points to another origin, {}: not followed (only pages within {} are: the key would leave with the request)",
+            shown(to.as_str()),
+            request.origin().ascii_serialization()
+        ));
+    }
+    Next::Follow(without_secret(step, to))
+}
+
+/// Page and offset numbers: the next one while the page's array at
+/// `until_empty` has items.
+fn counted(
+    found: Option<Found>,
+    until_empty: &str,
+    token: Option<&str>,
+    first: u64,
+    by: u64,
+) -> Next {
+    let current = token.and_then(|t| t.parse::<u64>().ok()).unwrap_or(first);
+    match found {
+        Some(Found::Items(0)) => Next::End(None),
+        Some(Found::Items(_)) => Next::Follow(current.saturating_add(by).to_string()),
+        _ => Next::End(Some(format!(
+            "the page has no array at {until_empty}: the walk ends here"
+        ))),
+    }
+}
+
+/// The target of the first link in a `Link` header (RFC 8288) whose
+/// relation types include `next`: comma-separated links `<URI>` with
+/// `; name=value` parameters, a value a token or a quoted string (which
+/// may hold commas, semicolons and backslash escapes); `rel` a
+/// space-separated, case-insensitive list, its first occurrence the one
+/// that counts. `None` for none, or from a malformed header on.
+pub fn link_next(header: &str) -> Option<String> {
+    let mut rest = header;
+    loop {
+        rest = rest.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
+        let r = rest.strip_prefix('<')?;
+        let end = r.find('>')?;
+        let target = &r[..end];
+        rest = &r[end + 1..];
+        let mut rel: Option<String> = None;
+        loop {
+            rest = rest.trim_start();
+            let Some(r) = rest.strip_prefix(';') else {
+                break;
+            };
+            let (name, value, after) = link_param(r.trim_start())?;
+            rest = after;
+            if name.eq_ignore_ascii_case("rel") && rel.is_none() {
+                rel = Some(value);
+            }
+        }
+        let is_next = rel.is_some_and(|r| {
+            r.split_ascii_whitespace()
+                .any(|t| t.eq_ignore_ascii_case("next"))
+        });
+        if is_next {
+            return Some(target.to_string());
+        }
+        if !rest.trim_start().starts_with(',') {
+            return None;
+        }
+    }
+}
+
+/// One `name[=value]` link parameter: its name, value (unquoted) and the
+/// text after it.
+fn link_param(s: &str) -> Option<(&str, String, &str)> {
+    let end = s
+        .find(|c: char| matches!(c, '=' | ';' | ',') || c.is_whitespace())
+        .unwrap_or(s.len());
+    let (name, mut rest) = (&s[..end], s[end..].trim_start());
+    let Some(r) = rest.strip_prefix('=') else {
+        return Some((name, String::new(), rest));
+    };
+    rest = r.trim_start();
+    let mut value = String::new();
+    if let Some(quoted) = rest.strip_prefix('"') {
+        let mut chars = quoted.char_indices();
+        loop {
+            match chars.next()? {
+                (_, '\\') => value.push(chars.next()?.1),
+                (i, '"') => return Some((name, value, &quoted[i + 1..])),
+                (_, c) => value.push(c),
+            }
+        }
+    }
+    let end = rest.find([';', ',']).unwrap_or(rest.len());
+    value.push_str(rest[..end].trim());
+    Some((name, value, &rest[end..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_link_is_found_among_others() {
+        let gh = r#"<https://api.github.com/repositories/1/issues?page=2>; rel="next", <https://api.github.com/repositories/1/issues?page=9>; rel="last""#;
+        assert_eq!(
+            link_next(gh).as_deref(),
+            Some("https://api.github.com/repositories/1/issues?page=2")
+        );
+        // Order, case, several relation types, quoted commas and semicolons.
+        let h = r#"</a?x=1>; title="a, b; c"; rel="prev", </b?x=2>; rel="last NEXT"; title=x"#;
+        assert_eq!(link_next(h).as_deref(), Some("/b?x=2"));
+        assert_eq!(link_next(r#"</c>; rel=next"#).as_deref(), Some("/c"));
+        // Only the first rel counts; `next-page` is another relation.
+        assert_eq!(link_next(r#"</d>; rel="prev"; rel="next""#), None);
+        assert_eq!(link_next(r#"</e>; rel="next-page""#), None);
+        assert_eq!(
+            link_next(r#"</f>; title="\"q\"", </g>; rel=next"#).as_deref(),
+            Some("/g")
+        );
+        for bad in ["", "garbage", r#"</h; rel="next""#, r#"</i>; rel="next"#] {
+            assert_eq!(link_next(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn page_and_offset_numbers_stop_on_an_empty_array() {
+        let next = |found, token| counted(found, "/items", token, 1, 1);
+        assert_eq!(next(Some(Found::Items(3)), None), Next::Follow("2".into()));
+        assert_eq!(
+            next(Some(Found::Items(3)), Some("7")),
+            Next::Follow("8".into())
+        );
+        assert_eq!(next(Some(Found::Items(0)), Some("7")), Next::End(None));
+        assert!(matches!(next(None, Some("7")), Next::End(Some(_))));
+        assert_eq!(
+            counted(Some(Found::Items(50)), "/d", Some("100"), 0, 50),
+            Next::Follow("150".into())
+        );
+    }
+
+    fn job(paginate: &str) -> crate::config::Config {
+        let yaml = format!(
+            r#"
+credentials:
+  main: {{ secret: {{ env: UNUSED }}, pools: {{ units: [ {{ limit: 10, per: 1h }} ] }} }}
+endpoints:
+  e: {{ cost: 1 }}
+jobs:
+  j:
+    credential: main
+    regions: [o/r]
+    steps:
+      - endpoint: e
+        request: {{ url: "https://api.example.com/repos/{{region}}/issues", query: {{ state: open, key: "{{secret}}" }} }}
+        paginate: {paginate}
+    output: out
+"#
+        );
+        crate::config::Config::parse(
+            std::path::Path::new("q.yaml"),
+            &yaml,
+            crate::config::Secrets::Skip,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_next_link_is_kept_without_the_secret_and_followed_with_it() {
+        let config = job("{ link: next, max_pages: 5 }");
+        let step = &config.jobs[0].steps[0];
+        let secret = crate::config::Secret::new("SEKRET".into());
+        let fill = Fill {
+            region: "o/r",
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+        };
+        let first = page_url(step, &fill, None).unwrap();
+        assert_eq!(
+            first.as_str(),
+            "https://api.example.com/repos/o/r/issues?state=open&key=SEKRET"
+        );
+        // The link echoes the key: the cursor's token leaves it out.
+        let link = r#"<?state=open&key=SEKRET&page=2>; rel="next""#;
+        let next = next(step, &fill, &first, None, None, Some(link));
+        let Next::Follow(token) = next else {
+            panic!("{next:?}")
+        };
+        assert_eq!(
+            token,
+            "https://api.example.com/repos/o/r/issues?state=open&page=2"
+        );
+        // Followed, the key is back (once).
+        assert_eq!(
+            page_url(step, &fill, Some(&token)).unwrap().as_str(),
+            "https://api.example.com/repos/o/r/issues?state=open&page=2&key=SEKRET"
+        );
+        // Elsewhere: refused, the key masked.
+        let away = r#"<https://evil.example.net/x?key=SEKRET>; rel="next""#;
+        match super::next(step, &fill, &first, None, None, Some(away)) {
+            Next::Refused(why) => {
+                assert!(why.contains("https://evil.example.net/x?key=***"), "{why}");
+                assert!(!why.contains("SEKRET"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A cursor's token from another kind or host restarts the step.
+        assert!(token_fits(step, &fill, &token));
+        for stale in [
+            "CAUQ1",
+            "7",
+            "https://old.example.com/repos/o/r/issues?page=2",
+        ] {
+            assert!(!token_fits(step, &fill, stale), "{stale}");
+        }
+        // Another scheme or port is another origin too.
+        for other in ["http://api.example.com/y", "https://api.example.com:8443/y"] {
+            let link = format!("<{other}>; rel=next");
+            assert!(matches!(
+                super::next(step, &fill, &first, None, None, Some(&link)),
+                Next::Refused(_)
+            ));
+        }
+    }
+}

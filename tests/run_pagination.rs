@@ -1,0 +1,263 @@
+//! Every kind of pagination end to end: GitHub's `Link` header (relative
+//! next links, resumed after kill -9), a next URL in the body, page and
+//! offset numbers that stop on an empty page, and a next link to another
+//! origin, refused. The real binary, the embedded store, the stand-in's
+//! other API shapes (`src/bin/quota-standin/apis.rs`).
+
+use std::time::{Duration, Instant};
+
+use crate::common::deployment::{Deployment, embedded_store, spawn};
+use crate::common::standin::{Seen, Standin};
+
+/// A deployment of `jobs` (YAML blocks) against the stand-in: credential
+/// `main` (the `key` file), endpoint `api` costing 1 unit of a wide pool.
+pub fn api_deployment(jobs: &str) -> Deployment {
+    let d = Deployment::new("");
+    d.write(&api_yaml(&embedded_store(&d), jobs));
+    d
+}
+
+pub fn api_yaml(store: &str, jobs: &str) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      requests:
+        - {{ limit: 1000, per: 1h }}
+endpoints:
+  api: {{ cost: 1 }}
+jobs:
+{jobs}"#
+    )
+}
+
+/// A GitHub-style issues job over `regions` (repositories).
+fn issues_job(base: &str, regions: &str) -> String {
+    format!(
+        r#"  issues:
+    credential: main
+    regions: [{regions}]
+    steps:
+      - endpoint: api
+        request:
+          url: "{base}/repos/{{region}}/issues"
+          query: {{ state: open, per_page: 2 }}
+          headers: {{ Authorization: "Bearer {{secret}}", Accept: application/json }}
+        paginate: {{ link: next, max_pages: 10 }}
+    output: out/issues
+"#
+    )
+}
+
+fn walked(seen: &[Seen]) -> Vec<(String, u64)> {
+    seen.iter()
+        .map(|s| (s.region.clone(), u64::from(s.page)))
+        .collect()
+}
+
+#[test]
+fn link_pagination_walks_every_region_through_relative_next_links() {
+    let up = Standin::start(&["--pages", "3", "--items", "2"]);
+    let d = api_deployment(&issues_job(&up.base(), "octo/hello, rust-lang/rust"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+
+    let seen = up.seen();
+    let expected: Vec<(String, u64)> = ["octo/hello", "rust-lang/rust"]
+        .iter()
+        .flat_map(|r| (1..=3).map(move |p| (r.to_string(), p)))
+        .collect();
+    assert_eq!(walked(&seen), expected);
+    // Every page with the step's headers (the bearer token: else 401) and
+    // the link's own query.
+    assert!(seen.iter().all(|s| s.status == 200), "{seen:?}");
+    let second = seen[1].query.as_deref().unwrap_or_default();
+    assert!(
+        second.contains("state=open") && second.contains("page=2"),
+        "{second}"
+    );
+
+    // A region with a '/' is one file name, percent-encoded.
+    let files = d.outputs("issues");
+    assert_eq!(files.len(), 6, "{files:?}");
+    assert!(
+        files.contains(&"issues.r000001.octo%2Fhello.s0.p000002.json".to_string()),
+        "{files:?}"
+    );
+    assert!(
+        files.contains(&"issues.r000001.rust-lang%2Frust.s0.p000000.json".to_string()),
+        "{files:?}"
+    );
+    let page: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            d.path()
+                .join("out/issues/issues.r000001.rust-lang%2Frust.s0.p000001.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(page[0]["id"], "rust-lang/rust#2");
+}
+
+#[test]
+fn a_link_walk_killed_mid_run_resumes_at_the_page_in_flight() {
+    let up = Standin::start(&["--pages", "4", "--items", "1", "--delay", "100ms"]);
+    let d = api_deployment(&issues_job(&up.base(), "o/a, o/b"));
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    up.wait_for(3);
+    victim.kill().unwrap(); // SIGKILL: no cleanup at all
+    victim.wait().unwrap();
+    let before = up.seen().len();
+
+    let cycle: Vec<(String, u64)> = ["o/a", "o/b"]
+        .iter()
+        .flat_map(|r| (1..=4).map(move |p| (r.to_string(), p)))
+        .collect();
+    let written = d.outputs("issues").len();
+    assert!(before - written <= 1, "{before} fetched, {written} written");
+
+    // The killed run's lock (lock_ttl 2s) expires by itself.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let rerun = loop {
+        let r = d.quota(&["run"]);
+        if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the lock never expired");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    // The rerun starts at the first page not written, from the saved next
+    // link, and serves every region once from there.
+    let n = 8 - written % 4;
+    let expected: Vec<(String, u64)> = cycle
+        .iter()
+        .cycle()
+        .skip(written)
+        .take(n)
+        .cloned()
+        .collect();
+    assert_eq!(walked(&up.seen()[before..]), expected, "{rerun:?}");
+    assert!(up.seen().iter().all(|s| s.status == 200));
+}
+
+#[test]
+fn next_url_page_and_offset_walks_stop_where_the_data_ends() {
+    let up = Standin::start(&["--pages", "3", "--items", "2"]);
+    let base = up.base();
+    let job = |name: &str, path: &str, query: &str, paginate: &str| {
+        format!(
+            r#"  {name}:
+    credential: main
+    regions: [X, Y]
+    steps:
+      - endpoint: api
+        request:
+          url: "{base}{path}"
+          query: {{ region: "{{region}}", key: "{{secret}}"{query} }}
+        paginate: {paginate}
+    output: out/{name}
+"#
+        )
+    };
+    let jobs = [
+        job(
+            "feed",
+            "/feed",
+            "",
+            "{ next_url: /paging/next, max_pages: 10 }",
+        ),
+        job(
+            "paged",
+            "/rows",
+            ", limit: 2",
+            "{ page: page, start: 1, until_empty: /data, max_pages: 10 }",
+        ),
+        job(
+            "offsets",
+            "/rows",
+            ", limit: 2",
+            "{ offset: offset, size: 2, until_empty: /data, max_pages: 10 }",
+        ),
+    ];
+    let d = api_deployment(&jobs.concat());
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    // The key, given as a query parameter, goes with every page, the next
+    // URL's too (which does not carry it): else 401.
+    assert!(seen.iter().all(|s| s.status == 200), "{seen:?}");
+    let queries = |path: &str| -> Vec<String> {
+        seen.iter()
+            .filter(|s| s.path == path)
+            .map(|s| s.query.clone().unwrap_or_default())
+            .collect()
+    };
+    let feed = queries("/feed");
+    assert_eq!(feed.len(), 6, "{feed:?}");
+    assert!(
+        feed[1].contains("cursor=1") && feed[2].contains("cursor=2"),
+        "{feed:?}"
+    );
+    assert_eq!(d.outputs("feed").len(), 6);
+    // Three pages of two items, then the empty one that ends the walk.
+    let rows = queries("/rows");
+    let numbers = |param: &str| -> Vec<String> {
+        rows.iter()
+            .filter_map(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix(&format!("{param}=")))
+                    .map(String::from)
+            })
+            .collect()
+    };
+    assert_eq!(numbers("page"), ["1", "2", "3", "4", "1", "2", "3", "4"]);
+    assert_eq!(numbers("offset"), ["0", "2", "4", "6", "0", "2", "4", "6"]);
+    assert_eq!(d.outputs("paged").len(), 8);
+    assert_eq!(d.outputs("offsets").len(), 8);
+}
+
+#[test]
+fn a_next_link_to_another_origin_is_refused_and_the_other_regions_go_on() {
+    let up = Standin::start(&["--pages", "3", "--items", "1"]);
+    let d = api_deployment(&issues_job(&up.base(), "away/x, octo/y").replace(
+        "query: { state: open",
+        "query: { key: \"{secret}\", state: open",
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    let target = format!("http://localhost:{}/repos/away/x/issues?", up.port);
+    assert!(
+        r.stderr
+            .contains(&format!("points to another origin, {target}")),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("key=***"), "{r:?}");
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+    assert!(r.stderr.contains("1 FAILED: away/x"), "{r:?}");
+    // away/x's first page, then every page of octo/y; never the other origin.
+    let seen = up.seen();
+    let expected: Vec<(String, u64)> = [("away/x", 1), ("octo/y", 1), ("octo/y", 2), ("octo/y", 3)]
+        .iter()
+        .map(|(r, p)| (r.to_string(), *p))
+        .collect();
+    assert_eq!(walked(&seen), expected);
+    assert!(
+        seen.iter()
+            .all(|s| s.host.as_deref() == Some(&format!("127.0.0.1:{}", up.port)[..])),
+        "{seen:?}"
+    );
+    // The next run starts after the refused region, not in it.
+    let again = d.quota(&["run"]);
+    assert_eq!(again.code, 1, "{again:?}");
+    assert!(
+        again
+            .stderr
+            .contains("starts at region away/x step 0 page 0"),
+        "{again:?}"
+    );
+}

@@ -1,0 +1,233 @@
+//! Requests as real APIs need them, end to end: a POST with a JSON body
+//! template (placeholders filled, JSON escaping kept) and a bearer header
+//! that the stand-in checks; and every new key of the second wave's
+//! requests and pagination, refused with 78 (file and field named) when
+//! it is wrong, before anything is sent.
+
+use crate::common::standin::Standin;
+
+use super::run_pagination::api_deployment;
+
+fn chat_job(base: &str, body: &str) -> String {
+    format!(
+        r#"  chat:
+    credential: main
+    regions: ["m/1", "say \"hi\""]
+    steps:
+      - endpoint: api
+        request:
+          method: POST
+          url: "{base}/chat"
+          headers: {{ Authorization: "Bearer {{secret}}" }}
+{body}
+    output: out/chat
+"#
+    )
+}
+
+const BODY: &str = r#"          body:
+            model: "model-{region}"
+            temperature: 0.5
+            stream: false
+            messages:
+              - { role: user, content: "about {region}, step {step}, page {page}" }"#;
+
+#[test]
+fn a_post_job_sends_its_json_body_filled_and_escaped() {
+    let up = Standin::start(&[]);
+    let d = api_deployment(&chat_job(&up.base(), BODY));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        seen.iter().all(|s| s.method == "POST" && s.status == 200),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen[1].body,
+        Some(serde_json::json!({
+            "model": "model-say \"hi\"",
+            "temperature": 0.5,
+            "stream": false,
+            "messages": [{ "role": "user", "content": "about say \"hi\", step 0, page 0" }],
+        }))
+    );
+    // The region's quote and space are percent-encoded in the file name.
+    let files = d.outputs("chat");
+    assert!(
+        files.contains(&"chat.r000001.say%20%22hi%22.s0.p000000.json".to_string()),
+        "{files:?}"
+    );
+    // Without the body, the stand-in refuses the request (400): exit 1.
+    let d = api_deployment(&chat_job(&up.base(), ""));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("HTTP 400"), "{r:?}");
+}
+
+/// A valid file with one paginated POST step; each case changes one line.
+fn base(upstream: &str) -> String {
+    api_deployment_yaml(&format!(
+        r#"  j:
+    credential: main
+    regions: [a/b]
+    steps:
+      - endpoint: api
+        request:
+          method: POST
+          url: "{upstream}/chat"
+          body: {{ model: m, messages: ["{{region}}"] }}
+        paginate: {{ page: page, start: 1, until_empty: /data, max_pages: 3 }}
+    output: out/j
+"#
+    ))
+}
+
+fn api_deployment_yaml(jobs: &str) -> String {
+    super::run_pagination::api_yaml("embedded:ledger.sqlite3", jobs)
+}
+
+#[test]
+fn every_bad_request_or_pagination_key_exits_78_naming_file_and_field() {
+    let up = Standin::start(&[]);
+    let good = base(&up.base());
+    let d = api_deployment("");
+    d.write(&good);
+    let ok = d.quota(&["check"]);
+    assert_eq!(ok.code, 0, "{ok:?}");
+    let paginate = "{ page: page, start: 1, until_empty: /data, max_pages: 3 }";
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        (
+            "method",
+            "method: POST",
+            "method: DELETE",
+            &["steps[0].request.method", "GET, POST or PUT"],
+        ),
+        (
+            "body on a GET",
+            "method: POST",
+            "method: GET",
+            &["steps[0].request.body", "carries no body"],
+        ),
+        (
+            "body placeholder",
+            "[\"{region}\"]",
+            "[\"{regoin}\"]",
+            &["steps[0].request.body.messages[0]", "unknown placeholder"],
+        ),
+        (
+            "empty region",
+            "regions: [a/b]",
+            "regions: [a/b, \"\"]",
+            &["jobs.j.regions[1]", "must not be empty"],
+        ),
+        (
+            "control in region",
+            "regions: [a/b]",
+            "regions: [\"a\\nb\"]",
+            &["jobs.j.regions[0]", "control characters"],
+        ),
+        (
+            "two kinds",
+            paginate,
+            "{ link: next, token: /t, param: p, max_pages: 3 }",
+            &["steps[0].paginate", "exactly one kind", "token, link"],
+        ),
+        (
+            "no kind",
+            paginate,
+            "{ max_pages: 3 }",
+            &["steps[0].paginate", "exactly one kind"],
+        ),
+        (
+            "link relation",
+            paginate,
+            "{ link: prev, max_pages: 3 }",
+            &["steps[0].paginate.link", "only relation followed is next"],
+        ),
+        (
+            "next_url pointer",
+            paginate,
+            "{ next_url: paging.next, max_pages: 3 }",
+            &["steps[0].paginate.next_url", "not a JSON pointer"],
+        ),
+        (
+            "page without until_empty",
+            paginate,
+            "{ page: page, max_pages: 3 }",
+            &[
+                "steps[0].paginate.until_empty",
+                "page pagination needs until_empty",
+            ],
+        ),
+        (
+            "page's negative start",
+            paginate,
+            "{ page: page, start: -1, until_empty: /data, max_pages: 3 }",
+            &["steps[0].paginate.start", "negative"],
+        ),
+        (
+            "page with size",
+            paginate,
+            "{ page: page, size: 5, until_empty: /data, max_pages: 3 }",
+            &["steps[0].paginate.size", "not a key of page pagination"],
+        ),
+        (
+            "offset's size",
+            paginate,
+            "{ offset: offset, size: 0, until_empty: /data, max_pages: 3 }",
+            &["steps[0].paginate.size", "not positive"],
+        ),
+        (
+            "offset without size",
+            paginate,
+            "{ offset: offset, until_empty: /data, max_pages: 3 }",
+            &["steps[0].paginate.size", "needs size"],
+        ),
+        (
+            "offset's empty name",
+            paginate,
+            "{ offset: \"\", size: 2, until_empty: /data, max_pages: 3 }",
+            &["steps[0].paginate.offset", "must not be empty"],
+        ),
+        (
+            "until_empty pointer",
+            paginate,
+            "{ offset: offset, size: 2, until_empty: data, max_pages: 3 }",
+            &["steps[0].paginate.until_empty", "not a JSON pointer"],
+        ),
+        (
+            "link with param",
+            paginate,
+            "{ link: next, param: p, max_pages: 3 }",
+            &["steps[0].paginate.param", "not a key of link pagination"],
+        ),
+        (
+            "max_pages",
+            paginate,
+            "{ link: next, max_pages: 0 }",
+            &["steps[0].paginate.max_pages", "out of range"],
+        ),
+    ];
+    let file = d.config().display().to_string();
+    for (name, from, to, expect) in cases {
+        assert!(good.contains(from), "{name}: {from:?} not in the base");
+        d.write(&good.replacen(from, to, 1));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{name} ({cmd}): {r:?}");
+            assert!(
+                r.stderr.contains(&file),
+                "{name} ({cmd}) names the file: {r:?}"
+            );
+            for want in *expect {
+                assert!(
+                    r.stderr.contains(want),
+                    "{name} ({cmd}) must say {want:?}: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
+}
