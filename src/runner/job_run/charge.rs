@@ -1,0 +1,206 @@
+//! [`JobRun`]'s charging: each request's cost charged to the ledger before it
+//! is sent, what a refusal, a lost log or an unreachable store mean for the
+//! run, and the block an upstream's own "quota spent" answer sets.
+
+use std::time::Duration;
+
+use tracing::{error, warn};
+
+use super::{Charged, JobRun};
+use crate::config::{Step, StorePolicy};
+use crate::error::FailClosed;
+use crate::ledger::{At, BlockEnd, Charge, ChargeDecision, Ledger, Micros, StoreError};
+use crate::runner::Stop;
+use crate::timefmt::{fmt_duration, local_datetime};
+use crate::{Error, Result};
+
+impl JobRun<'_> {
+    /// Charge one attempt of `step` before it is sent.
+    pub(super) async fn charge(&mut self, step: &Step) -> Result<Charged> {
+        let Some(store) = self.store else {
+            self.count_unmetered(step, "the store was unreachable when the run started");
+            return Ok(Charged::Go { at: None });
+        };
+        // No id of our own: every charge is new, and the Redis store gives
+        // each one an id for its own resends (an id given here would only be
+        // remembered, and in SQLite written, for nothing).
+        let charge = Charge {
+            credential: &self.cred.name,
+            cost: &step.cost,
+            endpoint: &step.endpoint,
+            job: &self.job.name,
+            id: None,
+            seen_serial: self.seen_serial(),
+        };
+        let decision = store.charge(&charge, At::StoreClock).await;
+        if let Ok(d) = &decision {
+            self.last_serial = Some((d.serial(), d.at()));
+            if !self.history_checked {
+                self.check_history();
+            }
+        }
+        match decision {
+            Ok(ChargeDecision::Allowed { at, .. }) => {
+                for c in &step.cost {
+                    *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
+                }
+                Ok(Charged::Go { at: Some(at) })
+            }
+            Ok(ChargeDecision::Rejected {
+                pool,
+                per,
+                retry_after,
+                ..
+            }) => Ok(Charged::Stop(Stop::QuotaSaidNo {
+                pool,
+                per,
+                retry_after,
+            })),
+            Ok(ChargeDecision::LogLost {
+                pool, since, until, ..
+            }) => {
+                let stop = Stop::LogLost {
+                    credential: self.cred.name.clone(),
+                    pool,
+                    since,
+                    until,
+                };
+                error!(job = self.job.name, "{stop}");
+                Ok(Charged::Stop(stop))
+            }
+            Ok(ChargeDecision::Blocked { until, reason, .. }) => {
+                Ok(Charged::Stop(Stop::Blocked { until, reason }))
+            }
+            Err(StoreError::Unavailable(e)) => match step.on_store_error {
+                StorePolicy::FailClosed => Err(Error::StoreUnavailable {
+                    store: self.ctx.store_id.clone(),
+                    reason: e,
+                    fail_closed: Some(FailClosed {
+                        job: self.job.name.clone(),
+                        endpoint: step.endpoint.clone(),
+                        at_start: false,
+                    }),
+                }),
+                StorePolicy::FailOpen => {
+                    self.count_unmetered(step, &e);
+                    Ok(Charged::Go { at: None })
+                }
+            },
+            Err(StoreError::CostExceedsBudget {
+                pool,
+                units,
+                budget,
+            }) => Err(Error::Config {
+                file: self.ctx.config.file.clone(),
+                field: format!("endpoints.{}.cost.{pool}", step.endpoint),
+                message: format!("{units} units can never fit a budget of {budget}"),
+            }),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The most charges this host has seen the credential reach: this run's
+    /// latest decision, else the history.
+    fn seen_serial(&self) -> u64 {
+        match (self.last_serial, self.store) {
+            (Some((serial, _)), _) => serial,
+            (None, Some(store)) => self
+                .ctx
+                .history
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .seen(&store.identity(&self.ctx.store_id), &self.cred.name),
+            (None, None) => 0,
+        }
+    }
+
+    fn count_unmetered(&mut self, step: &Step, why: &str) {
+        self.report.unmetered += 1;
+        if !self.warned_unmetered {
+            warn!(
+                job = self.job.name,
+                "UNMETERED: {why}; endpoint {} is fail_open, so requests go out without a charge",
+                step.endpoint
+            );
+            self.warned_unmetered = true;
+        }
+    }
+
+    /// The upstream said its own quota is spent: block the credential in
+    /// the store (so every host stops) until it is back, and stop the run.
+    pub(super) async fn upstream_exhausted(
+        &mut self,
+        status: u16,
+        reason: String,
+        retry_after: Option<Duration>,
+        charged_at: Option<Micros>,
+    ) {
+        let end = self.block_end(charged_at, retry_after);
+        warn!(
+            job = self.job.name,
+            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+            self.cred.name,
+            local_datetime(end.estimate())
+        );
+        let mut until = end.estimate();
+        if let Some(store) = self.store {
+            // Who set it, when and why: `status` shows this text.
+            let when = charged_at.map_or_else(
+                || crate::timefmt::rfc3339(chrono::Utc::now().timestamp_micros()),
+                crate::timefmt::rfc3339,
+            );
+            let why = format!(
+                "upstream {status} {reason} (job {}, {} pid {}, at {when})",
+                self.job.name,
+                crate::runner::hostname(),
+                std::process::id()
+            );
+            match store
+                .block(&self.cred.name, end, &why, At::StoreClock)
+                .await
+            {
+                Ok(stored) => until = stored,
+                Err(e) => warn!(
+                    job = self.job.name,
+                    "cannot mark the credential blocked: {e}"
+                ),
+            }
+        }
+        self.stop(Stop::UpstreamExhausted { reason, until });
+    }
+
+    /// When the upstream's quota is back, on the store's clock: its next
+    /// reset after the charge's time (a reading of the store's clock), else
+    /// what it said (a duration from the store's now), else the end of the
+    /// credential's longest window. The host's clock is never compared.
+    fn block_end(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> BlockEnd {
+        if let Some(reset) = &self.cred.upstream_reset {
+            return match charged_at.and_then(chrono::DateTime::from_timestamp_micros) {
+                Some(at) => BlockEnd::At(reset.next_after(at).timestamp_micros()),
+                // Unmetered (no reading of the store's clock): the wait as
+                // this host sees it, a duration all the same.
+                None => {
+                    let now = chrono::Utc::now();
+                    BlockEnd::After((reset.next_after(now) - now).to_std().unwrap_or_default())
+                }
+            };
+        }
+        // Never longer than the credential's longest window: an upstream
+        // that says "for a century" (or overflows) must not stop every
+        // later tick for good. `quota unblock` lifts a block sooner.
+        let longest = self.cred.longest_window();
+        match retry_after {
+            Some(wait) if wait > longest => {
+                warn!(
+                    job = self.job.name,
+                    "the upstream asked to wait {}; capped at the credential's longest window, {}",
+                    fmt_duration(wait.min(Duration::from_secs(100 * 365 * 86_400))),
+                    fmt_duration(longest)
+                );
+                BlockEnd::After(longest)
+            }
+            Some(wait) => BlockEnd::After(wait),
+            None => BlockEnd::After(longest),
+        }
+    }
+}
