@@ -226,40 +226,59 @@ async fn replay(
     out
 }
 
-#[test]
-fn embedded_store_answers_like_redis() {
+/// Replay random sequences of `ops` against a real Redis and the embedded
+/// store, each case on a credential of its own (`prefix` and a number), and
+/// require every output to be equal. `cases_var` overrides `cases`.
+fn both_stores_agree(
+    ops: impl Strategy<Value = Vec<Op>>,
+    configs: Configs,
+    prefix: &str,
+    cases_var: &str,
+    cases: u32,
+) {
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
     let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
     let case = std::sync::atomic::AtomicU32::new(0);
-    // Idle gaps take the fixed clock past the 60 s retention; Redis's keys
-    // live on its real clock (minutes), so only the retention rule drops
-    // entries, the same in both stores.
     let mut runner = TestRunner::new(Config {
-        cases: std::env::var("PROPTEST_CASES")
+        cases: std::env::var(cases_var)
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(256),
+            .unwrap_or(cases),
         ..Config::default()
     });
     runner
-        .run(&proptest::collection::vec(op(), 1..30), |ops| {
+        .run(&ops, |ops| {
             let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let credential = format!("eq{n}");
+            let credential = format!("{prefix}{n}");
             let (a, b) = rt.block_on(async {
                 (
-                    replay(&redis, &credential, (&UNITS, &SEARCH), &ops).await,
-                    replay(&embedded, &credential, (&UNITS, &SEARCH), &ops).await,
+                    replay(&redis, &credential, configs, &ops).await,
+                    replay(&embedded, &credential, configs, &ops).await,
                 )
             });
             for (step, (r, e)) in a.iter().zip(&b).enumerate() {
-                prop_assert_eq!(r, e, "step {} of {:?}", step / 2, ops);
+                prop_assert_eq!(r, e, "output {} of {:?}", step, ops);
             }
             Ok(())
         })
         .unwrap();
+}
+
+#[test]
+fn embedded_store_answers_like_redis() {
+    // Idle gaps take the fixed clock past the 60 s retention; Redis's keys
+    // live on its real clock (minutes), so only the retention rule drops
+    // entries, the same in both stores.
+    both_stores_agree(
+        proptest::collection::vec(op(), 1..30),
+        (&UNITS, &SEARCH),
+        "eq",
+        "PROPTEST_CASES",
+        256,
+    );
 }
 
 fn long_op() -> impl Strategy<Value = Op> {
@@ -280,35 +299,13 @@ fn long_op() -> impl Strategy<Value = Op> {
 /// embedded store counts rows; every decision and report must still agree.
 #[test]
 fn embedded_store_answers_like_redis_over_long_logs() {
-    let server = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
-    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
-    let case = std::sync::atomic::AtomicU32::new(0);
-    let mut runner = TestRunner::new(Config {
-        cases: std::env::var("PROPTEST_LONG_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(12),
-        ..Config::default()
-    });
-    runner
-        .run(&proptest::collection::vec(long_op(), 1..14), |ops| {
-            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let credential = format!("long{n}");
-            let (a, b) = rt.block_on(async {
-                (
-                    replay(&redis, &credential, (&LONG_UNITS, &LONG_SEARCH), &ops).await,
-                    replay(&embedded, &credential, (&LONG_UNITS, &LONG_SEARCH), &ops).await,
-                )
-            });
-            for (step, (r, e)) in a.iter().zip(&b).enumerate() {
-                prop_assert_eq!(r, e, "output {} of {:?}", step, ops);
-            }
-            Ok(())
-        })
-        .unwrap();
+    both_stores_agree(
+        proptest::collection::vec(long_op(), 1..14),
+        (&LONG_UNITS, &LONG_SEARCH),
+        "long",
+        "PROPTEST_LONG_CASES",
+        12,
+    );
 }
 
 /// A charge that needs units held by many blocks of calls: both stores give
