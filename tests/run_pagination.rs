@@ -4,7 +4,6 @@
 //! origin, refused. The real binary, the embedded store, the stand-in's
 //! other API shapes (`src/bin/quota-standin/apis.rs`).
 
-use std::time::{Duration, Instant};
 
 use crate::common::deployment::{Deployment, embedded_store, spawn};
 use crate::common::standin::{Seen, Standin};
@@ -121,15 +120,7 @@ fn a_link_walk_killed_mid_run_resumes_at_the_page_in_flight() {
     assert!(before - written <= 1, "{before} fetched, {written} written");
 
     // The killed run's lock (lock_ttl 2s) expires by itself.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let rerun = loop {
-        let r = d.quota(&["run"]);
-        if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "the lock never expired");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let rerun = d.run_after_killed_lock();
     assert_eq!(rerun.code, 0, "{rerun:?}");
     // The rerun starts at the first page not written, from the saved next
     // link, and serves every region once from there.

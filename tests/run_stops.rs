@@ -253,15 +253,7 @@ fn kill_9_mid_run_then_a_rerun_completes_with_valid_outputs() {
         assert!(before - written <= 1, "{before} fetched, {written} written");
 
         // The killed run's lock (lock_ttl 2s) expires by itself.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let rerun = loop {
-            let r = d.quota(&["run"]);
-            if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
-                break r;
-            }
-            assert!(Instant::now() < deadline, "the lock never expired");
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let rerun = d.run_after_killed_lock();
         assert_eq!(rerun.code, 0, "{rerun:?}");
         assert!(
             rerun.stderr.contains("removed 1 temporary file(s)"),

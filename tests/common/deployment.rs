@@ -196,6 +196,23 @@ impl Deployment {
         run(&mut self.cmd(args))
     }
 
+    /// `quota run` once the lock of a run killed before it released it has
+    /// expired by itself (the config's `lock_ttl`; given up after 10 s).
+    pub fn run_after_killed_lock(&self) -> Ran {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let r = self.quota(&["run"]);
+            if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
+                return r;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lock never expired"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// `quota status --json`, which must succeed, parsed.
     pub fn status_json(&self) -> serde_json::Value {
         let r = self.quota(&["status", "--json"]);
