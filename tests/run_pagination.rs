@@ -4,7 +4,6 @@
 //! origin, refused. The real binary, the embedded store, the stand-in's
 //! other API shapes (`src/bin/quota-standin/apis.rs`).
 
-
 use crate::common::deployment::{Deployment, embedded_store, spawn};
 use crate::common::standin::{Seen, Standin};
 
