@@ -53,6 +53,7 @@ done
 up=$(sed -n 's#.*listening on http://\([0-9.:]*\).*#\1#p' "$work/standin.out")
 r() { redis-cli -p $port "$@"; }
 T0=1800000000000000 # µs: the fixed clock the charges read
+# (the state, and the prefixes of the log's and the index's segments)
 keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units')
 export SCALE_KEY=k
 
@@ -126,14 +127,15 @@ EOF
         # (the charges read a fixed clock that moves 25 s over the whole fill,
         # while their keys' expiry runs on Redis's real clock: a fill of 10^7,
         # minutes long, would outlive it; on a real clock expiry keeps pace)
-        for k in "${keys[@]}"; do r PERSIST "$k" >/dev/null; done
+        for k in $(r --scan --pattern 'quota:{scale}:*'); do r PERSIST "$k" >/dev/null; done
         worst=$(slowest EVALSHA)
         [ "$worst" -le "$fill_us" ] || fill_us=$worst
     done
     r CONFIG SET slowlog-log-slower-than 0 >/dev/null
     r CONFIG SET slowlog-max-len 1000 >/dev/null
     mem=0
-    for k in "${keys[@]}"; do mem=$((mem + $(r MEMORY USAGE "$k" SAMPLES 0 | sed 's/^$/0/'))); done
+    # (the state, and every segment of the log and of its index)
+    for k in $(r --scan --pattern 'quota:{scale}:*'); do mem=$((mem + $(r MEMORY USAGE "$k" SAMPLES 0 | sed 's/^$/0/'))); done
     bytes=$(python3 -c "print(round($mem / $n, 1))")
     start=$(date +%s%N)
     "$quota" -c "$work/quota.yaml" --store "redis://127.0.0.1:$port/0" status >/dev/null

@@ -3,11 +3,10 @@
 -- is written anywhere.
 --
 -- KEYS[1]      quota:{C}:state    hash of the credential (fields below)
--- KEYS[2..1+n] quota:{C}:log:P    list per pool, in ARGV pool order: flat
---                                 quadruples (time µs, cost, tag id, charge id),
---                                 one per call whatever its cost, oldest first
--- KEYS[2+n..]  quota:{C}:index:P  list per pool, in ARGV pool order: one
---                                 record per block of BLOCK calls (below)
+-- KEYS[2..1+n] quota:{C}:log:P    per pool, in ARGV pool order: the prefix
+--                                 of its log's segments (below)
+-- KEYS[2+n..]  quota:{C}:index:P  per pool, in ARGV pool order: the prefix
+--                                 of its index's segments (below)
 -- ARGV[1]      now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2]      charge id: a decimal integer, unique among the credential's
 --              charges within the horizon
@@ -34,21 +33,34 @@
 --                  then per window: length µs, running sum, pointer to its
 --                  oldest entry, that entry's time (0: not known); then when
 --                  P's log was set to expire, when it was lost (0: never),
---                  and the time at or before which its entries count in no
---                  window (the retention's cutoff at its latest recorded call)
+--                  the time at or before which its entries count in no
+--                  window (the retention's cutoff at its latest recorded call),
+--                  and 1 (the layout since the segments; older layouts have
+--                  a number of fields that is not a multiple of 4) and 0
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
 --   tag:T, tagname:N, tags          tag ids
 --
--- The index: call number s of a pool (head <= s < tail) sits in block
--- floor(s / BLOCK). When a block's last call is logged, its record is
--- appended to the pool's index: packed doubles (first call's time, last
--- call's time, cumulative cost through the block, the block's cost, calls),
--- then (tag id, cost) per tag in the block. The records are those of
--- consecutive blocks ending with the last complete one, so the first is
--- block floor(tail / BLOCK) - LLEN; the cumulative costs share an arbitrary
--- origin. With it a window's new start, its sum and the time at which `need`
--- units free up are a binary search and a read of at most one block, however
--- many calls left at once; and a usage report reads block summaries.
+-- The log: a pool's calls are numbered (head <= s < tail); call s sits in
+-- the list `quota:{C}:log:P:k`, k = floor(s / SEG), as flat quadruples
+-- (time µs, cost, tag id, charge id), one per call whatever its cost, oldest
+-- first, at position s - max(head, k * SEG): only the head's segment is ever
+-- trimmed from the front. Segments keep every read positional in bounded
+-- time: Redis finds a list's middle by walking its nodes, which at 10^7
+-- calls in one list took 5 ms.
+--
+-- The index: call s sits in block floor(s / BLOCK). When a block's last
+-- call is logged, its record is appended to the list
+-- `quota:{C}:index:P:j`, j = floor(block / IXSEG): packed doubles (first
+-- call's time, last call's time, cumulative cost through the block, the
+-- block's cost, calls, the block's number, its origin), then (tag id, cost)
+-- per tag in the block. A segment's records are consecutive blocks ending
+-- with its last complete one. Cumulative costs count from the origin, the
+-- first block appended after a missing predecessor: two records of one
+-- origin give the cost of the blocks between them, whatever is missing in
+-- between since. A record is used only if it names the block asked for.
+-- With it a window's new start, its sum and the time at which `need` units
+-- free up are a binary search and a read of at most one block, however many
+-- calls left at once; and a usage report reads block summaries.
 --
 -- Returns one of:
 --   {1, now, serial, duplicate(0|1), remaining...}   allowed; remaining units per
@@ -77,18 +89,23 @@
 -- as the ones already trimmed.
 --
 -- Expiry: every key lives at least as long as its newest entry counts (retain,
--- plus a minute). Each pool's log carries its own expiry, renewed whenever the
--- pool is charged; the state hash's covers every log's. A log that vanishes
--- anyway (eviction, FLUSHDB, a replica promoted without it) makes its pool
--- count as spent until its longest window has passed since the loss.
+-- plus a minute). Each pool's log (its segments and index) carries its own
+-- expiry, renewed when the pool is charged; the state hash's covers every
+-- log's. A log past that expiry held nothing that counts any more: it is
+-- started afresh. A log that vanishes before (eviction, FLUSHDB, a replica
+-- promoted without it) makes its pool count as spent until its longest
+-- window has passed since the loss. A log of a build before the segments
+-- (one list per pool) is adopted as segment 0 when it fits in one.
 --
 -- Bounded work: no step reads more than a block (or a chunk of one) of the
--- log per window, except where the index lacks blocks (a log written by a
--- build before the index, or after the index was evicted), which is walked
--- as before. A resent charge is looked for among the pool's last RESEND
--- calls only (a charge not found is recorded again: counted twice, never
--- forgotten). Calls that left the retention are trimmed TRIM at a time,
--- and a log that left it entirely is unlinked (freed off the main thread).
+-- log per window, except where the index lacks blocks (after its keys were
+-- evicted), which is walked as before. A resent charge is looked for among
+-- the pool's last RESEND calls only (a charge not found is recorded again:
+-- counted twice, never forgotten). Calls that left the retention are
+-- trimmed TRIM at a time from the head's segment, and segments that left it
+-- entirely are unlinked (freed off the main thread), UNLINKS at a time.
+-- Renewing the expiry touches every segment that still holds calls, once
+-- per 1/8 of the retention.
 --
 -- Speed: this runs on Redis's one thread for every call of every client. The
 -- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
@@ -101,12 +118,13 @@
 -- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
 
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
-local spack, sunpack, floor = struct.pack, struct.unpack, math.floor
+local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
-local BLOCK, RESEND, TRIM = 128, 1024, 16384
+local BLOCK, SEG, RESEND, TRIM, UNLINKS = 128, 65536, 1024, 16384, 32
+local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
-  return m == 1 and '<dddddddddd' or '<' .. string.rep('d', 6 + 4 * m)
+  return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
 end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
@@ -135,46 +153,85 @@ if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_re
 local blocked_until = tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
 -- The caller saw more charges than the store holds: the log was lost.
-local visible = math.max(stored_retain, horizon) -- R, above
+local visible = max(stored_retain, horizon) -- R, above
 -- A loss older than R is over for every window charged so far: forget it,
 -- so that a window lengthened later does not bring it back.
 if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
 if serial < min_serial then lost_all = now end
 
--- Pool p's index (see above): its key, the block of its first record and
--- how many it holds; read once per call, when first needed.
-local function index_of(p, pv)
-  if not pv.ix then
-    local key = KEYS[1 + npools + p]
-    local n = call('LLEN', key)
-    pv.ix = { key = key, base = floor(pv[2] / BLOCK) - n, n = n }
-  end
+-- The keys of segment k of pool p's log and of its index.
+local function log_seg(p, k) return KEYS[1 + p] .. ':' .. k end
+local function ix_seg(p, k) return KEYS[1 + npools + p] .. ':' .. k end
+
+-- Calls [from, to) of pool p's log (state pv), within one segment: flat
+-- quadruples.
+local function calls(p, pv, from, to)
+  local k = floor(from / SEG)
+  local start = max(pv[1], k * SEG)
+  return call('LRANGE', log_seg(p, k), (from - start) * ENTRY, (to - start) * ENTRY - 1)
+end
+
+-- Calls [from, to) of pool p's log, at most CHUNK of them and never past
+-- the end of from's block.
+local function chunk(p, pv, from, to)
+  return calls(p, pv, from, min(to, from + CHUNK, (floor(from / BLOCK) + 1) * BLOCK))
+end
+
+-- Whether pool p's log holds calls [head, tail), as far as the lengths of
+-- its first and last segments tell.
+local function intact(p, head, tail)
+  if tail <= head then return true end
+  local kh, kt = floor(head / SEG), floor((tail - 1) / SEG)
+  if call('LLEN', log_seg(p, kh)) ~= (min(tail, (kh + 1) * SEG) - head) * ENTRY then return false end
+  return kt == kh or call('LLEN', log_seg(p, kt)) == (tail - kt * SEG) * ENTRY
+end
+
+-- Pool p's index as this call sees it: the last complete block, and the
+-- length of each index segment read so far.
+local function index_of(pv)
+  if not pv.ix then pv.ix = { top = floor(pv[2] / BLOCK) - 1, len = {} } end
   return pv.ix
 end
 
 -- Block b's record: first and last call's time, cumulative cost through the
--- block, the block's cost, calls; nothing when the index has no record of b.
-local function record_of(ix, b)
-  if b < ix.base or b >= ix.base + ix.n then return end
-  return sunpack('<ddddd', call('LINDEX', ix.key, b - ix.base))
+-- block, the block's cost, calls, the block's number, its origin; nothing
+-- when the index has no record of b.
+local function record_of(p, pv, b)
+  local ix = index_of(pv)
+  if b > ix.top or b < 0 then return end
+  local k = floor(b / IXSEG)
+  local n = ix.len[k]
+  if not n then
+    n = call('LLEN', ix_seg(p, k))
+    ix.len[k] = n
+  end
+  local pos = b - (min(ix.top, (k + 1) * IXSEG - 1) - n + 1)
+  if pos < 0 then return end
+  local r = call('LINDEX', ix_seg(p, k), pos)
+  if not r then return end
+  local first, last, cum, cost, calls_n, block, origin = sunpack(RECORD, r)
+  if block ~= b then return end
+  return first, last, cum, cost, calls_n, block, origin
 end
 
--- The first block in [lo, hi] whose record satisfies ok, or hi + 1
--- (ok must hold for every block after one where it holds).
-local function search(ix, lo, hi, ok)
+-- The first block in [lo, hi] whose record satisfies ok, or hi + 1 (ok must
+-- hold for every block after one where it holds); nil when a record it
+-- looks at is missing or counts from another origin than o.
+local function search(p, pv, lo, hi, o, ok)
   hi = hi + 1
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if ok(record_of(ix, mid)) then hi = mid else lo = mid + 1 end
+    local r = { record_of(p, pv, mid) }
+    if r[7] ~= o then return end
+    if ok(unpack(r)) then hi = mid else lo = mid + 1 end
   end
   return lo
 end
 
--- Calls [from, to) of pool p's log, at most CHUNK of them and never past
--- the end of from's block: flat quadruples.
-local function chunk(p, pv, from, to)
-  local stop = math.min(to, from + CHUNK, (floor(from / BLOCK) + 1) * BLOCK)
-  return call('LRANGE', KEYS[1 + p], (from - pv[1]) * ENTRY, (stop - pv[1]) * ENTRY - 1)
+-- The cumulative cost through block b, if its record counts from origin o.
+local function through(p, pv, b, o)
+  local _, _, cum, _, _, _, origin = record_of(p, pv, b)
+  if origin == o then return cum end
 end
 
 -- Slide window b of pool p (state pv, see pool:P above) over its log: drop
@@ -184,14 +241,16 @@ local function slide(p, pv, b, cutoff)
   while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
     local ptr = pv[b + 2]
     if ptr % BLOCK == 0 then
-      local ix, a = index_of(p, pv), ptr / BLOCK
-      local _, last, cum, cost = record_of(ix, a)
+      local a = ptr / BLOCK
+      local _, last, cum, cost, _, _, o = record_of(p, pv, a)
       if last and last <= cutoff then
         -- Block a left whole: so did every block up to the first that did not.
-        local j = search(ix, a + 1, ix.base + ix.n - 1, function(_, l) return l > cutoff end)
-        local _, _, through = record_of(ix, j - 1)
-        pv[b + 1] = pv[b + 1] - (through - (cum - cost))
-        pv[b + 2], pv[b + 3], ptr = j * BLOCK, 0, j * BLOCK
+        local j = search(p, pv, a + 1, index_of(pv).top, o, function(_, l) return l > cutoff end)
+        local upto = j and through(p, pv, j - 1, o)
+        if upto then
+          pv[b + 1] = pv[b + 1] - (upto - (cum - cost))
+          pv[b + 2], pv[b + 3], ptr = j * BLOCK, 0, j * BLOCK
+        end
       end
     end
     if ptr < pv[2] then
@@ -217,13 +276,14 @@ end
 local function cost_between(p, pv, from, to)
   local total = 0
   while from < to do
-    local ix = from % BLOCK == 0 and index_of(p, pv)
-    local a = from / BLOCK
-    local z = ix and math.min(ix.base + ix.n, floor(to / BLOCK)) - 1
-    if ix and a >= ix.base and z >= a then
-      local _, _, cum, cost = record_of(ix, a)
-      local _, _, through = record_of(ix, z)
-      total, from = total + through - (cum - cost), (z + 1) * BLOCK
+    local a, z = from / BLOCK, min(index_of(pv).top, floor(to / BLOCK) - 1)
+    local _, cum, cost, o, upto
+    if from % BLOCK == 0 and z >= a then
+      _, _, cum, cost, _, _, o = record_of(p, pv, a)
+      upto = o and through(p, pv, z, o)
+    end
+    if upto then
+      total, from = total + upto - (cum - cost), (z + 1) * BLOCK
     else
       local e = chunk(p, pv, from, to)
       if #e == 0 then return total, false end
@@ -241,16 +301,14 @@ local function freed_at(p, pv, b, need)
   local freed, ptr, walk_to = 0, pv[b + 2], pv[b + 2]
   while ptr < pv[2] do
     if ptr % BLOCK == 0 and ptr >= walk_to then
-      local ix, a = index_of(p, pv), ptr / BLOCK
-      local _, _, cum, cost = record_of(ix, a)
+      local a = ptr / BLOCK
+      local _, _, cum, cost, _, _, o = record_of(p, pv, a)
       if cum then
         -- (the cumulative cost before the window's oldest call)
         local base = cum - cost - freed
-        local j = search(ix, a, ix.base + ix.n - 1, function(_, _, c) return c - base >= need end)
-        if j > a then
-          local _, _, through = record_of(ix, j - 1)
-          freed, ptr = through - base, j * BLOCK
-        end
+        local j = search(p, pv, a, index_of(pv).top, o, function(_, _, c) return c - base >= need end)
+        local upto = j and j > a and through(p, pv, j - 1, o)
+        if upto then freed, ptr = upto - base, j * BLOCK end
         walk_to = ptr + BLOCK -- (block j holds the call that frees enough)
       end
     end
@@ -267,28 +325,52 @@ local function freed_at(p, pv, b, need)
   return now + pv[b]
 end
 
+-- Pool p's log holds nothing from call `at` on: its tail segment and index
+-- segment are emptied, so that the next call is written at their start.
+local function restart(p, at)
+  call('UNLINK', log_seg(p, floor(at / SEG)), ix_seg(p, floor(at / SEG)))
+end
+
+-- A pool's log as a build before the segments kept it, in the list named by
+-- the prefix itself: adopted as segment 0 (calls renumbered from 0) when it
+-- holds what the state says and fits in one segment. True when adopted.
+local function adopt(p, pv)
+  local calls_n = pv[2] - pv[1]
+  if calls_n > SEG or call('LLEN', KEYS[1 + p]) ~= calls_n * ENTRY or calls_n == 0 then return false end
+  call('UNLINK', log_seg(p, 0), ix_seg(p, 0), KEYS[1 + npools + p])
+  call('RENAME', KEYS[1 + p], log_seg(p, 0))
+  local shift = pv[1]
+  for w = 1, pv[3] do pv[4 * w + 2] = pv[4 * w + 2] - shift end
+  pv[1], pv[2], pv.ix = 0, calls_n, nil
+  return true
+end
+
 -- Each pool's state, brought up to now. A pool seen for the first time, or
 -- whose windows changed, or whose state and log are out of step, is counted
 -- afresh from its log.
 local pools, longest = {}, horizon
 local a = 8 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
-  local log, cost, m = KEYS[1 + p], tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local cost, m = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   local pv = v[3 + p]
   -- (unpacked as stored: the configuration may have changed its windows;
   -- builds before the dead mark stored one field fewer, before the per-pool
   -- expiry three fewer)
   if pv and pv ~= '' then
     local fields = #pv / 8
-    if fields % 4 == 2 then
-      pv = { sunpack(layout((fields - 6) / 4), pv) }
+    if fields % 4 == 0 then
+      pv = { sunpack(layout((fields - 8) / 4), pv) }
     else
       pv = { sunpack('<' .. string.rep('d', fields), pv) }
-      for k = fields + 1, fields + (fields % 4 == 1 and 1 or 3) do pv[k] = 0 end
+      -- (3 + 4m fields before the per-pool expiry, 5 + 4m before the dead
+      -- mark, 6 + 4m before the segments: missing ones are 0)
+      for k = fields + 1, fields + ({ [1] = 1, [2] = 0, [3] = 3 })[fields % 4] do pv[k] = 0 end
     end
     -- (the expiry, loss time and dead mark, moved past any window count)
     local stored_m = pv[3]
     pv.expires, pv.lost, pv.dead = pv[4 + 4 * stored_m], pv[5 + 4 * stored_m], pv[6 + 4 * stored_m]
+    -- A build before the segments kept the log in one list (see adopt).
+    if fields % 4 ~= 0 then adopt(p, pv) end
   else
     pv = nil
   end
@@ -303,15 +385,40 @@ for p = 1, npools do
   end
   -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
   local expires_p, lost_p, dead_p = pv and pv.expires or 0, pv and pv.lost or 0, pv and pv.dead or 0
+  -- A log past its expiry held only calls that count in no window: it
+  -- starts afresh at its tail (its keys may not be gone yet).
+  if pv and expires_p > 0 and now >= expires_p and pv[2] > pv[1] then
+    restart(p, pv[2])
+    pv[1], fresh = pv[2], true
+  end
   -- (no window reaches back past the retention, nor past the dead mark)
-  local dead_cut = math.max(now - visible, dead_p)
-  for _ = 1, 2 do
+  local dead_cut = max(now - visible, dead_p)
+  for attempt = 1, 2 do
     if fresh then
-      local head, calls = pv and pv[1] or 0, call('LLEN', log) / ENTRY
-      -- (calls numbered afresh: the index no longer describes them)
-      if not pv or pv[2] - pv[1] ~= calls then call('UNLINK', KEYS[1 + npools + p]) end
-      pv = { head, head + calls, m }
-      local total = cost_between(p, pv, head, head + calls)
+      local head, tail = 0, 0
+      if pv then
+        head, tail = pv[1], pv[2]
+      else
+        -- No state: what the log holds from call 0 on (a state lost alone),
+        -- without the index, whose blocks may be numbered otherwise.
+        local k, n = 0, SEG
+        while n == SEG do
+          n = call('LLEN', log_seg(p, k)) / ENTRY
+          call('UNLINK', ix_seg(p, k))
+          tail, k = tail + n, k + 1
+        end
+      end
+      -- (on the second attempt the slide found calls missing)
+      local gone = pv and (attempt == 2 or not intact(p, head, tail))
+      if gone then
+        -- The log is not what the state says: it vanished (evicted, or a
+        -- Redis without persistence restarted). Start it afresh, and count
+        -- the pool as spent for a while.
+        restart(p, tail)
+        head, lost_p = tail, now
+      end
+      pv = { head, tail, m }
+      local total = cost_between(p, pv, head, tail)
       for w = 1, m do
         local b = 4 * w
         pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = tonumber(ARGV[a + 2 * w]), total, head, 0
@@ -324,22 +431,20 @@ for p = 1, npools do
       ok = slide(p, pv, 4 * w, cutoff) and ok
     end
     if ok or fresh then break end
-    -- The log is shorter than the state says: it vanished (expired, evicted,
-    -- or a Redis without persistence restarted). Count afresh, and count the
-    -- pool as spent for a while.
-    lost_p, fresh = now, true
+    -- The log is shorter than the state says: count afresh (above).
+    fresh = true
   end
   -- A loss is over once the pool's longest window has passed since (or
   -- R, the longest of every window charged before).
   if lost_p > 0 and (lost_p + plong <= now or lost_p + visible <= now) then lost_p = 0 end
-  local lost_any = math.max(lost_p, lost_all)
+  local lost_any = max(lost_p, lost_all)
   if lost_any + plong <= now then lost_any = 0 end
   pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
   pv.dead, pv.dead_cut = dead_p, dead_cut
   pools[p] = pv
   a = a + 2 + 2 * m
 end
-local retain = math.max(visible, longest)
+local retain = max(visible, longest)
 -- Every key lives until its newest entry counts in no window (and the block
 -- is over), plus a minute. Renewed 1/8 window ahead, so not on every call.
 local keep = retain + 60000000
@@ -364,16 +469,17 @@ local u, n = {}, 0
 local function save_pools()
   for p = 1, npools do
     local pv = pools[p]
-    -- (a pool out of step with its log keeps no windows: the next call
-    -- counts them afresh)
     local m = pv[3]
     pv[4 + 4 * m], pv[5 + 4 * m], pv[6 + 4 * m] = pv.expires, pv.lost, pv.dead
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
-      u[n + 2] = spack(layout(0), pv[1], pv[2], 0, pv.expires, pv.lost, pv.dead)
-      call('UNLINK', KEYS[1 + npools + p])
+      -- (a pool out of step with its log starts it afresh and keeps no
+      -- windows: the next call counts them afresh)
+      restart(p, pv[2])
+      u[n + 2] = spack(layout(0), pv[2], pv[2], 0, pv.expires, pv.lost, pv.dead, 1, 0)
     else
-      u[n + 2] = spack(layout(m), unpack(pv, 1, 6 + 4 * m))
+      pv[7 + 4 * m], pv[8 + 4 * m] = 1, 0 -- (this layout's number, a spare)
+      u[n + 2] = spack(layout(m), unpack(pv, 1, 8 + 4 * m))
     end
     n = n + 2
   end
@@ -401,13 +507,12 @@ local function save_slid() save_state(stored_retain) end
 -- RESEND calls) is answered as it was, and not recorded again. Only
 -- resends pay for the search.
 if resend then
-  local pv, from, found, done = pools[1], pools[1][2], false, false
-  local stop = math.max(pv[1], pv[2] - RESEND)
+  local pv, found, done = pools[1], false, false
+  local from, stop = pv[2], max(pv[1], pv[2] - RESEND)
   while not (found or done) and from > stop do
-    local n = math.min(BLOCK, from - stop)
-    from = from - n
-    local e = call('LRANGE', KEYS[2], (from - pv[1]) * ENTRY, (from - pv[1] + n) * ENTRY - 1)
-    done = #e == 0
+    local lo = max(stop, floor((from - 1) / BLOCK) * BLOCK)
+    local e = calls(1, pv, lo, from)
+    from, done = lo, #e == 0
     for j = #e - ENTRY + 1, 1, -ENTRY do
       if tonumber(e[j]) <= now - horizon then
         done = true
@@ -478,12 +583,33 @@ if not tag_id then
 end
 serial = serial + 1
 
+-- Trim pool p (state pv) up to call `oldest`: whole segments before
+-- oldest's are unlinked with their index, UNLINKS at a time; then at most
+-- TRIM calls of the head's segment.
+local function trim(p, pv, oldest)
+  local kh, ko = floor(pv[1] / SEG), floor(oldest / SEG)
+  if oldest >= pv[2] then ko = floor((pv[2] - 1) / SEG) + 1 end
+  if ko > kh then
+    local keys, upto = {}, min(ko, kh + UNLINKS)
+    for k = kh, upto - 1 do
+      keys[#keys + 1], keys[#keys + 2] = log_seg(p, k), ix_seg(p, k)
+    end
+    call('UNLINK', unpack(keys))
+    pv[1] = min(pv[2], upto * SEG)
+  end
+  if oldest > pv[1] and floor(pv[1] / SEG) == ko then
+    local to = min(oldest, pv[1] + TRIM)
+    call('LTRIM', log_seg(p, ko), (to - pv[1]) * ENTRY, -1)
+    pv[1] = to
+  end
+  pv.ix = nil
+end
+
 -- Calls at or before now - R (the retention stored before this call, at
 -- least the horizon) count in no window, from now on even if R grows (the
--- dead mark): trim them, TRIM at a time (the rest on later calls), as the
--- embedded store deletes them; a log that left entirely is unlinked, with
--- its index. The pointer of a window that long already says how many;
--- otherwise count them.
+-- dead mark): trim them, a bounded number at a time (the rest on later
+-- calls), as the embedded store deletes them. The pointer of a window that
+-- long already says how many; otherwise count them.
 for p = 1, npools do
   local pv = pools[p]
   local oldest
@@ -497,29 +623,14 @@ for p = 1, npools do
     oldest = pv[b + 2]
   end
   pv.dead = pv.dead_cut
-  if oldest >= pv[2] and pv[2] > pv[1] then
-    call('UNLINK', KEYS[1 + p], KEYS[1 + npools + p])
-    pv[1], pv.ix = pv[2], { key = KEYS[1 + npools + p], base = floor(pv[2] / BLOCK), n = 0 }
-  elseif oldest > pv[1] then
-    local to = math.min(oldest, pv[1] + TRIM)
-    call('LTRIM', KEYS[1 + p], (to - pv[1]) * ENTRY, -1)
-    -- (the index keeps the records from the new head's block on)
-    if floor(to / BLOCK) > floor(pv[1] / BLOCK) then
-      local ix = index_of(p, pv)
-      local drop = math.min(floor(to / BLOCK) - ix.base, ix.n)
-      if drop > 0 then
-        call('LTRIM', ix.key, drop, -1)
-        ix.base, ix.n = ix.base + drop, ix.n - drop
-      end
-    end
-    pv[1] = to
-  end
+  if oldest > pv[1] then trim(p, pv, oldest) end
 end
 
 -- Append the record of pool p's block that the call just logged completed.
 local function append_record(p, pv)
-  local from = math.max(pv[1], pv[2] - BLOCK)
-  local e = call('LRANGE', KEYS[1 + p], (from - pv[1]) * ENTRY, -1)
+  local b = pv[2] / BLOCK - 1
+  pv.ix = { top = b - 1, len = {} }
+  local e = calls(p, pv, max(pv[1], b * BLOCK), pv[2])
   local cost, by_tag, tags = 0, {}, {}
   for j = 1, #e, ENTRY do
     local c, t = tonumber(e[j + 1]), e[j + 2]
@@ -530,34 +641,50 @@ local function append_record(p, pv)
       by_tag[t], tags[#tags + 1] = c, t
     end
   end
-  local key = KEYS[1 + npools + p]
-  local prev, cum = call('LINDEX', key, -1), cost
-  if prev then cum = cum + select(3, sunpack('<ddd', prev)) end
-  local r = { spack('<ddddd', tonumber(e[1]), tonumber(e[#e - 3]), cum, cost, #e / ENTRY) }
-  for k, t in ipairs(tags) do r[k + 1] = spack('<dd', tonumber(t), by_tag[t]) end
+  local key = ix_seg(p, floor(b / IXSEG))
+  -- (the predecessor's cumulative cost, or a new origin; a segment whose
+  -- last record is not the predecessor's starts again, so that positions
+  -- stay those of consecutive blocks)
+  local cum, origin = cost, b
+  local _, _, pcum, _, _, _, porigin = record_of(p, pv, b - 1)
+  if pcum then cum, origin = pcum + cost, porigin end
+  if b % IXSEG == 0 or not pcum then call('UNLINK', key) end
+  local r = { spack(RECORD, tonumber(e[1]), tonumber(e[#e - 3]), cum, cost, #e / ENTRY, b, origin) }
+  for j, t in ipairs(tags) do r[j + 1] = spack('<dd', tonumber(t), by_tag[t]) end
   if call('RPUSH', key, table.concat(r)) == 1 then
     call('PEXPIRE', key, floor((pv.expires - now) / 1000))
   end
-  if pv.ix then pv.ix.n = pv.ix.n + 1 end
+  pv.ix = nil
+end
+
+-- Renew the expiry of every segment of pool p's log and index that still
+-- holds calls.
+local function renew(p, pv)
+  local ms = floor((renew_to - now) / 1000)
+  for k = floor(pv[1] / SEG), floor((pv[2] - 1) / SEG) do
+    call('PEXPIRE', log_seg(p, k), ms)
+    call('PEXPIRE', ix_seg(p, k), ms)
+  end
 end
 
 -- Record the call once per pool and add its cost to every window.
 a = 8 + npools
 for p = 1, npools do
-  local pv, log, cost = pools[p], KEYS[1 + p], tonumber(ARGV[a])
-  local len = call('RPUSH', log, now_text, ARGV[a], tag_id, id)
+  local pv, cost = pools[p], tonumber(ARGV[a])
+  local len = call('RPUSH', log_seg(p, floor(pv[2] / SEG)), now_text, ARGV[a], tag_id, id)
   pv[2] = pv[2] + 1
-  if len ~= (pv[2] - pv[1]) * ENTRY then
+  if len ~= (pv[2] - max(pv[1], floor((pv[2] - 1) / SEG) * SEG)) * ENTRY then
     -- The log is not what the state says (a key expired or was evicted
     -- since the slide above): count it afresh, and as spent for a while.
     pv.lost, pv.rebuild = now, true
   end
   -- Each log (and its index) keeps its own expiry, renewed when it no
-  -- longer covers keep.
-  if len == ENTRY or pv.expires < now + keep then
+  -- longer covers keep, or when the call opened a segment.
+  if pv.expires < now + keep then
     pv.expires = renew_to
-    call('PEXPIRE', log, floor((renew_to - now) / 1000))
-    call('PEXPIRE', KEYS[1 + npools + p], floor((renew_to - now) / 1000))
+    renew(p, pv)
+  elseif len == ENTRY then
+    call('PEXPIRE', log_seg(p, floor((pv[2] - 1) / SEG)), floor((pv.expires - now) / 1000))
   end
   if pv[2] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
   for w = 1, pv[3] do

@@ -4,8 +4,8 @@
 -- replica.
 --
 -- KEYS[1]        quota:{C}:state    hash of the credential
--- KEYS[2..1+n]   quota:{C}:log:P    the log of each pool asked about
--- KEYS[2+n..]    quota:{C}:index:P  its index, in the same order
+-- KEYS[2..1+n]   quota:{C}:log:P    the prefix of each pool's log segments
+-- KEYS[2+n..]    quota:{C}:index:P  that of its index, in the same order
 -- ARGV[1]        now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2..]      each pool's state field, "pool:" .. name, in KEYS order
 --
@@ -15,8 +15,9 @@
 -- where tags is a flat list (id, "endpoint<TAB>job", ...), retain is the
 -- stored retention in µs, lost is when the pool's log was found lost (0:
 -- never; now: it is missing at this read), head and tail number the calls
--- the log holds (head <= s < tail) and the index holds the records of the
--- blocks [first, first + indexed), and calls at or before the dead mark
+-- the log holds (head <= s < tail), the index may hold the records of the
+-- blocks [first, first + indexed) (lua/read_log.lua returns those it holds),
+-- and calls at or before the dead mark
 -- count in no window (see lua/charge.lua). Raises
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
@@ -49,25 +50,58 @@ for j = 1, #all, 2 do
 end
 local reply = { now, serial, tonumber(g[2]) or 0, g[3] or '', tags, retain }
 local n = (#KEYS - 1) / 2
+local BLOCK, SEG = 128, 65536
+-- The length of segment k of the log KEYS[1 + k] (lua/charge.lua).
+local function seg_len(key, k) return redis.call('LLEN', key .. ':' .. k) / 4 end
 for k = 1, n do
-  local calls = redis.call('LLEN', KEYS[1 + k]) / 4
   local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
-  local head, tail, dead = 0, calls, 0
+  local head, tail, dead = 0, 0, 0
   if pv and #pv >= 40 then
     local fields = #pv / 8
     head, tail = struct.unpack('<dd', pv)
-    -- (the loss time and dead mark close this build's layout; the build
-    -- before the dead mark closed it with the loss time)
-    if fields % 4 == 2 then
-      lost, dead = math.max(lost, (struct.unpack('<d', pv, #pv - 15))), struct.unpack('<d', pv, #pv - 7)
+    -- (the expiry, loss time and dead mark, then two fields, close this
+    -- build's layout; the build before the segments closed it with the
+    -- three, the build before the dead mark with the expiry and loss time)
+    local expires = 0
+    if fields % 4 == 0 then
+      expires, lost, dead = struct.unpack('<ddd', pv, #pv - 39)
+      lost = math.max(lost, lost_all)
+    elseif fields % 4 == 2 then
+      expires, lost, dead = struct.unpack('<ddd', pv, #pv - 23)
+      lost = math.max(lost, lost_all)
     elseif fields % 4 == 1 then
-      lost = math.max(lost, (struct.unpack('<d', pv, #pv - 7)))
+      expires, lost = struct.unpack('<dd', pv, #pv - 15)
+      lost = math.max(lost, lost_all)
     end
-    -- A log shorter than its state says is lost, noticed or not.
-    if calls < tail - head and lost == 0 then lost = now end
+    if expires > 0 and now >= expires then
+      -- (past its expiry the log held nothing that counts: lua/charge.lua)
+      head = tail
+    elseif tail > head and lost == 0 then
+      -- A log whose first or last segment is not as long as its state
+      -- says is lost, noticed or not.
+      local kh, kt = math.floor(head / SEG), math.floor((tail - 1) / SEG)
+      if fields % 4 ~= 0 then
+        -- (a build before the segments kept one list: the next charge
+        -- adopts it, lua/read_log.lua reads it meanwhile)
+        if redis.call('LLEN', KEYS[1 + k]) ~= (tail - head) * 4 then lost = now end
+      elseif seg_len(KEYS[1 + k], kh) ~= math.min(tail, (kh + 1) * SEG) - head
+        or (kt ~= kh and seg_len(KEYS[1 + k], kt) ~= tail - kt * SEG) then
+        lost = now
+      end
+    end
+  else
+    -- No state: what the log holds from call 0 on.
+    local s, got = 0, SEG
+    while got == SEG do
+      got = seg_len(KEYS[1 + k], s)
+      tail, s = tail + got, s + 1
+    end
   end
-  local indexed = redis.call('LLEN', KEYS[1 + n + k])
-  for _, x in ipairs({ lost, head, tail, math.floor(tail / 128) - indexed, indexed, dead }) do
+  -- (the index may hold the blocks from the head's on: lua/read_log.lua
+  -- returns those it has)
+  local first = math.floor(head / BLOCK)
+  local indexed = math.max(0, math.floor(tail / BLOCK) - first)
+  for _, x in ipairs({ lost, head, tail, first, indexed, dead }) do
     reply[#reply + 1] = x
   end
 end

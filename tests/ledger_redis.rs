@@ -5,7 +5,8 @@
 //! state makes its pool count as spent.
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, Ledger, Pool, PoolCost, RedisLedger, index_key, log_key, state_key,
+    At, Charge, ChargeDecision, Ledger, Pool, PoolCost, RedisLedger, index_segment_key, log_key,
+    log_segment_key, state_key,
 };
 
 use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
@@ -53,8 +54,8 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
     let longest_ms = 3600 * 1000 + 60_000 + 3600 * 1000 / 8;
     for key in [
         state_key("ttl"),
-        log_key("ttl", "units"),
-        index_key("ttl", "units"),
+        log_segment_key("ttl", "units", 0),
+        index_segment_key("ttl", "units", 0),
     ] {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
         assert!(ttl > 3600 * 1000 && ttl <= longest_ms, "{key}: PTTL {ttl}");
@@ -69,8 +70,8 @@ async fn idle_keys_carry_a_ttl_a_little_past_the_window() {
     assert_eq!(
         keys,
         [
-            index_key("ttl", "units"),
-            log_key("ttl", "units"),
+            index_segment_key("ttl", "units", 0),
+            log_segment_key("ttl", "units", 0),
             state_key("ttl")
         ]
     );
@@ -181,8 +182,8 @@ async fn a_100_unit_call_takes_no_more_memory_than_a_1_unit_call() {
                 .unwrap()
         };
         bytes.push(
-            usage(log_key(cred, "units"))
-                + usage(index_key(cred, "units"))
+            usage(log_segment_key(cred, "units", 0))
+                + usage(index_segment_key(cred, "units", 0))
                 + usage(state_key(cred)),
         );
     }
@@ -232,7 +233,7 @@ async fn a_vanished_log_counts_as_spent_until_its_longest_window_passed() {
     let cost = [cost(&pool, 4)];
     assert!(charged(&ledger, "lost", &cost, At::Fixed(T0)).await);
     assert!(charged(&ledger, "lost", &cost, At::Fixed(T0 + S)).await);
-    server.cli(&["DEL", &log_key("lost", "units")]);
+    server.cli(&["DEL", &log_segment_key("lost", "units", 0)]);
     // Both entries are still inside the window: their 8 units are forgotten.
     // The state alone would say "retry in a whole window"; the ledger says
     // the log is lost, and the pool spent until a window has passed.
@@ -280,7 +281,7 @@ async fn a_log_found_missing_by_status_is_reported_lost_before_any_charge() {
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let pool = units_pool(60, 10);
     assert!(charged(&ledger, "gone", &[cost(&pool, 4)], At::Fixed(T0)).await);
-    server.cli(&["DEL", &log_key("gone", "units")]);
+    server.cli(&["DEL", &log_segment_key("gone", "units", 0)]);
     let u = ledger
         .usage("gone", &[pool], At::Fixed(T0 + 5 * S))
         .await
@@ -302,7 +303,7 @@ async fn a_denial_on_a_vanished_state_leaves_every_key_with_a_ttl() {
     // Counted afresh from the log: full, so refused; the state is made anew.
     assert!(!charged(&ledger, "ttl", &cost, At::Fixed(T0 + 2 * S)).await);
     assert_eq!(server.cli(&["EXISTS", &state_key("ttl")]), "1");
-    for key in [state_key("ttl"), log_key("ttl", "units")] {
+    for key in [state_key("ttl"), log_segment_key("ttl", "units", 0)] {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
         assert!(ttl > 60_000, "{key} has PTTL {ttl}");
     }
@@ -337,8 +338,8 @@ async fn a_quiet_pools_log_lives_as_long_as_its_entries_count() {
     let search = pool("search", vec![window(60, 4, 0)]);
     let keys = [
         state_key("yt"),
-        log_key("yt", "units"),
-        log_key("yt", "search"),
+        log_segment_key("yt", "units", 0),
+        log_segment_key("yt", "search", 0),
     ];
     let (units_cost, search_cost) = ([cost(&units, 1)], [cost(&search, 1)]);
     let search_at = [0, 75, 111, 138, 138, 138, 138];
@@ -403,7 +404,7 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
     for i in 0..300 {
         assert!(charged(&ledger, "ix", &one, At::Fixed(T0 + i * 50 * ms)).await);
     }
-    let records = |cred: &str| server.cli(&["LLEN", &index_key(cred, "units")]);
+    let records = |cred: &str| server.cli(&["LLEN", &index_segment_key(cred, "units", 0)]);
     assert_eq!(
         records("ix"),
         "2",
@@ -412,7 +413,7 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
     // The index alone vanishes: the window still slides exactly, walking
     // the log (2.5 s past the last call, the calls of the first 7.45 s, the
     // first 150, have left the 10 s window).
-    server.cli(&["DEL", &index_key("ix", "units")]);
+    server.cli(&["DEL", &index_segment_key("ix", "units", 0)]);
     let at = T0 + 299 * 50 * ms + 2500 * ms;
     assert_eq!(
         used(&ledger, "ix", std::slice::from_ref(&pool), at).await,
@@ -436,7 +437,7 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
     );
     // The log vanishes: the index goes with it, the pool counts as spent
     // (from the charge that finds it gone: its window sums were still whole).
-    server.cli(&["DEL", &log_key("ix", "units")]);
+    server.cli(&["DEL", &log_segment_key("ix", "units", 0)]);
     let _ = ledger.charge(&charge("ix", &one), At::Fixed(at + S)).await;
     assert_eq!(records("ix"), "0");
     let d = ledger

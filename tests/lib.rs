@@ -11,6 +11,7 @@ mod ledger_conformance;
 mod ledger_embedded_scale;
 mod ledger_equivalence;
 mod ledger_redis;
+mod ledger_redis_segments;
 mod operator;
 mod run_blocks;
 mod run_concurrency;

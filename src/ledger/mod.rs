@@ -34,7 +34,10 @@ pub use self::decision::{At, BlockEnd, Charge, ChargeDecision, LockOutcome, Rema
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;
 pub(crate) use self::error::check_fits;
-pub use self::redis::{RedisLedger, cursor_key, index_key, lock_key, log_key, state_key};
+pub use self::redis::{
+    LOG_SEGMENT, RedisLedger, cursor_key, index_key, index_segment_key, lock_key, log_key,
+    log_segment_key, state_key,
+};
 pub use self::store::{Store, StoreLocation, redact_url};
 pub use self::usage::{
     CredentialLog, CredentialUsage, LogBlock, LogEntry, LogLost, LogSegment, PoolUsage,

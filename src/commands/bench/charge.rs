@@ -15,7 +15,9 @@ use super::measure::{
 };
 use crate::cli::BenchArgs;
 use crate::ledger::topology::Conn;
-use crate::ledger::{Charge, PoolCost, RedisLedger, index_key, log_key, state_key};
+use crate::ledger::{
+    Charge, LOG_SEGMENT, PoolCost, RedisLedger, index_segment_key, log_segment_key, state_key,
+};
 use crate::{Error, Result};
 
 /// A charge in one window (a day), and in two (a day and an hour).
@@ -68,9 +70,11 @@ async fn bytes_per_call(ledger: &RedisLedger, units: u64, calls: usize) -> Resul
     for _ in 0..calls {
         charge_one(ledger, &credential, &cost).await?;
     }
-    let log = memory_usage(&mut conn, &log_key(&credential, "units")).await?
-        + memory_usage(&mut conn, &index_key(&credential, "units")).await?
-        + memory_usage(&mut conn, &state_key(&credential)).await?;
+    let mut log = memory_usage(&mut conn, &state_key(&credential)).await?;
+    for k in 0..=calls as u64 / LOG_SEGMENT {
+        log += memory_usage(&mut conn, &log_segment_key(&credential, "units", k)).await?
+            + memory_usage(&mut conn, &index_segment_key(&credential, "units", k)).await?;
+    }
     cleanup(&mut conn, &credential).await;
     Ok(log as f64 / calls as f64)
 }

@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::ledger::topology::Conn;
 use crate::ledger::{
-    At, Charge, Ledger, Pool, PoolCost, RedisLedger, Window, index_key, log_key, state_key,
+    At, Charge, LOG_SEGMENT, Ledger, Pool, PoolCost, RedisLedger, Window, index_segment_key,
+    log_segment_key, state_key,
 };
 use crate::{Error, Result};
 
@@ -182,11 +183,12 @@ where
 
 /// Delete the keys a benchmark credential left.
 pub async fn cleanup(conn: &mut Conn, credential: &str) {
-    let keys = [
-        state_key(credential),
-        log_key(credential, "units"),
-        index_key(credential, "units"),
-    ];
+    let mut keys = vec![state_key(credential)];
+    // (the segments of up to 2 * 10^7 calls, the most any bench logs)
+    for k in 0..=2 * 10_000_000 / LOG_SEGMENT {
+        keys.push(log_segment_key(credential, "units", k));
+        keys.push(index_segment_key(credential, "units", k));
+    }
     let _: redis::RedisResult<()> = conn.del(&keys).await;
 }
 

@@ -9,12 +9,14 @@
 //!   tail sequence numbers and per window the running sum, a pointer to the
 //!   oldest entry still inside and that entry's time; the latest decision's
 //!   time and the charge serial; tag names; the upstream block.
-//! * `quota:{C}:log:P`  list per pool: `(time µs, cost, tag id, charge id)`
-//!   quadruples, one per call whatever its cost, oldest first, trimmed past
-//!   the longest window (and never before [`IDEMPOTENCY_HORIZON`]).
-//! * `quota:{C}:index:P`  list per pool: a summary per block of 128 calls
-//!   (times, cumulative cost, cost by tag), so that no charge and no status
-//!   read walks a long log call by call.
+//! * `quota:{C}:log:P:k`  lists per pool, segment `k` holding calls
+//!   `k * 65536..`: `(time µs, cost, tag id, charge id)` quadruples, one per
+//!   call whatever its cost, oldest first, trimmed past the longest window
+//!   (and never before [`IDEMPOTENCY_HORIZON`]). Segments keep every read of
+//!   the log positional in bounded time.
+//! * `quota:{C}:index:P:k`  lists per pool: a summary per block of 128 calls
+//!   of log segment `k` (times, cumulative cost, cost by tag), so that no
+//!   charge and no status read walks a long log call by call.
 //!
 //! Idempotency costs nothing on the common path: a charge's id rides in its
 //! log entry, and the log is searched for it only when the charge is sent
@@ -90,15 +92,31 @@ pub fn state_key(credential: &str) -> String {
     format!("quota:{{{credential}}}:state")
 }
 
-/// The key of the log of `pool` of `credential`.
+/// Calls per segment of a pool's log (`lua/charge.lua`): call `s` sits in
+/// segment `s / LOG_SEGMENT`, and so does its block's record in the index.
+pub const LOG_SEGMENT: u64 = 65536;
+
+/// The prefix of the keys of the log of `pool` of `credential`: its
+/// segments are [`log_segment_key`]s.
 pub fn log_key(credential: &str, pool: &str) -> String {
     format!("quota:{{{credential}}}:log:{pool}")
 }
 
-/// The key of the index of the log of `pool` of `credential` (one record
-/// per block of calls: see `lua/charge.lua`).
+/// The key of segment `k` of the log of `pool` of `credential`.
+pub fn log_segment_key(credential: &str, pool: &str, k: u64) -> String {
+    format!("{}:{k}", log_key(credential, pool))
+}
+
+/// The prefix of the keys of the index of the log of `pool` of
+/// `credential` (one record per block of calls: see `lua/charge.lua`).
 pub fn index_key(credential: &str, pool: &str) -> String {
     format!("quota:{{{credential}}}:index:{pool}")
+}
+
+/// The key of segment `k` of the index of `pool` of `credential`: the
+/// records of the blocks of log segment `k`.
+pub fn index_segment_key(credential: &str, pool: &str, k: u64) -> String {
+    format!("{}:{k}", index_key(credential, pool))
 }
 
 /// The key of job `job`'s run lock.

@@ -1,5 +1,5 @@
 //! A usage report from Redis in bounded steps: `lua/read.lua` says what a
-//! credential's logs hold (call numbers, indexed blocks), then
+//! credential's logs hold (call numbers, blocks the index may hold), then
 //! `lua/read_log.lua` returns slices of at most 1,024 calls or block
 //! records, so no script runs long however long the log (issue 11: a
 //! million-call log once held Redis for 1.4 s in one read).
@@ -31,7 +31,7 @@ struct PoolExtent {
     /// The calls the log holds: `head..tail`.
     head: i64,
     tail: i64,
-    /// The blocks the index holds: `first..first + indexed`.
+    /// The blocks whose records the index may hold: `first..first + indexed`.
     first: i64,
     indexed: i64,
     /// Calls at or before this time count in no window (`lua/charge.lua`).
@@ -124,31 +124,32 @@ impl Reader<'_> {
     }
 
     /// The pool's log as segments, oldest first, with blocks that straddle a
-    /// boundary of the report (`visible` included) read call by call.
+    /// boundary of the report (`visible` included) read call by call, and
+    /// so are blocks whose record the index lacks.
     async fn all_segments(
         &self,
         e: &PoolExtent,
         now: Micros,
         visible: Micros,
     ) -> Result<Vec<LogSegment>, StoreError> {
-        let (indexed_from, indexed_to) = if e.indexed > 0 {
-            (
-                (e.first * BLOCK).clamp(e.head, e.tail),
-                ((e.first + e.indexed) * BLOCK).clamp(e.head, e.tail),
-            )
-        } else {
-            (e.tail, e.tail)
-        };
-        let mut out = self.calls(e.head, indexed_from).await?;
+        let mut out = Vec::new();
+        // (the next call not yet in `out`)
+        let mut at = e.head;
         for (b, block) in self.blocks(e.first, e.first + e.indexed).await? {
+            let (start, end) = (b * BLOCK, (b + 1) * BLOCK);
+            if end <= at {
+                continue;
+            }
+            out.extend(self.calls(at, start.max(at)).await?);
             let segment = LogSegment::Block(block);
             if straddles(self.pool, &segment, now, visible) {
-                out.extend(self.calls(b * BLOCK, (b + 1) * BLOCK).await?);
+                out.extend(self.calls(start.max(at), end).await?);
             } else {
                 out.push(segment);
             }
+            at = end;
         }
-        out.extend(self.calls(indexed_to.max(indexed_from), e.tail).await?);
+        out.extend(self.calls(at, e.tail).await?);
         Ok(out)
     }
 
@@ -173,15 +174,19 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    /// Block records `from..to`, in slices, with their block numbers.
+    /// The block records the index holds of `from..to`, in slices, with
+    /// their block numbers, oldest first.
     async fn blocks(&self, from: i64, to: i64) -> Result<Vec<(i64, LogBlock)>, StoreError> {
-        let mut out = Vec::new();
+        let mut out: Vec<(i64, LogBlock)> = Vec::new();
         let mut at = from;
         while at < to {
             let end = (at + SLICE).min(to);
-            let (first, records) = self.slice("blocks", at, end).await?;
-            for (k, r) in records.iter().enumerate() {
-                out.push((first + k as i64, block(r)?));
+            for r in self.slice("blocks", at, end).await?.1 {
+                let (b, block) = block(&r)?;
+                // (a record out of place is left out: its calls are read)
+                if (at..end).contains(&b) && out.last().is_none_or(|(last, _)| *last < b) {
+                    out.push((b, block));
+                }
             }
             at = end;
         }
@@ -220,29 +225,30 @@ impl Reader<'_> {
 }
 
 /// A block record (`lua/charge.lua`): packed little-endian doubles, first
-/// and last call's time, cumulative cost, the block's cost, calls, then
-/// (tag id, cost) per tag.
-fn block(record: &Value) -> Result<LogBlock, StoreError> {
+/// and last call's time, cumulative cost, the block's cost, calls, the
+/// block's number, its origin, then (tag id, cost) per tag.
+fn block(record: &Value) -> Result<(i64, LogBlock), StoreError> {
     let Value::BulkString(bytes) = record else {
         return Err(StoreError::Reply(
             "a block record that is not a string".into(),
         ));
     };
-    if bytes.len() < 40 || bytes.len() % 16 != 8 {
+    if bytes.len() < 56 || bytes.len() % 16 != 8 {
         return Err(StoreError::Reply("a block record of the wrong size".into()));
     }
     let f: Vec<f64> = bytes
         .chunks_exact(8)
         .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
         .collect();
-    Ok(LogBlock {
+    let block = LogBlock {
         first: f[0] as Micros,
         last: f[1] as Micros,
         cost: f[3] as u64,
         calls: f[4] as u64,
-        by_tag: f[5..]
+        by_tag: f[7..]
             .chunks_exact(2)
             .map(|t| (t[0] as u32, t[1] as u64))
             .collect(),
-    })
+    };
+    Ok((f[5] as i64, block))
 }

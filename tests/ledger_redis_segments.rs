@@ -1,0 +1,410 @@
+//! A Redis log longer than one segment (`lua/charge.lua`: 65,536 calls a
+//! list, so that no read walks a long list): decisions, retries and usage
+//! stay exact across segment boundaries; segments that left are unlinked;
+//! a log past its expiry is empty, not lost; a segment that vanished makes
+//! its pool count as spent; the one-list log of the build before segments
+//! is adopted.
+//!
+//! Logs are filled by pipelined EVALSHA with fixed times (a charge through
+//! the ledger is a round trip: 140,000 of them would take minutes in a
+//! debug build), with the arguments charge.lua's header documents.
+
+use quota::ledger::{
+    At, ChargeDecision, IDEMPOTENCY_HORIZON, LOG_SEGMENT, Ledger, Pool, RedisLedger,
+    index_segment_key, log_key, log_segment_key, state_key,
+};
+
+use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
+use crate::common::redis::RedisServer;
+
+const CHARGE_LUA: &str = include_str!("../lua/charge.lua");
+/// A millisecond in µs.
+const MS: i64 = 1000;
+
+/// The calls a test logged: time and cost of each, oldest first.
+struct Log {
+    at: Vec<i64>,
+    cost: Vec<u64>,
+}
+
+impl Log {
+    /// The cost of the calls inside the window of length `per_s` at `now`.
+    fn used(&self, per_s: i64, now: i64) -> u64 {
+        self.at
+            .iter()
+            .zip(&self.cost)
+            .filter(|&(&t, _)| t > now - per_s * S && t <= now)
+            .map(|(_, &c)| c)
+            .sum()
+    }
+
+    /// When `need` units of the window of length `per_s` at `now` will
+    /// have left it: when the newest of the oldest calls holding them does.
+    fn freed_at(&self, per_s: i64, now: i64, need: u64) -> i64 {
+        let mut freed = 0;
+        for (&t, &c) in self.at.iter().zip(&self.cost) {
+            if t > now - per_s * S && t <= now {
+                freed += c;
+                if freed >= need {
+                    return t + per_s * S;
+                }
+            }
+        }
+        panic!("fewer than {need} units in the window");
+    }
+}
+
+/// Log `n` calls of `pool` for `credential`, call `i` at `T0 + i` ms with
+/// cost `1 + i % 3`, tagged by two endpoints in turn.
+fn fill(server: &RedisServer, credential: &str, pool: &Pool, n: i64) -> Log {
+    fill_from(server, credential, pool, 0, n)
+}
+
+/// Log calls `from..to` as [`fill`] numbers them; the [`Log`] holds all of
+/// `0..to`.
+fn fill_from(server: &RedisServer, credential: &str, pool: &Pool, from: i64, n: i64) -> Log {
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let sha: String = ::redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(CHARGE_LUA)
+        .query(&mut con)
+        .unwrap();
+    let log = Log {
+        at: (0..n).map(|i| T0 + i * MS).collect(),
+        cost: (0..n).map(|i| 1 + (i % 3) as u64).collect(),
+    };
+    for batch in (from..n).collect::<Vec<_>>().chunks(5000) {
+        let mut pipe = ::redis::pipe();
+        for &i in batch {
+            let cmd = pipe
+                .cmd("EVALSHA")
+                .arg(&sha)
+                .arg(3)
+                .arg(state_key(credential))
+                .arg(log_key(credential, &pool.name))
+                .arg(quota::ledger::index_key(credential, &pool.name))
+                .arg(log.at[i as usize])
+                .arg(i + 1) // charge id
+                .arg("0")
+                .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
+                .arg(if i % 2 == 0 { "tag:a\tj" } else { "tag:b\tj" })
+                .arg(0)
+                .arg(1)
+                .arg(format!("pool:{}", pool.name))
+                .arg(log.cost[i as usize])
+                .arg(pool.windows.len());
+            for w in &pool.windows {
+                cmd.arg(w.per.as_micros() as u64).arg(w.budget());
+            }
+            cmd.ignore();
+        }
+        let () = pipe.query(&mut con).unwrap();
+    }
+    log
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.cli(&["EXISTS", key]) == "1"
+}
+
+#[tokio::test]
+async fn a_log_across_segments_decides_and_reports_exactly() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let big = 1_000_000_000;
+    let units = pool("units", vec![window(10, big, 0), window(100, big, 0)]);
+    let n = 140_000; // segments 0, 1 and 2
+    let log = fill(&server, "seg", &units, n);
+    for k in 0..3 {
+        assert!(exists(&server, &log_segment_key("seg", "units", k)));
+        assert!(exists(&server, &index_segment_key("seg", "units", k)));
+    }
+    assert!(!exists(&server, &log_segment_key("seg", "units", 3)));
+    let now = T0 + n * MS;
+    let (used_10, used_100) = (log.used(10, now), log.used(100, now));
+    // The status read: blocks of three index segments, calls where a
+    // window's start cuts a block; the 100 s window starts in segment 0.
+    assert_eq!(
+        used(&ledger, "seg", std::slice::from_ref(&units), now).await,
+        [used_10, used_100]
+    );
+    let u = ledger
+        .usage("seg", std::slice::from_ref(&units), At::Fixed(now))
+        .await
+        .unwrap();
+    let by_endpoint = &u.pools[0].windows[1].by_endpoint;
+    assert_eq!(by_endpoint.values().sum::<u64>(), used_100);
+    assert!(
+        by_endpoint["a"] > 0 && by_endpoint["b"] > 0,
+        "{by_endpoint:?}"
+    );
+
+    // A charge that needs 70,000 units of the 100 s window to leave: the
+    // calls holding them reach from segment 0 into segment 1.
+    let need = 70_000;
+    let tight = pool(
+        "units",
+        vec![window(10, big, 0), window(100, used_100 + 10 - need, 0)],
+    );
+    let one = [cost(&tight, 10)];
+    let expected = log.freed_at(100, now, need);
+    assert!(
+        log.at[LOG_SEGMENT as usize] < expected - 100 * S,
+        "crosses a segment"
+    );
+    let d = ledger
+        .charge(&charge("seg", &one), At::Fixed(now))
+        .await
+        .unwrap();
+    let ChargeDecision::Rejected { retry_after, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(retry_after.as_micros() as i64, expected - now);
+
+    // The index segment in the middle vanishes: the same answers, walking.
+    server.cli(&["DEL", &index_segment_key("seg", "units", 1)]);
+    let d = ledger
+        .charge(&charge("seg", &one), At::Fixed(now))
+        .await
+        .unwrap();
+    let ChargeDecision::Rejected { retry_after, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(retry_after.as_micros() as i64, expected - now);
+    assert_eq!(
+        used(&ledger, "seg", std::slice::from_ref(&units), now).await,
+        [used_10, used_100]
+    );
+    // And the slide past it, 30 s later, lands exactly.
+    let later = now + 30 * S;
+    let d = ledger
+        .charge(&charge("seg", &[cost(&units, 1)]), At::Fixed(later))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { remaining, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(remaining[1].remaining, big - log.used(100, later) - 1);
+
+    // A log segment in the middle vanishes: the pool counts as spent.
+    server.cli(&["DEL", &log_segment_key("seg", "units", 1)]);
+    let d = ledger
+        .charge(
+            &charge("seg", &[cost(&units, 1)]),
+            At::Fixed(later + 30 * S),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
+}
+
+#[tokio::test]
+async fn segments_that_left_are_unlinked_and_the_head_trimmed() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    // A 10 s window: calls stay for the 60 s horizon, then are trimmed.
+    let units = pool("units", vec![window(10, 1_000_000_000, 0)]);
+    let n = 140_000;
+    let log = fill(&server, "trim", &units, n);
+    let now = T0 + n * MS;
+    let seg = |k| log_segment_key("trim", "units", k);
+    // Segment 0 (calls of 0 to 65.5 s) left the 60 s retention whole; the
+    // head of segment 1 was trimmed up to it, a bounded step at a time.
+    assert!(!exists(&server, &seg(0)));
+    assert!(!exists(&server, &index_segment_key("trim", "units", 0)));
+    let kept: i64 = server.cli(&["LLEN", &seg(1)]).parse().unwrap();
+    let first: i64 = server.cli(&["LINDEX", &seg(1), "0"]).parse().unwrap();
+    assert!(kept < LOG_SEGMENT as i64 * 4, "segment 1 trimmed");
+    assert!(
+        first > now - 60 * S - 20 * S && first <= now - 60 * S + MS,
+        "the head is the retention's cutoff at the last call, within a bounded step: {}",
+        (now - first) / MS
+    );
+    assert_eq!(
+        used(&ledger, "trim", std::slice::from_ref(&units), now).await,
+        [log.used(10, now)]
+    );
+    // 61 s after the last call, every call has left: the segments go, and
+    // the next call starts the tail's segment afresh.
+    let d = ledger
+        .charge(&charge("trim", &[cost(&units, 5)]), At::Fixed(now + 61 * S))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { remaining, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(remaining[0].remaining, 1_000_000_000 - 5);
+    assert!(!exists(&server, &seg(1)));
+    assert_eq!(server.cli(&["LLEN", &seg(2)]), "4", "only the new call");
+    assert_eq!(
+        used(&ledger, "trim", std::slice::from_ref(&units), now + 62 * S).await,
+        [5]
+    );
+}
+
+/// A pool charged once, then idle while another pool of its credential is
+/// charged: its log expires (every call had long left), and its next charge
+/// finds an empty log, not a lost one.
+#[tokio::test]
+async fn a_log_past_its_expiry_is_empty_not_lost() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let busy = pool("busy", vec![window(60, 1000, 0)]);
+    let quiet = pool("quiet", vec![window(60, 4, 0)]);
+    assert!(
+        ledger
+            .charge(&charge("exp", &[cost(&quiet, 3)]), At::Fixed(T0))
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let quiet_log = log_segment_key("exp", "quiet", 0);
+    let ttl: i64 = server.cli(&["PTTL", &quiet_log]).parse().unwrap();
+    assert!(ttl > 60_000, "{ttl}");
+    // The busy pool's charges every 30 s keep the state alive; the quiet
+    // log's TTL runs out with the fixed clock (as Redis would expire it).
+    let mut t = 0;
+    while t <= 10 * 60 {
+        t += 30;
+        let left: i64 = server.cli(&["PTTL", &quiet_log]).parse().unwrap();
+        if left > 0 && left <= 30_000 {
+            server.cli(&["DEL", &quiet_log]);
+        } else if left > 0 {
+            server.cli(&["PEXPIRE", &quiet_log, &(left - 30_000).to_string()]);
+        }
+        let d = ledger
+            .charge(&charge("exp", &[cost(&busy, 1)]), At::Fixed(T0 + t * S))
+            .await
+            .unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    assert!(!exists(&server, &quiet_log), "the quiet log expired");
+    let u = ledger
+        .usage("exp", std::slice::from_ref(&quiet), At::Fixed(T0 + t * S))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None, "status: not lost");
+    assert_eq!(u.pools[0].windows[0].remaining, 4);
+    let d = ledger
+        .charge(&charge("exp", &[cost(&quiet, 4)]), At::Fixed(T0 + t * S))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { remaining, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(remaining[0].remaining, 0);
+}
+
+/// What the build before segments left: one list per pool at the prefix
+/// itself, a pool state two fields shorter, an index of 5-double records.
+/// The first charge adopts the list as segment 0, with every call counted.
+#[tokio::test]
+async fn the_one_list_log_of_the_build_before_segments_is_adopted() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let units = pool("units", vec![window(100, 1_000_000, 0)]);
+    let log = fill(&server, "old", &units, 300);
+    // Back to the older layout.
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let state: Vec<u8> = ::redis::cmd("HGET")
+        .arg(state_key("old"))
+        .arg("pool:units")
+        .query(&mut con)
+        .unwrap();
+    let () = ::redis::cmd("HSET")
+        .arg(state_key("old"))
+        .arg("pool:units")
+        .arg(&state[..state.len() - 16])
+        .query(&mut con)
+        .unwrap();
+    server.cli(&[
+        "RENAME",
+        &log_segment_key("old", "units", 0),
+        &log_key("old", "units"),
+    ]);
+    server.cli(&["DEL", &index_segment_key("old", "units", 0)]);
+    server.cli(&["RPUSH", &quota::ledger::index_key("old", "units"), "record"]);
+
+    let now = T0 + 300 * MS + 20 * S;
+    // Before any charge, status reads the one list.
+    let u = ledger
+        .usage("old", std::slice::from_ref(&units), At::Fixed(now))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None);
+    assert_eq!(u.pools[0].windows[0].used, log.used(100, now));
+    let d = ledger
+        .charge(&charge("old", &[cost(&units, 1)]), At::Fixed(now))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { remaining, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(remaining[0].remaining, 1_000_000 - log.used(100, now) - 1);
+    assert!(!exists(&server, &log_key("old", "units")));
+    assert!(!exists(&server, &quota::ledger::index_key("old", "units")));
+    assert_eq!(
+        server.cli(&["LLEN", &log_segment_key("old", "units", 0)]),
+        "1204"
+    );
+    assert_eq!(
+        used(&ledger, "old", std::slice::from_ref(&units), now).await,
+        [log.used(100, now) + 1]
+    );
+}
+
+/// An index segment that lost records while logging went on: later records
+/// count from a new origin, and a record out of place (the segment shorter
+/// at its end) names another block. Neither may be read as the block
+/// asked for or subtracted across origins: the answers stay exact.
+#[tokio::test]
+async fn index_records_of_another_origin_or_place_are_never_mixed() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let units = pool("units", vec![window(200, 1_000_000_000, 0)]);
+    let ix = |k| index_segment_key("orig", "units", k);
+    fill_from(&server, "orig", &units, 0, 70_000);
+    // Blocks 512 to 546 lose their records; block 547 then finds no
+    // predecessor and starts a new origin.
+    server.cli(&["DEL", &ix(1)]);
+    let log = fill_from(&server, "orig", &units, 70_000, 100_000);
+    let now = T0 + 100_000 * MS;
+    // A need that frees at call 90,000, in the new origin's records; the
+    // search starts in block 0's origin.
+    let need: u64 = log.cost[..=90_000].iter().sum();
+    let used_now = log.used(200, now);
+    let tight = pool("units", vec![window(200, used_now + 1 - need, 0)]);
+    let expected = log.freed_at(200, now, need);
+    assert_eq!(expected, T0 + 90_000 * MS + 200 * S);
+    let retry = |d: ChargeDecision| match d {
+        ChargeDecision::Rejected { retry_after, .. } => retry_after.as_micros() as i64,
+        d => panic!("{d:?}"),
+    };
+    let one = [cost(&tight, 1)];
+    let d = ledger
+        .charge(&charge("orig", &one), At::Fixed(now))
+        .await
+        .unwrap();
+    assert_eq!(retry(d), expected - now);
+    // The last record of index segment 0 goes: every position in it is one
+    // off, and each record names a block one before the one asked for.
+    server.cli(&["RPOP", &ix(0)]);
+    let need: u64 = log.cost[..=30_000].iter().sum();
+    let tight = pool("units", vec![window(200, used_now + 1 - need, 0)]);
+    let one = [cost(&tight, 1)];
+    let d = ledger
+        .charge(&charge("orig", &one), At::Fixed(now))
+        .await
+        .unwrap();
+    assert_eq!(retry(d), log.freed_at(200, now, need) - now);
+    assert_eq!(
+        used(&ledger, "orig", std::slice::from_ref(&units), now).await,
+        [used_now]
+    );
+}
