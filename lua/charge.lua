@@ -63,8 +63,12 @@
 -- calls left at once; and a usage report reads block summaries.
 --
 -- Returns one of:
---   {1, now, serial, duplicate(0|1), remaining...}   allowed; remaining units per
---                                                    window, in ARGV order
+--   {1, now, serial, duplicate(0|1), remaining..., call...}
+--                                                    allowed; remaining units per
+--                                                    window, in ARGV order, then
+--                                                    per pool its entry's call
+--                                                    number (-1: a duplicate),
+--                                                    for lua/settle.lua
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
@@ -451,8 +455,9 @@ local keep = retain + 60000000
 if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
 local renew_to = now + keep + floor(retain / 8)
 
--- The units left in every window, in ARGV order, after the fields of reply.
-local function remaining(reply)
+-- The units left in every window, in ARGV order, after the fields of reply;
+-- then each pool's entry's call number (none: -1).
+local function remaining(reply, logged)
   local r, a = #reply, 8 + npools
   for p = 1, npools do
     local pv = pools[p]
@@ -461,6 +466,7 @@ local function remaining(reply)
     end
     r, a = r + pv[3], a + 2 + 2 * pv[3]
   end
+  for p = 1, npools do reply[r + p] = logged and pools[p][2] - 1 or -1 end
   return reply
 end
 
@@ -526,7 +532,7 @@ if resend then
   end
   if found then
     save_slid()
-    return remaining({ 1, now, serial, 1 })
+    return remaining({ 1, now, serial, 1 }, false)
   end
 end
 
@@ -697,4 +703,4 @@ end
 
 save_state(retain)
 
-return remaining({ 1, now, serial, 0 })
+return remaining({ 1, now, serial, 0 }, true)

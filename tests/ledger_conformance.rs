@@ -14,6 +14,10 @@ use crate::common::cluster::RedisCluster;
 use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
+use crate::ledger_settle::{
+    a_settle_behind_many_calls_counts_in_usage_and_retries,
+    a_settled_cost_moves_its_entry_at_its_time,
+};
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
     let c = Charge {
@@ -570,6 +574,8 @@ macro_rules! conformance {
                 clock_never_runs_backwards,
                 run_lock_is_exclusive_renewable_and_expires,
                 cursor_is_saved_per_job,
+                a_settled_cost_moves_its_entry_at_its_time,
+                a_settle_behind_many_calls_counts_in_usage_and_retries,
             );
         }
     };
@@ -622,6 +628,8 @@ macro_rules! conformance_on_shared {
                 clock_never_runs_backwards,
                 run_lock_is_exclusive_renewable_and_expires,
                 cursor_is_saved_per_job,
+                a_settled_cost_moves_its_entry_at_its_time,
+                a_settle_behind_many_calls_counts_in_usage_and_retries,
             );
         }
     };

@@ -8,7 +8,9 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool, PoolCost, RedisLedger};
+use quota::ledger::{
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, Receipt, RedisLedger,
+};
 
 use crate::common::ledger::{S, T0, charge, embedded_path, pool, window};
 use crate::common::redis::RedisServer;
@@ -39,6 +41,12 @@ enum Op {
     Idle {
         secs: i64,
     },
+    /// The `back`-th latest allowed charge's `units` cost, reserved as an
+    /// estimate, is settled to `actual` (a refund, the same, or more).
+    Settle {
+        back: usize,
+        actual: u64,
+    },
     /// Many charges in quick succession: logs longer than a block of the
     /// Redis index (128 calls), whose blocks later leave the windows whole.
     Burst {
@@ -57,6 +65,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (0..UNITS.len(), 0..SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
         2 => (5i64..150).prop_map(|secs| Op::Idle { secs }),
+        4 => (0usize..6, 0u64..12).prop_map(|(back, actual)| Op::Settle { back, actual }),
     ]
 }
 
@@ -121,6 +130,13 @@ async fn replay(
     );
     let mut now = T0;
     let mut out = Vec::new();
+    // Every allowed charge's receipt and `units` cost, oldest first.
+    let mut receipts: Vec<(Receipt, u64)> = Vec::new();
+    let keep = |receipts: &mut Vec<(Receipt, u64)>, d: &ChargeDecision, units: u64| {
+        if let ChargeDecision::Allowed { receipt, .. } = d {
+            receipts.push((receipt.clone(), units));
+        }
+    };
     for op in ops {
         match op {
             Op::Charge {
@@ -154,7 +170,23 @@ async fn replay(
                     ..charge(credential, &cost)
                 };
                 let d = ledger.charge(&c, At::Fixed(at)).await.expect("charge");
+                keep(&mut receipts, &d, *a);
                 out.push(format!("{d:?}"));
+            }
+            Op::Settle { back, actual } => {
+                let Some((receipt, estimate)) = receipts.iter().rev().nth(*back) else {
+                    continue;
+                };
+                let settled = ledger
+                    .settle(
+                        credential,
+                        receipt,
+                        ("units", *estimate, *actual),
+                        At::Fixed(now),
+                    )
+                    .await
+                    .expect("settle");
+                out.push(format!("settle {estimate} to {actual}: {settled:?}"));
             }
             Op::Block { dt_us, for_secs } => {
                 now += dt_us;
@@ -213,6 +245,7 @@ async fn replay(
                         ..charge(credential, &cost)
                     };
                     let d = ledger.charge(&c, At::Fixed(now)).await.expect("charge");
+                    keep(&mut receipts, &d, cost[0].units);
                     out.push(format!("{d:?}"));
                 }
             }
@@ -290,6 +323,7 @@ fn long_op() -> impl Strategy<Value = Op> {
         2 => (0..LONG_UNITS.len(), 0..LONG_SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
         3 => (1i64..40).prop_map(|secs| Op::Idle { secs }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
+        2 => (0usize..300, 0u64..400).prop_map(|(back, actual)| Op::Settle { back, actual }),
     ]
 }
 

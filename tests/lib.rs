@@ -12,6 +12,7 @@ mod ledger_embedded_scale;
 mod ledger_equivalence;
 mod ledger_redis;
 mod ledger_redis_segments;
+mod ledger_settle;
 mod operator;
 mod run_blocks;
 mod run_concurrency;

@@ -76,6 +76,66 @@ pub struct Remaining {
     pub remaining: u64,
 }
 
+/// Where an allowed charge's entries sit in the store, so that a cost
+/// reserved by an estimate can be settled on them ([`Ledger::settle`]).
+/// The numbers are the store's own (Redis call numbers, SQLite row ids), so
+/// a receipt takes no part in a decision's equality or its debug output:
+/// both stores give the same decisions with different receipts.
+///
+/// [`Ledger::settle`]: super::Ledger::settle
+#[derive(Clone, Default)]
+pub struct Receipt {
+    /// The charge's id as the store logged it (Redis), else 0.
+    pub(crate) id: u64,
+    /// Per pool charged: its name and its entry's number in the store.
+    pub(crate) entries: Vec<(String, i64)>,
+}
+
+impl Receipt {
+    /// The entry of `pool`, if the charge logged one there (a resent charge
+    /// found already recorded has none: it keeps its estimate).
+    pub(crate) fn entry(&self, pool: &str) -> Option<i64> {
+        self.entries
+            .iter()
+            .find(|(p, _)| p == pool)
+            .map(|&(_, e)| e)
+    }
+}
+
+impl PartialEq for Receipt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Receipt {}
+
+impl std::fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Receipt")
+    }
+}
+
+/// What settling a reserved cost did ([`Ledger::settle`]).
+///
+/// [`Ledger::settle`]: super::Ledger::settle
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The entry now holds the actual cost, at its original time: every
+    /// window counts exactly what the upstream said was spent.
+    Exact,
+    /// The entry lies more than [`SETTLE_REACH`] calls behind its pool's
+    /// newest: an actual above the estimate was added to the newest call
+    /// (counted later than it was spent, so for longer: conservative), a
+    /// refund was dropped (the estimate stays).
+    ///
+    /// [`SETTLE_REACH`]: super::SETTLE_REACH
+    Late,
+    /// The entry is gone (it left the retention, or the log was lost): it
+    /// counts in no window any more, so there is nothing to settle.
+    Gone,
+}
+
 /// The ledger's answer to a charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChargeDecision {
@@ -86,6 +146,8 @@ pub enum ChargeDecision {
         serial: u64,
         duplicate: bool,
         remaining: Vec<Remaining>,
+        /// Where its entries sit, for a settle.
+        receipt: Receipt,
     },
     /// Nothing recorded: `pool`'s window of length `per` is short, and the
     /// call would fit again after `retry_after` (if nothing else is spent).

@@ -30,7 +30,9 @@ pub mod topology;
 mod usage;
 mod window;
 
-pub use self::decision::{At, BlockEnd, Charge, ChargeDecision, LockOutcome, Remaining};
+pub use self::decision::{
+    At, BlockEnd, Charge, ChargeDecision, LockOutcome, Receipt, Remaining, Settled,
+};
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;
 pub(crate) use self::error::check_fits;
@@ -55,6 +57,12 @@ pub type Micros = i64;
 /// How long a charge id is remembered, so that a retried charge is recorded once.
 pub const IDEMPOTENCY_HORIZON: Duration = Duration::from_secs(60);
 
+/// How far behind its pool's newest call an entry may lie and still be
+/// settled exactly (the running totals after it move with it, so the work
+/// is bounded by this); further behind, see [`Settled::Late`]. The same in
+/// both stores, so they settle alike.
+pub const SETTLE_REACH: u64 = 4096;
+
 /// The interface every store implements. One conformance suite
 /// (`tests/ledger_conformance.rs`) runs against each implementation.
 pub trait Ledger: Send + Sync {
@@ -64,6 +72,19 @@ pub trait Ledger: Send + Sync {
         charge: &Charge<'_>,
         at: At,
     ) -> impl Future<Output = Result<ChargeDecision, StoreError>> + Send;
+
+    /// Settle the cost that an allowed charge (its `receipt`) reserved in
+    /// `pool`, `estimate` units, to the `actual` units the response
+    /// reported: on the same entry, at its original time. An actual above
+    /// the estimate is recorded in full, whatever the budget. `at` reads
+    /// the clock that says whether the entry still counts in a window.
+    fn settle(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        cost: (&str, u64, u64),
+        at: At,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send;
 
     /// Block the credential until `end`, on the store's clock (a later block
     /// never shortens an earlier one). Returns the time the credential is now

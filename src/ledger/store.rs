@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome,
-    Micros, Pool, RedisLedger, StoreError, topology,
+    Micros, Pool, Receipt, RedisLedger, Settled, StoreError, topology,
 };
 
 /// Where the ledger lives, as the operator names it.
@@ -163,6 +163,16 @@ impl Ledger for Store {
 
     async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
         each!(self, l => l.unblock(credential))
+    }
+
+    async fn settle(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        cost: (&str, u64, u64),
+        at: At,
+    ) -> Result<Settled, StoreError> {
+        each!(self, l => l.settle(credential, receipt, cost, at))
     }
 
     async fn read(

@@ -11,7 +11,7 @@ use rusqlite::{OptionalExtension, params};
 use super::log::{self, PoolLog};
 use super::{credential_row, local_now};
 use crate::ledger::{
-    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Remaining, StoreError, tag,
+    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, Remaining, StoreError, tag,
 };
 
 /// An owned copy of a charge, to move into the blocking thread.
@@ -124,11 +124,10 @@ pub(super) fn decide(
             retry_after: Duration::from_micros(retry.max(0) as u64),
         });
     }
-    let serial = if duplicate {
-        row.serial
+    let (serial, entries) = if duplicate {
+        (row.serial, Vec::new())
     } else {
-        record(tx, c, now)?;
-        row.serial + 1
+        (row.serial + 1, record(tx, c, now)?)
     };
     // Only a call recorded now widens the retention (as in charge.lua).
     let retain = if duplicate {
@@ -149,6 +148,11 @@ pub(super) fn decide(
         serial,
         duplicate,
         remaining: remaining(c, &used, duplicate),
+        // (the charge's time, with the row ids, names its rows)
+        receipt: Receipt {
+            id: now as u64,
+            entries,
+        },
     })
 }
 
@@ -260,10 +264,17 @@ fn first_full_window(
     Ok(worst)
 }
 
-/// Record: one log entry per pool charged, and the charge's id.
-fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Result<(), StoreError> {
+/// Record: one log entry per pool charged (their row ids, per pool), and
+/// the charge's id.
+fn record(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    now: Micros,
+) -> Result<Vec<(String, i64)>, StoreError> {
+    let mut entries = Vec::new();
     for OwnedPoolCost { pool, units, .. } in &c.cost {
-        log::append(tx, &c.credential, pool, now, *units, &c.tag)?;
+        let row = log::append(tx, &c.credential, pool, now, *units, &c.tag)?;
+        entries.push((pool.clone(), row));
     }
     if let Some(id) = &c.id {
         // (replacing the same id left from beyond the horizon, not deleted yet)
@@ -272,7 +283,7 @@ fn record(tx: &rusqlite::Transaction<'_>, c: &OwnedCharge, now: Micros) -> Resul
             params![c.credential, id, now],
         )?;
     }
-    Ok(())
+    Ok(entries)
 }
 
 /// Prune: entries at or before `cutoff` (the retention stored before this

@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::ledger::{Micros, StoreError};
+use crate::ledger::{IDEMPOTENCY_HORIZON, Micros, SETTLE_REACH, Settled, StoreError};
 
 /// Most rows one charge deletes per pool (and ids per credential): enough to
 /// outpace any insertion rate, small enough to keep a charge within a few ms.
@@ -145,6 +145,7 @@ pub(super) fn reached_at(
 }
 
 /// Append one entry, its running total continuing the pool's newest row's.
+/// Returns its row id.
 pub(super) fn append(
     tx: &Transaction<'_>,
     credential: &str,
@@ -152,14 +153,80 @@ pub(super) fn append(
     at: Micros,
     cost: u64,
     tag: &str,
-) -> Result<(), StoreError> {
+) -> Result<i64, StoreError> {
     tx.prepare_cached(
         "INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES (?1, ?2, ?3, ?4, ?5,
          ?4 + COALESCE((SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
                         ORDER BY at DESC, rowid DESC LIMIT 1), 0))",
     )?
     .execute(params![credential, pool, at, cost as i64, tag])?;
-    Ok(())
+    Ok(tx.last_insert_rowid())
+}
+
+/// Settle row `row`, charged at `at` with `estimate` units, to `actual`
+/// (lua/settle.lua does the same in Redis): its cost, and the running
+/// totals from it on, move by the difference; more than [`SETTLE_REACH`]
+/// rows behind the pool's newest, an excess goes on the newest row and a
+/// refund is dropped.
+pub(super) fn settle(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    (row, at): (i64, Micros),
+    (estimate, actual): (u64, u64),
+    now: Micros,
+) -> Result<Settled, StoreError> {
+    let cost: Option<i64> = tx
+        .prepare_cached(
+            "SELECT cost FROM log WHERE rowid = ?1 AND credential = ?2 AND pool = ?3 AND at = ?4",
+        )?
+        .query_row(params![row, credential, pool, at], |r| r.get(0))
+        .optional()?;
+    let (estimate, actual) = (estimate as i64, actual as i64);
+    // (past the pool's dead mark, or the retention now, a row counts in no
+    // window: as in lua/settle.lua)
+    let retain: Micros = tx
+        .prepare_cached("SELECT retain FROM credential WHERE name = ?1")?
+        .query_row(params![credential], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
+    let cutoff = dead_mark(tx, credential, pool)?.max(now - retain.max(horizon));
+    match cost {
+        Some(_) if at <= cutoff => return Ok(Settled::Gone),
+        Some(c) if c == actual => return Ok(Settled::Exact),
+        Some(c) if c == estimate => {}
+        _ => return Ok(Settled::Gone),
+    }
+    let delta = actual - estimate;
+    let later: i64 = tx
+        .prepare_cached(
+            "SELECT count(*) FROM (SELECT 1 FROM log WHERE credential = ?1 AND pool = ?2
+             AND at >= ?3 AND (at > ?3 OR rowid > ?4) LIMIT ?5)",
+        )?
+        .query_row(
+            params![credential, pool, at, row, SETTLE_REACH as i64 + 1],
+            |r| r.get(0),
+        )?;
+    if later > SETTLE_REACH as i64 {
+        if delta > 0 {
+            tx.prepare_cached(
+                "UPDATE log SET cost = cost + ?3, cum = cum + ?3 WHERE rowid = (
+                 SELECT rowid FROM log WHERE credential = ?1 AND pool = ?2
+                 ORDER BY at DESC, rowid DESC LIMIT 1)",
+            )?
+            .execute(params![credential, pool, delta])?;
+        }
+        return Ok(Settled::Late);
+    }
+    tx.prepare_cached("UPDATE log SET cost = ?2 WHERE rowid = ?1")?
+        .execute(params![row, actual])?;
+    tx.prepare_cached(
+        "UPDATE log SET cum = cum + ?5 WHERE credential = ?1 AND pool = ?2
+         AND at >= ?3 AND (at > ?3 OR rowid >= ?4)",
+    )?
+    .execute(params![credential, pool, at, row, delta])?;
+    Ok(Settled::Exact)
 }
 
 /// A pool's `dead` mark for a read (none yet: nothing is dead).

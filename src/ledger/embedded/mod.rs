@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    LogEntry, LogSegment, Micros, Pool, StoreError, check_fits, untag,
+    LogEntry, LogSegment, Micros, Pool, Receipt, Settled, StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -325,6 +325,32 @@ impl Ledger for EmbeddedLedger {
                 params![credential, until, reason],
             )?;
             Ok(credential_row(tx, &credential)?.blocked_until)
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        (pool, estimate, actual): (&str, u64, u64),
+        at: At,
+    ) -> Result<Settled, StoreError> {
+        let Some(row) = receipt.entry(pool) else {
+            return Ok(Settled::Gone);
+        };
+        let (credential, pool) = (credential.to_string(), pool.to_string());
+        let charged = receipt.id as Micros;
+        self.transaction(move |tx| {
+            let now = clock(at, credential_row(tx, &credential)?.last);
+            log::settle(
+                tx,
+                &credential,
+                &pool,
+                (row, charged),
+                (estimate, actual),
+                now,
+            )
         })
         .await
     }

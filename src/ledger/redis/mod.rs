@@ -43,7 +43,7 @@ use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Pool, Remaining, StoreError, check_fits, redact_url, tag, untag,
+    Micros, Pool, Receipt, Remaining, Settled, StoreError, check_fits, redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../../lua/charge.lua");
@@ -52,6 +52,7 @@ const READ_LUA: &str = include_str!("../../../lua/read.lua");
 const READ_LOG_LUA: &str = include_str!("../../../lua/read_log.lua");
 const LOCK_LUA: &str = include_str!("../../../lua/lock.lua");
 const UNBLOCK_LUA: &str = include_str!("../../../lua/unblock.lua");
+const SETTLE_LUA: &str = include_str!("../../../lua/settle.lua");
 
 /// A request that failed in a way that may pass (a lost reply, a dropped
 /// connection, a failover in progress) is sent again, the same request (a
@@ -71,6 +72,7 @@ pub struct RedisLedger {
     block: Script,
     read: Script,
     read_log: Script,
+    settle: Script,
     lock: Script,
     unblock: Script,
 }
@@ -222,6 +224,7 @@ impl RedisLedger {
             block: Script::new(BLOCK_LUA),
             read: Script::new(READ_LUA),
             read_log: Script::new(READ_LOG_LUA),
+            settle: Script::new(SETTLE_LUA),
             lock: Script::new(LOCK_LUA),
             unblock: Script::new(UNBLOCK_LUA),
         })
@@ -418,11 +421,21 @@ impl Ledger for RedisLedger {
                         });
                     }
                 }
+                let mut entries = Vec::new();
+                for c in charge.cost {
+                    let call = int(values.next().ok_or_else(|| {
+                        StoreError::Reply("a short reply from charge.lua".into())
+                    })?)?;
+                    if call >= 0 {
+                        entries.push((c.pool.name.clone(), call));
+                    }
+                }
                 Ok(ChargeDecision::Allowed {
                     at: now,
                     serial,
                     duplicate: int(&r[3])? == 1,
                     remaining,
+                    receipt: Receipt { id, entries },
                 })
             }
             0 => {
@@ -480,6 +493,41 @@ impl Ledger for RedisLedger {
             )
             .await?;
         int(&array(&reply)?[1])
+    }
+
+    async fn settle(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        (pool, estimate, actual): (&str, u64, u64),
+        at: At,
+    ) -> Result<Settled, StoreError> {
+        let Some(call) = receipt.entry(pool) else {
+            return Ok(Settled::Gone);
+        };
+        let mut inv = self.settle.prepare_invoke();
+        inv.key(state_key(credential))
+            .key(log_key(credential, pool))
+            .key(index_key(credential, pool))
+            .arg(format!("pool:{pool}"))
+            .arg(call)
+            .arg(receipt.id)
+            .arg(estimate)
+            .arg(actual)
+            .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
+            .arg(clock_arg(at));
+        let inv = &inv;
+        let reply: Value = self
+            .retrying(
+                "settle",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
+            .await?;
+        match int(&array(&reply)?[0])? {
+            1 => Ok(Settled::Exact),
+            2 => Ok(Settled::Late),
+            _ => Ok(Settled::Gone),
+        }
     }
 
     async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {

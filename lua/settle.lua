@@ -1,0 +1,115 @@
+-- settle.lua: settle one pool's reservation (an estimate charged by
+-- lua/charge.lua before the call) to the actual cost the response reported,
+-- on the same log entry at its original time, so that every sliding window
+-- stays exact: a refund, or a further debit that no budget check may refuse
+-- (the upstream spent it).
+--
+-- KEYS[1]   quota:{C}:state    hash of the credential
+-- KEYS[2]   quota:{C}:log:P    the prefix of the pool's log segments
+-- KEYS[3]   quota:{C}:index:P  that of its index's segments
+-- ARGV[1]   the pool's state field, "pool:" .. name
+-- ARGV[2]   the entry's call number (the charge's reply)
+-- ARGV[3]   the charge's id, as charge.lua logged it
+-- ARGV[4]   the estimate charged
+-- ARGV[5]   the actual cost
+-- ARGV[6]   the idempotency horizon in µs (the least retention)
+-- ARGV[7]   now in µs, or "" to read the Redis server clock (TIME)
+--
+-- Returns {1} settled on the entry; {2} the entry lies more than REACH calls
+-- behind the pool's newest, so an actual above the estimate was added to
+-- the newest call instead (later than it was spent: conservative) and a
+-- refund was dropped; {0} the entry is gone (it left the retention, or the
+-- log was lost or restarted): nothing to settle.
+--
+-- Bounded work: the entry is one positional read in its segment; its
+-- block's record and the records after it (at most REACH / BLOCK + 1) carry
+-- running totals that move with it.
+
+local call, floor, max = redis.call, math.floor, math.max
+local spack, sunpack = struct.pack, struct.unpack
+local BLOCK, SEG, REACH, ENTRY = 128, 65536, 4096, 4
+local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
+local s, id = tonumber(ARGV[2]), ARGV[3]
+local estimate, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
+local delta = actual - estimate
+
+local packed = call('HGET', KEYS[1], ARGV[1])
+-- (only this build's layout: a multiple of 4 fields, see charge.lua)
+if not packed or (#packed / 8) % 4 ~= 0 then return { 0 } end
+local fields = '<' .. string.rep('d', #packed / 8)
+local pv = { sunpack(fields, packed) }
+local head, tail, m = pv[1], pv[2], pv[3]
+if s < head or s >= tail then return { 0 } end
+
+-- Call c's entry: its key, its position, and the entry.
+local function entry(c)
+  local k = floor(c / SEG)
+  local key, pos = KEYS[2] .. ':' .. k, (c - max(head, k * SEG)) * ENTRY
+  return key, pos, call('LRANGE', key, pos, pos + ENTRY - 1)
+end
+
+local key, pos, e = entry(s)
+-- An entry at or before the pool's dead mark, or past the retention now,
+-- counts in no window (see charge.lua; now never before the latest decision).
+local now
+if ARGV[7] == '' then
+  local t = call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[7])
+end
+local meta = call('HGET', KEYS[1], 'meta')
+local last, _, retain = 0, 0, 0
+if meta then last, _, retain = sunpack('<ddd', meta) end
+local cutoff = max(pv[6 + 4 * m], max(now, last) - max(retain, tonumber(ARGV[6])))
+if #e ~= ENTRY or e[4] ~= id or tonumber(e[1]) <= cutoff then return { 0 } end
+-- (a settle sent again after a lost reply finds it done)
+if tonumber(e[2]) == actual then return { 1 } end
+if tonumber(e[2]) ~= estimate then return { 0 } end
+local result = 1
+if tail - 1 - s > REACH then
+  if delta <= 0 then return { 2 } end
+  -- Too far behind to move the running totals after it: the excess goes
+  -- on the newest call.
+  s, result = tail - 1, 2
+  key, pos, e = entry(s)
+  if #e ~= ENTRY then return { 0 } end
+end
+if delta == 0 then return { result } end
+call('LSET', key, pos + 1, tonumber(e[2]) + delta)
+
+-- Every window that still counts the entry (its oldest call is at or
+-- before it) moves its sum.
+for w = 1, m do
+  if pv[4 * w + 2] <= s then pv[4 * w + 1] = pv[4 * w + 1] + delta end
+end
+call('HSET', KEYS[1], ARGV[1], spack(fields, unpack(pv, 1, #packed / 8)))
+
+-- The entry's block record, if its block is complete, and the running
+-- totals of the records after it that count it (those whose origin is at
+-- or before its block: see charge.lua).
+local b, top = floor(s / BLOCK), floor(tail / BLOCK) - 1
+for j = b, top do
+  local k = floor(j / IXSEG)
+  local ikey = KEYS[3] .. ':' .. k
+  local ipos = j - (math.min(top, (k + 1) * IXSEG - 1) - call('LLEN', ikey) + 1)
+  local r = ipos >= 0 and call('LINDEX', ikey, ipos)
+  local f = r and { sunpack(RECORD, r) }
+  if f and f[6] == j and f[7] <= b then
+    local rest = string.sub(r, 57)
+    if j == b then
+      -- (the block's cost, and its tag's share in the (tag, cost) pairs)
+      f[4] = f[4] + delta
+      local shares = {}
+      for t = 1, #rest, 16 do
+        local tag, c = sunpack('<dd', rest, t)
+        if tag == tonumber(e[3]) then c = c + delta end
+        shares[#shares + 1] = spack('<dd', tag, c)
+      end
+      rest = table.concat(shares)
+    end
+    f[3] = f[3] + delta
+    call('LSET', ikey, ipos, spack(RECORD, f[1], f[2], f[3], f[4], f[5], f[6], f[7]) .. rest)
+  end
+end
+return { result }

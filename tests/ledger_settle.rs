@@ -1,0 +1,193 @@
+//! Settled costs (issue 13, part 1), run by the conformance suite against
+//! every store: a cost reserved by an estimate before the call is settled
+//! to the actual afterwards, on the same entry at its original time, so
+//! every window, retry time and usage report counts what was spent.
+
+use std::time::Duration;
+
+use quota::ledger::{
+    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, PoolCost, Receipt, RedisLedger,
+    SETTLE_REACH, Settled,
+};
+
+use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
+use crate::common::redis::RedisServer;
+
+async fn charge_at(ledger: &impl Ledger, cost: &[PoolCost], at: i64) -> ChargeDecision {
+    let c = Charge {
+        endpoint: "chat",
+        ..charge("settle", cost)
+    };
+    ledger.charge(&c, At::Fixed(at)).await.expect("charge")
+}
+
+fn receipt(d: &ChargeDecision) -> Receipt {
+    match d {
+        ChargeDecision::Allowed { receipt, .. } => receipt.clone(),
+        other => panic!("expected allowed, got {other:?}"),
+    }
+}
+
+fn retry(d: &ChargeDecision) -> Duration {
+    match d {
+        ChargeDecision::Rejected { retry_after, .. } => *retry_after,
+        other => panic!("expected rejected, got {other:?}"),
+    }
+}
+
+async fn settle(
+    ledger: &impl Ledger,
+    r: &Receipt,
+    (estimate, actual): (u64, u64),
+    at: i64,
+) -> Settled {
+    ledger
+        .settle("settle", r, ("tokens", estimate, actual), At::Fixed(at))
+        .await
+        .expect("settle")
+}
+
+/// A refund frees units at the entry's own time, a settle sent again
+/// changes nothing, an actual above the estimate is recorded in full (the
+/// window may exceed its budget) and the next charge waits for it, and an
+/// entry past the retention is gone.
+pub async fn a_settled_cost_moves_its_entry_at_its_time(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(10, 10, 0)]);
+    let r = receipt(&charge_at(&ledger, &[cost(&tokens, 5)], T0).await);
+    assert!(
+        charge_at(&ledger, &[cost(&tokens, 2)], T0 + S)
+            .await
+            .is_allowed()
+    );
+    assert_eq!(settle(&ledger, &r, (5, 2), T0 + S).await, Settled::Exact);
+    assert_eq!(settle(&ledger, &r, (5, 2), T0 + S).await, Settled::Exact);
+    assert_eq!(
+        used(&ledger, "settle", std::slice::from_ref(&tokens), T0 + 2 * S).await,
+        [4]
+    );
+    // 7 more need 1 unit to leave: the settled entry's 2, at T0 + 10 s.
+    let d = charge_at(&ledger, &[cost(&tokens, 7)], T0 + 2 * S).await;
+    assert_eq!(retry(&d), Duration::from_secs(8));
+    assert!(
+        charge_at(&ledger, &[cost(&tokens, 6)], T0 + 2 * S)
+            .await
+            .is_allowed()
+    );
+    // At T0 + 10 s the window holds 2 + 6; a call estimated at 1 spent 4.
+    let r2 = receipt(&charge_at(&ledger, &[cost(&tokens, 1)], T0 + 10 * S).await);
+    assert_eq!(
+        settle(&ledger, &r2, (1, 4), T0 + 10 * S).await,
+        Settled::Exact
+    );
+    assert_eq!(
+        used(
+            &ledger,
+            "settle",
+            std::slice::from_ref(&tokens),
+            T0 + 10 * S
+        )
+        .await,
+        [12]
+    );
+    // Over budget by 2: one more unit waits until 3 have left (the 2 at
+    // T0 + 1 s do not suffice; the 6 at T0 + 2 s do).
+    let d = charge_at(&ledger, &[cost(&tokens, 1)], T0 + 10 * S).await;
+    assert_eq!(retry(&d), Duration::from_secs(2));
+    // Not the estimate this entry was charged with: not this entry.
+    assert_eq!(
+        settle(&ledger, &r2, (9, 1), T0 + 10 * S).await,
+        Settled::Gone
+    );
+    // Past the 60 s retention, nothing is left to settle.
+    assert_eq!(
+        settle(&ledger, &r2, (4, 1), T0 + 71 * S).await,
+        Settled::Gone
+    );
+}
+
+/// An entry whose block of calls is complete (in Redis, summarised in the
+/// index) settles exactly too: usage by endpoint and the time at which
+/// units free up, found through the summaries, count the actual.
+pub async fn a_settle_behind_many_calls_counts_in_usage_and_retries(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(100, 10_000, 0)]);
+    let ms = 1000;
+    // 200 calls, the reservation (call 200, in the second block of 128),
+    // 300 calls: its block and the next are complete when it settles.
+    for i in 0..200 {
+        assert!(
+            charge_at(&ledger, &[cost(&tokens, 1)], T0 + i * 10 * ms)
+                .await
+                .is_allowed()
+        );
+    }
+    let r = receipt(&charge_at(&ledger, &[cost(&tokens, 50)], T0 + 2 * S).await);
+    for k in 1..=300 {
+        let at = T0 + 2 * S + k * 10 * ms;
+        assert!(
+            charge_at(&ledger, &[cost(&tokens, 1)], at)
+                .await
+                .is_allowed()
+        );
+    }
+    let now = T0 + 6 * S;
+    assert_eq!(settle(&ledger, &r, (50, 20), now).await, Settled::Exact);
+    let u = ledger
+        .usage("settle", std::slice::from_ref(&tokens), At::Fixed(now))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].windows[0].used, 520);
+    assert_eq!(u.pools[0].windows[0].by_endpoint["chat"], 520);
+    // A budget that needs 320 units to leave: the first 200 calls, the
+    // settled 20 and the 100 calls after it (the last at T0 + 3 s).
+    let tight = pool("tokens", vec![window(100, 201, 0)]);
+    let d = charge_at(&ledger, &[cost(&tight, 1)], now).await;
+    assert_eq!(retry(&d), Duration::from_secs(3 + 100 - 6));
+}
+
+/// Further behind its pool's newest call than [`SETTLE_REACH`], an excess
+/// goes on the newest call (counted later, so longer) and a refund is
+/// dropped; both stores alike.
+#[tokio::test]
+async fn a_settle_far_behind_goes_on_the_newest_call_in_both_stores() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisLedger::connect(&server.url()).await.unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    async fn far_behind(ledger: impl Ledger) -> Vec<u64> {
+        let tokens = pool(
+            "tokens",
+            vec![window(30, 1_000_000, 0), window(3, 1_000_000, 0)],
+        );
+        let early = receipt(&charge_at(&ledger, &[cost(&tokens, 10)], T0).await);
+        let refund = receipt(&charge_at(&ledger, &[cost(&tokens, 10)], T0 + 1).await);
+        let n = SETTLE_REACH as i64 + 1;
+        for i in 0..n {
+            assert!(
+                charge_at(&ledger, &[cost(&tokens, 1)], T0 + 2 + i * 100)
+                    .await
+                    .is_allowed()
+            );
+        }
+        let now = T0 + 10 * S;
+        assert_eq!(settle(&ledger, &early, (10, 30), now).await, Settled::Late);
+        assert_eq!(settle(&ledger, &refund, (10, 1), now).await, Settled::Late);
+        // The excess of 20 sits on the newest call (T0 + 0.41 s), the
+        // refund's estimate stays; at T0 + 30 s the first call has left.
+        let mut out = used(&ledger, "settle", std::slice::from_ref(&tokens), now).await;
+        out.extend(
+            used(
+                &ledger,
+                "settle",
+                std::slice::from_ref(&tokens),
+                T0 + 30 * S,
+            )
+            .await,
+        );
+        out
+    }
+    let r = far_behind(redis).await;
+    let e = far_behind(embedded).await;
+    let calls = SETTLE_REACH + 1;
+    assert_eq!(r, [10 + 10 + calls + 20, 0, 10 + calls + 20, 0]);
+    assert_eq!(r, e);
+}
