@@ -71,16 +71,11 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     for job in &config.jobs {
         let cred = config.credential(job);
         let regions = job.regions.len().max(1);
-        let calls: u64 = job
-            .steps
-            .iter()
-            .map(|s| u64::from(s.max_pages()))
-            .sum::<u64>()
-            * regions as u64;
+        let calls: u64 = job.steps.iter().map(|s| s.max_requests()).sum::<u64>() * regions as u64;
         let mut units: Vec<(String, u64)> = Vec::new();
         for s in &job.steps {
             for c in &s.cost {
-                let add = c.units * u64::from(s.max_pages()) * regions as u64;
+                let add = c.units * s.max_requests() * regions as u64;
                 match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
                     Some((_, u)) => *u += add,
                     None => units.push((c.pool.name.clone(), add)),

@@ -23,6 +23,7 @@ use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
 mod charge;
+mod fan_out;
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
@@ -39,6 +40,10 @@ pub(super) struct JobRun<'a> {
     warned_unmetered: bool,
     /// The run lock, while this run holds it.
     lock: Option<RunLock>,
+    /// The values the step being walked finds for the next, a fan-out.
+    found: fan_out::Found,
+    /// The values a fan-out step about to start has to send.
+    pending: Option<Vec<String>>,
 }
 
 /// A page's body, what it holds at the pagination's pointer, its `Link`.
@@ -60,6 +65,7 @@ impl Position<'_> {
             step,
             page,
             token,
+            ..Cursor::default()
         }
     }
 }
@@ -106,6 +112,8 @@ impl<'a> JobRun<'a> {
             history_checked: false,
             warned_unmetered: false,
             lock: None,
+            found: fan_out::Found::default(),
+            pending: None,
         }
     }
 
@@ -267,6 +275,8 @@ impl<'a> JobRun<'a> {
             step: start.step,
             page: start.page,
             token: start.token.clone(),
+            batch: start.batch.clone(),
+            found: start.found.clone(),
         });
 
         for i in 0..n {
@@ -276,7 +286,8 @@ impl<'a> JobRun<'a> {
             let first_step = if first { start.step } else { 0 };
             let mut refused = false;
             for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-                let (page, token) = if first && s == start.step {
+                let resumed = first && s == start.step;
+                let (page, token) = if resumed {
                     (start.page, start.token.clone())
                 } else {
                     (0, None)
@@ -287,7 +298,23 @@ impl<'a> JobRun<'a> {
                     step: s,
                     run: run_number,
                 };
-                match self.walk(step, &at, page, token).await? {
+                // What the pages before this one found for the next step.
+                self.found.reset(if resumed {
+                    start.found.clone()
+                } else {
+                    Vec::new()
+                });
+                let walked = if step.for_each.is_some() {
+                    let pending = if resumed {
+                        start.batch.clone()
+                    } else {
+                        self.pending.take()
+                    };
+                    self.fan_out(step, &at, page, pending).await?
+                } else {
+                    self.walk(step, &at, page, token).await?
+                };
+                match walked {
                     Walk::Done => {}
                     // Stopped: the cursor already points at this page.
                     Walk::Stopped => return Ok(()),
@@ -317,6 +344,7 @@ impl<'a> JobRun<'a> {
             job: &self.job.name,
             step: at.step,
             page,
+            batch: "",
         };
         let fits = paginate::token_fits(step, &fill, t);
         if !fits {
@@ -341,6 +369,7 @@ impl<'a> JobRun<'a> {
         let job = self.job;
         if !self.resumable(step, at, page, token.as_deref()) {
             (page, token) = (0, None);
+            self.found.reset(Vec::new());
         }
         // The tokens this walk has followed: an upstream that hands one
         // out again is going in circles.
@@ -352,6 +381,7 @@ impl<'a> JobRun<'a> {
                 job: &job.name,
                 step: at.step,
                 page,
+                batch: "",
             };
             let Some(next) = self
                 .fetch_page(step, &fill, token.as_deref(), at, page)
@@ -398,9 +428,11 @@ impl<'a> JobRun<'a> {
             };
             // Where the next run starts if this one stops now.
             let resume = match next {
-                Some(t) => at.cursor(at.region, at.step, page + 1, Some(t)),
-                None if at.step + 1 < job.steps.len() => at.cursor(at.region, at.step + 1, 0, None),
-                None => at.cursor(at.next_region, 0, 0, None),
+                Some(t) => Cursor {
+                    found: self.found.values().to_vec(),
+                    ..at.cursor(at.region, at.step, page + 1, Some(t))
+                },
+                None => self.after_step(at),
             };
             self.save_cursor(&resume).await;
             match resume.token {
@@ -485,6 +517,7 @@ impl<'a> JobRun<'a> {
         }
         .file_name();
         self.write_page(fill, &name, &body)?;
+        self.collect_for_next(at, page, &body);
         Ok(Some(paginate::next(
             step,
             fill,
