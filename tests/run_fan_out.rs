@@ -1,0 +1,338 @@
+//! Fan-out steps (`for_each`) end to end: a step that runs once per batch
+//! of the values the previous step's pages hold, against the stand-in
+//! (`/ids`, whose pages repeat a value and mix numbers with strings, then
+//! videos.list by `id=A,B,C`), on the embedded store and a real Redis. What
+//! the upstream received, what each request was charged, where a run
+//! stopped by its budget resumes, what dry-run plans, and every bad
+//! `for_each` refused with 78 before anything is sent.
+
+use crate::common::deployment::{Deployment, Ran, embedded_store};
+use crate::common::redis::RedisServer;
+use crate::common::standin::{Seen, Standin};
+
+/// A deployment whose `units` pool allows `limit` units an hour: `ids`
+/// and `videos.list` cost 1 each, and `details` walks `/ids` (page
+/// numbers, until an empty page, at most 5) then fans out over
+/// `/items/*/id/n` to videos.list in batches of 4.
+fn yaml(store: &str, base: &str, limit: u32) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      units:
+        - {{ limit: {limit}, per: 1h }}
+endpoints:
+  ids: {{ cost: 1 }}
+  videos.list: {{ cost: 1 }}
+jobs:
+  details:
+    credential: main
+    regions: [US, GB]
+    steps:
+      - endpoint: ids
+        request: {{ url: "{base}/ids", query: {{ region: "{{region}}", key: "{{secret}}" }} }}
+        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
+      - endpoint: videos.list
+        for_each: {{ from: /items/*/id/n, batch: 4, join: ",", per_page: 4 }}
+        request:
+          url: "{base}/youtube/v3/videos"
+          query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }}
+    output: out/details
+"#
+    )
+}
+
+/// The stand-in's `/ids` with 3 pages of 4: 0 v1 2 v3 | v3 4 v5 6 | 6 v7 8 v9,
+/// then an empty page.
+fn standin() -> Standin {
+    Standin::start(&["--pages", "3", "--items", "4"])
+}
+
+fn deployment(store: &str, up: &Standin, limit: u32) -> Deployment {
+    let d = Deployment::new("");
+    let store = if store == "embedded" {
+        embedded_store(&d)
+    } else {
+        store.to_string()
+    };
+    d.write(&yaml(&store, &up.base(), limit));
+    d
+}
+
+/// Each request as (path, region, page or the ids asked).
+fn requests(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .map(|s| {
+            let q = s.query.clone().unwrap_or_default();
+            let url = reqwest::Url::parse(&format!("http://x/?{q}")).unwrap();
+            let get = |k: &str| {
+                url.query_pairs()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default()
+            };
+            match s.path.as_str() {
+                "/ids" => format!("ids {} p{}", get("region"), get("page")),
+                p => format!("{p} id={}", get("id")),
+            }
+        })
+        .collect()
+}
+
+fn region_walk(region: &str) -> Vec<String> {
+    let mut v: Vec<String> = (1..=4).map(|p| format!("ids {region} p{p}")).collect();
+    v.extend(videos(&["0,v1,2,v3", "4,v5,6,v7", "8,v9"]));
+    v
+}
+
+fn videos(batches: &[&str]) -> Vec<String> {
+    batches
+        .iter()
+        .map(|b| format!("/youtube/v3/videos id={b}"))
+        .collect()
+}
+
+fn by_endpoint(d: &Deployment) -> String {
+    d.status_json()["credentials"][0]["pools"].to_string()
+}
+
+fn spent(d: &Deployment, endpoint: &str) -> u64 {
+    let json = d.status_json();
+    let text = json.to_string();
+    let key = format!(r#""{endpoint}":"#);
+    let at = text
+        .find(&key)
+        .unwrap_or_else(|| panic!("{endpoint}: {text}"));
+    text[at + key.len()..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn cursor(d: &Deployment) -> serde_json::Value {
+    d.status_json()["credentials"][0]["jobs"][0]["cursor"].clone()
+}
+
+fn ran_ok(r: &Ran) {
+    assert_eq!(r.code, 0, "{r:?}");
+}
+
+#[test]
+fn a_fan_out_batches_every_pages_values_in_order_once_each() {
+    let redis = RedisServer::start();
+    for store in ["embedded".to_string(), redis.url()] {
+        let up = standin();
+        let d = deployment(&store, &up, 1000);
+        ran_ok(&d.quota(&["run"]));
+
+        // Values from all of a region's pages, in order, the repeated ones
+        // (v3, 6) once, numbers as text, joined in batches of 4.
+        let mut want = region_walk("US");
+        want.extend(region_walk("GB"));
+        let seen = up.seen();
+        assert_eq!(requests(&seen), want, "{store}");
+        assert!(seen.iter().all(|s| s.status == 200), "{seen:?}");
+
+        // Every request charged to its own endpoint: 4 + 3 per region.
+        assert_eq!(spent(&d, "ids"), 8, "{store}: {}", by_endpoint(&d));
+        assert_eq!(spent(&d, "videos.list"), 6, "{store}: {}", by_endpoint(&d));
+
+        // Every request wrote its page; the fan-out's are numbered by batch.
+        let files = d.outputs("details");
+        assert_eq!(files.len(), 14, "{files:?}");
+        let page = |name: &str| -> serde_json::Value {
+            let path = d.path().join("out/details").join(name);
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let last = page("details.r000001.GB.s1.p000002.json");
+        let ids: Vec<&str> = last["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["8", "v9"]);
+        assert!(
+            !files.iter().any(|f| f.contains(".s1.p000003")),
+            "{files:?}"
+        );
+        // The round is over: the next run starts again at US, no values kept.
+        let c = cursor(&d);
+        assert_eq!((&c["region"], &c["step"]), (&"US".into(), &0.into()), "{c}");
+        assert!(c.get("batch").is_none() && c.get("found").is_none(), "{c}");
+    }
+}
+
+#[test]
+fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
+    let up = standin();
+    // 5 units: US's 4 pages of ids and one batch; the second is refused.
+    let d = deployment("embedded", &up, 5);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let first = requests(&up.seen());
+    assert_eq!(first, region_walk("US")[..5], "{r:?}");
+    let c = cursor(&d);
+    assert_eq!(
+        (&c["region"], &c["step"], &c["page"]),
+        (&"US".into(), &1.into(), &1.into()),
+        "{c}"
+    );
+    assert_eq!(
+        c["batch"],
+        serde_json::json!(["4", "v5", "6", "v7", "8", "v9"]),
+        "{c}"
+    );
+
+    // Dry-run plans from there: US's two batches left, then GB in full at
+    // its worst case (5 pages of ids, then 5 × 4 values in batches of 4).
+    d.write(&yaml(&embedded_store(&d), &up.base(), 1000));
+    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    ran_ok(&plan);
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let job = &plan["credentials"][0]["jobs"][0];
+    assert_eq!(job["next_run"]["calls"], 2 + 5 + 5, "{job}");
+    assert_eq!(up.seen().len(), 5, "dry-run sends nothing");
+
+    // With room again, the next run sends US's unsent batches only (no
+    // page of ids again, no batch twice), then serves GB.
+    ran_ok(&d.quota(&["run"]));
+    let rest = requests(&up.seen()[5..]);
+    let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+    want.extend(region_walk("GB"));
+    assert_eq!(rest, want);
+    assert_eq!(spent(&d, "ids"), 8, "{}", by_endpoint(&d));
+    assert_eq!(spent(&d, "videos.list"), 6, "{}", by_endpoint(&d));
+    let files = d.outputs("details");
+    assert_eq!(files.len(), 14, "{files:?}");
+    for f in [
+        "details.r000002.US.s1.p000001.json",
+        "details.r000002.US.s1.p000002.json",
+    ] {
+        assert!(files.contains(&f.to_string()), "{f}: {files:?}");
+    }
+}
+
+#[test]
+fn dry_run_plans_a_fan_out_at_its_worst_case() {
+    let up = standin();
+    let d = deployment("embedded", &up, 1000);
+    let r = d.quota(&["run", "--dry-run", "--json"]);
+    ran_ok(&r);
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let job = &plan["credentials"][0]["jobs"][0];
+    // Per region: 5 pages of ids, each full (per_page 4 values), so 20
+    // values in batches of 4: 5 more calls. Two regions.
+    assert_eq!(job["calls_per_run"], 20, "{job}");
+    assert_eq!(job["units_per_run"]["units"], 20, "{job}");
+    assert_eq!(job["next_run"]["calls"], 20, "{job}");
+    assert!(up.seen().is_empty());
+    // A real run never sends more than planned.
+    ran_ok(&d.quota(&["run"]));
+    assert!(up.seen().len() <= 20);
+}
+
+#[test]
+fn values_past_the_planned_worst_case_are_left_out_with_a_warning() {
+    let up = standin();
+    let d = deployment("embedded", &up, 1000);
+    // per_page 1: at most 5 values (5 pages), so 2 batches of 4 at most.
+    d.write(&yaml(&embedded_store(&d), &up.base(), 1000).replace("per_page: 4", "per_page: 1"));
+    let r = d.quota(&["run"]);
+    ran_ok(&r);
+    assert!(
+        r.stderr.contains("left out of the next step's fan-out"),
+        "{r:?}"
+    );
+    let mut want: Vec<String> = (1..=4).map(|p| format!("ids US p{p}")).collect();
+    want.extend(videos(&["0,v1,2,v3", "4"]));
+    assert_eq!(requests(&up.seen())[..6], want);
+}
+
+#[test]
+fn every_bad_for_each_exits_78_naming_file_and_field() {
+    let up = standin();
+    let d = deployment("embedded", &up, 1000);
+    let good = yaml(&embedded_store(&d), &up.base(), 1000);
+    let fan = "for_each: { from: /items/*/id/n, batch: 4, join: \",\", per_page: 4 }";
+    let first = "paginate: { page: page, start: 1, until_empty: /items, max_pages: 5 }";
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        (
+            "no from",
+            fan,
+            "for_each: { batch: 4 }",
+            &["steps[1].for_each.from", "needs from"],
+        ),
+        (
+            "not a pointer",
+            fan,
+            "for_each: { from: items/*/id }",
+            &["steps[1].for_each.from", "not a JSON pointer"],
+        ),
+        (
+            "batch 0",
+            fan,
+            "for_each: { from: /items, batch: 0 }",
+            &["steps[1].for_each.batch", "out of range"],
+        ),
+        (
+            "unknown key",
+            fan,
+            "for_each: { from: /items, size: 3 }",
+            &["steps[1].for_each", "unknown field `size`"],
+        ),
+        (
+            "first step",
+            first,
+            &format!("{first}\n        for_each: {{ from: /items }}"),
+            &["jobs.details.steps[0].for_each", "no previous step"],
+        ),
+        (
+            "batch without for_each",
+            "region: \"{region}\"",
+            "region: \"{region}{batch}\"",
+            &["jobs.details.steps[0].request.query.region", "no for_each"],
+        ),
+        (
+            "for_each without batch",
+            "id: \"{batch}\"",
+            "id: \"all\"",
+            &["jobs.details.steps[1].for_each", "uses {batch} nowhere"],
+        ),
+        (
+            "a paginated fan-out",
+            fan,
+            &format!("{fan}\n        paginate: {{ link: next, max_pages: 2 }}"),
+            &["jobs.details.steps[1].paginate", "does not paginate"],
+        ),
+    ];
+    let file = d.config().display().to_string();
+    for (name, from, to, expect) in cases {
+        assert!(good.contains(from), "{name}: {from:?} not in the base");
+        d.write(&good.replacen(from, to, 1));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{name} ({cmd}): {r:?}");
+            assert!(
+                r.stderr.contains(&file),
+                "{name} ({cmd}) names the file: {r:?}"
+            );
+            for want in *expect {
+                assert!(
+                    r.stderr.contains(want),
+                    "{name} ({cmd}) must say {want:?}: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
+    // Nothing was charged either.
+    d.write(&good);
+    assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
+}
