@@ -6,7 +6,7 @@
 //! stopped by its budget resumes, what dry-run plans, and every bad
 //! `for_each` refused with 78 before anything is sent.
 
-use crate::common::deployment::{Deployment, Ran, embedded_store};
+use crate::common::deployment::{Deployment, Ran, embedded_store, spawn};
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
 
@@ -335,4 +335,52 @@ fn every_bad_for_each_exits_78_naming_file_and_field() {
     // Nothing was charged either.
     d.write(&good);
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
+}
+
+#[test]
+fn a_stop_inside_the_previous_step_keeps_the_values_of_its_written_pages() {
+    let up = standin();
+    // 2 units: US's ids pages 1 and 2; the values of both are in the cursor.
+    let d = deployment("embedded", &up, 2);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let c = cursor(&d);
+    assert_eq!((&c["step"], &c["page"]), (&0.into(), &2.into()), "{c}");
+    assert_eq!(
+        c["found"],
+        serde_json::json!(["0", "v1", "2", "v3", "4", "v5", "6"]),
+        "{c}"
+    );
+
+    d.write(&yaml(&embedded_store(&d), &up.base(), 1000));
+    ran_ok(&d.quota(&["run"]));
+    // The pages of the first run are not fetched again, and their values
+    // are in the batches all the same.
+    let mut want = region_walk("US");
+    want.extend(region_walk("GB"));
+    assert_eq!(requests(&up.seen()), want);
+}
+
+#[test]
+fn a_fan_out_killed_mid_run_redoes_at_most_the_request_in_flight() {
+    let up = Standin::start(&["--pages", "3", "--items", "4", "--delay", "100ms"]);
+    let d = deployment("embedded", &up, 1000);
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    up.wait_for(6);
+    victim.kill().unwrap(); // SIGKILL: no cleanup at all
+    victim.wait().unwrap();
+    let before = up.seen().len();
+    let written = d.outputs("details").len();
+    assert!(before - written <= 1, "{before} fetched, {written} written");
+
+    let rerun = d.run_after_killed_lock();
+    ran_ok(&rerun);
+    let mut round = region_walk("US");
+    round.extend(region_walk("GB"));
+    let mut want = round[written..].to_vec();
+    if written >= 7 {
+        want.extend(region_walk("US"));
+    }
+    assert_eq!(requests(&up.seen()[before..]), want, "{rerun:?}");
+    assert!(up.seen().iter().all(|s| s.status == 200));
 }
