@@ -384,3 +384,61 @@ fn a_fan_out_killed_mid_run_redoes_at_most_the_request_in_flight() {
     assert_eq!(requests(&up.seen()[before..]), want, "{rerun:?}");
     assert!(up.seen().iter().all(|s| s.status == 200));
 }
+
+/// `jobs/youtube.yaml` as shipped, pointed at the stand-in `base` (the key
+/// from the deployment's file, pages under `out/`, the embedded store), its
+/// 2-hour `units` window replaced by `units_2h`.
+fn youtube_example(d: &Deployment, base: &str, units_2h: &str) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/jobs/youtube.yaml")).unwrap();
+    let window = "{ limit: 800, per: 2h }";
+    assert!(text.contains(window), "the example's 2h window changed");
+    format!(
+        "store: {}\n{}",
+        embedded_store(d),
+        text.replace("https://www.googleapis.com", base)
+            .replace("{ env: YT_API_KEY }", "{ file: key }")
+            .replace("../out/", "out/")
+            .replace(window, units_2h)
+    )
+}
+
+#[test]
+fn the_examples_fan_out_of_120_ids_in_batches_of_50_resumes_mid_fan_out() {
+    // Search: 3 pages of 40 video ids per region; videos.list takes 50.
+    let up = Standin::start(&["--pages", "3", "--items", "40"]);
+    let d = Deployment::new("");
+    // One unit of videos.list: the first batch, then a stop (75).
+    d.write(&youtube_example(&d, &up.base(), "{ limit: 1, per: 2h }"));
+    let r = d.quota(&["run", "music-details"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    d.write(&youtube_example(&d, &up.base(), "{ limit: 800, per: 2h }"));
+    ran_ok(&d.quota(&["run", "music-details"]));
+
+    let seen = up.seen();
+    let ids = |s: &Seen| -> Vec<String> {
+        let url = reqwest::Url::parse(&format!("http://x/?{}", s.query.clone().unwrap())).unwrap();
+        let ids = url.query_pairs().find(|(k, _)| k == "id").unwrap().1;
+        ids.split(',').map(String::from).collect()
+    };
+    let mut at = 0;
+    for region in ["US", "GB"] {
+        let searches: Vec<u32> = seen[at..at + 3].iter().map(|s| s.page).collect();
+        assert!(
+            seen[at..at + 3]
+                .iter()
+                .all(|s| s.path == "/youtube/v3/search")
+        );
+        assert_eq!(searches, [0, 1, 2], "{region}: each search page once");
+        let batches: Vec<Vec<String>> = seen[at + 3..at + 6].iter().map(ids).collect();
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [50, 50, 20], "{region}");
+        let all: Vec<String> = (0..3)
+            .flat_map(|p| (0..40).map(move |i| format!("{region}{p:02}{i:03}")))
+            .collect();
+        assert_eq!(batches.concat(), all, "{region}: every id once, in order");
+        at += 6;
+    }
+    assert_eq!(seen.len(), 12, "no request twice: {seen:?}");
+    assert!(seen.iter().all(|s| s.status == 200));
+}
