@@ -100,9 +100,19 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 .iter()
                 .map(|c| format!("{} {}", c.pool.name, c.units))
                 .collect();
-            let pages = match &s.paginate {
-                Some(p) => format!("up to {} pages ({})", p.max_pages, p.kind),
-                None => "1 page".into(),
+            let pages = match (&s.paginate, &s.for_each) {
+                (_, Some(f)) => format!(
+                    "up to {} calls per region, one per batch of {} value(s) at {} in step {}'s pages, joined with {:?} (at most {} values: {} per page)",
+                    s.max_requests(),
+                    f.batch,
+                    f.from,
+                    i.saturating_sub(1),
+                    f.join,
+                    f.max_values,
+                    f.per_page
+                ),
+                (Some(p), None) => format!("up to {} pages ({})", p.max_pages, p.kind),
+                (None, None) => "1 page".into(),
             };
             // The query as it is sent: none at all, not an empty `?`.
             let query: String = s
