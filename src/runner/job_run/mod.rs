@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
-use super::cursor::{Cursor, cursor_text, read_cursor};
+use super::cursor::{Cursor, Start, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::page_scan::Found;
@@ -286,35 +286,14 @@ impl<'a> JobRun<'a> {
             let first_step = if first { start.step } else { 0 };
             let mut refused = false;
             for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-                let resumed = first && s == start.step;
-                let (page, token) = if resumed {
-                    (start.page, start.token.clone())
-                } else {
-                    (0, None)
-                };
                 let at = Position {
                     region,
                     next_region: regions[(index + 1) % n],
                     step: s,
                     run: run_number,
                 };
-                // What the pages before this one found for the next step.
-                self.found.reset(if resumed {
-                    start.found.clone()
-                } else {
-                    Vec::new()
-                });
-                let walked = if step.for_each.is_some() {
-                    let pending = if resumed {
-                        start.batch.clone()
-                    } else {
-                        self.pending.take()
-                    };
-                    self.fan_out(step, &at, page, pending).await?
-                } else {
-                    self.walk(step, &at, page, token).await?
-                };
-                match walked {
+                let resumed = (first && s == start.step).then_some(&start);
+                match self.serve_step(step, &at, resumed).await? {
                     Walk::Done => {}
                     // Stopped: the cursor already points at this page.
                     Walk::Stopped => return Ok(()),
@@ -331,6 +310,31 @@ impl<'a> JobRun<'a> {
             }
         }
         Ok(())
+    }
+
+    /// One step of one region, from its first page, or from the cursor's
+    /// (`resumed`): a walk of its pages, or a fan-out over the values the
+    /// step before it found.
+    async fn serve_step(
+        &mut self,
+        step: &Step,
+        at: &Position<'_>,
+        resumed: Option<&Start>,
+    ) -> Result<Walk> {
+        // What the pages written before the cursor found for the next step.
+        self.found
+            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
+        let page = resumed.map_or(0, |s| s.page);
+        if step.for_each.is_some() {
+            let pending = match resumed {
+                Some(s) => s.batch.clone(),
+                None => self.pending.take(),
+            };
+            self.fan_out(step, at, page, pending).await
+        } else {
+            let token = resumed.and_then(|s| s.token.clone());
+            self.walk(step, at, page, token).await
+        }
     }
 
     /// Whether a walk can start at `page` with the cursor's `token`: one
