@@ -54,13 +54,17 @@ fn standin() -> Standin {
 
 fn deployment(store: &str, up: &Standin, limit: u32) -> Deployment {
     let d = Deployment::new("");
-    let store = if store == "embedded" {
-        embedded_store(&d)
+    d.write(&yaml(&store_for(&d, store), &up.base(), limit));
+    d
+}
+
+/// The `store:` of `d` for `store` ("embedded": a file in its folder).
+fn store_for(d: &Deployment, store: &str) -> String {
+    if store == "embedded" {
+        embedded_store(d)
     } else {
         store.to_string()
-    };
-    d.write(&yaml(&store, &up.base(), limit));
-    d
+    }
 }
 
 /// Each request as (path, region, page or the ids asked).
@@ -171,51 +175,54 @@ fn a_fan_out_batches_every_pages_values_in_order_once_each() {
 
 #[test]
 fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
-    let up = standin();
-    // 5 units: US's 4 pages of ids and one batch; the second is refused.
-    let d = deployment("embedded", &up, 5);
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 75, "{r:?}");
-    let first = requests(&up.seen());
-    assert_eq!(first, region_walk("US")[..5], "{r:?}");
-    let c = cursor(&d);
-    assert_eq!(
-        (&c["region"], &c["step"], &c["page"]),
-        (&"US".into(), &1.into(), &1.into()),
-        "{c}"
-    );
-    assert_eq!(
-        c["batch"],
-        serde_json::json!(["4", "v5", "6", "v7", "8", "v9"]),
-        "{c}"
-    );
+    let redis = RedisServer::start();
+    for store in ["embedded".to_string(), redis.url()] {
+        let up = standin();
+        // 5 units: US's 4 pages of ids and one batch; the second is refused.
+        let d = deployment(&store, &up, 5);
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        let first = requests(&up.seen());
+        assert_eq!(first, region_walk("US")[..5], "{r:?}");
+        let c = cursor(&d);
+        assert_eq!(
+            (&c["region"], &c["step"], &c["page"]),
+            (&"US".into(), &1.into(), &1.into()),
+            "{c}"
+        );
+        assert_eq!(
+            c["batch"],
+            serde_json::json!(["4", "v5", "6", "v7", "8", "v9"]),
+            "{c}"
+        );
 
-    // Dry-run plans from there: US's two batches left, then GB in full at
-    // its worst case (5 pages of ids, then 5 × 4 values in batches of 4).
-    d.write(&yaml(&embedded_store(&d), &up.base(), 1000));
-    let plan = d.quota(&["run", "--dry-run", "--json"]);
-    ran_ok(&plan);
-    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
-    let job = &plan["credentials"][0]["jobs"][0];
-    assert_eq!(job["next_run"]["calls"], 2 + 5 + 5, "{job}");
-    assert_eq!(up.seen().len(), 5, "dry-run sends nothing");
+        // Dry-run plans from there: US's two batches left, then GB in full at
+        // its worst case (5 pages of ids, then 5 × 4 values in batches of 4).
+        d.write(&yaml(&store_for(&d, &store), &up.base(), 1000));
+        let plan = d.quota(&["run", "--dry-run", "--json"]);
+        ran_ok(&plan);
+        let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+        let job = &plan["credentials"][0]["jobs"][0];
+        assert_eq!(job["next_run"]["calls"], 2 + 5 + 5, "{job}");
+        assert_eq!(up.seen().len(), 5, "dry-run sends nothing");
 
-    // With room again, the next run sends US's unsent batches only (no
-    // page of ids again, no batch twice), then serves GB.
-    ran_ok(&d.quota(&["run"]));
-    let rest = requests(&up.seen()[5..]);
-    let mut want = videos(&["4,v5,6,v7", "8,v9"]);
-    want.extend(region_walk("GB"));
-    assert_eq!(rest, want);
-    assert_eq!(spent(&d, "ids"), 8, "{}", by_endpoint(&d));
-    assert_eq!(spent(&d, "videos.list"), 6, "{}", by_endpoint(&d));
-    let files = d.outputs("details");
-    assert_eq!(files.len(), 14, "{files:?}");
-    for f in [
-        "details.r000002.US.s1.p000001.json",
-        "details.r000002.US.s1.p000002.json",
-    ] {
-        assert!(files.contains(&f.to_string()), "{f}: {files:?}");
+        // With room again, the next run sends US's unsent batches only (no
+        // page of ids again, no batch twice), then serves GB.
+        ran_ok(&d.quota(&["run"]));
+        let rest = requests(&up.seen()[5..]);
+        let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+        want.extend(region_walk("GB"));
+        assert_eq!(rest, want);
+        assert_eq!(spent(&d, "ids"), 8, "{}", by_endpoint(&d));
+        assert_eq!(spent(&d, "videos.list"), 6, "{}", by_endpoint(&d));
+        let files = d.outputs("details");
+        assert_eq!(files.len(), 14, "{files:?}");
+        for f in [
+            "details.r000002.US.s1.p000001.json",
+            "details.r000002.US.s1.p000002.json",
+        ] {
+            assert!(files.contains(&f.to_string()), "{f}: {files:?}");
+        }
     }
 }
 

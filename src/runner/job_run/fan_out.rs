@@ -14,6 +14,10 @@
 //!   already written is fetched again.
 //!
 //! Every batch is one request, charged and written as any page is.
+//!
+//! Reading a page for values parses it whole (a `serde_json::Value`), where
+//! [`super::super::page_scan`] streams: only the pages of a step that a
+//! fan-out follows are read so, once each, after they are written.
 
 use std::collections::{HashSet, VecDeque};
 
