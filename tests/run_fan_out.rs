@@ -449,3 +449,40 @@ fn the_examples_fan_out_of_120_ids_in_batches_of_50_resumes_mid_fan_out() {
     assert_eq!(seen.len(), 12, "no request twice: {seen:?}");
     assert!(seen.iter().all(|s| s.status == 200));
 }
+
+#[test]
+fn a_value_that_carries_the_secret_is_never_sent_stored_or_logged() {
+    let up = standin();
+    let d = Deployment::new("");
+    let echoing = |limit| {
+        yaml(&embedded_store(&d), &up.base(), limit)
+            .replace("key: \"{secret}\" }", "key: \"{secret}\", echo: \"1\" }")
+    };
+    // Each page of ids ends with the key. Stopped inside the step (2
+    // units), the cursor keeps the values found so far, the key not.
+    d.write(&echoing(2));
+    let stopped = d.quota(&["run"]);
+    assert_eq!(stopped.code, 75, "{stopped:?}");
+    let status = d.status_json().to_string();
+    assert!(status.contains(r#""found":["0","v1""#), "{status}");
+    d.write(&echoing(1000));
+    let r = d.quota(&["run", "-v"]);
+    ran_ok(&r);
+    assert!(
+        r.stderr.contains("left out of the next step's fan-out"),
+        "{r:?}"
+    );
+    let mut want = region_walk("US");
+    want.extend(region_walk("GB"));
+    assert_eq!(requests(&up.seen()[2..]), want[2..]);
+    for text in [stopped.all(), r.all(), status, d.status_json().to_string()] {
+        assert!(!text.contains("demo-key"), "{text}");
+    }
+    for f in d.outputs("details") {
+        let page = std::fs::read_to_string(d.path().join("out/details").join(&f)).unwrap();
+        assert!(
+            !page.contains("demo-key") && !f.contains("demo-key"),
+            "{f}: {page}"
+        );
+    }
+}
