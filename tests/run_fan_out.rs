@@ -100,7 +100,7 @@ fn videos(batches: &[&str]) -> Vec<String> {
         .collect()
 }
 
-fn by_endpoint(d: &Deployment) -> String {
+fn usage(d: &Deployment) -> String {
     d.status_json()["credentials"][0]["pools"].to_string()
 }
 
@@ -144,8 +144,8 @@ fn a_fan_out_batches_every_pages_values_in_order_once_each() {
         assert!(seen.iter().all(|s| s.status == 200), "{seen:?}");
 
         // Every request charged to its own endpoint: 4 + 3 per region.
-        assert_eq!(spent(&d, "ids"), 8, "{store}: {}", by_endpoint(&d));
-        assert_eq!(spent(&d, "videos.list"), 6, "{store}: {}", by_endpoint(&d));
+        assert_eq!(spent(&d, "ids"), 8, "{store}: {}", usage(&d));
+        assert_eq!(spent(&d, "videos.list"), 6, "{store}: {}", usage(&d));
 
         // Every request wrote its page; the fan-out's are numbered by batch.
         let files = d.outputs("details");
@@ -213,8 +213,8 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
         assert_eq!(rest, want);
-        assert_eq!(spent(&d, "ids"), 8, "{}", by_endpoint(&d));
-        assert_eq!(spent(&d, "videos.list"), 6, "{}", by_endpoint(&d));
+        assert_eq!(spent(&d, "ids"), 8, "{}", usage(&d));
+        assert_eq!(spent(&d, "videos.list"), 6, "{}", usage(&d));
         let files = d.outputs("details");
         assert_eq!(files.len(), 14, "{files:?}");
         for f in [
@@ -485,4 +485,36 @@ fn a_value_that_carries_the_secret_is_never_sent_stored_or_logged() {
             "{f}: {page}"
         );
     }
+}
+
+#[test]
+fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
+    let up = standin();
+    let d = Deployment::new("");
+    let third = format!(
+        r#"      - endpoint: videos.list
+        for_each: {{ from: /items/*/id, batch: 5 }}
+        request: {{ url: "{}/youtube/v3/videos", query: {{ part: snippet, id: "{{batch}}", key: "{{secret}}" }} }}
+    output: out/details"#,
+        up.base()
+    );
+    d.write(
+        &yaml(&embedded_store(&d), &up.base(), 1000).replace("    output: out/details", &third),
+    );
+    // Per region: 5 pages of ids, 5 batches of the 20 values they can
+    // hold, then the ids of those 5 pages of details (5 each, per_page
+    // defaults to batch): 5 more.
+    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    ran_ok(&plan);
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    assert_eq!(plan["credentials"][0]["jobs"][0]["calls_per_run"], 30);
+
+    ran_ok(&d.quota(&["run"]));
+    let mut want = Vec::new();
+    for region in ["US", "GB"] {
+        want.extend(region_walk(region));
+        want.extend(videos(&["0,v1,2,v3,4", "v5,6,v7,8,v9"]));
+    }
+    assert_eq!(requests(&up.seen()), want);
+    assert_eq!(spent(&d, "videos.list"), 10, "{}", usage(&d));
 }
