@@ -17,6 +17,7 @@ mod operator;
 mod run_blocks;
 mod run_concurrency;
 mod run_config;
+mod run_fan_out;
 mod run_files;
 mod run_jobs;
 mod run_pagination;

@@ -71,16 +71,11 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     for job in &config.jobs {
         let cred = config.credential(job);
         let regions = job.regions.len().max(1);
-        let calls: u64 = job
-            .steps
-            .iter()
-            .map(|s| u64::from(s.max_pages()))
-            .sum::<u64>()
-            * regions as u64;
+        let calls: u64 = job.steps.iter().map(|s| s.max_requests()).sum::<u64>() * regions as u64;
         let mut units: Vec<(String, u64)> = Vec::new();
         for s in &job.steps {
             for c in &s.cost {
-                let add = c.units * u64::from(s.max_pages()) * regions as u64;
+                let add = c.units * s.max_requests() * regions as u64;
                 match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
                     Some((_, u)) => *u += add,
                     None => units.push((c.pool.name.clone(), add)),
@@ -105,9 +100,19 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 .iter()
                 .map(|c| format!("{} {}", c.pool.name, c.units))
                 .collect();
-            let pages = match &s.paginate {
-                Some(p) => format!("up to {} pages ({})", p.max_pages, p.kind),
-                None => "1 page".into(),
+            let pages = match (&s.paginate, &s.for_each) {
+                (_, Some(f)) => format!(
+                    "up to {} calls per region, one per batch of {} value(s) at {} in step {}'s pages, joined with {:?} (at most {} values: {} per page)",
+                    s.max_requests(),
+                    f.batch,
+                    f.from,
+                    i.saturating_sub(1),
+                    f.join,
+                    f.max_values,
+                    f.per_page
+                ),
+                (Some(p), None) => format!("up to {} pages ({})", p.max_pages, p.kind),
+                (None, None) => "1 page".into(),
             };
             // The query as it is sent: none at all, not an empty `?`.
             let query: String = s

@@ -177,13 +177,46 @@ pub struct Step {
     /// The JSON body of a POST or PUT, its strings templates.
     pub body: Option<JsonTemplate>,
     pub paginate: Option<Paginate>,
+    /// A fan-out step: one request per batch of the previous step's values.
+    pub for_each: Option<ForEach>,
 }
 
 impl Step {
-    /// Pages one run of this step fetches at most.
+    /// Pages one walk of this step fetches at most (a fan-out step does not
+    /// paginate: see [`Step::max_requests`]).
     pub fn max_pages(&self) -> u32 {
         self.paginate.as_ref().map_or(1, |p| p.max_pages)
     }
+
+    /// Requests this step sends at most per region (retries aside): its
+    /// `max_pages`, or for a fan-out step one per batch of the most values
+    /// it takes ([`ForEach::max_values`]). What dry-run plans with.
+    pub fn max_requests(&self) -> u64 {
+        match &self.for_each {
+            Some(f) => f.max_values.div_ceil(u64::from(f.batch)),
+            None => u64::from(self.max_pages()),
+        }
+    }
+}
+
+/// `for_each`: the step runs once per batch of the values found at `from`
+/// in the previous step's pages (of the same region), in order, duplicates
+/// dropped, numbers written as text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForEach {
+    /// A JSON pointer whose `*` segments match every element of an array.
+    pub from: String,
+    /// Values per request (default 1).
+    pub batch: u32,
+    /// Between the values of a batch in `{batch}` (default ",").
+    pub join: String,
+    /// The most values one page of the previous step is taken to hold
+    /// (default: `batch`): what "a full page" means to the planner.
+    pub per_page: u32,
+    /// The most values the step takes per region: the previous step's
+    /// most requests times `per_page`. Values past it are left out, with
+    /// a warning, so a run never sends more requests than dry-run planned.
+    pub max_values: u64,
 }
 
 /// Pagination: how the next page is found, and how many pages at most.

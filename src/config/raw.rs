@@ -74,6 +74,16 @@ pub(super) struct RawStep {
     pub(super) endpoint: String,
     pub(super) request: RawRequest,
     pub(super) paginate: Option<RawPaginate>,
+    pub(super) for_each: Option<RawForEach>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForEach {
+    pub(super) from: Option<String>,
+    pub(super) batch: Option<i64>,
+    pub(super) join: Option<String>,
+    pub(super) per_page: Option<i64>,
 }
 
 #[derive(Deserialize)]

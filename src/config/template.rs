@@ -1,5 +1,5 @@
 //! Request templates: strings with placeholders (`{region}`, `{secret}`,
-//! `{job}`, `{step}`, `{page}`), checked when the configuration loads and
+//! `{job}`, `{step}`, `{page}`, and `{batch}` in a fan-out step), checked when the configuration loads and
 //! filled in for each request. `{{` and `}}` stand for literal braces.
 //! A request body is a [`JsonTemplate`]: JSON whose strings are templates,
 //! filled value by value and serialized afterwards, so a region or secret
@@ -15,15 +15,18 @@ pub enum Placeholder {
     Job,
     Step,
     Page,
+    /// A fan-out step's batch of values, joined.
+    Batch,
 }
 
 impl Placeholder {
-    pub const ALL: [(&'static str, Placeholder); 5] = [
+    pub const ALL: [(&'static str, Placeholder); 6] = [
         ("region", Self::Region),
         ("secret", Self::Secret),
         ("job", Self::Job),
         ("step", Self::Step),
         ("page", Self::Page),
+        ("batch", Self::Batch),
     ];
 }
 
@@ -45,8 +48,10 @@ pub struct Fill<'a> {
     pub secret: &'a Secret,
     pub job: &'a str,
     pub step: usize,
-    /// The page's index in its walk, from 0.
+    /// The page's index in its walk, from 0 (a fan-out step's: its batch's).
     pub page: u32,
+    /// A fan-out step's batch of values, joined (empty in other steps).
+    pub batch: &'a str,
 }
 
 impl Template {
@@ -82,7 +87,7 @@ impl Template {
                         .map(|(_, p)| *p)
                         .ok_or_else(|| {
                             format!(
-                                "unknown placeholder '{{{name}}}' (known: {{region}}, {{secret}}, {{job}}, {{step}}, {{page}}; write {{{{ for a literal brace)"
+                                "unknown placeholder '{{{name}}}' (known: {{region}}, {{secret}}, {{job}}, {{step}}, {{page}}, {{batch}}; write {{{{ for a literal brace)"
                             )
                         })?;
                     if !text.is_empty() {
@@ -119,6 +124,7 @@ impl Template {
                 Part::Slot(Placeholder::Job) => out.push_str(fill.job),
                 Part::Slot(Placeholder::Step) => out.push_str(&fill.step.to_string()),
                 Part::Slot(Placeholder::Page) => out.push_str(&fill.page.to_string()),
+                Part::Slot(Placeholder::Batch) => out.push_str(fill.batch),
             }
         }
         out
@@ -253,9 +259,11 @@ mod tests {
             job: "j",
             step: 2,
             page: 4,
+            batch: "a,b",
         };
         assert_eq!(t.fill(&fill), "j/US?k=K&s=2&x={y}");
         assert_eq!(Template::parse("p{page}").unwrap().fill(&fill), "p4");
+        assert_eq!(Template::parse("id={batch}").unwrap().fill(&fill), "id=a,b");
         assert!(t.uses(Placeholder::Secret));
     }
 
@@ -285,6 +293,7 @@ mod tests {
             job: "j",
             step: 0,
             page: 0,
+            batch: "",
         };
         let text = t.fill(&fill);
         serde_json::from_str::<serde_json::Value>(&text).unwrap();

@@ -9,8 +9,8 @@ use serde_yaml::Value;
 
 use super::raw::*;
 use super::{
-    Config, Credential, Fill, HttpSettings, Job, JsonTemplate, PageKind, Paginate, Placeholder,
-    Secret, SecretSource, Secrets, Step, StorePolicy, Template, UpstreamReset,
+    Config, Credential, Fill, ForEach, HttpSettings, Job, JsonTemplate, PageKind, Paginate,
+    Placeholder, Secret, SecretSource, Secrets, Step, StorePolicy, Template, UpstreamReset,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
 use crate::timefmt::fmt_duration;
@@ -412,9 +412,20 @@ impl Validator<'_> {
         if raw.steps.is_empty() {
             return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
         }
-        let mut steps = Vec::new();
+        if raw.steps[0].for_each.is_some() {
+            return Err(self.err(
+                format!("{at}.steps[0].for_each"),
+                "the first step has no previous step to take values from: for_each belongs on a later step",
+            ));
+        }
+        let mut steps: Vec<Step> = Vec::new();
         for (i, s) in raw.steps.into_iter().enumerate() {
-            steps.push(self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?);
+            let mut step =
+                self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?;
+            if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
+                f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
+            }
+            steps.push(step);
         }
         self.filled(&at, &name, &regions, &steps, cred)?;
         if raw.output.trim().is_empty() {
@@ -472,6 +483,7 @@ impl Validator<'_> {
                     job,
                     step: i,
                     page: 0,
+                    batch: "",
                 };
                 let with = |t: &Template| {
                     let mut what = String::from("after substitution");
@@ -605,6 +617,7 @@ impl Validator<'_> {
             job: "job",
             step: 0,
             page: 0,
+            batch: "",
         });
         match reqwest::Url::parse(&probe) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => {}
@@ -659,7 +672,27 @@ impl Validator<'_> {
                 Ok(t)
             })
             .transpose()?;
+        let for_each = raw
+            .for_each
+            .map(|f| self.for_each(&format!("{at}.for_each"), f))
+            .transpose()?;
+        self.batch_use(
+            at,
+            for_each.is_some(),
+            &url,
+            &query,
+            &headers,
+            body.as_ref(),
+        )?;
+        if for_each.is_some() && paginate.is_some() {
+            return Err(self.err(
+                format!("{at}.paginate"),
+                "a fan-out step (for_each) does not paginate: each batch is one request; \
+                 page the previous step instead, or split the work into smaller batches",
+            ));
+        }
         Ok(Step {
+            for_each,
             endpoint: raw.endpoint,
             cost,
             on_store_error: spec.on_store_error,
@@ -670,6 +703,85 @@ impl Validator<'_> {
             body,
             paginate,
         })
+    }
+
+    /// `for_each`, checked; its `max_values` is set by [`Self::job`], which
+    /// knows the previous step.
+    fn for_each(&self, at: &str, raw: RawForEach) -> Result<ForEach> {
+        let field = |k: &str| format!("{at}.{k}");
+        let from = raw.from.ok_or_else(|| {
+            self.err(
+                field("from"),
+                "for_each needs from: the JSON pointer of the values in the previous step's pages (e.g. /items/*/id)",
+            )
+        })?;
+        if !from.starts_with('/') {
+            return Err(self.err(
+                field("from"),
+                format!("'{from}' is not a JSON pointer: it starts with / (e.g. /items/*/id)"),
+            ));
+        }
+        let count = |k: &str, v: Option<i64>, max: i64| -> Result<Option<u32>> {
+            match v {
+                None => Ok(None),
+                Some(n) if (1..=max).contains(&n) => Ok(Some(n as u32)),
+                Some(n) => Err(self.err(field(k), format!("{n} is out of range: 1 to {max}"))),
+            }
+        };
+        let batch = count("batch", raw.batch, 10_000)?.unwrap_or(1);
+        let per_page = count("per_page", raw.per_page, 1_000_000)?.unwrap_or(batch);
+        Ok(ForEach {
+            from,
+            batch,
+            join: raw.join.unwrap_or_else(|| ",".into()),
+            per_page,
+            max_values: 0,
+        })
+    }
+
+    /// `{batch}` is used in a step exactly when it fans out: without
+    /// `for_each` it would always be empty, and a fan-out step that does
+    /// not use it would send the same request for every batch.
+    fn batch_use(
+        &self,
+        at: &str,
+        fans_out: bool,
+        url: &Template,
+        query: &[(String, Template)],
+        headers: &[(String, Template)],
+        body: Option<&JsonTemplate>,
+    ) -> Result<()> {
+        let b = Placeholder::Batch;
+        let mut users = Vec::new();
+        if url.uses(b) {
+            users.push(format!("{at}.request.url"));
+        }
+        users.extend(
+            query
+                .iter()
+                .filter(|(_, t)| t.uses(b))
+                .map(|(k, _)| format!("{at}.request.query.{k}")),
+        );
+        users.extend(
+            headers
+                .iter()
+                .filter(|(_, t)| t.uses(b))
+                .map(|(k, _)| format!("{at}.request.headers.{k}")),
+        );
+        if body.is_some_and(|t| t.uses(b)) {
+            users.push(format!("{at}.request.body"));
+        }
+        match (fans_out, users.first()) {
+            (false, Some(field)) => Err(self.err(
+                field,
+                "{batch} is used but the step has no for_each: add for_each: { from: POINTER } to fan out over the previous step's values",
+            )),
+            (true, None) => Err(self.err(
+                format!("{at}.for_each"),
+                "the step fans out but uses {batch} nowhere (url, query, headers or body): every batch would send the same request",
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Which pagination kind `p` names (exactly one), with the keys that

@@ -21,6 +21,15 @@ pub struct Cursor {
     /// The page token that `page` needs, when `page > 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// At a fan-out step: its values not yet sent, the next batch first
+    /// (`page` is that batch's number). Kept in the store, not read from
+    /// the page files, so a run on another host resumes it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Vec<String>>,
+    /// Before a fan-out step: the values the pages of this step written
+    /// so far hold for it, in order, without duplicates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<String>,
 }
 
 impl Cursor {
@@ -49,6 +58,8 @@ impl Cursor {
                 step: self.step,
                 page: self.page,
                 token: self.token.clone(),
+                batch: self.batch.clone(),
+                found: self.found.clone(),
             },
             Some(index) => Start {
                 index,
@@ -66,6 +77,8 @@ pub struct Start {
     pub step: usize,
     pub page: u32,
     pub token: Option<String>,
+    pub batch: Option<Vec<String>>,
+    pub found: Vec<String>,
 }
 
 /// A cursor as the store keeps it, and its text. A page token that carries
@@ -150,6 +163,7 @@ mod tests {
             step: 1,
             page: 2,
             token: Some("T".into()),
+            ..Cursor::default()
         };
         let s = c.start(&regions(), 2);
         assert_eq!(
@@ -193,6 +207,7 @@ mod tests {
             step: 0,
             page: 3,
             token: Some("***K3y/next?key=K3y".into()),
+            ..Cursor::default()
         };
         let (stored, text) = cursor_text(&cursor, &secret);
         assert_eq!(stored.token.as_deref(), Some("******/next?key=***"));

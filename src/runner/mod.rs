@@ -7,7 +7,7 @@
 //! cursor saved so the next timer tick resumes exactly there.
 //!
 //! Rooms: [`job_run`] (one run in progress: the region loop, charge, call,
-//! write), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
+//! write; fan-out steps, `for_each`, in its `fan_out`), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
 //! [`cursor`] (where a job resumes, kept without the secret), [`output`]
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
 //! [`page_scan`] (what a page says of the next, without building it),

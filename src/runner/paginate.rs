@@ -358,6 +358,7 @@ jobs:
             job: "j",
             step: 0,
             page: 0,
+            batch: "",
         };
         let first = page_url(step, &fill, None).unwrap();
         assert_eq!(

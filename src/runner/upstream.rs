@@ -615,6 +615,7 @@ jobs:
             job: "j",
             step: 0,
             page: 0,
+            batch: "",
         };
         let url = super::super::paginate::page_url(step, &fill, None).unwrap();
         let built = request(&client, step, &fill, &step.method, &url).unwrap();

@@ -10,6 +10,12 @@
 //! * `/feed?region=R&cursor=N`: an absolute next URL at `/paging/next`.
 //! * `/rows?region=R&page=N` (pages from 1) or `&offset=N&limit=L`: the
 //!   items at `/data`, an empty array past the last.
+//! * `/ids?region=R&page=N` (pages from 1): `{"items": [{"id": {"n": V}}]}`
+//!   for a fan-out to read: value K of the walk is the number K when even,
+//!   the string `vK` when odd, and each page starts with the last value of
+//!   the page before (duplicates); an empty `items` past the last page.
+//!   With `echo=1`, each page ends with one more value: the key it was
+//!   sent, as a careless upstream might echo it.
 //! * `POST /chat`: a JSON body with a string `model` and a non-empty array
 //!   `messages`, `Content-Type: application/json`, the key as `Bearer`;
 //!   400 for anything else. It answers `{"echo": BODY}`.
@@ -59,6 +65,11 @@ pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<An
             }
         };
         (region.clone(), page, rows(state, &region, first, limit))
+    } else if path == "/ids" {
+        let region = q.get("region").cloned().unwrap_or_default();
+        let page = number(&q, "page", 1);
+        let echo = (q.get("echo").map(String::as_str) == Some("1")).then_some(key.as_deref());
+        (region, page, ids(state, page, echo.flatten()))
     } else if path == "/chat" {
         (String::new(), 0, chat(request))
     } else {
@@ -144,6 +155,24 @@ fn rows(state: &State, region: &str, first: u64, limit: u64) -> Answer {
         vec![],
         json!({ "data": items(state, region, first, limit) }),
     )
+}
+
+/// Values for a fan-out: see the module's text.
+fn ids(state: &State, page: u64, echo: Option<&str>) -> Answer {
+    let per = u64::from(state.opts.items);
+    let items: Vec<serde_json::Value> = if (1..=u64::from(state.opts.pages)).contains(&page) {
+        let first = (page - 1) * per.saturating_sub(1);
+        (first..first + per)
+            .map(|k| match k % 2 {
+                0 => json!({ "id": { "n": k } }),
+                _ => json!({ "id": { "n": format!("v{k}") } }),
+            })
+            .chain(echo.map(|key| json!({ "id": { "n": key } })))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (200, vec![], json!({ "items": items }))
 }
 
 /// A JSON POST, checked the way a strict API checks it.

@@ -15,14 +15,15 @@ use crate::runner::cursor::Cursor;
 pub type Remaining = BTreeMap<(String, usize), u64>;
 
 /// Units per run of `job`, per pool: the worst case, `max_pages` pages of
-/// every paginated step in every region.
+/// every paginated step in every region, and for a fan-out step one call
+/// per batch of the most values the previous step's pages can hold
+/// ([`crate::config::Step::max_requests`]).
 pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
     let regions = job.regions.len().max(1) as u64;
     let mut units = BTreeMap::new();
     for s in &job.steps {
         for c in &s.cost {
-            *units.entry(c.pool.name.clone()).or_insert(0) +=
-                c.units * u64::from(s.max_pages()) * regions;
+            *units.entry(c.pool.name.clone()).or_insert(0) += c.units * s.max_requests() * regions;
         }
     }
     units
@@ -31,11 +32,7 @@ pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
 /// Calls per run of `job`, the worst case as in [`units_per_run`].
 pub fn calls_per_run(job: &Job) -> u64 {
     let regions = job.regions.len().max(1) as u64;
-    job.steps
-        .iter()
-        .map(|s| u64::from(s.max_pages()))
-        .sum::<u64>()
-        * regions
+    job.steps.iter().map(|s| s.max_requests()).sum::<u64>() * regions
 }
 /// The largest units per run any of `jobs` (scheduled or not) spends from
 /// `pool`: one round of the pool.
@@ -64,12 +61,17 @@ pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -
         let region = regions[(start.index + i) % n];
         let first_step = if i == 0 { start.step } else { 0 };
         for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-            let first_page = if i == 0 && s == start.step {
-                start.page
-            } else {
-                0
+            let at_cursor = i == 0 && s == start.step;
+            let first_page = if at_cursor { start.page } else { 0 };
+            // A fan-out the cursor is inside of knows its values left.
+            let last = match (&step.for_each, &start.batch) {
+                (Some(f), Some(left)) if at_cursor => {
+                    u64::from(first_page) + (left.len() as u64).div_ceil(u64::from(f.batch))
+                }
+                _ => step.max_requests(),
             };
-            for page in first_page..step.max_pages() {
+            for page in u64::from(first_page)..last {
+                let page = u32::try_from(page).unwrap_or(u32::MAX);
                 if let Some((pool, window)) = full_window(&step.cost, remaining) {
                     return NextRun::Stops {
                         region: region.to_string(),
@@ -273,6 +275,7 @@ jobs:
             step: 0,
             page: 1,
             token: Some("CAUQ1".into()),
+            ..Cursor::default()
         };
         // GB pages 1 and 2, then DE, then US: 8 calls, not 9.
         let mut left = remaining(&[("units", &[90, 30])]);

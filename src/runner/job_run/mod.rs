@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
-use super::cursor::{Cursor, cursor_text, read_cursor};
+use super::cursor::{Cursor, Start, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::page_scan::Found;
@@ -23,6 +23,7 @@ use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
 mod charge;
+mod fan_out;
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
@@ -39,6 +40,10 @@ pub(super) struct JobRun<'a> {
     warned_unmetered: bool,
     /// The run lock, while this run holds it.
     lock: Option<RunLock>,
+    /// The values the step being walked finds for the next, a fan-out.
+    found: fan_out::Found,
+    /// The values a fan-out step about to start has to send.
+    pending: Option<Vec<String>>,
 }
 
 /// A page's body, what it holds at the pagination's pointer, its `Link`.
@@ -60,6 +65,7 @@ impl Position<'_> {
             step,
             page,
             token,
+            ..Cursor::default()
         }
     }
 }
@@ -106,6 +112,8 @@ impl<'a> JobRun<'a> {
             history_checked: false,
             warned_unmetered: false,
             lock: None,
+            found: fan_out::Found::default(),
+            pending: None,
         }
     }
 
@@ -267,6 +275,8 @@ impl<'a> JobRun<'a> {
             step: start.step,
             page: start.page,
             token: start.token.clone(),
+            batch: start.batch.clone(),
+            found: start.found.clone(),
         });
 
         for i in 0..n {
@@ -276,18 +286,14 @@ impl<'a> JobRun<'a> {
             let first_step = if first { start.step } else { 0 };
             let mut refused = false;
             for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-                let (page, token) = if first && s == start.step {
-                    (start.page, start.token.clone())
-                } else {
-                    (0, None)
-                };
                 let at = Position {
                     region,
                     next_region: regions[(index + 1) % n],
                     step: s,
                     run: run_number,
                 };
-                match self.walk(step, &at, page, token).await? {
+                let resumed = (first && s == start.step).then_some(&start);
+                match self.serve_step(step, &at, resumed).await? {
                     Walk::Done => {}
                     // Stopped: the cursor already points at this page.
                     Walk::Stopped => return Ok(()),
@@ -306,6 +312,31 @@ impl<'a> JobRun<'a> {
         Ok(())
     }
 
+    /// One step of one region, from its first page, or from the cursor's
+    /// (`resumed`): a walk of its pages, or a fan-out over the values the
+    /// step before it found.
+    async fn serve_step(
+        &mut self,
+        step: &Step,
+        at: &Position<'_>,
+        resumed: Option<&Start>,
+    ) -> Result<Walk> {
+        // What the pages written before the cursor found for the next step.
+        self.found
+            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
+        let page = resumed.map_or(0, |s| s.page);
+        if step.for_each.is_some() {
+            let pending = match resumed {
+                Some(s) => s.batch.clone(),
+                None => self.pending.take(),
+            };
+            self.fan_out(step, at, page, pending).await
+        } else {
+            let token = resumed.and_then(|s| s.token.clone());
+            self.walk(step, at, page, token).await
+        }
+    }
+
     /// Whether a walk can start at `page` with the cursor's `token`: one
     /// that does not fit the step's pagination (see
     /// [`paginate::token_fits`]) restarts the step, with a warning.
@@ -317,6 +348,7 @@ impl<'a> JobRun<'a> {
             job: &self.job.name,
             step: at.step,
             page,
+            batch: "",
         };
         let fits = paginate::token_fits(step, &fill, t);
         if !fits {
@@ -341,6 +373,7 @@ impl<'a> JobRun<'a> {
         let job = self.job;
         if !self.resumable(step, at, page, token.as_deref()) {
             (page, token) = (0, None);
+            self.found.reset(Vec::new());
         }
         // The tokens this walk has followed: an upstream that hands one
         // out again is going in circles.
@@ -352,6 +385,7 @@ impl<'a> JobRun<'a> {
                 job: &job.name,
                 step: at.step,
                 page,
+                batch: "",
             };
             let Some(next) = self
                 .fetch_page(step, &fill, token.as_deref(), at, page)
@@ -398,9 +432,11 @@ impl<'a> JobRun<'a> {
             };
             // Where the next run starts if this one stops now.
             let resume = match next {
-                Some(t) => at.cursor(at.region, at.step, page + 1, Some(t)),
-                None if at.step + 1 < job.steps.len() => at.cursor(at.region, at.step + 1, 0, None),
-                None => at.cursor(at.next_region, 0, 0, None),
+                Some(t) => Cursor {
+                    found: self.found.values().to_vec(),
+                    ..at.cursor(at.region, at.step, page + 1, Some(t))
+                },
+                None => self.after_step(at),
             };
             self.save_cursor(&resume).await;
             match resume.token {
@@ -485,6 +521,7 @@ impl<'a> JobRun<'a> {
         }
         .file_name();
         self.write_page(fill, &name, &body)?;
+        self.collect_for_next(at, page, &body);
         Ok(Some(paginate::next(
             step,
             fill,

@@ -1,0 +1,253 @@
+//! Fan-out steps (`for_each`): a step that runs once per batch of the
+//! values the previous step's pages hold at a JSON pointer (`*` for every
+//! element of an array), for the same region. It lives apart from the
+//! page walk of `mod.rs` because its unit of work is a batch, not a page:
+//!
+//! * While the previous step walks its pages, each page written is read
+//!   for the values ([`values_at`]); they are kept in order, duplicates
+//!   dropped ([`Found`]), and saved in the cursor with every page, so a
+//!   killed run does not lose the values of the pages it already wrote.
+//! * When that step ends, the values become the fan-out's list of values
+//!   to send, saved in the cursor too; after each batch the cursor keeps
+//!   the values not yet sent. A stop (a rejection, a signal) or a kill
+//!   resumes at the batch in hand, from the store, on any host: no page
+//!   already written is fetched again.
+//!
+//! Every batch is one request, charged and written as any page is.
+//!
+//! Reading a page for values parses it whole (a `serde_json::Value`), where
+//! [`super::super::page_scan`] streams: only the pages of a step that a
+//! fan-out follows are read so, once each, after they are written.
+
+use std::collections::{HashSet, VecDeque};
+
+use tracing::warn;
+
+use super::{JobRun, Position, Walk, describe_position};
+use crate::Result;
+use crate::config::{Fill, ForEach, Step, redact};
+use crate::runner::cursor::Cursor;
+
+/// The values found so far for a fan-out step, in order, each once.
+#[derive(Default)]
+pub(super) struct Found {
+    values: Vec<String>,
+    seen: HashSet<String>,
+    /// Values left out: past the step's `max_values`, or unusable.
+    left_out: u64,
+}
+
+impl Found {
+    /// Start again from `values` (a cursor's, or none).
+    pub(super) fn reset(&mut self, values: Vec<String>) {
+        self.seen = values.iter().cloned().collect();
+        self.values = values;
+        self.left_out = 0;
+    }
+
+    pub(super) fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    fn take(&mut self) -> Vec<String> {
+        self.seen.clear();
+        self.left_out = 0;
+        std::mem::take(&mut self.values)
+    }
+}
+
+/// The values at `pointer` in a JSON page: strings as they are, numbers as
+/// text, in document order; `*` matches every element of an array. Other
+/// kinds (objects, arrays, booleans, null) are not values and are skipped.
+pub(super) fn values_at(body: &[u8], pointer: &str) -> serde_json::Result<Vec<String>> {
+    let doc: serde_json::Value = serde_json::from_slice(body)?;
+    let path: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let mut out = Vec::new();
+    collect(&doc, &path, &mut out);
+    Ok(out)
+}
+
+fn collect(v: &serde_json::Value, path: &[String], out: &mut Vec<String>) {
+    use serde_json::Value as J;
+    let Some((first, rest)) = path.split_first() else {
+        match v {
+            J::String(s) => out.push(s.clone()),
+            J::Number(n) => out.push(n.to_string()),
+            _ => {}
+        }
+        return;
+    };
+    match v {
+        J::Array(items) if first == "*" => items.iter().for_each(|i| collect(i, rest, out)),
+        J::Array(items) => {
+            if let Some(i) = first.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                collect(i, rest, out);
+            }
+        }
+        J::Object(m) => {
+            if let Some(i) = m.get(first) {
+                collect(i, rest, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl JobRun<'_> {
+    /// Keep the values of a page just written for the next step, if it
+    /// fans out. A value that is empty, holds a control character (it
+    /// could not go in a header) or carries the secret (it would reach
+    /// the store) is left out, and so are those past the step's
+    /// `max_values`; the run says how many.
+    pub(super) fn collect_for_next(&mut self, at: &Position<'_>, page: u32, body: &[u8]) {
+        let Some(f) = self
+            .job
+            .steps
+            .get(at.step + 1)
+            .and_then(|s| s.for_each.as_ref())
+        else {
+            return;
+        };
+        let here = describe_position(at.region, at.step, page);
+        let values = match values_at(body, &f.from) {
+            Ok(v) => v,
+            Err(e) => {
+                warn!(
+                    job = self.job.name,
+                    "{here}: not JSON ({e}): no values for the next step"
+                );
+                return;
+            }
+        };
+        let before = self.found.left_out;
+        for v in values {
+            let usable = !v.is_empty()
+                && !v.chars().any(char::is_control)
+                && redact(&v, &[&self.cred.secret]) == v;
+            if !usable {
+                self.found.left_out += 1;
+            } else if !self.found.seen.contains(&v) {
+                if self.found.values.len() as u64 >= f.max_values {
+                    self.found.left_out += 1;
+                } else {
+                    self.found.seen.insert(v.clone());
+                    self.found.values.push(v);
+                }
+            }
+        }
+        let left_out = self.found.left_out - before;
+        if left_out > 0 {
+            warn!(
+                job = self.job.name,
+                "{here}: {left_out} value(s) at {} left out of the next step's fan-out \
+                 (empty, a control character, the secret, or past its {} values: \
+                 the previous step's most pages × for_each.per_page {})",
+                f.from,
+                f.max_values,
+                f.per_page
+            );
+        }
+    }
+
+    /// Where the next run starts once step `at.step` of `at.region` is
+    /// done: the next step (with the values found for it, if it fans out)
+    /// or the next region. The values also become this run's
+    /// [`JobRun::pending`].
+    pub(super) fn after_step(&mut self, at: &Position<'_>) -> Cursor {
+        let values = self.found.take();
+        match self.job.steps.get(at.step + 1) {
+            Some(next) => {
+                let mut c = at.cursor(at.region, at.step + 1, 0, None);
+                if next.for_each.is_some() {
+                    c.batch = Some(values.clone());
+                    self.pending = Some(values);
+                }
+                c
+            }
+            None => at.cursor(at.next_region, 0, 0, None),
+        }
+    }
+
+    /// A fan-out step for one region: one request per batch of `pending`
+    /// (the values not yet sent; `None` when the cursor that resumed it
+    /// kept none), the first one numbered `page`, the cursor saved after
+    /// each.
+    pub(super) async fn fan_out(
+        &mut self,
+        step: &Step,
+        at: &Position<'_>,
+        mut page: u32,
+        pending: Option<Vec<String>>,
+    ) -> Result<Walk> {
+        let f: &ForEach = step.for_each.as_ref().expect("a fan-out step");
+        let mut pending: VecDeque<String> = pending
+            .unwrap_or_else(|| {
+                warn!(
+                    job = self.job.name,
+                    "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
+                     it is skipped for this region this round",
+                    describe_position(at.region, at.step, page)
+                );
+                Vec::new()
+            })
+            .into();
+        while !pending.is_empty() {
+            let n = (f.batch as usize).min(pending.len());
+            let joined = pending
+                .iter()
+                .take(n)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(&f.join);
+            let fill = Fill {
+                region: at.region,
+                secret: &self.cred.secret,
+                job: &self.job.name,
+                step: at.step,
+                page,
+                batch: &joined,
+            };
+            if self
+                .fetch_page(step, &fill, None, at, page)
+                .await?
+                .is_none()
+            {
+                // Stopped: the cursor already points at this batch.
+                return Ok(Walk::Stopped);
+            }
+            pending.drain(..n);
+            page += 1;
+            if !pending.is_empty() {
+                let mut resume = at.cursor(at.region, at.step, page, None);
+                resume.batch = Some(pending.iter().cloned().collect());
+                resume.found = self.found.values().to_vec();
+                self.save_cursor(&resume).await;
+            }
+        }
+        let resume = self.after_step(at);
+        self.save_cursor(&resume).await;
+        Ok(Walk::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::values_at;
+
+    #[test]
+    fn stars_match_every_element_and_numbers_are_text() {
+        let page = br#"{"items":[{"id":{"videoId":"a"}},{"id":{"videoId":7}},{"id":{}},
+            {"id":{"videoId":["x"]}},{"id":{"videoId":1.5}}],"a/b":[["p","q"],["r"]]}"#;
+        let at = |p: &str| values_at(page, p).unwrap();
+        assert_eq!(at("/items/*/id/videoId"), ["a", "7", "1.5"]);
+        assert_eq!(at("/items/1/id/videoId"), ["7"]);
+        assert_eq!(at("/a~1b/*/*"), ["p", "q", "r"]);
+        assert!(at("/items/*/nothing").is_empty());
+        assert!(at("/items/9/id/videoId").is_empty());
+        assert!(values_at(b"{", "/a").is_err());
+    }
+}
