@@ -12,6 +12,7 @@ mod ledger_embedded_scale;
 mod ledger_equivalence;
 mod ledger_redis;
 mod operator;
+mod operator_metrics;
 mod run_blocks;
 mod run_concurrency;
 mod run_config;
