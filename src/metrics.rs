@@ -13,7 +13,7 @@
 //! the order given, so the text is stable from one call to the next.
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -106,15 +106,24 @@ impl Collector for Families {
             });
             let kind = ConstGauge::new(0i64).metric_type();
             let mut family = encoder.encode_descriptor(f.name, f.help, unit.as_ref(), kind)?;
-            for (labels, value) in &f.samples {
-                let sample = family.encode_family(labels)?;
-                match *value {
-                    Value::Int(v) => ConstGauge::new(v).encode(sample)?,
-                    Value::Float(v) => ConstGauge::new(v).encode(sample)?,
+            match f.samples.as_slice() {
+                // A lone sample without labels is written without `{}`.
+                [(labels, value)] if labels.is_empty() => gauge(*value, family)?,
+                samples => {
+                    for (labels, value) in samples {
+                        gauge(*value, family.encode_family(labels)?)?;
+                    }
                 }
             }
         }
         Ok(())
+    }
+}
+
+fn gauge(value: Value, sample: MetricEncoder) -> Result<(), std::fmt::Error> {
+    match value {
+        Value::Int(v) => ConstGauge::new(v).encode(sample),
+        Value::Float(v) => ConstGauge::new(v).encode(sample),
     }
 }
 
@@ -144,7 +153,7 @@ mod tests {
              # HELP quota_until_seconds When.\n\
              # TYPE quota_until_seconds gauge\n\
              # UNIT quota_until_seconds seconds\n\
-             quota_until_seconds{} 1.5\n\
+             quota_until_seconds 1.5\n\
              # EOF\n"
         );
     }
