@@ -1,8 +1,9 @@
 //! OpenMetrics, through the real binary: `quota status --format
 //! openmetrics` on a known ledger (embedded, clock frozen) and on a Redis
 //! that lost its log, and `quota run --metrics-file` after a run that
-//! finished, one the quota stopped, one whose store lost its log, one with
-//! a configuration error and one whose file cannot be written. Every text
+//! finished, one the quota stopped, one whose store lost its log, one a
+//! signal stopped, one with a configuration error and one whose file cannot
+//! be written. Every text
 //! is read back by a real OpenMetrics parser (`common::openmetrics`), and
 //! the numbers are checked against the charges the test made.
 
@@ -12,7 +13,10 @@ use std::path::Path;
 use quota::ledger::{At, EmbeddedLedger, Ledger};
 use quota::metrics::{Family, encode};
 
-use crate::common::deployment::{Deployment, WIDE, trending_with};
+use crate::common::deployment::{
+    Deployment, WIDE, deployment_yaml, embedded_store, finish, kill, spawn, trending_with,
+    videos_job,
+};
 use crate::common::openmetrics::{Families, parse};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
@@ -417,5 +421,40 @@ fn a_redis_that_lost_its_log_shows_in_status_and_run_metrics() {
     assert_eq!(
         value(&s, "quota_window_remaining_units", &window("units", "1h")),
         0.0
+    );
+}
+
+#[test]
+fn a_stop_signal_is_in_the_outcome_of_the_job_it_stopped_and_of_the_next() {
+    let up = Standin::start(&["--pages", "3", "--delay", "150ms"]);
+    let d = Deployment::new("");
+    let jobs = [
+        videos_job("first", "main", &["US", "GB", "DE"], 3, &up.base()),
+        videos_job("second", "main", &["JP"], 3, &up.base()),
+    ];
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &jobs,
+    ));
+    let file = d.path().join("quota.prom");
+    let run = spawn(&mut d.cmd(&["run", "--metrics-file", file.to_str().unwrap()]));
+    up.wait_for(2);
+    kill("-TERM", run.id());
+    let r = finish(run);
+    assert_eq!(r.code, 75, "{r:?}");
+    let m = outcome(&file);
+    assert_eq!(m.value("quota_run_exit_code", &[]), 75.0);
+    assert_eq!(stop_reason(&m, "first"), "signal");
+    assert_eq!(stop_reason(&m, "second"), "signal");
+    assert_eq!(job_value(&m, "quota_run_job_exit_code", "second"), 75.0);
+    let pages = job_value(&m, "quota_run_job_pages_written", "first");
+    assert_eq!(pages, d.outputs("first").len() as f64);
+    assert!(job_value(&m, "quota_run_job_calls", "first") >= 2.0);
+    assert!(pages < 9.0, "the signal stopped nothing");
+    assert!(
+        m.samples("quota_run_job_calls").len() == 1,
+        "second never started"
     );
 }
