@@ -109,6 +109,12 @@ pub struct RunArgs {
     /// With --dry-run: print the plan as JSON
     #[arg(long, requires = "dry_run")]
     pub json: bool,
+
+    /// After the run, write its outcome (exit code, calls, units per pool,
+    /// duration, stop reason, pages written) to PATH as OpenMetrics text,
+    /// atomically: for node_exporter's textfile collector
+    #[arg(long, value_name = "PATH", conflicts_with = "dry_run")]
+    pub metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -116,9 +122,33 @@ pub struct StatusArgs {
     /// Only this credential [default: all]
     pub credential: Option<String>,
 
-    /// Print JSON (the shape is documented in the README)
-    #[arg(long)]
+    /// Print JSON (the shape is documented in the README); the same as
+    /// `--format json`
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+
+    /// Output format: text (a table), json, or openmetrics (for a scraper
+    /// or node_exporter's textfile collector) [default: text]
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<StatusFormat>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StatusFormat {
+    Text,
+    Json,
+    Openmetrics,
+}
+
+impl StatusArgs {
+    /// The format asked for: `--format`, else `--json`, else text.
+    pub fn format(&self) -> StatusFormat {
+        match (self.format, self.json) {
+            (Some(f), _) => f,
+            (None, true) => StatusFormat::Json,
+            (None, false) => StatusFormat::Text,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -13,6 +13,7 @@
 //! * [`history`]: what this host has seen of each credential's log, so a
 //!   store that forgot one is noticed.
 //! * [`atomic_file`]: files written so no reader sees part of one.
+//! * [`metrics`]: OpenMetrics text of the status and of a run's outcome.
 //! * [`logging`], [`timefmt`]: log set-up; how times and durations are shown.
 //! * [`error`]: the one error type, and the one map to exit codes.
 //!
@@ -27,6 +28,7 @@ pub mod error;
 pub mod history;
 pub mod ledger;
 pub mod logging;
+pub mod metrics;
 pub mod runner;
 pub mod timefmt;
 

@@ -14,6 +14,7 @@ mod ledger_redis;
 mod ledger_redis_segments;
 mod ledger_settle;
 mod operator;
+mod operator_metrics;
 mod run_blocks;
 mod run_concurrency;
 mod run_config;

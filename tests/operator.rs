@@ -15,15 +15,15 @@ use crate::common::ledger::{charge, cost, pool, window};
 use crate::common::standin::Standin;
 
 /// The instant the reports are made at: [`at_t0`] freezes the clock there.
-const T0: &str = "2026-11-20T12:00:00Z";
+pub(crate) const T0: &str = "2026-11-20T12:00:00Z";
 
-fn t0() -> i64 {
+pub(crate) fn t0() -> i64 {
     chrono::DateTime::parse_from_rfc3339(T0)
         .unwrap()
         .timestamp_micros()
 }
 
-fn config(upstream: &str) -> String {
+pub(crate) fn config(upstream: &str) -> String {
     format!(
         r#"store: embedded:ledger.sqlite3
 credentials:
@@ -74,7 +74,7 @@ fn pools() -> (Pool, Pool) {
 /// The known state: 20 units of trending over the last day (5 at 20 h ago,
 /// 10 at 3 h ago, 5 at 30 min ago), 3 searches 2 h ago, and trending's
 /// cursor at GB page 1 after run 4.
-fn known_ledger(d: &Deployment) {
+pub(crate) fn known_ledger(d: &Deployment) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
@@ -111,7 +111,7 @@ fn known_ledger(d: &Deployment) {
 /// (libfaketime) with the wall clock frozen at T0 (an absolute time without
 /// '@' does not run on), which is the clock the embedded store reads. The
 /// monotonic clock is left alone, so tokio's timers still run.
-fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
+pub(crate) fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
     // libfaketime reads an absolute time in the process's zone: TZ=UTC.
     let frozen = chrono::DateTime::parse_from_rfc3339(T0)
         .unwrap()

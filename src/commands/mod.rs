@@ -55,8 +55,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 plan::execute(&config, &store, args).await
             }
             Command::Run(ref args) => {
-                let (config, store) = configured(&cli, Secrets::Read)?;
-                run::execute(&config, &store, args).await
+                // Recorded from the start, so that a configuration error
+                // (78) still writes its outcome to --metrics-file.
+                let mut outcome = run::outcome::RunOutcome::start();
+                let result = match configured(&cli, Secrets::Read) {
+                    Ok((config, store)) => run::execute(&config, &store, args, &mut outcome).await,
+                    Err(e) => Err(e),
+                };
+                outcome.finish(args.metrics_file.as_deref(), result)
             }
         }
     })

@@ -1,7 +1,11 @@
 //! `quota run`: run the named jobs one after another, each to its own end,
-//! and turn their outcomes into one exit code.
+//! and turn their outcomes into one exit code; with `--metrics-file`, keep
+//! each job's outcome for the file written after the run ([`outcome`]).
+
+pub mod outcome;
 
 use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::warn;
@@ -13,7 +17,15 @@ use crate::ledger::{Store, StoreError, StoreLocation};
 use crate::runner::{self, RunContext, Shutdown, upstream};
 use crate::{Error, Result};
 
-pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+use self::outcome::{Ended, RunOutcome};
+
+/// Run the jobs `args` names, recording each one's end in `outcome`.
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &RunArgs,
+    outcome: &mut RunOutcome,
+) -> Result<u8> {
     let jobs = config.select_jobs(&args.jobs)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
@@ -42,8 +54,12 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) 
         if shutdown.is_set() {
             warn!("stop signal: {} job(s) not started", jobs.len() - i);
             code = code.max(exit::STOPPED);
+            for j in &jobs[i..] {
+                outcome.record(&j.name, Duration::ZERO, Ended::NotStarted);
+            }
             break;
         }
+        let began = Instant::now();
         match runner::run_job(&ctx, job).await {
             Ok(report) => {
                 runner::log_summary(&report);
@@ -53,9 +69,11 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) 
                 } else if !failed {
                     code = code.max(report.exit_code());
                 }
+                outcome.record(&job.name, began.elapsed(), Ended::Report(Box::new(report)));
             }
             Err(e) => {
                 runner::log_error(&job.name, &e);
+                outcome.record(&job.name, began.elapsed(), Ended::Error(e.exit_code()));
                 if !failed {
                     code = e.exit_code();
                     failed = true;

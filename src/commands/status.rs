@@ -1,14 +1,17 @@
 //! `quota status`: what is left, per credential, pool and window, read from
 //! the store without spending; who spent it, when it frees up, a chart of
 //! usage over each window, and where each job resumes. `--json` gives the
-//! same in a stable shape (documented in the README).
+//! same in a stable shape (documented in the README), `--format
+//! openmetrics` as metrics ([`openmetrics`]).
+
+mod openmetrics;
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use super::table::{Paint, Table, emit, sparkline};
-use crate::cli::StatusArgs;
+use crate::cli::{StatusArgs, StatusFormat};
 use crate::config::{Config, Credential};
 use crate::history::{History, LostLog};
 use crate::ledger::{
@@ -64,15 +67,19 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArg
         store: store_desc,
         exists: store.is_some(),
     };
-    if args.json {
-        let json =
-            serde_json::to_string_pretty(&to_json(&header, &reports)).expect("a report serializes");
-        emit(&(json + "\n"))
-    } else {
-        let paint = Paint {
-            on: super::colour_on_stdout(),
-        };
-        emit(&render(&header, &reports, paint))
+    match args.format() {
+        StatusFormat::Json => {
+            let json = serde_json::to_string_pretty(&to_json(&header, &reports))
+                .expect("a report serializes");
+            emit(&(json + "\n"))
+        }
+        StatusFormat::Openmetrics => emit(&openmetrics::render(&reports)),
+        StatusFormat::Text => {
+            let paint = Paint {
+                on: super::colour_on_stdout(),
+            };
+            emit(&render(&header, &reports, paint))
+        }
     }
 }
 

@@ -95,6 +95,33 @@ impl fmt::Display for Stop {
     }
 }
 
+impl Stop {
+    /// Every [`Stop::kind`], for a metric that lists them all.
+    pub const KINDS: [&'static str; 7] = [
+        "quota",
+        "blocked",
+        "upstream_exhausted",
+        "log_lost",
+        "lock_busy",
+        "lock_lost",
+        "signal",
+    ];
+
+    /// A short, stable name of the kind of stop, without its details (the
+    /// `reason` label of `quota run --metrics-file`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::QuotaSaidNo { .. } => "quota",
+            Self::Blocked { .. } => "blocked",
+            Self::UpstreamExhausted { .. } => "upstream_exhausted",
+            Self::LogLost { .. } => "log_lost",
+            Self::LockBusy { .. } => "lock_busy",
+            Self::LockLost => "lock_lost",
+            Self::Signal => "signal",
+        }
+    }
+}
+
 /// How a run of one job ended, and what it did.
 #[derive(Debug)]
 pub struct JobReport {

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod deployment;
 pub mod ledger;
+pub mod openmetrics;
 pub mod redis;
 pub mod relay;
 pub mod sentinel;
