@@ -24,5 +24,6 @@ mod run_jobs;
 mod run_pagination;
 mod run_requests;
 mod run_secrets;
+mod run_settle;
 mod run_stops;
 mod run_topologies;

@@ -179,6 +179,26 @@ pub struct Step {
     pub paginate: Option<Paginate>,
     /// A fan-out step: one request per batch of the previous step's values.
     pub for_each: Option<ForEach>,
+    /// The pools whose cost is an estimate, settled from the response.
+    pub settle: Vec<SettledCost>,
+}
+
+/// A pool's cost reserved as an estimate before the call and settled to
+/// the actual that the response reports (`{estimate, actual}`).
+#[derive(Clone, Debug)]
+pub struct SettledCost {
+    pub pool: String,
+    pub estimate: u64,
+    pub actual: ActualFrom,
+}
+
+/// Where a response says what a call actually cost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActualFrom {
+    /// A number at a JSON pointer into the body.
+    Pointer(String),
+    /// A number in a header (its name in lower case).
+    Header(String),
 }
 
 impl Step {

@@ -9,8 +9,9 @@ use serde_yaml::Value;
 
 use super::raw::*;
 use super::{
-    Config, Credential, Fill, ForEach, HttpSettings, Job, JsonTemplate, PageKind, Paginate,
-    Placeholder, Secret, SecretSource, Secrets, Step, StorePolicy, Template, UpstreamReset,
+    ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, Job, JsonTemplate, PageKind,
+    Paginate, Placeholder, Secret, SecretSource, Secrets, SettledCost, Step, StorePolicy, Template,
+    UpstreamReset,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
 use crate::timefmt::fmt_duration;
@@ -21,6 +22,10 @@ pub(super) struct Validator<'a> {
     pub(super) dir: &'a Path,
     pub(super) secrets: Secrets,
 }
+
+/// One pool's part of a cost, as written: the pool (none: the credential's
+/// only one), its units, and where a settled cost's actual is read.
+type CostShape = (Option<String>, u64, Option<ActualFrom>);
 
 /// A resolved endpoint, before it meets a job's credential.
 struct EndpointSpec {
@@ -335,8 +340,14 @@ impl Validator<'_> {
         }
     }
 
-    /// A cost is a positive whole number or a map of pool → positive units.
-    fn cost_shape(&self, field: &str, v: &Value) -> Result<Vec<(Option<String>, u64)>> {
+    /// A cost is a positive whole number or a map of pool → positive units,
+    /// or → `{estimate: N, actual: POINTER | {header: NAME}}`: N units
+    /// reserved, settled from the response.
+    fn cost_shape(
+        &self,
+        field: &str,
+        v: &Value,
+    ) -> Result<Vec<CostShape>> {
         let units = |f: String, v: &Value| -> Result<u64> {
             match v.as_i64() {
                 Some(n) if n > 0 => Ok(n as u64),
@@ -347,7 +358,7 @@ impl Validator<'_> {
             }
         };
         match v {
-            Value::Number(_) => Ok(vec![(None, units(field.to_string(), v)?)]),
+            Value::Number(_) => Ok(vec![(None, units(field.to_string(), v)?, None)]),
             Value::Mapping(m) if !m.is_empty() => {
                 let mut out = Vec::new();
                 for (k, n) in m {
@@ -355,8 +366,15 @@ impl Validator<'_> {
                         .as_str()
                         .ok_or_else(|| self.err(field, "pool names are strings"))?
                         .to_string();
-                    let u = units(format!("{field}.{pool}"), n)?;
-                    out.push((Some(pool), u));
+                    let f = format!("{field}.{pool}");
+                    let (u, actual) = match n {
+                        Value::Mapping(_) => {
+                            let (u, a) = self.settled_cost(&f, n, units)?;
+                            (u, Some(a))
+                        }
+                        _ => (units(f, n)?, None),
+                    };
+                    out.push((Some(pool), u, actual));
                 }
                 Ok(out)
             }
@@ -365,6 +383,57 @@ impl Validator<'_> {
                 "expected units (cost: 1) or units per pool (cost: { units: 1 })",
             )),
         }
+    }
+
+    /// `{estimate: N, actual: POINTER | {header: NAME}}`: the units
+    /// reserved, and where the response says what was spent.
+    fn settled_cost(
+        &self,
+        field: &str,
+        v: &Value,
+        units: impl Fn(String, &Value) -> Result<u64>,
+    ) -> Result<(u64, ActualFrom)> {
+        let shape = "expected units, or { estimate: N, actual: /json/pointer } or { estimate: N, actual: { header: NAME } }";
+        let Value::Mapping(m) = v else {
+            return Err(self.err(field, shape));
+        };
+        for k in m.keys() {
+            if !matches!(k.as_str(), Some("estimate" | "actual")) {
+                return Err(self.err(field, format!("unknown key {k:?}: {shape}")));
+            }
+        }
+        let estimate = match m.get("estimate") {
+            Some(n) => units(format!("{field}.estimate"), n)?,
+            None => return Err(self.err(field, format!("no estimate: {shape}"))),
+        };
+        let actual_field = format!("{field}.actual");
+        let actual = match m.get("actual") {
+            Some(Value::String(p)) if p.starts_with('/') => ActualFrom::Pointer(p.clone()),
+            Some(Value::String(p)) => {
+                return Err(self.err(
+                    actual_field,
+                    format!(
+                        "'{p}' is not a JSON pointer: it starts with '/' (/usage/total_tokens)"
+                    ),
+                ));
+            }
+            Some(Value::Mapping(h)) if h.len() == 1 => match h.get("header") {
+                Some(Value::String(name))
+                    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok() =>
+                {
+                    ActualFrom::Header(name.to_ascii_lowercase())
+                }
+                _ => {
+                    return Err(self.err(
+                        actual_field,
+                        "expected { header: NAME } with a valid header name",
+                    ));
+                }
+            },
+            None => return Err(self.err(field, format!("no actual: {shape}"))),
+            _ => return Err(self.err(actual_field, shape)),
+        };
+        Ok((estimate, actual))
     }
 
     fn job(
@@ -545,8 +614,8 @@ impl Validator<'_> {
                 )
             })?;
         let cost_field = format!("endpoints.{}.cost", raw.endpoint);
-        let mut cost = Vec::new();
-        for (pool, units) in self.cost_shape(&cost_field, &spec.cost)? {
+        let (mut cost, mut settle) = (Vec::new(), Vec::new());
+        for (pool, units, actual) in self.cost_shape(&cost_field, &spec.cost)? {
             let p = match &pool {
                 None if cred.pools.len() == 1 => &cred.pools[0],
                 None => {
@@ -590,6 +659,13 @@ impl Validator<'_> {
                 pool: p.clone(),
                 units,
             });
+            if let Some(actual) = actual {
+                settle.push(SettledCost {
+                    pool: p.name.clone(),
+                    estimate: units,
+                    actual,
+                });
+            }
         }
 
         let method = match raw.request.method.as_deref().unwrap_or("GET") {
@@ -702,6 +778,7 @@ impl Validator<'_> {
             headers,
             body,
             paginate,
+            settle,
         })
     }
 

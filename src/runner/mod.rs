@@ -23,6 +23,7 @@ mod page_scan;
 mod paginate;
 mod quota_headers;
 mod report;
+mod settle;
 mod shutdown;
 pub mod upstream;
 

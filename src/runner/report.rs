@@ -131,7 +131,11 @@ pub struct JobReport {
     pub calls: u64,
     /// Requests sent without a charge (store unreachable, fail_open).
     pub unmetered: u64,
+    /// Units per pool, settled costs at their actual.
     pub units: BTreeMap<String, u64>,
+    /// Settled costs that kept their estimate (the response did not say,
+    /// or no response came).
+    pub estimates_kept: u64,
     pub regions_done: usize,
     /// Regions whose walk ended with an error (a next page on another
     /// origin): the run went on with the others, and exits 1.
@@ -166,6 +170,10 @@ impl JobReport {
             format!(" ({} UNMETERED)", self.unmetered)
         } else {
             String::new()
+        };
+        let unmetered = match self.estimates_kept {
+            0 => unmetered,
+            n => format!("{unmetered} ({n} at their estimate)"),
         };
         let resume = match &self.resume {
             Some(c) if c.region.is_empty() => format!("step {} page {}", c.step, c.page),

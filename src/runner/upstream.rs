@@ -9,6 +9,7 @@ use reqwest::{Client, StatusCode};
 
 use super::page_scan::{Found, scan};
 use super::quota_headers::QuotaHeaders;
+use super::settle::{self, Actual};
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
 
 /// Reasons in a 403 body that mean the upstream's own quota is spent.
@@ -121,12 +122,15 @@ pub fn request(
 
 /// Send one request and classify the answer. Anything that could carry the
 /// secret (error texts, bodies) is redacted before it leaves this function.
+/// `actuals` gets what any response, whatever its status, says the step's
+/// settled costs were (nothing when no response came).
 pub async fn send(
     client: &Client,
     request: reqwest::Request,
     step: &Step,
     fill: &Fill<'_>,
     max_body: u64,
+    actuals: &mut Vec<Actual>,
 ) -> Answer {
     let secrets = [fill.secret];
     let (method, url) = (request.method().clone(), request.url().clone());
@@ -143,6 +147,9 @@ pub async fn send(
         }
     };
     let status = resp.status();
+    // (the headers kept for the body's actuals only when a cost is settled)
+    let headers = (!step.settle.is_empty()).then(|| resp.headers().clone());
+    *actuals = settle::actuals(&step.settle, resp.headers(), None);
     if status.is_redirection() {
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
@@ -176,6 +183,9 @@ pub async fn send(
         Ok((body, true)) => body,
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
+    if let Some(headers) = &headers {
+        *actuals = settle::actuals(&step.settle, headers, Some(&body));
+    }
     let pointer = step.paginate.as_ref().and_then(|p| p.kind.pointer());
     let answer = classify(status, quota, body, pointer, &secrets);
     match answer {

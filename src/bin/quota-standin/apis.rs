@@ -18,7 +18,10 @@
 //!   sent, as a careless upstream might echo it.
 //! * `POST /chat`: a JSON body with a string `model` and a non-empty array
 //!   `messages`, `Content-Type: application/json`, the key as `Bearer`;
-//!   400 for anything else. It answers `{"echo": BODY}`.
+//!   400 for anything else. It answers `{"echo": BODY, "usage": …}` as an
+//!   LLM API reports tokens: `prompt_tokens` the characters of every
+//!   message's `content`, `completion_tokens` 7, `total_tokens` their sum,
+//!   also in the header `x-usage-tokens`; the model `silent` reports none.
 
 use std::collections::HashMap;
 
@@ -195,5 +198,18 @@ fn chat(request: &Request) -> Answer {
     if !model_ok || !messages_ok {
         return bad("a string model and a non-empty array messages are required");
     }
-    (200, vec![], json!({ "echo": body }))
+    if body["model"] == "silent" {
+        return (200, vec![], json!({ "echo": body }));
+    }
+    let prompt: usize = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .map(|c| c.chars().count())
+        .sum();
+    let total = prompt + 7;
+    let usage = json!({ "prompt_tokens": prompt, "completion_tokens": 7, "total_tokens": total });
+    let headers = vec![("x-usage-tokens", total.to_string())];
+    (200, headers, json!({ "echo": body, "usage": usage }))
 }

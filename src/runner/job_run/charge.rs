@@ -19,7 +19,10 @@ impl JobRun<'_> {
     pub(super) async fn charge(&mut self, step: &Step) -> Result<Charged> {
         let Some(store) = self.store else {
             self.count_unmetered(step, "the store was unreachable when the run started");
-            return Ok(Charged::Go { at: None });
+            return Ok(Charged::Go {
+                at: None,
+                receipt: None,
+            });
         };
         // No id of our own: every charge is new, and the Redis store gives
         // each one an id for its own resends (an id given here would only be
@@ -40,11 +43,14 @@ impl JobRun<'_> {
             }
         }
         match decision {
-            Ok(ChargeDecision::Allowed { at, .. }) => {
+            Ok(ChargeDecision::Allowed { at, receipt, .. }) => {
                 for c in &step.cost {
                     *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }
-                Ok(Charged::Go { at: Some(at) })
+                Ok(Charged::Go {
+                    at: Some(at),
+                    receipt: Some(receipt),
+                })
             }
             Ok(ChargeDecision::Rejected {
                 pool,
@@ -83,7 +89,10 @@ impl JobRun<'_> {
                 }),
                 StorePolicy::FailOpen => {
                     self.count_unmetered(step, &e);
-                    Ok(Charged::Go { at: None })
+                    Ok(Charged::Go {
+                        at: None,
+                        receipt: None,
+                    })
                 }
             },
             Err(StoreError::CostExceedsBudget {

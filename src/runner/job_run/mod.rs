@@ -18,12 +18,13 @@ use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Credential, Fill, Job, PageKind, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
-use crate::ledger::{Ledger, LockOutcome, Micros, Store, StoreError};
+use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Store, StoreError};
 use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
 mod charge;
 mod fan_out;
+mod settle;
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
@@ -81,7 +82,12 @@ enum Walk {
 
 /// What the charge before a request said.
 enum Charged {
-    Go { at: Option<Micros> },
+    /// Send it; `at` and `receipt` when the ledger recorded it (not when
+    /// the run goes on unmetered).
+    Go {
+        at: Option<Micros>,
+        receipt: Option<Receipt>,
+    },
     Stop(Stop),
 }
 
@@ -96,6 +102,7 @@ impl<'a> JobRun<'a> {
                 stop: None,
                 calls: 0,
                 unmetered: 0,
+                estimates_kept: 0,
                 units: job
                     .steps
                     .iter()
@@ -565,8 +572,8 @@ impl<'a> JobRun<'a> {
                     url: shown_target.clone(),
                     problem,
                 })?;
-            let at = match self.charge(step).await? {
-                Charged::Go { at } => at,
+            let (at, receipt) = match self.charge(step).await? {
+                Charged::Go { at, receipt } => (at, receipt),
                 Charged::Stop(stop) => {
                     self.stop(stop);
                     return Ok(None);
@@ -574,14 +581,21 @@ impl<'a> JobRun<'a> {
             };
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
+            let mut actuals = Vec::new();
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, request, step, fill, http.max_body) => a,
+                a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut actuals) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
+                    if receipt.is_some() {
+                        self.keep_estimates(step, "the request was abandoned");
+                    }
                     self.stop(Stop::Signal);
                     return Ok(None);
                 }
             };
+            if let Some(receipt) = &receipt {
+                self.settle(step, receipt, &actuals).await;
+            }
             match answer {
                 Answer::Page { body, found, link } => return Ok(Some((body, found, link))),
                 Answer::QuotaExhausted {

@@ -1,0 +1,182 @@
+//! Costs settled from the response, end to end (issue 13, part 1): an LLM
+//! job reserves an estimate of tokens before each call and settles it to
+//! `usage.total_tokens` (or a header) after; a response that does not say
+//! keeps the estimate, and the run says so; bad `{estimate, actual}` exits
+//! 78 naming the field.
+
+use crate::common::deployment::{Deployment, embedded_store};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
+
+/// A credential with a requests pool and a tokens pool of 1,000 a minute;
+/// `chat` settles tokens from the body, `chat_h` from a header.
+fn llm_yaml(store: &str, base: &str, regions: &str, model: &str, endpoint: &str) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
+credentials:
+  llm:
+    secret: {{ file: key }}
+    pools:
+      requests: [{{ limit: 100, per: 1m }}]
+      tokens: [{{ limit: 1000, per: 1m }}]
+endpoints:
+  chat:
+    cost:
+      requests: 1
+      tokens: {{ estimate: 200, actual: /usage/total_tokens }}
+  chat_h:
+    cost:
+      requests: 1
+      tokens: {{ estimate: 200, actual: {{ header: X-Usage-Tokens }} }}
+jobs:
+  ask:
+    credential: llm
+    regions: [{regions}]
+    steps:
+      - endpoint: {endpoint}
+        request:
+          method: POST
+          url: "{base}/chat"
+          headers: {{ Authorization: "Bearer {{secret}}" }}
+          body: {{ model: {model}, messages: [{{ role: user, content: "{{region}}" }}] }}
+    output: out/ask
+"#
+    )
+}
+
+/// Units used in the 1 m window of pool `pool`, from `status --json`.
+fn used(d: &Deployment, pool: &str) -> u64 {
+    let s = d.status_json();
+    let pools = s["credentials"][0]["pools"].as_array().expect("pools");
+    let p = pools.iter().find(|p| p["pool"] == pool).expect("pool");
+    p["windows"][0]["used"].as_u64().expect("used")
+}
+
+fn deployment(up: &Standin, regions: &str, model: &str, endpoint: &str) -> Deployment {
+    let d = Deployment::new("");
+    let yaml = llm_yaml(&embedded_store(&d), &up.base(), regions, model, endpoint);
+    d.write(&yaml);
+    d
+}
+
+#[test]
+fn tokens_are_settled_to_what_the_response_reports() {
+    let up = Standin::start(&[]);
+    // "hi" is 2 + 7 tokens, "hello world" 11 + 7: 27, not 2 x 200.
+    for endpoint in ["chat", "chat_h"] {
+        let d = deployment(&up, r#""hi", "hello world""#, "m", endpoint);
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{endpoint}: {r:?}");
+        assert_eq!(used(&d, "tokens"), 27, "{endpoint}");
+        assert_eq!(used(&d, "requests"), 2, "{endpoint}");
+        assert!(
+            r.stderr.contains("spent requests 2, tokens 27"),
+            "{endpoint}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn settled_tokens_leave_room_that_estimates_alone_would_not() {
+    let up = Standin::start(&[]);
+    // Ten calls reserve 200 each: 2,000 would not fit 1,000 a minute, but
+    // each settles to 9 before the next is charged.
+    let regions: Vec<String> = (0..10).map(|k| format!("q{k}")).collect();
+    let regions = regions.join(", ");
+    let d = deployment(&up, &regions, "m", "chat");
+    // The plan counts estimates: it promises no more than 5 calls.
+    let plan = d.quota(&["run", "--dry-run"]);
+    assert!(
+        plan.stdout.contains("tokens 2000") && plan.stdout.contains("after 5 calls"),
+        "{plan:?}"
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(used(&d, "tokens"), 90);
+    assert_eq!(up.seen().len(), 10);
+}
+
+#[test]
+fn a_response_that_does_not_say_keeps_the_estimate_and_the_run_says_so() {
+    let up = Standin::start(&[]);
+    let d = deployment(&up, r#""hi", "hello""#, "silent", "chat");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(used(&d, "tokens"), 400);
+    assert!(
+        r.stderr
+            .contains("nothing at /usage/total_tokens in the body")
+            && r.stderr
+                .contains("the estimate of 200 tokens stays charged"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("(2 at their estimate)"), "{}", r.stderr);
+}
+
+#[test]
+fn tokens_are_settled_in_redis_too() {
+    let up = Standin::start(&[]);
+    let server = RedisServer::start();
+    let d = Deployment::new("");
+    d.write(&llm_yaml(
+        &server.url(),
+        &up.base(),
+        r#""hi", "hello world""#,
+        "m",
+        "chat",
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(used(&d, "tokens"), 27);
+}
+
+#[test]
+fn a_bad_settled_cost_exits_78_naming_the_field_and_charges_nothing() {
+    let up = Standin::start(&[]);
+    let good = "tokens: { estimate: 200, actual: /usage/total_tokens }";
+    let cases = [
+        (
+            "tokens: { estimate: 200, actual: usage/total_tokens }",
+            "endpoints.chat.cost.tokens.actual",
+            "not a JSON pointer",
+        ),
+        (
+            "tokens: { actual: /usage/total_tokens }",
+            "endpoints.chat.cost.tokens",
+            "no estimate",
+        ),
+        (
+            "tokens: { estimate: 0, actual: /usage/total_tokens }",
+            "endpoints.chat.cost.tokens.estimate",
+            "not positive",
+        ),
+        (
+            "tokens: { estimate: 200, actual: /u, extra: 1 }",
+            "endpoints.chat.cost.tokens",
+            "unknown key",
+        ),
+        (
+            "tokens: { estimate: 200, actual: { header: \"bad header\" } }",
+            "endpoints.chat.cost.tokens.actual",
+            "valid header name",
+        ),
+    ];
+    for (bad, field, why) in cases {
+        let d = deployment(&up, "\"hi\"", "m", "chat");
+        let yaml = std::fs::read_to_string(d.config()).unwrap();
+        assert!(yaml.contains(good));
+        d.write(&yaml.replacen(good, bad, 1));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 78, "{bad}: {r:?}");
+        assert!(
+            r.stderr.contains(field) && r.stderr.contains(why) && r.stderr.contains("quota.yaml"),
+            "{bad}: {}",
+            r.stderr
+        );
+    }
+    assert!(up.seen().is_empty(), "nothing sent");
+}
