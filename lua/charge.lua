@@ -13,7 +13,8 @@
 -- ARGV[3]      "1" when this charge may have been recorded already (the client
 --              is sending it again after a lost reply): the log is searched
 --              for its id, and a charge found there is not recorded again;
---              "0" otherwise
+--              "0" otherwise; "2" for no charge at all but the upstream's
+--              word on its one pool (below: observe)
 -- ARGV[4]      idempotency horizon in µs: the log keeps every entry at least
 --              this long, so that a resent charge is found
 -- ARGV[5]      the tag's state field, "tag:" .. tag, where the tag names who
@@ -24,6 +25,9 @@
 -- ARGV[8..7+n] each pool's state field, "pool:" .. name
 -- ARGV[8+n..]  per pool: cost, number of windows m, then per window: length µs
 --              and budget units
+-- observe:     then the upstream's remaining units, its limit, when its
+--              count resets (µs on this clock, or 0), else how long until it
+--              does (µs, or 0: the longest window)
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest
@@ -35,8 +39,10 @@
 --                  P's log was set to expire, when it was lost (0: never),
 --                  the time at or before which its entries count in no
 --                  window (the retention's cutoff at its latest recorded call),
---                  and 1 (the layout since the segments; older layouts have
---                  a number of fields that is not a multiple of 4) and 0
+--                  and the units others spent (the upstream's count above
+--                  the ledger's, counted in the pool's longest window) and
+--                  until when (older layouts have a number of fields that is
+--                  not a multiple of 4)
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
 --   tag:T, tagname:N, tags          tag ids
 --
@@ -75,6 +81,8 @@
 --   {3, now, serial, pool_no, lost_at, until}        the pool's log was lost at
 --                                                    lost_at: it counts as spent
 --                                                    until its longest window passed
+--   {4, now, serial, others, until}                  observe: units recorded as
+--                                                    spent by others, until when
 -- and raises "COST_EXCEEDS_BUDGET" for a cost that can never fit, and
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
@@ -373,22 +381,28 @@ for p = 1, npools do
     -- (the expiry, loss time and dead mark, moved past any window count)
     local stored_m = pv[3]
     pv.expires, pv.lost, pv.dead = pv[4 + 4 * stored_m], pv[5 + 4 * stored_m], pv[6 + 4 * stored_m]
-    -- A build before the segments kept the log in one list (see adopt).
-    if fields % 4 ~= 0 then adopt(p, pv) end
+    pv.others, pv.others_until = 0, 0
+    if fields % 4 == 0 then
+      pv.others, pv.others_until = pv[7 + 4 * stored_m], pv[8 + 4 * stored_m]
+    else
+      -- A build before the segments kept the log in one list (see adopt).
+      adopt(p, pv)
+    end
   else
     pv = nil
   end
   local fresh = not pv or pv[3] ~= m
-  local plong = 0
+  local plong, lw = 0, 1
   for w = 1, m do
     local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])
     if cost > budget then return redis.error_reply('COST_EXCEEDS_BUDGET pool ' .. p) end
     if len > longest then longest = len end
-    if len > plong then plong = len end
+    if len > plong then plong, lw = len, w end
     if not fresh and pv[4 * w] ~= len then fresh = true end
   end
   -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
   local expires_p, lost_p, dead_p = pv and pv.expires or 0, pv and pv.lost or 0, pv and pv.dead or 0
+  local others_p, others_until_p = pv and pv.others or 0, pv and pv.others_until or 0
   -- A log past its expiry held only calls that count in no window: it
   -- starts afresh at its tail (its keys may not be gone yet).
   if pv and expires_p > 0 and now >= expires_p and pv[2] > pv[1] then
@@ -445,6 +459,9 @@ for p = 1, npools do
   if lost_any + plong <= now then lost_any = 0 end
   pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
   pv.dead, pv.dead_cut = dead_p, dead_cut
+  -- Others' units count in the longest window until the upstream's reset.
+  pv.lw, pv.others, pv.others_until = lw, others_p, others_until_p
+  pv.extra = others_until_p > now and others_p or 0
   pools[p] = pv
   a = a + 2 + 2 * m
 end
@@ -462,7 +479,7 @@ local function remaining(reply, logged)
   for p = 1, npools do
     local pv = pools[p]
     for w = 1, pv[3] do
-      reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1]
+      reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1] - (w == pv.lw and pv.extra or 0)
     end
     r, a = r + pv[3], a + 2 + 2 * pv[3]
   end
@@ -482,9 +499,9 @@ local function save_pools()
       -- (a pool out of step with its log starts it afresh and keeps no
       -- windows: the next call counts them afresh)
       restart(p, pv[2])
-      u[n + 2] = spack(layout(0), pv[2], pv[2], 0, pv.expires, pv.lost, pv.dead, 1, 0)
+      u[n + 2] = spack(layout(0), pv[2], pv[2], 0, pv.expires, pv.lost, pv.dead, pv.others, pv.others_until)
     else
-      pv[7 + 4 * m], pv[8 + 4 * m] = 1, 0 -- (this layout's number, a spare)
+      pv[7 + 4 * m], pv[8 + 4 * m] = pv.others, pv.others_until
       u[n + 2] = spack(layout(m), unpack(pv, 1, 8 + 4 * m))
     end
     n = n + 2
@@ -536,6 +553,25 @@ if resend then
   end
 end
 
+-- Observe: the upstream says `rem` units of its `limit` are left in the
+-- pool: what it counts beyond the ledger's own usage (in the pool's longest
+-- window, slid to now above) was spent by others, and counts as such until
+-- the upstream's count resets. Never less than the ledger's own count.
+if ARGV[3] == '2' then
+  local pv, rest = pools[1], 10 + npools + 2 * pools[1][3]
+  local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
+  local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
+  local others = limit - pv[4 * pv.lw + 1] - rem
+  if others > 0 then
+    pv.others = others
+    pv.others_until = at > 0 and at or now + (after > 0 and after or pv.longest)
+  else
+    pv.others, pv.others_until = 0, 0
+  end
+  save_slid()
+  return { 4, now, serial, pv.others, pv.others_until }
+end
+
 if blocked_until > now then
   return { 2, now, serial, blocked_until, call('HGET', state, 'blocked_reason') or '' }
 end
@@ -557,9 +593,21 @@ for p = 1, npools do
   local pv = pools[p]
   for w = 1, pv[3] do
     local b = 4 * w
-    local need = pv[b + 1] + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
+    local extra = w == pv.lw and pv.extra or 0
+    local need = pv[b + 1] + extra + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
     if need > 0 then
-      local at = freed_at(p, pv, b, need)
+      local at = extra == 0 and freed_at(p, pv, b, need)
+      if extra > 0 then
+        -- Others' units leave at once when the upstream resets; until
+        -- then, the ledger's own calls must free all that is needed.
+        local mine = need - extra
+        at = mine > 0 and freed_at(p, pv, b, mine) or now
+        if at then at = math.max(at, pv.others_until) end
+        if at and need <= pv[b + 1] then
+          local sooner = freed_at(p, pv, b, need)
+          if sooner == nil or sooner < at then at = sooner end
+        end
+      end
       if at == nil then
         -- The entries the state counts are gone: the log was lost.
         pv.lost, pv.rebuild = now, true

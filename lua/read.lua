@@ -11,7 +11,7 @@
 --
 -- Returns {now, serial, blocked_until, blocked_reason, tags, retain,
 -- then per pool: lost, head, tail, first indexed block, indexed blocks,
--- dead mark}
+-- dead mark, units others spent, until when}
 -- where tags is a flat list (id, "endpoint<TAB>job", ...), retain is the
 -- stored retention in µs, lost is when the pool's log was found lost (0:
 -- never; now: it is missing at this read), head and tail number the calls
@@ -55,7 +55,7 @@ local BLOCK, SEG = 128, 65536
 local function seg_len(key, k) return redis.call('LLEN', key .. ':' .. k) / 4 end
 for k = 1, n do
   local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
-  local head, tail, dead = 0, 0, 0
+  local head, tail, dead, others, others_until = 0, 0, 0, 0, 0
   if pv and #pv >= 40 then
     local fields = #pv / 8
     head, tail = struct.unpack('<dd', pv)
@@ -64,7 +64,7 @@ for k = 1, n do
     -- three, the build before the dead mark with the expiry and loss time)
     local expires = 0
     if fields % 4 == 0 then
-      expires, lost, dead = struct.unpack('<ddd', pv, #pv - 39)
+      expires, lost, dead, others, others_until = struct.unpack('<ddddd', pv, #pv - 39)
       lost = math.max(lost, lost_all)
     elseif fields % 4 == 2 then
       expires, lost, dead = struct.unpack('<ddd', pv, #pv - 23)
@@ -101,7 +101,7 @@ for k = 1, n do
   -- returns those it has)
   local first = math.floor(head / BLOCK)
   local indexed = math.max(0, math.floor(tail / BLOCK) - first)
-  for _, x in ipairs({ lost, head, tail, first, indexed, dead }) do
+  for _, x in ipairs({ lost, head, tail, first, indexed, dead, others, others_until }) do
     reply[#reply + 1] = x
   end
 end

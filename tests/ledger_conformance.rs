@@ -16,7 +16,7 @@ use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
 use crate::ledger_settle::{
     a_settle_behind_many_calls_counts_in_usage_and_retries,
-    a_settled_cost_moves_its_entry_at_its_time,
+    a_settled_cost_moves_its_entry_at_its_time, the_upstreams_count_wins_downward_until_its_reset,
 };
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
@@ -576,6 +576,7 @@ macro_rules! conformance {
                 cursor_is_saved_per_job,
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
+                the_upstreams_count_wins_downward_until_its_reset,
             );
         }
     };
@@ -630,6 +631,7 @@ macro_rules! conformance_on_shared {
                 cursor_is_saved_per_job,
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
+                the_upstreams_count_wins_downward_until_its_reset,
             );
         }
     };

@@ -9,7 +9,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, Receipt, RedisLedger,
+    At, BlockEnd, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, Receipt,
+    RedisLedger,
 };
 
 use crate::common::ledger::{S, T0, charge, embedded_path, pool, window};
@@ -47,6 +48,13 @@ enum Op {
         back: usize,
         actual: u64,
     },
+    /// The upstream says `remaining` units of the `units` pool are left,
+    /// until `reset` seconds from now (none: a window's length).
+    Upstream {
+        dt_us: i64,
+        remaining: u64,
+        reset: Option<i64>,
+    },
     /// Many charges in quick succession: logs longer than a block of the
     /// Redis index (128 calls), whose blocks later leave the windows whole.
     Burst {
@@ -66,6 +74,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
         2 => (5i64..150).prop_map(|secs| Op::Idle { secs }),
         4 => (0usize..6, 0u64..12).prop_map(|(back, actual)| Op::Settle { back, actual }),
+        3 => (0i64..1_900_000, 0u64..40, proptest::option::of(1i64..30))
+            .prop_map(|(dt_us, remaining, reset)| Op::Upstream { dt_us, remaining, reset }),
     ]
 }
 
@@ -187,6 +197,19 @@ async fn replay(
                     .await
                     .expect("settle");
                 out.push(format!("settle {estimate} to {actual}: {settled:?}"));
+            }
+            Op::Upstream {
+                dt_us,
+                remaining,
+                reset,
+            } => {
+                now += dt_us;
+                let reset = reset.map(|s| BlockEnd::At(now + s * S));
+                let others = ledger
+                    .upstream_remaining(credential, &units, *remaining, reset, At::Fixed(now))
+                    .await
+                    .expect("upstream");
+                out.push(format!("{others:?}"));
             }
             Op::Block { dt_us, for_secs } => {
                 now += dt_us;
@@ -324,6 +347,8 @@ fn long_op() -> impl Strategy<Value = Op> {
         3 => (1i64..40).prop_map(|secs| Op::Idle { secs }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
         2 => (0usize..300, 0u64..400).prop_map(|(back, actual)| Op::Settle { back, actual }),
+        2 => (0i64..1_900_000, 0u64..2000, proptest::option::of(1i64..30))
+            .prop_map(|(dt_us, remaining, reset)| Op::Upstream { dt_us, remaining, reset }),
     ]
 }
 

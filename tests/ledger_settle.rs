@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, PoolCost, Receipt, RedisLedger,
+    At, BlockEnd, Charge, ChargeDecision, EmbeddedLedger, Ledger, PoolCost, Receipt, RedisLedger,
     SETTLE_REACH, Settled,
 };
 
@@ -190,4 +190,82 @@ async fn a_settle_far_behind_goes_on_the_newest_call_in_both_stores() {
     let calls = SETTLE_REACH + 1;
     assert_eq!(r, [10 + 10 + calls + 20, 0, 10 + calls + 20, 0]);
     assert_eq!(r, e);
+}
+
+/// The upstream's own count wins downward (issue 13, part 2): what it
+/// counts beyond the ledger's usage, in the pool's longest window, is
+/// recorded as spent by others until its reset: every later charge counts
+/// it, `status` shows it, and an upstream that counts no more clears it.
+/// It never raises a budget.
+pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledger) {
+    let requests = pool("requests", vec![window(60, 100, 2), window(3600, 1000, 0)]);
+    let c = |units| {
+        [PoolCost {
+            pool: requests.clone(),
+            units,
+        }]
+    };
+    for i in 0..10 {
+        assert!(charge_at(&ledger, &c(1), T0 + i * S).await.is_allowed());
+    }
+    // At 10 s the upstream says 900 of its 1,000 remain until 600 s: 90
+    // were spent elsewhere.
+    let reset = Some(BlockEnd::At(T0 + 600 * S));
+    let others = ledger
+        .upstream_remaining("settle", &requests, 900, reset, At::Fixed(T0 + 10 * S))
+        .await
+        .unwrap();
+    assert_eq!((others.units, others.until), (90, T0 + 600 * S));
+    let d = charge_at(&ledger, &c(1), T0 + 11 * S).await;
+    match &d {
+        ChargeDecision::Allowed { remaining, .. } => {
+            let r: Vec<u64> = remaining.iter().map(|r| r.remaining).collect();
+            assert_eq!(r, [98 - 11, 1000 - 11 - 90], "the hour counts others");
+        }
+        other => panic!("{other:?}"),
+    }
+    let u = ledger
+        .usage(
+            "settle",
+            std::slice::from_ref(&requests),
+            At::Fixed(T0 + 12 * S),
+        )
+        .await
+        .unwrap();
+    let (minute, hour) = (&u.pools[0].windows[0], &u.pools[0].windows[1]);
+    assert_eq!((minute.others, hour.others), (0, 90));
+    assert_eq!((hour.used, hour.remaining), (11, 899));
+    // More remaining than the ledger's own count leaves: nothing by others,
+    // and never more than the budget.
+    let none = ledger
+        .upstream_remaining("settle", &requests, 5000, None, At::Fixed(T0 + 13 * S))
+        .await
+        .unwrap();
+    assert_eq!(none.units, 0);
+    let d = charge_at(&ledger, &c(1), T0 + 14 * S).await;
+    assert!(
+        matches!(&d, ChargeDecision::Allowed { remaining, .. } if remaining[1].remaining == 1000 - 12),
+        "{d:?}"
+    );
+
+    // A call that needs others' units waits for the upstream's reset, not
+    // for a window: 500 spent elsewhere until 100 s.
+    let hour = pool("hour", vec![window(3600, 1000, 0)]);
+    let h = |units| {
+        [PoolCost {
+            pool: hour.clone(),
+            units,
+        }]
+    };
+    // (the credential's clock is at 14 s by now: it never runs back)
+    assert!(charge_at(&ledger, &h(10), T0 + 20 * S).await.is_allowed());
+    let reset = Some(BlockEnd::After(Duration::from_secs(75)));
+    let others = ledger
+        .upstream_remaining("settle", &hour, 490, reset, At::Fixed(T0 + 25 * S))
+        .await
+        .unwrap();
+    assert_eq!((others.units, others.until), (500, T0 + 100 * S));
+    let d = charge_at(&ledger, &h(600), T0 + 30 * S).await;
+    assert_eq!(retry(&d), Duration::from_secs(70));
+    assert!(charge_at(&ledger, &h(600), T0 + 100 * S).await.is_allowed());
 }

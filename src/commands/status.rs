@@ -107,6 +107,7 @@ fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<Credenti
                 tags: Vec::new(),
                 pools: vec![Vec::new(); c.pools.len()],
                 lost: vec![0; c.pools.len()],
+                others: vec![Default::default(); c.pools.len()],
             };
             CredentialReport {
                 usage: summarize(&c.name, &c.pools, &empty),

@@ -136,6 +136,14 @@ pub enum Settled {
     Gone,
 }
 
+/// Units of a pool spent by others (the upstream counted them, the ledger
+/// did not), counted in the pool's longest window until `until`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Others {
+    pub units: u64,
+    pub until: Micros,
+}
+
 /// The ledger's answer to a charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChargeDecision {

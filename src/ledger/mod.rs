@@ -31,7 +31,7 @@ mod usage;
 mod window;
 
 pub use self::decision::{
-    At, BlockEnd, Charge, ChargeDecision, LockOutcome, Receipt, Remaining, Settled,
+    At, BlockEnd, Charge, ChargeDecision, LockOutcome, Others, Receipt, Remaining, Settled,
 };
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;
@@ -85,6 +85,21 @@ pub trait Ledger: Send + Sync {
         cost: (&str, u64, u64),
         at: At,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send;
+
+    /// The upstream says `remaining` units of `pool` are left (of its
+    /// longest window's limit), until `reset` (none: a window's length).
+    /// What it counts beyond the ledger's own usage in that window was spent
+    /// by others: recorded as such, counted by every later charge until the
+    /// reset. An upstream that counts no more than the ledger clears it.
+    /// Never raises a budget. Returns what is now recorded.
+    fn upstream_remaining(
+        &self,
+        credential: &str,
+        pool: &Pool,
+        remaining: u64,
+        reset: Option<BlockEnd>,
+        at: At,
+    ) -> impl Future<Output = Result<Others, StoreError>> + Send;
 
     /// Block the credential until `end`, on the store's clock (a later block
     /// never shortens an earlier one). Returns the time the credential is now

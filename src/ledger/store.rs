@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome,
-    Micros, Pool, Receipt, RedisLedger, Settled, StoreError, topology,
+    Micros, Others, Pool, Receipt, RedisLedger, Settled, StoreError, topology,
 };
 
 /// Where the ledger lives, as the operator names it.
@@ -163,6 +163,17 @@ impl Ledger for Store {
 
     async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
         each!(self, l => l.unblock(credential))
+    }
+
+    async fn upstream_remaining(
+        &self,
+        credential: &str,
+        pool: &Pool,
+        remaining: u64,
+        reset: Option<BlockEnd>,
+        at: At,
+    ) -> Result<Others, StoreError> {
+        each!(self, l => l.upstream_remaining(credential, pool, remaining, reset, at))
     }
 
     async fn settle(

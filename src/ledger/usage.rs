@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{IDEMPOTENCY_HORIZON, Micros, Pool, Window};
+use super::{IDEMPOTENCY_HORIZON, Micros, Others, Pool, Window};
 
 /// One logged call, as a usage report sees it: `tag` indexes
 /// [`CredentialLog::tags`] (who spent it).
@@ -80,6 +80,12 @@ pub struct CredentialLog {
     pub pools: Vec<Vec<LogSegment>>,
     /// Per pool asked about, in order: when its log was found lost (0: never).
     pub lost: Vec<Micros>,
+    /// Per pool asked about, in order: units others spent, per the upstream.
+    pub others: Vec<Others>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A pool whose log the store lost: it counts as spent from `since` until
@@ -97,6 +103,12 @@ pub struct WindowUsage {
     pub window: Window,
     pub budget: u64,
     pub used: u64,
+    /// Units spent by others, as the upstream's own count says (the
+    /// pool's longest window only), until `others_until`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub others: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub others_until: Option<Micros>,
     pub remaining: u64,
     /// When the oldest entry leaves the window (`None`: the window is empty).
     pub next_free_at: Option<Micros>,
@@ -154,6 +166,12 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
                     .iter()
                     .map(|w| {
                         let mut usage = summarize_window(w, log, entries, now, visible);
+                        let others = log.others.get(i).copied().unwrap_or_default();
+                        if Some(w) == pool.longest_window() && others.until > now {
+                            usage.others = others.units;
+                            usage.others_until = Some(others.until);
+                            usage.remaining = usage.remaining.saturating_sub(others.units);
+                        }
                         if let Some(l) = log_lost {
                             // Spent, as the ledger decides, until the loss is over.
                             usage.remaining = 0;
@@ -240,6 +258,8 @@ fn summarize_window(
         window: window.clone(),
         budget: window.budget(),
         used,
+        others: 0,
+        others_until: None,
         remaining: window.budget().saturating_sub(used),
         next_free_at: oldest.map(|t| t + len),
         fully_free_at: newest.map(|t| t + len),
@@ -314,6 +334,7 @@ mod tests {
             blocked_reason: String::new(),
             retain: 100 * s,
             lost: vec![0],
+            others: vec![Others::default()],
             tags: vec![("a".into(), "j1".into()), ("b".into(), "j2".into())],
             pools: vec![vec![
                 entry(100 * s, 7, 0), // exactly at the 100 s boundary: out

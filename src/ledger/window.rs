@@ -44,6 +44,13 @@ impl Pool {
     pub fn longest(&self) -> Duration {
         self.windows.iter().map(|w| w.per).max().unwrap_or_default()
     }
+
+    /// The longest window (the first of the longest): where units spent by
+    /// others, as the upstream's own count says, are counted.
+    pub fn longest_window(&self) -> Option<&Window> {
+        let longest = self.longest();
+        self.windows.iter().find(|w| w.per == longest)
+    }
 }
 
 /// What one call spends from one pool.

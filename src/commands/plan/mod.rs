@@ -110,6 +110,7 @@ pub async fn build(
             tags: Vec::new(),
             pools: vec![Vec::new(); cred.pools.len()],
             lost: vec![0; cred.pools.len()],
+            others: vec![Default::default(); cred.pools.len()],
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }

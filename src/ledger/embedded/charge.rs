@@ -114,7 +114,7 @@ pub(super) fn decide(
         });
     }
     let used = used_per_window(tx, c, &logs, now)?;
-    if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, &used, now)? {
+    if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, (&used, &logs), now)? {
         save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::Rejected {
             at: now,
@@ -147,7 +147,7 @@ pub(super) fn decide(
         at: now,
         serial,
         duplicate,
-        remaining: remaining(c, &used, duplicate),
+        remaining: remaining(c, (&used, &logs), duplicate, now),
         // (the charge's time, with the row ids, names its rows)
         receipt: Receipt {
             id: now as u64,
@@ -236,26 +236,55 @@ fn used_per_window(
     Ok(sums)
 }
 
+/// The units others spent that count in window `k` of `cost`'s pool at
+/// `now`: in its longest window only, until the upstream's reset.
+fn extra(cost: &OwnedPoolCost, k: usize, log: &PoolLog, now: Micros) -> u64 {
+    let longest = cost.windows.iter().map(|w| w.0).max().unwrap_or(0);
+    let lw = cost.windows.iter().position(|w| w.0 == longest);
+    if lw == Some(k) && log.others.until > now {
+        log.others.units
+    } else {
+        0
+    }
+}
+
 /// Fit: the window that keeps the call out longest, as (pool, window,
 /// µs until enough of it has left), or `None` when the call fits everywhere.
 fn first_full_window(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
-    used: &[Vec<WindowSum>],
+    (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
     now: Micros,
 ) -> Result<Option<(usize, usize, Micros)>, StoreError> {
     let mut worst: Option<(usize, usize, Micros)> = None;
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (len, budget)) in cost.windows.iter().enumerate() {
             let WindowSum { used, base } = used[p][k];
-            let need = (used + cost.units) as i64 - *budget as i64;
+            let extra = extra(cost, k, &logs[p], now);
+            let need = (used + extra + cost.units) as i64 - *budget as i64;
             if need <= 0 {
                 continue;
             }
-            // When `need` units have left: the row by which the window's
-            // entries add up to `need`, a window's length on.
-            let freed = log::reached_at(tx, &c.credential, &cost.pool, base + need)?;
-            let retry = freed.map_or(now + len, |at| at + len) - now;
+            // When `n` units have left: the row by which the window's
+            // entries add up to `n`, a window's length on.
+            let freed_at = |n: i64| -> Result<Micros, StoreError> {
+                let at = log::reached_at(tx, &c.credential, &cost.pool, base + n)?;
+                Ok(at.map_or(now + len, |at| at + len))
+            };
+            // Others' units leave at once at the upstream's reset; until
+            // then the pool's own calls must free all that is needed (as in
+            // lua/charge.lua).
+            let mut at = if extra == 0 {
+                freed_at(need)?
+            } else {
+                let mine = need - extra as i64;
+                let after = if mine > 0 { freed_at(mine)? } else { now };
+                after.max(logs[p].others.until)
+            };
+            if extra > 0 && need as u64 <= used {
+                at = at.min(freed_at(need)?);
+            }
+            let retry = at - now;
             if worst.is_none_or(|w| retry > w.2) {
                 worst = Some((p, k, retry));
             }
@@ -300,11 +329,18 @@ fn prune(
 }
 
 /// What each window has left after an allowed charge.
-fn remaining(c: &OwnedCharge, used: &[Vec<WindowSum>], duplicate: bool) -> Vec<Remaining> {
+fn remaining(
+    c: &OwnedCharge,
+    (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
+    duplicate: bool,
+    now: Micros,
+) -> Vec<Remaining> {
     let mut out = Vec::new();
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (len, budget)) in cost.windows.iter().enumerate() {
-            let spent = used[p][k].used + if duplicate { 0 } else { cost.units };
+            let spent = used[p][k].used
+                + extra(cost, k, &logs[p], now)
+                + if duplicate { 0 } else { cost.units };
             out.push(Remaining {
                 pool: cost.pool.clone(),
                 per: Duration::from_micros(*len as u64),

@@ -8,7 +8,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::ledger::{IDEMPOTENCY_HORIZON, Micros, SETTLE_REACH, Settled, StoreError};
+use crate::ledger::{IDEMPOTENCY_HORIZON, Micros, Others, SETTLE_REACH, Settled, StoreError};
 
 /// Most rows one charge deletes per pool (and ids per credential): enough to
 /// outpace any insertion rate, small enough to keep a charge within a few ms.
@@ -19,11 +19,19 @@ pub(super) const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS log_by_cum ON log (credential, pool, cum);
 CREATE INDEX IF NOT EXISTS charge_id_by_time ON charge_id (credential, at);
 CREATE TABLE IF NOT EXISTS log_pool (
-    credential TEXT NOT NULL,
-    pool       TEXT NOT NULL,
-    dead       INTEGER NOT NULL,  -- rows at or before count in no window (pruned or not)
+    credential   TEXT NOT NULL,
+    pool         TEXT NOT NULL,
+    dead         INTEGER NOT NULL,  -- rows at or before count in no window (pruned or not)
+    others       INTEGER NOT NULL DEFAULT 0,  -- units spent by others, per the upstream
+    others_until INTEGER NOT NULL DEFAULT 0,  -- until its count resets
     PRIMARY KEY (credential, pool)
 );
+";
+
+/// Columns added to `log_pool` since it was first made.
+const LOG_POOL_ADDED: &str = "
+ALTER TABLE log_pool ADD COLUMN others INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE log_pool ADD COLUMN others_until INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// A store made before the running totals has no `cum`: add it, and fill it
@@ -31,7 +39,7 @@ CREATE TABLE IF NOT EXISTS log_pool (
 /// the file at once). Its logs were pruned in full, so no `dead` is needed.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
-    let out = (|| {
+    let out = (|| -> Result<(), rusqlite::Error> {
         let has_cum = conn
             .prepare("SELECT 1 FROM pragma_table_info('log') WHERE name = 'cum'")?
             .exists([])?;
@@ -45,7 +53,14 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
                  WHERE log.rowid = s.id;",
             )?;
         }
-        conn.execute_batch(SCHEMA)
+        conn.execute_batch(SCHEMA)?;
+        let has_others = conn
+            .prepare("SELECT 1 FROM pragma_table_info('log_pool') WHERE name = 'others'")?
+            .exists([])?;
+        if !has_others {
+            conn.execute_batch(LOG_POOL_ADDED)?;
+        }
+        Ok(())
     })();
     match out {
         Ok(()) => conn.execute_batch("COMMIT")?,
@@ -57,11 +72,12 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// One pool's log as a charge reads it: its `dead` mark and the running
-/// total of its newest row (0 when empty).
+/// One pool's log as a charge reads it: its `dead` mark, the running
+/// total of its newest row (0 when empty), and the units others spent.
 pub(super) struct PoolLog {
     pub dead: Micros,
     pub newest: i64,
+    pub others: Others,
 }
 
 /// Prune: raise the pool's `dead` mark to `cutoff` (entries at or before it
@@ -72,13 +88,22 @@ pub(super) fn prune(
     pool: &str,
     cutoff: Micros,
 ) -> Result<PoolLog, StoreError> {
-    let dead: Micros = tx
+    let (dead, others): (Micros, Others) = tx
         .prepare_cached(
             "INSERT INTO log_pool (credential, pool, dead) VALUES (?1, ?2, ?3)
              ON CONFLICT (credential, pool) DO UPDATE SET dead = max(dead, excluded.dead)
-             RETURNING dead",
+             RETURNING dead, others, others_until",
         )?
-        .query_row(params![credential, pool, cutoff], |r| r.get(0))?;
+        .query_row(params![credential, pool, cutoff], |r| {
+            let units: i64 = r.get(1)?;
+            Ok((
+                r.get(0)?,
+                Others {
+                    units: units as u64,
+                    until: r.get(2)?,
+                },
+            ))
+        })?;
     // Oldest first, so the rows left are always a suffix of the log.
     tx.prepare_cached(
         "DELETE FROM log WHERE rowid IN (SELECT rowid FROM log
@@ -95,6 +120,7 @@ pub(super) fn prune(
     Ok(PoolLog {
         dead,
         newest: newest.unwrap_or(0),
+        others,
     })
 }
 
@@ -227,6 +253,72 @@ pub(super) fn settle(
     )?
     .execute(params![credential, pool, at, row, delta])?;
     Ok(Settled::Exact)
+}
+
+/// The units others spent in a pool, as last recorded (none: zero).
+pub(super) fn others(
+    conn: &Connection,
+    credential: &str,
+    pool: &str,
+) -> Result<Others, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT others, others_until FROM log_pool WHERE credential = ?1 AND pool = ?2",
+        )?
+        .query_row(params![credential, pool], |r| {
+            let units: i64 = r.get(0)?;
+            Ok(Others {
+                units: units as u64,
+                until: r.get(1)?,
+            })
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// Record what the upstream says others spent in a pool (`lua/charge.lua`,
+/// observe): its count above the ledger's own in the longest window
+/// (`len`, `limit`), after `cutoff` (the window's start, the retention and
+/// the dead mark), until `until`; nothing when it counts no more.
+pub(super) fn record_others(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    (cutoff, limit): (Micros, u64),
+    remaining: u64,
+    until: Micros,
+) -> Result<Others, StoreError> {
+    let newest: i64 = tx
+        .prepare_cached(
+            "SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
+             ORDER BY at DESC, rowid DESC LIMIT 1",
+        )?
+        .query_row(params![credential, pool], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let used = (newest - base(tx, credential, pool, cutoff)?).max(0);
+    let units = limit as i64 - used - remaining as i64;
+    let others = if units > 0 {
+        Others {
+            units: units as u64,
+            until,
+        }
+    } else {
+        Others::default()
+    };
+    tx.prepare_cached(
+        "INSERT INTO log_pool (credential, pool, dead, others, others_until)
+         VALUES (?1, ?2, ?5, ?3, ?4)
+         ON CONFLICT (credential, pool) DO UPDATE SET others = ?3, others_until = ?4",
+    )?
+    .execute(params![
+        credential,
+        pool,
+        others.units as i64,
+        others.until,
+        Micros::MIN
+    ])?;
+    Ok(others)
 }
 
 /// A pool's `dead` mark for a read (none yet: nothing is dead).

@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    LogEntry, LogSegment, Micros, Pool, Receipt, Settled, StoreError, check_fits, untag,
+    LogEntry, LogSegment, Micros, Others, Pool, Receipt, Settled, StoreError, check_fits, untag,
 };
 
 const SCHEMA: &str = "
@@ -329,6 +329,40 @@ impl Ledger for EmbeddedLedger {
         .await
     }
 
+    async fn upstream_remaining(
+        &self,
+        credential: &str,
+        pool: &Pool,
+        remaining: u64,
+        reset: Option<BlockEnd>,
+        at: At,
+    ) -> Result<Others, StoreError> {
+        let (credential, name) = (credential.to_string(), pool.name.clone());
+        let longest = pool.longest().as_micros() as Micros;
+        let limit = pool.longest_window().map_or(0, |w| w.limit);
+        self.transaction(move |tx| {
+            let row = credential_row(tx, &credential)?;
+            let now = clock(at, row.last);
+            // The longest window as a charge slides it (charge.rs).
+            let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
+            let cutoff =
+                (now - longest)
+                    .max(now - visible)
+                    .max(log::dead_mark(tx, &credential, &name)?);
+            let until = reset.map_or(now + longest, |r| r.end_at(now));
+            let others =
+                log::record_others(tx, &credential, &name, (cutoff, limit), remaining, until)?;
+            // (the decision's time, which later ones never go below, as in Redis)
+            tx.execute(
+                "INSERT INTO credential (name, last) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO UPDATE SET last = max(last, excluded.last)",
+                params![credential, now],
+            )?;
+            Ok(others)
+        })
+        .await
+    }
+
     async fn settle(
         &self,
         credential: &str,
@@ -470,10 +504,11 @@ impl Ledger for EmbeddedLedger {
             // nor do those at or before a pool's dead mark: not read.
             let visible = now - row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
             let mut tags: Vec<String> = Vec::new();
-            let mut logs = Vec::new();
+            let (mut logs, mut others) = (Vec::new(), Vec::new());
             for pool in &names {
                 let after = log::dead_mark(tx, &credential, pool)?.max(visible);
                 logs.push(read_pool(tx, &credential, pool, after, &mut tags)?);
+                others.push(log::others(tx, &credential, pool)?);
             }
             Ok(CredentialLog {
                 at: now,
@@ -482,6 +517,7 @@ impl Ledger for EmbeddedLedger {
                 blocked_reason: row.blocked_reason,
                 retain: row.retain,
                 lost: vec![row.lost_at; logs.len()],
+                others,
                 tags: tags.iter().map(|t| untag(t)).collect(),
                 pools: logs,
             })

@@ -43,7 +43,8 @@ use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Pool, Receipt, Remaining, Settled, StoreError, check_fits, redact_url, tag, untag,
+    Micros, Others, Pool, PoolCost, Receipt, Remaining, Settled, StoreError, check_fits,
+    redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../../lua/charge.lua");
@@ -305,20 +306,22 @@ impl RedisLedger {
         at: At,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
-        Self::charge_keys_and_args(charge, id, resend, at, &mut inv);
+        Self::charge_keys_and_args(charge, id, if resend { "1" } else { "0" }, at, &mut inv);
         inv
     }
 
     /// The keys and arguments of a charge, added to any script's invocation
     /// (the benchmark sends them to `return 1` to measure their transport).
     pub fn charge_arguments(&self, charge: &Charge<'_>, inv: &mut redis::ScriptInvocation<'_>) {
-        Self::charge_keys_and_args(charge, new_charge_id(), false, At::StoreClock, inv);
+        Self::charge_keys_and_args(charge, new_charge_id(), "0", At::StoreClock, inv);
     }
 
+    /// `flag`: "0" a new charge, "1" one sent again, "2" an observation
+    /// of the upstream's count (ARGV[3] of charge.lua).
     fn charge_keys_and_args(
         charge: &Charge<'_>,
         id: u64,
-        resend: bool,
+        flag: &str,
         at: At,
         inv: &mut redis::ScriptInvocation<'_>,
     ) {
@@ -331,7 +334,7 @@ impl RedisLedger {
         }
         inv.arg(clock_arg(at))
             .arg(id)
-            .arg(if resend { "1" } else { "0" })
+            .arg(flag)
             .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
             .arg(format!("tag:{}", tag(charge.endpoint, charge.job)))
             .arg(charge.seen_serial)
@@ -493,6 +496,52 @@ impl Ledger for RedisLedger {
             )
             .await?;
         int(&array(&reply)?[1])
+    }
+
+    async fn upstream_remaining(
+        &self,
+        credential: &str,
+        pool: &Pool,
+        remaining: u64,
+        reset: Option<BlockEnd>,
+        at: At,
+    ) -> Result<Others, StoreError> {
+        let cost = [PoolCost {
+            pool: pool.clone(),
+            units: 0,
+        }];
+        let charge = Charge {
+            credential,
+            cost: &cost,
+            endpoint: "",
+            job: "",
+            id: None,
+            seen_serial: 0,
+        };
+        let limit = pool.longest_window().map_or(0, |w| w.limit);
+        let (reset_at, reset_after) = match reset {
+            Some(BlockEnd::At(t)) => (t, 0),
+            Some(BlockEnd::After(d)) => (0, d.as_micros().min(i64::MAX as u128) as i64),
+            None => (0, 0),
+        };
+        let mut inv = self.charge.prepare_invoke();
+        Self::charge_keys_and_args(&charge, new_charge_id(), "2", at, &mut inv);
+        inv.arg(remaining).arg(limit).arg(reset_at).arg(reset_after);
+        let inv = &inv;
+        let reply: Value = self
+            .retrying("upstream count", |mut c| async move {
+                inv.invoke_async(&mut c).await
+            })
+            .await
+            .map_err(|e| older_layout(e, credential))?;
+        let r = array(&reply)?;
+        if int(&r[0])? != 4 {
+            return Err(StoreError::Reply("an odd reply from charge.lua".into()));
+        }
+        Ok(Others {
+            units: int(&r[3])?.max(0) as u64,
+            until: int(&r[4])?,
+        })
     }
 
     async fn settle(

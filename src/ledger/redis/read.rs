@@ -16,7 +16,7 @@ use redis::Value;
 
 use super::{RedisLedger, array, clock_arg, int, older_layout, state_key, tag_names, text};
 use crate::ledger::{
-    At, CredentialLog, IDEMPOTENCY_HORIZON, LogBlock, LogEntry, LogSegment, Micros, Pool,
+    At, CredentialLog, IDEMPOTENCY_HORIZON, LogBlock, LogEntry, LogSegment, Micros, Others, Pool,
     StoreError, index_key, log_key, straddles,
 };
 
@@ -65,13 +65,13 @@ pub(super) async fn read(
         .await
         .map_err(|e| older_layout(e, credential))?;
     let r = array(&reply)?;
-    if r.len() != 6 + 6 * pools.len() {
+    if r.len() != 6 + 8 * pools.len() {
         return Err(StoreError::Reply("an odd reply from read.lua".into()));
     }
     let (now, retain) = (int(&r[0])?, int(&r[5])?);
     let visible = now - retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-    let (mut logs, mut lost) = (Vec::new(), Vec::new());
-    for (pool, f) in pools.iter().zip(r[6..].chunks(6)) {
+    let (mut logs, mut lost, mut others) = (Vec::new(), Vec::new(), Vec::new());
+    for (pool, f) in pools.iter().zip(r[6..].chunks(8)) {
         let extent = PoolExtent {
             lost: int(&f[0])?,
             head: int(&f[1])?,
@@ -81,6 +81,10 @@ pub(super) async fn read(
             dead: int(&f[5])?,
         };
         lost.push(extent.lost);
+        others.push(Others {
+            units: int(&f[6])?.max(0) as u64,
+            until: int(&f[7])?,
+        });
         let reader = Reader {
             ledger,
             credential,
@@ -97,6 +101,7 @@ pub(super) async fn read(
         tags: tag_names(array(&r[4])?)?,
         pools: logs,
         lost,
+        others,
     })
 }
 
