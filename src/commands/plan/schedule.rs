@@ -286,6 +286,7 @@ mod tests {
             tags: vec![("videos.list".into(), "earlier".into())],
             pools: vec![entries.iter().map(entry).collect()],
             lost: vec![0],
+            others: vec![Default::default()],
         }
     }
 
