@@ -14,6 +14,7 @@ mod raw;
 mod reset;
 mod secret;
 mod template;
+mod upstream_headers;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -28,6 +29,7 @@ use self::validate::Validator;
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, JsonTemplate, Placeholder, Template};
+pub use self::upstream_headers::CountHeaders;
 use crate::ledger::{Pool, PoolCost, StoreLocation};
 use crate::{Error, Result};
 
@@ -84,6 +86,8 @@ pub struct Credential {
     pub secret: Secret,
     pub secret_source: SecretSource,
     pub upstream_reset: Option<UpstreamReset>,
+    /// Where responses carry the upstream's own counts, per pool.
+    pub upstream_headers: Vec<CountHeaders>,
     pub pools: Vec<Pool>,
 }
 

@@ -40,6 +40,7 @@ pub(super) struct RawHttp {
 pub(super) struct RawCredential {
     pub(super) secret: Value,
     pub(super) upstream_reset: Option<String>,
+    pub(super) upstream_headers: Option<Value>,
     pub(super) pools: OrderedMap<Vec<RawWindow>>,
 }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_yaml::Value;
 
 use super::raw::*;
+use super::upstream_headers;
 use super::{
     ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, Job, JsonTemplate, PageKind,
     Paginate, Placeholder, Secret, SecretSource, Secrets, SettledCost, Step, StorePolicy, Template,
@@ -243,11 +244,18 @@ impl Validator<'_> {
                 windows: checked,
             });
         }
+        let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
+        let upstream_headers = match &raw.upstream_headers {
+            Some(v) => upstream_headers::resolve(v, &names)
+                .map_err(|m| self.err(format!("{at}.upstream_headers"), m))?,
+            None => Vec::new(),
+        };
         Ok(Credential {
             name,
             secret,
             secret_source,
             upstream_reset,
+            upstream_headers,
             pools,
         })
     }

@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::{DATE, HeaderMap, RETRY_AFTER};
 
+use crate::config::CountHeaders;
+
 /// The upstream's word on its quota, from one answer's headers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuotaHeaders {
@@ -51,6 +53,87 @@ impl QuotaHeaders {
             spent,
         }
     }
+}
+
+/// The upstream's own count of one pool, from one answer's headers
+/// (`upstream_headers`): units remaining, and how long until its count
+/// resets, against its own `Date` when an instant is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamCount {
+    pub pool: String,
+    pub remaining: u64,
+    pub reset: Option<Duration>,
+}
+
+/// Every count `specs` name that the headers carry.
+pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<UpstreamCount> {
+    if specs.is_empty() {
+        return Vec::new();
+    }
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let now = text(DATE.as_str())
+        .and_then(|d| httpdate::parse_http_date(d).ok())
+        .unwrap_or_else(SystemTime::now);
+    specs
+        .iter()
+        .filter_map(|s| {
+            let (mut remaining, mut reset) = (None, None);
+            if s.ietf_field {
+                let (r, t) = text("ratelimit").map_or((None, None), ratelimit_field);
+                (remaining, reset) = (r, t.map(Duration::from_secs));
+            }
+            remaining = remaining.or_else(|| text(&s.remaining)?.trim().parse().ok());
+            reset = reset.or_else(|| reset_in(text(s.reset.as_deref()?)?, now));
+            Some(UpstreamCount {
+                pool: s.pool.clone(),
+                remaining: remaining?,
+                reset,
+            })
+        })
+        .collect()
+}
+
+/// A reset as upstreams write it: epoch seconds (GitHub), seconds from
+/// now (IETF), or a duration such as `6m0s`, `1.5s` or `20ms` (OpenAI).
+fn reset_in(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(n) = value.parse::<u64>() {
+        // (no delay is a billion seconds: such a number is an instant)
+        return Some(if n > 1_000_000_000 {
+            until(n, now)
+        } else {
+            Duration::from_secs(n)
+        });
+    }
+    if let Ok(secs) = value.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).ok();
+    }
+    go_duration(value)
+}
+
+/// `1h2m3.5s`, `6m0s`, `20ms`: numbers, each with its unit.
+fn go_duration(mut s: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    while !s.is_empty() {
+        let n = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (num, rest) = s.split_at(n);
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_len);
+        let scale = match unit {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += Duration::try_from_secs_f64(num.parse::<f64>().ok()? * scale).ok()?;
+        s = rest;
+    }
+    Some(total)
 }
 
 /// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110, 10.2.3). A delay
@@ -106,6 +189,50 @@ mod tests {
             h.insert(*k, v.parse().unwrap());
         }
         h
+    }
+
+    #[test]
+    fn upstream_counts_in_every_form_of_reset() {
+        let date = "Mon, 23 Nov 2026 12:00:00 GMT";
+        let epoch = 1_795_435_200 + 300; // 12:05:00 that day
+        let spec = |remaining: &str, reset: &str, ietf_field| CountHeaders {
+            pool: "p".into(),
+            remaining: remaining.into(),
+            reset: Some(reset.into()),
+            ietf_field,
+        };
+        let h = headers(&[
+            ("date", date),
+            ("x-ratelimit-remaining", "42"),
+            ("x-ratelimit-reset", &epoch.to_string()),
+            ("x-left-tokens", "900"),
+            ("x-reset-tokens", "6m0.5s"),
+            ("ratelimit", "\"a\";r=7;t=30, \"b\";r=3;t=50"),
+            ("x-bad", "lots"),
+        ]);
+        let got = upstream_counts(
+            &[
+                spec("x-ratelimit-remaining", "x-ratelimit-reset", false),
+                spec("x-left-tokens", "x-reset-tokens", false),
+                spec("ratelimit-remaining", "ratelimit-reset", true),
+                spec("x-bad", "x-reset-tokens", false),
+            ],
+            &h,
+        );
+        let pairs: Vec<(u64, Option<Duration>)> =
+            got.iter().map(|c| (c.remaining, c.reset)).collect();
+        assert_eq!(
+            pairs,
+            [
+                (42, Some(Duration::from_secs(300))),
+                (900, Some(Duration::from_millis(360_500))),
+                (3, Some(Duration::from_secs(50))),
+            ],
+            "the unreadable count is left out"
+        );
+        assert_eq!(go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
+        assert_eq!(go_duration("20ms"), Some(Duration::from_millis(20)));
+        assert_eq!(go_duration("5x"), None);
     }
 
     #[test]

@@ -120,17 +120,27 @@ pub fn request(
     })
 }
 
+/// What a response said besides its answer.
+#[derive(Debug, Default)]
+pub struct Reported {
+    /// The step's settled costs, in its order (empty: no response).
+    pub actuals: Vec<Actual>,
+    /// The response's headers (the upstream's own counts are read from
+    /// them with the credential's `upstream_headers`).
+    pub headers: Option<reqwest::header::HeaderMap>,
+}
+
 /// Send one request and classify the answer. Anything that could carry the
 /// secret (error texts, bodies) is redacted before it leaves this function.
-/// `actuals` gets what any response, whatever its status, says the step's
-/// settled costs were (nothing when no response came).
+/// `reported` gets what any response, whatever its status, says besides:
+/// the step's settled costs and its headers (nothing when no response came).
 pub async fn send(
     client: &Client,
     request: reqwest::Request,
     step: &Step,
     fill: &Fill<'_>,
     max_body: u64,
-    actuals: &mut Vec<Actual>,
+    reported: &mut Reported,
 ) -> Answer {
     let secrets = [fill.secret];
     let (method, url) = (request.method().clone(), request.url().clone());
@@ -147,9 +157,8 @@ pub async fn send(
         }
     };
     let status = resp.status();
-    // (the headers kept for the body's actuals only when a cost is settled)
-    let headers = (!step.settle.is_empty()).then(|| resp.headers().clone());
-    *actuals = settle::actuals(&step.settle, resp.headers(), None);
+    reported.headers = Some(resp.headers().clone());
+    reported.actuals = settle::actuals(&step.settle, resp.headers(), None);
     if status.is_redirection() {
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
@@ -183,8 +192,12 @@ pub async fn send(
         Ok((body, true)) => body,
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
-    if let Some(headers) = &headers {
-        *actuals = settle::actuals(&step.settle, headers, Some(&body));
+    if let Some(headers) = reported
+        .headers
+        .as_ref()
+        .filter(|_| !step.settle.is_empty())
+    {
+        reported.actuals = settle::actuals(&step.settle, headers, Some(&body));
     }
     let pointer = step.paginate.as_ref().and_then(|p| p.kind.pointer());
     let answer = classify(status, quota, body, pointer, &secrets);

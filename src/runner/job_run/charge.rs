@@ -22,6 +22,7 @@ impl JobRun<'_> {
             return Ok(Charged::Go {
                 at: None,
                 receipt: None,
+                remaining: Vec::new(),
             });
         };
         // No id of our own: every charge is new, and the Redis store gives
@@ -43,13 +44,19 @@ impl JobRun<'_> {
             }
         }
         match decision {
-            Ok(ChargeDecision::Allowed { at, receipt, .. }) => {
+            Ok(ChargeDecision::Allowed {
+                at,
+                receipt,
+                remaining,
+                ..
+            }) => {
                 for c in &step.cost {
                     *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }
                 Ok(Charged::Go {
                     at: Some(at),
                     receipt: Some(receipt),
+                    remaining,
                 })
             }
             Ok(ChargeDecision::Rejected {
@@ -92,6 +99,7 @@ impl JobRun<'_> {
                     Ok(Charged::Go {
                         at: None,
                         receipt: None,
+                        remaining: Vec::new(),
                     })
                 }
             },

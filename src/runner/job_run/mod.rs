@@ -13,12 +13,12 @@ use super::lock::RunLock;
 use super::output::{self, PageName};
 use super::page_scan::Found;
 use super::paginate::{self, Next};
-use super::upstream::{self, Answer};
+use super::upstream::{self, Answer, Reported};
 use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Credential, Fill, Job, PageKind, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
-use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Store, StoreError};
+use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, StoreError};
 use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
@@ -87,6 +87,8 @@ enum Charged {
     Go {
         at: Option<Micros>,
         receipt: Option<Receipt>,
+        /// What the ledger said is left in every window, after this call.
+        remaining: Vec<Remaining>,
     },
     Stop(Stop),
 }
@@ -572,8 +574,12 @@ impl<'a> JobRun<'a> {
                     url: shown_target.clone(),
                     problem,
                 })?;
-            let (at, receipt) = match self.charge(step).await? {
-                Charged::Go { at, receipt } => (at, receipt),
+            let (at, receipt, remaining) = match self.charge(step).await? {
+                Charged::Go {
+                    at,
+                    receipt,
+                    remaining,
+                } => (at, receipt, remaining),
                 Charged::Stop(stop) => {
                     self.stop(stop);
                     return Ok(None);
@@ -581,9 +587,9 @@ impl<'a> JobRun<'a> {
             };
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
             self.report.calls += 1;
-            let mut actuals = Vec::new();
+            let mut reported = Reported::default();
             let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut actuals) => a,
+                a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut reported) => a,
                 () = self.ctx.shutdown.wait() => {
                     info!(job = self.job.name, "stop signal: abandoning the request in flight");
                     if receipt.is_some() {
@@ -594,7 +600,8 @@ impl<'a> JobRun<'a> {
                 }
             };
             if let Some(receipt) = &receipt {
-                self.settle(step, receipt, &actuals).await;
+                self.settle(step, receipt, &reported.actuals).await;
+                self.upstream_counts(&reported, &remaining).await;
             }
             match answer {
                 Answer::Page { body, found, link } => return Ok(Some((body, found, link))),

@@ -1,13 +1,18 @@
 //! [`JobRun`]'s settling: after each answer, the costs a step reserved as
 //! estimates are settled to what the response says was spent (issue 13,
-//! part 1), or keep their estimates, and the run says why.
+//! part 1), or keep their estimates, and the run says why; and the
+//! upstream's own counts, where they are lower than the ledger's, are
+//! recorded as spent by others (part 2).
 
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::JobRun;
 use crate::config::Step;
-use crate::ledger::{At, Ledger, Receipt, Settled};
+use crate::ledger::{At, BlockEnd, Ledger, Receipt, Remaining, Settled};
+use crate::runner::quota_headers::upstream_counts;
 use crate::runner::settle::Actual;
+use crate::runner::upstream::Reported;
+use crate::timefmt::local_datetime;
 
 impl JobRun<'_> {
     /// Settle the step's estimated costs of the call `receipt` names to the
@@ -85,5 +90,60 @@ impl JobRun<'_> {
             job = self.job.name,
             "{}: {why}: the estimate of {estimate} {pool} stays charged", step.endpoint
         );
+    }
+}
+
+impl JobRun<'_> {
+    /// The upstream's own counts in a response (`upstream_headers`): where
+    /// one says fewer units remain than the ledger's own count left after
+    /// this call (`remaining`, with the window's headroom), the difference
+    /// is recorded as spent by others, until the upstream's reset, so
+    /// every host slows down. A count at or above the ledger's costs no
+    /// store call.
+    pub(super) async fn upstream_counts(&mut self, reported: &Reported, remaining: &[Remaining]) {
+        let (Some(store), Some(headers)) = (self.store, &reported.headers) else {
+            return;
+        };
+        for count in upstream_counts(&self.cred.upstream_headers, headers) {
+            let Some(pool) = self.cred.pools.iter().find(|p| p.name == count.pool) else {
+                continue;
+            };
+            let Some(w) = pool.longest_window() else {
+                continue;
+            };
+            let ours = remaining
+                .iter()
+                .find(|r| r.pool == pool.name && r.per == w.per)
+                .map(|r| r.remaining + w.headroom);
+            if ours.is_some_and(|ours| count.remaining >= ours) {
+                continue;
+            }
+            let reset = count.reset.map(BlockEnd::After);
+            let recorded = store
+                .upstream_remaining(
+                    &self.cred.name,
+                    pool,
+                    count.remaining,
+                    reset,
+                    At::StoreClock,
+                )
+                .await;
+            match recorded {
+                Ok(o) if o.units > 0 => info!(
+                    job = self.job.name,
+                    "the upstream counts {} {} remaining of {}: {} spent elsewhere, counted until {}",
+                    count.remaining,
+                    pool.name,
+                    w.limit,
+                    o.units,
+                    local_datetime(o.until)
+                ),
+                Ok(_) => {}
+                Err(e) => warn!(
+                    job = self.job.name,
+                    "the upstream's count of {} was not recorded: {e}", pool.name
+                ),
+            }
+        }
     }
 }
