@@ -262,7 +262,13 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                     w.window.limit.to_string(),
                     w.window.headroom.to_string(),
                     w.budget.to_string(),
-                    w.used.to_string(),
+                    // (units the upstream counted that others spent)
+                    match w.others_until {
+                        Some(t) if w.others > 0 => {
+                            format!("{} + {} by others until {}", w.used, w.others, when(t, now))
+                        }
+                        _ => w.used.to_string(),
+                    },
                     w.remaining.to_string(),
                     w.next_free_at.map_or("-".into(), |t| when(t, now)),
                     w.fully_free_at.map_or("-".into(), |t| when(t, now)),
@@ -431,6 +437,11 @@ pub struct WindowJson {
     pub headroom: u64,
     pub budget: u64,
     pub used: u64,
+    /// Units others spent, per the upstream's own count, until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub others: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub others_until: Option<String>,
     pub remaining: u64,
     pub next_free_at: Option<String>,
     pub fully_free_at: Option<String>,
@@ -552,6 +563,11 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                         headroom: w.window.headroom,
                                         budget: w.budget,
                                         used: w.used,
+                                        others: (w.others > 0).then_some(w.others),
+                                        others_until: w
+                                            .others_until
+                                            .filter(|_| w.others > 0)
+                                            .map(rfc3339),
                                         remaining: w.remaining,
                                         next_free_at: w.next_free_at.map(rfc3339),
                                         fully_free_at: w.fully_free_at.map(rfc3339),
