@@ -14,7 +14,10 @@
 --              is sending it again after a lost reply): the log is searched
 --              for its id, and a charge found there is not recorded again;
 --              "0" otherwise; "2" for no charge at all but the upstream's
---              word on its one pool (below: observe)
+--              word on its one pool (below: observe); plus 4 in observe
+--              mode: a call that does not fit is recorded all the same
+--              (the upstream is the only limit), and counted per pool in
+--              the state fields observed:P and observed_at:P
 -- ARGV[4]      idempotency horizon in µs: the log keeps every entry at least
 --              this long, so that a resent charge is found
 -- ARGV[5]      the tag's state field, "tag:" .. tag, where the tag names who
@@ -69,12 +72,17 @@
 -- calls left at once; and a usage report reads block summaries.
 --
 -- Returns one of:
---   {1, now, serial, duplicate(0|1), remaining..., call...}
+--   {1, now, serial, duplicate(0|1), remaining..., call..., p, w, retry}
 --                                                    allowed; remaining units per
 --                                                    window, in ARGV order, then
 --                                                    per pool its entry's call
 --                                                    number (-1: a duplicate),
---                                                    for lua/settle.lua
+--                                                    for lua/settle.lua; then, in
+--                                                    observe mode, the pool and
+--                                                    window that would have
+--                                                    refused it and the retry (w
+--                                                    0: the pool's log was lost;
+--                                                    p 0: nothing refused it)
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
@@ -149,7 +157,11 @@ if ARGV[1] == '' then
 else
   now, now_text = tonumber(ARGV[1]), ARGV[1]
 end
-local id, resend, horizon = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+local flag = tonumber(ARGV[3]) or 0
+local id, resend, horizon = ARGV[2], flag % 2 == 1, tonumber(ARGV[4])
+local force = flag >= 4
+-- (observe mode: the pool, window and retry of what would have refused it)
+local observed = { 0, 0, 0 }
 local tag_field, min_serial, npools = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 
 local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 8, 7 + npools))
@@ -484,6 +496,7 @@ local function remaining(reply, logged)
     r, a = r + pv[3], a + 2 + 2 * pv[3]
   end
   for p = 1, npools do reply[r + p] = logged and pools[p][2] - 1 or -1 end
+  for k = 1, 3 do reply[r + npools + k] = observed[k] end
   return reply
 end
 
@@ -557,7 +570,7 @@ end
 -- pool: what it counts beyond the ledger's own usage (in the pool's longest
 -- window, slid to now above) was spent by others, and counts as such until
 -- the upstream's count resets. Never less than the ledger's own count.
-if ARGV[3] == '2' then
+if flag == 2 then
   local pv, rest = pools[1], 10 + npools + 2 * pools[1][3]
   local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
   local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
@@ -579,7 +592,9 @@ end
 -- A pool whose log was lost counts as spent until its longest window passed.
 for p = 1, npools do
   local pv = pools[p]
-  if pv.lost_any > 0 then
+  if pv.lost_any > 0 and force then
+    if observed[1] == 0 then observed = { p, 0, pv.lost_any + pv.longest - now } end
+  elseif pv.lost_any > 0 then
     save_slid()
     return { 3, now, serial, p, pv.lost_any, pv.lost_any + pv.longest }
   end
@@ -622,10 +637,18 @@ for p = 1, npools do
   end
   a = a + 2 + 2 * pv[3]
 end
-if worst_retry ~= nil then
+if worst_retry ~= nil and force then
+  observed = { worst_p, worst_w, worst_retry }
+elseif worst_retry ~= nil then
   -- The slid sums are exact; keep them so the next call starts here.
   save_slid()
   return { 0, now, serial, worst_p, worst_w, worst_retry }
+end
+if observed[1] > 0 then
+  -- Observe mode: counted, with its time, for status.
+  local name = string.sub(ARGV[7 + observed[1]], 6)
+  call('HINCRBY', state, 'observed:' .. name, 1)
+  call('HSET', state, 'observed_at:' .. name, now_text)
 end
 
 -- Record the call once per pool and add its cost to every window.

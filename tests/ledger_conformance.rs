@@ -14,9 +14,11 @@ use crate::common::cluster::RedisCluster;
 use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
-use crate::ledger_settle::{
+use crate::ledger_metered::{
     a_settle_behind_many_calls_counts_in_usage_and_retries,
-    a_settled_cost_moves_its_entry_at_its_time, the_upstreams_count_wins_downward_until_its_reset,
+    a_settled_cost_moves_its_entry_at_its_time,
+    observe_mode_records_what_does_not_fit_and_counts_it,
+    the_upstreams_count_wins_downward_until_its_reset,
 };
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
@@ -577,6 +579,7 @@ macro_rules! conformance {
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,
+                observe_mode_records_what_does_not_fit_and_counts_it,
             );
         }
     };
@@ -632,6 +635,7 @@ macro_rules! conformance_on_shared {
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,
+                observe_mode_records_what_does_not_fit_and_counts_it,
             );
         }
     };

@@ -24,6 +24,8 @@ enum Op {
         b: Option<u64>,
         id: Option<u8>,
         backwards: bool,
+        /// In observe mode: recorded even when it does not fit.
+        observe: bool,
     },
     Block {
         dt_us: i64,
@@ -67,8 +69,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        20 => (0i64..1_900_000, 1u64..=8, proptest::option::of(1u64..=10), proptest::option::of(0u8..4), proptest::bool::weighted(0.05))
-            .prop_map(|(dt_us, a, b, id, backwards)| Op::Charge { dt_us, a, b, id, backwards }),
+        20 => (0i64..1_900_000, 1u64..=8, proptest::option::of(1u64..=10), proptest::option::of(0u8..4), proptest::bool::weighted(0.05), proptest::bool::weighted(0.2))
+            .prop_map(|(dt_us, a, b, id, backwards, observe)| Op::Charge { dt_us, a, b, id, backwards, observe }),
         2 => (0i64..1_900_000, 1i64..20).prop_map(|(dt_us, for_secs)| Op::Block { dt_us, for_secs }),
         3 => (0..UNITS.len(), 0..SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
@@ -155,6 +157,7 @@ async fn replay(
                 b,
                 id,
                 backwards,
+                observe,
             } => {
                 now += dt_us;
                 let mut cost = vec![PoolCost {
@@ -177,6 +180,7 @@ async fn replay(
                         "videos.list"
                     },
                     id: id.as_deref(),
+                    observe: *observe,
                     ..charge(credential, &cost)
                 };
                 let d = ledger.charge(&c, At::Fixed(at)).await.expect("charge");
@@ -342,7 +346,7 @@ fn long_op() -> impl Strategy<Value = Op> {
         6 => (40usize..400, 0i64..40_000, 1u64..=3, proptest::bool::ANY)
             .prop_map(|(calls, gap_us, a, b)| Op::Burst { calls, gap_us, a, b }),
         3 => (0i64..1_900_000, 1u64..=300, proptest::option::of(1u64..=10), proptest::option::of(0u8..4))
-            .prop_map(|(dt_us, a, b, id)| Op::Charge { dt_us, a, b, id, backwards: false }),
+            .prop_map(|(dt_us, a, b, id)| Op::Charge { dt_us, a, b, id, backwards: false, observe: false }),
         2 => (0..LONG_UNITS.len(), 0..LONG_SEARCH.len()).prop_map(|(units, search)| Op::Reconfigure { units, search }),
         3 => (1i64..40).prop_map(|secs| Op::Idle { secs }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),

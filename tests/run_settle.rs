@@ -2,7 +2,8 @@
 //! job reserves an estimate of tokens before each call and settles it to
 //! `usage.total_tokens` (or a header) after; a response that does not say
 //! keeps the estimate, and the run says so; bad `{estimate, actual}` exits
-//! 78 naming the field.
+//! 78 naming the field. And observe mode (issue 14, part 3) on the same
+//! job: nothing the ledger says stops it, and it says what would have.
 
 use crate::common::deployment::{Deployment, embedded_store};
 use crate::common::redis::RedisServer;
@@ -179,4 +180,50 @@ fn a_bad_settled_cost_exits_78_naming_the_field_and_charges_nothing() {
         );
     }
     assert!(up.seen().is_empty(), "nothing sent");
+}
+
+#[test]
+fn observe_mode_sends_every_call_and_says_how_many_would_have_stopped() {
+    let up = Standin::start(&[]);
+    let regions: Vec<String> = (0..5).map(|k| format!("q{k}")).collect();
+    let d = deployment(&up, &regions.join(", "), "m", "chat");
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    // 2 requests a minute: enforce mode stops at the third call.
+    let small = yaml.replace(
+        "requests: [{ limit: 100, per: 1m }]",
+        "requests: [{ limit: 2, per: 1m }]",
+    );
+    assert_ne!(small, yaml);
+    d.write(&small);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert_eq!(up.seen().len(), 2);
+    // The same on a store of its own, in observe mode.
+    let d = deployment(&up, &regions.join(", "), "m", "chat");
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    let small = yaml.replace(
+        "requests: [{ limit: 100, per: 1m }]",
+        "requests: [{ limit: 2, per: 1m }]",
+    );
+    d.write(&small.replace("  llm:\n", "  llm:\n    mode: observe\n"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(up.seen().len(), 2 + 5, "every call sent");
+    assert!(
+        r.stderr.contains("(3 OBSERVED: the ledger would have stopped them)")
+            && r.stderr.contains("observe mode: chat would have been stopped here (the 1m window of pool requests is full"),
+        "{}",
+        r.stderr
+    );
+    let s = d.status_json();
+    let pools = s["credentials"][0]["pools"].as_array().unwrap();
+    let requests = pools.iter().find(|p| p["pool"] == "requests").unwrap();
+    assert_eq!(requests["observed_rejections"], 3);
+    assert!(requests["observed_at"].is_string());
+    assert_eq!(used(&d, "requests"), 5, "recorded above the budget");
+    // A mode that is neither: 78, naming the field.
+    d.write(&small.replace("  llm:\n", "  llm:\n    mode: watch\n"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(r.stderr.contains("credentials.llm.mode"), "{}", r.stderr);
 }

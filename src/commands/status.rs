@@ -108,6 +108,7 @@ fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<Credenti
                 pools: vec![Vec::new(); c.pools.len()],
                 lost: vec![0; c.pools.len()],
                 others: vec![Default::default(); c.pools.len()],
+                observed: vec![(0, 0); c.pools.len()],
             };
             CredentialReport {
                 usage: summarize(&c.name, &c.pools, &empty),
@@ -225,6 +226,15 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                     local_datetime(l.since),
                     local_datetime(l.until),
                     when(l.until, now)
+                ));
+            }
+            if let Some(at) = pool.observed_at {
+                out.push_str(&format!(
+                    "  {}: {} calls of pool {} did not fit and were recorded all the same, the latest at {}\n",
+                    p.yellow("OBSERVED"),
+                    pool.observed_rejections,
+                    pool.pool,
+                    local_datetime(at)
                 ));
             }
         }
@@ -421,6 +431,11 @@ pub struct PoolJson {
     /// Set while the pool counts as spent because the store lost its log.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_lost: Option<LogLostJson>,
+    /// Observe mode: calls recorded though they did not fit (always 0 in
+    /// enforce mode), and when the latest was.
+    pub observed_rejections: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<String>,
 }
 
 /// When a pool's log was lost, and until when it counts as spent.
@@ -543,6 +558,8 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                 since: rfc3339(l.since),
                                 until: rfc3339(l.until),
                             }),
+                            observed_rejections: p.observed_rejections,
+                            observed_at: p.observed_at.map(rfc3339),
                             windows: p
                                 .windows
                                 .iter()

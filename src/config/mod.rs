@@ -88,6 +88,9 @@ pub struct Credential {
     pub upstream_reset: Option<UpstreamReset>,
     /// Where responses carry the upstream's own counts, per pool.
     pub upstream_headers: Vec<CountHeaders>,
+    /// `mode: observe`: every call is charged and recorded, also those
+    /// that do not fit, and the ledger never stops a run.
+    pub observe: bool,
     pub pools: Vec<Pool>,
 }
 

@@ -41,6 +41,7 @@ pub(super) struct RawCredential {
     pub(super) secret: Value,
     pub(super) upstream_reset: Option<String>,
     pub(super) upstream_headers: Option<Value>,
+    pub(super) mode: Option<String>,
     pub(super) pools: OrderedMap<Vec<RawWindow>>,
 }
 

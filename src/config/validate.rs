@@ -250,12 +250,23 @@ impl Validator<'_> {
                 .map_err(|m| self.err(format!("{at}.upstream_headers"), m))?,
             None => Vec::new(),
         };
+        let observe = match raw.mode.as_deref() {
+            None | Some("enforce") => false,
+            Some("observe") => true,
+            Some(other) => {
+                return Err(self.err(
+                    format!("{at}.mode"),
+                    format!("'{other}': expected enforce or observe"),
+                ));
+            }
+        };
         Ok(Credential {
             name,
             secret,
             secret_source,
             upstream_reset,
             upstream_headers,
+            observe,
             pools,
         })
     }

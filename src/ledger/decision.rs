@@ -22,6 +22,10 @@ pub struct Charge<'a> {
     /// (0: none). A store that reports fewer has lost the log since: its
     /// pools then count as spent until their longest window has passed.
     pub seen_serial: u64,
+    /// Observe mode: a call that does not fit (or whose pool's log was
+    /// lost) is recorded all the same, and the refusal it would have met
+    /// is reported ([`ChargeDecision::Allowed`]'s `observed`) and counted.
+    pub observe: bool,
 }
 
 /// Which clock a decision reads.
@@ -136,6 +140,16 @@ pub enum Settled {
     Gone,
 }
 
+/// The refusal a call met in observe mode, and was recorded through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WouldRefuse {
+    pub pool: String,
+    /// The window that was full (none: the pool's log was lost).
+    pub per: Option<Duration>,
+    /// When the call would have fitted.
+    pub retry_after: Duration,
+}
+
 /// Units of a pool spent by others (the upstream counted them, the ledger
 /// did not), counted in the pool's longest window until `until`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -156,6 +170,9 @@ pub enum ChargeDecision {
         remaining: Vec<Remaining>,
         /// Where its entries sit, for a settle.
         receipt: Receipt,
+        /// Observe mode: the refusal the call would have met (recorded all
+        /// the same).
+        observed: Option<WouldRefuse>,
     },
     /// Nothing recorded: `pool`'s window of length `per` is short, and the
     /// call would fit again after `retry_after` (if nothing else is spent).

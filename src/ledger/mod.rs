@@ -32,6 +32,7 @@ mod window;
 
 pub use self::decision::{
     At, BlockEnd, Charge, ChargeDecision, LockOutcome, Others, Receipt, Remaining, Settled,
+    WouldRefuse,
 };
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;

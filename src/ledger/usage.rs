@@ -82,6 +82,9 @@ pub struct CredentialLog {
     pub lost: Vec<Micros>,
     /// Per pool asked about, in order: units others spent, per the upstream.
     pub others: Vec<Others>,
+    /// Per pool asked about, in order: calls recorded in observe mode
+    /// though they did not fit, and when the latest was (0: never).
+    pub observed: Vec<(u64, Micros)>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -128,6 +131,11 @@ pub struct PoolUsage {
     /// Set while the pool counts as spent because its log was lost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_lost: Option<LogLost>,
+    /// Observe mode: calls recorded though they did not fit, and when the
+    /// latest was.
+    pub observed_rejections: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<Micros>,
 }
 
 /// Usage of one credential at one instant.
@@ -181,6 +189,8 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
                     })
                     .collect(),
                 log_lost,
+                observed_rejections: log.observed.get(i).map_or(0, |o| o.0),
+                observed_at: log.observed.get(i).map(|o| o.1).filter(|&t| t > 0),
             }
         })
         .collect();
@@ -335,6 +345,7 @@ mod tests {
             retain: 100 * s,
             lost: vec![0],
             others: vec![Others::default()],
+            observed: vec![(0, 0)],
             tags: vec![("a".into(), "j1".into()), ("b".into(), "j2".into())],
             pools: vec![vec![
                 entry(100 * s, 7, 0), // exactly at the 100 s boundary: out

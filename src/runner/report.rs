@@ -136,6 +136,8 @@ pub struct JobReport {
     /// Settled costs that kept their estimate (the response did not say,
     /// or no response came).
     pub estimates_kept: u64,
+    /// Observe mode: calls the ledger would have stopped, sent all the same.
+    pub observed_rejections: u64,
     pub regions_done: usize,
     /// Regions whose walk ended with an error (a next page on another
     /// origin): the run went on with the others, and exits 1.
@@ -174,6 +176,10 @@ impl JobReport {
         let unmetered = match self.estimates_kept {
             0 => unmetered,
             n => format!("{unmetered} ({n} at their estimate)"),
+        };
+        let unmetered = match self.observed_rejections {
+            0 => unmetered,
+            n => format!("{unmetered} ({n} OBSERVED: the ledger would have stopped them)"),
         };
         let resume = match &self.resume {
             Some(c) if c.region.is_empty() => format!("step {} page {}", c.step, c.page),

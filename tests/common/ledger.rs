@@ -51,6 +51,7 @@ pub fn charge<'a>(credential: &'a str, cost: &'a [PoolCost]) -> Charge<'a> {
         job: "j",
         id: None,
         seen_serial: 0,
+        observe: false,
     }
 }
 

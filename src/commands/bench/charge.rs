@@ -147,6 +147,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                         job: "bench",
                         id: None,
                         seen_serial: 0,
+                        observe: false,
                     };
                     let mut inv = trivial.prepare_invoke();
                     ledger.charge_arguments(&charge, &mut inv);

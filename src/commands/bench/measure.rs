@@ -86,6 +86,7 @@ pub async fn charge_one(ledger: &RedisLedger, credential: &str, cost: &[PoolCost
         job: "bench",
         id: None,
         seen_serial: 0,
+        observe: false,
     };
     let decision = ledger.charge(&charge, At::StoreClock).await?;
     if !decision.is_allowed() {

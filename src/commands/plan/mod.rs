@@ -111,6 +111,7 @@ pub async fn build(
             pools: vec![Vec::new(); cred.pools.len()],
             lost: vec![0; cred.pools.len()],
             others: vec![Default::default(); cred.pools.len()],
+            observed: vec![(0, 0); cred.pools.len()],
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }

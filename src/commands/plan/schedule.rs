@@ -287,6 +287,7 @@ mod tests {
             pools: vec![entries.iter().map(entry).collect()],
             lost: vec![0],
             others: vec![Default::default()],
+            observed: vec![(0, 0)],
         }
     }
 

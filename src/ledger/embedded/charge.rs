@@ -11,7 +11,8 @@ use rusqlite::{OptionalExtension, params};
 use super::log::{self, PoolLog};
 use super::{credential_row, local_now};
 use crate::ledger::{
-    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, Remaining, StoreError, tag,
+    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, Remaining, StoreError,
+    WouldRefuse, tag,
 };
 
 /// An owned copy of a charge, to move into the blocking thread.
@@ -21,6 +22,7 @@ pub(super) struct OwnedCharge {
     tag: String,
     id: Option<String>,
     seen_serial: u64,
+    observe: bool,
 }
 
 impl OwnedCharge {
@@ -44,6 +46,7 @@ impl OwnedCharge {
             tag: tag(charge.endpoint, charge.job),
             id: charge.id.map(str::to_string),
             seen_serial: charge.seen_serial,
+            observe: charge.observe,
         }
     }
 }
@@ -103,7 +106,15 @@ pub(super) fn decide(
         .cost
         .iter()
         .find(|p| lost_at > 0 && lost_at + p.longest() > now);
-    if !duplicate && let Some(lost) = lost {
+    // (observe mode: recorded all the same, the refusal reported; a full
+    // window outranks a lost log, as in charge.lua)
+    let mut observed = None;
+    if !duplicate
+        && c.observe
+        && let Some(lost) = lost
+    {
+        observed = Some((lost.pool.clone(), None, lost_at + lost.longest() - now));
+    } else if !duplicate && let Some(lost) = lost {
         save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::LogLost {
             at: now,
@@ -114,7 +125,16 @@ pub(super) fn decide(
         });
     }
     let used = used_per_window(tx, c, &logs, now)?;
-    if !duplicate && let Some((p, k, retry)) = first_full_window(tx, c, (&used, &logs), now)? {
+    let full = if duplicate {
+        None
+    } else {
+        first_full_window(tx, c, (&used, &logs), now)?
+    };
+    if c.observe
+        && let Some((p, k, retry)) = full
+    {
+        observed = Some((c.cost[p].pool.clone(), Some(c.cost[p].windows[k].0), retry));
+    } else if let Some((p, k, retry)) = full {
         save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::Rejected {
             at: now,
@@ -129,6 +149,9 @@ pub(super) fn decide(
     } else {
         (row.serial + 1, record(tx, c, now)?)
     };
+    if let Some((pool, _, _)) = &observed {
+        log::count_observed(tx, &c.credential, pool, now)?;
+    }
     // Only a call recorded now widens the retention (as in charge.lua).
     let retain = if duplicate {
         row.retain
@@ -153,6 +176,11 @@ pub(super) fn decide(
             id: now as u64,
             entries,
         },
+        observed: observed.map(|(pool, per, retry)| WouldRefuse {
+            pool,
+            per: per.map(|us| Duration::from_micros(us as u64)),
+            retry_after: Duration::from_micros(retry.max(0) as u64),
+        }),
     })
 }
 

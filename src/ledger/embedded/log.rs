@@ -24,15 +24,14 @@ CREATE TABLE IF NOT EXISTS log_pool (
     dead         INTEGER NOT NULL,  -- rows at or before count in no window (pruned or not)
     others       INTEGER NOT NULL DEFAULT 0,  -- units spent by others, per the upstream
     others_until INTEGER NOT NULL DEFAULT 0,  -- until its count resets
+    observed     INTEGER NOT NULL DEFAULT 0,  -- observe mode: calls that did not fit
+    observed_at  INTEGER NOT NULL DEFAULT 0,  -- the latest of them
     PRIMARY KEY (credential, pool)
 );
 ";
 
 /// Columns added to `log_pool` since it was first made.
-const LOG_POOL_ADDED: &str = "
-ALTER TABLE log_pool ADD COLUMN others INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE log_pool ADD COLUMN others_until INTEGER NOT NULL DEFAULT 0;
-";
+const LOG_POOL_ADDED: [&str; 4] = ["others", "others_until", "observed", "observed_at"];
 
 /// A store made before the running totals has no `cum`: add it, and fill it
 /// once for the rows it holds, in one transaction (two processes may open
@@ -54,11 +53,15 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
             )?;
         }
         conn.execute_batch(SCHEMA)?;
-        let has_others = conn
-            .prepare("SELECT 1 FROM pragma_table_info('log_pool') WHERE name = 'others'")?
-            .exists([])?;
-        if !has_others {
-            conn.execute_batch(LOG_POOL_ADDED)?;
+        for column in LOG_POOL_ADDED {
+            let has = conn
+                .prepare("SELECT 1 FROM pragma_table_info('log_pool') WHERE name = ?1")?
+                .exists([column])?;
+            if !has {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE log_pool ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0"
+                ))?;
+            }
         }
         Ok(())
     })();
@@ -319,6 +322,40 @@ pub(super) fn record_others(
         Micros::MIN
     ])?;
     Ok(others)
+}
+
+/// Observe mode: one more call of `pool` recorded though it did not fit.
+pub(super) fn count_observed(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    now: Micros,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE log_pool SET observed = observed + 1, observed_at = ?3
+         WHERE credential = ?1 AND pool = ?2",
+    )?
+    .execute(params![credential, pool, now])?;
+    Ok(())
+}
+
+/// Observe mode: how many calls of `pool` were recorded though they did
+/// not fit, and when the latest was (0: never).
+pub(super) fn observed(
+    conn: &Connection,
+    credential: &str,
+    pool: &str,
+) -> Result<(u64, Micros), StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT observed, observed_at FROM log_pool WHERE credential = ?1 AND pool = ?2",
+        )?
+        .query_row(params![credential, pool], |r| {
+            let n: i64 = r.get(0)?;
+            Ok((n as u64, r.get(1)?))
+        })
+        .optional()?
+        .unwrap_or((0, 0)))
 }
 
 /// A pool's `dead` mark for a read (none yet: nothing is dead).

@@ -274,6 +274,17 @@ impl EmbeddedLedger {
     }
 }
 
+/// The configured duration of a window the transaction named by its µs.
+fn configured_per(charge: &Charge<'_>, per: Duration) -> Duration {
+    charge
+        .cost
+        .iter()
+        .flat_map(|c| c.pool.windows.iter())
+        .map(|w| w.per)
+        .find(|p| p.as_micros() == per.as_micros())
+        .unwrap_or(per)
+}
+
 impl Ledger for EmbeddedLedger {
     async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
         check_fits(charge.cost)?;
@@ -289,13 +300,7 @@ impl Ledger for EmbeddedLedger {
                 per,
                 retry_after,
             } => {
-                let per = charge
-                    .cost
-                    .iter()
-                    .flat_map(|c| c.pool.windows.iter())
-                    .map(|w| w.per)
-                    .find(|p| p.as_micros() == per.as_micros())
-                    .unwrap_or(per);
+                let per = configured_per(charge, per);
                 ChargeDecision::Rejected {
                     at,
                     serial,
@@ -304,6 +309,24 @@ impl Ledger for EmbeddedLedger {
                     retry_after,
                 }
             }
+            ChargeDecision::Allowed {
+                at,
+                serial,
+                duplicate,
+                remaining,
+                receipt,
+                observed,
+            } => ChargeDecision::Allowed {
+                at,
+                serial,
+                duplicate,
+                remaining,
+                receipt,
+                observed: observed.map(|mut w| {
+                    w.per = w.per.map(|per| configured_per(charge, per));
+                    w
+                }),
+            },
             other => other,
         })
     }
@@ -504,11 +527,12 @@ impl Ledger for EmbeddedLedger {
             // nor do those at or before a pool's dead mark: not read.
             let visible = now - row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
             let mut tags: Vec<String> = Vec::new();
-            let (mut logs, mut others) = (Vec::new(), Vec::new());
+            let (mut logs, mut others, mut observed) = (Vec::new(), Vec::new(), Vec::new());
             for pool in &names {
                 let after = log::dead_mark(tx, &credential, pool)?.max(visible);
                 logs.push(read_pool(tx, &credential, pool, after, &mut tags)?);
                 others.push(log::others(tx, &credential, pool)?);
+                observed.push(log::observed(tx, &credential, pool)?);
             }
             Ok(CredentialLog {
                 at: now,
@@ -518,6 +542,7 @@ impl Ledger for EmbeddedLedger {
                 retain: row.retain,
                 lost: vec![row.lost_at; logs.len()],
                 others,
+                observed,
                 tags: tags.iter().map(|t| untag(t)).collect(),
                 pools: logs,
             })

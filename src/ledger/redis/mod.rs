@@ -43,8 +43,8 @@ use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Others, Pool, PoolCost, Receipt, Remaining, Settled, StoreError, check_fits,
-    redact_url, tag, untag,
+    Micros, Others, Pool, PoolCost, Receipt, Remaining, Settled, StoreError, WouldRefuse,
+    check_fits, redact_url, tag, untag,
 };
 
 const CHARGE_LUA: &str = include_str!("../../../lua/charge.lua");
@@ -306,7 +306,8 @@ impl RedisLedger {
         at: At,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
-        Self::charge_keys_and_args(charge, id, if resend { "1" } else { "0" }, at, &mut inv);
+        let flag = u8::from(resend) + if charge.observe { 4 } else { 0 };
+        Self::charge_keys_and_args(charge, id, &flag.to_string(), at, &mut inv);
         inv
     }
 
@@ -317,7 +318,8 @@ impl RedisLedger {
     }
 
     /// `flag`: "0" a new charge, "1" one sent again, "2" an observation
-    /// of the upstream's count (ARGV[3] of charge.lua).
+    /// of the upstream's count, plus 4 in observe mode (ARGV[3] of
+    /// charge.lua).
     fn charge_keys_and_args(
         charge: &Charge<'_>,
         id: u64,
@@ -424,21 +426,35 @@ impl Ledger for RedisLedger {
                         });
                     }
                 }
+                let mut next = || {
+                    values
+                        .next()
+                        .ok_or_else(|| StoreError::Reply("a short reply from charge.lua".into()))
+                        .and_then(int)
+                };
                 let mut entries = Vec::new();
                 for c in charge.cost {
-                    let call = int(values.next().ok_or_else(|| {
-                        StoreError::Reply("a short reply from charge.lua".into())
-                    })?)?;
+                    let call = next()?;
                     if call >= 0 {
                         entries.push((c.pool.name.clone(), call));
                     }
                 }
+                let (p, w, retry) = (next()?, next()?, next()?);
+                let observed = (p > 0).then(|| {
+                    let pool = &charge.cost[p as usize - 1].pool;
+                    WouldRefuse {
+                        pool: pool.name.clone(),
+                        per: (w > 0).then(|| pool.windows[w as usize - 1].per),
+                        retry_after: Duration::from_micros(retry.max(0) as u64),
+                    }
+                });
                 Ok(ChargeDecision::Allowed {
                     at: now,
                     serial,
                     duplicate: int(&r[3])? == 1,
                     remaining,
                     receipt: Receipt { id, entries },
+                    observed,
                 })
             }
             0 => {
@@ -517,6 +533,7 @@ impl Ledger for RedisLedger {
             job: "",
             id: None,
             seen_serial: 0,
+            observe: false,
         };
         let limit = pool.longest_window().map_or(0, |w| w.limit);
         let (reset_at, reset_after) = match reset {

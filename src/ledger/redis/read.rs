@@ -65,13 +65,14 @@ pub(super) async fn read(
         .await
         .map_err(|e| older_layout(e, credential))?;
     let r = array(&reply)?;
-    if r.len() != 6 + 8 * pools.len() {
+    if r.len() != 6 + 10 * pools.len() {
         return Err(StoreError::Reply("an odd reply from read.lua".into()));
     }
     let (now, retain) = (int(&r[0])?, int(&r[5])?);
     let visible = now - retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-    let (mut logs, mut lost, mut others) = (Vec::new(), Vec::new(), Vec::new());
-    for (pool, f) in pools.iter().zip(r[6..].chunks(8)) {
+    let (mut logs, mut lost, mut others, mut observed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (pool, f) in pools.iter().zip(r[6..].chunks(10)) {
         let extent = PoolExtent {
             lost: int(&f[0])?,
             head: int(&f[1])?,
@@ -85,6 +86,7 @@ pub(super) async fn read(
             units: int(&f[6])?.max(0) as u64,
             until: int(&f[7])?,
         });
+        observed.push((int(&f[8])?.max(0) as u64, int(&f[9])?));
         let reader = Reader {
             ledger,
             credential,
@@ -102,6 +104,7 @@ pub(super) async fn read(
         pools: logs,
         lost,
         others,
+        observed,
     })
 }
 

@@ -9,7 +9,9 @@ use tracing::{error, warn};
 use super::{Charged, JobRun};
 use crate::config::{Step, StorePolicy};
 use crate::error::FailClosed;
-use crate::ledger::{At, BlockEnd, Charge, ChargeDecision, Ledger, Micros, StoreError};
+use crate::ledger::{
+    At, BlockEnd, Charge, ChargeDecision, Ledger, Micros, StoreError, WouldRefuse,
+};
 use crate::runner::Stop;
 use crate::timefmt::{fmt_duration, local_datetime};
 use crate::{Error, Result};
@@ -35,6 +37,7 @@ impl JobRun<'_> {
             job: &self.job.name,
             id: None,
             seen_serial: self.seen_serial(),
+            observe: self.cred.observe,
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {
@@ -48,8 +51,12 @@ impl JobRun<'_> {
                 at,
                 receipt,
                 remaining,
+                observed,
                 ..
             }) => {
+                if let Some(w) = observed {
+                    self.observed(step, &w);
+                }
                 for c in &step.cost {
                     *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }
@@ -129,6 +136,26 @@ impl JobRun<'_> {
                 .seen(&store.identity(&self.ctx.store_id), &self.cred.name),
             (None, None) => 0,
         }
+    }
+
+    /// Observe mode: a call the ledger would have stopped, recorded and
+    /// sent all the same.
+    fn observed(&mut self, step: &Step, w: &WouldRefuse) {
+        self.report.observed_rejections += 1;
+        let why = match w.per {
+            Some(per) => format!(
+                "the {} window of pool {} is full",
+                fmt_duration(per),
+                w.pool
+            ),
+            None => format!("the store lost the log of pool {}", w.pool),
+        };
+        warn!(
+            job = self.job.name,
+            "observe mode: {} would have been stopped here ({why}; it would fit in {}); sent and recorded all the same",
+            step.endpoint,
+            fmt_duration(w.retry_after)
+        );
     }
 
     fn count_unmetered(&mut self, step: &Step, why: &str) {

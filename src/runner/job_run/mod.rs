@@ -105,6 +105,7 @@ impl<'a> JobRun<'a> {
                 calls: 0,
                 unmetered: 0,
                 estimates_kept: 0,
+                observed_rejections: 0,
                 units: job
                     .steps
                     .iter()

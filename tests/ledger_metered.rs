@@ -1,7 +1,10 @@
-//! Settled costs (issue 13, part 1), run by the conformance suite against
-//! every store: a cost reserved by an estimate before the call is settled
-//! to the actual afterwards, on the same entry at its original time, so
-//! every window, retry time and usage report counts what was spent.
+//! What metered APIs need of the ledger (issues 13 and 14), run by the
+//! conformance suite against every store: settled costs (an estimate
+//! reserved before the call is settled to the actual afterwards, on the
+//! same entry at its original time, so every window, retry time and usage
+//! report counts what was spent); the upstream's own counts (usage by
+//! others, until its reset); observe mode (calls that do not fit are
+//! recorded all the same, and counted).
 
 use std::time::Duration;
 
@@ -268,4 +271,87 @@ pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledg
     let d = charge_at(&ledger, &h(600), T0 + 30 * S).await;
     assert_eq!(retry(&d), Duration::from_secs(70));
     assert!(charge_at(&ledger, &h(600), T0 + 100 * S).await.is_allowed());
+}
+
+/// Observe mode (issue 14, part 3): a call that does not fit, or whose
+/// pool's log was lost, is recorded all the same; the refusal it would
+/// have met is reported and counted per pool, with its time; usage may
+/// exceed the budget. Enforce mode still refuses.
+pub async fn observe_mode_records_what_does_not_fit_and_counts_it(ledger: impl Ledger) {
+    let units = pool("units", vec![window(10, 3, 0)]);
+    let c = [cost(&units, 1)];
+    let observe = |seen_serial| Charge {
+        observe: true,
+        seen_serial,
+        ..charge("settle", &c)
+    };
+    for i in 0..3 {
+        assert!(charge_at(&ledger, &c, T0 + i * S).await.is_allowed());
+    }
+    assert!(matches!(
+        charge_at(&ledger, &c, T0 + 4 * S).await,
+        ChargeDecision::Rejected { .. }
+    ));
+    let d = ledger
+        .charge(&observe(0), At::Fixed(T0 + 4 * S))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed {
+        observed,
+        remaining,
+        ..
+    } = &d
+    else {
+        panic!("{d:?}")
+    };
+    let w = observed.as_ref().expect("the refusal it would have met");
+    assert_eq!(
+        (w.pool.as_str(), w.per, w.retry_after),
+        (
+            "units",
+            Some(Duration::from_secs(10)),
+            Duration::from_secs(6)
+        )
+    );
+    assert_eq!(remaining[0].remaining, 0);
+    let u = ledger
+        .usage(
+            "settle",
+            std::slice::from_ref(&units),
+            At::Fixed(T0 + 4 * S),
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].windows[0].used, 4, "above the budget of 3");
+    // A lost log, in observe mode (the window has room): recorded too, the
+    // loss reported. (A full window outranks a loss, as in enforce mode's
+    // order of checks in both stores.)
+    let d = ledger
+        .charge(&observe(1000), At::Fixed(T0 + 20 * S))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { observed, .. } = &d else {
+        panic!("{d:?}")
+    };
+    let w = observed.as_ref().expect("the loss");
+    assert_eq!((w.per, w.retry_after), (None, Duration::from_secs(10)));
+    let u = ledger
+        .usage(
+            "settle",
+            std::slice::from_ref(&units),
+            At::Fixed(T0 + 20 * S),
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].observed_rejections, 2);
+    assert_eq!(u.pools[0].observed_at, Some(T0 + 20 * S));
+    // A call that fits reports nothing.
+    let d = ledger
+        .charge(&observe(0), At::Fixed(T0 + 60 * S))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&d, ChargeDecision::Allowed { observed: None, .. }),
+        "{d:?}"
+    );
 }
