@@ -114,7 +114,10 @@ pub fn github(state: &State, answer: Answer) -> Answer {
     }
     let headers = vec![
         ("X-RateLimit-Limit", limit.to_string()),
-        ("X-RateLimit-Remaining", limit.saturating_sub(w.used).to_string()),
+        (
+            "X-RateLimit-Remaining",
+            limit.saturating_sub(w.used).to_string(),
+        ),
         ("X-RateLimit-Reset", reset.to_string()),
         ("X-RateLimit-Used", w.used.min(limit).to_string()),
         ("X-RateLimit-Resource", "core".to_string()),
@@ -242,7 +245,10 @@ pub fn graphql(state: &State, request: &Request, url: &reqwest::Url) -> (String,
         .find(|(k, _)| k == "after")
         .map(|(_, v)| v.into_owned())
         .or_else(|| vars["after"].as_str().map(String::from));
-    let from = match after.as_deref().map(|c| c.strip_prefix("c").map(str::parse)) {
+    let from = match after
+        .as_deref()
+        .map(|c| c.strip_prefix("c").map(str::parse))
+    {
         None => 0,
         Some(Some(Ok(n))) => n,
         Some(_) => return bad("invalid cursor"),
