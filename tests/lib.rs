@@ -18,6 +18,7 @@ mod operator_metrics;
 mod run_blocks;
 mod run_concurrency;
 mod run_config;
+mod run_examples;
 mod run_fan_out;
 mod run_files;
 mod run_jobs;

@@ -22,6 +22,13 @@
 //!   LLM API reports tokens: `prompt_tokens` the characters of every
 //!   message's `content`, `completion_tokens` 7, `total_tokens` their sum,
 //!   also in the header `x-usage-tokens`; the model `silent` reports none.
+//!   Also served as `/v1/chat/completions`, OpenAI's path.
+//! * `POST /graphql` (also `/admin/api/VERSION/graphql.json`): a
+//!   Shopify-style GraphQL API with cost extensions, the key as `Bearer` or
+//!   `X-Shopify-Access-Token`; see [`crate::examples::graphql`].
+//!
+//! GitHub's and the LLM API's answers carry their rate-limit headers and
+//! answer a spent limit as those APIs do ([`crate::examples`]).
 
 use std::collections::HashMap;
 
@@ -35,7 +42,10 @@ pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<An
     let bearer = request
         .header("authorization")
         .and_then(|a| a.strip_prefix("Bearer "));
-    let key = bearer.map(String::from).or_else(|| q.get("key").cloned());
+    let key = bearer
+        .or_else(|| request.header("x-shopify-access-token"))
+        .map(String::from)
+        .or_else(|| q.get("key").cloned());
     let key_ok = key.as_deref() == Some(state.opts.key.as_str());
     let host = request.header("host").unwrap_or("127.0.0.1").to_string();
     let path = url.path();
@@ -73,15 +83,21 @@ pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<An
         let page = number(&q, "page", 1);
         let echo = (q.get("echo").map(String::as_str) == Some("1")).then_some(key.as_deref());
         (region, page, ids(state, page, echo.flatten()))
-    } else if path == "/chat" {
+    } else if path == "/chat" || path == "/v1/chat/completions" {
         (String::new(), 0, chat(request))
+    } else if crate::examples::is_graphql(path) {
+        crate::examples::graphql(state, request, url)
     } else {
         return None;
     };
-    let answer = if key_ok {
-        answer
-    } else {
+    let answer = if !key_ok {
         (401, vec![], json!({"message": "Bad credentials"}))
+    } else if path.starts_with("/repos/") {
+        crate::examples::github(state, answer)
+    } else if path == "/chat" || path == "/v1/chat/completions" {
+        crate::examples::llm(state, answer)
+    } else {
+        answer
     };
     let body: Option<serde_json::Value> = serde_json::from_slice(&request.body).ok();
     write_log(

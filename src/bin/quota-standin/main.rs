@@ -6,9 +6,13 @@
 //! * [`youtube`]: what it answers (`videos`, `search`, its own quota).
 //! * [`apis`]: other API shapes (GitHub's Link pagination, a next URL in
 //!   the body, page and offset numbers, a JSON POST).
+//! * [`examples`]: what the example jobs of `jobs/` need beyond those: the
+//!   upstreams' own rate-limit counters (GitHub's, an LLM API's) and a
+//!   Shopify-style GraphQL endpoint with cost extensions.
 //! * [`http`]: the hand-written HTTP/1.1 server it answers through.
 
 mod apis;
+mod examples;
 mod http;
 mod youtube;
 
@@ -82,6 +86,41 @@ pub struct Options {
     /// Wait this long before every answer
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,
+
+    /// GitHub's hourly request limit per token, which its `X-RateLimit-*`
+    /// headers count down (a spent one answers 403, `X-RateLimit-Remaining: 0`)
+    #[arg(long, default_value_t = 5000)]
+    pub github_limit: u64,
+
+    /// Requests already spent from GitHub's hourly limit by other tools when
+    /// the stand-in starts (usage made outside `quota`)
+    #[arg(long, default_value_t = 0)]
+    pub github_used: u64,
+
+    /// The LLM API's requests per minute (`x-ratelimit-*-requests`; a spent
+    /// one answers 429)
+    #[arg(long, default_value_t = 10_000)]
+    pub llm_requests: u64,
+
+    /// The LLM API's tokens per minute (`x-ratelimit-*-tokens`)
+    #[arg(long, default_value_t = 10_000_000)]
+    pub llm_tokens: u64,
+
+    /// Requests already spent from the LLM API's minute by others at start
+    #[arg(long, default_value_t = 0)]
+    pub llm_used_requests: u64,
+
+    /// Tokens already spent from the LLM API's minute by others at start
+    #[arg(long, default_value_t = 0)]
+    pub llm_used_tokens: u64,
+
+    /// The GraphQL API's bucket of query cost points (`maximumAvailable`)
+    #[arg(long, default_value_t = 1000)]
+    pub graphql_points: u64,
+
+    /// Points the GraphQL bucket regains per second (`restoreRate`)
+    #[arg(long, default_value_t = 50)]
+    pub graphql_restore: u64,
 
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]

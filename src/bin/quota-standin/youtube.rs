@@ -40,6 +40,8 @@ pub struct State {
     spent: Mutex<Spent>,
     requests: Mutex<u64>,
     log: Option<Mutex<std::fs::File>>,
+    /// The upstreams' own counters for the example jobs.
+    pub counters: crate::examples::Counters,
 }
 
 impl State {
@@ -56,6 +58,7 @@ impl State {
             None => None,
         };
         Ok(State {
+            counters: crate::examples::Counters::new(&opts),
             opts,
             spent: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
