@@ -130,6 +130,13 @@ fn the_github_example_walks_each_repository_by_its_link_pages() {
     }
     assert_eq!(d.outputs("github-issues").len(), 9);
     assert_eq!(used(&d, "requests", 3600), 9);
+    // upstream_headers: github. The first answer said 3,799 remain where
+    // the ledger counted 1 call: 1,200 spent elsewhere, until the reset.
+    let s = d.status_json();
+    let hour = &s["credentials"][0]["pools"][0]["windows"][0];
+    assert_eq!(hour["others"], 1200, "{hour}");
+    assert_eq!(hour["remaining"], 4500 - 9 - 1200, "{hour}");
+    assert!(hour["others_until"].is_string(), "{hour}");
 
     // The stand-in counts what others spent from the token too: 1,200 at
     // its start, 9 by quota, and this request.
@@ -175,22 +182,46 @@ fn the_github_example_stops_on_a_small_budget_and_resumes_where_it_stopped() {
 
 #[test]
 fn the_github_example_stops_when_others_have_spent_the_token() {
-    // Others spent 4,996 of the 5,000: GitHub's 403 on the 5th request,
-    // which quota's ledger could not foresee (it does not read the headers
-    // yet); the run stops (75) and the credential is blocked.
+    // Others spent 4,996 of the 5,000. The first answer says so (3 remain
+    // after quota's one call): the ledger records 4,996 spent by others,
+    // more than the 4,500 budget leaves, so quota stops itself (75) before
+    // GitHub has to refuse anything; the next run sends nothing either.
     let up = Standin::start(&["--pages", "3", "--items", "5", "--github-used", "4996"]);
     let d = Deployment::new("");
     d.write(&github(&d, &up, &[]));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains("4996 spent elsewhere"), "{}", r.stderr);
+    let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
+    assert_eq!(statuses, [200], "no 403 needed");
+    let s = d.status_json();
+    let hour = &s["credentials"][0]["pools"][0]["windows"][0];
+    assert_eq!(
+        (hour["used"].as_u64(), hour["others"].as_u64()),
+        (Some(1), Some(4996))
+    );
+    assert_eq!(hour["remaining"], 0);
+    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(up.seen().len(), 1);
+
+    // Without upstream_headers, the ledger cannot foresee it: GitHub's 403
+    // on the 5th request stops the run and blocks the credential.
+    let up = Standin::start(&["--pages", "3", "--items", "5", "--github-used", "4996"]);
+    let d = Deployment::new("");
+    d.write(&github(
+        &d,
+        &up,
+        &[(
+            "    upstream_headers: github     # X-RateLimit-Remaining / X-RateLimit-Reset\n",
+            "",
+        )],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [200, 200, 200, 200, 403]);
-    assert_eq!(d.outputs("github-issues").len(), 4);
     let s = d.status_json();
     assert!(!s["credentials"][0]["blocked_until"].is_null(), "{s}");
-    // Blocked: the next run sends nothing.
-    assert_eq!(d.quota(&["run"]).code, 75);
-    assert_eq!(up.seen().len(), 5);
 }
 
 // ---- The LLM batch -------------------------------------------------------
@@ -334,6 +365,35 @@ fn the_llm_stand_in_counts_usage_made_outside_quota_and_answers_429_when_spent()
     assert!(header(&head, "x-ratelimit-reset-requests").ends_with('s'));
     let retry: u64 = header(&head, "retry-after").parse().unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
+}
+
+#[test]
+fn the_llm_example_slows_down_for_requests_others_made_with_the_key() {
+    // The API's own minute is the pool's (500 requests): others made 450
+    // of them. After quota's first call it says 49 remain: 450 spent
+    // elsewhere, so the 450-request budget is spent and quota stops itself
+    // (75) before the API has to refuse anything. Its tokens count is of
+    // another limit (10,000,000 a minute) than the tokens pool's longest
+    // window (5,000,000 a day): not applied.
+    let up = Standin::start(&["--llm-requests", "500", "--llm-used-requests", "450"]);
+    let d = Deployment::new("");
+    d.write(&llm(&d, &up, &[]));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
+    assert_eq!(statuses, [200]);
+    assert!(r.stderr.contains("450 spent elsewhere"), "{}", r.stderr);
+    let s = d.status_json();
+    let pools = s["credentials"][0]["pools"].as_array().unwrap();
+    let minute = &pools.iter().find(|p| p["pool"] == "requests").unwrap()["windows"][0];
+    assert_eq!(
+        (minute["used"].as_u64(), minute["others"].as_u64()),
+        (Some(1), Some(450))
+    );
+    let tokens = pools.iter().find(|p| p["pool"] == "tokens").unwrap();
+    for w in tokens["windows"].as_array().unwrap() {
+        assert!(w["others"].is_null(), "{w}");
+    }
 }
 
 // ---- GraphQL -------------------------------------------------------------

@@ -14,6 +14,11 @@ pub struct CountHeaders {
     /// The header with the reset: epoch seconds, seconds from now, or a
     /// duration such as `6m0s` (read by its form).
     pub reset: Option<String>,
+    /// The header with the limit the count is of, when the upstream says:
+    /// a count of another limit than the pool's longest window's is not
+    /// applied (OpenAI's tokens per minute against a pool whose longest
+    /// window is a day).
+    pub limit: Option<String>,
     /// Also read the IETF `RateLimit` structured field (`r`, `t`) first.
     pub ietf_field: bool,
 }
@@ -34,10 +39,11 @@ pub fn resolve(v: &Value, pools: &[String]) -> Result<Vec<CountHeaders>, String>
             ))
         }
     };
-    let named = |pool: String, remaining: &str, reset: &str| CountHeaders {
+    let named = |pool: String, remaining: &str, reset: &str, limit: &str| CountHeaders {
         pool,
         remaining: remaining.into(),
         reset: Some(reset.into()),
+        limit: Some(limit.into()),
         ietf_field: false,
     };
     match v {
@@ -45,10 +51,16 @@ pub fn resolve(v: &Value, pools: &[String]) -> Result<Vec<CountHeaders>, String>
             requests()?,
             "x-ratelimit-remaining",
             "x-ratelimit-reset",
+            "x-ratelimit-limit",
         )]),
         Value::String(s) if s == "ietf" => Ok(vec![CountHeaders {
             ietf_field: true,
-            ..named(requests()?, "ratelimit-remaining", "ratelimit-reset")
+            ..named(
+                requests()?,
+                "ratelimit-remaining",
+                "ratelimit-reset",
+                "ratelimit-limit",
+            )
         }]),
         Value::String(s) if s == "openai" => {
             for need in ["requests", "tokens"] {
@@ -63,11 +75,13 @@ pub fn resolve(v: &Value, pools: &[String]) -> Result<Vec<CountHeaders>, String>
                     "requests".into(),
                     "x-ratelimit-remaining-requests",
                     "x-ratelimit-reset-requests",
+                    "x-ratelimit-limit-requests",
                 ),
                 named(
                     "tokens".into(),
                     "x-ratelimit-remaining-tokens",
                     "x-ratelimit-reset-tokens",
+                    "x-ratelimit-limit-tokens",
                 ),
             ])
         }
@@ -105,14 +119,17 @@ fn explicit(k: &Value, v: &Value, pools: &[String]) -> Result<CountHeaders, Stri
     };
     if let Some(k) = m
         .keys()
-        .find(|k| !matches!(k.as_str(), Some("remaining" | "reset")))
+        .find(|k| !matches!(k.as_str(), Some("remaining" | "reset" | "limit")))
     {
-        return Err(format!("{pool}: unknown key {k:?} (remaining, reset)"));
+        return Err(format!(
+            "{pool}: unknown key {k:?} (remaining, reset, limit)"
+        ));
     }
     Ok(CountHeaders {
         pool: pool.into(),
         remaining: header("remaining")?.ok_or(format!("{pool}: no remaining header"))?,
         reset: header("reset")?,
+        limit: header("limit")?,
         ietf_field: false,
     })
 }

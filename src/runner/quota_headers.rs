@@ -63,6 +63,8 @@ pub struct UpstreamCount {
     pub pool: String,
     pub remaining: u64,
     pub reset: Option<Duration>,
+    /// The limit the count is of, when the upstream says.
+    pub limit: Option<u64>,
 }
 
 /// Every count `specs` name that the headers carry.
@@ -84,10 +86,15 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
             }
             remaining = remaining.or_else(|| text(&s.remaining)?.trim().parse().ok());
             reset = reset.or_else(|| reset_in(text(s.reset.as_deref()?)?, now));
+            let limit = s
+                .limit
+                .as_deref()
+                .and_then(|h| text(h)?.trim().parse().ok());
             Some(UpstreamCount {
                 pool: s.pool.clone(),
                 remaining: remaining?,
                 reset,
+                limit,
             })
         })
         .collect()
@@ -199,6 +206,7 @@ mod tests {
             pool: "p".into(),
             remaining: remaining.into(),
             reset: Some(reset.into()),
+            limit: None,
             ietf_field,
         };
         let h = headers(&[

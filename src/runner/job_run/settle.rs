@@ -111,6 +111,15 @@ impl JobRun<'_> {
             let Some(w) = pool.longest_window() else {
                 continue;
             };
+            if count.limit.is_some_and(|l| l != w.limit) {
+                debug!(
+                    job = self.job.name,
+                    "the upstream's count of {} is of another limit than the {} window's: not applied",
+                    pool.name,
+                    crate::timefmt::fmt_duration(w.per)
+                );
+                continue;
+            }
             let ours = remaining
                 .iter()
                 .find(|r| r.pool == pool.name && r.per == w.per)
