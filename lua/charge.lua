@@ -27,7 +27,11 @@
 -- ARGV[7]      number of pools n
 -- ARGV[8..7+n] each pool's state field, "pool:" .. name
 -- ARGV[8+n..]  per pool: cost, number of windows m, then per window: length µs
---              and budget units
+--              and budget units; a calendar window (aligned) gives minus its
+--              period's length
+-- calendar:    then per calendar window, in order, CAL local midnights (µs)
+--              starting the days around the caller's clock: its period is
+--              found among them on this clock (src/ledger/calendar.rs)
 -- observe:     then the upstream's remaining units, its limit, when its
 --              count resets (µs on this clock, or 0), else how long until it
 --              does (µs, or 0: the longest window)
@@ -372,6 +376,27 @@ end
 -- Each pool's state, brought up to now. A pool seen for the first time, or
 -- whose windows changed, or whose state and log are out of step, is counted
 -- afresh from its log.
+-- Calendar windows: the period that holds now, [start, stop), among the
+-- midnights at ARGV[from..], stepped by per from each and the day's last
+-- running to the next midnight (as src/ledger/calendar.rs period_in).
+local CAL, DAY = 6, 86400000000
+local function period(from, per)
+  for d = from, from + CAL - 2 do
+    local day, next_day = tonumber(ARGV[d]), tonumber(ARGV[d + 1])
+    if day <= now and now < next_day then
+      local last = math.max(floor(DAY / per) - 1, 0)
+      local k = math.min(floor((now - day) / per), last)
+      local start = day + k * per
+      return start, k == last and next_day or math.min(start + per, next_day)
+    end
+  end
+end
+local cal_at = 8 + npools -- (past every pool's layout: the midnights)
+for _ = 1, npools do cal_at = cal_at + 2 + 2 * tonumber(ARGV[cal_at + 1]) end
+local cal_end = cal_at -- (past the midnights: observe's arguments)
+-- Per pool, per calendar window: its period's {start, stop}.
+local cals = {}
+
 local pools, longest = {}, horizon
 local a = 8 + npools -- where the pool's layout starts in ARGV
 for p = 1, npools do
@@ -405,11 +430,19 @@ for p = 1, npools do
   end
   local fresh = not pv or pv[3] ~= m
   local plong, lw = 0, 1
+  cals[p] = {}
   for w = 1, m do
     local len, budget = tonumber(ARGV[a + 2 * w]), tonumber(ARGV[a + 2 * w + 1])
     if cost > budget then return redis.error_reply('COST_EXCEEDS_BUDGET pool ' .. p) end
-    if len > longest then longest = len end
-    if len > plong then plong, lw = len, w end
+    -- (how long an entry counts: a calendar period can run an hour long)
+    local reach = len
+    if len < 0 then
+      local start, stop = period(cal_end, -len)
+      if not start then return redis.error_reply('CLOCK_SKEW the store clock is days from the caller\'s') end
+      cals[p][w], cal_end, reach = { start, stop }, cal_end + CAL, -len + 3600000000
+    end
+    if reach > longest then longest = reach end
+    if reach > plong then plong, lw = reach, w end
     if not fresh and pv[4 * w] ~= len then fresh = true end
   end
   -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
@@ -456,7 +489,8 @@ for p = 1, npools do
     end
     local ok = true
     for w = 1, m do
-      local cutoff = now - pv[4 * w]
+      -- (a calendar window counts its period's entries only)
+      local cutoff = cals[p][w] and cals[p][w][1] - 1 or now - pv[4 * w]
       if cutoff < dead_cut then cutoff = dead_cut end
       ok = slide(p, pv, 4 * w, cutoff) and ok
     end
@@ -571,7 +605,7 @@ end
 -- window, slid to now above) was spent by others, and counts as such until
 -- the upstream's count resets. Never less than the ledger's own count.
 if flag == 2 then
-  local pv, rest = pools[1], 10 + npools + 2 * pools[1][3]
+  local pv, rest = pools[1], cal_end
   local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
   local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
   local others = limit - pv[4 * pv.lw + 1] - rem
@@ -610,7 +644,16 @@ for p = 1, npools do
     local b = 4 * w
     local extra = w == pv.lw and pv.extra or 0
     local need = pv[b + 1] + extra + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
-    if need > 0 then
+    local cal = cals[p][w]
+    if need > 0 and cal then
+      -- A calendar window frees its units at once, when its period ends
+      -- (or when others' units leave, if that is enough and sooner).
+      local at = cal[2]
+      if extra > 0 and need <= extra then at = math.min(at, math.max(now, pv.others_until)) end
+      if worst_retry == nil or at - now > worst_retry then
+        worst_p, worst_w, worst_retry = p, w, at - now
+      end
+    elseif need > 0 then
       local at = extra == 0 and freed_at(p, pv, b, need)
       if extra > 0 then
         -- Others' units leave at once when the upstream resets; until

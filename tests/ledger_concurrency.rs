@@ -33,11 +33,13 @@ fn pool() -> Pool {
                 per: Duration::from_secs(2),
                 limit: 1_000,
                 headroom: 50,
+                aligned: None,
             },
             Window {
                 per: Duration::from_millis(500),
                 limit: 300,
                 headroom: 0,
+                aligned: None,
             },
         ],
     }

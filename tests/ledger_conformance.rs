@@ -15,6 +15,7 @@ use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, wind
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
 use crate::ledger_metered::{
+    a_calendar_window_resets_at_local_midnight,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
     a_settled_cost_moves_its_entry_at_its_time,
     observe_mode_records_what_does_not_fit_and_counts_it,
@@ -580,6 +581,7 @@ macro_rules! conformance {
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,
                 observe_mode_records_what_does_not_fit_and_counts_it,
+                a_calendar_window_resets_at_local_midnight,
             );
         }
     };
@@ -636,6 +638,7 @@ macro_rules! conformance_on_shared {
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,
                 observe_mode_records_what_does_not_fit_and_counts_it,
+                a_calendar_window_resets_at_local_midnight,
             );
         }
     };

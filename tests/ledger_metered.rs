@@ -15,6 +15,7 @@ use quota::ledger::{
 
 use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
 use crate::common::redis::RedisServer;
+use quota::ledger::Window;
 
 async fn charge_at(ledger: &impl Ledger, cost: &[PoolCost], at: i64) -> ChargeDecision {
     let c = Charge {
@@ -353,5 +354,82 @@ pub async fn observe_mode_records_what_does_not_fit_and_counts_it(ledger: impl L
     assert!(
         matches!(&d, ChargeDecision::Allowed { observed: None, .. }),
         "{d:?}"
+    );
+}
+
+/// A calendar window (issue 13, part 7): a day in Los Angeles resets at
+/// local midnight, the fall-back day lasting 25 h, beside a sliding window
+/// of the same pool; the charge is all-or-nothing across both, a refusal
+/// waits for the reset, and usage shows when it resets.
+pub async fn a_calendar_window_resets_at_local_midnight(ledger: impl Ledger) {
+    let la: chrono_tz::Tz = "America/Los_Angeles".parse().unwrap();
+    let at = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .timestamp_micros()
+    };
+    let day = Window {
+        aligned: Some(la),
+        ..window(86_400, 3, 0)
+    };
+    let units = pool("units", vec![day, window(3600, 4, 0)]);
+    let c = |n| [cost(&units, n)];
+    // Saturday 31 October, 23:00 and 23:59:59 PDT.
+    assert!(
+        charge_at(&ledger, &c(1), at("2026-11-01T06:00:00Z"))
+            .await
+            .is_allowed()
+    );
+    assert!(
+        charge_at(&ledger, &c(2), at("2026-11-01T06:59:59Z"))
+            .await
+            .is_allowed()
+    );
+    let d = charge_at(&ledger, &c(1), at("2026-11-01T06:59:59.500Z")).await;
+    assert_eq!(
+        retry(&d),
+        Duration::from_millis(500),
+        "until local midnight"
+    );
+    // Midnight PDT: a new day for the calendar window, but the sliding hour
+    // still holds 2 units: 3 more do not fit it (nothing is recorded),
+    // 2 do.
+    let d = charge_at(&ledger, &c(3), at("2026-11-01T07:00:00Z")).await;
+    assert!(
+        matches!(&d, ChargeDecision::Rejected { per, .. } if per.as_secs() == 3600),
+        "{d:?}"
+    );
+    assert!(
+        charge_at(&ledger, &c(2), at("2026-11-01T07:00:00Z"))
+            .await
+            .is_allowed()
+    );
+    // Sunday 1 November lasts 25 h: it ends at 08:00 UTC on the 2nd.
+    assert!(
+        charge_at(&ledger, &c(1), at("2026-11-02T06:00:00Z"))
+            .await
+            .is_allowed()
+    );
+    let u = ledger
+        .usage(
+            "settle",
+            std::slice::from_ref(&units),
+            At::Fixed(at("2026-11-02T07:30:00Z")),
+        )
+        .await
+        .unwrap();
+    let w = &u.pools[0].windows[0];
+    assert_eq!((w.used, w.remaining), (3, 0));
+    assert_eq!(
+        w.next_free_at,
+        Some(at("2026-11-02T08:00:00Z")),
+        "resets at midnight PST"
+    );
+    let d = charge_at(&ledger, &c(1), at("2026-11-02T07:59:59Z")).await;
+    assert_eq!(retry(&d), Duration::from_secs(1));
+    assert!(
+        charge_at(&ledger, &c(3), at("2026-11-02T08:00:00Z"))
+            .await
+            .is_allowed()
     );
 }

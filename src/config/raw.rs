@@ -51,6 +51,7 @@ pub(super) struct RawWindow {
     pub(super) limit: i64,
     pub(super) per: String,
     pub(super) headroom: Option<Value>,
+    pub(super) aligned: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -324,10 +324,33 @@ impl Validator<'_> {
                 format!("a headroom of {headroom} units leaves nothing of the limit of {limit}"),
             ));
         }
+        let aligned = match &raw.aligned {
+            None => None,
+            Some(zone) => {
+                let tz: chrono_tz::Tz = zone.parse().map_err(|_| {
+                    self.err(
+                        format!("{at}.aligned"),
+                        format!("'{zone}' is not a time zone of the IANA database (e.g. America/Los_Angeles, or UTC)"),
+                    )
+                })?;
+                let day = Duration::from_secs(86_400);
+                if !day.as_micros().is_multiple_of(per.as_micros()) {
+                    return Err(self.err(
+                        format!("{at}.per"),
+                        format!(
+                            "{} does not divide a day: a calendar window (aligned) resets at local midnight and every per after it",
+                            fmt_duration(per)
+                        ),
+                    ));
+                }
+                Some(tz)
+            }
+        };
         Ok(Window {
             per,
             limit,
             headroom,
+            aligned,
         })
     }
 

@@ -21,6 +21,7 @@
 //! ledger of either kind); [`embedded`] and [`redis`] implement the trait;
 //! [`topology`] connects to one Redis, a Cluster or a Sentinel group.
 
+pub mod calendar;
 mod decision;
 mod embedded;
 mod error;

@@ -212,8 +212,7 @@ fn summarize_window(
     now: Micros,
     visible: Micros,
 ) -> WindowUsage {
-    let len = window.len_us();
-    let start = now - len;
+    let (start, len, reset) = frame(window, now);
     let inside = |t: Micros| t > start && t > visible;
     // Bucket i covers (start + i*len/n, start + (i+1)*len/n].
     let bucket = |t: Micros| {
@@ -271,11 +270,22 @@ fn summarize_window(
         others: 0,
         others_until: None,
         remaining: window.budget().saturating_sub(used),
-        next_free_at: oldest.map(|t| t + len),
-        fully_free_at: newest.map(|t| t + len),
+        // (a calendar window frees everything when its period ends)
+        next_free_at: oldest.map(|t| reset.unwrap_or(t + len)),
+        fully_free_at: newest.map(|t| reset.unwrap_or(t + len)),
         by_endpoint,
         by_job,
         buckets,
+    }
+}
+
+/// A window at `now` as a report draws it: entries after `start` count,
+/// its chart spans `len` µs from there, and a calendar window's period
+/// ends (and frees everything) at `reset`.
+fn frame(window: &Window, now: Micros) -> (Micros, Micros, Option<Micros>) {
+    match window.span_at(now) {
+        (start, Some(end)) => (start, end - start, Some(end)),
+        (start, None) => (start, window.len_us(), None),
     }
 }
 
@@ -285,8 +295,7 @@ fn summarize_window(
 pub fn straddles(pool: &Pool, segment: &LogSegment, now: Micros, visible: Micros) -> bool {
     let (first, last) = segment.span();
     pool.windows.iter().any(|w| {
-        let len = w.len_us();
-        let start = now - len;
+        let (start, len, _) = frame(w, now);
         let inside = |t: Micros| t > start && t > visible;
         let bucket = |t: Micros| {
             (((t - start - 1).max(0) as i128) * USAGE_BUCKETS as i128 / len as i128) as usize
@@ -328,11 +337,13 @@ mod tests {
                     per: Duration::from_secs(100),
                     limit: 50,
                     headroom: 5,
+                    aligned: None,
                 },
                 Window {
                     per: Duration::from_secs(10),
                     limit: 20,
                     headroom: 0,
+                    aligned: None,
                 },
             ],
         };

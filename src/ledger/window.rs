@@ -6,15 +6,24 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::Micros;
+use chrono_tz::Tz;
 
-/// One sliding window of a pool: at most `limit - headroom` units in any `per`.
+use super::{Micros, calendar};
+
+/// One window of a pool: at most `limit - headroom` units in any `per`
+/// (sliding), or in each calendar period of `per` in a time zone
+/// (`aligned`: see [`super::calendar`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Window {
     #[serde(serialize_with = "serialize_secs")]
     pub per: Duration,
     pub limit: u64,
     pub headroom: u64,
+    #[serde(
+        serialize_with = "serialize_zone",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub aligned: Option<Tz>,
 }
 
 impl Window {
@@ -25,6 +34,34 @@ impl Window {
 
     pub(crate) fn len_us(&self) -> Micros {
         self.per.as_micros() as Micros
+    }
+
+    /// How long an entry can count in this window: its length, or the
+    /// longest of its calendar periods.
+    pub(crate) fn reach_us(&self) -> Micros {
+        match self.aligned {
+            Some(_) => calendar::longest_period(self.len_us()),
+            None => self.len_us(),
+        }
+    }
+
+    /// Where this window starts at `now` (entries after it count) and, for
+    /// a calendar window, when its period ends (all its units free at once).
+    pub(crate) fn span_at(&self, now: Micros) -> (Micros, Option<Micros>) {
+        match self.aligned {
+            Some(tz) => {
+                let (start, end) = calendar::period(tz, self.len_us(), now);
+                (start - 1, Some(end))
+            }
+            None => (now - self.len_us(), None),
+        }
+    }
+}
+
+fn serialize_zone<S: serde::Serializer>(tz: &Option<Tz>, s: S) -> Result<S::Ok, S::Error> {
+    match tz {
+        Some(tz) => s.serialize_str(tz.name()),
+        None => s.serialize_none(),
     }
 }
 
@@ -41,15 +78,20 @@ pub struct Pool {
 
 impl Pool {
     /// The longest window: how long the pool's log must be kept.
+    /// (A calendar window's is its longest period: see [`Window::reach_us`].)
     pub fn longest(&self) -> Duration {
-        self.windows.iter().map(|w| w.per).max().unwrap_or_default()
+        self.windows
+            .iter()
+            .map(|w| Duration::from_micros(w.reach_us() as u64))
+            .max()
+            .unwrap_or_default()
     }
 
     /// The longest window (the first of the longest): where units spent by
     /// others, as the upstream's own count says, are counted.
     pub fn longest_window(&self) -> Option<&Window> {
-        let longest = self.longest();
-        self.windows.iter().find(|w| w.per == longest)
+        let longest = self.longest().as_micros() as Micros;
+        self.windows.iter().find(|w| w.reach_us() == longest)
     }
 }
 

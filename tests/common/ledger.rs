@@ -22,6 +22,7 @@ pub fn window(secs: u64, limit: u64, headroom: u64) -> Window {
         per: Duration::from_secs(secs),
         limit,
         headroom,
+        aligned: None,
     }
 }
 

@@ -60,6 +60,7 @@ pub fn pool(pers: &[Duration]) -> Pool {
         per,
         limit: 1_000_000_000_000,
         headroom: 0,
+        aligned: None,
     };
     Pool {
         name: "units".into(),

@@ -58,6 +58,7 @@ mod tests {
             per: Duration::from_secs(per),
             limit,
             headroom,
+            aligned: None,
         };
         Pool {
             name: "units".into(),

@@ -232,6 +232,7 @@ mod tests {
             per: secs(per),
             limit,
             headroom,
+            aligned: None,
         };
         Pool {
             name: name.into(),

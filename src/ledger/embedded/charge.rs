@@ -10,6 +10,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::log::{self, PoolLog};
 use super::{credential_row, local_now};
+use crate::ledger::calendar;
 use crate::ledger::{
     At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, Remaining, StoreError,
     WouldRefuse, tag,
@@ -39,7 +40,13 @@ impl OwnedCharge {
                         .pool
                         .windows
                         .iter()
-                        .map(|w| (w.len_us(), w.budget()))
+                        .map(|w| (w.reach_us(), w.budget()))
+                        .collect(),
+                    spans: c
+                        .pool
+                        .windows
+                        .iter()
+                        .map(|w| (w.len_us(), w.aligned))
                         .collect(),
                 })
                 .collect(),
@@ -52,17 +59,32 @@ impl OwnedCharge {
 }
 
 impl OwnedPoolCost {
+    /// Window `k` at `now`: where it starts (entries after count) and, for
+    /// a calendar window, when its period ends (see ledger::calendar).
+    fn span(&self, k: usize, now: Micros) -> (Micros, Option<Micros>) {
+        match self.spans[k] {
+            (per, Some(tz)) => {
+                let (start, end) = calendar::period(tz, per, now);
+                (start - 1, Some(end))
+            }
+            (per, None) => (now - per, None),
+        }
+    }
+
     /// The pool's longest window, µs.
     fn longest(&self) -> Micros {
         self.windows.iter().map(|w| w.0).max().unwrap_or(0)
     }
 }
 
-/// One pool's part of an owned charge: windows as (length µs, budget).
+/// One pool's part of an owned charge: windows as (how long an entry counts
+/// in it, µs; budget), and as configured (length µs; its time zone when it
+/// is a calendar window).
 pub(super) struct OwnedPoolCost {
     pool: String,
     units: u64,
     windows: Vec<(Micros, u64)>,
+    spans: Vec<(Micros, Option<chrono_tz::Tz>)>,
 }
 
 /// One charge, in the steps of `lua/charge.lua`: clock, duplicate, blocked,
@@ -133,14 +155,14 @@ pub(super) fn decide(
     if c.observe
         && let Some((p, k, retry)) = full
     {
-        observed = Some((c.cost[p].pool.clone(), Some(c.cost[p].windows[k].0), retry));
+        observed = Some((c.cost[p].pool.clone(), Some(c.cost[p].spans[k].0), retry));
     } else if let Some((p, k, retry)) = full {
         save_time(tx, &c.credential, now, lost_at)?;
         return Ok(ChargeDecision::Rejected {
             at: now,
             serial: row.serial,
             pool: c.cost[p].pool.clone(),
-            per: Duration::from_micros(c.cost[p].windows[k].0 as u64),
+            per: Duration::from_micros(c.cost[p].spans[k].0 as u64),
             retry_after: Duration::from_micros(retry.max(0) as u64),
         });
     }
@@ -252,10 +274,11 @@ fn used_per_window(
     now: Micros,
 ) -> Result<Vec<Vec<WindowSum>>, StoreError> {
     let mut sums = Vec::new();
-    for (OwnedPoolCost { pool, windows, .. }, pl) in c.cost.iter().zip(logs) {
+    for (cost, pl) in c.cost.iter().zip(logs) {
         let mut per_pool = Vec::new();
-        for (len, _) in windows {
-            let base = log::base(tx, &c.credential, pool, (now - len).max(pl.dead))?;
+        for k in 0..cost.windows.len() {
+            let start = cost.span(k, now).0;
+            let base = log::base(tx, &c.credential, &cost.pool, start.max(pl.dead))?;
             let used = (pl.newest - base).max(0) as u64;
             per_pool.push(WindowSum { used, base });
         }
@@ -291,6 +314,19 @@ fn first_full_window(
             let extra = extra(cost, k, &logs[p], now);
             let need = (used + extra + cost.units) as i64 - *budget as i64;
             if need <= 0 {
+                continue;
+            }
+            // A calendar window frees its units at once, when its period
+            // ends (or when others' units leave, if that is enough and
+            // sooner), as in lua/charge.lua.
+            if let (_, Some(end)) = cost.span(k, now) {
+                let mut at = end;
+                if extra > 0 && need as u64 <= extra {
+                    at = at.min(now.max(logs[p].others.until));
+                }
+                if worst.is_none_or(|w| at - now > w.2) {
+                    worst = Some((p, k, at - now));
+                }
                 continue;
             }
             // When `n` units have left: the row by which the window's

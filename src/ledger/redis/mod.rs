@@ -43,7 +43,7 @@ use super::topology::{Conn, Topology, is_transient, refused};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Others, Pool, PoolCost, Receipt, Remaining, Settled, StoreError, WouldRefuse,
+    Micros, Others, Pool, PoolCost, Receipt, Remaining, Settled, StoreError, WouldRefuse, calendar,
     check_fits, redact_url, tag, untag,
 };
 
@@ -347,7 +347,26 @@ impl RedisLedger {
         for c in charge.cost {
             inv.arg(c.units).arg(c.pool.windows.len());
             for w in &c.pool.windows {
-                inv.arg(w.len_us()).arg(w.budget());
+                // (a calendar window: minus its period's length)
+                let len = if w.aligned.is_some() {
+                    -w.len_us()
+                } else {
+                    w.len_us()
+                };
+                inv.arg(len).arg(w.budget());
+            }
+        }
+        // Each calendar window's local midnights around this host's clock:
+        // the script finds its period on the store's.
+        let around = match at {
+            At::Fixed(t) => t,
+            At::StoreClock => chrono::Utc::now().timestamp_micros(),
+        };
+        for w in charge.cost.iter().flat_map(|c| &c.pool.windows) {
+            if let Some(tz) = w.aligned {
+                for m in calendar::midnights(tz, around) {
+                    inv.arg(m);
+                }
             }
         }
     }
