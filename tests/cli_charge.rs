@@ -13,8 +13,9 @@ use crate::common::deployment::{Deployment, Ran, embedded_store, finish, kill, s
 use crate::common::redis::RedisServer;
 use crate::common::{free_port, wait_until};
 
-/// One credential `main`: a `units` pool with `units` (YAML windows) and a
-/// `search` pool of 10 an hour. No jobs: scripts spend it.
+/// Credential `main`: a `units` pool with `units` (YAML windows) and a
+/// `search` pool of 10 an hour; `solo`: one pool, `calls`, of 5 an hour.
+/// No jobs: scripts spend them.
 fn config(store: &str, units: &str) -> String {
     format!(
         "store: {store}\n\
@@ -23,7 +24,10 @@ fn config(store: &str, units: &str) -> String {
              secret: {{ env: UNUSED_KEY }}\n    \
              pools:\n      \
                units: [{units}]\n      \
-               search: [{{ limit: 10, per: 1h }}]\n"
+               search: [{{ limit: 10, per: 1h }}]\n  \
+           solo:\n    \
+             secret: {{ env: UNUSED_KEY }}\n    \
+             pools: {{ calls: [{{ limit: 5, per: 1h }}] }}\n"
     )
 }
 
@@ -63,8 +67,8 @@ fn admits_until_the_budget_is_spent_then_says_when_units_free_up() {
     on_each_store(HOURLY_3, |d, kind| {
         let r = charge(d, &["--cost", "units=2"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
-        let r = charge(d, &["--cost", "1"]);
-        assert_eq!(r.code, 0, "{kind}: a bare N for… {r:?}");
+        let r = charge(d, &["--cost", "units=1"]);
+        assert_eq!(r.code, 0, "{kind}: {r:?}");
         // `units` is full, `search` is not: all or nothing.
         let r = charge(d, &["--cost", "units=1,search=1"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
@@ -76,6 +80,10 @@ fn admits_until_the_budget_is_spent_then_says_when_units_free_up() {
         );
         assert_eq!(window(d, "units")["used"], 3, "{kind}");
         assert_eq!(window(d, "search")["used"], 0, "{kind}: nothing charged");
+        // A credential with one pool takes a bare number.
+        let r = d.quota(&["charge", "solo", "--cost", "5", "--json"]);
+        assert_eq!(r.code, 0, "{kind}: {r:?}");
+        assert_eq!(json(&r)["cost"], serde_json::json!({"calls": 5}), "{kind}");
     });
 }
 
@@ -151,7 +159,7 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
         for (args, says) in [
             (
                 vec!["charge", "nobody", "--cost", "units=1"],
-                "no credential named 'nobody' (credentials: main)",
+                "no credential named 'nobody' (credentials: main, solo)",
             ),
             (
                 vec!["charge", "main", "--cost", "dollars=1"],
