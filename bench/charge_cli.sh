@@ -12,6 +12,7 @@
 #   quota charge … (embedded store)   + one charge in a SQLite file
 #   quota charge … (redis)            + connecting to Redis and the charge
 #   redis-cli PING                    redis-cli's own start, connect, a round trip
+#   /bin/true                         the floor: starting any process here
 #
 #   bash bench/charge_cli.sh [CALLS]   # default 300 of each
 #
@@ -77,6 +78,7 @@ for _ in $(seq "$calls"); do
     timed config "${q[@]}" charge bench --cost nosuch=1
     timed embedded "$quota" -c "$work/embedded.yaml" charge bench --cost units=1
     timed redis_cli_ping redis-cli -p $port PING
+    timed true /bin/true
 done > "$work/times"
 
 python3 - "$work/times" "$calls" <<'EOF'
@@ -95,6 +97,7 @@ rows = [
     ("config", "quota charge, config read, exits 78"),
     ("embedded", "quota charge (embedded)"),
     ("redis_cli_ping", "redis-cli PING"),
+    ("true", "/bin/true"),
 ]
 print(f"{sys.argv[2]} calls of each, alternating; wall time per whole process, ms")
 print(f"| {'process':<38} | median | p90 | mean |")
