@@ -1,6 +1,8 @@
 //! The command-line interface: every flag and subcommand, in one place.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -90,6 +92,15 @@ pub enum Command {
 
     /// Print the man page (roff) to stdout
     Man,
+
+    /// Charge one call's cost to CREDENTIAL's ledger, for a script that is
+    /// not a YAML job: exit 0 admitted, 75 refused (why and when on
+    /// stderr), 69 store unreachable, 78 configuration
+    Charge(ChargeArgs),
+
+    /// Charge, then run COMMAND and exit with its exit code; exit 75
+    /// without running it when the charge is refused
+    Exec(ExecArgs),
 
     /// Measure the ledger against a Redis: round trips, charge latency and
     /// throughput, memory per logged call
@@ -183,4 +194,51 @@ pub struct BenchArgs {
     /// (e.g. a single node beside the Cluster of --store)
     #[arg(long, value_name = "URL", requires = "capacity")]
     pub baseline: Option<String>,
+}
+
+/// What `quota charge` and `quota exec` charge, and how long they wait.
+#[derive(Debug, Args)]
+pub struct ChargeSpec {
+    /// The credential, as the configuration names it
+    pub credential: String,
+
+    /// What one call costs: POOL=N[,POOL=N]… (repeatable), or N alone when
+    /// the credential has a single pool
+    #[arg(long, value_name = "POOL=N[,POOL=N]", required = true)]
+    pub cost: Vec<String>,
+
+    /// Wait up to DURATION for the units (sleeping until the time the
+    /// ledger says they free up, then charging again) instead of exiting 75
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub wait: Option<Duration>,
+
+    /// The endpoint name the charge is tagged with in `status`
+    /// [default: charge for `quota charge`, exec for `quota exec`]
+    #[arg(long, value_name = "NAME")]
+    pub endpoint: Option<String>,
+
+    /// The job name the charge is tagged with in `status`
+    #[arg(long, value_name = "NAME", default_value = "cli")]
+    pub job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChargeArgs {
+    #[command(flatten)]
+    pub spec: ChargeSpec,
+
+    /// Print the decision and what remains per pool and window as JSON
+    /// (the shape is documented in the README)
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub spec: ChargeSpec,
+
+    /// The command to run once the charge is admitted, after `--`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
 }

@@ -23,6 +23,12 @@ pub mod exit {
     pub const STOPPED: u8 = 75;
     /// A configuration error: nothing was charged.
     pub const CONFIG: u8 = 78;
+    /// `quota exec`: the command was found but could not be executed.
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// `quota exec`: the command was not found.
+    pub const NOT_FOUND: u8 = 127;
+    /// `quota exec`: a command killed by signal N exits 128 + N, as in a shell.
+    pub const SIGNALLED: u8 = 128;
 }
 
 /// Everything that can end a command early.
@@ -103,6 +109,13 @@ pub enum Error {
     /// A measurement (`quota bench`) could not be made as designed.
     #[error("benchmark: {0}")]
     Benchmark(String),
+
+    /// `quota exec` could not start its command (after the charge was made).
+    #[error("cannot run {program}: {source} (its charge was made and stays recorded)")]
+    CommandNotStarted {
+        program: String,
+        source: std::io::Error,
+    },
 }
 
 /// The job and endpoint a store outage stopped (policy `fail_closed`).
@@ -143,6 +156,10 @@ impl Error {
             | Self::Upstream { .. }
             | Self::Redis { .. }
             | Self::Benchmark(_) => exit::FAILURE,
+            Self::CommandNotStarted { source, .. } => match source.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_EXECUTE,
+            },
         }
     }
 

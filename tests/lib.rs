@@ -5,6 +5,7 @@
 mod common;
 
 mod bench;
+mod cli_charge;
 mod drills;
 mod ledger_concurrency;
 mod ledger_conformance;

@@ -3,6 +3,7 @@
 //! and dispatches.
 
 pub mod bench;
+pub mod charge;
 pub mod check;
 pub mod man;
 pub mod plan;
@@ -22,7 +23,13 @@ use crate::{Error, Result};
 
 /// Run the command `cli` names; returns the exit code of a normal finish.
 pub fn dispatch(cli: Cli) -> Result<u8> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    // `charge` and `exec` make one charge, often from a shell loop: one
+    // thread starts faster than a pool of them, and is all they need.
+    let mut builder = match cli.command {
+        Command::Charge(_) | Command::Exec(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|source| Error::Process {
@@ -31,6 +38,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
         })?;
     runtime.block_on(async move {
         match cli.command {
+            Command::Charge(ref args) => {
+                let (config, store) = configured(&cli, Secrets::Skip)?;
+                charge::execute(&config, &store, args).await
+            }
+            Command::Exec(ref args) => {
+                let (config, store) = configured(&cli, Secrets::Skip)?;
+                charge::exec::execute(&config, &store, args).await
+            }
             Command::Bench(ref args) => bench::execute(cli.store.as_deref(), args).await,
             Command::Status(ref args) => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;

@@ -1,0 +1,182 @@
+//! `quota charge` and `quota exec`: one charge against the configured
+//! ledger for a script that is not a YAML job (a shell loop, a Python
+//! script, a vendor SDK), so that it spends the same key under the same
+//! budget as the jobs. This module makes the charge (waiting for the units
+//! with `--wait`); [`report`] says what was decided, [`exec`] runs a
+//! command once admitted, [`cost`] reads `--cost`.
+
+mod cost;
+pub mod exec;
+mod report;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::cli::{ChargeArgs, ChargeSpec};
+use crate::config::{Config, Credential};
+use crate::error::exit;
+use crate::ledger::{
+    At, Charge, ChargeDecision, Ledger, PoolCost, Store, StoreError, StoreLocation,
+};
+use crate::timefmt::fmt_wait;
+use crate::{Error, Result};
+
+/// The tags a charge is logged with when `--endpoint` is not given.
+pub const DEFAULT_ENDPOINT_CHARGE: &str = "charge";
+pub const DEFAULT_ENDPOINT_EXEC: &str = "exec";
+
+/// A charge read from the command line and checked against the configuration.
+pub struct Request<'a> {
+    pub cred: &'a Credential,
+    pub cost: Vec<PoolCost>,
+    pub endpoint: String,
+    pub job: String,
+    pub wait: Option<Duration>,
+}
+
+/// What the ledger decided, and how long the command waited for it.
+pub struct Outcome {
+    pub decision: ChargeDecision,
+    pub waited: Duration,
+}
+
+/// `quota charge`: charge once (or until admitted, within `--wait`); exit
+/// 0 admitted, 75 refused.
+pub async fn execute(config: &Config, location: &StoreLocation, args: &ChargeArgs) -> Result<u8> {
+    let request = Request::read(config, &args.spec, DEFAULT_ENDPOINT_CHARGE)?;
+    let (store, store_name) = open(location).await?;
+    let outcome = decide(&store, &store_name, &request).await?;
+    if !outcome.decision.is_allowed() {
+        report::refused(&request, &outcome);
+    }
+    if args.json {
+        report::json(&store, &request, &outcome).await?;
+    }
+    Ok(if outcome.decision.is_allowed() {
+        exit::OK
+    } else {
+        exit::STOPPED
+    })
+}
+
+impl<'a> Request<'a> {
+    /// The credential, cost and tags `spec` names, checked: a configuration
+    /// error (78) for an unknown credential or pool, or a cost that is not
+    /// a positive number or can never fit; a usage error (2) for a tag no
+    /// report could show.
+    pub fn read(config: &'a Config, spec: &ChargeSpec, default_endpoint: &str) -> Result<Self> {
+        let cred = cost::credential(config, &spec.credential)?;
+        let cost = cost::parse(config, cred, &spec.cost)?;
+        let endpoint = spec
+            .endpoint
+            .clone()
+            .unwrap_or_else(|| default_endpoint.to_string());
+        for (flag, tag) in [("--endpoint", &endpoint), ("--job", &spec.job)] {
+            if tag.is_empty() || tag.chars().any(char::is_control) {
+                return Err(Error::Usage(format!(
+                    "{flag}: '{}' is not a name: it must be non-empty, without control characters",
+                    tag.escape_debug()
+                )));
+            }
+        }
+        Ok(Self {
+            cred,
+            cost,
+            endpoint,
+            job: spec.job.clone(),
+            wait: spec.wait,
+        })
+    }
+}
+
+/// Open the store (an embedded one is created if it does not exist yet),
+/// and its name as messages show it (password masked).
+pub async fn open(location: &StoreLocation) -> Result<(Store, String)> {
+    let name = super::store_name(location);
+    match Store::open(location).await {
+        Ok(store) => Ok((store, name)),
+        Err(e) => Err(store_error(&name, e)),
+    }
+}
+
+/// An unreachable store is 69; anything else the store says, 1.
+fn store_error(name: &str, e: StoreError) -> Error {
+    match e {
+        StoreError::Unavailable(reason) => Error::StoreUnavailable {
+            store: name.to_string(),
+            reason,
+            fail_closed: None,
+        },
+        other => Error::store(name, other),
+    }
+}
+
+/// Charge `request`; with `--wait D`, while refused and the ledger says the
+/// units free up before D has passed, sleep until then and charge again.
+pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> Result<Outcome> {
+    let started = Instant::now();
+    let deadline = request.wait.map(|w| started + w);
+    // What this host has seen the credential's log reach (`history.json`,
+    // kept by runs): a store that reports fewer charges has lost the log,
+    // and the ledger answers LOG LOST. Read only, so a charge stays cheap.
+    let seen_serial =
+        crate::history::History::open().seen(&store.identity(store_name), &request.cred.name);
+    let charge = Charge {
+        credential: &request.cred.name,
+        cost: &request.cost,
+        endpoint: &request.endpoint,
+        job: &request.job,
+        id: None,
+        seen_serial,
+        // (an observe-mode credential records what does not fit, and says so)
+        observe: request.cred.observe,
+    };
+    loop {
+        let decision = store
+            .charge(&charge, At::StoreClock)
+            .await
+            .map_err(|e| store_error(store_name, e))?;
+        if let ChargeDecision::Allowed {
+            observed: Some(w), ..
+        } = &decision
+        {
+            warn!(
+                "observe mode: credential {} would have refused this charge (pool {}; it would fit in {}); recorded all the same",
+                request.cred.name,
+                w.pool,
+                fmt_wait(w.retry_after)
+            );
+        }
+        let pause = match (free_in(&decision), deadline) {
+            (Some(pause), Some(deadline)) if Instant::now() + pause <= deadline => pause,
+            _ => {
+                return Ok(Outcome {
+                    decision,
+                    waited: started.elapsed(),
+                });
+            }
+        };
+        debug!(
+            "credential {}: refused; waiting {} for the units",
+            request.cred.name,
+            fmt_wait(pause)
+        );
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// How long until a refused charge may fit, as the ledger says (a block or
+/// a lost log as well as a full window); `None` when it was admitted.
+/// Never zero, so that a wait cannot spin.
+fn free_in(decision: &ChargeDecision) -> Option<Duration> {
+    let micros = |from: i64, to: i64| Duration::from_micros(to.saturating_sub(from).max(0) as u64);
+    let wait = match decision {
+        ChargeDecision::Allowed { .. } => return None,
+        ChargeDecision::Rejected { retry_after, .. } => *retry_after,
+        ChargeDecision::Blocked { at, until, .. } => micros(*at, *until),
+        ChargeDecision::LogLost { at, until, .. } => micros(*at, *until),
+    };
+    Some(wait.max(Duration::from_millis(1)))
+}
