@@ -34,7 +34,7 @@
 --              found among them on this clock (src/ledger/calendar.rs)
 -- observe:     then the upstream's remaining units, its limit, when its
 --              count resets (µs on this clock, or 0), else how long until it
---              does (µs, or 0: the longest window)
+--              does (µs, or -1: the longest window)
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest
@@ -450,7 +450,9 @@ for p = 1, npools do
   local others_p, others_until_p = pv and pv.others or 0, pv and pv.others_until or 0
   -- A log past its expiry held only calls that count in no window: it
   -- starts afresh at its tail (its keys may not be gone yet).
-  if pv and expires_p > 0 and now >= expires_p and pv[2] > pv[1] then
+  -- (a minute early: the keys' TTLs run from the script's start, rounded
+  -- down, and every entry is past the retention a minute before)
+  if pv and expires_p > 0 and now >= expires_p - 60000000 and pv[2] > pv[1] then
     restart(p, pv[2])
     pv[1], fresh = pv[2], true
   end
@@ -461,15 +463,12 @@ for p = 1, npools do
       local head, tail = 0, 0
       if pv then
         head, tail = pv[1], pv[2]
-      else
-        -- No state: what the log holds from call 0 on (a state lost alone),
-        -- without the index, whose blocks may be numbered otherwise.
-        local k, n = 0, SEG
-        while n == SEG do
-          n = call('LLEN', log_seg(p, k)) / ENTRY
-          call('UNLINK', ix_seg(p, k))
-          tail, k = tail + n, k + 1
-        end
+      elseif call('EXISTS', log_seg(p, 0)) == 1 then
+        -- No state, but a log: the state was lost alone (evicted). Where
+        -- the log's live calls are is unknown: start afresh, counted as
+        -- spent for a while.
+        restart(p, 0)
+        lost_p = now
       end
       -- (on the second attempt the slide found calls missing)
       local gone = pv and (attempt == 2 or not intact(p, head, tail))
@@ -516,6 +515,10 @@ local retain = max(visible, longest)
 -- is over), plus a minute. Renewed 1/8 window ahead, so not on every call.
 local keep = retain + 60000000
 if blocked_until - now + 60000000 > keep then keep = blocked_until - now + 60000000 end
+-- (and others' units, until the upstream's reset)
+for p = 1, npools do
+  if pools[p].others_until - now + 60000000 > keep then keep = pools[p].others_until - now + 60000000 end
+end
 local renew_to = now + keep + floor(retain / 8)
 
 -- The units left in every window, in ARGV order, after the fields of reply;
@@ -611,9 +614,14 @@ if flag == 2 then
   local others = limit - pv[4 * pv.lw + 1] - rem
   if others > 0 then
     pv.others = others
-    pv.others_until = at > 0 and at or now + (after > 0 and after or pv.longest)
+    pv.others_until = at > 0 and at or now + (after >= 0 and after or pv.longest)
   else
     pv.others, pv.others_until = 0, 0
+  end
+  -- (the state lives at least until others' units leave)
+  if pv.others_until - now + 60000000 > keep then
+    keep = pv.others_until - now + 60000000
+    renew_to = now + keep + floor(retain / 8)
   end
   save_slid()
   return { 4, now, serial, pv.others, pv.others_until }
@@ -637,6 +645,7 @@ end
 -- Does the call fit every window? If not, it fits again at the latest of the
 -- times at which each short window has shed enough units.
 local worst_p, worst_w, worst_retry
+local lost_short = false -- (observe mode: a log found shorter than its state)
 a = 8 + npools
 for p = 1, npools do
   local pv = pools[p]
@@ -659,21 +668,27 @@ for p = 1, npools do
         -- Others' units leave at once when the upstream resets; until
         -- then, the ledger's own calls must free all that is needed.
         local mine = need - extra
-        at = mine > 0 and freed_at(p, pv, b, mine) or now
+        at = now
+        if mine > 0 then at = freed_at(p, pv, b, mine) end
         if at then at = math.max(at, pv.others_until) end
         if at and need <= pv[b + 1] then
           local sooner = freed_at(p, pv, b, need)
           if sooner == nil or sooner < at then at = sooner end
         end
       end
-      if at == nil then
+      if at == nil and force then
+        -- (observe mode: a lost log is reported, and recorded through; no
+        -- window of a log that is gone says anything)
+        pv.lost, pv.rebuild = now, true
+        observed, lost_short = { p, 0, pv.longest }, true
+      elseif at == nil then
         -- The entries the state counts are gone: the log was lost.
         pv.lost, pv.rebuild = now, true
         save_slid()
         return { 3, now, serial, p, now, now + pv.longest }
       end
-      local retry = at - now
-      if worst_retry == nil or retry > worst_retry then
+      local retry = at and at - now
+      if retry and (worst_retry == nil or retry > worst_retry) then
         worst_p, worst_w, worst_retry = p, w, retry
       end
     end
@@ -681,7 +696,7 @@ for p = 1, npools do
   a = a + 2 + 2 * pv[3]
 end
 if worst_retry ~= nil and force then
-  observed = { worst_p, worst_w, worst_retry }
+  if not lost_short then observed = { worst_p, worst_w, worst_retry } end
 elseif worst_retry ~= nil then
   -- The slid sums are exact; keep them so the next call starts here.
   save_slid()

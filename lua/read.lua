@@ -74,7 +74,7 @@ for k = 1, n do
       expires, lost = struct.unpack('<dd', pv, #pv - 15)
       lost = math.max(lost, lost_all)
     end
-    if expires > 0 and now >= expires then
+    if expires > 0 and now >= expires - 60000000 then
       -- (past its expiry the log held nothing that counts: lua/charge.lua)
       head = tail
     elseif tail > head and lost == 0 then
@@ -90,13 +90,9 @@ for k = 1, n do
         lost = now
       end
     end
-  else
-    -- No state: what the log holds from call 0 on.
-    local s, got = 0, SEG
-    while got == SEG do
-      got = seg_len(KEYS[1 + k], s)
-      tail, s = tail + got, s + 1
-    end
+  elseif seg_len(KEYS[1 + k], 0) > 0 then
+    -- No state, but a log: the state was lost alone (lua/charge.lua).
+    lost = now
   end
   -- (the index may hold the blocks from the head's on: lua/read_log.lua
   -- returns those it has)

@@ -62,6 +62,8 @@ local meta = call('HGET', KEYS[1], 'meta')
 local last, _, retain = 0, 0, 0
 if meta then last, _, retain = sunpack('<ddd', meta) end
 local cutoff = max(pv[6 + 4 * m], max(now, last) - max(retain, tonumber(ARGV[6])))
+-- (a Late settle sent again after a lost reply finds its mark, below)
+if #e == ENTRY and e[4] == id .. 'L' then return { 2 } end
 if #e ~= ENTRY or e[4] ~= id or tonumber(e[1]) <= cutoff then return { 0 } end
 -- (a settle sent again after a lost reply finds it done)
 if tonumber(e[2]) == actual then return { 1 } end
@@ -70,7 +72,8 @@ local result = 1
 if tail - 1 - s > REACH then
   if delta <= 0 then return { 2 } end
   -- Too far behind to move the running totals after it: the excess goes
-  -- on the newest call.
+  -- on the newest call, and the entry is marked as settled so.
+  call('LSET', key, pos + 3, id .. 'L')
   s, result = tail - 1, 2
   key, pos, e = entry(s)
   if #e ~= ENTRY then return { 0 } end

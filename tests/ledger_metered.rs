@@ -252,6 +252,20 @@ pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledg
         "{d:?}"
     );
 
+    // A count whose reset is now (GitHub's reset at its Date; `t=0`)
+    // records nothing that lasts: the next charge counts none of it.
+    let now_reset = Some(BlockEnd::After(Duration::ZERO));
+    let others = ledger
+        .upstream_remaining("settle", &requests, 10, now_reset, At::Fixed(T0 + 15 * S))
+        .await
+        .unwrap();
+    assert_eq!(others.until, T0 + 15 * S);
+    let d = charge_at(&ledger, &c(1), T0 + 15 * S).await;
+    assert!(
+        matches!(&d, ChargeDecision::Allowed { remaining, .. } if remaining[1].remaining == 1000 - 13),
+        "{d:?}"
+    );
+
     // A call that needs others' units waits for the upstream's reset, not
     // for a window: 500 spent elsewhere until 100 s.
     let hour = pool("hour", vec![window(3600, 1000, 0)]);

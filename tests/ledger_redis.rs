@@ -300,9 +300,23 @@ async fn a_denial_on_a_vanished_state_leaves_every_key_with_a_ttl() {
     assert!(charged(&ledger, "ttl", &cost, At::Fixed(T0)).await);
     assert!(charged(&ledger, "ttl", &cost, At::Fixed(T0 + S)).await);
     server.cli(&["DEL", &state_key("ttl")]);
-    // Counted afresh from the log: full, so refused; the state is made anew.
-    assert!(!charged(&ledger, "ttl", &cost, At::Fixed(T0 + 2 * S)).await);
+    // A log without its state: where its live calls are is unknown (its
+    // first segments may be gone), so the pool counts as lost, and spent;
+    // the state is made anew, with a TTL, and the log starts afresh.
+    let d = ledger
+        .charge(&charge("ttl", &cost), At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
     assert_eq!(server.cli(&["EXISTS", &state_key("ttl")]), "1");
+    let ttl: i64 = server.cli(&["PTTL", &state_key("ttl")]).parse().unwrap();
+    assert!(ttl > 60_000, "the state has PTTL {ttl}");
+    assert_eq!(
+        server.cli(&["EXISTS", &log_segment_key("ttl", "units", 0)]),
+        "0"
+    );
+    // Once the loss is over, the pool fills from nothing; every key has a TTL.
+    assert!(charged(&ledger, "ttl", &cost, At::Fixed(T0 + 63 * S)).await);
     for key in [state_key("ttl"), log_segment_key("ttl", "units", 0)] {
         let ttl: i64 = server.cli(&["PTTL", &key]).parse().unwrap();
         assert!(ttl > 60_000, "{key} has PTTL {ttl}");

@@ -408,3 +408,93 @@ async fn index_records_of_another_origin_or_place_are_never_mixed() {
         [used_now]
     );
 }
+
+/// Review findings on Redis alone: a state lost while its log lives is a
+/// lost log (its live calls may be anywhere); in observe mode a log shorter
+/// than its state is reported and recorded through; a Late settle sent
+/// again adds nothing; the keys live until others' units leave.
+#[tokio::test]
+async fn lost_state_short_logs_late_resends_and_others_ttl() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let units = pool("units", vec![window(100, 1_000_000_000, 0)]);
+    let one = [cost(&units, 1)];
+    let log = fill(&server, "st", &units, 5000);
+    let now = T0 + 5000 * MS;
+    server.cli(&["DEL", &state_key("st")]);
+    let d = ledger
+        .charge(&charge("st", &one), At::Fixed(now))
+        .await
+        .unwrap();
+    assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
+
+    // Observe mode, a log segment gone under a live state.
+    let log2 = fill(&server, "short", &units, 300);
+    server.cli(&["DEL", &log_segment_key("short", "units", 0)]);
+    let tight = pool("units", vec![window(100, 100, 0)]);
+    let c = [cost(&tight, 1)];
+    let observe = quota::ledger::Charge {
+        observe: true,
+        ..charge("short", &c)
+    };
+    let d = ledger
+        .charge(&observe, At::Fixed(T0 + 300 * MS))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { observed, .. } = &d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(observed.as_ref().map(|w| w.per), Some(None), "{d:?}");
+    assert!(log2.at.len() == 300 && log.at.len() == 5000);
+
+    // A Late settle sent twice (a lost reply): the excess once.
+    let big = [cost(&units, 10)];
+    let d = ledger
+        .charge(&charge("late", &big), At::Fixed(T0))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { receipt, .. } = d else {
+        panic!("{d:?}")
+    };
+    for i in 0..=quota::ledger::SETTLE_REACH as i64 {
+        assert!(
+            ledger
+                .charge(&charge("late", &one), At::Fixed(T0 + 1 + i))
+                .await
+                .unwrap()
+                .is_allowed()
+        );
+    }
+    for _ in 0..2 {
+        let s = ledger
+            .settle("late", &receipt, ("units", 10, 30), At::Fixed(T0 + S))
+            .await
+            .unwrap();
+        assert_eq!(s, quota::ledger::Settled::Late);
+    }
+    let calls = quota::ledger::SETTLE_REACH + 1;
+    assert_eq!(
+        used(&ledger, "late", std::slice::from_ref(&units), T0 + S).await,
+        [10 + calls + 20]
+    );
+
+    // Others' units until a reset two hours off: the state outlives them.
+    let minute = pool("units", vec![window(60, 1000, 0)]);
+    assert!(
+        ledger
+            .charge(&charge("ttl", &[cost(&minute, 1)]), At::StoreClock)
+            .await
+            .unwrap()
+            .is_allowed()
+    );
+    let reset = Some(quota::ledger::BlockEnd::After(
+        std::time::Duration::from_secs(7200),
+    ));
+    let o = ledger
+        .upstream_remaining("ttl", &minute, 10, reset, At::StoreClock)
+        .await
+        .unwrap();
+    assert_eq!(o.units, 1000 - 1 - 10);
+    let ttl: i64 = server.cli(&["PTTL", &state_key("ttl")]).parse().unwrap();
+    assert!(ttl > 7200 * 1000, "PTTL {ttl}");
+}

@@ -227,3 +227,28 @@ fn observe_mode_sends_every_call_and_says_how_many_would_have_stopped() {
     assert_eq!(r.code, 78, "{r:?}");
     assert!(r.stderr.contains("credentials.llm.mode"), "{}", r.stderr);
 }
+
+#[test]
+fn others_usage_is_read_against_the_settled_count_not_the_estimate() {
+    // The upstream's tokens minute is the pool's (1,000): others spent 100.
+    // After the first call (estimate 200, actual 9) it says 891 remain;
+    // the charge's own count, at the estimate, said 800 remained: only
+    // against the settled count (991) does the difference show.
+    let up = Standin::start(&["--llm-tokens", "1000", "--llm-used-tokens", "100"]);
+    let d = Deployment::new("");
+    let yaml = llm_yaml(&embedded_store(&d), &up.base(), "\"hi\"", "m", "chat").replace(
+        "    secret: { file: key }\n",
+        "    secret: { file: key }\n    upstream_headers: { tokens: { remaining: x-ratelimit-remaining-tokens, limit: x-ratelimit-limit-tokens } }\n",
+    );
+    d.write(&yaml);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let s = d.status_json();
+    let pools = s["credentials"][0]["pools"].as_array().unwrap();
+    let tokens = &pools.iter().find(|p| p["pool"] == "tokens").unwrap()["windows"][0];
+    assert_eq!(
+        (tokens["used"].as_u64(), tokens["others"].as_u64()),
+        (Some(9), Some(100)),
+        "{tokens}"
+    );
+}

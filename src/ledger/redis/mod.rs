@@ -558,7 +558,7 @@ impl Ledger for RedisLedger {
         let (reset_at, reset_after) = match reset {
             Some(BlockEnd::At(t)) => (t, 0),
             Some(BlockEnd::After(d)) => (0, d.as_micros().min(i64::MAX as u128) as i64),
-            None => (0, 0),
+            None => (0, -1),
         };
         let mut inv = self.charge.prepare_invoke();
         Self::charge_keys_and_args(&charge, new_charge_id(), "2", at, &mut inv);

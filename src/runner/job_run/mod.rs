@@ -602,7 +602,7 @@ impl<'a> JobRun<'a> {
             };
             if let Some(receipt) = &receipt {
                 self.settle(step, receipt, &reported.actuals).await;
-                self.upstream_counts(&reported, &remaining).await;
+                self.upstream_counts(step, &reported, &remaining).await;
             }
             match answer {
                 Answer::Page { body, found, link } => return Ok(Some((body, found, link))),

@@ -99,8 +99,14 @@ impl JobRun<'_> {
     /// this call (`remaining`, with the window's headroom), the difference
     /// is recorded as spent by others, until the upstream's reset, so
     /// every host slows down. A count at or above the ledger's costs no
-    /// store call.
-    pub(super) async fn upstream_counts(&mut self, reported: &Reported, remaining: &[Remaining]) {
+    /// store call, except in a pool whose cost `step` settles: the charge's
+    /// `remaining` was counted at the estimate, the store counts the actual.
+    pub(super) async fn upstream_counts(
+        &mut self,
+        step: &Step,
+        reported: &Reported,
+        remaining: &[Remaining],
+    ) {
         let (Some(store), Some(headers)) = (self.store, &reported.headers) else {
             return;
         };
@@ -124,7 +130,8 @@ impl JobRun<'_> {
                 .iter()
                 .find(|r| r.pool == pool.name && r.per == w.per)
                 .map(|r| r.remaining + w.headroom);
-            if ours.is_some_and(|ours| count.remaining >= ours) {
+            let settled = step.settle.iter().any(|s| s.pool == pool.name);
+            if !settled && ours.is_some_and(|ours| count.remaining >= ours) {
                 continue;
             }
             let reset = count.reset.map(BlockEnd::After);
