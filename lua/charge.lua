@@ -450,9 +450,7 @@ for p = 1, npools do
   local others_p, others_until_p = pv and pv.others or 0, pv and pv.others_until or 0
   -- A log past its expiry held only calls that count in no window: it
   -- starts afresh at its tail (its keys may not be gone yet).
-  -- (a minute early: the keys' TTLs run from the script's start, rounded
-  -- down, and every entry is past the retention a minute before)
-  if pv and expires_p > 0 and now >= expires_p - 60000000 and pv[2] > pv[1] then
+  if pv and expires_p > 0 and now >= expires_p and pv[2] > pv[1] then
     restart(p, pv[2])
     pv[1], fresh = pv[2], true
   end

@@ -74,7 +74,7 @@ for k = 1, n do
       expires, lost = struct.unpack('<dd', pv, #pv - 15)
       lost = math.max(lost, lost_all)
     end
-    if expires > 0 and now >= expires - 60000000 then
+    if expires > 0 and now >= expires then
       -- (past its expiry the log held nothing that counts: lua/charge.lua)
       head = tail
     elseif tail > head and lost == 0 then

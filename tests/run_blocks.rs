@@ -108,3 +108,62 @@ fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
         "the run after unblock sent a request"
     );
 }
+
+/// A calendar window (issue 13, part 7): with no `upstream_reset`, the
+/// upstream's "quota spent" blocks the credential until the window's
+/// period ends (local midnight in Los Angeles), not a window's length.
+#[test]
+fn a_calendar_window_sets_the_block_at_its_reset() {
+    let up = Standin::start(&["--units", "1"]);
+    let d = Deployment::new("");
+    let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
+    let day = "        - { limit: 1000, per: 24h, aligned: America/Los_Angeles }";
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        day,
+        "fail_closed",
+        &jobs,
+    ));
+    let before = chrono::Utc::now().timestamp_micros();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let la: chrono_tz::Tz = "America/Los_Angeles".parse().unwrap();
+    let midnight = quota::ledger::calendar::period(la, 24 * HOUR_US, before).1;
+    assert_eq!(blocked_until(&d), Some(midnight), "{}", r.stderr);
+}
+
+/// `aligned` is a time zone, and its `per` divides a day: else 78, naming
+/// the field, before anything is sent.
+#[test]
+fn a_calendar_window_with_a_bad_zone_or_period_exits_78() {
+    let up = Standin::start(&[]);
+    for (window, field, why) in [
+        (
+            "        - { limit: 10, per: 24h, aligned: Mars/Olympus }",
+            "credentials.main.pools.units[0].aligned",
+            "not a time zone",
+        ),
+        (
+            "        - { limit: 10, per: 7h, aligned: UTC }",
+            "credentials.main.pools.units[0].per",
+            "does not divide a day",
+        ),
+    ] {
+        let d = Deployment::new("");
+        let jobs = [videos_job("first", "main", &["US"], 1, &up.base())];
+        d.write(&deployment_yaml(
+            &embedded_store(&d),
+            window,
+            "fail_closed",
+            &jobs,
+        ));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 78, "{window}: {r:?}");
+        assert!(
+            r.stderr.contains(field) && r.stderr.contains(why),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(up.seen().is_empty());
+}

@@ -58,12 +58,15 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
             for win in &p.windows {
                 let _ = writeln!(
                     w,
-                    "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}",
+                    "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}{}",
                     p.name,
                     fmt_duration(win.per),
                     win.limit,
                     win.headroom,
-                    win.budget()
+                    win.budget(),
+                    win.aligned
+                        .map(|tz| format!("  calendar: resets at midnight {tz}"))
+                        .unwrap_or_default()
                 );
             }
         }

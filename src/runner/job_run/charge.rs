@@ -214,10 +214,26 @@ impl JobRun<'_> {
     }
 
     /// When the upstream's quota is back, on the store's clock: its next
-    /// reset after the charge's time (a reading of the store's clock), else
-    /// what it said (a duration from the store's now), else the end of the
-    /// credential's longest window. The host's clock is never compared.
+    /// reset after the charge's time (a reading of the store's clock), else,
+    /// with a calendar window and no `upstream_reset`, the end of its period
+    /// (the longest one's), else what it said (a duration from the store's
+    /// now), else the end of the credential's longest window. The host's
+    /// clock is never compared.
     fn block_end(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> BlockEnd {
+        let calendar = self
+            .cred
+            .pools
+            .iter()
+            .flat_map(|p| &p.windows)
+            .filter(|w| w.aligned.is_some())
+            .max_by_key(|w| w.per);
+        if self.cred.upstream_reset.is_none()
+            && let (Some(w), Some(at)) = (calendar, charged_at)
+            && let Some(tz) = w.aligned
+        {
+            let per = w.per.as_micros() as Micros;
+            return BlockEnd::At(crate::ledger::calendar::period(tz, per, at).1);
+        }
         if let Some(reset) = &self.cred.upstream_reset {
             return match charged_at.and_then(chrono::DateTime::from_timestamp_micros) {
                 Some(at) => BlockEnd::At(reset.next_after(at).timestamp_micros()),
