@@ -159,7 +159,7 @@ pub fn runs_out(
 }
 
 /// The first window (pool, length) a run of `units` at `t` would overfill,
-/// given what is `spent`.
+/// given what is `spent` (a calendar window: in its period at `t`).
 fn first_full(
     pools: &[Pool],
     spent: &BTreeMap<&str, Vec<(Micros, u64)>>,
@@ -168,7 +168,8 @@ fn first_full(
 ) -> Option<(String, Duration)> {
     for pool in pools.iter().filter(|p| units.contains_key(&p.name)) {
         for w in &pool.windows {
-            let from = t - w.per.as_micros() as Micros;
+            // (a calendar window counts its period's spending only)
+            let from = w.span_at(t).0;
             let used: u64 = spent[pool.name.as_str()]
                 .iter()
                 .filter(|(at, _)| *at > from && *at <= t)
@@ -401,6 +402,19 @@ mod tests {
         let earlier = log(&[(hour_ago + 1, 30)]);
         let want = out("12:00:00", HOUR);
         assert_eq!(runs_out(&hourly(30), "a", &a(30, 9), &earlier), want);
+    }
+
+    #[test]
+    fn a_calendar_day_plans_from_its_midnight() {
+        // 15 units at 23:00 yesterday: a sliding day still holds them at
+        // noon, a calendar day (UTC) has reset at midnight.
+        let s = [every("a", 30 * MIN, &[("units", 9)])];
+        let yesterday = log(&[(-13 * HOUR as i64 * 1_000_000, 15)]);
+        let sliding = [pool("units", &[(DAY_S, 20, 0)])];
+        assert_eq!(runs_out(&sliding, "a", &s, &yesterday), out("12:00:00", DAY_S));
+        let mut calendar = sliding.clone();
+        calendar[0].windows[0].aligned = Some("UTC".parse().unwrap());
+        assert_eq!(runs_out(&calendar, "a", &s, &yesterday), out("13:00:00", DAY_S));
     }
 
     #[test]
