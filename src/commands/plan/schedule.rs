@@ -411,10 +411,16 @@ mod tests {
         let s = [every("a", 30 * MIN, &[("units", 9)])];
         let yesterday = log(&[(-13 * HOUR as i64 * 1_000_000, 15)]);
         let sliding = [pool("units", &[(DAY_S, 20, 0)])];
-        assert_eq!(runs_out(&sliding, "a", &s, &yesterday), out("12:00:00", DAY_S));
+        assert_eq!(
+            runs_out(&sliding, "a", &s, &yesterday),
+            out("12:00:00", DAY_S)
+        );
         let mut calendar = sliding.clone();
         calendar[0].windows[0].aligned = Some("UTC".parse().unwrap());
-        assert_eq!(runs_out(&calendar, "a", &s, &yesterday), out("13:00:00", DAY_S));
+        assert_eq!(
+            runs_out(&calendar, "a", &s, &yesterday),
+            out("13:00:00", DAY_S)
+        );
     }
 
     #[test]
