@@ -518,3 +518,69 @@ impl<L: Ledger> DynLedger for L {
         })
     }
 }
+
+/// Calendar windows (UTC periods of 30 s, and a day in Los Angeles across
+/// the fall-back night) beside sliding ones: the same random charges, fed
+/// with the same clock readings, get the same decisions and usage reports
+/// from both stores.
+#[test]
+fn calendar_windows_answer_alike_in_both_stores() {
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    let aligned = |secs, limit, zone: &str| quota::ledger::Window {
+        aligned: Some(zone.parse().unwrap()),
+        ..window(secs, limit, 0)
+    };
+    let units = pool(
+        "units",
+        vec![
+            aligned(30, 12, "UTC"),
+            window(10, 8, 0),
+            aligned(86_400, 200, "America/Los_Angeles"),
+        ],
+    );
+    // 2026-11-01 05:00 UTC: Saturday 22:00 PDT, three hours before the
+    // 25-hour Sunday starts.
+    let start = chrono::DateTime::parse_from_rfc3339("2026-11-01T05:00:00Z")
+        .unwrap()
+        .timestamp_micros();
+    async fn replay(ledger: &impl Ledger, units: &Pool, start: i64) -> Vec<String> {
+        let (mut now, mut seed, mut out) = (start, 7u64, Vec::new());
+        for _ in 0..400 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            now += ((seed >> 33) % 90_000_000) as i64; // up to 90 s
+            let cost = [PoolCost {
+                pool: units.clone(),
+                units: 1 + (seed >> 20) % 5,
+            }];
+            let d = ledger
+                .charge(&charge("cal", &cost), At::Fixed(now))
+                .await
+                .unwrap();
+            out.push(format!("{d:?}"));
+            if (seed >> 40) % 10 == 0 {
+                let u = ledger
+                    .usage("cal", std::slice::from_ref(units), At::Fixed(now))
+                    .await
+                    .unwrap();
+                out.push(format!("{u:?}"));
+            }
+        }
+        out
+    }
+    rt.block_on(async {
+        let (r, e) = (
+            replay(&redis, &units, start).await,
+            replay(&embedded, &units, start).await,
+        );
+        assert!(r.iter().any(|d| d.contains("Rejected")), "some refusals");
+        for (k, (r, e)) in r.iter().zip(&e).enumerate() {
+            assert_eq!(r, e, "output {k}");
+        }
+    });
+}

@@ -401,13 +401,13 @@ fn remaining(
 ) -> Vec<Remaining> {
     let mut out = Vec::new();
     for (p, cost) in c.cost.iter().enumerate() {
-        for (k, (len, budget)) in cost.windows.iter().enumerate() {
+        for (k, (_, budget)) in cost.windows.iter().enumerate() {
             let spent = used[p][k].used
                 + extra(cost, k, &logs[p], now)
                 + if duplicate { 0 } else { cost.units };
             out.push(Remaining {
                 pool: cost.pool.clone(),
-                per: Duration::from_micros(*len as u64),
+                per: Duration::from_micros(cost.spans[k].0 as u64),
                 remaining: budget.saturating_sub(spent),
             });
         }
