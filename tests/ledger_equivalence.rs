@@ -549,6 +549,9 @@ fn calendar_windows_answer_alike_in_both_stores() {
         .timestamp_micros();
     async fn replay(ledger: &impl Ledger, units: &Pool, start: i64) -> Vec<String> {
         let (mut now, mut seed, mut out) = (start, 7u64, Vec::new());
+        // Units admitted per 30 s UTC period: never more than its 12, and
+        // the full 12 again right after a reset (below).
+        let mut per_period: std::collections::BTreeMap<i64, u64> = Default::default();
         for _ in 0..400 {
             seed = seed
                 .wrapping_mul(6364136223846793005)
@@ -562,6 +565,9 @@ fn calendar_windows_answer_alike_in_both_stores() {
                 .charge(&charge("cal", &cost), At::Fixed(now))
                 .await
                 .unwrap();
+            if d.is_allowed() {
+                *per_period.entry(now / 30_000_000).or_default() += cost[0].units;
+            }
             out.push(format!("{d:?}"));
             if (seed >> 40) % 10 == 0 {
                 let u = ledger
@@ -571,6 +577,34 @@ fn calendar_windows_answer_alike_in_both_stores() {
                 out.push(format!("{u:?}"));
             }
         }
+        assert!(per_period.values().all(|&u| u <= 12), "{per_period:?}");
+        // Right after a reset the full 12 fit the 30 s window again (on a
+        // credential whose day has room), and not one unit more. (The
+        // sliding 10 s window holds 8: the last 4 come 10 s later.)
+        let t = (now / 30_000_000 + 40) * 30_000_000;
+        for (n, dt) in [(4, 0), (4, 0), (4, 10_000_000)] {
+            let c = [PoolCost {
+                pool: units.clone(),
+                units: n,
+            }];
+            let d = ledger
+                .charge(&charge("cal-burst", &c), At::Fixed(t + dt))
+                .await
+                .unwrap();
+            assert!(d.is_allowed(), "{d:?}");
+        }
+        let c = [PoolCost {
+            pool: units.clone(),
+            units: 1,
+        }];
+        let d = ledger
+            .charge(&charge("cal-burst", &c), At::Fixed(t + 29_999_999))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&d, quota::ledger::ChargeDecision::Rejected { retry_after, .. } if retry_after.as_micros() == 1),
+            "{d:?}"
+        );
         out
     }
     rt.block_on(async {

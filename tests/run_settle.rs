@@ -252,3 +252,44 @@ fn others_usage_is_read_against_the_settled_count_not_the_estimate() {
         "{tokens}"
     );
 }
+
+#[test]
+fn a_bad_upstream_headers_exits_78_naming_the_field() {
+    let up = Standin::start(&[]);
+    for (value, why) in [
+        ("githab", "expected github, openai, ietf"),
+        ("{ nopool: { remaining: x-left } }", "no pool nopool"),
+        ("{ tokens: { reset: x-reset } }", "no remaining header"),
+        (
+            "{ tokens: { remaining: \"bad header\" } }",
+            "expected a header name",
+        ),
+        ("github", "apply to the pool named requests"),
+    ] {
+        let d = Deployment::new("");
+        let yaml = llm_yaml(&embedded_store(&d), &up.base(), "\"hi\"", "m", "chat");
+        // (github needs a pool named requests or a single pool: this
+        // credential has requests and tokens, so it resolves; make it fail
+        // by renaming requests)
+        let yaml = if value == "github" {
+            yaml.replace("      requests: [", "      calls: [")
+                .replace("      requests: 1\n", "      calls: 1\n")
+        } else {
+            yaml
+        };
+        d.write(&yaml.replace(
+            "    secret: { file: key }\n",
+            &format!("    secret: {{ file: key }}\n    upstream_headers: {value}\n"),
+        ));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 78, "{value}: {r:?}");
+        assert!(
+            r.stderr.contains("quota.yaml")
+                && r.stderr.contains("credentials.llm.upstream_headers")
+                && r.stderr.contains(why),
+            "{value}: {}",
+            r.stderr
+        );
+    }
+    assert!(up.seen().is_empty());
+}
