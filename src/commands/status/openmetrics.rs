@@ -69,6 +69,11 @@ fn pool_families(reports: &[CredentialReport]) -> Vec<Family> {
         "Until when the pool counts as spent after its log was lost, as Unix time (0: not lost).",
         Some(MetricUnit::Seconds),
     );
+    let mut observed = Family::new(
+        "quota_pool_observed_rejections",
+        "Observe mode: calls recorded though they did not fit (a running count).",
+        None,
+    );
     for r in reports {
         for p in &r.usage.pools {
             let labels = [
@@ -80,9 +85,10 @@ fn pool_families(reports: &[CredentialReport]) -> Vec<Family> {
                 &labels,
                 p.log_lost.map_or(Value::Int(0), |l| unix_seconds(l.until)),
             );
+            observed.push(&labels, p.observed_rejections);
         }
     }
-    vec![lost, until]
+    vec![lost, until, observed]
 }
 
 /// What each window family shows, and how to read it from a window.
@@ -93,7 +99,7 @@ type WindowField = (
     fn(&WindowUsage, Micros) -> Value,
 );
 
-const WINDOW_FIELDS: [WindowField; 7] = [
+const WINDOW_FIELDS: [WindowField; 8] = [
     (
         "quota_window_limit",
         "The window's configured limit.",
@@ -117,6 +123,12 @@ const WINDOW_FIELDS: [WindowField; 7] = [
         "Units spent in the window now.",
         MetricUnit::Units,
         |w, _| w.used.into(),
+    ),
+    (
+        "quota_window_others",
+        "Units spent by others in the window, as the upstream's own count says (upstream_headers).",
+        MetricUnit::Units,
+        |w, _| w.others.into(),
     ),
     (
         "quota_window_remaining",
