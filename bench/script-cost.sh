@@ -26,7 +26,7 @@ return {1, now, b, 0, 10000}"
 # One pool ("units"), one 24-hour window with a budget that never runs out,
 # a random charge id per call: the admitted path, as `quota bench` measures.
 charge_args=(3 'quota:{b}:state' 'quota:{b}:log:units' 'quota:{b}:index:units' '' __rand_int__ 0 60000000
-    'tag:bench	bench' 1 'pool:units' 1 1 86400000000 1000000000)
+    'tag:bench	bench' 0 1 'pool:units' 1 1 86400000000 1000000000)
 
 measure() {
     local name=$1 script=$2
