@@ -343,11 +343,7 @@ impl Validator<'_> {
     /// A cost is a positive whole number or a map of pool → positive units,
     /// or → `{estimate: N, actual: POINTER | {header: NAME}}`: N units
     /// reserved, settled from the response.
-    fn cost_shape(
-        &self,
-        field: &str,
-        v: &Value,
-    ) -> Result<Vec<CostShape>> {
+    fn cost_shape(&self, field: &str, v: &Value) -> Result<Vec<CostShape>> {
         let units = |f: String, v: &Value| -> Result<u64> {
             match v.as_i64() {
                 Some(n) if n > 0 => Ok(n as u64),

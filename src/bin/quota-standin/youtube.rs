@@ -40,6 +40,9 @@ pub struct State {
     spent: Mutex<Spent>,
     requests: Mutex<u64>,
     log: Option<Mutex<std::fs::File>>,
+    /// Requests read and not yet answered in full: each log line says how
+    /// many, so a test sees how many a client had in flight at once.
+    pub in_flight: std::sync::atomic::AtomicU64,
 }
 
 impl State {
@@ -60,6 +63,7 @@ impl State {
             spent: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
             log,
+            in_flight: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -177,8 +181,12 @@ fn log(
 
 /// Append one JSON line to the request log, if there is one: one write per
 /// line, so a reader never sees half of one.
-pub fn write_log(state: &State, line: serde_json::Value) {
+pub fn write_log(state: &State, mut line: serde_json::Value) {
     let Some(log) = &state.log else { return };
+    let in_flight = state.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+    if let Some(fields) = line.as_object_mut() {
+        fields.insert("in_flight".into(), in_flight.into());
+    }
     let mut f = log.lock().unwrap();
     let _ = f.write_all(format!("{line}\n").as_bytes());
 }

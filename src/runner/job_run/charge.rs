@@ -16,7 +16,7 @@ use crate::{Error, Result};
 
 impl JobRun<'_> {
     /// Charge one attempt of `step` before it is sent.
-    pub(super) async fn charge(&mut self, step: &Step) -> Result<Charged> {
+    pub(super) async fn charge(&self, step: &Step) -> Result<Charged> {
         let Some(store) = self.store else {
             self.count_unmetered(step, "the store was unreachable when the run started");
             return Ok(Charged::Go {
@@ -37,15 +37,16 @@ impl JobRun<'_> {
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {
-            self.last_serial = Some((d.serial(), d.at()));
-            if !self.history_checked {
+            self.last_serial.set(Some((d.serial(), d.at())));
+            if !self.history_checked.get() {
                 self.check_history();
             }
         }
         match decision {
             Ok(ChargeDecision::Allowed { at, receipt, .. }) => {
+                let mut report = self.report.borrow_mut();
                 for c in &step.cost {
-                    *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
+                    *report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }
                 Ok(Charged::Go {
                     at: Some(at),
@@ -111,7 +112,7 @@ impl JobRun<'_> {
     /// The most charges this host has seen the credential reach: this run's
     /// latest decision, else the history.
     fn seen_serial(&self) -> u64 {
-        match (self.last_serial, self.store) {
+        match (self.last_serial.get(), self.store) {
             (Some((serial, _)), _) => serial,
             (None, Some(store)) => self
                 .ctx
@@ -123,22 +124,22 @@ impl JobRun<'_> {
         }
     }
 
-    fn count_unmetered(&mut self, step: &Step, why: &str) {
-        self.report.unmetered += 1;
-        if !self.warned_unmetered {
+    fn count_unmetered(&self, step: &Step, why: &str) {
+        self.report.borrow_mut().unmetered += 1;
+        if !self.warned_unmetered.get() {
             warn!(
                 job = self.job.name,
                 "UNMETERED: {why}; endpoint {} is fail_open, so requests go out without a charge",
                 step.endpoint
             );
-            self.warned_unmetered = true;
+            self.warned_unmetered.set(true);
         }
     }
 
     /// The upstream said its own quota is spent: block the credential in
     /// the store (so every host stops) until it is back, and stop the run.
     pub(super) async fn upstream_exhausted(
-        &mut self,
+        &self,
         status: u16,
         reason: String,
         retry_after: Option<Duration>,
