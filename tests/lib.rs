@@ -17,6 +17,7 @@ mod operator;
 mod operator_metrics;
 mod run_blocks;
 mod run_concurrency;
+mod run_concurrency_within;
 mod run_config;
 mod run_fan_out;
 mod run_files;
