@@ -198,9 +198,11 @@ fn round_robin_holds_across_ticks() {
         }
         assert_pages_in_order_per_round(&seen);
         if tick == 1 {
-            // Two regions side by side from the first tick.
-            let regions: BTreeSet<&str> = seen.iter().map(|s| s.region.as_str()).collect();
-            assert_eq!(regions, BTreeSet::from(["US", "GB"]), "{seen:?}");
+            // Two regions side by side: two pages of each, not three of US.
+            let pages: BTreeSet<(&str, u32)> =
+                seen.iter().map(|s| (s.region.as_str(), s.page)).collect();
+            let want = BTreeSet::from([("US", 0), ("US", 1), ("GB", 0), ("GB", 1)]);
+            assert_eq!(pages, want, "{seen:?}");
         }
         // No page twice before every page once: at most one apart.
         let mut c = counts(&seen);
@@ -212,6 +214,38 @@ fn round_robin_holds_across_ticks() {
         let (lo, hi) = (c.values().min().unwrap(), c.values().max().unwrap());
         assert!(hi - lo <= 1, "tick {tick}: {c:?}");
     }
+}
+
+#[test]
+fn a_signal_abandons_the_requests_in_flight_and_keeps_their_charges() {
+    let redis = RedisServer::start();
+    // Answers take 3 s: the four sent first are still in flight at the signal.
+    let up = Standin::start(&["--pages", "1", "--delay", "3s"]);
+    let d = Deployment::new("");
+    let r8 = regions(8);
+    write(&d, &redis.url(), WIDE, &job(&refs(&r8), 1, 4, &up));
+
+    let victim = crate::common::deployment::spawn(&mut d.cmd(&["run"]));
+    up.wait_for(4);
+    crate::common::deployment::kill("-TERM", victim.id());
+    let r = crate::common::deployment::finish(victim);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains("a stop signal arrived"), "{r:?}");
+    assert_eq!(up.seen().len(), 4);
+    assert!(d.outputs("trending").is_empty());
+    assert!(
+        r.stderr.contains("4 calls, spent units 4;")
+            && r.stderr
+                .contains("regions done 0/8; 0 pages written; next run starts at R0 step 0 page 0"),
+        "{r:?}"
+    );
+    // Charged all the same; the lock is released, so the next run starts
+    // at once and redoes those four, then the rest.
+    assert_eq!(used(&d), 4);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(up.seen().len(), 12);
+    assert_eq!(d.outputs("trending").len(), 8);
 }
 
 #[test]
