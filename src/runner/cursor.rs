@@ -114,7 +114,7 @@ impl Cursor {
     /// resumes. None at all when the cursor's own region is gone (the
     /// round restarts) or the job has no regions.
     pub fn ahead_starts(&self, regions: &[String], steps: usize) -> Vec<(usize, Option<Start>)> {
-        if !regions.iter().any(|r| *r == self.region) {
+        if !regions.contains(&self.region) {
             return Vec::new();
         }
         self.ahead
@@ -124,19 +124,21 @@ impl Cursor {
                 if a.done {
                     return Some((index, None));
                 }
-                let start = match a.step < steps {
-                    true => Start {
+                // A step gone from the file restarts the region.
+                let start = if a.step < steps {
+                    Start {
                         index,
                         step: a.step,
                         page: a.page,
                         token: a.token.clone(),
                         batch: a.batch.clone(),
                         found: a.found.clone(),
-                    },
-                    false => Start {
+                    }
+                } else {
+                    Start {
                         index,
                         ..Start::default()
-                    },
+                    }
                 };
                 Some((index, Some(start)))
             })
@@ -324,5 +326,46 @@ mod tests {
         let (stored, text) = cursor_text(&encoded, &secret);
         assert_eq!((stored.page, stored.token), (0, None));
         assert!(!text.contains("K%33y"), "{text}");
+    }
+
+    #[test]
+    fn regions_ahead_come_back_by_index_and_never_carry_the_secret() {
+        let secret = Secret::new("K3y".into());
+        let ahead = |region: &str, done: bool, token: Option<&str>| Ahead {
+            region: region.into(),
+            done,
+            page: u32::from(token.is_some()),
+            token: token.map(String::from),
+            ..Ahead::default()
+        };
+        let cursor = Cursor {
+            region: "GB".into(),
+            ahead: vec![
+                ahead("DE", true, None),
+                ahead("US", false, Some("next?key=K3y")),
+                ahead("FR", false, Some("CAUQ1")),
+            ],
+            ..Cursor::default()
+        };
+        let (stored, text) = cursor_text(&cursor, &secret);
+        assert!(!text.contains("K3y"), "{text}");
+        assert_eq!(
+            (stored.ahead[1].page, stored.ahead[1].token.as_ref()),
+            (0, None)
+        );
+        let back = read_cursor(&text, &secret).unwrap();
+        let starts = back.ahead_starts(&regions(), 1);
+        let got: Vec<(usize, Option<(u32, Option<&str>)>)> = starts
+            .iter()
+            .map(|(i, s)| (*i, s.as_ref().map(|s| (s.page, s.token.as_deref()))))
+            .collect();
+        // FR is no longer a region; DE served; US restarts its step.
+        assert_eq!(got, [(2, None), (0, Some((0, None)))]);
+        // The cursor's own region gone: the round restarts, nothing ahead.
+        let gone = Cursor {
+            region: "IT".into(),
+            ..back
+        };
+        assert!(gone.ahead_starts(&regions(), 1).is_empty());
     }
 }
