@@ -27,7 +27,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/quota-concurrency.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key k --pages "$PAGES" --items 1 \
     --units 1000000 --delay ${DELAY_MS}ms > "$work/standin.out" &
 standin_pid=$!
-trap 'kill "$standin_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "$standin_pid" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 for _ in $(seq 50); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
 up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
 printf k > "$work/key"
@@ -38,7 +38,7 @@ config() {
     local key=""
     [ -z "${2:-}" ] || key="    concurrency: $2"
     cat > "$work/quota.yaml" <<EOF
-store: { embedded: $work/ledger.db }
+store: embedded:$work/ledger.db
 credentials:
   main:
     secret: { file: key }
@@ -70,7 +70,8 @@ once() {
         "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
     local made
     made=$(sed -n 's/.*; \([0-9]*\) calls.*/\1/p' "$work/err" | tail -1)
-    read -r wall user sys < "$work/time"
+    # (the last line: a failed command's status line comes first)
+    read -r wall user sys < <(tail -1 "$work/time")
     echo "$wall $(echo "$user + $sys" | bc) ${made:-0} $code"
 }
 
@@ -96,7 +97,7 @@ echo
 echo '| build      |   N | calls | exit |      wall |     ideal | ratio | CPU/call |'
 echo '|------------|-----|-------|------|-----------|-----------|-------|----------|'
 [ -z "${QUOTA_BASE:-}" ] || row "before" "$QUOTA_BASE" base 1000000
-for n in 1 4 16 64; do row "this" "$quota" "$n" 1000000; done
+for n in ${NS:-1 4 16 64}; do row "this" "$quota" "$n" 1000000; done
 echo
 echo "Pacing window the bottleneck: $LIMIT units an hour, $calls calls of work"
 echo

@@ -355,7 +355,7 @@ mod tests {
         );
         let back = read_cursor(&text, &secret).unwrap();
         let starts = back.ahead_starts(&regions(), 1);
-        let got: Vec<(usize, Option<(u32, Option<&str>)>)> = starts
+        let got: Vec<_> = starts
             .iter()
             .map(|(i, s)| (*i, s.as_ref().map(|s| (s.page, s.token.as_deref()))))
             .collect();

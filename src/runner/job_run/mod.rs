@@ -48,8 +48,9 @@ pub(super) struct JobRun<'a> {
     lock: Option<RunLock>,
     /// Where each region of the round is: what the cursor says.
     round: RefCell<Round>,
-    /// One cursor write at a time, each the newest (and the text last written).
-    saving: tokio::sync::Mutex<Option<String>>,
+    /// One cursor write at a time, each the newest: the version of the
+    /// round last written.
+    saving: tokio::sync::Mutex<u64>,
 }
 
 /// One region's walk in progress: its place in the round, and what its
@@ -134,7 +135,7 @@ impl<'a> JobRun<'a> {
             warned_unmetered: Cell::new(false),
             lock: None,
             round: RefCell::new(Round::default()),
-            saving: tokio::sync::Mutex::new(None),
+            saving: tokio::sync::Mutex::new(0),
         }
     }
 
@@ -311,12 +312,23 @@ impl<'a> JobRun<'a> {
     }
 
     /// Region `slot` of the round is now at `state`: save the cursor that
-    /// says the whole round (the single writer: one write at a time, each
-    /// computed when its turn comes, so the newest is written last).
+    /// says the whole round. The single writer: one write at a time, each
+    /// of the round as it is when its turn comes, so the newest is written
+    /// last; a state that a later write already carried is not written again.
     async fn save(&self, slot: usize, state: Slot) {
-        self.round.borrow_mut().set(slot, state);
-        let mut last = self.saving.lock().await;
-        let cursor = self.round.borrow().cursor();
+        let version = {
+            let mut round = self.round.borrow_mut();
+            round.set(slot, state);
+            round.version()
+        };
+        let mut saved = self.saving.lock().await;
+        if *saved >= version {
+            return;
+        }
+        let (cursor, now) = {
+            let round = self.round.borrow();
+            (round.cursor(), round.version())
+        };
         let (stored, text) = cursor_text(&cursor, &self.cred.secret);
         if stored.page != cursor.page {
             warn!(
@@ -326,18 +338,16 @@ impl<'a> JobRun<'a> {
             );
         }
         self.report.borrow_mut().resume = Some(stored);
-        if last.as_deref() == Some(text.as_str()) {
+        if let Some(store) = self.store
+            && let Err(e) = store.save_cursor(&self.job.name, &text).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot save the cursor (the next run may redo this page): {e}"
+            );
             return;
         }
-        if let Some(store) = self.store {
-            match store.save_cursor(&self.job.name, &text).await {
-                Ok(()) => *last = Some(text),
-                Err(e) => warn!(
-                    job = self.job.name,
-                    "cannot save the cursor (the next run may redo this page): {e}"
-                ),
-            }
-        }
+        *saved = now;
     }
 
     /// On a terminal, one line that says how far the run is (none under
@@ -522,38 +532,55 @@ impl<'a> JobRun<'a> {
     }
 
     /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has.
-    fn write_page(&self, fill: &Fill<'_>, name: &str, body: &[u8]) -> Result<()> {
-        // An upstream that echoes the key (in a next-page link, say) does
-        // not get it into the page file: masked there like everywhere else.
-        let text = String::from_utf8_lossy(body);
-        let masked = mask(&text, &[fill.secret]);
-        let bytes = if let Cow::Borrowed(_) = masked {
-            body
-        } else {
+    /// under a name no earlier page has. On a blocking thread: its fsyncs
+    /// must not hold up the other regions walked on this task.
+    async fn write_page(&self, fill: &Fill<'_>, name: &str, body: Vec<u8>) -> Result<()> {
+        let mode = file_mode().map_err(Error::Usage)?;
+        let (dir, job, file) = (
+            self.job.output.clone(),
+            self.job.name.clone(),
+            name.to_string(),
+        );
+        let secret = fill.secret.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            // An upstream that echoes the key (in a next-page link, say) does
+            // not get it into the page file: masked there like everywhere else.
+            let text = String::from_utf8_lossy(&body);
+            let masked = match mask(&text, &[&secret]) {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(m) => Some(m.into_bytes()),
+            };
+            let bytes = masked.as_deref().unwrap_or(&body);
+            (write_new(&dir, &job, &file, bytes, mode), masked.is_some())
+        })
+        .await;
+        let (written, masked) = written.unwrap_or_else(|e| {
+            (
+                Err(std::io::Error::other(format!("the writer failed: {e}"))),
+                false,
+            )
+        });
+        if masked {
             warn!(
                 job = self.job.name,
                 "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
             );
-            masked.as_bytes()
-        };
-        let mode = file_mode().map_err(Error::Usage)?;
-        let path =
-            write_new(&self.job.output, &self.job.name, name, bytes, mode).map_err(|source| {
-                let path = self.job.output.join(name);
-                if source.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::PageExists {
-                        job: self.job.name.clone(),
-                        path,
-                    }
-                } else {
-                    Error::Io {
-                        what: "write",
-                        path,
-                        source,
-                    }
+        }
+        let path = written.map_err(|source| {
+            let path = self.job.output.join(name);
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::PageExists {
+                    job: self.job.name.clone(),
+                    path,
                 }
-            })?;
+            } else {
+                Error::Io {
+                    what: "write",
+                    path,
+                    source,
+                }
+            }
+        })?;
         self.report.borrow_mut().pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());

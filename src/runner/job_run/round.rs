@@ -26,6 +26,8 @@ pub(super) struct Round {
     run: u64,
     regions: Vec<String>,
     slots: Vec<Slot>,
+    /// How many times a slot changed: which state a cursor write carried.
+    version: u64,
 }
 
 impl Round {
@@ -48,6 +50,7 @@ impl Round {
             run,
             regions,
             slots,
+            version: 0,
         }
     }
 
@@ -65,6 +68,11 @@ impl Round {
 
     pub(super) fn set(&mut self, slot: usize, state: Slot) {
         self.slots[slot] = state;
+        self.version += 1;
+    }
+
+    pub(super) fn version(&self) -> u64 {
+        self.version
     }
 
     /// The cursor that says this round: the earliest region not served,

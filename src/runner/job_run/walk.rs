@@ -168,8 +168,10 @@ impl JobRun<'_> {
             page,
         }
         .file_name();
-        self.write_page(fill, &name, &body)?;
+        // The values for a fan-out after this step, read before the page
+        // goes to its writer (it is saved with the cursor after the write).
         self.collect_for_next(w, at, page, &body);
+        self.write_page(fill, &name, body).await?;
         Ok(Some(paginate::next(
             step,
             fill,
