@@ -138,6 +138,12 @@ fn a_rejection_stops_sending_and_the_next_run_neither_refetches_nor_skips() {
         write(&d, &store, "        - { limit: 100, per: 1h }", &job);
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
+        // Four regions were under way: the cursor named those after the first.
+        assert!(
+            r.stderr
+                .contains("region(s) after it that an earlier run started or served"),
+            "{r:?}"
+        );
         let seen = up.seen();
         assert_eq!(seen.len(), 18, "{seen:?}");
         assert!(counts(&seen).values().all(|&c| c == 1), "{seen:?}");

@@ -53,8 +53,8 @@ pub(super) struct JobRun<'a> {
     saving: tokio::sync::Mutex<u64>,
 }
 
-/// One region's walk in progress: its place in the round, and what its
-/// pages found for a fan-out step after them.
+/// One region's walk in progress: what its pages found for a fan-out step
+/// after them (each region its own, as regions run side by side).
 struct Walker {
     /// The values the step being walked finds for the next, a fan-out.
     found: fan_out::Found,
@@ -279,35 +279,13 @@ impl<'a> JobRun<'a> {
             source,
         })?;
 
-        let regions: Vec<&str> = if job.regions.is_empty() {
-            vec![""]
-        } else {
-            job.regions.iter().map(String::as_str).collect()
-        };
-        let n = regions.len();
-        let start = cursor.start(&job.regions, job.steps.len());
-        info!(
-            job = job.name,
-            "run {run_number} starts at {}",
-            describe_position(regions[start.index], start.step, start.page)
-        );
-        // The round in its order, slot 0 where the cursor points; the
-        // regions the cursor has ahead of it in their slots.
-        let order = (0..n).map(|i| regions[(start.index + i) % n].to_string());
-        let ahead = cursor
-            .ahead_starts(&job.regions, job.steps.len())
-            .into_iter()
-            .map(|(index, s)| ((index + n - start.index) % n, s))
-            .collect();
-        let first = start.index;
-        let round = Round::new(run_number, order.collect(), start, ahead);
+        let round = self.round_from(&cursor, run_number);
         let resume = Cursor {
             run: cursor.run,
             ..cursor_text(&round.cursor(), &self.cred.secret).0
         };
         self.report.get_mut().resume = Some(resume);
         *self.round.get_mut() = round;
-        debug!(job = job.name, "round from region index {first}");
         self.serve_round(run_number).await
     }
 

@@ -9,13 +9,45 @@
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use super::round::Slot;
-use super::{JobRun, Position, Walk, Walker, fan_out};
+use tracing::info;
+
+use super::round::{Round, Slot};
+use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
 use crate::config::Step;
-use crate::runner::cursor::Start;
+use crate::runner::cursor::{Cursor, Start};
 
 impl JobRun<'_> {
+    /// This run's round: every region once, from the cursor's on, wrapping
+    /// around (slot 0 where the cursor points), the regions the cursor has
+    /// ahead of it in their slots.
+    pub(super) fn round_from(&self, cursor: &Cursor, run: u64) -> Round {
+        let job = self.job;
+        let regions: Vec<&str> = if job.regions.is_empty() {
+            vec![""]
+        } else {
+            job.regions.iter().map(String::as_str).collect()
+        };
+        let n = regions.len();
+        let start = cursor.start(&job.regions, job.steps.len());
+        let order = (0..n).map(|i| regions[(start.index + i) % n].to_string());
+        let ahead: Vec<_> = cursor
+            .ahead_starts(&job.regions, job.steps.len())
+            .into_iter()
+            .map(|(index, s)| ((index + n - start.index) % n, s))
+            .collect();
+        let also = match ahead.len() {
+            0 => String::new(),
+            k => format!(" (and {k} region(s) after it that an earlier run started or served)"),
+        };
+        info!(
+            job = job.name,
+            "run {run} starts at {}{also}",
+            describe_position(regions[start.index], start.step, start.page)
+        );
+        Round::new(run, order.collect(), start, ahead)
+    }
+
     /// Serve the round's regions, up to `concurrency` at once, until all
     /// are served or the run stops. The first error ends the run at once
     /// (the requests in flight are abandoned, their charges kept).
