@@ -18,6 +18,7 @@ mod operator;
 mod operator_metrics;
 mod run_blocks;
 mod run_concurrency;
+mod run_concurrency_within;
 mod run_config;
 mod run_examples;
 mod run_fan_out;

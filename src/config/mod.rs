@@ -10,6 +10,7 @@
 //! merge keys are applied and top-level `x-` blocks dropped. The semantic
 //! checks of [`validate`] turn those into the typed values below.
 
+mod concurrency;
 mod raw;
 mod reset;
 mod secret;
@@ -129,6 +130,8 @@ pub struct Job {
     pub output: PathBuf,
     /// `every DURATION`, for planning.
     pub schedule: Option<Duration>,
+    /// Requests of a run in flight at once (`concurrency`, default 1).
+    pub concurrency: usize,
 }
 
 impl Job {

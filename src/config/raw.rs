@@ -69,6 +69,8 @@ pub(super) struct RawJob {
     pub(super) steps: Vec<RawStep>,
     pub(super) output: String,
     pub(super) schedule: Option<String>,
+    /// Requests in flight at once (see `concurrency.rs`).
+    pub(super) concurrency: Option<Value>,
 }
 
 #[derive(Deserialize)]

@@ -552,6 +552,8 @@ impl Validator<'_> {
                 self.positive_duration(&format!("{at}.schedule"), d)
             })
             .transpose()?;
+        let concurrency = super::concurrency::concurrency(&at, raw.concurrency.as_ref())
+            .map_err(|(field, message)| self.err(field, message))?;
         Ok(Job {
             name,
             credential,
@@ -559,6 +561,7 @@ impl Validator<'_> {
             steps,
             output,
             schedule,
+            concurrency,
         })
     }
 

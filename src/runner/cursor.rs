@@ -30,6 +30,46 @@ pub struct Cursor {
     /// so far hold for it, in order, without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<String>,
+    /// Regions of this round after `region` that a run with requests in
+    /// flight side by side (`concurrency`) had already started or served
+    /// when it stopped: the next run resumes each where it was, so no page
+    /// already written is fetched again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ahead: Vec<Ahead>,
+}
+
+/// A region past the cursor's one, in the round: served (`done`), or where
+/// it resumes (the fields mean what [`Cursor`]'s do).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ahead {
+    pub region: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
+    #[serde(default)]
+    pub step: usize,
+    #[serde(default)]
+    pub page: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<String>,
+}
+
+impl Ahead {
+    /// Where `cursor`'s region resumes, as an entry of another's `ahead`.
+    pub fn of(cursor: &Cursor) -> Self {
+        Self {
+            region: cursor.region.clone(),
+            done: false,
+            step: cursor.step,
+            page: cursor.page,
+            token: cursor.token.clone(),
+            batch: cursor.batch.clone(),
+            found: cursor.found.clone(),
+        }
+    }
 }
 
 impl Cursor {
@@ -68,6 +108,42 @@ impl Cursor {
             None => Start::default(),
         }
     }
+
+    /// The regions of [`Cursor::ahead`] that still apply, by their index
+    /// in `regions`: `None` when served this round, else where each
+    /// resumes. None at all when the cursor's own region is gone (the
+    /// round restarts) or the job has no regions.
+    pub fn ahead_starts(&self, regions: &[String], steps: usize) -> Vec<(usize, Option<Start>)> {
+        if !regions.contains(&self.region) {
+            return Vec::new();
+        }
+        self.ahead
+            .iter()
+            .filter_map(|a| {
+                let index = regions.iter().position(|r| *r == a.region)?;
+                if a.done {
+                    return Some((index, None));
+                }
+                // A step gone from the file restarts the region.
+                let start = if a.step < steps {
+                    Start {
+                        index,
+                        step: a.step,
+                        page: a.page,
+                        token: a.token.clone(),
+                        batch: a.batch.clone(),
+                        found: a.found.clone(),
+                    }
+                } else {
+                    Start {
+                        index,
+                        ..Start::default()
+                    }
+                };
+                Some((index, Some(start)))
+            })
+            .collect()
+    }
 }
 
 /// The first position of a run.
@@ -81,6 +157,22 @@ pub struct Start {
     pub found: Vec<String>,
 }
 
+impl Start {
+    /// This start as a cursor of run `run` at `region`.
+    pub fn at(&self, run: u64, region: &str) -> Cursor {
+        Cursor {
+            run,
+            region: region.to_string(),
+            step: self.step,
+            page: self.page,
+            token: self.token.clone(),
+            batch: self.batch.clone(),
+            found: self.found.clone(),
+            ahead: Vec::new(),
+        }
+    }
+}
+
 /// A cursor as the store keeps it, and its text. A page token that carries
 /// the secret (an upstream that echoes the key in its next-page link) is
 /// kept masked, each occurrence `***` and its byte offsets in `secret_at`,
@@ -89,6 +181,13 @@ pub struct Start {
 /// back exactly: the cursor then points at the start of the step.
 pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
     let mut stored = cursor.clone();
+    // A region ahead whose token carries the secret, in any encoding,
+    // restarts its step rather than put the key in the store.
+    for a in &mut stored.ahead {
+        if a.token.as_ref().is_some_and(|t| redact(t, &[secret]) != *t) {
+            (a.page, a.token) = (0, None);
+        }
+    }
     let mut offsets = Vec::new();
     if let Some(token) = &cursor.token
         && !secret.expose().is_empty()
@@ -227,5 +326,46 @@ mod tests {
         let (stored, text) = cursor_text(&encoded, &secret);
         assert_eq!((stored.page, stored.token), (0, None));
         assert!(!text.contains("K%33y"), "{text}");
+    }
+
+    #[test]
+    fn regions_ahead_come_back_by_index_and_never_carry_the_secret() {
+        let secret = Secret::new("K3y".into());
+        let ahead = |region: &str, done: bool, token: Option<&str>| Ahead {
+            region: region.into(),
+            done,
+            page: u32::from(token.is_some()),
+            token: token.map(String::from),
+            ..Ahead::default()
+        };
+        let cursor = Cursor {
+            region: "GB".into(),
+            ahead: vec![
+                ahead("DE", true, None),
+                ahead("US", false, Some("next?key=K3y")),
+                ahead("FR", false, Some("CAUQ1")),
+            ],
+            ..Cursor::default()
+        };
+        let (stored, text) = cursor_text(&cursor, &secret);
+        assert!(!text.contains("K3y"), "{text}");
+        assert_eq!(
+            (stored.ahead[1].page, stored.ahead[1].token.as_ref()),
+            (0, None)
+        );
+        let back = read_cursor(&text, &secret).unwrap();
+        let starts = back.ahead_starts(&regions(), 1);
+        let got: Vec<_> = starts
+            .iter()
+            .map(|(i, s)| (*i, s.as_ref().map(|s| (s.page, s.token.as_deref()))))
+            .collect();
+        // FR is no longer a region; DE served; US restarts its step.
+        assert_eq!(got, [(2, None), (0, Some((0, None)))]);
+        // The cursor's own region gone: the round restarts, nothing ahead.
+        let gone = Cursor {
+            region: "IT".into(),
+            ..back
+        };
+        assert!(gone.ahead_starts(&regions(), 1).is_empty());
     }
 }

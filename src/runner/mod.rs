@@ -6,8 +6,13 @@
 //! a busy lock or a stop signal ends the run cleanly (exit 75), with the
 //! cursor saved so the next timer tick resumes exactly there.
 //!
+//! With `concurrency: N` up to N regions are walked side by side, each
+//! region's pages still in that order, and the cursor says where every
+//! region of the round is.
+//!
 //! Rooms: [`job_run`] (one run in progress: the region loop, charge, call,
-//! write; fan-out steps, `for_each`, in its `fan_out`), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
+//! write; fan-out steps, `for_each`, in its `fan_out`; regions side by side
+//! in its `regions`, the round the cursor says in its `round`), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
 //! [`cursor`] (where a job resumes, kept without the secret), [`output`]
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
 //! [`page_scan`] (what a page says of the next, without building it),

@@ -36,6 +36,9 @@ pub struct Seen {
     /// The request's body, when it was JSON (the paths of `apis.rs` only).
     #[serde(default)]
     pub body: Option<serde_json::Value>,
+    /// Requests in flight when it was logged, itself included.
+    #[serde(default)]
+    pub in_flight: u64,
 }
 
 /// The YouTube stand-in (`quota-standin`) on a free loopback port, logging

@@ -4,6 +4,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -69,6 +70,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         body.extend_from_slice(&chunk[..n]);
     }
     body.truncate(length);
+    let _counted = InFlight::count(state);
     let request = youtube::Request {
         method,
         target,
@@ -108,6 +110,23 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     out.push_str(&body);
     stream.write_all(out.as_bytes()).await?;
     stream.shutdown().await
+}
+
+/// One request in flight, counted in [`State::in_flight`] from when it was
+/// read until its answer is sent (or the connection drops).
+struct InFlight<'s>(&'s State);
+
+impl<'s> InFlight<'s> {
+    fn count(state: &'s State) -> Self {
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A 200 whose JSON body never ends: 64 KiB every 1.5 ms (about 40 MiB/s),

@@ -42,6 +42,9 @@ pub struct State {
     log: Option<Mutex<std::fs::File>>,
     /// The upstreams' own counters for the example jobs.
     pub counters: crate::examples::Counters,
+    /// Requests read and not yet answered in full: each log line says how
+    /// many, so a test sees how many a client had in flight at once.
+    pub in_flight: std::sync::atomic::AtomicU64,
 }
 
 impl State {
@@ -63,6 +66,7 @@ impl State {
             spent: Mutex::new(HashMap::new()),
             requests: Mutex::new(0),
             log,
+            in_flight: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -180,8 +184,12 @@ fn log(
 
 /// Append one JSON line to the request log, if there is one: one write per
 /// line, so a reader never sees half of one.
-pub fn write_log(state: &State, line: serde_json::Value) {
+pub fn write_log(state: &State, mut line: serde_json::Value) {
     let Some(log) = &state.log else { return };
+    let in_flight = state.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+    if let Some(fields) = line.as_object_mut() {
+        fields.insert("in_flight".into(), in_flight.into());
+    }
     let mut f = log.lock().unwrap();
     let _ = f.write_all(format!("{line}\n").as_bytes());
 }

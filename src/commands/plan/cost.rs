@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use super::model::NextRun;
 use crate::config::Job;
 use crate::ledger::{Pool, PoolCost, Window};
-use crate::runner::cursor::Cursor;
+use crate::runner::cursor::{Cursor, Start};
 
 /// What remains now, per (pool, window index): the credential's jobs spend
 /// it in turn, so each job's next run sees what the earlier ones left.
@@ -43,29 +43,40 @@ pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
         .unwrap_or(0)
 }
 
-/// Walk the next run page by page from the job's cursor, spending from
-/// `remaining`, until it ends or a page would not fit.
+/// Walk the next run page by page from the job's cursor (and the regions
+/// it has ahead of it, which a run with `concurrency` left started or
+/// served), spending from `remaining`, until it ends or a page would not fit.
 pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -> NextRun {
     let regions: Vec<&str> = if job.regions.is_empty() {
         vec![""]
     } else {
         job.regions.iter().map(String::as_str).collect()
     };
-    let start = cursor
-        .cloned()
-        .unwrap_or_default()
-        .start(&job.regions, job.steps.len());
+    let cursor = cursor.cloned().unwrap_or_default();
+    let start = cursor.start(&job.regions, job.steps.len());
+    let ahead: BTreeMap<usize, Option<Start>> = cursor
+        .ahead_starts(&job.regions, job.steps.len())
+        .into_iter()
+        .collect();
     let n = regions.len();
     let mut calls = 0;
     for i in 0..n {
-        let region = regions[(start.index + i) % n];
-        let first_step = if i == 0 { start.step } else { 0 };
+        let index = (start.index + i) % n;
+        let region = regions[index];
+        // Where this region starts: the cursor's, one ahead, or its first page.
+        let from = match (i, ahead.get(&index)) {
+            (0, _) => Some(&start),
+            (_, Some(None)) => continue,
+            (_, Some(Some(s))) => Some(s),
+            (_, None) => None,
+        };
+        let first_step = from.map_or(0, |f| f.step);
         for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-            let at_cursor = i == 0 && s == start.step;
-            let first_page = if at_cursor { start.page } else { 0 };
+            let at_cursor = from.filter(|f| f.step == s);
+            let first_page = at_cursor.map_or(0, |f| f.page);
             // A fan-out the cursor is inside of knows its values left.
-            let last = match (&step.for_each, &start.batch) {
-                (Some(f), Some(left)) if at_cursor => {
+            let last = match (&step.for_each, at_cursor.and_then(|f| f.batch.as_ref())) {
+                (Some(f), Some(left)) => {
                     u64::from(first_page) + (left.len() as u64).div_ceil(u64::from(f.batch))
                 }
                 _ => step.max_requests(),
@@ -294,6 +305,36 @@ jobs:
         let mut left = remaining(&[("units", &[90, 30]), ("search", &[10])]);
         let fits = NextRun::Fits { calls: 4 };
         assert_eq!(next_run(job(&c, "mixed"), Some(&cursor), &mut left), fits);
+    }
+
+    #[test]
+    fn regions_ahead_of_the_cursor_are_not_counted_again() {
+        use crate::runner::cursor::Ahead;
+        let c = config();
+        let trending = job(&c, "trending");
+        let ahead = |done: bool, page: u32| Ahead {
+            region: "DE".into(),
+            done,
+            page,
+            token: (page > 0).then(|| "CAUQ2".to_string()),
+            ..Ahead::default()
+        };
+        let cursor = |a: Ahead| Cursor {
+            run: 4,
+            region: "GB".into(),
+            page: 1,
+            token: Some("CAUQ1".into()),
+            ahead: vec![a],
+            ..Cursor::default()
+        };
+        // GB pages 1 and 2, DE served, then US: 5 calls, not 8.
+        let mut left = remaining(&[("units", &[90, 30])]);
+        let run = next_run(trending, Some(&cursor(ahead(true, 0))), &mut left);
+        assert_eq!(run, NextRun::Fits { calls: 5 });
+        // DE from its page 2: 6.
+        let mut left = remaining(&[("units", &[90, 30])]);
+        let run = next_run(trending, Some(&cursor(ahead(false, 2))), &mut left);
+        assert_eq!(run, NextRun::Fits { calls: 6 });
     }
 
     #[test]

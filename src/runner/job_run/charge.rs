@@ -18,7 +18,7 @@ use crate::{Error, Result};
 
 impl JobRun<'_> {
     /// Charge one attempt of `step` before it is sent.
-    pub(super) async fn charge(&mut self, step: &Step) -> Result<Charged> {
+    pub(super) async fn charge(&self, step: &Step) -> Result<Charged> {
         let Some(store) = self.store else {
             self.count_unmetered(step, "the store was unreachable when the run started");
             return Ok(Charged::Go {
@@ -41,8 +41,8 @@ impl JobRun<'_> {
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {
-            self.last_serial = Some((d.serial(), d.at()));
-            if !self.history_checked {
+            self.last_serial.set(Some((d.serial(), d.at())));
+            if !self.history_checked.get() {
                 self.check_history();
             }
         }
@@ -57,8 +57,9 @@ impl JobRun<'_> {
                 if let Some(w) = observed {
                     self.observed(step, &w);
                 }
+                let mut report = self.report.borrow_mut();
                 for c in &step.cost {
-                    *self.report.units.entry(c.pool.name.clone()).or_default() += c.units;
+                    *report.units.entry(c.pool.name.clone()).or_default() += c.units;
                 }
                 Ok(Charged::Go {
                     at: Some(at),
@@ -126,7 +127,7 @@ impl JobRun<'_> {
     /// The most charges this host has seen the credential reach: this run's
     /// latest decision, else the history.
     fn seen_serial(&self) -> u64 {
-        match (self.last_serial, self.store) {
+        match (self.last_serial.get(), self.store) {
             (Some((serial, _)), _) => serial,
             (None, Some(store)) => self
                 .ctx
@@ -140,8 +141,8 @@ impl JobRun<'_> {
 
     /// Observe mode: a call the ledger would have stopped, recorded and
     /// sent all the same.
-    fn observed(&mut self, step: &Step, w: &WouldRefuse) {
-        self.report.observed_rejections += 1;
+    fn observed(&self, step: &Step, w: &WouldRefuse) {
+        self.report.borrow_mut().observed_rejections += 1;
         let why = match w.per {
             Some(per) => format!(
                 "the {} window of pool {} is full",
@@ -158,22 +159,22 @@ impl JobRun<'_> {
         );
     }
 
-    fn count_unmetered(&mut self, step: &Step, why: &str) {
-        self.report.unmetered += 1;
-        if !self.warned_unmetered {
+    fn count_unmetered(&self, step: &Step, why: &str) {
+        self.report.borrow_mut().unmetered += 1;
+        if !self.warned_unmetered.get() {
             warn!(
                 job = self.job.name,
                 "UNMETERED: {why}; endpoint {} is fail_open, so requests go out without a charge",
                 step.endpoint
             );
-            self.warned_unmetered = true;
+            self.warned_unmetered.set(true);
         }
     }
 
     /// The upstream said its own quota is spent: block the credential in
     /// the store (so every host stops) until it is back, and stop the run.
     pub(super) async fn upstream_exhausted(
-        &mut self,
+        &self,
         status: u16,
         reason: String,
         retry_after: Option<Duration>,

@@ -23,10 +23,10 @@ use std::collections::{HashSet, VecDeque};
 
 use tracing::warn;
 
-use super::{JobRun, Position, Walk, describe_position};
+use super::round::Slot;
+use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::{Fill, ForEach, Step, redact};
-use crate::runner::cursor::Cursor;
 
 /// The values found so far for a fan-out step, in order, each once.
 #[derive(Default)]
@@ -103,7 +103,13 @@ impl JobRun<'_> {
     /// could not go in a header) or carries the secret (it would reach
     /// the store) is left out, and so are those past the step's
     /// `max_values`; the run says how many.
-    pub(super) fn collect_for_next(&mut self, at: &Position<'_>, page: u32, body: &[u8]) {
+    pub(super) fn collect_for_next(
+        &self,
+        w: &mut Walker,
+        at: &Position<'_>,
+        page: u32,
+        body: &[u8],
+    ) {
         let Some(f) = self
             .job
             .steps
@@ -123,23 +129,23 @@ impl JobRun<'_> {
                 return;
             }
         };
-        let before = self.found.left_out;
+        let before = w.found.left_out;
         for v in values {
             let usable = !v.is_empty()
                 && !v.chars().any(char::is_control)
                 && redact(&v, &[&self.cred.secret]) == v;
             if !usable {
-                self.found.left_out += 1;
-            } else if !self.found.seen.contains(&v) {
-                if self.found.values.len() as u64 >= f.max_values {
-                    self.found.left_out += 1;
+                w.found.left_out += 1;
+            } else if !w.found.seen.contains(&v) {
+                if w.found.values.len() as u64 >= f.max_values {
+                    w.found.left_out += 1;
                 } else {
-                    self.found.seen.insert(v.clone());
-                    self.found.values.push(v);
+                    w.found.seen.insert(v.clone());
+                    w.found.values.push(v);
                 }
             }
         }
-        let left_out = self.found.left_out - before;
+        let left_out = w.found.left_out - before;
         if left_out > 0 {
             warn!(
                 job = self.job.name,
@@ -155,20 +161,20 @@ impl JobRun<'_> {
 
     /// Where the next run starts once step `at.step` of `at.region` is
     /// done: the next step (with the values found for it, if it fans out)
-    /// or the next region. The values also become this run's
-    /// [`JobRun::pending`].
-    pub(super) fn after_step(&mut self, at: &Position<'_>) -> Cursor {
-        let values = self.found.take();
+    /// or, after the last step, the region served. The values also become
+    /// the walk's [`Walker::pending`].
+    pub(super) fn after_step(&self, w: &mut Walker, at: &Position<'_>) -> Slot {
+        let values = w.found.take();
         match self.job.steps.get(at.step + 1) {
             Some(next) => {
                 let mut c = at.cursor(at.region, at.step + 1, 0, None);
                 if next.for_each.is_some() {
                     c.batch = Some(values.clone());
-                    self.pending = Some(values);
+                    w.pending = Some(values);
                 }
-                c
+                Slot::At(c)
             }
-            None => at.cursor(at.next_region, 0, 0, None),
+            None => Slot::Done,
         }
     }
 
@@ -177,7 +183,8 @@ impl JobRun<'_> {
     /// kept none), the first one numbered `page`, the cursor saved after
     /// each.
     pub(super) async fn fan_out(
-        &mut self,
+        &self,
+        w: &mut Walker,
         step: &Step,
         at: &Position<'_>,
         mut page: u32,
@@ -212,7 +219,7 @@ impl JobRun<'_> {
                 batch: &joined,
             };
             if self
-                .fetch_page(step, &fill, None, at, page)
+                .fetch_page(w, step, &fill, None, at, page)
                 .await?
                 .is_none()
             {
@@ -224,12 +231,12 @@ impl JobRun<'_> {
             if !pending.is_empty() {
                 let mut resume = at.cursor(at.region, at.step, page, None);
                 resume.batch = Some(pending.iter().cloned().collect());
-                resume.found = self.found.values().to_vec();
-                self.save_cursor(&resume).await;
+                resume.found = w.found.values().to_vec();
+                self.save(at.slot, Slot::At(resume)).await;
             }
         }
-        let resume = self.after_step(at);
-        self.save_cursor(&resume).await;
+        let resume = self.after_step(w, at);
+        self.save(at.slot, resume).await;
         Ok(Walk::Done)
     }
 }

@@ -1,22 +1,24 @@
 //! [`JobRun`]: the state of one run of a job in progress, and its loop:
 //! every region once, from the cursor on, wrapping around; per page, charge
-//! → call → write → save the cursor.
+//! → call → write → save the cursor. Up to `concurrency` regions are walked
+//! side by side on this one task (`regions.rs`), so the state they share
+//! lives in cells, never borrowed across an await.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use tracing::{debug, error, info, warn};
 
-use super::cursor::{Cursor, Start, cursor_text, read_cursor};
+use self::round::{Round, Slot};
+use super::cursor::{Cursor, cursor_text, read_cursor};
 use super::lock::RunLock;
-use super::output::{self, PageName};
+use super::output;
 use super::page_scan::Found;
-use super::paginate::{self, Next};
 use super::upstream::{self, Answer, Reported};
 use super::{JobReport, RunContext, Stop};
 use crate::atomic_file::{file_mode, write_new};
-use crate::config::{Credential, Fill, Job, PageKind, Step, StorePolicy, mask, redact};
+use crate::config::{Credential, Fill, Job, Step, StorePolicy, mask, redact};
 use crate::error::FailClosed;
 use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, StoreError};
 use crate::timefmt::local_datetime;
@@ -24,23 +26,36 @@ use crate::{Error, Result};
 
 mod charge;
 mod fan_out;
+mod regions;
+mod round;
 mod settle;
+mod walk;
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
     ctx: &'a RunContext<'a>,
     job: &'a Job,
     cred: &'a Credential,
-    report: JobReport,
+    report: RefCell<JobReport>,
     /// `None` when the run goes unmetered (store unreachable, every endpoint fail_open).
     store: Option<&'a Store>,
     /// The credential's charge serial and time of the latest decision.
-    last_serial: Option<(u64, Micros)>,
+    last_serial: Cell<Option<(u64, Micros)>>,
     /// Whether this run compared the serial with the history yet.
-    history_checked: bool,
-    warned_unmetered: bool,
+    history_checked: Cell<bool>,
+    warned_unmetered: Cell<bool>,
     /// The run lock, while this run holds it.
     lock: Option<RunLock>,
+    /// Where each region of the round is: what the cursor says.
+    round: RefCell<Round>,
+    /// One cursor write at a time, each the newest: the version of the
+    /// round last written.
+    saving: tokio::sync::Mutex<u64>,
+}
+
+/// One region's walk in progress: what its pages found for a fan-out step
+/// after them (each region its own, as regions run side by side).
+struct Walker {
     /// The values the step being walked finds for the next, a fan-out.
     found: fan_out::Found,
     /// The values a fan-out step about to start has to send.
@@ -50,10 +65,10 @@ pub(super) struct JobRun<'a> {
 /// A page's body, what it holds at the pagination's pointer, its `Link`.
 type PageAnswer = (Vec<u8>, Option<Found>, Option<String>);
 
-/// Where a walk is: its region (and the one after it), step and run.
+/// Where a walk is: its region (and its place in the round), step and run.
 struct Position<'r> {
     region: &'r str,
-    next_region: &'r str,
+    slot: usize,
     step: usize,
     run: u64,
 }
@@ -99,7 +114,7 @@ impl<'a> JobRun<'a> {
             ctx,
             job,
             cred: ctx.config.credential(job),
-            report: JobReport {
+            report: RefCell::new(JobReport {
                 job: job.name.clone(),
                 stop: None,
                 calls: 0,
@@ -116,14 +131,14 @@ impl<'a> JobRun<'a> {
                 regions_total: job.regions.len().max(1),
                 pages: 0,
                 resume: None,
-            },
+            }),
             store: None,
-            last_serial: None,
-            history_checked: false,
-            warned_unmetered: false,
+            last_serial: Cell::new(None),
+            history_checked: Cell::new(false),
+            warned_unmetered: Cell::new(false),
             lock: None,
-            found: fan_out::Found::default(),
-            pending: None,
+            round: RefCell::new(Round::default()),
+            saving: tokio::sync::Mutex::new(0),
         }
     }
 
@@ -134,11 +149,11 @@ impl<'a> JobRun<'a> {
     }
 
     /// Another run holds the lock: this one stops before it starts.
-    pub(super) fn busy(mut self, busy: LockOutcome) -> JobReport {
+    pub(super) fn busy(self, busy: LockOutcome) -> JobReport {
         if let LockOutcome::Busy { holder, expires_in } = busy {
             self.stop(Stop::LockBusy { holder, expires_in });
         }
-        self.report
+        self.report.into_inner()
     }
 
     /// After the region loop: clear the progress line, update the history,
@@ -149,15 +164,15 @@ impl<'a> JobRun<'a> {
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }
-        served.map(|()| self.report)
+        served.map(|()| self.report.into_inner())
     }
 
     /// Compare the credential's charge serial, from the latest decision,
     /// with what this host saw before: a store that forgot the log is
     /// reported loudly at the run's first decision (before its request goes
     /// out); later calls only keep the history up to date.
-    fn check_history(&mut self) {
-        let Some((serial, now)) = self.last_serial else {
+    fn check_history(&self) {
+        let Some((serial, now)) = self.last_serial.get() else {
             return;
         };
         let Some(store) = self.store else {
@@ -168,7 +183,7 @@ impl<'a> JobRun<'a> {
         let key = store.identity(&self.ctx.store_id);
         let lost = history.check(&key, &self.cred.name, serial, now, keep);
         history.save();
-        let first = !std::mem::replace(&mut self.history_checked, true);
+        let first = !self.history_checked.replace(true);
         if let (Some(l), true) = (lost, first) {
             error!(
                 job = self.job.name,
@@ -208,7 +223,7 @@ impl<'a> JobRun<'a> {
             "UNMETERED RUN: the store {} is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region",
             self.ctx.store_id
         );
-        self.warned_unmetered = true;
+        self.warned_unmetered.set(true);
         Ok(())
     }
 
@@ -267,200 +282,35 @@ impl<'a> JobRun<'a> {
             source,
         })?;
 
-        let regions: Vec<&str> = if job.regions.is_empty() {
-            vec![""]
-        } else {
-            job.regions.iter().map(String::as_str).collect()
-        };
-        let n = regions.len();
-        let start = cursor.start(&job.regions, job.steps.len());
-        info!(
-            job = job.name,
-            "run {run_number} starts at {}",
-            describe_position(regions[start.index], start.step, start.page)
-        );
-        self.report.resume = Some(Cursor {
+        let round = self.round_from(&cursor, run_number);
+        let resume = Cursor {
             run: cursor.run,
-            region: regions[start.index].to_string(),
-            step: start.step,
-            page: start.page,
-            token: start.token.clone(),
-            batch: start.batch.clone(),
-            found: start.found.clone(),
-        });
-
-        for i in 0..n {
-            let index = (start.index + i) % n;
-            let region = regions[index];
-            let first = i == 0;
-            let first_step = if first { start.step } else { 0 };
-            let mut refused = false;
-            for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-                let at = Position {
-                    region,
-                    next_region: regions[(index + 1) % n],
-                    step: s,
-                    run: run_number,
-                };
-                let resumed = (first && s == start.step).then_some(&start);
-                match self.serve_step(step, &at, resumed).await? {
-                    Walk::Done => {}
-                    // Stopped: the cursor already points at this page.
-                    Walk::Stopped => return Ok(()),
-                    Walk::Refused => {
-                        refused = true;
-                        break;
-                    }
-                }
-            }
-            if refused {
-                self.report.failed_regions.push(region.to_string());
-            } else {
-                self.report.regions_done += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// One step of one region, from its first page, or from the cursor's
-    /// (`resumed`): a walk of its pages, or a fan-out over the values the
-    /// step before it found.
-    async fn serve_step(
-        &mut self,
-        step: &Step,
-        at: &Position<'_>,
-        resumed: Option<&Start>,
-    ) -> Result<Walk> {
-        // What the pages written before the cursor found for the next step.
-        self.found
-            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
-        let page = resumed.map_or(0, |s| s.page);
-        if step.for_each.is_some() {
-            let pending = match resumed {
-                Some(s) => s.batch.clone(),
-                None => self.pending.take(),
-            };
-            self.fan_out(step, at, page, pending).await
-        } else {
-            let token = resumed.and_then(|s| s.token.clone());
-            self.walk(step, at, page, token).await
-        }
-    }
-
-    /// Whether a walk can start at `page` with the cursor's `token`: one
-    /// that does not fit the step's pagination (see
-    /// [`paginate::token_fits`]) restarts the step, with a warning.
-    fn resumable(&self, step: &Step, at: &Position<'_>, page: u32, token: Option<&str>) -> bool {
-        let Some(t) = token else { return true };
-        let fill = Fill {
-            region: at.region,
-            secret: &self.cred.secret,
-            job: &self.job.name,
-            step: at.step,
-            page,
-            batch: "",
+            ..cursor_text(&round.cursor(), &self.cred.secret).0
         };
-        let fits = paginate::token_fits(step, &fill, t);
-        if !fits {
-            warn!(
-                job = self.job.name,
-                "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
-                describe_position(at.region, at.step, page)
-            );
-        }
-        fits
+        self.report.get_mut().resume = Some(resume);
+        *self.round.get_mut() = round;
+        self.serve_round(run_number).await
     }
 
-    /// One step's pages for one region, from `page` (whose token is
-    /// `token`) on, the cursor saved after each.
-    async fn walk(
-        &mut self,
-        step: &Step,
-        at: &Position<'_>,
-        mut page: u32,
-        mut token: Option<String>,
-    ) -> Result<Walk> {
-        let job = self.job;
-        if !self.resumable(step, at, page, token.as_deref()) {
-            (page, token) = (0, None);
-            self.found.reset(Vec::new());
+    /// Region `slot` of the round is now at `state`: save the cursor that
+    /// says the whole round. The single writer: one write at a time, each
+    /// of the round as it is when its turn comes, so the newest is written
+    /// last; a state that a later write already carried is not written again.
+    async fn save(&self, slot: usize, state: Slot) {
+        let version = {
+            let mut round = self.round.borrow_mut();
+            round.set(slot, state);
+            round.version()
+        };
+        let mut saved = self.saving.lock().await;
+        if *saved >= version {
+            return;
         }
-        // The tokens this walk has followed: an upstream that hands one
-        // out again is going in circles.
-        let mut walked: HashSet<String> = token.iter().cloned().collect();
-        loop {
-            let fill = Fill {
-                region: at.region,
-                secret: &self.cred.secret,
-                job: &job.name,
-                step: at.step,
-                page,
-                batch: "",
-            };
-            let Some(next) = self
-                .fetch_page(step, &fill, token.as_deref(), at, page)
-                .await?
-            else {
-                return Ok(Walk::Stopped);
-            };
-            let here = describe_position(at.region, at.step, page);
-            let next = match next {
-                Next::Follow(_) if step.max_pages() <= page + 1 => None,
-                Next::Follow(t) if !walked.insert(t.clone()) => {
-                    let masked = redact(&t, &[&self.cred.secret]);
-                    let mut shown: String = masked.chars().take(80).collect();
-                    if shown.len() < masked.len() {
-                        shown.push('…');
-                    }
-                    let what = match step.paginate.as_ref().map(|p| &p.kind) {
-                        Some(PageKind::Link | PageKind::NextUrl { .. }) => "URL",
-                        _ => "token",
-                    };
-                    warn!(
-                        job = job.name,
-                        "{here}: the next page {what} ({shown:?}) repeats one this walk already followed: \
-                         the upstream is going in circles, so the walk ends here and the run moves on"
-                    );
-                    None
-                }
-                Next::Follow(t) => Some(t),
-                Next::End(note) => {
-                    if let Some(note) = note {
-                        warn!(job = job.name, "{here}: {note}");
-                    }
-                    None
-                }
-                Next::Refused(why) => {
-                    error!(
-                        job = job.name,
-                        "{here}: {why}; the region ends here, the others go on"
-                    );
-                    let resume = at.cursor(at.next_region, 0, 0, None);
-                    self.save_cursor(&resume).await;
-                    return Ok(Walk::Refused);
-                }
-            };
-            // Where the next run starts if this one stops now.
-            let resume = match next {
-                Some(t) => Cursor {
-                    found: self.found.values().to_vec(),
-                    ..at.cursor(at.region, at.step, page + 1, Some(t))
-                },
-                None => self.after_step(at),
-            };
-            self.save_cursor(&resume).await;
-            match resume.token {
-                Some(t) if resume.step == at.step && resume.region == at.region => {
-                    page += 1;
-                    token = Some(t);
-                }
-                _ => return Ok(Walk::Done),
-            }
-        }
-    }
-
-    async fn save_cursor(&mut self, cursor: &Cursor) {
-        let (stored, text) = cursor_text(cursor, &self.cred.secret);
+        let (cursor, now) = {
+            let round = self.round.borrow();
+            (round.cursor(), round.version())
+        };
+        let (stored, text) = cursor_text(&cursor, &self.cred.secret);
         if stored.page != cursor.page {
             warn!(
                 job = self.job.name,
@@ -468,7 +318,7 @@ impl<'a> JobRun<'a> {
                  the cursor keeps the start of this step instead (a stop before the step ends redoes its pages)"
             );
         }
-        self.report.resume = Some(stored);
+        self.report.borrow_mut().resume = Some(stored);
         if let Some(store) = self.store
             && let Err(e) = store.save_cursor(&self.job.name, &text).await
         {
@@ -476,7 +326,9 @@ impl<'a> JobRun<'a> {
                 job = self.job.name,
                 "cannot save the cursor (the next run may redo this page): {e}"
             );
+            return;
         }
+        *saved = now;
     }
 
     /// On a terminal, one line that says how far the run is (none under
@@ -485,7 +337,7 @@ impl<'a> JobRun<'a> {
         if !self.ctx.progress {
             return;
         }
-        let r = &self.report;
+        let r = self.report.borrow();
         let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
         eprint!(
             "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
@@ -498,55 +350,29 @@ impl<'a> JobRun<'a> {
     }
 
     fn clear_progress(&self) {
-        if self.ctx.progress && self.report.pages > 0 {
+        if self.ctx.progress && self.report.borrow().pages > 0 {
             eprint!("\r\x1b[2K");
         }
     }
 
-    fn stop(&mut self, stop: Stop) {
-        self.report.stop = Some(stop);
+    /// Stop the run (the first reason stays): no request is sent after
+    /// it; those in flight finish.
+    fn stop(&self, stop: Stop) {
+        let mut report = self.report.borrow_mut();
+        if report.stop.is_none() {
+            report.stop = Some(stop);
+        }
     }
 
-    /// Charge, call (retrying transient failures, each attempt charged) and
-    /// write one page; what it says of the next. `None` when the run
-    /// stopped cleanly instead.
-    async fn fetch_page(
-        &mut self,
-        step: &Step,
-        fill: &Fill<'_>,
-        token: Option<&str>,
-        at: &Position<'_>,
-        page: u32,
-    ) -> Result<Option<Next>> {
-        let url = paginate::page_url(step, fill, token)?;
-        let Some((body, found, link)) = self.request_page(step, fill, &url).await? else {
-            return Ok(None);
-        };
-        let name = PageName {
-            job: &self.job.name,
-            run: at.run,
-            region: at.region,
-            step: at.step,
-            page,
-        }
-        .file_name();
-        self.write_page(fill, &name, &body)?;
-        self.collect_for_next(at, page, &body);
-        Ok(Some(paginate::next(
-            step,
-            fill,
-            &url,
-            token,
-            found,
-            link.as_deref(),
-        )))
+    fn stopping(&self) -> bool {
+        self.report.borrow().stop.is_some()
     }
 
     /// Charge and send the page's request until it answers with a page
     /// (its body and next-page token): retries and same-origin redirects
     /// are charged like any call. `None` when the run stopped cleanly.
     async fn request_page(
-        &mut self,
+        &self,
         step: &Step,
         fill: &Fill<'_>,
         url: &reqwest::Url,
@@ -558,6 +384,9 @@ impl<'a> JobRun<'a> {
         // target (each hop charged like any call), and how many hops led there.
         let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
         loop {
+            if self.stopping() {
+                return Ok(None);
+            }
             if self.ctx.shutdown.is_set() {
                 self.stop(Stop::Signal);
                 return Ok(None);
@@ -587,7 +416,7 @@ impl<'a> JobRun<'a> {
                 }
             };
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
-            self.report.calls += 1;
+            self.report.borrow_mut().calls += 1;
             let mut reported = Reported::default();
             let answer = tokio::select! {
                 a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut reported) => a,
@@ -689,39 +518,56 @@ impl<'a> JobRun<'a> {
     }
 
     /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has.
-    fn write_page(&mut self, fill: &Fill<'_>, name: &str, body: &[u8]) -> Result<()> {
-        // An upstream that echoes the key (in a next-page link, say) does
-        // not get it into the page file: masked there like everywhere else.
-        let text = String::from_utf8_lossy(body);
-        let masked = mask(&text, &[fill.secret]);
-        let bytes = if let Cow::Borrowed(_) = masked {
-            body
-        } else {
+    /// under a name no earlier page has. On a blocking thread: its fsyncs
+    /// must not hold up the other regions walked on this task.
+    async fn write_page(&self, fill: &Fill<'_>, name: &str, body: Vec<u8>) -> Result<()> {
+        let mode = file_mode().map_err(Error::Usage)?;
+        let (dir, job, file) = (
+            self.job.output.clone(),
+            self.job.name.clone(),
+            name.to_string(),
+        );
+        let secret = fill.secret.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            // An upstream that echoes the key (in a next-page link, say) does
+            // not get it into the page file: masked there like everywhere else.
+            let text = String::from_utf8_lossy(&body);
+            let masked = match mask(&text, &[&secret]) {
+                Cow::Borrowed(_) => None,
+                Cow::Owned(m) => Some(m.into_bytes()),
+            };
+            let bytes = masked.as_deref().unwrap_or(&body);
+            (write_new(&dir, &job, &file, bytes, mode), masked.is_some())
+        })
+        .await;
+        let (written, masked) = written.unwrap_or_else(|e| {
+            (
+                Err(std::io::Error::other(format!("the writer failed: {e}"))),
+                false,
+            )
+        });
+        if masked {
             warn!(
                 job = self.job.name,
                 "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
             );
-            masked.as_bytes()
-        };
-        let mode = file_mode().map_err(Error::Usage)?;
-        let path =
-            write_new(&self.job.output, &self.job.name, name, bytes, mode).map_err(|source| {
-                let path = self.job.output.join(name);
-                if source.kind() == std::io::ErrorKind::AlreadyExists {
-                    Error::PageExists {
-                        job: self.job.name.clone(),
-                        path,
-                    }
-                } else {
-                    Error::Io {
-                        what: "write",
-                        path,
-                        source,
-                    }
+        }
+        let path = written.map_err(|source| {
+            let path = self.job.output.join(name);
+            if source.kind() == std::io::ErrorKind::AlreadyExists {
+                Error::PageExists {
+                    job: self.job.name.clone(),
+                    path,
                 }
-            })?;
-        self.report.pages += 1;
+            } else {
+                Error::Io {
+                    what: "write",
+                    path,
+                    source,
+                }
+            }
+        })?;
+        self.report.borrow_mut().pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(())

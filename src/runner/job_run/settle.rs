@@ -17,7 +17,7 @@ use crate::timefmt::local_datetime;
 impl JobRun<'_> {
     /// Settle the step's estimated costs of the call `receipt` names to the
     /// `actuals` its response gave (none: no response came).
-    pub(super) async fn settle(&mut self, step: &Step, receipt: &Receipt, actuals: &[Actual]) {
+    pub(super) async fn settle(&self, step: &Step, receipt: &Receipt, actuals: &[Actual]) {
         let Some(store) = self.store else { return };
         for (k, spec) in step.settle.iter().enumerate() {
             let actual = match actuals.get(k) {
@@ -72,20 +72,21 @@ impl JobRun<'_> {
                     continue;
                 }
             };
-            let units = self.report.units.entry(spec.pool.clone()).or_default();
+            let mut report = self.report.borrow_mut();
+            let units = report.units.entry(spec.pool.clone()).or_default();
             *units = (*units + spent).saturating_sub(spec.estimate);
         }
     }
 
     /// Every settled cost of `step` keeps its estimate, for `why`.
-    pub(super) fn keep_estimates(&mut self, step: &Step, why: &str) {
+    pub(super) fn keep_estimates(&self, step: &Step, why: &str) {
         for spec in &step.settle {
             self.keep_estimate(step, &spec.pool, spec.estimate, why);
         }
     }
 
-    fn keep_estimate(&mut self, step: &Step, pool: &str, estimate: u64, why: &str) {
-        self.report.estimates_kept += 1;
+    fn keep_estimate(&self, step: &Step, pool: &str, estimate: u64, why: &str) {
+        self.report.borrow_mut().estimates_kept += 1;
         warn!(
             job = self.job.name,
             "{}: {why}: the estimate of {estimate} {pool} stays charged", step.endpoint
@@ -102,7 +103,7 @@ impl JobRun<'_> {
     /// store call, except in a pool whose cost `step` settles: the charge's
     /// `remaining` was counted at the estimate, the store counts the actual.
     pub(super) async fn upstream_counts(
-        &mut self,
+        &self,
         step: &Step,
         reported: &Reported,
         remaining: &[Remaining],

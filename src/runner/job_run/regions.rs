@@ -1,0 +1,144 @@
+//! The round's regions side by side: up to the job's `concurrency` regions
+//! walked at once on this one task, started in round order (so the regions
+//! served longest ago still go first), each walking its steps and pages in
+//! order. A stop (a rejection, the upstream's own quota, a lost lock, a
+//! signal) starts no new region and sends no new request; the requests in
+//! flight finish (or, at a signal, are abandoned) and their pages count.
+//! With `concurrency: 1` this is the sequential walk it always was.
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use tracing::info;
+
+use super::round::{Round, Slot};
+use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
+use crate::Result;
+use crate::config::Step;
+use crate::runner::cursor::{Cursor, Start};
+
+impl JobRun<'_> {
+    /// This run's round: every region once, from the cursor's on, wrapping
+    /// around (slot 0 where the cursor points), the regions the cursor has
+    /// ahead of it in their slots.
+    pub(super) fn round_from(&self, cursor: &Cursor, run: u64) -> Round {
+        let job = self.job;
+        let regions: Vec<&str> = if job.regions.is_empty() {
+            vec![""]
+        } else {
+            job.regions.iter().map(String::as_str).collect()
+        };
+        let n = regions.len();
+        let start = cursor.start(&job.regions, job.steps.len());
+        let order = (0..n).map(|i| regions[(start.index + i) % n].to_string());
+        let ahead: Vec<_> = cursor
+            .ahead_starts(&job.regions, job.steps.len())
+            .into_iter()
+            .map(|(index, s)| ((index + n - start.index) % n, s))
+            .collect();
+        let also = match ahead.len() {
+            0 => String::new(),
+            k => format!(" (and {k} region(s) after it that an earlier run started or served)"),
+        };
+        info!(
+            job = job.name,
+            "run {run} starts at {}{also}",
+            describe_position(regions[start.index], start.step, start.page)
+        );
+        Round::new(run, order.collect(), start, ahead)
+    }
+
+    /// Serve the round's regions, up to `concurrency` at once, until all
+    /// are served or the run stops. The first error ends the run at once
+    /// (the requests in flight are abandoned, their charges kept).
+    pub(super) async fn serve_round(&self, run: u64) -> Result<()> {
+        let n = self.round.borrow().len();
+        let mut next = 0;
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < self.job.concurrency && next < n && !self.stopping() {
+                let slot = next;
+                next += 1;
+                let start = match self.round.borrow().slot(slot) {
+                    Slot::Done => {
+                        // Served by an earlier run this round.
+                        self.report.borrow_mut().regions_done += 1;
+                        continue;
+                    }
+                    Slot::Waiting(start) => start.clone(),
+                    Slot::At(_) => unreachable!("a region is started once"),
+                };
+                running.push(self.serve_region(slot, start, run));
+            }
+            let Some(walked) = running.next().await else {
+                return Ok(());
+            };
+            let (slot, walk) = walked?;
+            let mut report = self.report.borrow_mut();
+            match walk {
+                Walk::Done => report.regions_done += 1,
+                Walk::Refused => {
+                    let region = self.round.borrow().region(slot).to_string();
+                    report.failed_regions.push(region);
+                }
+                Walk::Stopped => {}
+            }
+        }
+    }
+
+    /// One region's steps, from `start` (where an earlier run left it) or
+    /// from its first step.
+    async fn serve_region(
+        &self,
+        slot: usize,
+        start: Option<Start>,
+        run: u64,
+    ) -> Result<(usize, Walk)> {
+        let region = self.round.borrow().region(slot).to_string();
+        let mut w = Walker {
+            found: fan_out::Found::default(),
+            pending: None,
+        };
+        let first_step = start.as_ref().map_or(0, |s| s.step);
+        for (s, step) in self.job.steps.iter().enumerate().skip(first_step) {
+            let at = Position {
+                region: &region,
+                slot,
+                step: s,
+                run,
+            };
+            let resumed = start.as_ref().filter(|_| s == first_step);
+            match self.serve_step(&mut w, step, &at, resumed).await? {
+                Walk::Done => {}
+                other => return Ok((slot, other)),
+            }
+        }
+        Ok((slot, Walk::Done))
+    }
+
+    /// One step of one region, from its first page, or from the cursor's
+    /// (`resumed`): a walk of its pages, or a fan-out over the values the
+    /// step before it found.
+    async fn serve_step(
+        &self,
+        w: &mut Walker,
+        step: &Step,
+        at: &Position<'_>,
+        resumed: Option<&Start>,
+    ) -> Result<Walk> {
+        // What the pages written before the cursor found for the next step.
+        w.found
+            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
+        let page = resumed.map_or(0, |s| s.page);
+        if step.for_each.is_some() {
+            let pending = match resumed {
+                Some(s) => s.batch.clone(),
+                None => w.pending.take(),
+            };
+            self.fan_out(w, step, at, page, pending).await
+        } else {
+            let token = resumed.and_then(|s| s.token.clone());
+            self.walk(w, step, at, page, token).await
+        }
+    }
+}

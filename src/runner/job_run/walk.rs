@@ -1,0 +1,184 @@
+//! One step's walk of one region's pages, in order: page k+1's request
+//! needs page k's answer (its token), so a region's pages never overlap;
+//! other regions run beside it (`regions.rs`). Per page: charge, call,
+//! write, then the round's cursor is saved with this region's next page.
+
+use std::collections::HashSet;
+
+use tracing::{error, warn};
+
+use super::round::Slot;
+use super::{JobRun, Position, Walk, Walker, describe_position};
+use crate::Result;
+use crate::config::{Fill, PageKind, Step, redact};
+use crate::runner::cursor::Cursor;
+use crate::runner::output::PageName;
+use crate::runner::paginate::{self, Next};
+
+impl JobRun<'_> {
+    /// Whether a walk can start at `page` with the cursor's `token`: one
+    /// that does not fit the step's pagination (see
+    /// [`paginate::token_fits`]) restarts the step, with a warning.
+    fn resumable(&self, step: &Step, at: &Position<'_>, page: u32, token: Option<&str>) -> bool {
+        let Some(t) = token else { return true };
+        let fill = Fill {
+            region: at.region,
+            secret: &self.cred.secret,
+            job: &self.job.name,
+            step: at.step,
+            page,
+            batch: "",
+        };
+        let fits = paginate::token_fits(step, &fill, t);
+        if !fits {
+            warn!(
+                job = self.job.name,
+                "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
+                describe_position(at.region, at.step, page)
+            );
+        }
+        fits
+    }
+
+    /// One step's pages for one region, from `page` (whose token is
+    /// `token`) on, the cursor saved after each.
+    pub(super) async fn walk(
+        &self,
+        w: &mut Walker,
+        step: &Step,
+        at: &Position<'_>,
+        mut page: u32,
+        mut token: Option<String>,
+    ) -> Result<Walk> {
+        if !self.resumable(step, at, page, token.as_deref()) {
+            (page, token) = (0, None);
+            w.found.reset(Vec::new());
+        }
+        // The tokens this walk has followed: an upstream that hands one
+        // out again is going in circles.
+        let mut walked: HashSet<String> = token.iter().cloned().collect();
+        loop {
+            let fill = Fill {
+                region: at.region,
+                secret: &self.cred.secret,
+                job: &self.job.name,
+                step: at.step,
+                page,
+                batch: "",
+            };
+            let Some(next) = self
+                .fetch_page(w, step, &fill, token.as_deref(), at, page)
+                .await?
+            else {
+                return Ok(Walk::Stopped);
+            };
+            let next = match self.follow(step, at, page, next, &mut walked) {
+                Ok(next) => next,
+                Err(()) => {
+                    self.save(at.slot, Slot::Done).await;
+                    return Ok(Walk::Refused);
+                }
+            };
+            // Where the next run starts if this one stops now.
+            let Some(t) = next else {
+                let after = self.after_step(w, at);
+                self.save(at.slot, after).await;
+                return Ok(Walk::Done);
+            };
+            let resume = Cursor {
+                found: w.found.values().to_vec(),
+                ..at.cursor(at.region, at.step, page + 1, Some(t.clone()))
+            };
+            self.save(at.slot, Slot::At(resume)).await;
+            page += 1;
+            token = Some(t);
+        }
+    }
+
+    /// What the walk does after `page`: follow a token (`Some`), end the
+    /// step (`None`: the last page, a page limit, a token going in circles),
+    /// or give the region up (`Err`: a next page elsewhere was refused).
+    fn follow(
+        &self,
+        step: &Step,
+        at: &Position<'_>,
+        page: u32,
+        next: Next,
+        walked: &mut HashSet<String>,
+    ) -> std::result::Result<Option<String>, ()> {
+        let job = self.job;
+        let here = describe_position(at.region, at.step, page);
+        Ok(match next {
+            Next::Follow(_) if step.max_pages() <= page + 1 => None,
+            Next::Follow(t) if !walked.insert(t.clone()) => {
+                let masked = redact(&t, &[&self.cred.secret]);
+                let mut shown: String = masked.chars().take(80).collect();
+                if shown.len() < masked.len() {
+                    shown.push('…');
+                }
+                let what = match step.paginate.as_ref().map(|p| &p.kind) {
+                    Some(PageKind::Link | PageKind::NextUrl { .. }) => "URL",
+                    _ => "token",
+                };
+                warn!(
+                    job = job.name,
+                    "{here}: the next page {what} ({shown:?}) repeats one this walk already followed: \
+                     the upstream is going in circles, so the walk ends here and the run moves on"
+                );
+                None
+            }
+            Next::Follow(t) => Some(t),
+            Next::End(note) => {
+                if let Some(note) = note {
+                    warn!(job = job.name, "{here}: {note}");
+                }
+                None
+            }
+            Next::Refused(why) => {
+                error!(
+                    job = job.name,
+                    "{here}: {why}; the region ends here, the others go on"
+                );
+                return Err(());
+            }
+        })
+    }
+
+    /// Charge, call (retrying transient failures, each attempt charged) and
+    /// write one page; what it says of the next. `None` when the run
+    /// stopped cleanly instead.
+    pub(super) async fn fetch_page(
+        &self,
+        w: &mut Walker,
+        step: &Step,
+        fill: &Fill<'_>,
+        token: Option<&str>,
+        at: &Position<'_>,
+        page: u32,
+    ) -> Result<Option<Next>> {
+        let url = paginate::page_url(step, fill, token)?;
+        let Some((body, found, link)) = self.request_page(step, fill, &url).await? else {
+            return Ok(None);
+        };
+        let name = PageName {
+            job: &self.job.name,
+            run: at.run,
+            region: at.region,
+            step: at.step,
+            page,
+        }
+        .file_name();
+        // The values for a fan-out after this step, read before the page
+        // goes to its writer (it is saved with the cursor after the write).
+        self.collect_for_next(w, at, page, &body);
+        self.write_page(fill, &name, body).await?;
+        Ok(Some(paginate::next(
+            step,
+            fill,
+            &url,
+            token,
+            found,
+            link.as_deref(),
+        )))
+    }
+}
