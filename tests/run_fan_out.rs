@@ -319,25 +319,7 @@ fn every_bad_for_each_exits_78_naming_file_and_field() {
             &["jobs.details.steps[1].paginate", "does not paginate"],
         ),
     ];
-    let file = d.config().display().to_string();
-    for (name, from, to, expect) in cases {
-        assert!(good.contains(from), "{name}: {from:?} not in the base");
-        d.write(&good.replacen(from, to, 1));
-        for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
-            assert_eq!(r.code, 78, "{name} ({cmd}): {r:?}");
-            assert!(
-                r.stderr.contains(&file),
-                "{name} ({cmd}) names the file: {r:?}"
-            );
-            for want in *expect {
-                assert!(
-                    r.stderr.contains(want),
-                    "{name} ({cmd}) must say {want:?}: {r:?}"
-                );
-            }
-        }
-    }
+    d.assert_each_edit_exits_78(&good, cases);
     assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
     // Nothing was charged either.
     d.write(&good);

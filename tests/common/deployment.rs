@@ -160,6 +160,31 @@ pub struct Deployment {
 }
 
 impl Deployment {
+    /// For each case (name, text in `good`, what replaces it, what the
+    /// error must say): `check` and `run` of the edited file exit 78,
+    /// naming the file and saying each expected text.
+    pub fn assert_each_edit_exits_78(&self, good: &str, cases: &[(&str, &str, &str, &[&str])]) {
+        let file = self.config().display().to_string();
+        for (name, from, to, expect) in cases {
+            assert!(good.contains(from), "{name}: {from:?} not in the base");
+            self.write(&good.replacen(from, to, 1));
+            for cmd in ["check", "run"] {
+                let r = self.quota(&[cmd]);
+                assert_eq!(r.code, 78, "{name} ({cmd}): {r:?}");
+                assert!(
+                    r.stderr.contains(&file),
+                    "{name} ({cmd}) names the file: {r:?}"
+                );
+                for want in *expect {
+                    assert!(
+                        r.stderr.contains(want),
+                        "{name} ({cmd}) must say {want:?}: {r:?}"
+                    );
+                }
+            }
+        }
+    }
+
     pub fn new(yaml: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("key"), "demo-key\n").unwrap();
