@@ -26,7 +26,7 @@ use tracing::warn;
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
-use crate::config::{Fill, ForEach, Step, redact};
+use crate::config::{ForEach, Step, redact};
 
 /// The values found so far for a fan-out step, in order, each once.
 #[derive(Default)]
@@ -210,14 +210,7 @@ impl JobRun<'_> {
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(&f.join);
-            let fill = Fill {
-                region: at.region,
-                secret: &self.cred.secret,
-                job: &self.job.name,
-                step: at.step,
-                page,
-                batch: &joined,
-            };
+            let fill = self.fill(at, page, &joined);
             if self
                 .fetch_page(w, step, &fill, None, at, page)
                 .await?

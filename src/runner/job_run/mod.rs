@@ -109,6 +109,18 @@ enum Charged {
 }
 
 impl<'a> JobRun<'a> {
+    /// The placeholders' values for a request of the step at `at`.
+    fn fill<'f>(&'f self, at: &Position<'f>, page: u32, batch: &'f str) -> Fill<'f> {
+        Fill {
+            region: at.region,
+            secret: &self.cred.secret,
+            job: &self.job.name,
+            step: at.step,
+            page,
+            batch,
+        }
+    }
+
     pub(super) fn new(ctx: &'a RunContext<'a>, job: &'a Job) -> Self {
         Self {
             ctx,

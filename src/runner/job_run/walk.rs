@@ -21,14 +21,7 @@ impl JobRun<'_> {
     /// [`paginate::token_fits`]) restarts the step, with a warning.
     fn resumable(&self, step: &Step, at: &Position<'_>, page: u32, token: Option<&str>) -> bool {
         let Some(t) = token else { return true };
-        let fill = Fill {
-            region: at.region,
-            secret: &self.cred.secret,
-            job: &self.job.name,
-            step: at.step,
-            page,
-            batch: "",
-        };
+        let fill = self.fill(at, page, "");
         let fits = paginate::token_fits(step, &fill, t);
         if !fits {
             warn!(
@@ -58,14 +51,7 @@ impl JobRun<'_> {
         // out again is going in circles.
         let mut walked: HashSet<String> = token.iter().cloned().collect();
         loop {
-            let fill = Fill {
-                region: at.region,
-                secret: &self.cred.secret,
-                job: &self.job.name,
-                step: at.step,
-                page,
-                batch: "",
-            };
+            let fill = self.fill(at, page, "");
             let Some(next) = self
                 .fetch_page(w, step, &fill, token.as_deref(), at, page)
                 .await?
