@@ -128,8 +128,11 @@
 -- counted twice, never forgotten). Calls that left the retention are
 -- trimmed TRIM at a time from the head's segment, and segments that left it
 -- entirely are unlinked (freed off the main thread), UNLINKS at a time.
--- Renewing the expiry touches every segment that still holds calls, once
--- per 1/8 of the retention.
+-- Renewing the expiry touches the tail's segment only, once per 1/8 of the
+-- retention: a segment gets its last expiry when the next one opens, and
+-- one that expired before its calls were trimmed held none that counts
+-- (see past_expired). Only a pool whose longest window grew renews every
+-- segment, once.
 --
 -- Speed: this runs on Redis's one thread for every call of every client. The
 -- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
@@ -359,6 +362,26 @@ local function restart(p, at)
   call('UNLINK', log_seg(p, floor(at / SEG)), ix_seg(p, floor(at / SEG)))
 end
 
+-- Pool p's head, moved past the segments before its tail's that expired
+-- (at most UNLINKS of them). A segment gets its last expiry when the next
+-- one opens, keep past that one's first call, when the pool's longest
+-- window was at most as long as now: so once it expired, that first call,
+-- and every call of the segment with it, is at or before `cut`, the
+-- earliest cutoff of the pool's windows. A segment missing while the next
+-- one's first call still counts was lost, not expired: the head stays.
+local function past_expired(p, head, tail, cut)
+  local kt = floor((tail - 1) / SEG)
+  for _ = 1, UNLINKS do
+    local kh = floor(head / SEG)
+    if kh >= kt or call('EXISTS', log_seg(p, kh)) == 1 then break end
+    local first = tonumber(call('LINDEX', log_seg(p, kh + 1), 0))
+    if not first or first > cut then break end
+    call('UNLINK', ix_seg(p, kh))
+    head = (kh + 1) * SEG
+  end
+  return head
+end
+
 -- A pool's log as a build before the segments kept it, in the list named by
 -- the prefix itself: adopted as segment 0 (calls renumbered from 0) when it
 -- holds what the state says and fits in one segment. True when adopted.
@@ -429,6 +452,14 @@ for p = 1, npools do
     pv = nil
   end
   local fresh = not pv or pv[3] ~= m
+  -- (the stored windows' longest reach: a pool whose longest grew renews
+  -- every segment's expiry, made for the shorter)
+  local plong_was = 0
+  for w = 1, pv and pv[3] or 0 do
+    local len = pv[4 * w]
+    if len < 0 then len = -len + 3600000000 end
+    if len > plong_was then plong_was = len end
+  end
   local plong, lw = 0, 1
   cals[p] = {}
   for w = 1, m do
@@ -454,13 +485,21 @@ for p = 1, npools do
     restart(p, pv[2])
     pv[1], fresh = pv[2], true
   end
-  -- (no window reaches back past the retention, nor past the dead mark)
+  -- (no window reaches back past the retention, nor past the dead mark;
+  -- a calendar window counts its period's entries only)
   local dead_cut = max(now - visible, dead_p)
+  local cuts, cut_min = {}, now
+  for w = 1, m do
+    local cal = cals[p][w]
+    cuts[w] = max(cal and cal[1] - 1 or now - tonumber(ARGV[a + 2 * w]), dead_cut)
+    if cuts[w] < cut_min then cut_min = cuts[w] end
+  end
   for attempt = 1, 2 do
     if fresh then
-      local head, tail = 0, 0
+      local head, tail, skipped = 0, 0, false
       if pv then
-        head, tail = pv[1], pv[2]
+        head, tail = past_expired(p, pv[1], pv[2], cut_min), pv[2]
+        skipped = head > pv[1]
       elseif call('EXISTS', log_seg(p, 0)) == 1 then
         -- No state, but a log: the state was lost alone (evicted). Where
         -- the log's live calls are is unknown: start afresh, counted as
@@ -469,7 +508,7 @@ for p = 1, npools do
         lost_p = now
       end
       -- (on the second attempt the slide found calls missing)
-      local gone = pv and (attempt == 2 or not intact(p, head, tail))
+      local gone = pv and ((attempt == 2 and not skipped) or not intact(p, head, tail))
       if gone then
         -- The log is not what the state says: it vanished (evicted, or a
         -- Redis without persistence restarted). Start it afresh, and count
@@ -485,12 +524,7 @@ for p = 1, npools do
       end
     end
     local ok = true
-    for w = 1, m do
-      -- (a calendar window counts its period's entries only)
-      local cutoff = cals[p][w] and cals[p][w][1] - 1 or now - pv[4 * w]
-      if cutoff < dead_cut then cutoff = dead_cut end
-      ok = slide(p, pv, 4 * w, cutoff) and ok
-    end
+    for w = 1, m do ok = slide(p, pv, 4 * w, cuts[w]) and ok end
     if ok or fresh then break end
     -- The log is shorter than the state says: count afresh (above).
     fresh = true
@@ -502,6 +536,7 @@ for p = 1, npools do
   if lost_any + plong <= now then lost_any = 0 end
   pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
   pv.dead, pv.dead_cut = dead_p, dead_cut
+  pv.renew_all = plong > plong_was and plong_was > 0
   -- Others' units count in the longest window until the upstream's reset.
   pv.lw, pv.others, pv.others_until = lw, others_p, others_until_p
   pv.extra = others_until_p > now and others_p or 0
@@ -535,12 +570,27 @@ local function remaining(reply, logged)
   return reply
 end
 
+-- Renew the expiry of pool p's log and index, to pv.expires: their tail's
+-- segments, or with `all` every segment that still holds calls.
+local function renew(p, pv, all)
+  local ms, kt = floor((pv.expires - now) / 1000), floor((pv[2] - 1) / SEG)
+  for k = all and floor(pv[1] / SEG) or kt, kt do
+    call('PEXPIRE', log_seg(p, k), ms)
+    call('PEXPIRE', ix_seg(p, k), ms)
+  end
+end
+
 -- The HSET arguments that save every pool's state, then any given after.
 local u, n = {}, 0
 local function save_pools()
   for p = 1, npools do
     local pv = pools[p]
     local m = pv[3]
+    if pv.renew_all and not pv.rebuild then
+      -- (a pool whose longest window grew: every segment, once)
+      pv.expires = max(pv.expires, renew_to)
+      renew(p, pv, true)
+    end
     pv[4 + 4 * m], pv[5 + 4 * m], pv[6 + 4 * m] = pv.expires, pv.lost, pv.dead
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
@@ -790,16 +840,6 @@ local function append_record(p, pv)
   pv.ix = nil
 end
 
--- Renew the expiry of every segment of pool p's log and index that still
--- holds calls.
-local function renew(p, pv)
-  local ms = floor((renew_to - now) / 1000)
-  for k = floor(pv[1] / SEG), floor((pv[2] - 1) / SEG) do
-    call('PEXPIRE', log_seg(p, k), ms)
-    call('PEXPIRE', ix_seg(p, k), ms)
-  end
-end
-
 -- Record the call once per pool and add its cost to every window.
 a = 8 + npools
 for p = 1, npools do
@@ -812,12 +852,20 @@ for p = 1, npools do
     pv.lost, pv.rebuild = now, true
   end
   -- Each log (and its index) keeps its own expiry, renewed when it no
-  -- longer covers keep, or when the call opened a segment.
-  if pv.expires < now + keep then
-    pv.expires = renew_to
-    renew(p, pv)
-  elseif len == ENTRY then
-    call('PEXPIRE', log_seg(p, floor((pv[2] - 1) / SEG)), floor((pv.expires - now) / 1000))
+  -- longer covers keep. A call that opens a segment gives it that expiry,
+  -- and the segment before its last (see past_expired).
+  if pv.expires < now + keep or pv.renew_all then
+    pv.expires = max(pv.expires, renew_to)
+    renew(p, pv, pv.renew_all)
+    pv.renew_all = nil
+  end
+  if len == ENTRY then
+    local k, ms = floor((pv[2] - 1) / SEG), floor((pv.expires - now) / 1000)
+    call('PEXPIRE', log_seg(p, k), ms)
+    if k > floor(pv[1] / SEG) then
+      call('PEXPIRE', log_seg(p, k - 1), ms)
+      call('PEXPIRE', ix_seg(p, k - 1), ms)
+    end
   end
   if pv[2] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
   for w = 1, pv[3] do

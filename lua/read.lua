@@ -78,9 +78,24 @@ for k = 1, n do
       -- (past its expiry the log held nothing that counts: lua/charge.lua)
       head = tail
     elseif tail > head and lost == 0 then
+      local kt = math.floor((tail - 1) / SEG)
+      if fields % 4 == 0 then
+        -- Segments before the tail's that expired held no call that
+        -- counts (lua/charge.lua, past_expired): the head passes them
+        -- when the next one's first call is at or before the retention's
+        -- cutoff. (Read-only: the next charge unlinks their index.)
+        local cut = math.max(now - retain, dead)
+        for _ = 1, 32 do
+          local kh = math.floor(head / SEG)
+          if kh >= kt or redis.call('EXISTS', KEYS[1 + k] .. ':' .. kh) == 1 then break end
+          local first = tonumber(redis.call('LINDEX', KEYS[1 + k] .. ':' .. (kh + 1), 0))
+          if not first or first > cut then break end
+          head = (kh + 1) * SEG
+        end
+      end
       -- A log whose first or last segment is not as long as its state
       -- says is lost, noticed or not.
-      local kh, kt = math.floor(head / SEG), math.floor((tail - 1) / SEG)
+      local kh = math.floor(head / SEG)
       if fields % 4 ~= 0 then
         -- (a build before the segments kept one list: the next charge
         -- adopts it, lua/read_log.lua reads it meanwhile)

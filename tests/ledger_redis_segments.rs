@@ -498,3 +498,109 @@ async fn lost_state_short_logs_late_resends_and_others_ttl() {
     let ttl: i64 = server.cli(&["PTTL", &state_key("ttl")]).parse().unwrap();
     assert!(ttl > 7200 * 1000, "PTTL {ttl}");
 }
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.cli(&["PTTL", key]).parse().unwrap()
+}
+
+/// Renewing a log's expiry is bounded work at any size: a segment gets its
+/// last expiry when the next one opens, and later renewals touch the tail's
+/// segments only (a pool whose longest window grew renews every segment,
+/// once). So a completed segment can expire before the trim reaches it:
+/// when its calls all count in no window, that is not a loss, in `status`
+/// and in a charge alike; while they still count, it is.
+#[tokio::test]
+async fn completed_segments_keep_their_last_expiry_and_may_expire_unlost() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let budget = 1_000_000_000;
+    let units = pool("units", vec![window(60, budget, 0)]);
+    let pools = std::slice::from_ref(&units);
+    // Calls at T0 .. T0 + 65.5 s: segment 1 opened at T0 + 65.536 s, and
+    // gave segment 0 (log and index) its last expiry.
+    let n = LOG_SEGMENT as i64 + 10;
+    for credential in ["exp", "gone"] {
+        fill(&server, credential, &units, LOG_SEGMENT as i64);
+        let (log, index) = (
+            log_segment_key(credential, "units", 0),
+            index_segment_key(credential, "units", 0),
+        );
+        server.cli(&["PEXPIRE", &log, "5000"]);
+        server.cli(&["PEXPIRE", &index, "5000"]);
+        fill_from(&server, credential, &units, LOG_SEGMENT as i64, n);
+        for key in [log, index] {
+            let ttl = pttl(&server, &key);
+            assert!(ttl > 100_000, "{key} got its last expiry: {ttl}");
+        }
+    }
+    let (seg0, ix0) = (
+        log_segment_key("exp", "units", 0),
+        index_segment_key("exp", "units", 0),
+    );
+    let seg1 = log_segment_key("exp", "units", 1);
+    // A renewal 10 s on (calls of segment 0 still count) leaves segment 0's
+    // expiry as it was, and renews the tail's.
+    server.cli(&["PEXPIRE", &seg0, "10000000"]);
+    let one = [cost(&units, 1)];
+    let d = ledger
+        .charge(&charge("exp", &one), At::Fixed(T0 + 75_500 * MS))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(
+        exists(&server, &seg0),
+        "segment 0 still holds calls that count"
+    );
+    assert!(pttl(&server, &seg0) > 9_000_000, "segment 0 not renewed");
+    let tail_ttl = pttl(&server, &seg1);
+    assert!(tail_ttl > 100_000 && tail_ttl < 200_000, "{tail_ttl}");
+
+    // At T0 + 200 s segment 0 has expired (its last expiry: 65.5 s + 127.5
+    // s), every call it held long out of the 60 s window; the tail lives
+    // (renewed at 75.5 s). Not lost: status and the charge say so.
+    server.cli(&["DEL", &seg0, &ix0]);
+    let at = T0 + 200 * S;
+    let u = ledger.usage("exp", pools, At::Fixed(at)).await.unwrap();
+    assert_eq!(u.pools[0].log_lost, None, "status: not lost");
+    assert_eq!(u.pools[0].windows[0].remaining, budget);
+    let d = ledger
+        .charge(&charge("exp", &[cost(&units, 7)]), At::Fixed(at))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { remaining, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(remaining[0].remaining, budget - 7);
+
+    // The same segment gone at T0 + 75.5 s, while calls of it (from 15.5 s
+    // on) still count: lost, in status and in the charge.
+    server.cli(&[
+        "DEL",
+        &log_segment_key("gone", "units", 0),
+        &index_segment_key("gone", "units", 0),
+    ]);
+    let at = T0 + 75_500 * MS;
+    let u = ledger.usage("gone", pools, At::Fixed(at)).await.unwrap();
+    assert!(u.pools[0].log_lost.is_some(), "status: lost");
+    let d = ledger
+        .charge(&charge("gone", &one), At::Fixed(at))
+        .await
+        .unwrap();
+    assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
+
+    // A longest window that grew renews every segment once.
+    let longer = pool("units", vec![window(120, budget, 0)]);
+    fill(&server, "grow", &units, n);
+    let seg0 = log_segment_key("grow", "units", 0);
+    server.cli(&["PEXPIRE", &seg0, "5000"]);
+    let d = ledger
+        .charge(&charge("grow", &[cost(&longer, 1)]), At::Fixed(T0 + 66 * S))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    let ttl = pttl(&server, &seg0);
+    assert!(
+        ttl > 120_000,
+        "segment 0 renewed for the 120 s window: {ttl}"
+    );
+}
