@@ -17,7 +17,9 @@
 --              word on its one pool (below: observe); plus 4 in observe
 --              mode: a call that does not fit is recorded all the same
 --              (the upstream is the only limit), and counted per pool in
---              the state fields observed:P and observed_at:P
+--              the state fields observed:P and observed_at:P; plus 8 when
+--              some pools' costs are estimates, settled after the call
+--              (lua/settle.lua): those pools are reserved (below)
 -- ARGV[4]      idempotency horizon in µs: the log keeps every entry at least
 --              this long, so that a resent charge is found
 -- ARGV[5]      the tag's state field, "tag:" .. tag, where the tag names who
@@ -35,6 +37,8 @@
 -- observe:     then the upstream's remaining units, its limit, when its
 --              count resets (µs on this clock, or 0), else how long until it
 --              does (µs, or -1: the longest window)
+-- reserve:     or, for a charge with 8, a "0" or "1" per pool, in order: "1"
+--              where its cost is an estimate
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest
@@ -51,6 +55,10 @@
 --                  until when (older layouts have a number of fields that is
 --                  not a multiple of 4)
 --   blocked_until, blocked_reason   upstream block (lua/block.lua)
+--   reserved:P     P's reservations not settled yet, oldest first: packed
+--                  (call number, time, units) triples, the RESERVED newest
+--                  whose calls still count (for status; lua/settle.lua
+--                  removes a settled one)
 --   tag:T, tagname:N, tags          tag ids
 --
 -- The log: a pool's calls are numbered (head <= s < tail); call s sits in
@@ -147,7 +155,7 @@
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
-local BLOCK, SEG, RESEND, TRIM, UNLINKS = 128, 65536, 1024, 16384, 32
+local BLOCK, SEG, RESEND, TRIM, UNLINKS, RESERVED = 128, 65536, 1024, 16384, 32, 1024
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
@@ -166,7 +174,7 @@ else
 end
 local flag = tonumber(ARGV[3]) or 0
 local id, resend, horizon = ARGV[2], flag % 2 == 1, tonumber(ARGV[4])
-local force = flag >= 4
+local force, reserve = floor(flag / 4) % 2 == 1, flag >= 8
 -- (observe mode: the pool, window and retry of what would have refused it)
 local observed = { 0, 0, 0 }
 local tag_field, min_serial, npools = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -416,7 +424,7 @@ local function period(from, per)
 end
 local cal_at = 8 + npools -- (past every pool's layout: the midnights)
 for _ = 1, npools do cal_at = cal_at + 2 + 2 * tonumber(ARGV[cal_at + 1]) end
-local cal_end = cal_at -- (past the midnights: observe's arguments)
+local cal_end = cal_at -- (past the midnights: observe's or reserve's arguments)
 -- Per pool, per calendar window: its period's {start, stop}.
 local cals = {}
 
@@ -840,6 +848,19 @@ local function append_record(p, pv)
   pv.ix = nil
 end
 
+-- Add call s of pool p (state pv) at now, of `cost` units, to the pool's
+-- reservations, dropping those at or before its retention's cutoff (they
+-- count in no window) and all but the RESERVED newest.
+local function add_reservation(p, pv, s, cost)
+  local field = 'reserved:' .. string.sub(ARGV[7 + p], 6)
+  local held = call('HGET', state, field) or ''
+  local from = max(1, #held - 24 * (RESERVED - 1) + 1)
+  while from <= #held and sunpack('<d', held, from + 8) <= pv.dead_cut do from = from + 24 end
+  u[n + 1], u[n + 2] = field, string.sub(held, from) .. spack('<ddd', s, now, cost)
+  n = n + 2
+end
+local reserved = reserve and ARGV[cal_end] or ''
+
 -- Record the call once per pool and add its cost to every window.
 a = 8 + npools
 for p = 1, npools do
@@ -868,6 +889,7 @@ for p = 1, npools do
     end
   end
   if pv[2] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
+  if string.sub(reserved, p, p) == '1' then add_reservation(p, pv, pv[2] - 1, cost) end
   for w = 1, pv[3] do
     local b = 4 * w
     if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty

@@ -12,7 +12,8 @@
 -- Returns {now, serial, blocked_until, blocked_reason, tags, retain,
 -- then per pool: lost, head, tail, first indexed block, indexed blocks,
 -- dead mark, units others spent, until when, calls recorded in observe mode
--- though they did not fit, the latest one's time}
+-- though they did not fit, the latest one's time, reservations not settled
+-- yet (packed (call number, time, units) triples: lua/charge.lua)}
 -- where tags is a flat list (id, "endpoint<TAB>job", ...), retain is the
 -- stored retention in µs, lost is when the pool's log was found lost (0:
 -- never; now: it is missing at this read), head and tail number the calls
@@ -114,10 +115,11 @@ for k = 1, n do
   local first = math.floor(head / BLOCK)
   local indexed = math.max(0, math.floor(tail / BLOCK) - first)
   local name = string.sub(ARGV[1 + k], 6)
-  local seen = redis.call('HMGET', state, 'observed:' .. name, 'observed_at:' .. name)
+  local seen = redis.call('HMGET', state, 'observed:' .. name, 'observed_at:' .. name, 'reserved:' .. name)
   local observed, observed_at = tonumber(seen[1]) or 0, tonumber(seen[2]) or 0
   for _, x in ipairs({ lost, head, tail, first, indexed, dead, others, others_until, observed, observed_at }) do
     reply[#reply + 1] = x
   end
+  reply[#reply + 1] = seen[3] or ''
 end
 return reply

@@ -21,6 +21,9 @@
 -- refund was dropped; {0} the entry is gone (it left the retention, or the
 -- log was lost or restarted): nothing to settle.
 --
+-- Whatever the outcome, the call's reservation leaves the state field
+-- reserved:P (see charge.lua): it is settled, or there is nothing to settle.
+--
 -- Bounded work: the entry is one positional read in its segment; its
 -- block's record and the records after it (at most REACH / BLOCK + 1) carry
 -- running totals that move with it.
@@ -32,6 +35,19 @@ local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 local s, id = tonumber(ARGV[2]), ARGV[3]
 local estimate, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delta = actual - estimate
+
+-- (the reservation goes: at most charge.lua's RESERVED triples to look at)
+local field = 'reserved:' .. string.sub(ARGV[1], 6)
+local held = call('HGET', KEYS[1], field)
+if held then
+  for j = 1, #held, 24 do
+    if sunpack('<d', held, j) == s then
+      local rest = string.sub(held, 1, j - 1) .. string.sub(held, j + 24)
+      if rest == '' then call('HDEL', KEYS[1], field) else call('HSET', KEYS[1], field, rest) end
+      break
+    end
+  end
+end
 
 local packed = call('HGET', KEYS[1], ARGV[1])
 -- (only this build's layout: a multiple of 4 fields, see charge.lua)

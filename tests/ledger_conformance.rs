@@ -18,7 +18,7 @@ use crate::ledger_metered::{
     a_calendar_window_resets_at_local_midnight,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
     a_settled_cost_moves_its_entry_at_its_time,
-    observe_mode_records_what_does_not_fit_and_counts_it,
+    observe_mode_records_what_does_not_fit_and_counts_it, reserved_units_show_until_their_settle,
     the_upstreams_count_wins_downward_until_its_reset,
 };
 
@@ -582,6 +582,7 @@ macro_rules! conformance {
                 the_upstreams_count_wins_downward_until_its_reset,
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
+                reserved_units_show_until_their_settle,
             );
         }
     };
@@ -639,6 +640,7 @@ macro_rules! conformance_on_shared {
                 the_upstreams_count_wins_downward_until_its_reset,
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
+                reserved_units_show_until_their_settle,
             );
         }
     };

@@ -447,3 +447,58 @@ pub async fn a_calendar_window_resets_at_local_midnight(ledger: impl Ledger) {
             .is_allowed()
     );
 }
+
+/// A cost charged as an estimate is reserved until its settle comes: usage
+/// shows it per window (it counts in `used`, at the estimate, all along);
+/// a settle ends it whatever its outcome; one whose settle never comes (its
+/// run was killed) shows until its call leaves the window. A pool charged
+/// beside it at a fixed cost, and a charge not estimated, reserve nothing.
+pub async fn reserved_units_show_until_their_settle(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(10, 1000, 0), window(60, 1000, 0)]);
+    let requests = pool("requests", vec![window(10, 100, 0)]);
+    let pools = [requests.clone(), tokens.clone()];
+    let both = [cost(&requests, 1), cost(&tokens, 20)];
+    let estimated = Charge {
+        endpoint: "chat",
+        estimated: &["tokens"],
+        ..charge("settle", &both)
+    };
+    let reserved = |at: i64| {
+        let ledger = &ledger;
+        let pools = &pools;
+        async move {
+            let u = ledger.usage("settle", pools, At::Fixed(at)).await.unwrap();
+            let windows = u.pools.iter().flat_map(|p| &p.windows);
+            windows.map(|w| (w.used, w.reserved)).collect::<Vec<_>>()
+        }
+    };
+    let charged = |at: i64| ledger.charge(&estimated, At::Fixed(at));
+    let a = receipt(&charged(T0).await.unwrap());
+    let _b = receipt(&charged(T0 + 5 * S).await.unwrap());
+    assert!(
+        charge_at(&ledger, &[cost(&tokens, 7)], T0 + 6 * S)
+            .await
+            .is_allowed()
+    );
+    assert_eq!(
+        reserved(T0 + 6 * S).await,
+        [(2, 0), (47, 40), (47, 40)],
+        "both estimates reserved, in both windows"
+    );
+    assert_eq!(
+        settle(&ledger, &a, (20, 5), T0 + 7 * S).await,
+        Settled::Exact
+    );
+    assert_eq!(reserved(T0 + 7 * S).await, [(2, 0), (32, 20), (32, 20)]);
+    // The second's settle never comes: reserved while its call counts.
+    assert_eq!(reserved(T0 + 16 * S).await, [(0, 0), (0, 0), (32, 20)]);
+    assert_eq!(reserved(T0 + 66 * S).await, [(0, 0), (0, 0), (0, 0)]);
+    // A settle at the estimate (the response did not say) ends it too.
+    let c = receipt(&charged(T0 + 70 * S).await.unwrap());
+    assert_eq!(reserved(T0 + 70 * S).await, [(1, 0), (20, 20), (20, 20)]);
+    assert_eq!(
+        settle(&ledger, &c, (20, 20), T0 + 71 * S).await,
+        Settled::Exact
+    );
+    assert_eq!(reserved(T0 + 71 * S).await, [(1, 0), (20, 0), (20, 0)]);
+}

@@ -5,7 +5,7 @@
 //! 78 naming the field. And observe mode (issue 14, part 3) on the same
 //! job: nothing the ledger says stops it, and it says what would have.
 
-use crate::common::deployment::{Deployment, embedded_store};
+use crate::common::deployment::{Deployment, embedded_store, finish, kill, spawn};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 
@@ -49,10 +49,20 @@ jobs:
 
 /// Units used in the 1 m window of pool `pool`, from `status --json`.
 fn used(d: &Deployment, pool: &str) -> u64 {
+    window(d, pool, "used")
+}
+
+/// Units of `used` reserved at their estimate, not settled yet.
+fn reserved(d: &Deployment, pool: &str) -> u64 {
+    window(d, pool, "reserved")
+}
+
+/// Field `field` of the 1 m window of pool `pool`, from `status --json`.
+fn window(d: &Deployment, pool: &str, field: &str) -> u64 {
     let s = d.status_json();
     let pools = s["credentials"][0]["pools"].as_array().expect("pools");
     let p = pools.iter().find(|p| p["pool"] == pool).expect("pool");
-    p["windows"][0]["used"].as_u64().expect("used")
+    p["windows"][0][field].as_u64().expect(field)
 }
 
 fn deployment(up: &Standin, regions: &str, model: &str, endpoint: &str) -> Deployment {
@@ -71,6 +81,7 @@ fn tokens_are_settled_to_what_the_response_reports() {
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{endpoint}: {r:?}");
         assert_eq!(used(&d, "tokens"), 27, "{endpoint}");
+        assert_eq!(reserved(&d, "tokens"), 0, "{endpoint}: all settled");
         assert_eq!(used(&d, "requests"), 2, "{endpoint}");
         assert!(
             r.stderr.contains("spent requests 2, tokens 27"),
@@ -107,6 +118,7 @@ fn a_response_that_does_not_say_keeps_the_estimate_and_the_run_says_so() {
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(used(&d, "tokens"), 400);
+    assert_eq!(reserved(&d, "tokens"), 0, "settled at the estimate");
     assert!(
         r.stderr
             .contains("nothing at /usage/total_tokens in the body")
@@ -116,6 +128,41 @@ fn a_response_that_does_not_say_keeps_the_estimate_and_the_run_says_so() {
         r.stderr
     );
     assert!(r.stderr.contains("(2 at their estimate)"), "{}", r.stderr);
+}
+
+/// A run killed while its call is in flight never settles it: `status`
+/// shows its estimate as reserved (in both stores), which the run after
+/// does not settle either.
+#[test]
+fn a_killed_runs_estimate_shows_as_reserved() {
+    let up = Standin::start(&["--delay", "20s"]);
+    let server = RedisServer::start();
+    for store in ["embedded", "redis"] {
+        let d = Deployment::new("");
+        let url = match store {
+            "redis" => server.url(),
+            _ => embedded_store(&d),
+        };
+        d.write(&llm_yaml(&url, &up.base(), r#""hi""#, "m", "chat"));
+        let before = up.seen().len();
+        let run = spawn(&mut d.cmd(&["run"]));
+        up.wait_for(before + 1);
+        kill("-KILL", run.id());
+        let killed = finish(run);
+        assert_eq!(killed.code, -1, "{store}: killed: {killed:?}");
+        assert_eq!(used(&d, "tokens"), 200, "{store}");
+        assert_eq!(
+            reserved(&d, "tokens"),
+            200,
+            "{store}: the estimate, reserved"
+        );
+        assert_eq!(reserved(&d, "requests"), 0, "{store}: a fixed cost");
+        let text = d.quota(&["status"]);
+        assert!(
+            text.stdout.contains("200 (200 reserved)"),
+            "{store}: {text:?}"
+        );
+    }
 }
 
 #[test]

@@ -109,6 +109,7 @@ fn nothing_charged(config: &Config, credentials: &[&Credential]) -> Vec<Credenti
                 lost: vec![0; c.pools.len()],
                 others: vec![Default::default(); c.pools.len()],
                 observed: vec![(0, 0); c.pools.len()],
+                reserved: vec![Vec::new(); c.pools.len()],
             };
             CredentialReport {
                 usage: summarize(&c.name, &c.pools, &empty),
@@ -272,12 +273,16 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
                     w.window.limit.to_string(),
                     w.window.headroom.to_string(),
                     w.budget.to_string(),
-                    // (units the upstream counted that others spent)
+                    // (units the upstream counted that others spent; units
+                    // at their estimate until settled)
                     match w.others_until {
                         Some(t) if w.others > 0 => {
                             format!("{} + {} by others until {}", w.used, w.others, when(t, now))
                         }
                         _ => w.used.to_string(),
+                    } + &match w.reserved {
+                        0 => String::new(),
+                        r => format!(" ({r} reserved)"),
                     },
                     w.remaining.to_string(),
                     w.next_free_at.map_or("-".into(), |t| when(t, now)),
@@ -452,6 +457,8 @@ pub struct WindowJson {
     pub headroom: u64,
     pub budget: u64,
     pub used: u64,
+    /// Units of `used` charged as estimates whose settle has not come yet.
+    pub reserved: u64,
     /// Units others spent, per the upstream's own count, until when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub others: Option<u64>,
@@ -580,6 +587,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                         headroom: w.window.headroom,
                                         budget: w.budget,
                                         used: w.used,
+                                        reserved: w.reserved,
                                         others: (w.others > 0).then_some(w.others),
                                         others_until: w
                                             .others_until

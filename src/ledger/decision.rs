@@ -26,6 +26,11 @@ pub struct Charge<'a> {
     /// lost) is recorded all the same, and the refusal it would have met
     /// is reported ([`ChargeDecision::Allowed`]'s `observed`) and counted.
     pub observe: bool,
+    /// The pools (by name) whose units are an estimate, settled after the
+    /// call ([`Ledger::settle`]): reserved until then, which `status` shows.
+    ///
+    /// [`Ledger::settle`]: super::Ledger::settle
+    pub estimated: &'a [&'a str],
 }
 
 /// Which clock a decision reads.

@@ -65,6 +65,12 @@ pub const IDEMPOTENCY_HORIZON: Duration = Duration::from_secs(60);
 /// both stores, so they settle alike.
 pub const SETTLE_REACH: u64 = 4096;
 
+/// How many of a pool's reservations not settled yet a store keeps for
+/// `status` (the newest; `RESERVED` in lua/charge.lua): more are in flight
+/// only after runs were killed by the thousand, and they still count in
+/// `used` at their estimate.
+pub const RESERVED: usize = 1024;
+
 /// The interface every store implements. One conformance suite
 /// (`tests/ledger_conformance.rs`) runs against each implementation.
 pub trait Ledger: Send + Sync {

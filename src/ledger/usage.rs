@@ -85,6 +85,10 @@ pub struct CredentialLog {
     /// Per pool asked about, in order: calls recorded in observe mode
     /// though they did not fit, and when the latest was (0: never).
     pub observed: Vec<(u64, Micros)>,
+    /// Per pool asked about, in order: the time and units of each
+    /// reservation (a cost charged as an estimate) not settled yet, whose
+    /// call the log still holds.
+    pub reserved: Vec<Vec<(Micros, u64)>>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -113,6 +117,10 @@ pub struct WindowUsage {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub others_until: Option<Micros>,
     pub remaining: u64,
+    /// Units of `used` charged as estimates whose settle has not come yet
+    /// (the call is in flight, or its run was killed): they stay at their
+    /// estimate until it does.
+    pub reserved: u64,
     /// When the oldest entry leaves the window (`None`: the window is empty).
     pub next_free_at: Option<Micros>,
     /// When the newest entry leaves the window (`None`: the window is empty).
@@ -174,6 +182,13 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
                     .iter()
                     .map(|w| {
                         let mut usage = summarize_window(w, log, entries, now, visible);
+                        let (start, _, _) = frame(w, now);
+                        usage.reserved = log.reserved.get(i).map_or(0, |r| {
+                            r.iter()
+                                .filter(|&&(t, _)| t > start && t > visible && t <= now)
+                                .map(|&(_, units)| units)
+                                .sum()
+                        });
                         let others = log.others.get(i).copied().unwrap_or_default();
                         if Some(w) == pool.longest_window() && others.until > now {
                             usage.others = others.units;
@@ -270,6 +285,7 @@ fn summarize_window(
         others: 0,
         others_until: None,
         remaining: window.budget().saturating_sub(used),
+        reserved: 0,
         // (a calendar window frees everything when its period ends)
         next_free_at: oldest.map(|t| reset.unwrap_or(t + len)),
         fully_free_at: newest.map(|t| reset.unwrap_or(t + len)),
@@ -357,6 +373,8 @@ mod tests {
             lost: vec![0],
             others: vec![Others::default()],
             observed: vec![(0, 0)],
+            // (reservations: one out of both windows, one in each)
+            reserved: vec![vec![(100 * s, 7), (150 * s, 3), (195 * s, 4)]],
             tags: vec![("a".into(), "j1".into()), ("b".into(), "j2".into())],
             pools: vec![vec![
                 entry(100 * s, 7, 0), // exactly at the 100 s boundary: out
@@ -376,6 +394,7 @@ mod tests {
         assert_eq!(day.buckets[22], 4);
         let short = &u.pools[0].windows[1];
         assert_eq!((short.used, short.remaining), (4, 16));
+        assert_eq!((day.reserved, short.reserved), (7, 4));
         assert_eq!(u.blocked_until, None);
     }
 }

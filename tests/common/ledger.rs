@@ -53,6 +53,7 @@ pub fn charge<'a>(credential: &'a str, cost: &'a [PoolCost]) -> Charge<'a> {
         id: None,
         seen_serial: 0,
         observe: false,
+        estimated: &[],
     }
 }
 

@@ -148,6 +148,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                         id: None,
                         seen_serial: 0,
                         observe: false,
+                        estimated: &[],
                     };
                     let mut inv = trivial.prepare_invoke();
                     ledger.charge_arguments(&charge, &mut inv);

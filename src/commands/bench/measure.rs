@@ -88,6 +88,7 @@ pub async fn charge_one(ledger: &RedisLedger, credential: &str, cost: &[PoolCost
         id: None,
         seen_serial: 0,
         observe: false,
+        estimated: &[],
     };
     let decision = ledger.charge(&charge, At::StoreClock).await?;
     if !decision.is_allowed() {

@@ -132,6 +132,7 @@ pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> R
         seen_serial,
         // (an observe-mode credential records what does not fit, and says so)
         observe: request.cred.observe,
+        estimated: &[],
     };
     loop {
         let decision = store

@@ -112,6 +112,7 @@ pub async fn build(
             lost: vec![0; cred.pools.len()],
             others: vec![Default::default(); cred.pools.len()],
             observed: vec![(0, 0); cred.pools.len()],
+            reserved: vec![Vec::new(); cred.pools.len()],
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }

@@ -290,6 +290,7 @@ mod tests {
             lost: vec![0],
             others: vec![Default::default()],
             observed: vec![(0, 0)],
+            reserved: vec![Vec::new()],
         }
     }
 

@@ -99,7 +99,7 @@ type WindowField = (
     fn(&WindowUsage, Micros) -> Value,
 );
 
-const WINDOW_FIELDS: [WindowField; 8] = [
+const WINDOW_FIELDS: [WindowField; 9] = [
     (
         "quota_window_limit",
         "The window's configured limit.",
@@ -123,6 +123,12 @@ const WINDOW_FIELDS: [WindowField; 8] = [
         "Units spent in the window now.",
         MetricUnit::Units,
         |w, _| w.used.into(),
+    ),
+    (
+        "quota_window_reserved",
+        "Units of used charged as estimates whose settle has not come yet.",
+        MetricUnit::Units,
+        |w, _| w.reserved.into(),
     ),
     (
         "quota_window_others",

@@ -36,6 +36,7 @@ impl OwnedCharge {
                 .map(|c| OwnedPoolCost {
                     pool: c.pool.name.clone(),
                     units: c.units,
+                    estimated: charge.estimated.contains(&c.pool.name.as_str()),
                     windows: c
                         .pool
                         .windows
@@ -83,6 +84,8 @@ impl OwnedPoolCost {
 pub(super) struct OwnedPoolCost {
     pool: String,
     units: u64,
+    /// An estimate, settled after the call: reserved until then.
+    estimated: bool,
     windows: Vec<(Micros, u64)>,
     spans: Vec<(Micros, Option<chrono_tz::Tz>)>,
 }
@@ -365,8 +368,14 @@ fn record(
     now: Micros,
 ) -> Result<Vec<(String, i64)>, StoreError> {
     let mut entries = Vec::new();
-    for OwnedPoolCost { pool, units, .. } in &c.cost {
-        let row = log::append(tx, &c.credential, pool, now, *units, &c.tag)?;
+    for OwnedPoolCost {
+        pool,
+        units,
+        estimated,
+        ..
+    } in &c.cost
+    {
+        let row = log::append(tx, &c.credential, pool, now, (*units, *estimated), &c.tag)?;
         entries.push((pool.clone(), row));
     }
     if let Some(id) = &c.id {

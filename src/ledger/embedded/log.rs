@@ -8,7 +8,9 @@
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::ledger::{IDEMPOTENCY_HORIZON, Micros, Others, SETTLE_REACH, Settled, StoreError};
+use crate::ledger::{
+    IDEMPOTENCY_HORIZON, Micros, Others, RESERVED, SETTLE_REACH, Settled, StoreError,
+};
 
 /// Most rows one charge deletes per pool (and ids per credential): enough to
 /// outpace any insertion rate, small enough to keep a charge within a few ms.
@@ -17,6 +19,7 @@ pub(super) const PRUNE_BATCH: i64 = 256;
 /// The tables and indexes the running totals need, made after `migrate`.
 pub(super) const SCHEMA: &str = "
 CREATE INDEX IF NOT EXISTS log_by_cum ON log (credential, pool, cum);
+CREATE INDEX IF NOT EXISTS log_reserved ON log (credential, pool, at) WHERE reserved = 1;
 CREATE INDEX IF NOT EXISTS charge_id_by_time ON charge_id (credential, at);
 CREATE TABLE IF NOT EXISTS log_pool (
     credential   TEXT NOT NULL,
@@ -51,6 +54,12 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
                      FROM log) AS s
                  WHERE log.rowid = s.id;",
             )?;
+        }
+        let has_reserved = conn
+            .prepare("SELECT 1 FROM pragma_table_info('log') WHERE name = 'reserved'")?
+            .exists([])?;
+        if !has_reserved {
+            conn.execute_batch("ALTER TABLE log ADD COLUMN reserved INTEGER NOT NULL DEFAULT 0")?;
         }
         conn.execute_batch(SCHEMA)?;
         for column in LOG_POOL_ADDED {
@@ -180,15 +189,16 @@ pub(super) fn append(
     credential: &str,
     pool: &str,
     at: Micros,
-    cost: u64,
+    (cost, reserved): (u64, bool),
     tag: &str,
 ) -> Result<i64, StoreError> {
     tx.prepare_cached(
-        "INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES (?1, ?2, ?3, ?4, ?5,
+        "INSERT INTO log (credential, pool, at, cost, tag, reserved, cum)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6,
          ?4 + COALESCE((SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
                         ORDER BY at DESC, rowid DESC LIMIT 1), 0))",
     )?
-    .execute(params![credential, pool, at, cost as i64, tag])?;
+    .execute(params![credential, pool, at, cost as i64, tag, reserved])?;
     Ok(tx.last_insert_rowid())
 }
 
@@ -205,6 +215,9 @@ pub(super) fn settle(
     (estimate, actual): (u64, u64),
     now: Micros,
 ) -> Result<Settled, StoreError> {
+    // (whatever the outcome, the reservation is over, as in lua/settle.lua)
+    tx.prepare_cached("UPDATE log SET reserved = 0 WHERE rowid = ?1 AND reserved = 1")?
+        .execute(params![row])?;
     let cost: Option<i64> = tx
         .prepare_cached(
             "SELECT cost FROM log WHERE rowid = ?1 AND credential = ?2 AND pool = ?3 AND at = ?4",
@@ -356,6 +369,27 @@ pub(super) fn observed(
         })
         .optional()?
         .unwrap_or((0, 0)))
+}
+
+/// The time and units of a pool's reservations not settled yet, after
+/// `after`, oldest first: the newest [`RESERVED`] only, as Redis keeps them.
+pub(super) fn reserved(
+    conn: &Connection,
+    credential: &str,
+    pool: &str,
+    after: Micros,
+) -> Result<Vec<(Micros, u64)>, StoreError> {
+    let mut out = conn
+        .prepare_cached(
+            "SELECT at, cost FROM log WHERE credential = ?1 AND pool = ?2 AND reserved = 1
+             AND at > ?3 ORDER BY at DESC, rowid DESC LIMIT ?4",
+        )?
+        .query_map(params![credential, pool, after, RESERVED as i64], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    out.reverse();
+    Ok(out)
 }
 
 /// A pool's `dead` mark for a read (none yet: nothing is dead).

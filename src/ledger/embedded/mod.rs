@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS log (
     at         INTEGER NOT NULL,  -- µs since the epoch
     cost       INTEGER NOT NULL,
     tag        TEXT NOT NULL,     -- endpoint<TAB>job
-    cum        INTEGER NOT NULL DEFAULT 0  -- the pool's costs so far, this row's included (log.rs)
+    cum        INTEGER NOT NULL DEFAULT 0,  -- the pool's costs so far, this row's included (log.rs)
+    reserved   INTEGER NOT NULL DEFAULT 0   -- 1: an estimate whose settle has not come yet
 );
 CREATE INDEX IF NOT EXISTS log_by_time ON log (credential, pool, at);
 CREATE TABLE IF NOT EXISTS credential (
@@ -528,11 +529,13 @@ impl Ledger for EmbeddedLedger {
             let visible = now - row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
             let mut tags: Vec<String> = Vec::new();
             let (mut logs, mut others, mut observed) = (Vec::new(), Vec::new(), Vec::new());
+            let mut reserved = Vec::new();
             for pool in &names {
                 let after = log::dead_mark(tx, &credential, pool)?.max(visible);
                 logs.push(read_pool(tx, &credential, pool, after, &mut tags)?);
                 others.push(log::others(tx, &credential, pool)?);
                 observed.push(log::observed(tx, &credential, pool)?);
+                reserved.push(log::reserved(tx, &credential, pool, after)?);
             }
             Ok(CredentialLog {
                 at: now,
@@ -543,6 +546,7 @@ impl Ledger for EmbeddedLedger {
                 lost: vec![row.lost_at; logs.len()],
                 others,
                 observed,
+                reserved,
                 tags: tags.iter().map(|t| untag(t)).collect(),
                 pools: logs,
             })

@@ -306,8 +306,20 @@ impl RedisLedger {
         at: At,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
-        let flag = u8::from(resend) + if charge.observe { 4 } else { 0 };
+        let flag = u8::from(resend)
+            + if charge.observe { 4 } else { 0 }
+            + if charge.estimated.is_empty() { 0 } else { 8 };
         Self::charge_keys_and_args(charge, id, &flag.to_string(), at, &mut inv);
+        if !charge.estimated.is_empty() {
+            // (the pools reserved: "1" at the place of each, in pool order)
+            let places: String = (charge.cost.iter())
+                .map(|c| match charge.estimated.contains(&c.pool.name.as_str()) {
+                    true => '1',
+                    false => '0',
+                })
+                .collect();
+            inv.arg(places);
+        }
         inv
     }
 
@@ -318,8 +330,8 @@ impl RedisLedger {
     }
 
     /// `flag`: "0" a new charge, "1" one sent again, "2" an observation
-    /// of the upstream's count, plus 4 in observe mode (ARGV[3] of
-    /// charge.lua).
+    /// of the upstream's count, plus 4 in observe mode, plus 8 with pools
+    /// reserved (ARGV[3] of charge.lua; the caller adds their mask).
     fn charge_keys_and_args(
         charge: &Charge<'_>,
         id: u64,
@@ -553,6 +565,7 @@ impl Ledger for RedisLedger {
             id: None,
             seen_serial: 0,
             observe: false,
+            estimated: &[],
         };
         let limit = pool.longest_window().map_or(0, |w| w.limit);
         let (reset_at, reset_after) = match reset {

@@ -65,14 +65,15 @@ pub(super) async fn read(
         .await
         .map_err(|e| older_layout(e, credential))?;
     let r = array(&reply)?;
-    if r.len() != 6 + 10 * pools.len() {
+    if r.len() != 6 + 11 * pools.len() {
         return Err(StoreError::Reply("an odd reply from read.lua".into()));
     }
     let (now, retain) = (int(&r[0])?, int(&r[5])?);
     let visible = now - retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
     let (mut logs, mut lost, mut others, mut observed) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (pool, f) in pools.iter().zip(r[6..].chunks(10)) {
+    let mut reserved = Vec::new();
+    for (pool, f) in pools.iter().zip(r[6..].chunks(11)) {
         let extent = PoolExtent {
             lost: int(&f[0])?,
             head: int(&f[1])?,
@@ -87,6 +88,7 @@ pub(super) async fn read(
             until: int(&f[7])?,
         });
         observed.push((int(&f[8])?.max(0) as u64, int(&f[9])?));
+        reserved.push(reservations(&f[10], &extent, visible));
         let reader = Reader {
             ledger,
             credential,
@@ -105,7 +107,24 @@ pub(super) async fn read(
         lost,
         others,
         observed,
+        reserved,
     })
+}
+
+/// A pool's reservations not settled yet (`reserved:P`, packed (call
+/// number, time, units) triples: lua/charge.lua), as (time, units): those
+/// whose call the log still holds and that count in some window.
+fn reservations(field: &Value, e: &PoolExtent, visible: Micros) -> Vec<(Micros, u64)> {
+    let Value::BulkString(bytes) = field else {
+        return Vec::new();
+    };
+    let double = |b: &[u8]| f64::from_le_bytes(b.try_into().expect("8 bytes"));
+    bytes
+        .chunks_exact(24)
+        .map(|t| (double(&t[..8]), double(&t[8..16]), double(&t[16..])))
+        .filter(|&(s, at, _)| s as i64 >= e.head && (at as i64) > visible.max(e.dead))
+        .map(|(_, at, units)| (at as i64, units.max(0.0) as u64))
+        .collect()
 }
 
 /// Reads one pool's log through `read_log.lua`.

@@ -30,6 +30,7 @@ impl JobRun<'_> {
         // No id of our own: every charge is new, and the Redis store gives
         // each one an id for its own resends (an id given here would only be
         // remembered, and in SQLite written, for nothing).
+        let estimated: Vec<&str> = step.settle.iter().map(|s| s.pool.as_str()).collect();
         let charge = Charge {
             credential: &self.cred.name,
             cost: &step.cost,
@@ -38,6 +39,7 @@ impl JobRun<'_> {
             id: None,
             seen_serial: self.seen_serial(),
             observe: self.cred.observe,
+            estimated: &estimated,
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {

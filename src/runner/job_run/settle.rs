@@ -22,12 +22,18 @@ impl JobRun<'_> {
         for (k, spec) in step.settle.iter().enumerate() {
             let actual = match actuals.get(k) {
                 Some(Actual::Units(n)) => *n,
-                Some(Actual::Unreadable(why)) => {
+                unknown => {
+                    let why = match unknown {
+                        Some(Actual::Unreadable(why)) => why.as_str(),
+                        _ => "no response came",
+                    };
                     self.keep_estimate(step, &spec.pool, spec.estimate, why);
-                    continue;
-                }
-                None => {
-                    self.keep_estimate(step, &spec.pool, spec.estimate, "no response came");
+                    // (settled at the estimate: no longer reserved, as
+                    // `status` shows those whose settle never came)
+                    let cost = (spec.pool.as_str(), spec.estimate, spec.estimate);
+                    let _ = store
+                        .settle(&self.cred.name, receipt, cost, At::StoreClock)
+                        .await;
                     continue;
                 }
             };
