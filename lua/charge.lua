@@ -156,10 +156,21 @@ local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
 local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
 local BLOCK, SEG, RESEND, TRIM, UNLINKS, RESERVED = 128, 65536, 1024, 16384, 32, 1024
+local TRIM_EVERY = 64
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
+end
+
+-- A pool's state (pool:P unpacked, in its array part) with every named
+-- field this script sets made at once: a table grown field by field is
+-- rehashed at every power of two.
+local function pool_state(...)
+  return {
+    expires = 0, lost = 0, dead = 0, others = 0, others_until = 0, lost_any = 0, longest = 0,
+    dead_cut = 0, lw = 1, extra = 0, renew_all = false, rebuild = false, ix = false, ...
+  }
 end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
@@ -210,10 +221,10 @@ local function calls(p, pv, from, to)
   return call('LRANGE', log_seg(p, k), (from - start) * ENTRY, (to - start) * ENTRY - 1)
 end
 
--- Calls [from, to) of pool p's log, at most CHUNK of them and never past
--- the end of from's block.
-local function chunk(p, pv, from, to)
-  return calls(p, pv, from, min(to, from + CHUNK, (floor(from / BLOCK) + 1) * BLOCK))
+-- Calls [from, to) of pool p's log, at most n (or CHUNK) of them and never
+-- past the end of from's block.
+local function chunk(p, pv, from, to, n)
+  return calls(p, pv, from, min(to, from + (n or CHUNK), (floor(from / BLOCK) + 1) * BLOCK))
 end
 
 -- Whether pool p's log holds calls [head, tail), as far as the lengths of
@@ -277,6 +288,7 @@ end
 -- from its sum the calls at or before cutoff, passing whole blocks that
 -- left through the index. False when the log is shorter than the state says.
 local function slide(p, pv, b, cutoff)
+  local n = 2
   while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
     local ptr = pv[b + 2]
     if ptr % BLOCK == 0 then
@@ -293,7 +305,9 @@ local function slide(p, pv, b, cutoff)
       end
     end
     if ptr < pv[2] then
-      local e = chunk(p, pv, ptr, pv[2])
+      -- (a busy window sheds a call or two a charge: read two, then more)
+      local e = chunk(p, pv, ptr, pv[2], n)
+      n = CHUNK
       if #e == 0 then return false end
       pv[b + 3] = 0
       for j = 1, #e, ENTRY do
@@ -439,7 +453,7 @@ for p = 1, npools do
   if pv and pv ~= '' then
     local fields = #pv / 8
     if fields % 4 == 0 then
-      pv = { sunpack(layout((fields - 8) / 4), pv) }
+      pv = pool_state(sunpack(layout((fields - 8) / 4), pv))
     else
       pv = { sunpack('<' .. string.rep('d', fields), pv) }
       -- (3 + 4m fields before the per-pool expiry, 5 + 4m before the dead
@@ -524,7 +538,7 @@ for p = 1, npools do
         restart(p, tail)
         head, lost_p = tail, now
       end
-      pv = { head, tail, m }
+      pv = pool_state(head, tail, m)
       local total = cost_between(p, pv, head, tail)
       for w = 1, m do
         local b = 4 * w
@@ -800,21 +814,24 @@ end
 -- least the horizon) count in no window, from now on even if R grows (the
 -- dead mark): trim them, a bounded number at a time (the rest on later
 -- calls), as the embedded store deletes them. The pointer of a window that
--- long already says how many; otherwise count them.
+-- long already says how many; otherwise count them, once every TRIM_EVERY
+-- calls or when the longest window is empty (a read of the log on every
+-- call of a busy pool costs more than the rest of the charge; calls not
+-- trimmed yet are dead all the same).
 for p = 1, npools do
   local pv = pools[p]
   local oldest
   for w = 1, pv[3] do
     if now - pv[4 * w] <= pv.dead_cut then oldest = pv[4 * w + 2] end
   end
-  if oldest == nil then
+  if oldest == nil and (pv[2] % TRIM_EVERY == 0 or pv[4 * pv.lw + 2] >= pv[2]) then
     local b = 7 + 4 * pv[3] -- scratch space past the packed fields
     pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
     slide(p, pv, b, pv.dead_cut)
     oldest = pv[b + 2]
   end
   pv.dead = pv.dead_cut
-  if oldest > pv[1] then trim(p, pv, oldest) end
+  if oldest and oldest > pv[1] then trim(p, pv, oldest) end
 end
 
 -- Append the record of pool p's block that the call just logged completed.
