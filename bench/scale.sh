@@ -70,6 +70,28 @@ print(best)' "$1"
     r SLOWLOG RESET >/dev/null
 }
 
+# The fill's SLOWLOG entries over 2 ms, appended to $work/fill.slow as "µs
+# what", what being the charge's call number for a charge (its clock says
+# which, of $1 calls) or a command a script ran: a bounded read (a few
+# dozen list elements) that takes milliseconds tells that the machine,
+# not the log's size, stalled the server.
+slow_fill() {
+    r --no-raw SLOWLOG GET -1 | python3 -c '
+import re, sys
+n, t0, lines = int(sys.argv[1]), int(sys.argv[2]), sys.stdin.read().split("\n")
+arg = lambda l: l.split(")", 1)[1].strip().strip(chr(34))
+for i, l in enumerate(lines):
+    if re.match(r"\s*\d+\) \d+\) \(integer\) \d+$", l) and i + 3 < len(lines):
+        us = int(lines[i + 2].split()[-1])
+        if us <= 2000:
+            continue
+        cmd = arg(lines[i + 3].split(")", 1)[1])
+        if cmd == "EVALSHA" and i + 9 < len(lines):
+            print(us, "charge", (int(arg(lines[i + 9])) - t0) * n // 25_000_000)
+        else:
+            print(us, cmd, " ".join(arg(x) for x in lines[i + 4:i + 7]))' "$1" "$T0" >> "$work/fill.slow"
+}
+
 # A charge of cost 1 at µs $1, as charge.lua's header documents its arguments.
 charge_at() {
     r EVALSHA "$charge" 3 "${keys[@]}" "$1" "$RANDOM$RANDOM" 0 60000000 \
@@ -100,6 +122,7 @@ printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' 
     "emb. status" "emb. run (empty)"
 for n in "${sizes[@]}"; do
     r FLUSHALL >/dev/null
+    : > "$work/fill.slow"
     charge=$(r SCRIPT LOAD "$(cat lua/charge.lua)")
     # (the fill logs only charges over 100 µs: the slowest is what counts)
     r CONFIG SET slowlog-log-slower-than 100 >/dev/null
@@ -128,6 +151,7 @@ EOF
         # while their keys' expiry runs on Redis's real clock: a fill of 10^7,
         # minutes long, would outlive it; on a real clock expiry keeps pace)
         for k in $(r --scan --pattern 'quota:{scale}:*'); do r PERSIST "$k" >/dev/null; done
+        slow_fill "$n"
         worst=$(slowest EVALSHA)
         [ "$worst" -le "$fill_us" ] || fill_us=$worst
     done
@@ -168,4 +192,8 @@ EOF
     printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' \
         "$n" "$bytes" "${fill_us} µs" "${wall} ms" "${status_us} µs" "${half_us} µs" "${all_us} µs" \
         "${emb_status} ms" "${emb_run} ms (${emb_empty} ms)"
+    if [ -s "$work/fill.slow" ]; then
+        echo "  the fill's commands over 2 ms (µs, then the charge's call number or the command):"
+        sort -rn "$work/fill.slow" | head -12 | sed 's/^/    /'
+    fi
 done
