@@ -213,6 +213,117 @@ if serial < min_serial then lost_all = now end
 local function log_seg(p, k) return KEYS[1 + p] .. ':' .. k end
 local function ix_seg(p, k) return KEYS[1 + npools + p] .. ':' .. k end
 
+-- The common charge, fast (issue 14, part 5): a charge that the general
+-- path below would admit with no step but sliding its windows a call or
+-- two, logging the call and saving the state, made here in straight-line
+-- code, without the dozens of functions and tables the general path
+-- builds on every call. Anything else (a flag, a pool seen for the first
+-- time or whose windows changed, a calendar window, a loss, a block,
+-- others' units, an expiry to renew, a segment or block to open or close,
+-- a trim due, a call that does not fit) returns nil before any write, and
+-- the general path decides, from the same reads. The two must decide
+-- alike: the conformance and equivalence suites run every charge through
+-- whichever applies.
+local function fast_charge()
+  if flag ~= 0 or not v[1] or #v[1] ~= 40 or lost_all > 0 or blocked_until > now or not v[3] then return end
+  local pvs, a, longest = {}, 8 + npools, horizon
+  for p = 1, npools do
+    local packed, m = v[3 + p], tonumber(ARGV[a + 1])
+    if not packed or #packed ~= 8 * (8 + 4 * m) then return end
+    local pv = { sunpack(layout(m), packed) }
+    if pv[3] ~= m or pv[5 + 4 * m] ~= 0 or pv[8 + 4 * m] > now then return end
+    for w = 1, m do
+      local len = tonumber(ARGV[a + 2 * w])
+      if len <= 0 or pv[4 * w] ~= len or tonumber(ARGV[a]) > tonumber(ARGV[a + 2 * w + 1]) then return end
+      if len > longest then longest = len end
+    end
+    pvs[p], a = pv, a + 2 + 2 * m
+  end
+  local retain = max(visible, longest)
+  local keep = retain + 60000000
+  -- (renewing any expiry is the general path's)
+  if expires == nil or expires < now + keep then return end
+  a = 8 + npools
+  for p = 1, npools do
+    local pv, m, cost = pvs[p], pvs[p][3], tonumber(ARGV[a])
+    local tail = pv[2]
+    if pv[4 + 4 * m] < now + keep or pv[4 + 4 * m] > expires then return end
+    -- (a list made, as a segment opens or an empty log restarts, or a
+    -- block closed by this call: the general path's)
+    if tail % SEG == 0 or tail == pv[1] or (tail + 1) % BLOCK == 0 then return end
+    local dead_cut = max(now - visible, pv[6 + 4 * m])
+    local oldest, lw, lwlen = nil, 1, 0
+    for w = 1, m do
+      local b, len = 4 * w, pv[4 * w]
+      if len > lwlen then lw, lwlen = w, len end
+      local cutoff = max(now - len, dead_cut)
+      -- Slide: a read of two calls at a time, within the pointer's block
+      -- (more leaving: the general path, which passes whole blocks).
+      local reads = 0
+      while pv[b + 2] < tail and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
+        local ptr = pv[b + 2]
+        if reads == 2 then return end
+        reads = reads + 1
+        local k = floor(ptr / SEG)
+        local start = max(pv[1], k * SEG)
+        local to = min(tail, ptr + 2, (floor(ptr / BLOCK) + 1) * BLOCK)
+        local e = call('LRANGE', KEYS[1 + p] .. ':' .. k, (ptr - start) * ENTRY, (to - start) * ENTRY - 1)
+        if #e == 0 then return end
+        pv[b + 3] = 0
+        for j = 1, #e, ENTRY do
+          local t = tonumber(e[j])
+          if t > cutoff then
+            pv[b + 3] = t
+            break
+          end
+          pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
+          pv[b + 2] = pv[b + 2] + 1
+        end
+      end
+      if pv[b + 1] + cost > tonumber(ARGV[a + 2 * w + 1]) then return end
+      if now - len <= dead_cut then oldest = pv[b + 2] end
+    end
+    -- (a trim due: the general path's)
+    if oldest and oldest > pv[1] then return end
+    if not oldest and (tail % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
+    pv[6 + 4 * m] = dead_cut
+    a = a + 2 + 2 * m
+  end
+  -- Record the call once per pool, and save.
+  serial = serial + 1
+  local u, reply, r = {}, { 1, now, serial, 0 }, 4
+  a = 8 + npools
+  for p = 1, npools do
+    local pv, cost = pvs[p], tonumber(ARGV[a])
+    local m = pv[3]
+    local k = floor(pv[2] / SEG)
+    local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], id)
+    pv[2] = pv[2] + 1
+    for w = 1, m do
+      local b = 4 * w
+      if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
+      pv[b + 1] = pv[b + 1] + cost
+    end
+    if len ~= (pv[2] - max(pv[1], k * SEG)) * ENTRY then
+      -- The log is not what the state says (as in the general path's
+      -- record): started afresh, counted as spent for a while.
+      call('UNLINK', KEYS[1 + p] .. ':' .. k, KEYS[1 + npools + p] .. ':' .. k)
+      u[2 * p - 1], u[2 * p] = ARGV[7 + p], spack(layout(0), pv[2], pv[2], 0, pv[4 + 4 * m], now, pv[6 + 4 * m],
+        pv[7 + 4 * m], pv[8 + 4 * m])
+    else
+      u[2 * p - 1], u[2 * p] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, 8 + 4 * m))
+    end
+    for w = 1, m do reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1] end
+    r, a = r + m, a + 2 + 2 * m
+  end
+  call('HSET', state, 'meta', spack(META, now, serial, retain, expires, 0), unpack(u, 1, 2 * npools))
+  for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
+  reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
+  return reply
+end
+local fast = fast_charge()
+if fast then return fast end
+
 -- Calls [from, to) of pool p's log (state pv), within one segment: flat
 -- quadruples.
 local function calls(p, pv, from, to)
