@@ -1,0 +1,276 @@
+//! A job's step: its request (URL, query, method, headers, body), cost,
+//! pagination and fan-out (`for_each`), checked against the job's
+//! credential. Apart from [`super`] because a step is most of a job.
+
+use super::*;
+
+impl Validator<'_> {
+    pub(super) fn step(
+        &self,
+        at: &str,
+        raw: RawStep,
+        cred: &Credential,
+        endpoints: &[(String, EndpointSpec)],
+        has_regions: bool,
+    ) -> Result<Step> {
+        let (_, spec) = endpoints
+            .iter()
+            .find(|(n, _)| *n == raw.endpoint)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.endpoint"),
+                    format!(
+                        "no endpoint named '{}' (defined: {})",
+                        raw.endpoint,
+                        list(endpoints.iter().map(|(n, _)| n))
+                    ),
+                )
+            })?;
+        let cost_field = format!("endpoints.{}.cost", raw.endpoint);
+        let (mut cost, mut settle) = (Vec::new(), Vec::new());
+        for (pool, units, actual) in self.cost_shape(&cost_field, &spec.cost)? {
+            let p = match &pool {
+                None if cred.pools.len() == 1 => &cred.pools[0],
+                None => {
+                    return Err(self.err(
+                        &cost_field,
+                        format!(
+                            "a bare cost needs a credential with one pool; credential '{}' (used by {at}) has pools {}: name them",
+                            cred.name,
+                            list(cred.pools.iter().map(|p| &p.name))
+                        ),
+                    ));
+                }
+                Some(name) => cred.pools.iter().find(|p| &p.name == name).ok_or_else(|| {
+                    self.err(
+                        format!("{cost_field}.{name}"),
+                        format!(
+                            "credential '{}' (used by {at}) has no pool '{name}' (pools: {})",
+                            cred.name,
+                            list(cred.pools.iter().map(|p| &p.name))
+                        ),
+                    )
+                })?,
+            };
+            for w in &p.windows {
+                if units > w.budget() {
+                    return Err(self.err(
+                        format!("{cost_field}.{}", p.name),
+                        format!(
+                            "{units} units can never fit: the {} window of pool '{}' of credential '{}' has a budget of {} (limit {} - headroom {})",
+                            fmt_duration(w.per),
+                            p.name,
+                            cred.name,
+                            w.budget(),
+                            w.limit,
+                            w.headroom
+                        ),
+                    ));
+                }
+            }
+            cost.push(PoolCost {
+                pool: p.clone(),
+                units,
+            });
+            if let Some(actual) = actual {
+                settle.push(SettledCost {
+                    pool: p.name.clone(),
+                    estimate: units,
+                    actual,
+                });
+            }
+        }
+
+        let method = match raw.request.method.as_deref().unwrap_or("GET") {
+            m if m.eq_ignore_ascii_case("GET") => reqwest::Method::GET,
+            m if m.eq_ignore_ascii_case("POST") => reqwest::Method::POST,
+            m if m.eq_ignore_ascii_case("PUT") => reqwest::Method::PUT,
+            m => {
+                return Err(self.err(
+                    format!("{at}.request.method"),
+                    format!("'{m}': expected GET, POST or PUT"),
+                ));
+            }
+        };
+        let template = |field: String, s: &str| -> Result<Template> {
+            let t = Template::parse(s).map_err(|m| self.err(&field, m))?;
+            if t.uses(Placeholder::Region) && !has_regions {
+                return Err(self.err(field, "{region} is used but the job has no regions"));
+            }
+            Ok(t)
+        };
+        let url = template(format!("{at}.request.url"), &raw.request.url)?;
+        let probe = url.fill(&Fill {
+            region: "XX",
+            secret: &Secret::new("x".into()),
+            job: "job",
+            step: 0,
+            page: 0,
+            batch: "",
+        });
+        match reqwest::Url::parse(&probe) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+            Ok(u) => {
+                return Err(self.err(
+                    format!("{at}.request.url"),
+                    format!("scheme '{}': expected http or https", u.scheme()),
+                ));
+            }
+            Err(e) => return Err(self.err(format!("{at}.request.url"), format!("not a URL: {e}"))),
+        }
+        let mut query = Vec::new();
+        for (k, v) in raw.request.query.0 {
+            let field = format!("{at}.request.query.{k}");
+            let s = match &v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return Err(self.err(field, "expected a string, number or boolean")),
+            };
+            query.push((k, template(field, &s)?));
+        }
+        let mut headers = Vec::new();
+        for (k, v) in raw.request.headers.0 {
+            let field = format!("{at}.request.headers.{k}");
+            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                return Err(self.err(field, "not a valid header name"));
+            }
+            headers.push((k, template(field, &v)?));
+        }
+        let paginate = raw
+            .paginate
+            .map(|p| self.paginate(&format!("{at}.paginate"), p))
+            .transpose()?;
+        let body = raw
+            .request
+            .body
+            .as_ref()
+            .map(|v| {
+                let field = format!("{at}.request.body");
+                if method == reqwest::Method::GET {
+                    return Err(self.err(
+                        &field,
+                        "a GET request carries no body: set method: POST or PUT",
+                    ));
+                }
+                let t = JsonTemplate::parse(v)
+                    .map_err(|(path, m)| self.err(format!("{field}{path}"), m))?;
+                if t.uses(Placeholder::Region) && !has_regions {
+                    return Err(self.err(field, "{region} is used but the job has no regions"));
+                }
+                Ok(t)
+            })
+            .transpose()?;
+        let for_each = raw
+            .for_each
+            .map(|f| self.for_each(&format!("{at}.for_each"), f))
+            .transpose()?;
+        self.batch_use(
+            at,
+            for_each.is_some(),
+            &url,
+            &query,
+            &headers,
+            body.as_ref(),
+        )?;
+        if for_each.is_some() && paginate.is_some() {
+            return Err(self.err(
+                format!("{at}.paginate"),
+                "a fan-out step (for_each) does not paginate: each batch is one request; \
+                 page the previous step instead, or split the work into smaller batches",
+            ));
+        }
+        Ok(Step {
+            for_each,
+            endpoint: raw.endpoint,
+            cost,
+            on_store_error: spec.on_store_error,
+            method,
+            url,
+            query,
+            headers,
+            body,
+            paginate,
+            settle,
+        })
+    }
+
+    /// `for_each`, checked; its `max_values` is set by [`Self::job`], which
+    /// knows the previous step.
+    fn for_each(&self, at: &str, raw: RawForEach) -> Result<ForEach> {
+        let field = |k: &str| format!("{at}.{k}");
+        let from = raw.from.ok_or_else(|| {
+            self.err(
+                field("from"),
+                "for_each needs from: the JSON pointer of the values in the previous step's pages (e.g. /items/*/id)",
+            )
+        })?;
+        if !from.starts_with('/') {
+            return Err(self.err(
+                field("from"),
+                format!("'{from}' is not a JSON pointer: it starts with / (e.g. /items/*/id)"),
+            ));
+        }
+        let count = |k: &str, v: Option<i64>, max: i64| -> Result<Option<u32>> {
+            match v {
+                None => Ok(None),
+                Some(n) if (1..=max).contains(&n) => Ok(Some(n as u32)),
+                Some(n) => Err(self.err(field(k), format!("{n} is out of range: 1 to {max}"))),
+            }
+        };
+        let batch = count("batch", raw.batch, 10_000)?.unwrap_or(1);
+        let per_page = count("per_page", raw.per_page, 1_000_000)?.unwrap_or(batch);
+        Ok(ForEach {
+            from,
+            batch,
+            join: raw.join.unwrap_or_else(|| ",".into()),
+            per_page,
+            max_values: 0,
+        })
+    }
+
+    /// `{batch}` is used in a step exactly when it fans out: without
+    /// `for_each` it would always be empty, and a fan-out step that does
+    /// not use it would send the same request for every batch.
+    fn batch_use(
+        &self,
+        at: &str,
+        fans_out: bool,
+        url: &Template,
+        query: &[(String, Template)],
+        headers: &[(String, Template)],
+        body: Option<&JsonTemplate>,
+    ) -> Result<()> {
+        let b = Placeholder::Batch;
+        let mut users = Vec::new();
+        if url.uses(b) {
+            users.push(format!("{at}.request.url"));
+        }
+        users.extend(
+            query
+                .iter()
+                .filter(|(_, t)| t.uses(b))
+                .map(|(k, _)| format!("{at}.request.query.{k}")),
+        );
+        users.extend(
+            headers
+                .iter()
+                .filter(|(_, t)| t.uses(b))
+                .map(|(k, _)| format!("{at}.request.headers.{k}")),
+        );
+        if body.is_some_and(|t| t.uses(b)) {
+            users.push(format!("{at}.request.body"));
+        }
+        match (fans_out, users.first()) {
+            (false, Some(field)) => Err(self.err(
+                field,
+                "{batch} is used but the step has no for_each: add for_each: { from: POINTER } to fan out over the previous step's values",
+            )),
+            (true, None) => Err(self.err(
+                format!("{at}.for_each"),
+                "the step fans out but uses {batch} nowhere (url, query, headers or body): every batch would send the same request",
+            )),
+            _ => Ok(()),
+        }
+    }
+}
