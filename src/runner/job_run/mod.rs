@@ -24,6 +24,7 @@ use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, Stor
 use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
+mod batches;
 mod charge;
 mod fan_out;
 mod regions;
@@ -51,6 +52,9 @@ pub(super) struct JobRun<'a> {
     /// One cursor write at a time, each the newest: the version of the
     /// round last written.
     saving: tokio::sync::Mutex<u64>,
+    /// The run's requests in flight, `concurrency` at most: one place per
+    /// page or batch, whichever region or fan-out it belongs to.
+    permits: tokio::sync::Semaphore,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -151,7 +155,18 @@ impl<'a> JobRun<'a> {
             lock: None,
             round: RefCell::new(Round::default()),
             saving: tokio::sync::Mutex::new(0),
+            permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
         }
+    }
+
+    /// A place for one request among the run's `concurrency` in flight:
+    /// held from its charge until its page is written and the cursor says
+    /// so, so that a kill redoes at most `concurrency` pages.
+    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.permits
+            .acquire()
+            .await
+            .expect("the run's semaphore is never closed")
     }
 
     /// The run holds its lock: it charges in `store`.
