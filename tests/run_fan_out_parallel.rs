@@ -8,10 +8,12 @@
 //! how many requests it had in flight when each arrived.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use crate::common::deployment::{Deployment, embedded_store, spawn};
+use crate::common::deployment::{Deployment, embedded_store, finish, kill, spawn};
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
+use crate::common::wait_until;
 
 /// `regions` searched (3 pages of 40 ids each), then videos.list over
 /// the ids in batches of 10, `n` requests in flight at most, `limit`
@@ -257,4 +259,70 @@ fn a_rejection_mid_fan_out_stops_with_75_and_the_next_run_sends_only_the_rest() 
         let files = batch_files(&d, "US");
         assert_eq!(files, (0..12).map(|k| (k, 1)).collect());
     }
+}
+
+#[test]
+fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
+    // Batch 0 (it holds US00000) takes 3 s, the others 100 ms: the other
+    // eleven are written while it is still in flight.
+    let up = Standin::start(&[
+        "--pages",
+        "3",
+        "--items",
+        "40",
+        "--delay",
+        "100ms",
+        "--slow",
+        "US00000=3s",
+    ]);
+    let d = Deployment::new("");
+    d.write(&yaml(&embedded_store(&d), &up.base(), "US", 4, 1000));
+    let victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(
+        Duration::from_secs(10),
+        "the eleven fast batches were never written",
+        || d.outputs("details").len() == 3 + 11,
+    );
+    // A stop signal abandons batch 0 (its charge kept).
+    kill("-TERM", victim.id());
+    let r = finish(victim);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("15 calls, spent units 15; regions done 0/1; 14 pages written; next run starts at US step 1 page 0"),
+        "{r:?}"
+    );
+    // The cursor: batch 0 first, its values and all after, and the
+    // batches after it already written.
+    let status = d.status_json();
+    let c = &status["credentials"][0]["jobs"][0]["cursor"];
+    assert_eq!((&c["step"], &c["page"]), (&1.into(), &0.into()), "{c}");
+    assert_eq!(
+        c["written"],
+        serde_json::json!((1..12).collect::<Vec<u32>>()),
+        "{c}"
+    );
+    assert_eq!(
+        (
+            c["batch_size"].as_u64(),
+            c["batch"].as_array().map(Vec::len)
+        ),
+        (Some(10), Some(120)),
+        "{c}"
+    );
+
+    // The next run sends batch 0 only, and writes it under its number.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let again: Vec<String> = seen[15..].iter().filter_map(batch).collect();
+    assert_eq!(again, [batch_ids("US", 0)], "{seen:?}");
+    assert_eq!(seen.len(), 16);
+    let files = batch_files(&d, "US");
+    assert_eq!(files, (0..12).map(|k| (k, 1)).collect());
+    assert!(
+        d.outputs("details")
+            .contains(&"details.r000002.US.s1.p000000.json".to_string())
+    );
+    assert!(r.stderr.contains("1 calls, spent units 1;"), "{r:?}");
 }
