@@ -311,6 +311,13 @@ fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
         "{c}"
     );
 
+    // Dry-run plans that one batch, not the eleven written.
+    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    assert_eq!(plan.code, 0, "{plan:?}");
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let job = &plan["credentials"][0]["jobs"][0];
+    assert_eq!(job["next_run"]["calls"], 1, "{job}");
+
     // The next run sends batch 0 only, and writes it under its number.
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
