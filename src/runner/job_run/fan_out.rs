@@ -186,9 +186,10 @@ impl JobRun<'_> {
         }
     }
 
-    /// A fan-out step for one region: one request per batch of `plan`,
-    /// the cursor saved after each. Up to `concurrency` batches go out side
-    /// by side ([`Self::fan_out_side_by_side`]), unless a fan-out follows
+    /// A fan-out step for one region (resumed at batch `page`): one
+    /// request per batch of `plan` (`None` when the cursor that resumed it
+    /// kept no values), the cursor saved after each. Up to `concurrency`
+    /// batches go out side by side ([`Self::fan_out_side_by_side`]), unless a fan-out follows
     /// this one: its values must be found in the pages' order, so then the
     /// batches go one after another, as with `concurrency: 1`.
     pub(super) async fn fan_out(
@@ -196,6 +197,7 @@ impl JobRun<'_> {
         w: &mut Walker,
         step: &Step,
         at: &Position<'_>,
+        page: u32,
         plan: Option<Batches>,
     ) -> Result<Walk> {
         let f: &ForEach = step.for_each.as_ref().expect("a fan-out step");
@@ -204,7 +206,7 @@ impl JobRun<'_> {
                 job = self.job.name,
                 "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
                  it is skipped for this region this round",
-                describe_position(at.region, at.step, 0)
+                describe_position(at.region, at.step, page)
             );
             let resume = self.after_step(w, at);
             self.save(at.slot, resume).await;

@@ -144,7 +144,7 @@ impl JobRun<'_> {
                     .take()
                     .map(|values| Batches::resume(values, 0, &[], None, f.batch)),
             };
-            self.fan_out(w, step, at, plan).await
+            self.fan_out(w, step, at, page, plan).await
         } else {
             let token = resumed.and_then(|s| s.token.clone());
             self.walk(w, step, at, page, token).await
