@@ -22,6 +22,7 @@ mod run_concurrency_within;
 mod run_config;
 mod run_examples;
 mod run_fan_out;
+mod run_fan_out_parallel;
 mod run_files;
 mod run_jobs;
 mod run_pagination;

@@ -26,6 +26,16 @@ pub struct Cursor {
     /// the page files, so a run on another host resumes it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<Vec<String>>,
+    /// At a fan-out step whose batches went out side by side
+    /// (`concurrency`): the batches after `page` already written, by
+    /// number, so the next run sends none of them again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub written: Vec<u32>,
+    /// The batch size `page` and `written` were counted in (with
+    /// `written` only): a file whose `batch` changed since cuts the
+    /// values not yet written afresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
     /// Before a fan-out step: the values the pages of this step written
     /// so far hold for it, in order, without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -54,6 +64,10 @@ pub struct Ahead {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub written: Vec<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<String>,
 }
 
@@ -67,6 +81,8 @@ impl Ahead {
             page: cursor.page,
             token: cursor.token.clone(),
             batch: cursor.batch.clone(),
+            written: cursor.written.clone(),
+            batch_size: cursor.batch_size,
             found: cursor.found.clone(),
         }
     }
@@ -99,6 +115,8 @@ impl Cursor {
                 page: self.page,
                 token: self.token.clone(),
                 batch: self.batch.clone(),
+                written: self.written.clone(),
+                batch_size: self.batch_size,
                 found: self.found.clone(),
             },
             Some(index) => Start {
@@ -132,6 +150,8 @@ impl Cursor {
                         page: a.page,
                         token: a.token.clone(),
                         batch: a.batch.clone(),
+                        written: a.written.clone(),
+                        batch_size: a.batch_size,
                         found: a.found.clone(),
                     }
                 } else {
@@ -154,6 +174,8 @@ pub struct Start {
     pub page: u32,
     pub token: Option<String>,
     pub batch: Option<Vec<String>>,
+    pub written: Vec<u32>,
+    pub batch_size: Option<u32>,
     pub found: Vec<String>,
 }
 
@@ -167,6 +189,8 @@ impl Start {
             page: self.page,
             token: self.token.clone(),
             batch: self.batch.clone(),
+            written: self.written.clone(),
+            batch_size: self.batch_size,
             found: self.found.clone(),
             ahead: Vec::new(),
         }

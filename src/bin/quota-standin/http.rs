@@ -71,6 +71,10 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     }
     body.truncate(length);
     let _counted = InFlight::count(state);
+    let delay = match &state.opts.slow {
+        Some((text, wait)) if target.contains(text.as_str()) => *wait,
+        _ => state.opts.delay,
+    };
     let request = youtube::Request {
         method,
         target,
@@ -78,8 +82,8 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         body,
     };
     let (status, headers, body) = youtube::answer(state, &request);
-    if !state.opts.delay.is_zero() {
-        tokio::time::sleep(state.opts.delay).await;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
     if headers.iter().any(|(k, _)| *k == youtube::ENDLESS) {
         return endless(stream).await;

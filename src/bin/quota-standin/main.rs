@@ -87,6 +87,12 @@ pub struct Options {
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,
 
+    /// A request whose target (path and query) contains TEXT waits DURATION
+    /// instead of --delay: one batch of a fan-out slower than the others,
+    /// so that they finish out of order
+    #[arg(long, value_name = "TEXT=DURATION", value_parser = slow)]
+    pub slow: Option<(String, Duration)>,
+
     /// GitHub's hourly request limit per token, which its `X-RateLimit-*`
     /// headers count down (a spent one answers 403, `X-RateLimit-Remaining: 0`)
     #[arg(long, default_value_t = 5000)]
@@ -144,4 +150,13 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--slow TEXT=DURATION`.
+fn slow(arg: &str) -> Result<(String, Duration), String> {
+    let (text, wait) = arg
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{arg:?}: want TEXT=DURATION"))?;
+    let wait = humantime::parse_duration(wait).map_err(|e| format!("{wait:?}: {e}"))?;
+    Ok((text.to_string(), wait))
 }

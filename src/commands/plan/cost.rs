@@ -83,6 +83,13 @@ pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -
             };
             for page in u64::from(first_page)..last {
                 let page = u32::try_from(page).unwrap_or(u32::MAX);
+                // A batch written out of order by an earlier run is not sent again.
+                if let (Some(f), Some(c)) = (&step.for_each, at_cursor)
+                    && c.batch_size == Some(f.batch)
+                    && c.written.contains(&page)
+                {
+                    continue;
+                }
                 if let Some((pool, window)) = full_window(&step.cost, remaining) {
                     return NextRun::Stops {
                         region: region.to_string(),

@@ -13,16 +13,24 @@
 //!   resumes at the batch in hand, from the store, on any host: no page
 //!   already written is fetched again.
 //!
-//! Every batch is one request, charged and written as any page is.
+//! Every batch is one request, charged and written as any page is. With
+//! `concurrency` above 1 a region's batches go out side by side, within
+//! the run's one limit of requests in flight; the cursor then also keeps
+//! the batches written past the earliest one not yet written
+//! ([`super::batches`]).
 //!
 //! Reading a page for values parses it whole (a `serde_json::Value`), where
 //! [`super::super::page_scan`] streams: only the pages of a step that a
 //! fan-out follows are read so, once each, after they are written.
 
-use std::collections::{HashSet, VecDeque};
+use std::cell::RefCell;
+use std::collections::HashSet;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tracing::warn;
 
+use super::batches::Batches;
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
@@ -178,59 +186,132 @@ impl JobRun<'_> {
         }
     }
 
-    /// A fan-out step for one region: one request per batch of `pending`
-    /// (the values not yet sent; `None` when the cursor that resumed it
-    /// kept none), the first one numbered `page`, the cursor saved after
-    /// each.
+    /// A fan-out step for one region (resumed at batch `page`): one
+    /// request per batch of `plan` (`None` when the cursor that resumed it
+    /// kept no values), the cursor saved after each. Up to `concurrency`
+    /// batches go out side by side ([`Self::fan_out_side_by_side`]), unless a fan-out follows
+    /// this one: its values must be found in the pages' order, so then the
+    /// batches go one after another, as with `concurrency: 1`.
     pub(super) async fn fan_out(
         &self,
         w: &mut Walker,
         step: &Step,
         at: &Position<'_>,
-        mut page: u32,
-        pending: Option<Vec<String>>,
+        page: u32,
+        plan: Option<Batches>,
     ) -> Result<Walk> {
         let f: &ForEach = step.for_each.as_ref().expect("a fan-out step");
-        let mut pending: VecDeque<String> = pending
-            .unwrap_or_else(|| {
-                warn!(
-                    job = self.job.name,
-                    "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
-                     it is skipped for this region this round",
-                    describe_position(at.region, at.step, page)
-                );
-                Vec::new()
-            })
-            .into();
-        while !pending.is_empty() {
-            let n = (f.batch as usize).min(pending.len());
-            let joined = pending
-                .iter()
-                .take(n)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(&f.join);
-            let fill = self.fill(at, page, &joined);
+        let Some(mut plan) = plan else {
+            warn!(
+                job = self.job.name,
+                "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
+                 it is skipped for this region this round",
+                describe_position(at.region, at.step, page)
+            );
+            let resume = self.after_step(w, at);
+            self.save(at.slot, resume).await;
+            return Ok(Walk::Done);
+        };
+        let chained = self
+            .job
+            .steps
+            .get(at.step + 1)
+            .is_some_and(|s| s.for_each.is_some());
+        if self.job.concurrency > 1 && !chained {
+            return self.fan_out_side_by_side(w, step, f, at, plan).await;
+        }
+        for k in plan.todo() {
+            let joined = plan.joined(k, &f.join);
+            let _permit = self.permit().await;
+            let fill = self.fill(at, k, &joined);
             if self
-                .fetch_page(w, step, &fill, None, at, page)
+                .fetch_page(Some(w), step, &fill, None, at, k)
                 .await?
                 .is_none()
             {
                 // Stopped: the cursor already points at this batch.
                 return Ok(Walk::Stopped);
             }
-            pending.drain(..n);
-            page += 1;
-            if !pending.is_empty() {
-                let mut resume = at.cursor(at.region, at.step, page, None);
-                resume.batch = Some(pending.iter().cloned().collect());
-                resume.found = w.found.values().to_vec();
+            plan.mark_written(k);
+            if !plan.is_done() {
+                let resume = plan.cursor(at, w.found.values());
                 self.save(at.slot, Slot::At(resume)).await;
             }
         }
         let resume = self.after_step(w, at);
         self.save(at.slot, resume).await;
         Ok(Walk::Done)
+    }
+
+    /// The batches of `plan` up to `concurrency` at once (the run's one
+    /// limit, shared with the other regions: [`Self::permit`]), each
+    /// charged before it is sent and written under its own number. A stop
+    /// sends no new batch; those in flight finish and are written.
+    async fn fan_out_side_by_side(
+        &self,
+        w: &mut Walker,
+        step: &Step,
+        f: &ForEach,
+        at: &Position<'_>,
+        plan: Batches,
+    ) -> Result<Walk> {
+        let todo = plan.todo();
+        let plan = RefCell::new(plan);
+        let mut todo = todo.into_iter();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < self.job.concurrency && !self.stopping() {
+                let Some(k) = todo.next() else { break };
+                let joined = plan.borrow().joined(k, &f.join);
+                running.push(self.send_batch(step, at, &plan, k, joined));
+            }
+            // The first error ends the run at once (the batches in flight
+            // are abandoned, their charges kept), as for regions.
+            let Some(sent) = running.next().await else {
+                break;
+            };
+            sent?;
+        }
+        if !plan.borrow().is_done() {
+            // Stopped: the cursor says the earliest batch not written and
+            // those written after it.
+            return Ok(Walk::Stopped);
+        }
+        let resume = self.after_step(w, at);
+        self.save(at.slot, resume).await;
+        Ok(Walk::Done)
+    }
+
+    /// One batch of a fan-out side by side: wait for a place among the
+    /// run's requests in flight, charge, send, write page `k`, then save
+    /// the cursor with it (the place is held until then, so a kill redoes
+    /// at most `concurrency` batches). `false` when the run stopped first.
+    async fn send_batch(
+        &self,
+        step: &Step,
+        at: &Position<'_>,
+        plan: &RefCell<Batches>,
+        k: u32,
+        joined: String,
+    ) -> Result<bool> {
+        let _permit = self.permit().await;
+        let fill = self.fill(at, k, &joined);
+        if self
+            .fetch_page(None, step, &fill, None, at, k)
+            .await?
+            .is_none()
+        {
+            return Ok(false);
+        }
+        let resume = {
+            let mut plan = plan.borrow_mut();
+            plan.mark_written(k);
+            (!plan.is_done()).then(|| plan.cursor(at, &[]))
+        };
+        if let Some(resume) = resume {
+            self.save(at.slot, Slot::At(resume)).await;
+        }
+        Ok(true)
     }
 }
 

@@ -1,32 +1,33 @@
 //! [`JobRun`]: the state of one run of a job in progress, and its loop:
 //! every region once, from the cursor on, wrapping around; per page, charge
-//! → call → write → save the cursor. Up to `concurrency` regions are walked
-//! side by side on this one task (`regions.rs`), so the state they share
-//! lives in cells, never borrowed across an await.
+//! → call → write → save the cursor (one request: `request.rs`). Up to
+//! `concurrency` regions, and batches of a fan-out, are in flight side by
+//! side on this one task (`regions.rs`, `fan_out.rs`), within one limit
+//! ([`JobRun::permit`]), so the state they share lives in cells, never
+//! borrowed across an await.
 
-use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
-use std::time::Duration;
 
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use self::round::{Round, Slot};
 use super::cursor::{Cursor, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::output;
 use super::page_scan::Found;
-use super::upstream::{self, Answer, Reported};
 use super::{JobReport, RunContext, Stop};
-use crate::atomic_file::{file_mode, write_new};
-use crate::config::{Credential, Fill, Job, Step, StorePolicy, mask, redact};
+use crate::atomic_file::file_mode;
+use crate::config::{Credential, Fill, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, StoreError};
 use crate::timefmt::local_datetime;
 use crate::{Error, Result};
 
+mod batches;
 mod charge;
 mod fan_out;
 mod regions;
+mod request;
 mod round;
 mod settle;
 mod walk;
@@ -51,6 +52,9 @@ pub(super) struct JobRun<'a> {
     /// One cursor write at a time, each the newest: the version of the
     /// round last written.
     saving: tokio::sync::Mutex<u64>,
+    /// The run's requests in flight, `concurrency` at most: one place per
+    /// page or batch, whichever region or fan-out it belongs to.
+    permits: tokio::sync::Semaphore,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -151,7 +155,18 @@ impl<'a> JobRun<'a> {
             lock: None,
             round: RefCell::new(Round::default()),
             saving: tokio::sync::Mutex::new(0),
+            permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
         }
+    }
+
+    /// A place for one request among the run's `concurrency` in flight:
+    /// held from its charge until its page is written and the cursor says
+    /// so, so that a kill redoes at most `concurrency` pages.
+    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.permits
+            .acquire()
+            .await
+            .expect("the run's semaphore is never closed")
     }
 
     /// The run holds its lock: it charges in `store`.
@@ -378,211 +393,6 @@ impl<'a> JobRun<'a> {
 
     fn stopping(&self) -> bool {
         self.report.borrow().stop.is_some()
-    }
-
-    /// Charge and send the page's request until it answers with a page
-    /// (its body and next-page token): retries and same-origin redirects
-    /// are charged like any call. `None` when the run stopped cleanly.
-    async fn request_page(
-        &self,
-        step: &Step,
-        fill: &Fill<'_>,
-        url: &reqwest::Url,
-    ) -> Result<Option<PageAnswer>> {
-        let http = &self.ctx.config.http;
-        let shown = redact(url.as_str(), &[fill.secret]);
-        let mut attempt = 0;
-        // The request in hand: the page's own, or a same-origin redirect's
-        // target (each hop charged like any call), and how many hops led there.
-        let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
-        loop {
-            if self.stopping() {
-                return Ok(None);
-            }
-            if self.ctx.shutdown.is_set() {
-                self.stop(Stop::Signal);
-                return Ok(None);
-            }
-            if self.lock.as_ref().is_some_and(RunLock::is_lost) {
-                self.stop(Stop::LockLost);
-                return Ok(None);
-            }
-            let shown_target = redact(target.as_str(), &[fill.secret]);
-            // Built before its charge: a request that can never be sent
-            // costs nothing.
-            let request = upstream::request(self.ctx.client, step, fill, &method, &target)
-                .map_err(|problem| Error::Upstream {
-                    job: self.job.name.clone(),
-                    url: shown_target.clone(),
-                    problem,
-                })?;
-            let (at, receipt, remaining) = match self.charge(step).await? {
-                Charged::Go {
-                    at,
-                    receipt,
-                    remaining,
-                } => (at, receipt, remaining),
-                Charged::Stop(stop) => {
-                    self.stop(stop);
-                    return Ok(None);
-                }
-            };
-            debug!(job = self.job.name, attempt, "{method} {shown_target}");
-            self.report.borrow_mut().calls += 1;
-            let mut reported = Reported::default();
-            let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut reported) => a,
-                () = self.ctx.shutdown.wait() => {
-                    info!(job = self.job.name, "stop signal: abandoning the request in flight");
-                    if receipt.is_some() {
-                        self.keep_estimates(step, "the request was abandoned");
-                    }
-                    self.stop(Stop::Signal);
-                    return Ok(None);
-                }
-            };
-            if let Some(receipt) = &receipt {
-                self.settle(step, receipt, &reported.actuals).await;
-                self.upstream_counts(step, &reported, &remaining).await;
-            }
-            match answer {
-                Answer::Page { body, found, link } => return Ok(Some((body, found, link))),
-                Answer::QuotaExhausted {
-                    status,
-                    reason,
-                    retry_after,
-                } => {
-                    self.upstream_exhausted(status, reason, retry_after, at)
-                        .await;
-                    return Ok(None);
-                }
-                Answer::Redirect {
-                    status,
-                    to,
-                    method: next,
-                } if hops < upstream::MAX_REDIRECTS => {
-                    hops += 1;
-                    info!(
-                        job = self.job.name,
-                        "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
-                        upstream::MAX_REDIRECTS,
-                        redact(to.as_str(), &[fill.secret])
-                    );
-                    (method, target) = (next, to);
-                }
-                Answer::Redirect { status, to, .. } => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!(
-                            "more than {} redirects (the last, HTTP {status}, to {}): not followed",
-                            upstream::MAX_REDIRECTS,
-                            redact(to.as_str(), &[fill.secret])
-                        ),
-                    });
-                }
-                Answer::Fatal(why) => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: why,
-                    });
-                }
-                Answer::Transient(why) if attempt < http.retries => {
-                    let cap = http
-                        .backoff
-                        .saturating_mul(1 << attempt.min(16))
-                        .min(Duration::from_secs(60));
-                    // Full jitter: anywhere up to the cap, so hosts do not retry in step.
-                    let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
-                    attempt += 1;
-                    // A retry is the page's request again, from its own URL.
-                    (method, target, hops) = (step.method.clone(), url.clone(), 0);
-                    warn!(
-                        job = self.job.name,
-                        "{shown_target}: {why}; retry {attempt} of {} in {}",
-                        http.retries,
-                        crate::timefmt::fmt_wait(wait)
-                    );
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => {}
-                        () = self.ctx.shutdown.wait() => {}
-                    }
-                }
-                Answer::Transient(why) => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!("{why}, after {} attempts", attempt + 1),
-                    });
-                }
-                Answer::Refused { status, excerpt } => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!(
-                            "the upstream refused the request with HTTP {status}: {excerpt}"
-                        ),
-                    });
-                }
-            }
-        }
-    }
-
-    /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has. On a blocking thread: its fsyncs
-    /// must not hold up the other regions walked on this task.
-    async fn write_page(&self, fill: &Fill<'_>, name: &str, body: Vec<u8>) -> Result<()> {
-        let mode = file_mode().map_err(Error::Usage)?;
-        let (dir, job, file) = (
-            self.job.output.clone(),
-            self.job.name.clone(),
-            name.to_string(),
-        );
-        let secret = fill.secret.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            // An upstream that echoes the key (in a next-page link, say) does
-            // not get it into the page file: masked there like everywhere else.
-            let text = String::from_utf8_lossy(&body);
-            let masked = match mask(&text, &[&secret]) {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(m) => Some(m.into_bytes()),
-            };
-            let bytes = masked.as_deref().unwrap_or(&body);
-            (write_new(&dir, &job, &file, bytes, mode), masked.is_some())
-        })
-        .await;
-        let (written, masked) = written.unwrap_or_else(|e| {
-            (
-                Err(std::io::Error::other(format!("the writer failed: {e}"))),
-                false,
-            )
-        });
-        if masked {
-            warn!(
-                job = self.job.name,
-                "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
-            );
-        }
-        let path = written.map_err(|source| {
-            let path = self.job.output.join(name);
-            if source.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::PageExists {
-                    job: self.job.name.clone(),
-                    path,
-                }
-            } else {
-                Error::Io {
-                    what: "write",
-                    path,
-                    source,
-                }
-            }
-        })?;
-        self.report.borrow_mut().pages += 1;
-        self.progress();
-        debug!(job = self.job.name, "wrote {}", path.display());
-        Ok(())
     }
 }
 

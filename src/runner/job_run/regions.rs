@@ -11,6 +11,7 @@ use futures_util::stream::FuturesUnordered;
 
 use tracing::info;
 
+use super::batches::Batches;
 use super::round::{Round, Slot};
 use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
@@ -130,12 +131,20 @@ impl JobRun<'_> {
         w.found
             .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
         let page = resumed.map_or(0, |s| s.page);
-        if step.for_each.is_some() {
-            let pending = match resumed {
-                Some(s) => s.batch.clone(),
-                None => w.pending.take(),
+        if let Some(f) = &step.for_each {
+            // The values not yet sent: the cursor's, or those the step
+            // before found in this run.
+            let plan = match resumed {
+                Some(s) => s
+                    .batch
+                    .clone()
+                    .map(|values| Batches::resume(values, page, &s.written, s.batch_size, f.batch)),
+                None => w
+                    .pending
+                    .take()
+                    .map(|values| Batches::resume(values, 0, &[], None, f.batch)),
             };
-            self.fan_out(w, step, at, page, pending).await
+            self.fan_out(w, step, at, page, plan).await
         } else {
             let token = resumed.and_then(|s| s.token.clone());
             self.walk(w, step, at, page, token).await

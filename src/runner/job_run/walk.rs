@@ -51,9 +51,12 @@ impl JobRun<'_> {
         // out again is going in circles.
         let mut walked: HashSet<String> = token.iter().cloned().collect();
         loop {
+            // A place among the run's requests in flight, held until the
+            // cursor says this page is written.
+            let _permit = self.permit().await;
             let fill = self.fill(at, page, "");
             let Some(next) = self
-                .fetch_page(w, step, &fill, token.as_deref(), at, page)
+                .fetch_page(Some(&mut *w), step, &fill, token.as_deref(), at, page)
                 .await?
             else {
                 return Ok(Walk::Stopped);
@@ -132,10 +135,11 @@ impl JobRun<'_> {
 
     /// Charge, call (retrying transient failures, each attempt charged) and
     /// write one page; what it says of the next. `None` when the run
-    /// stopped cleanly instead.
+    /// stopped cleanly instead. `w` keeps the page's values for a fan-out
+    /// after this step (none for batches sent side by side).
     pub(super) async fn fetch_page(
         &self,
-        w: &mut Walker,
+        w: Option<&mut Walker>,
         step: &Step,
         fill: &Fill<'_>,
         token: Option<&str>,
@@ -156,7 +160,9 @@ impl JobRun<'_> {
         .file_name();
         // The values for a fan-out after this step, read before the page
         // goes to its writer (it is saved with the cursor after the write).
-        self.collect_for_next(w, at, page, &body);
+        if let Some(w) = w {
+            self.collect_for_next(w, at, page, &body);
+        }
         self.write_page(fill, &name, body).await?;
         Ok(Some(paginate::next(
             step,
