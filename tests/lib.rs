@@ -11,6 +11,7 @@ mod ledger_concurrency;
 mod ledger_conformance;
 mod ledger_embedded_scale;
 mod ledger_equivalence;
+mod ledger_fast_path;
 mod ledger_metered;
 mod ledger_redis;
 mod ledger_redis_segments;
