@@ -162,6 +162,9 @@ fn a_killed_runs_estimate_shows_as_reserved() {
             text.stdout.contains("200 (200 reserved)"),
             "{store}: {text:?}"
         );
+        let metrics = d.quota(&["status", "--format", "openmetrics"]).stdout;
+        let line = r#"quota_window_reserved_units{credential="llm",pool="tokens",window="1m"} 200"#;
+        assert!(metrics.lines().any(|l| l == line), "{store}: {metrics}");
     }
 }
 
