@@ -938,7 +938,12 @@ for p = 1, npools do
   if oldest == nil and (pv[2] % TRIM_EVERY == 0 or pv[4 * pv.lw + 2] >= pv[2]) then
     local b = 7 + 4 * pv[3] -- scratch space past the packed fields
     pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
-    slide(p, pv, b, pv.dead_cut)
+    if not slide(p, pv, b, pv.dead_cut) then
+      -- (the head's segment expired before a trim reached it: passed when
+      -- the next one's first call is dead too, see past_expired; else the
+      -- head stays, and the pool is found lost where it matters)
+      pv[b + 2] = past_expired(p, pv[1], pv[2], pv.dead_cut)
+    end
     oldest = pv[b + 2]
   end
   pv.dead = pv.dead_cut

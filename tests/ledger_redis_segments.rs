@@ -604,3 +604,67 @@ async fn completed_segments_keep_their_last_expiry_and_may_expire_unlost() {
         "segment 0 renewed for the 120 s window: {ttl}"
     );
 }
+
+/// A pool with a short window and few calls runs its trim's count only now
+/// and then, so a completed segment can expire while the head still sits in
+/// it: the trim passes it (its calls, and the next segment's first, are
+/// past the retention) rather than stop there for good.
+#[tokio::test]
+async fn the_trim_passes_a_head_segment_that_expired_first() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let units = pool("units", vec![window(10, 1_000_000_000, 0)]);
+    // Calls at T0 .. T0 + 65.5 s; the trim kept the last 60 s: the head
+    // sits in segment 0.
+    fill(&server, "stuck", &units, LOG_SEGMENT as i64 + 10);
+    let head = |server: &RedisServer| -> f64 {
+        let mut con = ::redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let packed: Vec<u8> = ::redis::cmd("HGET")
+            .arg(state_key("stuck"))
+            .arg("pool:units")
+            .query(&mut con)
+            .unwrap();
+        f64::from_le_bytes(packed[..8].try_into().unwrap())
+    };
+    // A charge at T0 + 80 s: the window's pointer leaves segment 0, the
+    // head (the retention's cutoff) stays in it.
+    let one = [cost(&units, 1)];
+    let d = ledger
+        .charge(&charge("stuck", &one), At::Fixed(T0 + 80 * S))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(head(&server) < LOG_SEGMENT as f64, "the head in segment 0");
+    // Segment 0 expires (its last expiry ran out) before a trim reached it.
+    server.cli(&[
+        "DEL",
+        &log_segment_key("stuck", "units", 0),
+        &index_segment_key("stuck", "units", 0),
+    ]);
+    // At T0 + 150 s (before the log's own expiry, ~T0 + 190 s) the window
+    // is empty, so the trim counts: every call of segment 0 and the first
+    // of segment 1 are past the 60 s retention.
+    let d = ledger
+        .charge(&charge("stuck", &one), At::Fixed(T0 + 150 * S))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    assert!(
+        head(&server) >= LOG_SEGMENT as f64,
+        "the head passed segment 0: {}",
+        head(&server)
+    );
+    let u = ledger
+        .usage(
+            "stuck",
+            std::slice::from_ref(&units),
+            At::Fixed(T0 + 151 * S),
+        )
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None);
+    assert_eq!(u.pools[0].windows[0].used, 1);
+}
