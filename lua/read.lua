@@ -7,7 +7,9 @@
 -- KEYS[2..1+n]   quota:{C}:log:P    the prefix of each pool's log segments
 -- KEYS[2+n..]    quota:{C}:index:P  that of its index, in the same order
 -- ARGV[1]        now in µs, or "" to read the Redis server clock (TIME)
--- ARGV[2..]      each pool's state field, "pool:" .. name, in KEYS order
+-- ARGV[2..1+n]   each pool's state field, "pool:" .. name, in KEYS order
+-- ARGV[2+n..]    each pool's longest window as configured (how long a call
+--                counts in it, µs), in the same order
 --
 -- Returns {now, serial, blocked_until, blocked_reason, tags, retain,
 -- then per pool: lost, head, tail, first indexed block, indexed blocks,
@@ -83,9 +85,9 @@ for k = 1, n do
       if fields % 4 == 0 then
         -- Segments before the tail's that expired held no call that
         -- counts (lua/charge.lua, past_expired): the head passes them
-        -- when the next one's first call is at or before the retention's
-        -- cutoff. (Read-only: the next charge unlinks their index.)
-        local cut = math.max(now - retain, dead)
+        -- when the next one's first call counts in no window of the pool
+        -- (nor in the retention). (Read-only: a charge unlinks their index.)
+        local cut = math.max(now - (tonumber(ARGV[1 + n + k]) or math.huge), now - retain, dead)
         for _ = 1, 32 do
           local kh = math.floor(head / SEG)
           if kh >= kt or redis.call('EXISTS', KEYS[1 + k] .. ':' .. kh) == 1 then break end

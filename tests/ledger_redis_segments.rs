@@ -668,3 +668,34 @@ async fn the_trim_passes_a_head_segment_that_expired_first() {
     assert_eq!(u.pools[0].log_lost, None);
     assert_eq!(u.pools[0].windows[0].used, 1);
 }
+
+/// `status` passes an expired head segment by the pool's own windows: after
+/// another pool's longer window raised the credential's retention, a
+/// segment of this pool that expired with every call out of its windows is
+/// not a loss.
+#[tokio::test]
+async fn status_passes_an_expired_segment_by_the_pools_own_windows() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let a = pool("units", vec![window(60, 1_000_000_000, 0)]);
+    let b = pool("other", vec![window(600, 1_000, 0)]);
+    fill(&server, "grew", &a, LOG_SEGMENT as i64 + 10);
+    let d = ledger
+        .charge(&charge("grew", &[cost(&b, 1)]), At::Fixed(T0 + 66 * S))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+    server.cli(&[
+        "DEL",
+        &log_segment_key("grew", "units", 0),
+        &index_segment_key("grew", "units", 0),
+    ]);
+    // At T0 + 140 s every call of `units` is out of its 60 s window, though
+    // inside the 600 s retention that `other` set.
+    let u = ledger
+        .usage("grew", std::slice::from_ref(&a), At::Fixed(T0 + 140 * S))
+        .await
+        .unwrap();
+    assert_eq!(u.pools[0].log_lost, None, "not lost");
+    assert_eq!(u.pools[0].windows[0].used, 0);
+}

@@ -56,6 +56,11 @@ pub(super) async fn read(
     for p in pools {
         inv.arg(format!("pool:{}", p.name));
     }
+    // (each pool's longest reach: a log segment that expired before it is
+    // passed, not taken for lost)
+    for p in pools {
+        inv.arg(p.windows.iter().map(|w| w.reach_us()).max().unwrap_or(0));
+    }
     let inv = &inv;
     let reply: Value = ledger
         .retrying(
