@@ -62,27 +62,14 @@ $key
 EOF
 }
 
-# once BIN: one run on a fresh store; prints "wall user+sys calls code".
-once() {
-    rm -rf "$work/out" "$work"/ledger.db*
-    local code=0
-    /usr/bin/time -f '%e %U %S' -o "$work/time" \
-        "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
-    local made
-    made=$(sed -n 's/.*; \([0-9]*\) calls.*/\1/p' "$work/err" | tail -1)
-    # (the last line: a failed command's status line comes first)
-    read -r wall user sys < <(tail -1 "$work/time")
-    echo "$wall $(echo "$user + $sys" | bc) ${made:-0} $code"
-}
+# shellcheck source=bench/timed_run.sh
+. bench/timed_run.sh
 
 # row LABEL BIN N LIMIT: the median wall of REPS runs, and its CPU.
 row() {
-    local label=$1 bin=$2 n=$3 limit=$4 runs=()
+    local label=$1 bin=$2 n=$3 limit=$4
     config "$limit" "${n#base}"
-    for _ in $(seq "$REPS"); do runs+=("$(once "$bin")"); done
-    local mid
-    mid=$(printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(((REPS + 1) / 2))p")
-    read -r wall cpu made code <<< "$mid"
+    read -r wall cpu made code <<< "$(median_run "$bin")"
     local n_=${n#base}
     n_=${n_:-1}
     local ideal

@@ -65,26 +65,14 @@ jobs:
 EOF
 }
 
-# once BIN: one run on a fresh store; prints "wall user+sys calls code".
-once() {
-    rm -rf "$work/out" "$work"/ledger.db*
-    local code=0
-    /usr/bin/time -f '%e %U %S' -o "$work/time" \
-        "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
-    local made
-    made=$(sed -n 's/.*; \([0-9]*\) calls.*/\1/p' "$work/err" | tail -1)
-    read -r wall user sys < <(tail -1 "$work/time")
-    echo "$wall $(echo "$user + $sys" | bc) ${made:-0} $code"
-}
+# shellcheck source=bench/timed_run.sh
+. bench/timed_run.sh
 
 # row LABEL BIN N: the median wall of REPS runs, and its CPU.
 row() {
-    local label=$1 bin=$2 n=$3 runs=()
+    local label=$1 bin=$2 n=$3
     config "$n"
-    for _ in $(seq "$REPS"); do runs+=("$(once "$bin")"); done
-    local mid
-    mid=$(printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(((REPS + 1) / 2))p")
-    read -r wall cpu made code <<< "$mid"
+    read -r wall cpu made code <<< "$(median_run "$bin")"
     local ideal
     ideal=$(echo "scale=3; ($PAGES + $batches / $n) * $DELAY_MS / 1000" | bc)
     printf '| %-6s | %2s | %5s | %4s | %6.2f s | %6.2f s | %5.2fx | %5.2f ms |\n' \

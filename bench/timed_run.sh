@@ -1,0 +1,24 @@
+# Sourced by bench/concurrency.sh and bench/fan_out.sh: `quota run` timed on
+# a fresh store, and the median of REPS such runs. Needs $work (holding
+# quota.yaml) and $REPS.
+
+# once BIN: one run on a fresh store; prints "wall user+sys calls code".
+once() {
+    rm -rf "$work/out" "$work"/ledger.db*
+    local code=0
+    /usr/bin/time -f '%e %U %S' -o "$work/time" \
+        "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
+    local made
+    made=$(sed -n 's/.*; \([0-9]*\) calls.*/\1/p' "$work/err" | tail -1)
+    # (the last line: a failed command's status line comes first)
+    read -r wall user sys < <(tail -1 "$work/time")
+    echo "$wall $(echo "$user + $sys" | bc) ${made:-0} $code"
+}
+
+# median_run BIN: of REPS runs, the one of median wall time, as `once`
+# prints it.
+median_run() {
+    local runs=()
+    for _ in $(seq "$REPS"); do runs+=("$(once "$1")"); done
+    printf '%s\n' "${runs[@]}" | sort -n | sed -n "$(((REPS + 1) / 2))p"
+}
