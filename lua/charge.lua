@@ -60,6 +60,13 @@
 --                  whose calls still count (for status; lua/settle.lua
 --                  removes a settled one)
 --   tag:T, tagname:N, tags          tag ids
+--   front:pool:P   the fast path's copy of the calls at P's windows'
+--                  pointers (a read of the log at a window's front walks
+--                  its list's nodes): per window, SLOT bytes, packed doubles
+--                  (first call number, count, then (time, cost) of up to
+--                  FRONT calls); '' once the general path ran (it keeps
+--                  none); lua/settle.lua, which changes a logged cost,
+--                  deletes it
 --
 -- The log: a pool's calls are numbered (head <= s < tail); call s sits in
 -- the list `quota:{C}:log:P:k`, k = floor(s / SEG), as flat quadruples
@@ -152,16 +159,147 @@
 -- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
 -- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
 
-local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
-local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
-local state, ENTRY, CHUNK, META = KEYS[1], 4, 16, '<ddddd'
+local ENTRY, CHUNK, META = 4, 16, '<ddddd'
 local BLOCK, SEG, RESEND, TRIM, UNLINKS, RESERVED = 128, 65536, 1024, 16384, 32, 1024
 local TRIM_EVERY = 64
+-- A window's front (see front:pool:P): FRONT calls, in a slot of SLOT bytes.
+local FRONT = 32
+local SLOT = 16 * (FRONT + 1)
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
 end
+
+-- The common charge, fast (issue 14, part 5): a charge that the general
+-- path below would admit with no step but sliding its windows a call or
+-- two, logging the call and saving the state, made here in straight-line
+-- code, without the dozens of functions and tables the general path
+-- builds on every call. Anything else (a flag, a pool seen for the first
+-- time or whose windows changed, a calendar window, a loss, a block,
+-- others' units, an expiry to renew, a segment or block to open or close,
+-- a trim due, a call that does not fit) returns nil before any write, and
+-- the general path decides, from the same reads. The two must decide
+-- alike: the conformance and equivalence suites run every charge through
+-- whichever applies.
+--
+-- A function of its arguments, Redis's globals and the constants above
+-- only: a closure that captured the prelude's locals below would cost a
+-- tenth of the charge to make, on every call.
+local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial)
+  local KEYS, ARGV, call = KEYS, ARGV, redis.call
+  local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
+  if not v[1] or #v[1] ~= 40 or not v[3] then return end
+  -- (arg: the pools' numbers in ARGV, each parsed once)
+  local pvs, arg, a, longest, fronts = {}, {}, 8 + npools, horizon, {}
+  for p = 1, npools do
+    local packed, m = v[3 + p], ARGV[a + 1] + 0
+    if not packed or #packed ~= 8 * (8 + 4 * m) then return end
+    for i = a, a + 1 + 2 * m do arg[i] = ARGV[i] + 0 end
+    local pv = { sunpack(layout(m), packed) }
+    if pv[3] ~= m or pv[5 + 4 * m] ~= 0 or pv[8 + 4 * m] > now then return end
+    for w = 1, m do
+      local len = arg[a + 2 * w]
+      if len <= 0 or pv[4 * w] ~= len or arg[a] > arg[a + 2 * w + 1] then return end
+      if len > longest then longest = len end
+    end
+    pvs[p], a = pv, a + 2 + 2 * m
+  end
+  local retain = max(visible, longest)
+  local keep = retain + 60000000
+  -- (renewing any expiry is the general path's)
+  if expires == nil or expires < now + keep then return end
+  a = 8 + npools
+  for p = 1, npools do
+    local pv, m, cost = pvs[p], pvs[p][3], arg[a]
+    local tail = pv[2]
+    if pv[4 + 4 * m] < now + keep or pv[4 + 4 * m] > expires then return end
+    -- (a list made, as a segment opens or an empty log restarts, or a
+    -- block closed by this call: the general path's)
+    if tail % SEG == 0 or tail == pv[1] or (tail + 1) % BLOCK == 0 then return end
+    local dead_cut = max(now - visible, pv[6 + 4 * m])
+    local front = v[3 + npools + p]
+    if front and #front ~= m * SLOT then front = nil end
+    local oldest, lw, lwlen = nil, 1, 0
+    for w = 1, m do
+      local b, len = 4 * w, pv[4 * w]
+      if len > lwlen then lw, lwlen = w, len end
+      local cutoff = max(now - len, dead_cut)
+      -- Slide, through the window's front (one read of the log refills
+      -- it, within the pointer's block; more leaving than that: the
+      -- general path, which passes whole blocks).
+      local at, c0, cn, refilled = (w - 1) * SLOT, 0, 0, false
+      if front then c0, cn = sunpack('<dd', front, at + 1) end
+      while pv[b + 2] < tail and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
+        local ptr = pv[b + 2]
+        if ptr < c0 or ptr >= c0 + cn then
+          if refilled then return end
+          refilled = true
+          local k = floor(ptr / SEG)
+          local start = max(pv[1], k * SEG)
+          local to = min(tail, ptr + FRONT, (floor(ptr / BLOCK) + 1) * BLOCK)
+          local e = call('LRANGE', KEYS[1 + p] .. ':' .. k, (ptr - start) * ENTRY, (to - start) * ENTRY - 1)
+          if #e ~= (to - ptr) * ENTRY then return end
+          local x = { ptr, to - ptr }
+          for j = 1, #e, ENTRY do x[#x + 1], x[#x + 2] = e[j] + 0, e[j + 1] + 0 end
+          local slot = spack('<' .. string.rep('d', #x), unpack(x))
+          front = front or string.rep('\0', m * SLOT)
+          front = string.sub(front, 1, at) .. slot .. string.rep('\0', SLOT - #slot) .. string.sub(front, at + SLOT + 1)
+          c0, cn, fronts[p] = ptr, to - ptr, front
+        end
+        local t, c = sunpack('<dd', front, at + 17 + 16 * (ptr - c0))
+        if t > cutoff then
+          pv[b + 3] = t
+        else
+          pv[b + 1], pv[b + 2], pv[b + 3] = pv[b + 1] - c, ptr + 1, 0
+        end
+      end
+      if pv[b + 1] + cost > arg[a + 2 * w + 1] then return end
+      if now - len <= dead_cut then oldest = pv[b + 2] end
+    end
+    -- (a trim due: the general path's)
+    if oldest and oldest > pv[1] then return end
+    if not oldest and (tail % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
+    pv[6 + 4 * m] = dead_cut
+    a = a + 2 + 2 * m
+  end
+  -- Record the call once per pool, and save.
+  serial = serial + 1
+  local u, reply, r = {}, { 1, now, serial, 0 }, 4
+  a = 8 + npools
+  for p = 1, npools do
+    local pv, cost = pvs[p], arg[a]
+    local m = pv[3]
+    local k = floor(pv[2] / SEG)
+    local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], ARGV[2])
+    pv[2] = pv[2] + 1
+    for w = 1, m do
+      local b = 4 * w
+      if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
+      pv[b + 1] = pv[b + 1] + cost
+    end
+    if len ~= (pv[2] - max(pv[1], k * SEG)) * ENTRY then
+      -- The log is not what the state says (as in the general path's
+      -- record): started afresh, counted as spent for a while.
+      call('UNLINK', KEYS[1 + p] .. ':' .. k, KEYS[1 + npools + p] .. ':' .. k)
+      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(0), pv[2], pv[2], 0, pv[4 + 4 * m], now, pv[6 + 4 * m],
+        pv[7 + 4 * m], pv[8 + 4 * m])
+      fronts[p] = ''
+    else
+      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, 8 + 4 * m))
+    end
+    if fronts[p] then u[#u + 1], u[#u + 2] = 'front:' .. ARGV[7 + p], fronts[p] end
+    for w = 1, m do reply[r + w] = arg[a + 2 * w + 1] - pv[4 * w + 1] end
+    r, a = r + m, a + 2 + 2 * m
+  end
+  call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
+  for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
+  reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
+  return reply
+end
+local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
+local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
+local state = KEYS[1]
 
 -- A pool's state (pool:P unpacked, in its array part) with every named
 -- field this script sets made at once: a table grown field by field is
@@ -175,22 +313,29 @@ end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
 -- Lua number into text with a slow %.17g on every redis.call)
+-- (Text turns into a number by arithmetic, `s + 0`: tonumber(s) parses
+-- it twice, and parsing is most of what a charge costs in Lua.)
 local now, now_text
 if ARGV[1] == '' then
   local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  now_text = string.format('%s%06d', t[1], t[2])
+  local us = t[2]
+  now = t[1] * 1000000 + us
+  if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+  now_text = t[1] .. us
 else
-  now, now_text = tonumber(ARGV[1]), ARGV[1]
+  now, now_text = ARGV[1] + 0, ARGV[1]
 end
-local flag = tonumber(ARGV[3]) or 0
-local id, resend, horizon = ARGV[2], flag % 2 == 1, tonumber(ARGV[4])
+local flag = ARGV[3] == '0' and 0 or tonumber(ARGV[3]) or 0
+local id, resend, horizon = ARGV[2], flag % 2 == 1, ARGV[4] + 0
 local force, reserve = floor(flag / 4) % 2 == 1, flag >= 8
 -- (observe mode: the pool, window and retry of what would have refused it)
 local observed = { 0, 0, 0 }
-local tag_field, min_serial, npools = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local tag_field, min_serial, npools = ARGV[5], ARGV[6] + 0, ARGV[7] + 0
 
-local v = call('HMGET', state, 'meta', 'blocked_until', tag_field, unpack(ARGV, 8, 7 + npools))
+-- (then each pool's state field, then its front, for the fast path)
+local fields = { 'meta', 'blocked_until', tag_field }
+for p = 1, npools do fields[3 + p], fields[3 + npools + p] = ARGV[7 + p], 'front:' .. ARGV[7 + p] end
+local v = call('HMGET', state, unpack(fields))
 local last, serial, stored_retain, expires, lost_all = 0, 0, 0, nil, 0
 if v[1] and #v[1] == 32 then -- (a build before the loss time: four fields)
   last, serial, stored_retain, expires = sunpack('<dddd', v[1])
@@ -209,120 +354,13 @@ local visible = max(stored_retain, horizon) -- R, above
 if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
 if serial < min_serial then lost_all = now end
 
+local fast = flag == 0 and lost_all == 0 and blocked_until <= now
+  and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial)
+if fast then return fast end
+
 -- The keys of segment k of pool p's log and of its index.
 local function log_seg(p, k) return KEYS[1 + p] .. ':' .. k end
 local function ix_seg(p, k) return KEYS[1 + npools + p] .. ':' .. k end
-
--- The common charge, fast (issue 14, part 5): a charge that the general
--- path below would admit with no step but sliding its windows a call or
--- two, logging the call and saving the state, made here in straight-line
--- code, without the dozens of functions and tables the general path
--- builds on every call. Anything else (a flag, a pool seen for the first
--- time or whose windows changed, a calendar window, a loss, a block,
--- others' units, an expiry to renew, a segment or block to open or close,
--- a trim due, a call that does not fit) returns nil before any write, and
--- the general path decides, from the same reads. The two must decide
--- alike: the conformance and equivalence suites run every charge through
--- whichever applies.
-local function fast_charge()
-  if flag ~= 0 or not v[1] or #v[1] ~= 40 or lost_all > 0 or blocked_until > now or not v[3] then return end
-  local pvs, a, longest = {}, 8 + npools, horizon
-  for p = 1, npools do
-    local packed, m = v[3 + p], tonumber(ARGV[a + 1])
-    if not packed or #packed ~= 8 * (8 + 4 * m) then return end
-    local pv = { sunpack(layout(m), packed) }
-    if pv[3] ~= m or pv[5 + 4 * m] ~= 0 or pv[8 + 4 * m] > now then return end
-    for w = 1, m do
-      local len = tonumber(ARGV[a + 2 * w])
-      if len <= 0 or pv[4 * w] ~= len or tonumber(ARGV[a]) > tonumber(ARGV[a + 2 * w + 1]) then return end
-      if len > longest then longest = len end
-    end
-    pvs[p], a = pv, a + 2 + 2 * m
-  end
-  local retain = max(visible, longest)
-  local keep = retain + 60000000
-  -- (renewing any expiry is the general path's)
-  if expires == nil or expires < now + keep then return end
-  a = 8 + npools
-  for p = 1, npools do
-    local pv, m, cost = pvs[p], pvs[p][3], tonumber(ARGV[a])
-    local tail = pv[2]
-    if pv[4 + 4 * m] < now + keep or pv[4 + 4 * m] > expires then return end
-    -- (a list made, as a segment opens or an empty log restarts, or a
-    -- block closed by this call: the general path's)
-    if tail % SEG == 0 or tail == pv[1] or (tail + 1) % BLOCK == 0 then return end
-    local dead_cut = max(now - visible, pv[6 + 4 * m])
-    local oldest, lw, lwlen = nil, 1, 0
-    for w = 1, m do
-      local b, len = 4 * w, pv[4 * w]
-      if len > lwlen then lw, lwlen = w, len end
-      local cutoff = max(now - len, dead_cut)
-      -- Slide: a read of two calls at a time, within the pointer's block
-      -- (more leaving: the general path, which passes whole blocks).
-      local reads = 0
-      while pv[b + 2] < tail and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
-        local ptr = pv[b + 2]
-        if reads == 2 then return end
-        reads = reads + 1
-        local k = floor(ptr / SEG)
-        local start = max(pv[1], k * SEG)
-        local to = min(tail, ptr + 2, (floor(ptr / BLOCK) + 1) * BLOCK)
-        local e = call('LRANGE', KEYS[1 + p] .. ':' .. k, (ptr - start) * ENTRY, (to - start) * ENTRY - 1)
-        if #e == 0 then return end
-        pv[b + 3] = 0
-        for j = 1, #e, ENTRY do
-          local t = tonumber(e[j])
-          if t > cutoff then
-            pv[b + 3] = t
-            break
-          end
-          pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
-          pv[b + 2] = pv[b + 2] + 1
-        end
-      end
-      if pv[b + 1] + cost > tonumber(ARGV[a + 2 * w + 1]) then return end
-      if now - len <= dead_cut then oldest = pv[b + 2] end
-    end
-    -- (a trim due: the general path's)
-    if oldest and oldest > pv[1] then return end
-    if not oldest and (tail % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
-    pv[6 + 4 * m] = dead_cut
-    a = a + 2 + 2 * m
-  end
-  -- Record the call once per pool, and save.
-  serial = serial + 1
-  local u, reply, r = {}, { 1, now, serial, 0 }, 4
-  a = 8 + npools
-  for p = 1, npools do
-    local pv, cost = pvs[p], tonumber(ARGV[a])
-    local m = pv[3]
-    local k = floor(pv[2] / SEG)
-    local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], id)
-    pv[2] = pv[2] + 1
-    for w = 1, m do
-      local b = 4 * w
-      if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
-      pv[b + 1] = pv[b + 1] + cost
-    end
-    if len ~= (pv[2] - max(pv[1], k * SEG)) * ENTRY then
-      -- The log is not what the state says (as in the general path's
-      -- record): started afresh, counted as spent for a while.
-      call('UNLINK', KEYS[1 + p] .. ':' .. k, KEYS[1 + npools + p] .. ':' .. k)
-      u[2 * p - 1], u[2 * p] = ARGV[7 + p], spack(layout(0), pv[2], pv[2], 0, pv[4 + 4 * m], now, pv[6 + 4 * m],
-        pv[7 + 4 * m], pv[8 + 4 * m])
-    else
-      u[2 * p - 1], u[2 * p] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, 8 + 4 * m))
-    end
-    for w = 1, m do reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1] end
-    r, a = r + m, a + 2 + 2 * m
-  end
-  call('HSET', state, 'meta', spack(META, now, serial, retain, expires, 0), unpack(u, 1, 2 * npools))
-  for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
-  reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
-  return reply
-end
-local fast = fast_charge()
-if fast then return fast end
 
 -- Calls [from, to) of pool p's log (state pv), within one segment: flat
 -- quadruples.
@@ -725,6 +763,8 @@ local function save_pools()
       renew(p, pv, true)
     end
     pv[4 + 4 * m], pv[5 + 4 * m], pv[6 + 4 * m] = pv.expires, pv.lost, pv.dead
+    -- (the general path keeps no front: the next fast charge reads it anew)
+    u[n + 3], u[n + 4] = 'front:' .. ARGV[7 + p], ''
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
       -- (a pool out of step with its log starts it afresh and keeps no
@@ -735,7 +775,7 @@ local function save_pools()
       pv[7 + 4 * m], pv[8 + 4 * m] = pv.others, pv.others_until
       u[n + 2] = spack(layout(m), unpack(pv, 1, 8 + 4 * m))
     end
-    n = n + 2
+    n = n + 4
   end
 end
 
