@@ -32,9 +32,9 @@ count() {
     until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
     sha=$(redis-cli -p "$port" script load "$script")
     redis-benchmark -p "$port" -c 1 -n "$calls" -r 100000000 -q evalsha "$sha" "$@" >/dev/null
-    callgrind_control -i on "$vg" >/dev/null
+    callgrind_control -i on "$vg" >/dev/null 2>&1
     redis-benchmark -p "$port" -c 1 -n "$calls" -r 100000000 -q evalsha "$sha" "$@" >/dev/null
-    callgrind_control -i off "$vg" >/dev/null
+    callgrind_control -i off "$vg" >/dev/null 2>&1
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$vg" || true
     total=$(callgrind_annotate "$work"/out.* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')

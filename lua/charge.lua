@@ -64,9 +64,9 @@
 --                  pointers (a read of the log at a window's front walks
 --                  its list's nodes): per window, SLOT bytes, packed doubles
 --                  (first call number, count, then (time, cost) of up to
---                  FRONT calls); '' once the general path ran (it keeps
---                  none); lua/settle.lua, which changes a logged cost,
---                  deletes it
+--                  FRONT calls), only calls more than REACH behind the
+--                  newest, whose cost no settle changes any more; '' once
+--                  the general path ran (it keeps none)
 --
 -- The log: a pool's calls are numbered (head <= s < tail); call s sits in
 -- the list `quota:{C}:log:P:k`, k = floor(s / SEG), as flat quadruples
@@ -161,9 +161,13 @@
 
 local ENTRY, CHUNK, META = 4, 16, '<ddddd'
 local BLOCK, SEG, RESEND, TRIM, UNLINKS, RESERVED = 128, 65536, 1024, 16384, 32, 1024
-local TRIM_EVERY = 64
+-- (the trim's count runs with the call that closes a block, which takes
+-- the general path anyway: see the trim below)
+local TRIM_EVERY = BLOCK
 -- A window's front (see front:pool:P): FRONT calls, in a slot of SLOT bytes.
 local FRONT = 32
+-- (lua/settle.lua's: how far behind the newest call a settle changes a cost)
+local REACH = 4096
 local SLOT = 16 * (FRONT + 1)
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
@@ -225,29 +229,35 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
       local b, len = 4 * w, pv[4 * w]
       if len > lwlen then lw, lwlen = w, len end
       local cutoff = max(now - len, dead_cut)
-      -- Slide, through the window's front (one read of the log refills
-      -- it, within the pointer's block; more leaving than that: the
-      -- general path, which passes whole blocks).
-      local at, c0, cn, refilled = (w - 1) * SLOT, 0, 0, false
+      -- Slide, through the calls kept at the window's front, read from
+      -- the log when it has none: FRONT calls, kept, where no settle can
+      -- reach them any more (a settle changes the cost of a call at most
+      -- REACH behind the newest, see lua/settle.lua), else two, as many as
+      -- a busy window sheds, used by this call only. Two reads at most;
+      -- more leaving: the general path, which passes whole blocks.
+      local at, c0, cn, reads = (w - 1) * SLOT, 0, 0, 0
+      local view, off = front, at -- (where calls [c0, c0 + cn) are packed)
       if front then c0, cn = sunpack('<dd', front, at + 1) end
       while pv[b + 2] < tail and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
         local ptr = pv[b + 2]
         if ptr < c0 or ptr >= c0 + cn then
-          if refilled then return end
-          refilled = true
+          if reads == 2 then return end
+          reads = reads + 1
           local k = floor(ptr / SEG)
-          local start = max(pv[1], k * SEG)
-          local to = min(tail, ptr + FRONT, (floor(ptr / BLOCK) + 1) * BLOCK)
+          local start, keep = max(pv[1], k * SEG), ptr + FRONT + REACH < tail
+          local to = min(tail, ptr + (keep and FRONT or 2), (k + 1) * SEG)
           local e = call('LRANGE', KEYS[1 + p] .. ':' .. k, (ptr - start) * ENTRY, (to - start) * ENTRY - 1)
           if #e ~= (to - ptr) * ENTRY then return end
           local x = { ptr, to - ptr }
           for j = 1, #e, ENTRY do x[#x + 1], x[#x + 2] = e[j] + 0, e[j + 1] + 0 end
-          local slot = spack('<' .. string.rep('d', #x), unpack(x))
-          front = front or string.rep('\0', m * SLOT)
-          front = string.sub(front, 1, at) .. slot .. string.rep('\0', SLOT - #slot) .. string.sub(front, at + SLOT + 1)
-          c0, cn, fronts[p] = ptr, to - ptr, front
+          view, off, c0, cn = spack('<' .. string.rep('d', #x), unpack(x)), 0, ptr, to - ptr
+          if keep then
+            front = front or string.rep('\0', m * SLOT)
+            front = string.sub(front, 1, at) .. view .. string.rep('\0', SLOT - #view) .. string.sub(front, at + SLOT + 1)
+            view, off, fronts[p] = front, at, front
+          end
         end
-        local t, c = sunpack('<dd', front, at + 17 + 16 * (ptr - c0))
+        local t, c = sunpack('<dd', view, off + 17 + 16 * (ptr - c0))
         if t > cutoff then
           pv[b + 3] = t
         else
@@ -259,7 +269,7 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
     end
     -- (a trim due: the general path's)
     if oldest and oldest > pv[1] then return end
-    if not oldest and (tail % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
+    if not oldest and ((tail + 1) % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
     pv[6 + 4 * m] = dead_cut
     a = a + 2 + 2 * m
   end
@@ -966,16 +976,17 @@ end
 -- dead mark): trim them, a bounded number at a time (the rest on later
 -- calls), as the embedded store deletes them. The pointer of a window that
 -- long already says how many; otherwise count them, once every TRIM_EVERY
--- calls or when the longest window is empty (a read of the log on every
--- call of a busy pool costs more than the rest of the charge; calls not
--- trimmed yet are dead all the same).
+-- calls (with the call that closes a block, which comes here anyway) or
+-- when the longest window is empty (a read of the log on every call of a
+-- busy pool costs more than the rest of the charge; calls not trimmed yet
+-- are dead all the same).
 for p = 1, npools do
   local pv = pools[p]
   local oldest
   for w = 1, pv[3] do
     if now - pv[4 * w] <= pv.dead_cut then oldest = pv[4 * w + 2] end
   end
-  if oldest == nil and (pv[2] % TRIM_EVERY == 0 or pv[4 * pv.lw + 2] >= pv[2]) then
+  if oldest == nil and ((pv[2] + 1) % TRIM_EVERY == 0 or pv[4 * pv.lw + 2] >= pv[2]) then
     local b = 7 + 4 * pv[3] -- scratch space past the packed fields
     pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
     if not slide(p, pv, b, pv.dead_cut) then

@@ -56,8 +56,6 @@ local fields = '<' .. string.rep('d', #packed / 8)
 local pv = { sunpack(fields, packed) }
 local head, tail, m = pv[1], pv[2], pv[3]
 if s < head or s >= tail then return { 0 } end
--- (a cost about to change: charge.lua's copy of the windows' fronts goes)
-call('HDEL', KEYS[1], 'front:' .. ARGV[1])
 
 -- Call c's entry: its key, its position, and the entry.
 local function entry(c)
