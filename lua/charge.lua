@@ -194,18 +194,21 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   local KEYS, ARGV, call = KEYS, ARGV, redis.call
   local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
   if not v[1] or #v[1] ~= 40 or not v[3] then return end
-  -- (arg: the pools' numbers in ARGV, each parsed once)
-  local pvs, arg, a, longest, fronts = {}, {}, 8 + npools, horizon, {}
+  -- (each pool's state, pv, holds past its packed fields its cost and
+  -- then its windows' budgets, parsed once; fronts: those read to be
+  -- kept, by pool, made when one is)
+  local pvs, a, longest, fronts = {}, 8 + npools, horizon, nil
   for p = 1, npools do
-    local packed, m = v[3 + p], ARGV[a + 1] + 0
+    local packed, m, cost = v[3 + p], ARGV[a + 1] + 0, ARGV[a] + 0
     if not packed or #packed ~= 8 * (8 + 4 * m) then return end
-    for i = a, a + 1 + 2 * m do arg[i] = ARGV[i] + 0 end
     local pv = { sunpack(layout(m), packed) }
     if pv[3] ~= m or pv[5 + 4 * m] ~= 0 or pv[8 + 4 * m] > now then return end
+    pv[9 + 4 * m] = cost
     for w = 1, m do
-      local len = arg[a + 2 * w]
-      if len <= 0 or pv[4 * w] ~= len or arg[a] > arg[a + 2 * w + 1] then return end
+      local len, budget = ARGV[a + 2 * w] + 0, ARGV[a + 2 * w + 1] + 0
+      if len <= 0 or pv[4 * w] ~= len or cost > budget then return end
       if len > longest then longest = len end
+      pv[9 + 4 * m + w] = budget
     end
     pvs[p], a = pv, a + 2 + 2 * m
   end
@@ -215,7 +218,8 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   if expires == nil or expires < now + keep then return end
   a = 8 + npools
   for p = 1, npools do
-    local pv, m, cost = pvs[p], pvs[p][3], arg[a]
+    local pv, m = pvs[p], pvs[p][3]
+    local cost = pv[9 + 4 * m]
     local tail = pv[2]
     if pv[4 + 4 * m] < now + keep or pv[4 + 4 * m] > expires then return end
     -- (a list made, as a segment opens or an empty log restarts, or a
@@ -254,6 +258,7 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
           if keep then
             front = front or string.rep('\0', m * SLOT)
             front = string.sub(front, 1, at) .. view .. string.rep('\0', SLOT - #view) .. string.sub(front, at + SLOT + 1)
+            fronts = fronts or {}
             view, off, fronts[p] = front, at, front
           end
         end
@@ -264,7 +269,7 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
           pv[b + 1], pv[b + 2], pv[b + 3] = pv[b + 1] - c, ptr + 1, 0
         end
       end
-      if pv[b + 1] + cost > arg[a + 2 * w + 1] then return end
+      if pv[b + 1] + cost > pv[9 + 4 * m + w] then return end
       if now - len <= dead_cut then oldest = pv[b + 2] end
     end
     -- (a trim due: the general path's)
@@ -278,8 +283,9 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   local u, reply, r = {}, { 1, now, serial, 0 }, 4
   a = 8 + npools
   for p = 1, npools do
-    local pv, cost = pvs[p], arg[a]
+    local pv = pvs[p]
     local m = pv[3]
+    local cost = pv[9 + 4 * m]
     local k = floor(pv[2] / SEG)
     local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], ARGV[2])
     pv[2] = pv[2] + 1
@@ -294,12 +300,13 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
       call('UNLINK', KEYS[1 + p] .. ':' .. k, KEYS[1 + npools + p] .. ':' .. k)
       u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(0), pv[2], pv[2], 0, pv[4 + 4 * m], now, pv[6 + 4 * m],
         pv[7 + 4 * m], pv[8 + 4 * m])
+      fronts = fronts or {}
       fronts[p] = ''
     else
       u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, 8 + 4 * m))
     end
-    if fronts[p] then u[#u + 1], u[#u + 2] = 'front:' .. ARGV[7 + p], fronts[p] end
-    for w = 1, m do reply[r + w] = arg[a + 2 * w + 1] - pv[4 * w + 1] end
+    if fronts and fronts[p] then u[#u + 1], u[#u + 2] = 'front:' .. ARGV[7 + p], fronts[p] end
+    for w = 1, m do reply[r + w] = pv[9 + 4 * m + w] - pv[4 * w + 1] end
     r, a = r + m, a + 2 + 2 * m
   end
   call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
@@ -310,16 +317,6 @@ end
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
 local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
 local state = KEYS[1]
-
--- A pool's state (pool:P unpacked, in its array part) with every named
--- field this script sets made at once: a table grown field by field is
--- rehashed at every power of two.
-local function pool_state(...)
-  return {
-    expires = 0, lost = 0, dead = 0, others = 0, others_until = 0, lost_any = 0, longest = 0,
-    dead_cut = 0, lw = 1, extra = 0, renew_all = false, rebuild = false, ix = false, ...
-  }
-end
 
 -- now as a number, and as the text the log stores (made once: Redis turns a
 -- Lua number into text with a slow %.17g on every redis.call)
@@ -338,14 +335,18 @@ end
 local flag = ARGV[3] == '0' and 0 or tonumber(ARGV[3]) or 0
 local id, resend, horizon = ARGV[2], flag % 2 == 1, ARGV[4] + 0
 local force, reserve = floor(flag / 4) % 2 == 1, flag >= 8
--- (observe mode: the pool, window and retry of what would have refused it)
-local observed = { 0, 0, 0 }
 local tag_field, min_serial, npools = ARGV[5], ARGV[6] + 0, ARGV[7] + 0
 
--- (then each pool's state field, then its front, for the fast path)
-local fields = { 'meta', 'blocked_until', tag_field }
-for p = 1, npools do fields[3 + p], fields[3 + npools + p] = ARGV[7 + p], 'front:' .. ARGV[7 + p] end
-local v = call('HMGET', state, unpack(fields))
+-- (then each pool's state field, then its front, for the fast path; one
+-- pool, the common charge, without a table)
+local v
+if npools == 1 then
+  v = call('HMGET', state, 'meta', 'blocked_until', tag_field, ARGV[8], 'front:' .. ARGV[8])
+else
+  local fields = { 'meta', 'blocked_until', tag_field }
+  for p = 1, npools do fields[3 + p], fields[3 + npools + p] = ARGV[7 + p], 'front:' .. ARGV[7 + p] end
+  v = call('HMGET', state, unpack(fields))
+end
 local last, serial, stored_retain, expires, lost_all = 0, 0, 0, nil, 0
 if v[1] and #v[1] == 32 then -- (a build before the loss time: four fields)
   last, serial, stored_retain, expires = sunpack('<dddd', v[1])
@@ -355,7 +356,7 @@ end
 -- Keys written by a build before 2026-11-22 (log triples, a 'serial' field)
 -- would be misread: refuse them before writing anything.
 if not v[1] and call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
-local blocked_until = tonumber(v[2]) or 0
+local blocked_until = v[2] and tonumber(v[2]) or 0
 if now < last then now, now_text = last, string.format('%d', last) end
 -- The caller saw more charges than the store holds: the log was lost.
 local visible = max(stored_retain, horizon) -- R, above
@@ -367,6 +368,19 @@ if serial < min_serial then lost_all = now end
 local fast = flag == 0 and lost_all == 0 and blocked_until <= now
   and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial)
 if fast then return fast end
+
+-- (observe mode: the pool, window and retry of what would have refused it)
+local observed = { 0, 0, 0 }
+
+-- A pool's state (pool:P unpacked, in its array part) with every named
+-- field this script sets made at once: a table grown field by field is
+-- rehashed at every power of two.
+local function pool_state(...)
+  return {
+    expires = 0, lost = 0, dead = 0, others = 0, others_until = 0, lost_any = 0, longest = 0,
+    dead_cut = 0, lw = 1, extra = 0, renew_all = false, rebuild = false, ix = false, ...
+  }
+end
 
 -- The keys of segment k of pool p's log and of its index.
 local function log_seg(p, k) return KEYS[1 + p] .. ':' .. k end
