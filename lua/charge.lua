@@ -151,9 +151,11 @@
 --
 -- Speed: this runs on Redis's one thread for every call of every client. The
 -- common path makes four redis.calls (TIME, HMGET, RPUSH per pool, HSET),
--- reads the log only when an entry leaves a window, and packs each pool's
+-- reads the log only when an entry leaves a window (and then, in a busy
+-- window, once per FRONT calls: front:pool:P), and packs each pool's
 -- numbers into one field: converting numbers to and from text, and every
--- field and table, costs more than the arithmetic.
+-- field, table and closure, costs more than the arithmetic (counted with
+-- bench/script-instructions.sh).
 --
 -- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
 -- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
