@@ -11,11 +11,13 @@
 #
 # Each script gets its own server on port 16400 (started and stopped here),
 # warm-up calls (WARM, default CALLS), then CALLS counted ones from one
-# client. Under valgrind a call takes about a millisecond: a 1 s window
-# holds about a thousand calls, so its front lies within a settle's reach
-# and charge.lua reads it from the log; at the timing run's 40,000 calls a
-# second it holds 40,000 and the front is kept. The 8 s window (warmed up
-# past it) is that case here.
+# client, all at valgrind's pace (the count is zeroed between them). Under
+# valgrind a call takes about a millisecond: a 1 s window holds about a
+# thousand calls, so its front lies within a settle's reach and charge.lua
+# reads it from the log; at the timing run's 40,000 calls a second it holds
+# 40,000 and the front is kept. The last two rows give the charge its clock
+# (5,000 calls a second, one leaving per call once the window is full),
+# without and with calls leaving: that case, at a steady rate.
 set -euo pipefail
 calls=${1:-2000}
 port=16400
@@ -27,24 +29,51 @@ trap 'redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"
 eval "$(sed -n '/^skeleton=/,/^return {1, now}"$/p' "$here/bench/script-cost.sh")"
 eval "$(sed -n '/^charge_args()/,/^}$/p;/^sorted_args()/,/^}$/p' "$here/bench/script-cost.sh")"
 
+# drive SHA FROM N ARGS...: N calls, from one client (redis-benchmark).
+drive() {
+    local sha=$1 n=$3
+    shift 3
+    redis-benchmark -p "$port" -c 1 -n "$n" -r 100000000 -q evalsha "$sha" "$@" >/dev/null
+}
+# drive_clock SHA FROM N ARGS...: calls FROM to FROM + N - 1 with the
+# charge's clock given (ARGV[1]) STEP µs apart: with the window holding
+# more than a settle's reach, one call leaves it per call, as at a steady
+# rate, whatever valgrind's pace. (The arguments after the numbers of keys
+# and of the charge's id are those of charge_args.)
+drive_clock() {
+    local sha=$1 from=$2 n=$3
+    shift 3
+    local rest=("${@:7}")
+    awk -v sha="$sha" -v from="$from" -v n="$n" -v step="$STEP" -v rest="${rest[*]}" 'BEGIN {
+        for (i = from; i < from + n; i++)
+            printf "EVALSHA %s 3 quota:{b}:state quota:{b}:log:units quota:{b}:index:units %.0f %d %s\n",
+                sha, 1790000000000000 + i * step, i + 1, rest
+    }' | redis-cli -p "$port" >/dev/null
+}
+
 # count NAME SCRIPT ARGS...: prints NAME and instructions a call.
 count() {
     local name=$1 script=$2
     shift 2
-    valgrind --tool=callgrind --callgrind-out-file="$work/out.%p" --instr-atstart=no \
+    valgrind --tool=callgrind --callgrind-out-file="$work/out.%p" \
         redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
     local vg=$! sha total
     until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
     sha=$(redis-cli -p "$port" script load "$script")
-    redis-benchmark -p "$port" -c 1 -n "${WARM:-$calls}" -r 100000000 -q evalsha "$sha" "$@" >/dev/null
-    callgrind_control -i on "$vg" >/dev/null 2>&1
-    redis-benchmark -p "$port" -c 1 -n "$calls" -r 100000000 -q evalsha "$sha" "$@" >/dev/null
-    callgrind_control -i off "$vg" >/dev/null 2>&1
+    ${DRIVE:-drive} "$sha" 0 "${WARM:-$calls}" "$@"
+    callgrind_control --zero "$vg" >/dev/null 2>&1
+    ${DRIVE:-drive} "$sha" "${WARM:-$calls}" "$calls" "$@"
+    callgrind_control --dump "$vg" >/dev/null 2>&1
+    # (FRONT=1: check that the window's front was kept, not read each call)
+    local front=''
+    if [ -n "${FRONT:-}" ]; then
+        front="  (front kept: $(redis-cli -p "$port" hstrlen 'quota:{b}:state' 'front:pool:units') bytes)"
+    fi
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$vg" || true
-    total=$(callgrind_annotate "$work"/out.* 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
+    total=$(callgrind_annotate "$work"/out.*.1 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
     rm -f "$work"/out.*
-    printf '%-44s %8d instructions a call\n' "$name" $((total / calls))
+    printf '%-44s %8d instructions a call%s\n' "$name" $((total / calls)) "$front"
 }
 
 one=(1000000 1000000000000)
@@ -64,8 +93,15 @@ for cost in 1 100; do
     sorted_args "$cost" "${two[@]}"
     count "sorted set, cost $cost, two windows" "$sorted_set" "${args[@]}"
 done
-eight=(8000000 1000000000000)
-charge_args 1 "${eight[@]}"
-WARM=12000 count "charge.lua, cost 1, an 8 s window, front kept" "$charge" "${args[@]}"
 charge_args 1 "${day[@]}"
 count "charge.lua, cost 1, a 24 h window (no slide)" "$charge" "${args[@]}"
+# (the charge's clock given: no TIME; a tag without a tab, for redis-cli)
+fixed() { # COST LENGTH BUDGET
+    args=(3 'quota:{b}:state' 'quota:{b}:log:units' 'quota:{b}:index:units' 0 0 0 60000000
+        tag:bench 0 1 pool:units "$1" 1 "$2" "$3")
+}
+fixed 1 86400000000 1000000000000
+STEP=200 DRIVE=drive_clock count "charge.lua, clock given, 24 h (no slide)" "$charge" "${args[@]}"
+fixed 1 1000000 1000000000000
+STEP=200 DRIVE=drive_clock FRONT=1 WARM=6000 count "charge.lua, clock given, 1 s, one call leaves" \
+    "$charge" "${args[@]}"
