@@ -5,7 +5,9 @@
 //! from which the next run sends no written batch again. The stand-in's
 //! search gives 3 pages of 40 ids a region; videos.list takes them 10 at a
 //! time (12 batches a region). It holds every answer (`--delay`) and logs
-//! how many requests it had in flight when each arrived.
+//! how many requests it had in flight when each arrived. A fan-out
+//! followed by another goes side by side too, and the next one gets the
+//! values a one-at-a-time run would, in page order, across a kill or a stop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -332,4 +334,154 @@ fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
             .contains(&"details.r000002.US.s1.p000000.json".to_string())
     );
     assert!(r.stderr.contains("1 calls, spent units 1;"), "{r:?}");
+}
+
+/// [`yaml`] with a third step, a fan-out over the second's pages: the
+/// details of the ids each batch asked for, 7 at a time (18 batches of
+/// the 120 ids, found in the second step's pages in page order), told
+/// apart from the second step by `part: snippet`.
+fn chained_yaml(store: &str, base: &str, n: usize, limit: u32) -> String {
+    let third = format!(
+        r#"      - endpoint: videos.list
+        for_each: {{ from: /items/*/id, batch: 7, join: ",", per_page: 10 }}
+        request: {{ url: "{base}/youtube/v3/videos", query: {{ part: snippet, id: "{{batch}}", key: "{{secret}}" }} }}
+    output: out/details"#
+    );
+    yaml(store, base, "US", n, limit).replace("    output: out/details", &third)
+}
+
+/// The requests of fan-out step `step` (1: `statistics`, 2: `snippet`).
+fn of_step(seen: &[Seen], step: u32) -> Vec<Seen> {
+    let part = if step == 1 { "statistics" } else { "snippet" };
+    let want = format!("part={part}&");
+    (seen.iter())
+        .filter(|s| batch(s).is_some() && s.query.as_ref().is_some_and(|q| q.starts_with(&want)))
+        .cloned()
+        .collect()
+}
+
+/// The most requests in flight while step `step`'s were.
+fn peak(seen: &[Seen], step: u32) -> Option<u64> {
+    of_step(seen, step).iter().map(|s| s.in_flight).max()
+}
+
+/// What the third step must ask, each once: the 120 ids in page order, 7
+/// at a time.
+fn third_step_want() -> BTreeMap<String, usize> {
+    let ids: Vec<String> = (0..120)
+        .map(|i| format!("US{:02}{:03}", i / 40, i % 40))
+        .collect();
+    ids.chunks(7).map(|c| (c.join(","), 1)).collect()
+}
+
+/// Pages as name without the run → contents (a batch written by two runs
+/// holds the same both times).
+fn by_batch(d: &Deployment) -> BTreeMap<String, String> {
+    let pages = pages(d).into_iter();
+    pages
+        .map(|(name, text)| (without_run(&name), text))
+        .collect()
+}
+
+/// A clean run of the chained job, one request at a time: [`by_batch`].
+fn chained_one_at_a_time() -> BTreeMap<String, String> {
+    let one = Standin::start(&["--pages", "3", "--items", "40"]);
+    let d = Deployment::new("");
+    d.write(&chained_yaml(&embedded_store(&d), &one.base(), 1, 1000));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // (Not its stand-in's in-flight count: without a delay, a request can
+    // arrive before the answer before it is counted out.)
+    assert_eq!(batches(&of_step(&one.seen(), 2)), third_step_want());
+    by_batch(&d)
+}
+
+#[test]
+fn chained_fan_outs_go_out_n_at_once_and_hand_on_the_values_in_page_order() {
+    let up = standin("100ms");
+    let d = Deployment::new("");
+    d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 1000));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    // The first fan-out, followed by another, still sends 4 at once.
+    assert_eq!(
+        (peak(&seen, 1), peak(&seen, 2)),
+        (Some(4), Some(4)),
+        "{seen:?}"
+    );
+    assert_eq!(max_in_flight(&seen), 4);
+    assert_eq!(seen.len(), 3 + 12 + 18, "{seen:?}");
+    // The third step got the ids in page order, as one at a time does:
+    // the same requests, and every page the same, byte for byte.
+    assert_eq!(batches(&of_step(&seen, 2)), third_step_want());
+    let one = chained_one_at_a_time();
+    assert_eq!(by_batch(&d), one);
+    assert_eq!(pages(&d).len(), one.len());
+
+    // A rejection mid first fan-out (3 searches and 6 batches fit): the
+    // next run completes the step, the third gets the same values.
+    let up = standin("100ms");
+    let d = Deployment::new("");
+    d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 9));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert_eq!(up.seen().len(), 9);
+    d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 1000));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let every: BTreeMap<String, usize> = (0..12).map(|k| (batch_ids("US", k), 1)).collect();
+    assert_eq!(batches(&of_step(&seen, 1)), every);
+    assert_eq!(batches(&of_step(&seen, 2)), third_step_want());
+    assert_eq!(by_batch(&d), one);
+}
+
+#[test]
+fn a_kill_9_mid_chained_fan_out_keeps_what_the_batches_ahead_found() {
+    // Batch 0 of the first fan-out (it holds US00000) takes 3 s: the
+    // other eleven are written while it is in flight, and killed so.
+    let slow = ["--pages", "3", "--items", "40", "--delay", "100ms"];
+    let up = Standin::start(&[&slow[..], &["--slow", "US00000=3s"]].concat());
+    let d = Deployment::new("");
+    d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 1000));
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(
+        Duration::from_secs(10),
+        "the eleven fast batches were never written",
+        || d.outputs("details").len() == 3 + 11,
+    );
+    // The cursor saved after the eleventh, then a kill: no cleanup at all.
+    std::thread::sleep(Duration::from_millis(300));
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let first = up.seen();
+    assert_eq!(peak(&first, 1), Some(4), "{first:?}");
+    // The values the eleven found wait in the cursor for batch 0's (all
+    // eleven unless a kill beat a cursor save by 300 ms on a busy machine).
+    let status = d.status_json();
+    let c = &status["credentials"][0]["jobs"][0]["cursor"];
+    assert_eq!((&c["step"], &c["page"]), (&1.into(), &0.into()), "{c}");
+    let ahead = c["found_ahead"].as_object().map_or(0, |m| m.len());
+    assert!((8..=11).contains(&ahead), "{c}");
+    let before = pages(&d);
+
+    let rerun = d.run_after_killed_lock();
+    assert_eq!(rerun.code, 0, "{rerun:?}");
+    let seen = up.seen();
+    assert_eq!(searches(&seen), 3, "{seen:?}");
+    let sent = batches(&of_step(&seen, 1));
+    assert_eq!(sent.len(), 12, "{sent:?}");
+    assert!(sent.values().all(|&c| c <= 2), "{sent:?}");
+    let redone = batches(&of_step(&seen[first.len()..], 1));
+    assert!(redone.len() <= 4, "{redone:?}");
+    assert!(redone.contains_key(&batch_ids("US", 0)), "{redone:?}");
+    // The third step got every id once, in page order: the pages are a
+    // clean run's, and none the first run wrote was replaced.
+    assert_eq!(batches(&of_step(&seen, 2)), third_step_want());
+    let after = pages(&d);
+    for (name, text) in &before {
+        assert_eq!(after.get(name), Some(text), "{name} changed");
+    }
+    assert_eq!(by_batch(&d), chained_one_at_a_time());
 }

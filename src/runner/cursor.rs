@@ -5,6 +5,8 @@
 //! wrapping around the list; when it has served them all, the cursor points
 //! at the region it started from, which is the one served longest ago.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Secret, redact};
@@ -40,6 +42,15 @@ pub struct Cursor {
     /// so far hold for it, in order, without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<String>,
+    /// At a fan-out step followed by another, its batches side by side:
+    /// what the pages of the batches in `written` hold for the next step,
+    /// by batch number, kept apart from `found` until every batch before
+    /// them is written, so the next step gets its values in page order.
+    /// Kept in the store rather than read again from the page files: a
+    /// run on another host has no files, and a page once written may be
+    /// taken away by whoever consumes the folder.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub found_ahead: BTreeMap<u32, Vec<String>>,
     /// Regions of this round after `region` that a run with requests in
     /// flight side by side (`concurrency`) had already started or served
     /// when it stopped: the next run resumes each where it was, so no page
@@ -69,6 +80,8 @@ pub struct Ahead {
     pub batch_size: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub found_ahead: BTreeMap<u32, Vec<String>>,
 }
 
 impl Ahead {
@@ -84,6 +97,7 @@ impl Ahead {
             written: cursor.written.clone(),
             batch_size: cursor.batch_size,
             found: cursor.found.clone(),
+            found_ahead: cursor.found_ahead.clone(),
         }
     }
 }
@@ -118,6 +132,7 @@ impl Cursor {
                 written: self.written.clone(),
                 batch_size: self.batch_size,
                 found: self.found.clone(),
+                found_ahead: self.found_ahead.clone(),
             },
             Some(index) => Start {
                 index,
@@ -153,6 +168,7 @@ impl Cursor {
                         written: a.written.clone(),
                         batch_size: a.batch_size,
                         found: a.found.clone(),
+                        found_ahead: a.found_ahead.clone(),
                     }
                 } else {
                     Start {
@@ -177,6 +193,7 @@ pub struct Start {
     pub written: Vec<u32>,
     pub batch_size: Option<u32>,
     pub found: Vec<String>,
+    pub found_ahead: BTreeMap<u32, Vec<String>>,
 }
 
 impl Start {
@@ -192,6 +209,7 @@ impl Start {
             written: self.written.clone(),
             batch_size: self.batch_size,
             found: self.found.clone(),
+            found_ahead: self.found_ahead.clone(),
             ahead: Vec::new(),
         }
     }
@@ -391,5 +409,35 @@ mod tests {
             ..back
         };
         assert!(gone.ahead_starts(&regions(), 1).is_empty());
+    }
+
+    #[test]
+    fn what_batches_written_ahead_found_is_kept_and_omitted_when_none() {
+        // A cursor saved before the field existed reads and writes back as it was.
+        let old = r#"{"run":2,"region":"US","step":1,"page":3,"batch":["a"],"written":[5],"batch_size":10}"#;
+        let c = Cursor::decode(old).unwrap();
+        assert!(c.found_ahead.is_empty());
+        assert_eq!(c.encode(), old);
+        let c = Cursor {
+            found_ahead: BTreeMap::from([(5, vec!["x".to_string()])]),
+            ..c
+        };
+        assert!(
+            c.encode().contains(r#""found_ahead":{"5":["x"]}"#),
+            "{}",
+            c.encode()
+        );
+        assert_eq!(Cursor::decode(&c.encode()), Some(c.clone()));
+        // It rides along for a region ahead too.
+        let first = Cursor {
+            region: "GB".into(),
+            ahead: vec![Ahead::of(&c)],
+            ..Cursor::default()
+        };
+        let back = Cursor::decode(&first.encode()).unwrap();
+        let starts = back.ahead_starts(&regions(), 2);
+        let start = starts[0].1.as_ref().unwrap();
+        assert_eq!(start.found_ahead, c.found_ahead);
+        assert_eq!(start.at(2, "US").found_ahead, c.found_ahead);
     }
 }

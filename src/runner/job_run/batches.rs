@@ -5,8 +5,13 @@
 //! all after them in `batch`) and the numbers of those after it already
 //! written (`written`), which the next run skips. A kill then redoes at
 //! most the batches in flight, and a batch keeps its number across runs.
+//!
+//! When another fan-out follows, a batch's page also holds values for it,
+//! which must reach it in page order: those of a batch written ahead wait
+//! here (and in the cursor's `found_ahead`) until every batch before it
+//! is written, then [`Batches::mark_written`] hands them over in order.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Position;
 use crate::runner::cursor::Cursor;
@@ -22,23 +27,34 @@ pub(super) struct Batches {
     values: Vec<String>,
     /// Batches after `first` already written.
     written: BTreeSet<u32>,
+    /// What the pages of batches in `written` hold for a fan-out after
+    /// this step, by number (none kept for a batch that holds none).
+    found: BTreeMap<u32, Vec<String>>,
+    /// What batches written ahead under another batch size held for the
+    /// next step: their numbers no longer fit, so it goes first.
+    early: Vec<String>,
 }
 
 impl Batches {
     /// The batches of `values` (batch `first` first) in batches of `size`,
-    /// those in `written` already done. `written` was counted in batches
-    /// of `saved_size`: when that is not `size` (the file changed), the
-    /// values of the written batches are dropped and the rest cut afresh.
+    /// those in `written` already done, their pages holding `found` for
+    /// the next step. `written` was counted in batches of `saved_size`:
+    /// when that is not `size` (the file changed), the values of the
+    /// written batches are dropped and the rest cut afresh, and what they
+    /// found goes to the next step first ([`Self::take_early`]): the one
+    /// case where its values' order is not the pages' order.
     pub(super) fn resume(
         values: Vec<String>,
         first: u32,
         written: &[u32],
+        found: BTreeMap<u32, Vec<String>>,
         saved_size: Option<u32>,
         size: u32,
     ) -> Self {
         let size = size.max(1) as usize;
         let mut values = values;
         let mut done: BTreeSet<u32> = written.iter().copied().filter(|&k| k > first).collect();
+        let mut early = Vec::new();
         match saved_size {
             Some(saved) if saved as usize != size && !done.is_empty() => {
                 let saved = saved.max(1) as usize;
@@ -47,6 +63,10 @@ impl Batches {
                     .zip(first..)
                     .filter(|(_, k)| !done.contains(k))
                     .flat_map(|(c, _)| c.to_vec())
+                    .collect();
+                early = (found.iter())
+                    .filter(|(k, _)| done.contains(k))
+                    .flat_map(|(_, v)| v.iter().cloned())
                     .collect();
                 done.clear();
             }
@@ -58,10 +78,20 @@ impl Batches {
             first,
             values,
             written: done,
+            found,
+            early,
         };
         let end = batches.end();
         batches.written.retain(|&k| k < end);
+        let written = &batches.written;
+        batches.found.retain(|k, _| written.contains(k));
         batches
+    }
+
+    /// What batches written under another batch size found (see
+    /// [`Self::resume`]), once.
+    pub(super) fn take_early(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.early)
     }
 
     /// One past the last batch's number.
@@ -83,18 +113,27 @@ impl Batches {
         self.values[from..to].join(join)
     }
 
-    /// Batch `k` is written: the earliest not yet written moves past every
-    /// batch written in a row.
-    pub(super) fn mark_written(&mut self, k: u32) {
+    /// Batch `k` is written, its page holding `found` for the next step:
+    /// the earliest not yet written moves past every batch written in a
+    /// row, and what those found comes back, in batch order, for the next
+    /// step's values (the rest waits for the batches before it).
+    pub(super) fn mark_written(&mut self, k: u32, found: Vec<String>) -> Vec<(u32, Vec<String>)> {
         if k < self.first || k >= self.end() {
-            return;
+            return Vec::new();
         }
         self.written.insert(k);
+        if !found.is_empty() {
+            self.found.insert(k, found);
+        }
+        let mut in_row = Vec::new();
         while self.written.remove(&self.first) {
+            let found = self.found.remove(&self.first).unwrap_or_default();
+            in_row.push((self.first, found));
             let n = self.size.min(self.values.len());
             self.values.drain(..n);
             self.first += 1;
         }
+        in_row
     }
 
     pub(super) fn is_done(&self) -> bool {
@@ -111,6 +150,7 @@ impl Batches {
             batch_size: (!written.is_empty()).then_some(self.size as u32),
             written,
             found: found.to_vec(),
+            found_ahead: self.found.clone(),
             ..at.cursor(at.region, at.step, self.first, None)
         }
     }
@@ -135,34 +175,41 @@ mod tests {
 
     #[test]
     fn batches_written_out_of_order_move_the_cursor_only_past_a_row() {
-        let mut b = Batches::resume(values(10), 2, &[], None, 3);
+        let mut b = Batches::resume(values(10), 2, &[], BTreeMap::new(), None, 3);
         assert_eq!(b.todo(), [2, 3, 4, 5]);
         assert_eq!(b.joined(5, ","), "v9");
-        b.mark_written(3);
-        b.mark_written(5);
+        b.mark_written(3, Vec::new());
+        b.mark_written(5, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!(
             (c.page, c.written.clone(), c.batch_size),
             (2, vec![3, 5], Some(3))
         );
         assert_eq!(c.batch.as_ref().unwrap().len(), 10);
-        b.mark_written(2);
+        b.mark_written(2, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!((c.page, c.written.clone()), (4, vec![5]));
         assert_eq!(c.batch.unwrap(), ["v6", "v7", "v8", "v9"]);
         // The next run from that cursor sends batch 4 only, with its values.
-        let back = Batches::resume(values(10)[6..].to_vec(), 4, &[5], Some(3), 3);
+        let back = Batches::resume(
+            values(10)[6..].to_vec(),
+            4,
+            &[5],
+            BTreeMap::new(),
+            Some(3),
+            3,
+        );
         assert_eq!(back.todo(), [4]);
         assert_eq!(back.joined(4, ","), "v6,v7,v8");
-        b.mark_written(4);
+        b.mark_written(4, Vec::new());
         assert!(b.is_done());
         assert_eq!(b.todo(), Vec::<u32>::new());
     }
 
     #[test]
     fn in_a_row_the_cursor_is_the_sequential_one() {
-        let mut b = Batches::resume(values(5), 0, &[], None, 2);
-        b.mark_written(0);
+        let mut b = Batches::resume(values(5), 0, &[], BTreeMap::new(), None, 2);
+        b.mark_written(0, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!((c.page, c.written.len(), c.batch_size), (1, 0, None));
         assert_eq!(c.batch.unwrap(), ["v2", "v3", "v4"]);
@@ -171,12 +218,43 @@ mod tests {
     #[test]
     fn a_changed_batch_size_drops_the_written_values_and_cuts_the_rest_afresh() {
         // Saved in threes: batch 1 (v3 v4 v5) written; now in fours.
-        let b = Batches::resume(values(9), 0, &[1], Some(3), 4);
+        let b = Batches::resume(values(9), 0, &[1], BTreeMap::new(), Some(3), 4);
         assert_eq!(b.todo(), [0, 1]);
         assert_eq!(b.joined(0, ","), "v0,v1,v2,v6");
         assert_eq!(b.joined(1, ","), "v7,v8");
         // Numbers that do not fit are ignored.
-        let b = Batches::resume(values(4), 2, &[1, 2, 9], Some(2), 2);
+        let b = Batches::resume(values(4), 2, &[1, 2, 9], BTreeMap::new(), Some(2), 2);
         assert_eq!(b.todo(), [2, 3]);
+    }
+
+    fn found(k: u32) -> Vec<String> {
+        vec![format!("f{k}"), "shared".into()]
+    }
+
+    #[test]
+    fn what_batches_written_ahead_found_waits_for_those_before_them() {
+        let mut b = Batches::resume(values(8), 0, &[], BTreeMap::new(), None, 2);
+        assert!(b.mark_written(2, found(2)).is_empty());
+        assert!(b.mark_written(1, found(1)).is_empty());
+        let c = b.cursor(&at(), &[]);
+        assert_eq!(c.found_ahead.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        // Batch 0 written: 0, 1, 2 come back in order; 3 is left.
+        let row = b.mark_written(0, found(0));
+        assert_eq!(row, [(0, found(0)), (1, found(1)), (2, found(2))]);
+        assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
+        // From a saved cursor: batch 1 and 3 written ahead of 0.
+        let saved = BTreeMap::from([(1, found(1)), (3, found(3))]);
+        let mut b = Batches::resume(values(8), 0, &[1, 3], saved.clone(), Some(2), 2);
+        assert_eq!(b.todo(), [0, 2]);
+        assert_eq!(b.mark_written(0, Vec::new()), [(0, vec![]), (1, found(1))]);
+        assert_eq!(b.mark_written(2, found(2)), [(2, found(2)), (3, found(3))]);
+        assert!(b.is_done());
+        // Another batch size: batches 1 and 3 are dropped, what they found
+        // goes first.
+        let mut b = Batches::resume(values(8), 0, &[1, 3], saved, Some(2), 3);
+        assert_eq!(b.take_early(), ["f1", "shared", "f3", "shared"]);
+        assert!(b.take_early().is_empty());
+        assert_eq!(b.todo(), [0, 1]);
+        assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
     }
 }

@@ -19,6 +19,16 @@
 //! the batches written past the earliest one not yet written
 //! ([`super::batches`]).
 //!
+//! A fan-out followed by another goes side by side too. Its batches'
+//! pages are written in any order, but the next step must get their
+//! values in page order, as one at a time would: each batch's values are
+//! read from its page on their own, and join [`Found`] only once every
+//! batch before it is written; until then they wait in [`Batches`], and in
+//! the cursor saved with every batch (`found_ahead`), so a stop or a kill
+//! loses none of them. The cursor, not the page files, because a run on
+//! another host resumes from the store alone and the folder's pages may
+//! be taken away once written.
+//!
 //! Reading a page for values parses it whole (a `serde_json::Value`), where
 //! [`super::super::page_scan`] streams: only the pages of a step that a
 //! fan-out follows are read so, once each, after they are written.
@@ -41,8 +51,6 @@ use crate::config::{ForEach, Step, redact};
 pub(super) struct Found {
     values: Vec<String>,
     seen: HashSet<String>,
-    /// Values left out: past the step's `max_values`, or unusable.
-    left_out: u64,
 }
 
 impl Found {
@@ -50,7 +58,6 @@ impl Found {
     pub(super) fn reset(&mut self, values: Vec<String>) {
         self.seen = values.iter().cloned().collect();
         self.values = values;
-        self.left_out = 0;
     }
 
     pub(super) fn values(&self) -> &[String] {
@@ -59,8 +66,25 @@ impl Found {
 
     fn take(&mut self) -> Vec<String> {
         self.seen.clear();
-        self.left_out = 0;
         std::mem::take(&mut self.values)
+    }
+
+    /// Add `values` in order, each not yet kept, up to `max` in all; how
+    /// many were left out for the limit.
+    fn keep(&mut self, values: Vec<String>, max: u64) -> u64 {
+        let mut left_out = 0;
+        for v in values {
+            if self.seen.contains(&v) {
+                continue;
+            }
+            if self.values.len() as u64 >= max {
+                left_out += 1;
+            } else {
+                self.seen.insert(v.clone());
+                self.values.push(v);
+            }
+        }
+        left_out
     }
 }
 
@@ -106,6 +130,14 @@ fn collect(v: &serde_json::Value, path: &[String], out: &mut Vec<String>) {
 }
 
 impl JobRun<'_> {
+    /// The next step's `for_each`, when it fans out over this one's pages.
+    fn next_for_each(&self, at: &Position<'_>) -> Option<&ForEach> {
+        self.job
+            .steps
+            .get(at.step + 1)
+            .and_then(|s| s.for_each.as_ref())
+    }
+
     /// Keep the values of a page just written for the next step, if it
     /// fans out. A value that is empty, holds a control character (it
     /// could not go in a header) or carries the secret (it would reach
@@ -113,53 +145,60 @@ impl JobRun<'_> {
     /// `max_values`; the run says how many.
     pub(super) fn collect_for_next(
         &self,
-        w: &mut Walker,
+        found: &mut Found,
         at: &Position<'_>,
         page: u32,
         body: &[u8],
     ) {
-        let Some(f) = self
-            .job
-            .steps
-            .get(at.step + 1)
-            .and_then(|s| s.for_each.as_ref())
-        else {
+        let Some(f) = self.next_for_each(at) else {
             return;
         };
-        let here = describe_position(at.region, at.step, page);
         let values = match values_at(body, &f.from) {
             Ok(v) => v,
             Err(e) => {
                 warn!(
                     job = self.job.name,
-                    "{here}: not JSON ({e}): no values for the next step"
+                    "{}: not JSON ({e}): no values for the next step",
+                    describe_position(at.region, at.step, page)
                 );
                 return;
             }
         };
-        let before = w.found.left_out;
-        for v in values {
-            let usable = !v.is_empty()
-                && !v.chars().any(char::is_control)
-                && redact(&v, &[&self.cred.secret]) == v;
-            if !usable {
-                w.found.left_out += 1;
-            } else if !w.found.seen.contains(&v) {
-                if w.found.values.len() as u64 >= f.max_values {
-                    w.found.left_out += 1;
-                } else {
-                    w.found.seen.insert(v.clone());
-                    w.found.values.push(v);
-                }
-            }
-        }
-        let left_out = w.found.left_out - before;
+        let count = values.len();
+        let usable: Vec<String> = values
+            .into_iter()
+            .filter(|v| {
+                !v.is_empty()
+                    && !v.chars().any(char::is_control)
+                    && redact(v, &[&self.cred.secret]) == *v
+            })
+            .collect();
+        let unusable = (count - usable.len()) as u64;
+        self.keep_found(found, at, page, usable, unusable);
+    }
+
+    /// Keep what page `page` found for the next step, after those kept
+    /// already; say how many values were left out (`unusable` of them
+    /// before, and those past the step's `max_values`).
+    fn keep_found(
+        &self,
+        found: &mut Found,
+        at: &Position<'_>,
+        page: u32,
+        values: Vec<String>,
+        unusable: u64,
+    ) {
+        let Some(f) = self.next_for_each(at) else {
+            return;
+        };
+        let left_out = unusable + found.keep(values, f.max_values);
         if left_out > 0 {
             warn!(
                 job = self.job.name,
-                "{here}: {left_out} value(s) at {} left out of the next step's fan-out \
+                "{}: {left_out} value(s) at {} left out of the next step's fan-out \
                  (empty, a control character, the secret, or past its {} values: \
                  the previous step's most pages × for_each.per_page {})",
+                describe_position(at.region, at.step, page),
                 f.from,
                 f.max_values,
                 f.per_page
@@ -189,9 +228,8 @@ impl JobRun<'_> {
     /// A fan-out step for one region (resumed at batch `page`): one
     /// request per batch of `plan` (`None` when the cursor that resumed it
     /// kept no values), the cursor saved after each. Up to `concurrency`
-    /// batches go out side by side ([`Self::fan_out_side_by_side`]), unless a fan-out follows
-    /// this one: its values must be found in the pages' order, so then the
-    /// batches go one after another, as with `concurrency: 1`.
+    /// batches go out side by side ([`Self::fan_out_side_by_side`]),
+    /// whether or not a fan-out follows this one.
     pub(super) async fn fan_out(
         &self,
         w: &mut Walker,
@@ -212,27 +250,31 @@ impl JobRun<'_> {
             self.save(at.slot, resume).await;
             return Ok(Walk::Done);
         };
-        let chained = self
-            .job
-            .steps
-            .get(at.step + 1)
-            .is_some_and(|s| s.for_each.is_some());
-        if self.job.concurrency > 1 && !chained {
+        let early = plan.take_early();
+        if !early.is_empty() {
+            self.keep_found(&mut w.found, at, page, early, 0);
+        }
+        if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
         for k in plan.todo() {
             let joined = plan.joined(k, &f.join);
             let _permit = self.permit().await;
             let fill = self.fill(at, k, &joined);
+            // One at a time, batch `k` is the earliest not written: its
+            // values go straight after those kept.
             if self
-                .fetch_page(Some(w), step, &fill, None, at, k)
+                .fetch_page(Some(&mut w.found), step, &fill, None, at, k)
                 .await?
                 .is_none()
             {
                 // Stopped: the cursor already points at this batch.
                 return Ok(Walk::Stopped);
             }
-            plan.mark_written(k);
+            // Batches an earlier run wrote ahead of this one follow it.
+            for (b, values) in plan.mark_written(k, Vec::new()) {
+                self.keep_found(&mut w.found, at, b, values, 0);
+            }
             if !plan.is_done() {
                 let resume = plan.cursor(at, w.found.values());
                 self.save(at.slot, Slot::At(resume)).await;
@@ -246,7 +288,9 @@ impl JobRun<'_> {
     /// The batches of `plan` up to `concurrency` at once (the run's one
     /// limit, shared with the other regions: [`Self::permit`]), each
     /// charged before it is sent and written under its own number. A stop
-    /// sends no new batch; those in flight finish and are written.
+    /// sends no new batch; those in flight finish and are written. What
+    /// the walk found so far for a fan-out after this one is shared with
+    /// the batches in flight while they run.
     async fn fan_out_side_by_side(
         &self,
         w: &mut Walker,
@@ -257,13 +301,14 @@ impl JobRun<'_> {
     ) -> Result<Walk> {
         let todo = plan.todo();
         let plan = RefCell::new(plan);
+        let found = RefCell::new(std::mem::take(&mut w.found));
         let mut todo = todo.into_iter();
         let mut running = FuturesUnordered::new();
         loop {
             while running.len() < self.job.concurrency && !self.stopping() {
                 let Some(k) = todo.next() else { break };
                 let joined = plan.borrow().joined(k, &f.join);
-                running.push(self.send_batch(step, at, &plan, k, joined));
+                running.push(self.send_batch(step, at, &plan, &found, k, joined));
             }
             // The first error ends the run at once (the batches in flight
             // are abandoned, their charges kept), as for regions.
@@ -272,9 +317,11 @@ impl JobRun<'_> {
             };
             sent?;
         }
+        drop(running);
+        w.found = found.into_inner();
         if !plan.borrow().is_done() {
             // Stopped: the cursor says the earliest batch not written and
-            // those written after it.
+            // those written after it (with what they found).
             return Ok(Walk::Stopped);
         }
         let resume = self.after_step(w, at);
@@ -285,19 +332,25 @@ impl JobRun<'_> {
     /// One batch of a fan-out side by side: wait for a place among the
     /// run's requests in flight, charge, send, write page `k`, then save
     /// the cursor with it (the place is held until then, so a kill redoes
-    /// at most `concurrency` batches). `false` when the run stopped first.
+    /// at most `concurrency` batches). What the page holds for a fan-out
+    /// after this one joins `found` once the batches before it are all
+    /// written (see [`Batches::mark_written`]). `false` when the run
+    /// stopped first.
     async fn send_batch(
         &self,
         step: &Step,
         at: &Position<'_>,
         plan: &RefCell<Batches>,
+        found: &RefCell<Found>,
         k: u32,
         joined: String,
     ) -> Result<bool> {
         let _permit = self.permit().await;
         let fill = self.fill(at, k, &joined);
+        // This batch's own values, apart until their turn.
+        let mut own = Found::default();
         if self
-            .fetch_page(None, step, &fill, None, at, k)
+            .fetch_page(Some(&mut own), step, &fill, None, at, k)
             .await?
             .is_none()
         {
@@ -305,8 +358,11 @@ impl JobRun<'_> {
         }
         let resume = {
             let mut plan = plan.borrow_mut();
-            plan.mark_written(k);
-            (!plan.is_done()).then(|| plan.cursor(at, &[]))
+            let mut found = found.borrow_mut();
+            for (b, values) in plan.mark_written(k, own.take()) {
+                self.keep_found(&mut found, at, b, values, 0);
+            }
+            (!plan.is_done()).then(|| plan.cursor(at, found.values()))
         };
         if let Some(resume) = resume {
             self.save(at.slot, Slot::At(resume)).await;

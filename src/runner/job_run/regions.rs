@@ -6,6 +6,8 @@
 //! flight finish (or, at a signal, are abandoned) and their pages count.
 //! With `concurrency: 1` this is the sequential walk it always was.
 
+use std::collections::BTreeMap;
+
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
@@ -135,14 +137,14 @@ impl JobRun<'_> {
             // The values not yet sent: the cursor's, or those the step
             // before found in this run.
             let plan = match resumed {
-                Some(s) => s
-                    .batch
-                    .clone()
-                    .map(|values| Batches::resume(values, page, &s.written, s.batch_size, f.batch)),
+                Some(s) => s.batch.clone().map(|values| {
+                    let found = s.found_ahead.clone();
+                    Batches::resume(values, page, &s.written, found, s.batch_size, f.batch)
+                }),
                 None => w
                     .pending
                     .take()
-                    .map(|values| Batches::resume(values, 0, &[], None, f.batch)),
+                    .map(|values| Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch)),
             };
             self.fan_out(w, step, at, page, plan).await
         } else {

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use tracing::{error, warn};
 
 use super::round::Slot;
-use super::{JobRun, Position, Walk, Walker, describe_position};
+use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
 use crate::config::{Fill, PageKind, Step, redact};
 use crate::runner::cursor::Cursor;
@@ -56,7 +56,7 @@ impl JobRun<'_> {
             let _permit = self.permit().await;
             let fill = self.fill(at, page, "");
             let Some(next) = self
-                .fetch_page(Some(&mut *w), step, &fill, token.as_deref(), at, page)
+                .fetch_page(Some(&mut w.found), step, &fill, token.as_deref(), at, page)
                 .await?
             else {
                 return Ok(Walk::Stopped);
@@ -135,11 +135,11 @@ impl JobRun<'_> {
 
     /// Charge, call (retrying transient failures, each attempt charged) and
     /// write one page; what it says of the next. `None` when the run
-    /// stopped cleanly instead. `w` keeps the page's values for a fan-out
-    /// after this step (none for batches sent side by side).
+    /// stopped cleanly instead. `keep` keeps the page's values for a
+    /// fan-out after this step.
     pub(super) async fn fetch_page(
         &self,
-        w: Option<&mut Walker>,
+        keep: Option<&mut fan_out::Found>,
         step: &Step,
         fill: &Fill<'_>,
         token: Option<&str>,
@@ -160,8 +160,8 @@ impl JobRun<'_> {
         .file_name();
         // The values for a fan-out after this step, read before the page
         // goes to its writer (it is saved with the cursor after the write).
-        if let Some(w) = w {
-            self.collect_for_next(w, at, page, &body);
+        if let Some(keep) = keep {
+            self.collect_for_next(keep, at, page, &body);
         }
         self.write_page(fill, &name, body).await?;
         Ok(Some(paginate::next(
