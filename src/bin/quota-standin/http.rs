@@ -70,7 +70,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         body.extend_from_slice(&chunk[..n]);
     }
     body.truncate(length);
-    let _counted = InFlight::count(state);
+    let counted = InFlight::count(state);
     let delay = match &state.opts.slow {
         Some((text, wait)) if target.contains(text.as_str()) => *wait,
         _ => state.opts.delay,
@@ -112,12 +112,15 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
     }
     out.push_str("\r\n");
     out.push_str(&body);
+    // (no longer in flight once the answer can reach the client, which may
+    // then send its next request before this task ends)
+    drop(counted);
     stream.write_all(out.as_bytes()).await?;
     stream.shutdown().await
 }
 
 /// One request in flight, counted in [`State::in_flight`] from when it was
-/// read until its answer is sent (or the connection drops).
+/// read until its answer is about to be sent (or the connection drops).
 struct InFlight<'s>(&'s State);
 
 impl<'s> InFlight<'s> {
