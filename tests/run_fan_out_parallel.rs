@@ -390,8 +390,7 @@ fn chained_one_at_a_time() -> BTreeMap<String, String> {
     d.write(&chained_yaml(&embedded_store(&d), &one.base(), 1, 1000));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    // (Not its stand-in's in-flight count: without a delay, a request can
-    // arrive before the answer before it is counted out.)
+    assert_eq!(max_in_flight(&one.seen()), 1);
     assert_eq!(batches(&of_step(&one.seen(), 2)), third_step_want());
     by_batch(&d)
 }
