@@ -8,6 +8,14 @@
 # which cost the sorted set more than the list (see BENCHMARKS.md).
 #
 #   bash bench/script-instructions.sh [CALLS]   (default 2000; needs valgrind)
+#   REDIS_SERVER=/path/to/redis-server BREAKDOWN=1 bash bench/script-instructions.sh
+#
+# BREAKDOWN=1 adds, under each row, where a call's instructions go inside
+# the server (inclusive counts of its functions). That needs a redis-server
+# with its symbols: Debian's is stripped. One built from the same release's
+# source will do (from a clone of github.com/redis/redis:
+# `git archive 7.0.15 | tar -x -C DIR && make -C DIR -j2`, a few minutes;
+# REDIS_SERVER=DIR/src/redis-server).
 #
 # Each script gets its own server on port 16400 (started and stopped here),
 # warm-up calls (WARM, default CALLS), then CALLS counted ones from one
@@ -56,7 +64,7 @@ count() {
     local name=$1 script=$2
     shift 2
     valgrind --tool=callgrind --callgrind-out-file="$work/out.%p" \
-        redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
+        "${REDIS_SERVER:-redis-server}" --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
     local vg=$! sha total
     until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
     sha=$(redis-cli -p "$port" script load "$script")
@@ -72,8 +80,37 @@ count() {
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$vg" || true
     total=$(callgrind_annotate "$work"/out.*.1 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')
-    rm -f "$work"/out.*
     printf '%-44s %8d instructions a call%s\n' "$name" $((total / calls)) "$front"
+    [ -n "${BREAKDOWN:-}" ] && breakdown "$work"/out.*.1
+    rm -f "$work"/out.*
+}
+
+# breakdown FILE: a call's instructions by what the server was doing,
+# inclusive (a row counts the rows it calls), in thousands.
+breakdown() {
+    callgrind_annotate --threshold=100 --inclusive=yes "$1" 2>/dev/null | awk -v calls="$calls" '
+        BEGIN {
+            n = split("processMultibulkBuffer luaCreateArray lua_pcall luaRedisGenericCommand scriptCall " \
+                "luaC_step b_pack b_unpack luaO_str2d luaReplyToRedisReply", order, " ")
+            name["processMultibulkBuffer"] = "parse the request"
+            name["luaCreateArray"] = "KEYS and ARGV made"
+            name["lua_pcall"] = "the script"
+            name["luaRedisGenericCommand"] = "  redis.call"
+            name["scriptCall"] = "    the commands themselves"
+            name["luaC_step"] = "  garbage collection"
+            name["b_pack"] = "  struct.pack"
+            name["b_unpack"] = "  struct.unpack"
+            name["luaO_str2d"] = "  text to number"
+            name["luaReplyToRedisReply"] = "the reply"
+        }
+        {
+            gsub(",", "", $1)
+            for (i = 1; i <= n; i++) if ($0 ~ (":" order[i] " ") && !(order[i] in seen)) { seen[order[i]] = $1 }
+        }
+        END {
+            if (!("lua_pcall" in seen)) { print "    (no symbols: see BREAKDOWN above)"; exit }
+            for (i = 1; i <= n; i++) printf "    %-32s %6.1fk\n", name[order[i]], seen[order[i]] / calls / 1000
+        }'
 }
 
 one=(1000000 1000000000000)
