@@ -5,7 +5,8 @@
 //! pools, windows, jobs and endpoints are the only label values, so no
 //! secret can appear.
 
-use super::{CredentialReport, policy_names};
+use super::CredentialReport;
+use super::json::policy_names;
 use crate::ledger::{CredentialUsage, Micros, WindowUsage};
 use crate::metrics::{Family, MetricUnit, Value, encode, unix_seconds};
 

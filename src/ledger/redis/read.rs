@@ -14,7 +14,8 @@
 
 use redis::Value;
 
-use super::{RedisLedger, array, clock_arg, int, older_layout, state_key, tag_names, text};
+use super::wire::{array, clock_arg, int, older_layout, tag_names, text};
+use super::{RedisLedger, state_key};
 use crate::ledger::{
     At, CredentialLog, IDEMPOTENCY_HORIZON, LogBlock, LogEntry, LogSegment, Micros, Others, Pool,
     StoreError, index_key, log_key, straddles,

@@ -1,0 +1,253 @@
+//! `quota status` as text: per credential, its notices, a table of its
+//! windows, a usage chart per window, who spent it and where its jobs
+//! resume.
+
+use std::collections::BTreeMap;
+
+use super::{CredentialReport, StoreHeader};
+use crate::commands::table::{Paint, Table, sparkline};
+use crate::ledger::{CredentialUsage, Micros, USAGE_BUCKETS};
+use crate::timefmt::{fmt_window, local_datetime, when};
+
+/// The report as text.
+pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> String {
+    let mut out = if header.exists {
+        format!("store: {}\n\n", header.store)
+    } else {
+        format!(
+            "store: {} {}\n\n",
+            header.store,
+            p.yellow(
+                "does not exist yet: no run has charged anything through it (the first `quota run` creates it; status created nothing)"
+            )
+        )
+    };
+    for (i, r) in reports.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        notices(&mut out, r, p);
+        out.push('\n');
+        windows_table(&mut out, &r.usage, p);
+        usage_charts(&mut out, &r.usage);
+        spent_and_jobs(&mut out, r);
+    }
+    out
+}
+
+/// A credential's heading line, then what the operator should know first:
+/// a lost log, pools counted as spent or observed, an upstream block.
+fn notices(out: &mut String, r: &CredentialReport, p: Paint) {
+    let u = &r.usage;
+    let now = u.at;
+    out.push_str(&format!(
+        "{}  ·  {}  ·  {} charges recorded\n",
+        p.bold(&u.credential),
+        local_datetime(now),
+        u.charges_recorded
+    ));
+    if let Some(l) = r.lost {
+        out.push_str(&format!(
+            "  {}: the store had recorded {} charges and reported {} on {}: the next run tells the store, which then counts its pools as spent until at most {}\n    {}.\n",
+            p.red("LOG LOST"),
+            l.had,
+            l.found,
+            local_datetime(l.noticed_at),
+            local_datetime(l.noticed_at + u.pools.iter().flat_map(|p| &p.windows).map(|w| w.window.per.as_micros() as Micros).max().unwrap_or(0)),
+            r.lost_advice
+        ));
+    }
+    for pool in &u.pools {
+        if let Some(l) = pool.log_lost {
+            out.push_str(&format!(
+                "  {}: the store lost the log of pool {} at {}: the pool counts as spent until {} ({})\n",
+                p.red("LOG LOST"),
+                pool.pool,
+                local_datetime(l.since),
+                local_datetime(l.until),
+                when(l.until, now)
+            ));
+        }
+        if let Some(at) = pool.observed_at {
+            out.push_str(&format!(
+                "  {}: {} calls of pool {} did not fit and were recorded all the same, the latest at {}\n",
+                p.yellow("OBSERVED"),
+                pool.observed_rejections,
+                pool.pool,
+                local_datetime(at)
+            ));
+        }
+    }
+    if let Some(until) = u.blocked_until {
+        let reason = u.blocked_reason.as_deref().unwrap_or("");
+        out.push_str(&format!(
+            "  {} until {} ({}): {reason}\n",
+            p.red("BLOCKED by the upstream"),
+            local_datetime(until),
+            when(until, now)
+        ));
+    }
+}
+
+/// The table of a credential's windows, the remaining column coloured by
+/// how much is left.
+fn windows_table(out: &mut String, u: &CredentialUsage, p: Paint) {
+    let now = u.at;
+    let mut t = Table::default();
+    t.row(
+        [
+            "pool",
+            "window",
+            "limit",
+            "headroom",
+            "budget",
+            "used",
+            "remaining",
+            "next units free",
+            "fully free",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for pool in &u.pools {
+        for w in &pool.windows {
+            t.row(vec![
+                pool.pool.clone(),
+                fmt_window(w.window.per),
+                w.window.limit.to_string(),
+                w.window.headroom.to_string(),
+                w.budget.to_string(),
+                // (units the upstream counted that others spent; units
+                // at their estimate until settled)
+                match w.others_until {
+                    Some(t) if w.others > 0 => {
+                        format!("{} + {} by others until {}", w.used, w.others, when(t, now))
+                    }
+                    _ => w.used.to_string(),
+                } + &match w.reserved {
+                    0 => String::new(),
+                    r => format!(" ({r} reserved)"),
+                },
+                w.remaining.to_string(),
+                w.next_free_at.map_or("-".into(), |t| when(t, now)),
+                w.fully_free_at.map_or("-".into(), |t| when(t, now)),
+            ]);
+        }
+    }
+    // Colour the remaining column by how much is left, after alignment.
+    let windows: Vec<&crate::ledger::WindowUsage> =
+        u.pools.iter().flat_map(|p| &p.windows).collect();
+    for (k, line) in t.render("  ").lines().enumerate() {
+        match k.checked_sub(1).and_then(|i| windows.get(i)) {
+            Some(w) if p.on => {
+                let r = w.remaining.to_string();
+                let painted = if w.remaining == 0 {
+                    p.red(&r)
+                } else if w.remaining * 10 < w.budget {
+                    p.yellow(&r)
+                } else {
+                    p.green(&r)
+                };
+                out.push_str(&replace_column(line, &r, &painted, 6));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+}
+
+/// A chart of usage over each of a credential's windows.
+fn usage_charts(out: &mut String, u: &CredentialUsage) {
+    out.push_str(&format!(
+        "\n  usage over each window, oldest → now ({USAGE_BUCKETS} buckets):\n"
+    ));
+    let mut t = Table::default();
+    for pool in &u.pools {
+        for w in &pool.windows {
+            let bucket = w.window.per / USAGE_BUCKETS as u32;
+            let peak = w.buckets.iter().copied().max().unwrap_or(0);
+            t.row(vec![
+                pool.pool.clone(),
+                fmt_window(w.window.per),
+                format!("│{}│", sparkline(&w.buckets)),
+                format!("peak {peak} per {}", fmt_window(bucket)),
+            ]);
+        }
+    }
+    out.push_str(&t.render("  "));
+}
+
+/// Who spent a credential's units (by endpoint, by job, over each pool's
+/// longest window), and where each of its jobs resumes.
+fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
+    let u = &r.usage;
+    let spent = |pick: fn(&crate::ledger::WindowUsage) -> &BTreeMap<String, u64>| -> String {
+        let parts: Vec<String> = u
+            .pools
+            .iter()
+            .filter_map(|pool| {
+                let w = pool.windows.iter().max_by_key(|w| w.window.per)?;
+                let who: Vec<String> = pick(w).iter().map(|(k, v)| format!("{k} {v}")).collect();
+                (!who.is_empty()).then(|| {
+                    format!(
+                        "{} {}: {}",
+                        pool.pool,
+                        fmt_window(w.window.per),
+                        who.join(", ")
+                    )
+                })
+            })
+            .collect();
+        if parts.is_empty() {
+            "nothing".into()
+        } else {
+            parts.join(" · ")
+        }
+    };
+    out.push_str(&format!(
+        "\n  spent by endpoint:  {}\n",
+        spent(|w| &w.by_endpoint)
+    ));
+    out.push_str(&format!("  spent by job:       {}\n", spent(|w| &w.by_job)));
+    for (job, cursor) in &r.jobs {
+        let at = match cursor {
+            None => "has not run yet".to_string(),
+            Some(c) if c.region.is_empty() => {
+                format!(
+                    "resumes at step {} page {} (after run {})",
+                    c.step, c.page, c.run
+                )
+            }
+            Some(c) => format!(
+                "resumes at {} step {} page {} (after run {})",
+                c.region, c.step, c.page, c.run
+            ),
+        };
+        out.push_str(&format!("  job {job} {at}\n"));
+    }
+}
+
+/// Replace the `col`-th whitespace-separated field equal to `plain` in an
+/// aligned line with its painted form, keeping the alignment.
+fn replace_column(line: &str, plain: &str, painted: &str, col: usize) -> String {
+    let mut seen = 0;
+    let mut start = None;
+    let bytes = line.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b' ' && (i == 0 || bytes[i - 1] == b' ') {
+            if seen == col {
+                start = Some(i);
+                break;
+            }
+            seen += 1;
+        }
+        i += 1;
+    }
+    match start {
+        Some(s) if line[s..].starts_with(plain) => {
+            format!("{}{}{}", &line[..s], painted, &line[s + plain.len()..])
+        }
+        _ => line.to_string(),
+    }
+}

@@ -1,0 +1,172 @@
+//! A job: its credential, regions, steps, output, schedule and
+//! concurrency, and every request it will send checked as filled in.
+//! Apart from [`super`] because a job ties the other sections together.
+
+use super::*;
+
+impl Validator<'_> {
+    pub(super) fn job(
+        &self,
+        name: String,
+        raw: RawJob,
+        credentials: &[Credential],
+        endpoints: &[(String, EndpointSpec)],
+    ) -> Result<Job> {
+        let at = format!("jobs.{name}");
+        self.name(&at, &name)?;
+        let credential = credentials
+            .iter()
+            .position(|c| c.name == raw.credential)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.credential"),
+                    format!(
+                        "no credential named '{}' (defined: {})",
+                        raw.credential,
+                        list(credentials.iter().map(|c| &c.name))
+                    ),
+                )
+            })?;
+        let cred = &credentials[credential];
+
+        let has_regions = raw.regions.is_some();
+        let regions = raw.regions.unwrap_or_default();
+        if has_regions && regions.is_empty() {
+            return Err(self.err(
+                format!("{at}.regions"),
+                "an empty list: leave `regions` out for a job without regions",
+            ));
+        }
+        self.distinct_regions(&at, &regions)?;
+        if raw.steps.is_empty() {
+            return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
+        }
+        if raw.steps[0].for_each.is_some() {
+            return Err(self.err(
+                format!("{at}.steps[0].for_each"),
+                "the first step has no previous step to take values from: for_each belongs on a later step",
+            ));
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        for (i, s) in raw.steps.into_iter().enumerate() {
+            let mut step =
+                self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?;
+            if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
+                f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
+            }
+            steps.push(step);
+        }
+        self.filled(&at, &name, &regions, &steps, cred)?;
+        if raw.output.trim().is_empty() {
+            return Err(self.err(format!("{at}.output"), "must name a directory"));
+        }
+        let output = self.dir.join(&raw.output);
+        let schedule = raw
+            .schedule
+            .as_deref()
+            .map(|s| {
+                let d = s.trim().strip_prefix("every ").ok_or_else(|| {
+                    self.err(
+                        format!("{at}.schedule"),
+                        format!("'{s}': expected 'every DURATION', e.g. every 30m"),
+                    )
+                })?;
+                self.positive_duration(&format!("{at}.schedule"), d)
+            })
+            .transpose()?;
+        let concurrency = crate::config::concurrency::concurrency(&at, raw.concurrency.as_ref())
+            .map_err(|(field, message)| self.err(field, message))?;
+        Ok(Job {
+            name,
+            credential,
+            regions,
+            steps,
+            output,
+            schedule,
+            concurrency,
+        })
+    }
+
+    /// Every request of the job as it will be sent, placeholders filled in
+    /// (the secret too, when it was read), for every region: the URL must
+    /// parse and every header value be one HTTP allows, or the run would
+    /// charge calls it can never send. The error names the field, never the
+    /// value (it may hold the secret).
+    fn filled(
+        &self,
+        at: &str,
+        job: &str,
+        regions: &[String],
+        steps: &[Step],
+        cred: &Credential,
+    ) -> Result<()> {
+        let all = [String::new()];
+        let regions = if regions.is_empty() {
+            &all[..]
+        } else {
+            regions
+        };
+        for (i, step) in steps.iter().enumerate() {
+            let at = format!("{at}.steps[{i}].request");
+            for (r, region) in regions.iter().enumerate() {
+                let fill = Fill {
+                    region,
+                    secret: &cred.secret,
+                    job,
+                    step: i,
+                    page: 0,
+                    batch: "",
+                };
+                let with = |t: &Template| {
+                    let mut what = String::from("after substitution");
+                    if t.uses(Placeholder::Region) {
+                        what.push_str(&format!(" for region {region}"));
+                    }
+                    if t.uses(Placeholder::Secret) {
+                        what.push_str(&format!(" of the secret from {}", cred.secret_source));
+                    }
+                    what
+                };
+                // A template without {region} is the same for every region.
+                if r == 0 || step.url.uses(Placeholder::Region) {
+                    reqwest::Url::parse(&step.url.fill(&fill)).map_err(|e| {
+                        self.err(
+                            format!("{at}.url"),
+                            format!("{}, it is not a URL: {e}", with(&step.url)),
+                        )
+                    })?;
+                }
+                for (k, v) in &step.headers {
+                    if r > 0 && !v.uses(Placeholder::Region) {
+                        continue;
+                    }
+                    if reqwest::header::HeaderValue::from_str(&v.fill(&fill)).is_err() {
+                        return Err(self.err(
+                            format!("{at}.headers.{k}"),
+                            format!(
+                                "{}, the value is not one HTTP allows in a header: it holds a control character (a line break, an escape, …); the request could never be sent",
+                                with(v)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Each of a job's regions valid, and none listed twice.
+    fn distinct_regions(&self, at: &str, regions: &[String]) -> Result<()> {
+        let mut seen = HashSet::with_capacity(regions.len());
+        for (i, r) in regions.iter().enumerate() {
+            self.region(&format!("{at}.regions[{i}]"), r)?;
+            if !seen.insert(r.as_str()) {
+                return Err(self.err(
+                    format!("{at}.regions[{i}]"),
+                    format!("region '{r}' appears twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,45 @@
+//! The names of the keys the ledger keeps in Redis (the layout is described
+//! in [`super`]), in one place so the scripts' callers and the tools that
+//! read or clean up keys agree on them.
+
+/// The key of credential `credential`'s state hash.
+pub fn state_key(credential: &str) -> String {
+    format!("quota:{{{credential}}}:state")
+}
+
+/// Calls per segment of a pool's log (`lua/charge.lua`): call `s` sits in
+/// segment `s / LOG_SEGMENT`, and so does its block's record in the index.
+pub const LOG_SEGMENT: u64 = 65536;
+
+/// The prefix of the keys of the log of `pool` of `credential`: its
+/// segments are [`log_segment_key`]s.
+pub fn log_key(credential: &str, pool: &str) -> String {
+    format!("quota:{{{credential}}}:log:{pool}")
+}
+
+/// The key of segment `k` of the log of `pool` of `credential`.
+pub fn log_segment_key(credential: &str, pool: &str, k: u64) -> String {
+    format!("{}:{k}", log_key(credential, pool))
+}
+
+/// The prefix of the keys of the index of the log of `pool` of
+/// `credential` (one record per block of calls: see `lua/charge.lua`).
+pub fn index_key(credential: &str, pool: &str) -> String {
+    format!("quota:{{{credential}}}:index:{pool}")
+}
+
+/// The key of segment `k` of the index of `pool` of `credential`: the
+/// records of the blocks of log segment `k`.
+pub fn index_segment_key(credential: &str, pool: &str, k: u64) -> String {
+    format!("{}:{k}", index_key(credential, pool))
+}
+
+/// The key of job `job`'s run lock.
+pub fn lock_key(job: &str) -> String {
+    format!("quota:job:{{{job}}}:lock")
+}
+
+/// The key of job `job`'s cursor.
+pub fn cursor_key(job: &str) -> String {
+    format!("quota:job:{{{job}}}:cursor")
+}
