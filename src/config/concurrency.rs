@@ -1,6 +1,5 @@
 //! A job's `concurrency` key: how many of a run's requests may be in flight
-//! at once. Apart from `validate.rs` (already long) because it is one small
-//! rule with its own bounds.
+//! at once: one small rule with its own bounds, in its own room.
 
 use serde_yaml::Value;
 
