@@ -364,3 +364,30 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
         }
     }
 }
+
+/// A key holding a `%` is masked where a request carries it encoded:
+/// `%` becomes `%25`, which starts with the `%` itself, so the masking must
+/// try both readings of it. The upstream refuses the key (400): the error
+/// and `-vv`'s log of the request both name the URL.
+#[test]
+fn a_key_with_a_percent_sign_is_masked_where_it_is_encoded() {
+    const PCT: &str = "AIzaSyD-50%41off-pct77";
+    let up = Standin::start(&["--key", "another"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), format!("{PCT}\n")).unwrap();
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        "        - { limit: 100, per: 1h }",
+        "fail_closed",
+        &[videos_job("query", "main", &["US"], 1, &up.base())],
+    ));
+    let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
+    assert_eq!(r.code, 1, "{r:?}");
+    for leak in [PCT, "50%2541off", "41off", "pct77"] {
+        assert!(!r.all().contains(leak), "shows {leak:?}:\n{}", r.all());
+    }
+    assert!(
+        r.stderr.matches("&key=***").count() >= 2,
+        "the request's log line and the error show the URL, masked: {r:?}"
+    );
+}

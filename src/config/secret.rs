@@ -166,39 +166,71 @@ pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str>
     )
 }
 
-/// The length of the text at the start of `text` that encodes `needle`,
-/// each byte of it as is or in one of the encodings [`redact`] knows.
+/// The length of the longest text at the start of `text` that encodes
+/// `needle`, each byte of it as is or in one of the encodings [`redact`]
+/// knows. A byte can be read more than one way (a `%` in the secret is the
+/// `%` of `%25` as is, or all of `%25` encoded), so every reading is
+/// followed, as a set of offsets reached so far: never more than a few,
+/// and no reading is tried twice from one offset.
 fn match_encoded(text: &[u8], needle: &[u8]) -> Option<usize> {
-    let mut at = 0;
-    for &b in needle {
-        at += match_byte(&text[at..], b)?;
+    let (&first, rest) = needle.split_first()?;
+    let mut reached: Vec<usize> = match_byte(text, first).into_iter().flatten().collect();
+    if reached.is_empty() {
+        return None;
     }
-    Some(at)
+    let mut next = Vec::new();
+    for &b in rest {
+        next.clear();
+        for &at in &reached {
+            for len in match_byte(&text[at..], b).into_iter().flatten() {
+                if !next.contains(&(at + len)) {
+                    next.push(at + len);
+                }
+            }
+        }
+        if next.is_empty() {
+            return None;
+        }
+        std::mem::swap(&mut reached, &mut next);
+    }
+    reached.into_iter().max()
 }
 
-/// How many bytes at the start of `text` stand for the byte `b`.
-fn match_byte(text: &[u8], b: u8) -> Option<usize> {
+/// How many bytes at the start of `text` may stand for the byte `b`: as is,
+/// and each encoding that fits (at most three readings: a `%` as is, as
+/// `%25`, as `%2525`).
+fn match_byte(text: &[u8], b: u8) -> [Option<usize>; 3] {
     let hex = |t: &[u8]| -> Option<u8> {
         let h = std::str::from_utf8(t.get(..2)?).ok()?;
         u8::from_str_radix(h, 16).ok()
     };
-    let first = *text.first()?;
-    if first == b {
-        return Some(1);
-    }
+    let Some(&first) = text.first() else {
+        return [None; 3];
+    };
+    let as_is = (first == b).then_some(1);
     match first {
-        b'+' if b == b' ' => Some(1),
-        b'%' if hex(&text[1..]) == Some(b) => Some(3),
-        // Percent-encoded twice: `%25` is the `%`.
-        b'%' if text[1..].starts_with(b"25") && hex(&text[3..]) == Some(b) => Some(5),
-        b'\\' => match text.get(1)? {
-            c if *c == b && matches!(b, b'/' | b'"' | b'\\') => Some(2),
-            b'u' if b.is_ascii() && text.get(2..4) == Some(b"00") && hex(&text[4..]) == Some(b) => {
-                Some(6)
-            }
-            _ => None,
-        },
-        _ => None,
+        b'+' if b == b' ' => [Some(1), None, None],
+        b'%' => [
+            as_is,
+            (hex(&text[1..]) == Some(b)).then_some(3),
+            // Percent-encoded twice: `%25` is the `%`.
+            (text[1..].starts_with(b"25") && hex(&text[3..]) == Some(b)).then_some(5),
+        ],
+        b'\\' => {
+            let escaped = match text.get(1) {
+                Some(c) if *c == b && matches!(b, b'/' | b'"' | b'\\') => Some(2),
+                Some(b'u')
+                    if b.is_ascii()
+                        && text.get(2..4) == Some(b"00")
+                        && hex(&text[4..]) == Some(b) =>
+                {
+                    Some(6)
+                }
+                _ => None,
+            };
+            [as_is, escaped, None]
+        }
+        _ => [as_is, None, None],
     }
 }
 
@@ -283,6 +315,31 @@ mod tests {
         ] {
             let out = redact(text, &[&s]);
             assert!(!out.contains("space"), "{text} → {out}");
+        }
+    }
+
+    #[test]
+    fn a_percent_in_the_secret_is_masked_in_every_encoding() {
+        for key in ["zz%41yy", "%", "k%2B", "%%", "a\\b%", "50%off"] {
+            let s = Secret::new(key.into());
+            let once: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+            let twice = once.replace('%', "%25");
+            let mut url = reqwest::Url::parse("http://h/a").unwrap();
+            url.query_pairs_mut().append_pair("key", key);
+            for text in [
+                url.to_string(),
+                format!("k={key};"),
+                format!("k={once};"),
+                format!("k={twice};"),
+                format!("k={};", key.replace('%', "%25")),
+                format!("k={};", key.replace('%', "%2525")),
+            ] {
+                let out = redact(&text, &[&s]);
+                assert!(
+                    out.ends_with("=***") || out.ends_with("=***;"),
+                    "{key}: {text} → {out}"
+                );
+            }
         }
     }
 
