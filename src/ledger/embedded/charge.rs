@@ -102,8 +102,10 @@ pub(super) fn decide(
     // Retention, the same rule as charge.lua: entries at or before now - R,
     // R the retain stored before this call (at least the horizon), count in
     // no window, even one lengthened since.
+    // (a call recorded below raises each pool's dead mark to that cutoff,
+    // as in charge.lua; a decision that records nothing only reads by it)
     let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-    let logs = prune(tx, c, now - visible)?;
+    let logs = read_logs(tx, c, now - visible)?;
     // The caller saw more charges than the store holds: the log was lost.
     // A loss older than R is over for every window charged so far (as in
     // charge.lua), so a window lengthened later does not bring it back.
@@ -172,6 +174,7 @@ pub(super) fn decide(
     let (serial, entries) = if duplicate {
         (row.serial, Vec::new())
     } else {
+        prune(tx, c, now - visible)?;
         (row.serial + 1, record(tx, c, now)?)
     };
     if let Some((pool, _, _)) = &observed {
@@ -388,17 +391,28 @@ fn record(
     Ok(entries)
 }
 
-/// Prune: entries at or before `cutoff` (the retention stored before this
-/// call) count in no window; per pool charged, its log as the charge reads it.
-fn prune(
+/// Each pool's log as this decision reads it, at the retention's `cutoff`.
+fn read_logs(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
     cutoff: Micros,
 ) -> Result<Vec<PoolLog>, StoreError> {
     c.cost
         .iter()
-        .map(|p| log::prune(tx, &c.credential, &p.pool, cutoff))
+        .map(|p| log::read(tx, &c.credential, &p.pool, cutoff))
         .collect()
+}
+
+/// A recorded call's prune of each pool it names, at the retention's `cutoff`.
+fn prune(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    cutoff: Micros,
+) -> Result<(), StoreError> {
+    for p in &c.cost {
+        log::prune(tx, &c.credential, &p.pool, cutoff)?;
+    }
+    Ok(())
 }
 
 /// What each window has left after an allowed charge.

@@ -3,8 +3,8 @@
 //! insertion order, so a window's sum and the time enough of it leaves are
 //! two index lookups instead of a scan; rows that left the retention are
 //! deleted a bounded batch at a time, and every read stops at each pool's
-//! `dead` mark (the latest retention cutoff a charge applied), so a row not
-//! deleted yet counts exactly as if it were.
+//! `dead` mark (the retention's cutoff at its latest recorded call, as in
+//! `lua/charge.lua`), so a row not deleted yet counts exactly as if it were.
 
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
@@ -92,9 +92,14 @@ pub(super) struct PoolLog {
     pub others: Others,
 }
 
-/// Prune: raise the pool's `dead` mark to `cutoff` (entries at or before it
-/// count in no window) and delete a batch of the oldest such rows.
-pub(super) fn prune(
+/// A pool's log as a charge reads it at the retention's `cutoff`: its
+/// `dead` mark counted as raised to `cutoff` (entries at or before count in
+/// no window of this decision), nothing written. Only a recorded call
+/// raises the mark for good ([`prune`]), as in `lua/charge.lua`: a pool
+/// named by a charge that records nothing (a duplicate, a refusal, a block,
+/// a lost log) keeps its mark, and calls past the cutoff count again if a
+/// recorded call lengthens the retention before the pool's next one.
+pub(super) fn read(
     tx: &Transaction<'_>,
     credential: &str,
     pool: &str,
@@ -102,11 +107,9 @@ pub(super) fn prune(
 ) -> Result<PoolLog, StoreError> {
     let (dead, others): (Micros, Others) = tx
         .prepare_cached(
-            "INSERT INTO log_pool (credential, pool, dead) VALUES (?1, ?2, ?3)
-             ON CONFLICT (credential, pool) DO UPDATE SET dead = max(dead, excluded.dead)
-             RETURNING dead, others, others_until",
+            "SELECT dead, others, others_until FROM log_pool WHERE credential = ?1 AND pool = ?2",
         )?
-        .query_row(params![credential, pool, cutoff], |r| {
+        .query_row(params![credential, pool], |r| {
             let units: i64 = r.get(1)?;
             Ok((
                 r.get(0)?,
@@ -115,25 +118,51 @@ pub(super) fn prune(
                     until: r.get(2)?,
                 },
             ))
-        })?;
+        })
+        .optional()?
+        .unwrap_or((Micros::MIN, Others::default()));
+    Ok(PoolLog {
+        dead: dead.max(cutoff),
+        newest: newest(tx, credential, pool)?,
+        others,
+    })
+}
+
+/// Prune, for a recorded call: raise the pool's `dead` mark to `cutoff`
+/// (entries at or before it count in no window) and delete a batch of the
+/// oldest such rows.
+pub(super) fn prune(
+    tx: &Transaction<'_>,
+    credential: &str,
+    pool: &str,
+    cutoff: Micros,
+) -> Result<(), StoreError> {
+    let dead: Micros = tx
+        .prepare_cached(
+            "INSERT INTO log_pool (credential, pool, dead) VALUES (?1, ?2, ?3)
+             ON CONFLICT (credential, pool) DO UPDATE SET dead = max(dead, excluded.dead)
+             RETURNING dead",
+        )?
+        .query_row(params![credential, pool, cutoff], |r| r.get(0))?;
     // Oldest first, so the rows left are always a suffix of the log.
     tx.prepare_cached(
         "DELETE FROM log WHERE rowid IN (SELECT rowid FROM log
          WHERE credential = ?1 AND pool = ?2 AND at <= ?3 ORDER BY at, rowid LIMIT ?4)",
     )?
     .execute(params![credential, pool, dead, PRUNE_BATCH])?;
-    let newest: Option<i64> = tx
+    Ok(())
+}
+
+/// The running total of the pool's newest row (0 when empty).
+fn newest(tx: &Transaction<'_>, credential: &str, pool: &str) -> Result<i64, StoreError> {
+    Ok(tx
         .prepare_cached(
             "SELECT cum FROM log WHERE credential = ?1 AND pool = ?2
              ORDER BY at DESC, rowid DESC LIMIT 1",
         )?
         .query_row(params![credential, pool], |r| r.get(0))
-        .optional()?;
-    Ok(PoolLog {
-        dead,
-        newest: newest.unwrap_or(0),
-        others,
-    })
+        .optional()?
+        .unwrap_or(0))
 }
 
 /// The running total just before the first row after `cutoff`: the last
