@@ -82,7 +82,9 @@ impl RedisServer {
                 return false;
             }
             if self.ping() {
-                return true;
+                // (another test's server may hold the port we were given,
+                // and answer before ours fails to bind: it must be ours)
+                return self.process_id() == Some(self.child.id());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -102,6 +104,32 @@ impl RedisServer {
         // A server with a password answers NOAUTH: it is up all the same.
         BufReader::new(s).read_line(&mut line).is_ok()
             && (line.starts_with("+PONG") || line.starts_with("-NOAUTH"))
+    }
+
+    /// The `process_id` the server on this port reports (`INFO server`),
+    /// after `AUTH` with this server's `--requirepass`, if any.
+    fn process_id(&self) -> Option<u32> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        let password = self
+            .extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .and_then(|i| self.extra.get(i + 1));
+        if let Some(p) = password {
+            s.write_all(format!("AUTH {p}\r\n").as_bytes()).ok()?;
+        }
+        s.write_all(b"INFO server\r\n").ok()?;
+        let mut lines = BufReader::new(s).lines();
+        if password.is_some() {
+            lines.next()?.ok()?; // +OK, or an error that fails below
+        }
+        lines
+            .take(64)
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("process_id:").map(|p| p.trim().to_string()))?
+            .parse()
+            .ok()
     }
 
     pub fn url(&self) -> String {
