@@ -366,6 +366,21 @@ fn a_metrics_file_that_cannot_be_written_fails_the_run() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("cannot write the metrics file"), "{r:?}");
     assert_eq!(up.seen().len(), 1, "the run itself went ahead");
+    // A run that failed keeps its own code: here the store is unreachable
+    // (69), and the write's error is logged beside it.
+    let gone = trending_with(
+        &up,
+        "redis://127.0.0.1:1/0",
+        WIDE,
+        &["US"],
+        1,
+        "fail_closed",
+    );
+    let file = gone.path().join("missing-folder").join("quota.prom");
+    let r = gone.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    assert_eq!(r.code, 69, "{r:?}");
+    assert!(r.stderr.contains("cannot write the metrics file"), "{r:?}");
+    assert_eq!(up.seen().len(), 1, "nothing was sent");
 }
 
 #[test]

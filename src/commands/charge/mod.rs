@@ -116,8 +116,9 @@ fn store_error(name: &str, e: StoreError) -> Error {
 /// Charge `request`; with `--wait D`, while refused and the ledger says the
 /// units free up before D has passed, sleep until then and charge again.
 pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> Result<Outcome> {
-    let started = Instant::now();
-    let deadline = request.wait.map(|w| started + w);
+    // (a `--wait` past what an Instant can hold waits as long as needed)
+    let deadline = request.wait.map(|w| Instant::now().checked_add(w));
+    let mut waited = Duration::ZERO;
     // What this host has seen the credential's log reach (`history.json`,
     // kept by runs): a store that reports fewer charges has lost the log,
     // and the ledger answers LOG LOST. Read only, so a charge stays cheap.
@@ -151,20 +152,22 @@ pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> R
             );
         }
         let pause = match (free_in(&decision), deadline) {
-            (Some(pause), Some(deadline)) if Instant::now() + pause <= deadline => pause,
-            _ => {
-                return Ok(Outcome {
-                    decision,
-                    waited: started.elapsed(),
-                });
+            (Some(pause), Some(deadline))
+                if deadline
+                    .is_none_or(|d| Instant::now().checked_add(pause).is_some_and(|t| t <= d)) =>
+            {
+                pause
             }
+            _ => return Ok(Outcome { decision, waited }),
         };
         debug!(
             "credential {}: refused; waiting {} for the units",
             request.cred.name,
             fmt_wait(pause)
         );
+        let slept = Instant::now();
         tokio::time::sleep(pause).await;
+        waited += slept.elapsed();
     }
 }
 

@@ -67,8 +67,9 @@ impl RunOutcome {
     }
 
     /// The command's result, after writing the outcome to `path` (if any).
-    /// A file that cannot be written fails a run that had not failed (1);
-    /// a run that failed keeps its own error, and the write's is logged.
+    /// A file that cannot be written fails a run that had not failed (0, or
+    /// 75: stopped cleanly) with 1; a run that failed (an error, or a job's
+    /// exit code such as 69) keeps its own code, and the write's is logged.
     pub fn finish(&self, path: Option<&Path>, result: Result<u8>) -> Result<u8> {
         let Some(path) = path else { return result };
         let code = match &result {
@@ -78,7 +79,11 @@ impl RunOutcome {
         let text = self.render(code, chrono::Utc::now().timestamp_micros());
         match (write(path, &text), result) {
             (Ok(()), result) => result,
-            (Err(e), Ok(_)) => Err(e),
+            (Err(e), Ok(0 | 75)) => Err(e),
+            (Err(e), Ok(code)) => {
+                error!("{e}");
+                Ok(code)
+            }
             (Err(e), Err(run)) => {
                 error!("{e}");
                 Err(run)
