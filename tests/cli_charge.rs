@@ -282,6 +282,36 @@ fn a_wait_shorter_than_needed_exits_75_at_once() {
     });
 }
 
+/// An observe-mode credential admits what does not fit, and `--json` says
+/// which window would have refused it and when it would have fitted.
+#[test]
+fn observe_mode_admits_and_json_says_what_would_have_refused() {
+    on_each_store(HOURLY_3, |d, kind| {
+        d.write(&config(kind, HOURLY_3).replace("  solo:\n", "  solo:\n    mode: observe\n"));
+        let solo = |args: &[&str]| d.quota(&[&["charge", "solo", "--json"][..], args].concat());
+        for n in 1..=5 {
+            let r = solo(&["--cost", "calls=1"]);
+            assert_eq!(r.code, 0, "{kind}: {r:?}");
+            assert_eq!(json(&r)["observed"], Value::Null, "{kind}: charge {n} fits");
+        }
+        let r = solo(&["--cost", "calls=1"]);
+        assert_eq!(r.code, 0, "{kind}: observe mode never refuses: {r:?}");
+        let j = json(&r);
+        assert_eq!(j["decision"], "admitted", "{kind}");
+        assert_eq!(j["charges_recorded"], 6, "{kind}: recorded all the same");
+        let o = &j["observed"];
+        assert_eq!(
+            (o["pool"].as_str(), o["window"].as_str()),
+            (Some("calls"), Some("1h")),
+            "{kind}: {j}"
+        );
+        assert_eq!(o["per_seconds"], 3600, "{kind}");
+        let retry = o["retry_after_ms"].as_u64().unwrap();
+        assert!(retry > 3_500_000 && retry <= 3_600_000, "{kind}: {retry}");
+        assert!(r.stderr.contains("observe mode"), "{kind}: {r:?}");
+    });
+}
+
 /// A `--wait` longer than the clock can count means "as long as needed":
 /// a charge that fits is admitted at once, and `exec` runs its command.
 #[test]

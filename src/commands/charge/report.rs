@@ -105,6 +105,18 @@ pub struct ChargeJson {
     pub full: Option<WindowJson>,
     /// Per window of every pool charged: its budget and what remains of it.
     pub remaining: Vec<RemainingJson>,
+    /// Admitted by an observe-mode credential although it did not fit: the
+    /// window that would have refused it (null: the pool's log was lost)
+    /// and when it would have fitted (else null).
+    pub observed: Option<ObservedJson>,
+}
+
+#[derive(Serialize)]
+pub struct ObservedJson {
+    pub pool: String,
+    pub window: Option<String>,
+    pub per_seconds: Option<u64>,
+    pub retry_after_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -160,6 +172,17 @@ pub async fn json(store: &Store, request: &Request<'_>, outcome: &Outcome) -> Re
             _ => None,
         },
         remaining: remaining(store, request, d).await?,
+        observed: match d {
+            ChargeDecision::Allowed {
+                observed: Some(w), ..
+            } => Some(ObservedJson {
+                pool: w.pool.clone(),
+                window: w.per.map(fmt_window),
+                per_seconds: w.per.map(|p| p.as_secs()),
+                retry_after_ms: w.retry_after.as_millis() as u64,
+            }),
+            _ => None,
+        },
     };
     let text = serde_json::to_string_pretty(&doc).expect("a charge report serializes");
     emit(&(text + "\n"))
