@@ -380,7 +380,7 @@ local observed = { 0, 0, 0 }
 local function pool_state(...)
   return {
     expires = 0, lost = 0, dead = 0, others = 0, others_until = 0, lost_any = 0, longest = 0,
-    dead_cut = 0, lw = 1, extra = 0, renew_all = false, rebuild = false, ix = false, ...
+    dead_cut = 0, lw = 1, extra = 0, renew_all = false, rebuild = false, ix = false, held = false, ...
   }
 end
 
@@ -685,12 +685,17 @@ for p = 1, npools do
   -- (no window reaches back past the retention, nor past the dead mark;
   -- a calendar window counts its period's entries only)
   local dead_cut = max(now - visible, dead_p)
-  local cuts, cut_min = {}, now
+  local cuts, cut_min, own = {}, now, nil
   for w = 1, m do
     local cal = cals[p][w]
-    cuts[w] = max(cal and cal[1] - 1 or now - tonumber(ARGV[a + 2 * w]), dead_cut)
+    local start = cal and cal[1] - 1 or now - tonumber(ARGV[a + 2 * w])
+    cuts[w] = max(start, dead_cut)
     if cuts[w] < cut_min then cut_min = cuts[w] end
+    -- (a window longer than the retention, cut by the retention's cutoff
+    -- only, for this decision: see save_slid)
+    if cuts[w] > max(start, dead_p) then own = own or {}; own[w] = true end
   end
+  local held = nil
   for attempt = 1, 2 do
     if fresh then
       local head, tail, skipped = 0, 0, false
@@ -720,6 +725,10 @@ for p = 1, npools do
         pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = tonumber(ARGV[a + 2 * w]), total, head, 0
       end
     end
+    if own then
+      held = {}
+      for w in pairs(own) do held[w] = { pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3] } end
+    end
     local ok = true
     for w = 1, m do ok = slide(p, pv, 4 * w, cuts[w]) and ok end
     if ok or fresh then break end
@@ -732,7 +741,7 @@ for p = 1, npools do
   local lost_any = max(lost_p, lost_all)
   if lost_any + plong <= now then lost_any = 0 end
   pv.expires, pv.lost, pv.lost_any, pv.longest = expires_p, lost_p, lost_any, plong
-  pv.dead, pv.dead_cut = dead_p, dead_cut
+  pv.dead, pv.dead_cut, pv.held = dead_p, dead_cut, held or false
   pv.renew_all = plong > plong_was and plong_was > 0
   -- Others' units count in the longest window until the upstream's reset.
   pv.lw, pv.others, pv.others_until = lw, others_p, others_until_p
@@ -820,8 +829,27 @@ local function save_state(r)
 end
 
 -- Save the slid windows and the decision's time, which later decisions
--- never go below, without recording anything.
-local function save_slid() save_state(stored_retain) end
+-- never go below, without recording anything. A window slid past its own
+-- start and the pool's dead mark, by the retention's cutoff alone (a
+-- window lengthened beyond the retention), keeps its place: the calls
+-- between count in no window of this decision, yet only a recorded call
+-- moves the dead mark, and a retention lengthened before the pool's next
+-- one brings them back, as the embedded store and read.lua count them.
+-- (saved so, then slid back: this decision's reply counts as slid)
+local function save_slid()
+  local function swap()
+    for p = 1, npools do
+      local pv = pools[p]
+      for w, h in pairs(pv.held or {}) do
+        local b = 4 * w
+        pv[b + 1], pv[b + 2], pv[b + 3], h[1], h[2], h[3] = h[1], h[2], h[3], pv[b + 1], pv[b + 2], pv[b + 3]
+      end
+    end
+  end
+  swap()
+  save_state(stored_retain)
+  swap()
+end
 
 -- A resent charge already in the log (of its first pool, among its last
 -- RESEND calls) is answered as it was, and not recorded again. Only

@@ -346,8 +346,9 @@ fn embedded_store_answers_like_redis() {
 /// (lua/charge.lua). Its calls past the retention at that charge count again
 /// once a recorded call of another pool lengthens the retention, in both
 /// stores. (The first sequence is the case the property test above shrank
-/// to, found once in thousands of cases; the others, the same with a
-/// refusal and a block.)
+/// to, found once in thousands of cases; the next two, the same with a
+/// refusal and a block; the last, a review's: the window lengthened before
+/// the duplicate.)
 #[test]
 fn a_charge_that_records_nothing_leaves_the_dead_mark_alone_in_both_stores() {
     let charge = |dt_us, a, b: Option<u64>, id: Option<u8>| Op::Charge {
@@ -389,11 +390,30 @@ fn a_charge_that_records_nothing_leaves_the_dead_mark_alone_in_both_stores() {
                 for_secs: 5,
             },
             charge(0, 1, Some(1), None), // blocked
-            longer,
+            longer.clone(),
             Op::Idle { secs: 5 },
             charge(0, 1, None, None),
         ],
+        // The window longer than the retention before the duplicate: the
+        // duplicate's slide of it must not pass the search call either
+        // (Redis saved that slide, a dead mark for one window).
+        vec![
+            charge(0, 1, Some(1), None),
+            Op::Reconfigure {
+                units: 0,
+                search: 3,
+            },
+            Op::Idle { secs: 59 },
+            charge(751_270, 1, None, Some(2)),
+            charge(248_730, 1, Some(1), Some(2)), // a duplicate
+            longer,
+            charge(0, 1, None, None),
+            charge(1_000_000, 1, Some(1), None),
+        ],
     ];
+    // (the search pool's units used at the end: the first call, and the
+    // last sequence's last one)
+    let used = ["used: 1,", "used: 1,", "used: 1,", "used: 2,"];
     let server = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -409,7 +429,7 @@ fn a_charge_that_records_nothing_leaves_the_dead_mark_alone_in_both_stores() {
         });
         let search = r.last().unwrap().split(r#"pool: "search""#).nth(1);
         assert!(
-            search.is_some_and(|s| s.contains("used: 1,")),
+            search.is_some_and(|s| s.contains(used[k])),
             "sequence {k}: the search call at the start counts again: {r:?}"
         );
         for (step, (r, e)) in r.iter().zip(&e).enumerate() {

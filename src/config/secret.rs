@@ -151,8 +151,17 @@ pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str>
         let (at, len) = next;
         out.extend_from_slice(&bytes[i..at]);
         out.extend_from_slice(b"***");
-        i = at + len;
-        match found(i) {
+        // A match that starts inside this one widens it: a reading that
+        // runs into the next occurrence (`%` read as the `%25` that starts
+        // it) must not leave the rest of that one shown.
+        let mut end = at + len;
+        let mut after = found(at + 1);
+        while let Some((a, l)) = after.filter(|&(a, _)| a < end) {
+            end = end.max(a + l);
+            after = found(a + 1);
+        }
+        i = end;
+        match after {
             Some(n) => next = n,
             None => break,
         }
@@ -170,8 +179,8 @@ pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str>
 /// `needle`, each byte of it as is or in one of the encodings [`redact`]
 /// knows. A byte can be read more than one way (a `%` in the secret is the
 /// `%` of `%25` as is, or all of `%25` encoded), so every reading is
-/// followed, as a set of offsets reached so far: never more than a few,
-/// and no reading is tried twice from one offset.
+/// followed, as a set of offsets reached so far: bounded by the secret's
+/// length, never the text's, and no reading is tried twice from one offset.
 fn match_encoded(text: &[u8], needle: &[u8]) -> Option<usize> {
     let (&first, rest) = needle.split_first()?;
     let mut reached: Vec<usize> = match_byte(text, first).into_iter().flatten().collect();
@@ -340,6 +349,20 @@ mod tests {
                     "{key}: {text} → {out}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn occurrences_side_by_side_are_all_masked() {
+        // (a reading of the first that runs into the second must not leave
+        // the rest of the second shown)
+        for (key, text) in [
+            ("25abcdef%", "k=25abcdef%25abcdef%;"),
+            ("\\abc\\", "k=\\abc\\\\abc\\;"),
+            ("abcabc", "k=abcabcabcabc;"),
+        ] {
+            let out = redact(text, &[&Secret::new(key.into())]);
+            assert_eq!(out, "k=***;", "{key}: {text}");
         }
     }
 

@@ -179,7 +179,8 @@ pub async fn json(store: &Store, request: &Request<'_>, outcome: &Outcome) -> Re
                 pool: w.pool.clone(),
                 window: w.per.map(fmt_window),
                 per_seconds: w.per.map(|p| p.as_secs()),
-                retry_after_ms: w.retry_after.as_millis() as u64,
+                // (rounded up, as the refusal's own retry_after_ms)
+                retry_after_ms: (w.retry_after.as_micros() as u64).div_ceil(1000),
             }),
             _ => None,
         },
