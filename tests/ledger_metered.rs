@@ -286,6 +286,22 @@ pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledg
     let d = charge_at(&ledger, &h(600), T0 + 30 * S).await;
     assert_eq!(retry(&d), Duration::from_secs(70));
     assert!(charge_at(&ledger, &h(600), T0 + 100 * S).await.is_allowed());
+
+    // `quota unblock` forgets others' units too: an upstream that
+    // overstated them no longer holds the pool until its reset.
+    let reset = Some(BlockEnd::After(Duration::from_secs(3000)));
+    let others = ledger
+        .upstream_remaining("settle", &hour, 0, reset, At::Fixed(T0 + 101 * S))
+        .await
+        .unwrap();
+    assert_eq!(others.units, 1000 - 610);
+    assert!(!charge_at(&ledger, &h(1), T0 + 102 * S).await.is_allowed());
+    ledger.unblock("settle").await.unwrap();
+    let d = charge_at(&ledger, &h(1), T0 + 103 * S).await;
+    assert!(
+        matches!(&d, ChargeDecision::Allowed { remaining, .. } if remaining[0].remaining == 1000 - 611),
+        "{d:?}"
+    );
 }
 
 /// Observe mode (issue 14, part 3): a call that does not fit, or whose

@@ -180,6 +180,40 @@ fn the_github_example_stops_on_a_small_budget_and_resumes_where_it_stopped() {
     assert_eq!(used(&d, "requests", 3600), 12);
 }
 
+/// An answer whose reset is absurd (a century on, or a time in
+/// milliseconds read as seconds) counts others' units no longer than the
+/// pool's longest window: the token's hour, not millennia.
+#[test]
+fn others_units_never_outlast_the_pools_longest_window() {
+    let up = Standin::start(&[
+        "--pages",
+        "1",
+        "--items",
+        "5",
+        "--github-used",
+        "4996",
+        "--github-reset",
+        "99999999999999",
+    ]);
+    let d = Deployment::new("");
+    d.write(&github(&d, &up, &[]));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let s = d.status_json();
+    let hour = &s["credentials"][0]["pools"][0]["windows"][0];
+    assert_eq!(hour["others"].as_u64(), Some(4996), "{hour}");
+    let until = chrono::DateTime::parse_from_rfc3339(hour["others_until"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {hour}"));
+    let left = until.signed_duration_since(chrono::Utc::now());
+    assert!(
+        left <= chrono::TimeDelta::hours(1) && left > chrono::TimeDelta::minutes(55),
+        "others counted until {until}: {hour}"
+    );
+    // The stop names a time within the hour, not a panic or millennia.
+    let again = d.quota(&["run"]);
+    assert_eq!(again.code, 75, "{again:?}");
+}
+
 #[test]
 fn the_github_example_stops_when_others_have_spent_the_token() {
     // Others spent 4,996 of the 5,000. The first answer says so (3 remain

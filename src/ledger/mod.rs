@@ -120,8 +120,9 @@ pub trait Ledger: Send + Sync {
         at: At,
     ) -> impl Future<Output = Result<Micros, StoreError>> + Send;
 
-    /// Lift the credential's upstream block. Returns the block that was
-    /// lifted (until, reason), if there was one in force or not.
+    /// Lift the credential's upstream block, and forget the units the
+    /// upstream said others spent from its pools. Returns the block that
+    /// was lifted (until, reason), if there was one in force or not.
     fn unblock(
         &self,
         credential: &str,

@@ -225,5 +225,13 @@ pub fn log_error(job: &str, e: &Error) {
 }
 
 pub(super) fn local_time_in(d: Duration) -> String {
-    (chrono::Local::now() + d).format("%H:%M:%S").to_string()
+    // (a wait past the calendar, which a store written by an older build
+    // may still hold, is shown as such rather than overflow)
+    chrono::TimeDelta::from_std(d)
+        .ok()
+        .and_then(|d| chrono::Local::now().checked_add_signed(d))
+        .map_or_else(
+            || "beyond the calendar".to_string(),
+            |t| t.format("%H:%M:%S").to_string(),
+        )
 }

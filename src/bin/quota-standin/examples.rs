@@ -107,7 +107,10 @@ pub fn github(state: &State, answer: Answer) -> Answer {
     let now = SystemTime::now();
     let mut w = state.counters.github.lock().unwrap();
     w.roll(now, HOUR);
-    let reset = epoch(w.start + HOUR);
+    let reset = state
+        .opts
+        .github_reset
+        .unwrap_or_else(|| epoch(w.start + HOUR));
     let spent = w.used >= limit;
     if !spent {
         w.used += 1;

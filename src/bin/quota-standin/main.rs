@@ -103,6 +103,11 @@ pub struct Options {
     #[arg(long, default_value_t = 0)]
     pub github_used: u64,
 
+    /// Send this `X-RateLimit-Reset` (epoch seconds) instead of the hour's
+    /// real one: an upstream whose reset is absurd (or in milliseconds)
+    #[arg(long)]
+    pub github_reset: Option<u64>,
+
     /// The LLM API's requests per minute (`x-ratelimit-*-requests`; a spent
     /// one answers 429)
     #[arg(long, default_value_t = 10_000)]

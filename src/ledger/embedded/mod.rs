@@ -265,6 +265,11 @@ impl Ledger for EmbeddedLedger {
                 "UPDATE credential SET blocked_until = 0, blocked_reason = '' WHERE name = ?1",
                 [&credential],
             )?;
+            // (and the units the upstream said others spent, as unblock.lua)
+            tx.execute(
+                "UPDATE log_pool SET others = 0, others_until = 0 WHERE credential = ?1",
+                [&credential],
+            )?;
             Ok((row.blocked_until > 0).then_some((row.blocked_until, row.blocked_reason)))
         })
         .await

@@ -141,7 +141,10 @@ impl JobRun<'_> {
             if !settled && ours.is_some_and(|ours| count.remaining >= ours) {
                 continue;
             }
-            let reset = count.reset.map(BlockEnd::After);
+            // (the upstream's count resets within the window it counts: a
+            // later reset, a century or an overflow, is capped there, so
+            // that no answer holds the pool past its longest window)
+            let reset = count.reset.map(|r| BlockEnd::After(r.min(w.per)));
             let recorded = store
                 .upstream_remaining(
                     &self.cred.name,
