@@ -66,6 +66,34 @@ fn a_new_store_never_replaces_a_page() {
 }
 
 /// Hidden files of a folder, sorted.
+/// A stray file named as a page of the last run number there can be stops
+/// the job with a clear error, before any charge: no run can be numbered
+/// after it (it panicked on the overflow).
+#[test]
+fn a_page_of_the_last_run_number_stops_the_job_clearly() {
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    let stray = out.join(format!("trending.r{}.US.s0.p000000.json", u64::MAX));
+    std::fs::write(&stray, "{}").unwrap();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("the last run number there can be"),
+        "{r:?}"
+    );
+    assert!(up.seen().is_empty(), "nothing sent");
+    assert!(stray.exists());
+}
+
 fn hidden(dir: &std::path::Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .unwrap()

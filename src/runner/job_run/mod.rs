@@ -291,7 +291,17 @@ impl<'a> JobRun<'a> {
         }
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
-        let run_number = cursor.run.max(prepared.highest_run) + 1;
+        let Some(run_number) = cursor.run.max(prepared.highest_run).checked_add(1) else {
+            // (a stray file named as a page of the last run there can be)
+            return Err(Error::Io {
+                what: "number this run's pages in",
+                path: job.output.clone(),
+                source: std::io::Error::other(format!(
+                    "a page there is of run {}, the last run number there can be: move it away",
+                    prepared.highest_run
+                )),
+            });
+        };
         if prepared.highest_run > cursor.run {
             warn!(
                 job = job.name,
