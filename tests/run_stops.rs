@@ -316,6 +316,62 @@ fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
     );
 }
 
+/// A next page whose request cannot be sent (its token makes the URL
+/// longer than a request line holds) ends its region before any charge;
+/// the other regions go on, and every unit charged went out as a request.
+#[test]
+fn a_next_page_that_cannot_be_sent_ends_its_region_uncharged() {
+    let up = Standin::start(&["--pages", "3", "--long-tokens", "GB=70000"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("the next page's request cannot be made")
+            && r.stderr.contains("the region ends here, the others go on"),
+        "{r:?}"
+    );
+    assert!(r.stderr.len() < 20_000, "the token is not logged whole");
+    let counts = fetch_counts(&up);
+    let pages = |region: &str| counts.keys().filter(|(r, _)| r == region).count();
+    assert_eq!(
+        (pages("US"), pages("GB"), pages("DE")),
+        (3, 1, 3),
+        "{counts:?}"
+    );
+    let s = d.status_json();
+    let used = s["credentials"][0]["pools"][0]["windows"][0]["used"].as_u64();
+    assert_eq!(used, Some(up.seen().len() as u64), "charged = sent");
+
+    // A first page that cannot be sent (its URL, from the file, too long):
+    // the job stops before the charge, tick after tick.
+    let long = format!("{}/youtube/v3/videos?pad={}", up.base(), "x".repeat(70_000));
+    let job = videos_job("long", "main", &["US"], 1, &long);
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let before = up.seen().len();
+    for _ in 0..2 {
+        let r = d.quota(&["run", "long"]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(r.stderr.contains("the URL cannot be sent"), "{r:?}");
+        assert!(r.stderr.len() < 20_000, "the URL is not logged whole");
+    }
+    assert_eq!(up.seen().len(), before);
+    let s = d.status_json();
+    let by_job = &s["credentials"][0]["pools"][0]["windows"][0]["by_job"];
+    assert_eq!(by_job.get("long"), None, "nothing charged: {by_job}");
+}
+
 #[test]
 fn store_down_fail_closed_exits_69_before_any_request() {
     let up = Standin::start(&[]);

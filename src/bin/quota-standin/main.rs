@@ -83,6 +83,12 @@ pub struct Options {
     #[arg(long)]
     pub token_echoes_key: bool,
 
+    /// Page tokens of region REGION carry BYTES more characters
+    /// (`CAUQ2.xxx…`): an upstream whose next page cannot be asked for (a
+    /// request line has room for 65,534 bytes)
+    #[arg(long, value_name = "REGION=BYTES")]
+    pub long_tokens: Option<String>,
+
     /// Wait this long before every answer
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,

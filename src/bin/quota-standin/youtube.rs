@@ -293,6 +293,17 @@ fn respond(
         if let (Some(n), Some(next)) = (state.opts.token_cycle, body.get_mut("nextPageToken")) {
             *next = json!(format!("CAUQ{}", 1 + page % n.max(1)));
         }
+        if let Some((long, bytes)) = state
+            .opts
+            .long_tokens
+            .as_deref()
+            .and_then(|l| l.split_once('='))
+            && long == region
+            && let Some(next) = body.get_mut("nextPageToken")
+        {
+            let pad = "x".repeat(bytes.parse().unwrap_or(0));
+            *next = json!(format!("{}.{pad}", next.as_str().unwrap_or_default()));
+        }
         if state.opts.token_echoes_key
             && let Some(next) = body.get_mut("nextPageToken")
         {

@@ -47,11 +47,13 @@ impl JobRun<'_> {
             }
             let shown_target = redact(target.as_str(), &[fill.secret]);
             // Built before its charge: a request that can never be sent
-            // costs nothing.
+            // costs nothing (nor one whose URL the client cannot put on
+            // the wire: longer than a request line's 65,534 bytes, say).
             let request = upstream::request(self.ctx.client, step, fill, &method, &target)
+                .and_then(|r| sendable(&target).map(|()| r))
                 .map_err(|problem| Error::Upstream {
                     job: self.job.name.clone(),
-                    url: shown_target.clone(),
+                    url: shorten(&shown_target),
                     problem,
                 })?;
             let (at, receipt, remaining) = match self.charge(step).await? {
@@ -227,4 +229,25 @@ impl JobRun<'_> {
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(())
     }
+}
+
+/// Whether the HTTP client can send a request to `url` (as `http::Uri`,
+/// which reqwest turns it into at the last moment): else why not.
+pub(super) fn sendable(url: &reqwest::Url) -> std::result::Result<(), String> {
+    http::Uri::try_from(url.as_str()).map(|_| ()).map_err(|e| {
+        format!(
+            "the URL cannot be sent ({e}; {} bytes, a request line holds at most 65,534)",
+            url.as_str().len()
+        )
+    })
+}
+
+/// A URL as messages show it: at most 200 characters (a page token of
+/// megabytes would make the line useless).
+pub(super) fn shorten(shown: &str) -> String {
+    let mut s: String = shown.chars().take(200).collect();
+    if s.len() < shown.len() {
+        s.push('…');
+    }
+    s
 }

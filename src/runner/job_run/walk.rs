@@ -116,7 +116,24 @@ impl JobRun<'_> {
                 );
                 None
             }
-            Next::Follow(t) => Some(t),
+            Next::Follow(t) => {
+                // (a next page whose request cannot be sent ends the
+                // region, as a next page elsewhere does: charged every
+                // tick and never sent, it would hold the round for good)
+                let fill = self.fill(at, page + 1, "");
+                let unsendable = match paginate::page_url(step, &fill, Some(&t)) {
+                    Ok(url) => super::request::sendable(&url).err(),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = unsendable {
+                    error!(
+                        job = job.name,
+                        "{here}: the next page's request cannot be made: {why}; the region ends here, the others go on"
+                    );
+                    return Err(());
+                }
+                Some(t)
+            }
             Next::End(note) => {
                 if let Some(note) = note {
                     warn!(job = job.name, "{here}: {note}");
