@@ -6,6 +6,7 @@ mod common;
 
 mod bench;
 mod cli_charge;
+mod config_bounds;
 mod drills;
 mod ledger_concurrency;
 mod ledger_conformance;
