@@ -33,3 +33,4 @@ mod run_secrets;
 mod run_settle;
 mod run_stops;
 mod run_topologies;
+mod secret_loading;
