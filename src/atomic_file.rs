@@ -105,6 +105,12 @@ pub fn is_temp_of(file_name: &str, owner: &str) -> bool {
         .is_some_and(|(o, rest)| o == owner && rest.ends_with(".tmp"))
 }
 
+/// The name of a temporary file of `owner`'s `name`: `.OWNER~NAME~RANDOM.tmp`
+/// (so it is longer than `name`: see [`crate::runner::output::longest_name`]).
+pub fn temp_name(owner: &str, name: &str, random: u64) -> String {
+    format!(".{owner}~{name}~{random:016x}.tmp")
+}
+
 /// Create `path` with `mode` (less the umask) only if nothing has that name:
 /// `O_CREAT|O_EXCL`, so an existing file is never opened and a symlink,
 /// even one to nowhere, is never followed (the error is
@@ -122,10 +128,7 @@ pub fn create_exclusive(path: &Path, mode: u32) -> std::io::Result<File> {
 fn create_temp(dir: &Path, owner: &str, name: &str, mode: u32) -> std::io::Result<(PathBuf, File)> {
     let mut tries = 0;
     loop {
-        let tmp = dir.join(format!(
-            ".{owner}~{name}~{:016x}.tmp",
-            rand::random::<u64>()
-        ));
+        let tmp = dir.join(temp_name(owner, name, rand::random::<u64>()));
         match create_exclusive(&tmp, mode) {
             Ok(f) => return Ok((tmp, f)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists && tries < 8 => tries += 1,

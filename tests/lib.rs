@@ -6,6 +6,7 @@ mod common;
 
 mod bench;
 mod cli_charge;
+mod config_bounds;
 mod drills;
 mod ledger_concurrency;
 mod ledger_conformance;
@@ -32,3 +33,4 @@ mod run_secrets;
 mod run_settle;
 mod run_stops;
 mod run_topologies;
+mod secret_loading;

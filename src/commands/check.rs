@@ -74,13 +74,18 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     for job in &config.jobs {
         let cred = config.credential(job);
         let regions = job.regions.len().max(1);
-        let calls: u64 = job.steps.iter().map(|s| s.max_requests()).sum::<u64>() * regions as u64;
+        // Saturating, as the planner's: a worst case past u64 (fan-outs of
+        // fan-outs at their largest) is shown as u64::MAX, never a panic.
+        let calls = crate::commands::plan::cost::calls_per_run(job);
         let mut units: Vec<(String, u64)> = Vec::new();
         for s in &job.steps {
             for c in &s.cost {
-                let add = c.units * s.max_requests() * regions as u64;
+                let add = c
+                    .units
+                    .saturating_mul(s.max_requests())
+                    .saturating_mul(regions as u64);
                 match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
-                    Some((_, u)) => *u += add,
+                    Some((_, u)) => *u = u.saturating_add(add),
                     None => units.push((c.pool.name.clone(), add)),
                 }
             }

@@ -10,6 +10,7 @@
 //! merge keys are applied and top-level `x-` blocks dropped. The semantic
 //! checks of [`validate`] turn those into the typed values below.
 
+mod bounds;
 mod concurrency;
 mod raw;
 mod reset;
@@ -27,6 +28,7 @@ use serde_yaml::Value;
 use self::raw::RawConfig;
 use self::validate::Validator;
 
+pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, JsonTemplate, Placeholder, Template};

@@ -5,6 +5,9 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// The fewest bytes a secret may have (see [`SecretSource::read`]).
+pub const MIN_SECRET_LEN: usize = 8;
+
 /// A secret value. It has no `Display`, and its `Debug` prints `***`, so a
 /// log line, an error or a panic message cannot show it by accident; the one
 /// way to the value is [`Secret::expose`].
@@ -74,8 +77,11 @@ impl SecretSource {
                 read_file(&Path::new(&dir).join(name))?
             }
         };
-        // Files usually end with a newline that is not part of the key.
-        let value = value.trim_end_matches(['\r', '\n']).to_string();
+        // Files usually end with a newline that is not part of the key, and
+        // some editors (Windows') begin one with a byte order mark that is
+        // not part of it either.
+        let value = value.trim_end_matches(['\r', '\n']);
+        let value = value.strip_prefix('\u{feff}').unwrap_or(value).to_string();
         if value.trim().is_empty() {
             return Err(format!("the secret from {self} is empty"));
         }
@@ -85,6 +91,13 @@ impl SecretSource {
         if value.chars().any(char::is_control) {
             return Err(format!(
                 "the secret from {self} contains a control character (a line break inside it, a tab, …); an API key has none: only a final line break is dropped"
+            ));
+        }
+        // Pages are masked for every occurrence of the secret: a short one
+        // (`7`) would be masked inside unrelated text and corrupt the JSON.
+        if value.len() < MIN_SECRET_LEN {
+            return Err(format!(
+                "the secret from {self} is shorter than {MIN_SECRET_LEN} bytes: a secret that short would be masked inside unrelated text of the pages (no API key is that short)"
             ));
         }
         Ok(Secret(value))
@@ -401,9 +414,9 @@ mod tests {
             );
             assert!(!err.contains("abc"), "{err}");
         }
-        std::fs::write(dir.path().join("key"), "abc def\r\n").unwrap();
+        std::fs::write(dir.path().join("key"), "abcd efgh\r\n").unwrap();
         let s = SecretSource::File("key".into()).read(dir.path()).unwrap();
-        assert_eq!(s.expose(), "abc def");
+        assert_eq!(s.expose(), "abcd efgh");
     }
 
     #[test]
@@ -418,8 +431,23 @@ mod tests {
             .read(dir.path())
             .unwrap_err();
         assert!(err.contains("cannot read"), "{err}");
-        std::fs::write(dir.path().join("key"), "abc\n").unwrap();
+        std::fs::write(dir.path().join("key"), "abcdefgh\n").unwrap();
         let s = SecretSource::File("key".into()).read(dir.path()).unwrap();
-        assert_eq!(s.expose(), "abc");
+        assert_eq!(s.expose(), "abcdefgh");
+    }
+
+    #[test]
+    fn a_short_secret_is_refused_and_a_byte_order_mark_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |text: &str| {
+            std::fs::write(dir.path().join("key"), text).unwrap();
+            SecretSource::File("key".into()).read(dir.path())
+        };
+        let err = read("Zq7wXy9\n").unwrap_err();
+        assert!(err.contains("file key is shorter than 8 bytes"), "{err}");
+        assert!(!err.contains("Zq7wXy9"), "{err}");
+        // The mark does not count towards the 8 bytes either.
+        assert!(read("\u{feff}Zq7wXy9\n").is_err());
+        assert_eq!(read("\u{feff}Zq7wXy9v\n").unwrap().expose(), "Zq7wXy9v");
     }
 }

@@ -16,7 +16,11 @@
 use std::fs;
 use std::path::Path;
 
-use crate::atomic_file::is_temp_of;
+use crate::atomic_file::{is_temp_of, temp_name};
+
+/// The most bytes a file name may take (Linux's `NAME_MAX`, and most
+/// file systems').
+pub const NAME_MAX: usize = 255;
 
 /// Where a page goes, and what it is called.
 pub struct PageName<'a> {
@@ -45,6 +49,21 @@ impl PageName<'_> {
             )
         }
     }
+}
+
+/// The longest name a page of `job` in `region` takes on disk: its
+/// temporary file's, for the job's last step, at the largest run and page
+/// numbers the name format holds. Validation keeps it within [`NAME_MAX`],
+/// or every run would charge a call and then fail to write its page.
+pub fn longest_name(job: &str, region: &str, steps: usize) -> usize {
+    let page = PageName {
+        job,
+        run: u64::MAX,
+        region,
+        step: steps.saturating_sub(1),
+        page: u32::MAX,
+    };
+    temp_name(job, &page.file_name(), u64::MAX).len()
 }
 
 /// A region as a page file's name carries it: letters, digits, `.`, `_`

@@ -2,7 +2,7 @@
 //! pools it names, in units that can fit. Every mistake is a configuration
 //! error (78) that names what is wrong, found before anything is charged.
 
-use crate::config::{Config, Credential};
+use crate::config::{Config, Credential, MAX_UNITS, units_too_large};
 use crate::ledger::PoolCost;
 use crate::timefmt::fmt_window;
 use crate::{Error, Result};
@@ -55,6 +55,9 @@ pub fn parse(config: &Config, cred: &Credential, values: &[String]) -> Result<Ve
             )));
         };
         let units = match units.parse::<u64>() {
+            Ok(n) if n > MAX_UNITS => {
+                return Err(err(format!("pool {pool_name}: {}", units_too_large(n))));
+            }
             Ok(n) if n > 0 => n,
             _ => {
                 return Err(err(format!(

@@ -18,12 +18,19 @@ pub type Remaining = BTreeMap<(String, usize), u64>;
 /// every paginated step in every region, and for a fan-out step one call
 /// per batch of the most values the previous step's pages can hold
 /// ([`crate::config::Step::max_requests`]).
+/// Saturating: a worst case past u64 (fan-outs of fan-outs) is "more than
+/// any window holds", never a panic.
 pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
     let regions = job.regions.len().max(1) as u64;
     let mut units = BTreeMap::new();
     for s in &job.steps {
         for c in &s.cost {
-            *units.entry(c.pool.name.clone()).or_insert(0) += c.units * s.max_requests() * regions;
+            let step = c
+                .units
+                .saturating_mul(s.max_requests())
+                .saturating_mul(regions);
+            let total: &mut u64 = units.entry(c.pool.name.clone()).or_insert(0);
+            *total = total.saturating_add(step);
         }
     }
     units
@@ -32,7 +39,10 @@ pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
 /// Calls per run of `job`, the worst case as in [`units_per_run`].
 pub fn calls_per_run(job: &Job) -> u64 {
     let regions = job.regions.len().max(1) as u64;
-    job.steps.iter().map(|s| s.max_requests()).sum::<u64>() * regions
+    job.steps
+        .iter()
+        .fold(0u64, |n, s| n.saturating_add(s.max_requests()))
+        .saturating_mul(regions)
 }
 /// The largest units per run any of `jobs` (scheduled or not) spends from
 /// `pool`: one round of the pool.

@@ -12,7 +12,7 @@
 //! [`pacing`] (a pool's windows) do the arithmetic, [`model`] is the plan
 //! as data (what `--json` prints) and [`render`] is the table.
 
-mod cost;
+pub(crate) mod cost;
 mod model;
 mod pacing;
 mod render;

@@ -20,18 +20,25 @@ pub fn propose(pool: &Pool, round: u64) -> Option<Pacing> {
         .filter(|w| w.per < longest.per)
         .map(|w| {
             let slices = budget.div_ceil(w.budget().max(1)).saturating_sub(1);
-            w.per.as_secs() * slices
+            // Saturating: a budget of many slices of a long window
+            // is "longer than the longest window", never a panic.
+            w.per.as_secs().saturating_mul(slices)
         })
         .max()
         .unwrap_or(0);
-    if spendable_in * 2 >= longest.per.as_secs() || round == 0 {
+    if spendable_in.saturating_mul(2) >= longest.per.as_secs() || round == 0 {
         return None;
     }
     let rounds = budget / round;
     if rounds < 2 {
         return None;
     }
-    let per = longest.per.as_secs().div_ceil(rounds).div_ceil(60) * 60;
+    let per = longest
+        .per
+        .as_secs()
+        .div_ceil(rounds)
+        .div_ceil(60)
+        .saturating_mul(60);
     Some(Pacing {
         longest_seconds: longest.per.as_secs(),
         budget,
@@ -110,6 +117,17 @@ mod tests {
         assert_eq!(propose(&day_and_hour(8), 9), want);
         // 7 an hour: 13 hours' starts, 12h: exactly half the day.
         assert_eq!(propose(&day_and_hour(7), 9), None);
+    }
+
+    #[test]
+    fn the_largest_budgets_and_windows_saturate_instead_of_panicking() {
+        // What validation accepts at most: 2^53 - 1 units, 3650 days.
+        let (max, longest) = ((1 << 53) - 1, 3650 * DAY);
+        // A budget of 2^53 slices of a window of years: past u64 seconds.
+        let p = pool(&[(longest, max, 0), (longest - HOUR, 1, 0)]);
+        assert_eq!(propose(&p, 1), None);
+        let want = pace(longest, max, 0, 1, 60);
+        assert_eq!(propose(&pool(&[(longest, max, 0)]), 1), want);
     }
 
     #[test]

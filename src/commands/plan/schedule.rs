@@ -51,12 +51,13 @@ pub fn units_per_day(units: u64, every: Duration) -> u64 {
     (units as f64 * DAY.as_secs_f64() / every.as_secs_f64()).ceil() as u64
 }
 
-/// Units a day all of `scheduled` need from `pool`.
+/// Units a day all of `scheduled` need from `pool` (saturating, as every
+/// sum of configured numbers here: a worst case past u64 is simply full).
 pub fn pool_units_per_day(pool: &str, scheduled: &[Scheduled]) -> u64 {
     scheduled
         .iter()
         .filter_map(|s| Some(units_per_day(*s.units.get(pool)?, s.every)))
-        .sum()
+        .fold(0, u64::saturating_add)
 }
 
 /// Runs every `every` that start inside any window of length `per`.
@@ -72,8 +73,8 @@ fn units_needed<'s, 'a: 's>(
     scheduled: impl Iterator<Item = &'s Scheduled<'a>>,
 ) -> u64 {
     scheduled
-        .map(|s| runs_in(per, s.every) * s.units.get(pool).copied().unwrap_or(0))
-        .sum()
+        .map(|s| runs_in(per, s.every).saturating_mul(s.units.get(pool).copied().unwrap_or(0)))
+        .fold(0, u64::saturating_add)
 }
 
 /// For each window of each pool `units` spends from: how a job run every
@@ -109,11 +110,11 @@ fn simulated_runs(now: Micros, scheduled: &[Scheduled]) -> Vec<(Micros, usize)> 
     let end = now + HORIZON.as_micros() as Micros;
     let mut runs = Vec::new();
     for (k, s) in scheduled.iter().enumerate() {
-        let step = s.every.as_micros().max(1) as Micros;
+        let step = Micros::try_from(s.every.as_micros().max(1)).unwrap_or(Micros::MAX);
         let mut t = now;
         while t < end && runs.len() < MAX_SIMULATED_RUNS {
             runs.push((t, k));
-            t += step;
+            t = t.saturating_add(step);
         }
     }
     runs.sort();
@@ -173,9 +174,9 @@ fn first_full(
             let used: u64 = spent[pool.name.as_str()]
                 .iter()
                 .filter(|(at, _)| *at > from && *at <= t)
-                .map(|(_, c)| c)
-                .sum();
-            if used + units[&pool.name] > w.budget() {
+                .map(|(_, c)| *c)
+                .fold(0, u64::saturating_add);
+            if used.saturating_add(units[&pool.name]) > w.budget() {
                 return Some((pool.name.clone(), w.per));
             }
         }
@@ -207,7 +208,7 @@ pub fn fastest(
     }
     // Whole minutes read better, when the answer is a minute or more.
     Some(if every >= 60 {
-        every.div_ceil(60) * 60
+        every.div_ceil(60).saturating_mul(60)
     } else {
         every
     })

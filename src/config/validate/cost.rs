@@ -11,6 +11,7 @@ impl Validator<'_> {
     pub(super) fn cost_shape(&self, field: &str, v: &Value) -> Result<Vec<CostShape>> {
         let units = |f: String, v: &Value| -> Result<u64> {
             match v.as_i64() {
+                Some(n) if n > 0 && n as u64 > MAX_UNITS => Err(self.err(f, units_too_large(n))),
                 Some(n) if n > 0 => Ok(n as u64),
                 Some(n) => {
                     Err(self.err(f, format!("{n} is not positive: a cost is at least 1 unit")))

@@ -111,10 +111,14 @@ impl Validator<'_> {
             ));
         }
         let limit = raw.limit as u64;
+        if limit > MAX_UNITS {
+            return Err(self.err(format!("{at}.limit"), units_too_large(limit)));
+        }
         let per = self.positive_duration(&format!("{at}.per"), &raw.per)?;
         if per < Duration::from_secs(1) {
             return Err(self.err(format!("{at}.per"), "a window is at least 1s long"));
         }
+        self.at_most_max_window(&format!("{at}.per"), &raw.per, per)?;
         let headroom = match &raw.headroom {
             None => 0,
             Some(v) => self.headroom(&format!("{at}.headroom"), v, limit)?,

@@ -56,6 +56,7 @@ impl Validator<'_> {
             }
             steps.push(step);
         }
+        self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, &steps, cred)?;
         if raw.output.trim().is_empty() {
             return Err(self.err(format!("{at}.output"), "must name a directory"));
@@ -64,14 +65,16 @@ impl Validator<'_> {
         let schedule = raw
             .schedule
             .as_deref()
-            .map(|s| {
+            .map(|s| -> Result<Duration> {
                 let d = s.trim().strip_prefix("every ").ok_or_else(|| {
                     self.err(
                         format!("{at}.schedule"),
                         format!("'{s}': expected 'every DURATION', e.g. every 30m"),
                     )
                 })?;
-                self.positive_duration(&format!("{at}.schedule"), d)
+                let every = self.positive_duration(&format!("{at}.schedule"), d)?;
+                self.at_most_max_window(&format!("{at}.schedule"), d, every)?;
+                Ok(every)
             })
             .transpose()?;
         let concurrency = crate::config::concurrency::concurrency(&at, raw.concurrency.as_ref())
@@ -150,6 +153,38 @@ impl Validator<'_> {
                         ));
                     }
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every page file name of the job, its temporary name included, fits
+    /// in a file name: a long job name and a long region together may not.
+    fn file_names_fit(&self, at: &str, job: &str, regions: &[String], steps: usize) -> Result<()> {
+        use crate::runner::output::{NAME_MAX, longest_name};
+        let none = [String::new()];
+        let regions = if regions.is_empty() {
+            &none[..]
+        } else {
+            regions
+        };
+        for (i, r) in regions.iter().enumerate() {
+            let len = longest_name(job, r, steps);
+            if len > NAME_MAX {
+                let (field, what) = if r.is_empty() {
+                    (at.to_string(), format!("job '{job}'"))
+                } else {
+                    (
+                        format!("{at}.regions[{i}]"),
+                        format!("job '{job}' and region '{r}'"),
+                    )
+                };
+                return Err(self.err(
+                    field,
+                    format!(
+                        "{what} make page file names of up to {len} bytes (a page's temporary name, .JOB~JOB.rRUN.REGION.sSTEP.pPAGE.json~RANDOM.tmp), above the {NAME_MAX} a file name may take: shorten the job's name or the region"
+                    ),
+                ));
             }
         }
         Ok(())

@@ -73,6 +73,23 @@ impl Validator<'_> {
         })
     }
 
+    /// A window's `per` or a job's `schedule` longer than [`MAX_WINDOW`]
+    /// is refused: its microseconds would overflow what the ledger adds
+    /// to them (see [`crate::config::bounds`]).
+    pub(super) fn at_most_max_window(&self, field: &str, s: &str, d: Duration) -> Result<()> {
+        if d > MAX_WINDOW {
+            return Err(self.err(
+                field,
+                format!(
+                    "'{}' is longer than the longest window, {} (3650 days, about ten years)",
+                    s.trim(),
+                    fmt_duration(MAX_WINDOW)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     pub(super) fn positive_duration(&self, field: &str, s: &str) -> Result<Duration> {
         let d = self.duration(field, s)?;
         if d.is_zero() {
