@@ -55,8 +55,14 @@ pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
 
 /// Walk the next run page by page from the job's cursor (and the regions
 /// it has ahead of it, which a run with `concurrency` left started or
-/// served), spending from `remaining`, until it ends or a page would not fit.
-pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -> NextRun {
+/// served), spending from `remaining`, until it ends or a page would not
+/// fit; for an `observe` credential, to its end, counting what would not.
+pub fn next_run(
+    job: &Job,
+    cursor: Option<&Cursor>,
+    remaining: &mut Remaining,
+    observe: bool,
+) -> NextRun {
     let regions: Vec<&str> = if job.regions.is_empty() {
         vec![""]
     } else {
@@ -70,6 +76,8 @@ pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -
         .collect();
     let n = regions.len();
     let mut calls = 0;
+    // (observe mode: the first call that would not have fitted, and how many)
+    let mut observed: Option<NextRun> = None;
     for i in 0..n {
         let index = (start.index + i) % n;
         let region = regions[index];
@@ -101,21 +109,58 @@ pub fn next_run(job: &Job, cursor: Option<&Cursor>, remaining: &mut Remaining) -
                     continue;
                 }
                 if let Some((pool, window)) = full_window(&step.cost, remaining) {
-                    return NextRun::Stops {
-                        region: region.to_string(),
-                        step: s,
-                        page,
-                        calls,
-                        pool: pool.name.clone(),
-                        per_seconds: window.per.as_secs(),
-                    };
+                    let (region, pool, per_seconds) =
+                        (region.to_string(), pool.name.clone(), window.per.as_secs());
+                    if !observe {
+                        return NextRun::Stops {
+                            region,
+                            step: s,
+                            page,
+                            calls,
+                            pool,
+                            per_seconds,
+                        };
+                    }
+                    match &mut observed {
+                        Some(NextRun::Observes { refused, .. }) => *refused += 1,
+                        _ => {
+                            observed = Some(NextRun::Observes {
+                                calls: 0,
+                                refused: 1,
+                                region,
+                                step: s,
+                                page,
+                                pool,
+                                per_seconds,
+                            })
+                        }
+                    }
                 }
                 spend(&step.cost, remaining);
                 calls += 1;
             }
         }
     }
-    NextRun::Fits { calls }
+    match observed {
+        Some(NextRun::Observes {
+            refused,
+            region,
+            step,
+            page,
+            pool,
+            per_seconds,
+            ..
+        }) => NextRun::Observes {
+            calls,
+            refused,
+            region,
+            step,
+            page,
+            pool,
+            per_seconds,
+        },
+        _ => NextRun::Fits { calls },
+    }
 }
 
 /// The first window, in the order of `cost`, that has less left than one
@@ -135,12 +180,13 @@ fn full_window<'c>(cost: &'c [PoolCost], remaining: &Remaining) -> Option<(&'c P
     None
 }
 
-/// Take one call of `cost` from `remaining` (it was checked to fit).
+/// Take one call of `cost` from `remaining` (it was checked to fit, or an
+/// observe-mode credential records it all the same: none left then).
 fn spend(cost: &[PoolCost], remaining: &mut Remaining) {
     for c in cost {
         for w in 0..c.pool.windows.len() {
             if let Some(left) = remaining.get_mut(&(c.pool.name.clone(), w)) {
-                *left -= c.units;
+                *left = left.saturating_sub(c.units);
             }
         }
     }
@@ -261,14 +307,14 @@ jobs:
         let trending = job(&c, "trending");
         let mut left = remaining(&[("units", &[90, 30])]);
         assert_eq!(
-            next_run(trending, None, &mut left),
+            next_run(trending, None, &mut left, false),
             NextRun::Fits { calls: 9 }
         );
         assert_eq!(left, remaining(&[("units", &[81, 21])]));
         // A run that exactly fits leaves nothing.
         let mut left = remaining(&[("units", &[9, 9])]);
         assert_eq!(
-            next_run(trending, None, &mut left),
+            next_run(trending, None, &mut left, false),
             NextRun::Fits { calls: 9 }
         );
         assert_eq!(left, remaining(&[("units", &[0, 0])]));
@@ -281,16 +327,39 @@ jobs:
         // One unit short in the hour: the last page of the last region.
         let mut left = remaining(&[("units", &[90, 8])]);
         let want = stops("DE", 0, 2, 8, "units", 3600);
-        assert_eq!(next_run(trending, None, &mut left), want);
+        assert_eq!(next_run(trending, None, &mut left, false), want);
         assert_eq!(left, remaining(&[("units", &[82, 0])]));
         // Nothing left: the first page, in the first window that is empty.
         let mut left = remaining(&[("units", &[0, 30])]);
         let want = stops("US", 0, 0, 0, "units", 86_400);
-        assert_eq!(next_run(trending, None, &mut left), want);
+        assert_eq!(next_run(trending, None, &mut left, false), want);
         // No regions: the stop names none.
         let mut left = remaining(&[("search", &[0])]);
         let want = stops("", 0, 0, 0, "search", 86_400);
-        assert_eq!(next_run(job(&c, "music"), None, &mut left), want);
+        assert_eq!(next_run(job(&c, "music"), None, &mut left, false), want);
+    }
+
+    #[test]
+    fn an_observed_run_sends_everything_and_counts_what_would_not_fit() {
+        let c = config();
+        let trending = job(&c, "trending");
+        // Six units in the hour: pages 7, 8 and 9 would not have fitted.
+        let mut left = remaining(&[("units", &[90, 6])]);
+        let want = NextRun::Observes {
+            calls: 9,
+            refused: 3,
+            region: "DE".into(),
+            step: 0,
+            page: 0,
+            pool: "units".into(),
+            per_seconds: 3600,
+        };
+        assert_eq!(next_run(trending, None, &mut left, true), want);
+        assert_eq!(left, remaining(&[("units", &[81, 0])]));
+        // Room for all: it fits, as in enforce mode.
+        let mut left = remaining(&[("units", &[90, 30])]);
+        let fits = NextRun::Fits { calls: 9 };
+        assert_eq!(next_run(trending, None, &mut left, true), fits);
     }
 
     #[test]
@@ -308,10 +377,10 @@ jobs:
         // GB pages 1 and 2, then DE, then US: 8 calls, not 9.
         let mut left = remaining(&[("units", &[90, 30])]);
         let fits = NextRun::Fits { calls: 8 };
-        assert_eq!(next_run(trending, Some(&cursor), &mut left), fits);
+        assert_eq!(next_run(trending, Some(&cursor), &mut left, false), fits);
         let mut left = remaining(&[("units", &[90, 6])]);
         let want = stops("US", 0, 1, 6, "units", 3600);
-        assert_eq!(next_run(trending, Some(&cursor), &mut left), want);
+        assert_eq!(next_run(trending, Some(&cursor), &mut left, false), want);
         // At GB's second step: that one call, then all of US.
         let cursor = Cursor {
             region: "GB".into(),
@@ -321,7 +390,10 @@ jobs:
         };
         let mut left = remaining(&[("units", &[90, 30]), ("search", &[10])]);
         let fits = NextRun::Fits { calls: 4 };
-        assert_eq!(next_run(job(&c, "mixed"), Some(&cursor), &mut left), fits);
+        assert_eq!(
+            next_run(job(&c, "mixed"), Some(&cursor), &mut left, false),
+            fits
+        );
     }
 
     #[test]
@@ -346,11 +418,11 @@ jobs:
         };
         // GB pages 1 and 2, DE served, then US: 5 calls, not 8.
         let mut left = remaining(&[("units", &[90, 30])]);
-        let run = next_run(trending, Some(&cursor(ahead(true, 0))), &mut left);
+        let run = next_run(trending, Some(&cursor(ahead(true, 0))), &mut left, false);
         assert_eq!(run, NextRun::Fits { calls: 5 });
         // DE from its page 2: 6.
         let mut left = remaining(&[("units", &[90, 30])]);
-        let run = next_run(trending, Some(&cursor(ahead(false, 2))), &mut left);
+        let run = next_run(trending, Some(&cursor(ahead(false, 2))), &mut left, false);
         assert_eq!(run, NextRun::Fits { calls: 6 });
     }
 
@@ -361,7 +433,7 @@ jobs:
         // second step needs a search.
         let mut left = remaining(&[("units", &[90, 30]), ("search", &[1])]);
         let want = stops("GB", 1, 0, 5, "search", 86_400);
-        assert_eq!(next_run(job(&c, "mixed"), None, &mut left), want);
+        assert_eq!(next_run(job(&c, "mixed"), None, &mut left, false), want);
         assert_eq!(left, remaining(&[("units", &[84, 24]), ("search", &[0])]));
     }
 }

@@ -172,7 +172,7 @@ fn plan_credential(
             Some(until) => NextRun::Blocked {
                 until: rfc3339(until),
             },
-            None => cost::next_run(job, cursors.get(&job.name), &mut remaining),
+            None => cost::next_run(job, cursors.get(&job.name), &mut remaining, cred.observe),
         };
         job_plans.push(JobPlan {
             job: job.name.clone(),

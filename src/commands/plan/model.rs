@@ -53,6 +53,18 @@ pub enum NextRun {
     },
     /// The credential is blocked: it would send nothing.
     Blocked { until: String },
+    /// An observe-mode credential's run: the ledger stops nothing, so all
+    /// `calls` go out; `refused` of them would not have fitted, the first
+    /// at this place, where `pool`'s `per_seconds` window is full.
+    Observes {
+        calls: u64,
+        refused: u64,
+        region: String,
+        step: usize,
+        page: u32,
+        pool: String,
+        per_seconds: u64,
+    },
 }
 
 /// How a job's `schedule` meets the credential's windows over a day.

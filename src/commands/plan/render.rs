@@ -113,6 +113,25 @@ fn next_run(next: &NextRun, p: Paint) -> String {
             "sends nothing: blocked until {}",
             local_datetime(from_rfc3339(until))
         )),
+        NextRun::Observes {
+            calls,
+            refused,
+            region,
+            step,
+            page,
+            pool,
+            per_seconds,
+        } => p.yellow(&format!(
+            "sends all {} (observe mode: the ledger stops nothing); {} would have been refused, from {}step {step} page {page} on: the {} window of pool {pool} is full",
+            count(*calls, "call"),
+            refused,
+            if region.is_empty() {
+                String::new()
+            } else {
+                format!("{region} ")
+            },
+            secs(*per_seconds)
+        )),
     }
 }
 
