@@ -37,7 +37,7 @@ pub fn page_url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Res
         put_back_secret(step, fill, &mut url);
         return Ok(url);
     }
-    let mut url = Url::parse(&step.url.fill(fill)).map_err(|e| bad_url(&e))?;
+    let mut url = step_url(step, fill)?;
     {
         let mut q = url.query_pairs_mut();
         for (k, v) in &step.query {
@@ -62,6 +62,12 @@ pub fn page_url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Res
     Ok(url)
 }
 
+/// The step's URL, each placeholder's value encoded for its part of it.
+fn step_url(step: &Step, fill: &Fill<'_>) -> crate::Result<Url> {
+    let filled = step.url.fill_url(fill).map_err(|m| bad_url(&m))?;
+    Url::parse(&filled).map_err(|e| bad_url(&e))
+}
+
 /// Whether a cursor's token can be this step's: a number for page and
 /// offset numbers, a URL on the step's own origin for a next link or URL. A
 /// file edited between runs (another kind, another host) could leave one
@@ -73,7 +79,7 @@ pub fn token_fits(step: &Step, fill: &Fill<'_>, token: &str) -> bool {
         Some(PageKind::Token { .. }) => true,
         Some(PageKind::Page { .. } | PageKind::Offset { .. }) => token.parse::<u64>().is_ok(),
         Some(PageKind::Link | PageKind::NextUrl { .. }) => {
-            match (Url::parse(&step.url.fill(fill)), Url::parse(token)) {
+            match (step_url(step, fill), Url::parse(token)) {
                 (Ok(base), Ok(next)) => same_origin(&base, &next),
                 _ => false,
             }
