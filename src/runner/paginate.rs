@@ -13,6 +13,7 @@
 use reqwest::Url;
 
 use super::page_scan::Found;
+use super::query::set_query;
 use super::upstream::same_origin;
 use crate::config::{Fill, PageKind, Placeholder, Step, redact};
 
@@ -38,27 +39,25 @@ pub fn page_url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Res
         return Ok(url);
     }
     let mut url = step_url(step, fill)?;
-    {
-        let mut q = url.query_pairs_mut();
-        for (k, v) in &step.query {
-            q.append_pair(k, &v.fill(fill));
+    let mut pairs: Vec<(&str, String)> = step
+        .query
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.fill(fill)))
+        .collect();
+    match (kind, token) {
+        (Some(PageKind::Token { param, .. }), Some(t)) => pairs.push((param, t.into())),
+        (Some(PageKind::Page { param, start, .. }), t) => {
+            pairs.push((param, t.map_or_else(|| start.to_string(), str::to_string)));
         }
-        match (kind, token) {
-            (Some(PageKind::Token { param, .. }), Some(t)) => {
-                q.append_pair(param, t);
-            }
-            (Some(PageKind::Page { param, start, .. }), t) => {
-                q.append_pair(param, t.unwrap_or(&start.to_string()));
-            }
-            (Some(PageKind::Offset { param, .. }), t) => {
-                q.append_pair(param, t.unwrap_or("0"));
-            }
-            _ => {}
+        (Some(PageKind::Offset { param, .. }), t) => {
+            pairs.push((param, t.unwrap_or("0").into()));
         }
+        _ => {}
     }
-    if url.query() == Some("") {
-        url.set_query(None);
-    }
+    // Set, not appended: a parameter the URL or `query` already names is
+    // sent once, with the later value (servers that read the first copy
+    // saw page 1 on every page).
+    set_query(&mut url, &pairs);
     Ok(url)
 }
 
