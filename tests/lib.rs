@@ -29,6 +29,7 @@ mod run_files;
 mod run_jobs;
 mod run_pagination;
 mod run_requests;
+mod run_requests_urls;
 mod run_secrets;
 mod run_settle;
 mod run_stops;

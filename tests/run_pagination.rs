@@ -251,3 +251,70 @@ fn a_next_link_to_another_origin_is_refused_and_the_other_regions_go_on() {
         "{again:?}"
     );
 }
+
+/// A page or offset parameter the step's `query` or its `url` already has
+/// is set, not sent a second time (a server reading the first copy saw
+/// page 1 on every page, each one charged); `check` shows the URL's own
+/// query followed by `&`, not a second `?`.
+#[test]
+fn a_page_parameter_already_in_the_query_or_url_is_set_not_repeated() {
+    let up = Standin::start(&["--pages", "2", "--items", "2"]);
+    let base = up.base();
+    let job = |name: &str, url: &str, query: &str, paginate: &str| {
+        format!(
+            r#"  {name}:
+    credential: main
+    regions: [X]
+    steps:
+      - endpoint: api
+        request:
+          url: "{base}{url}"
+          query: {{ region: "{{region}}", key: "{{secret}}", limit: 2{query} }}
+        paginate: {paginate}
+    output: out/{name}
+"#
+        )
+    };
+    let d = api_deployment(
+        &[
+            job(
+                "paged",
+                "/rows",
+                ", page: 1",
+                "{ page: page, start: 1, until_empty: /data, max_pages: 10 }",
+            ),
+            job(
+                "in_url",
+                "/rows?page=9&offset=7",
+                "",
+                "{ offset: offset, size: 2, until_empty: /data, max_pages: 10 }",
+            ),
+        ]
+        .concat(),
+    );
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("/rows?page=9&offset=7&region={region}&key={secret}&limit=2\n"),
+        "{r:?}"
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let queries: Vec<String> = up
+        .seen()
+        .into_iter()
+        .map(|s| s.query.unwrap_or_default().replace("demo-key", "K"))
+        .collect();
+    assert_eq!(
+        queries,
+        [
+            "region=X&key=K&limit=2&page=1",
+            "region=X&key=K&limit=2&page=2",
+            "region=X&key=K&limit=2&page=3",
+            "page=9&offset=0&region=X&key=K&limit=2",
+            "page=9&offset=2&region=X&key=K&limit=2",
+            "page=9&offset=4&region=X&key=K&limit=2",
+        ]
+    );
+}

@@ -122,12 +122,18 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
                 (Some(p), None) => format!("up to {} pages ({})", p.max_pages, p.kind),
                 (None, None) => "1 page".into(),
             };
-            // The query as it is sent: none at all, not an empty `?`.
+            // The query as it is sent: none at all, not an empty `?`, and
+            // after the URL's own query with `&`, not a second `?`.
+            let first = if s.url.to_string().contains('?') {
+                '&'
+            } else {
+                '?'
+            };
             let query: String = s
                 .query
                 .iter()
                 .enumerate()
-                .map(|(n, (k, v))| format!("{}{k}={v}", if n == 0 { '?' } else { '&' }))
+                .map(|(n, (k, v))| format!("{}{k}={v}", if n == 0 { first } else { '&' }))
                 .collect();
             let _ = writeln!(
                 w,

@@ -3,7 +3,13 @@
 //! filled in for each request. `{{` and `}}` stand for literal braces.
 //! A request body is a [`JsonTemplate`]: JSON whose strings are templates,
 //! filled value by value and serialized afterwards, so a region or secret
-//! with a quote or a backslash stays one JSON string.
+//! with a quote or a backslash stays one JSON string. A request URL is
+//! filled by [`Template::fill_url`] (in `template/url.rs`), which encodes
+//! each value for its part of the URL.
+
+mod url;
+
+use std::borrow::Cow;
 
 use super::Secret;
 
@@ -28,6 +34,14 @@ impl Placeholder {
         ("page", Self::Page),
         ("batch", Self::Batch),
     ];
+
+    /// Its name, as written between braces.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("?", |(n, _)| n)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,21 +127,31 @@ impl Template {
         self.parts.contains(&Part::Slot(p))
     }
 
-    /// The filled-in string.
+    /// The filled-in string, values as they are (for a request URL:
+    /// [`Template::fill_url`]).
     pub fn fill(&self, fill: &Fill<'_>) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
-                Part::Slot(Placeholder::Region) => out.push_str(fill.region),
-                Part::Slot(Placeholder::Secret) => out.push_str(fill.secret.expose()),
-                Part::Slot(Placeholder::Job) => out.push_str(fill.job),
-                Part::Slot(Placeholder::Step) => out.push_str(&fill.step.to_string()),
-                Part::Slot(Placeholder::Page) => out.push_str(&fill.page.to_string()),
-                Part::Slot(Placeholder::Batch) => out.push_str(fill.batch),
+                Part::Slot(p) => out.push_str(&fill.value(*p)),
             }
         }
         out
+    }
+}
+
+impl Fill<'_> {
+    /// What `p` stands for.
+    fn value(&self, p: Placeholder) -> Cow<'_, str> {
+        match p {
+            Placeholder::Region => self.region.into(),
+            Placeholder::Secret => self.secret.expose().into(),
+            Placeholder::Job => self.job.into(),
+            Placeholder::Step => self.step.to_string().into(),
+            Placeholder::Page => self.page.to_string().into(),
+            Placeholder::Batch => self.batch.into(),
+        }
     }
 }
 
@@ -232,13 +256,7 @@ impl std::fmt::Display for Template {
         for part in &self.parts {
             match part {
                 Part::Text(t) => f.write_str(&t.replace('{', "{{").replace('}', "}}"))?,
-                Part::Slot(p) => {
-                    let name = Placeholder::ALL
-                        .iter()
-                        .find(|(_, q)| q == p)
-                        .map_or("?", |(n, _)| n);
-                    write!(f, "{{{name}}}")?;
-                }
+                Part::Slot(p) => write!(f, "{{{}}}", p.name())?,
             }
         }
         Ok(())

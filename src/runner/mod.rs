@@ -17,6 +17,7 @@
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
 //! [`page_scan`] (what a page says of the next, without building it),
 //! [`paginate`] (every kind of pagination: page URLs and what comes next),
+//! [`query`] (a query parameter set, never sent twice),
 //! [`quota_headers`] (what an answer says of the upstream's own quota), and
 //! the report a run ends with.
 
@@ -26,6 +27,7 @@ mod lock;
 pub mod output;
 mod page_scan;
 mod paginate;
+mod query;
 mod quota_headers;
 mod report;
 mod settle;

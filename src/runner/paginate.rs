@@ -13,6 +13,7 @@
 use reqwest::Url;
 
 use super::page_scan::Found;
+use super::query::set_query;
 use super::upstream::same_origin;
 use crate::config::{Fill, PageKind, Placeholder, Step, redact};
 
@@ -37,29 +38,33 @@ pub fn page_url(step: &Step, fill: &Fill<'_>, token: Option<&str>) -> crate::Res
         put_back_secret(step, fill, &mut url);
         return Ok(url);
     }
-    let mut url = Url::parse(&step.url.fill(fill)).map_err(|e| bad_url(&e))?;
-    {
-        let mut q = url.query_pairs_mut();
-        for (k, v) in &step.query {
-            q.append_pair(k, &v.fill(fill));
+    let mut url = step_url(step, fill)?;
+    let mut pairs: Vec<(&str, String)> = step
+        .query
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.fill(fill)))
+        .collect();
+    match (kind, token) {
+        (Some(PageKind::Token { param, .. }), Some(t)) => pairs.push((param, t.into())),
+        (Some(PageKind::Page { param, start, .. }), t) => {
+            pairs.push((param, t.map_or_else(|| start.to_string(), str::to_string)));
         }
-        match (kind, token) {
-            (Some(PageKind::Token { param, .. }), Some(t)) => {
-                q.append_pair(param, t);
-            }
-            (Some(PageKind::Page { param, start, .. }), t) => {
-                q.append_pair(param, t.unwrap_or(&start.to_string()));
-            }
-            (Some(PageKind::Offset { param, .. }), t) => {
-                q.append_pair(param, t.unwrap_or("0"));
-            }
-            _ => {}
+        (Some(PageKind::Offset { param, .. }), t) => {
+            pairs.push((param, t.unwrap_or("0").into()));
         }
+        _ => {}
     }
-    if url.query() == Some("") {
-        url.set_query(None);
-    }
+    // Set, not appended: a parameter the URL or `query` already names is
+    // sent once, with the later value (servers that read the first copy
+    // saw page 1 on every page).
+    set_query(&mut url, &pairs);
     Ok(url)
+}
+
+/// The step's URL, each placeholder's value encoded for its part of it.
+fn step_url(step: &Step, fill: &Fill<'_>) -> crate::Result<Url> {
+    let filled = step.url.fill_url(fill).map_err(|m| bad_url(&m))?;
+    Url::parse(&filled).map_err(|e| bad_url(&e))
 }
 
 /// Whether a cursor's token can be this step's: a number for page and
@@ -73,7 +78,7 @@ pub fn token_fits(step: &Step, fill: &Fill<'_>, token: &str) -> bool {
         Some(PageKind::Token { .. }) => true,
         Some(PageKind::Page { .. } | PageKind::Offset { .. }) => token.parse::<u64>().is_ok(),
         Some(PageKind::Link | PageKind::NextUrl { .. }) => {
-            match (Url::parse(&step.url.fill(fill)), Url::parse(token)) {
+            match (step_url(step, fill), Url::parse(token)) {
                 (Ok(base), Ok(next)) => same_origin(&base, &next),
                 _ => false,
             }

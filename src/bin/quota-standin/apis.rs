@@ -15,7 +15,9 @@
 //!   the string `vK` when odd, and each page starts with the last value of
 //!   the page before (duplicates); an empty `items` past the last page.
 //!   With `echo=1`, each page ends with one more value: the key it was
-//!   sent, as a careless upstream might echo it.
+//!   sent, as a careless upstream might echo it. With `extra=V`, each
+//!   page ends with the value V, whatever text it is (`../x#`), as data
+//!   an upstream serves may be.
 //! * `POST /chat`: a JSON body with a string `model` and a non-empty array
 //!   `messages`, `Content-Type: application/json`, the key as `Bearer`;
 //!   400 for anything else. It answers `{"echo": BODY, "usage": …}` as an
@@ -82,7 +84,11 @@ pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<An
         let region = q.get("region").cloned().unwrap_or_default();
         let page = number(&q, "page", 1);
         let echo = (q.get("echo").map(String::as_str) == Some("1")).then_some(key.as_deref());
-        (region, page, ids(state, page, echo.flatten()))
+        let extra = echo
+            .flatten()
+            .into_iter()
+            .chain(q.get("extra").map(String::as_str));
+        (region, page, ids(state, page, extra.collect()))
     } else if path == "/chat" || path == "/v1/chat/completions" {
         (String::new(), 0, chat(request))
     } else if crate::examples::is_graphql(path) {
@@ -177,7 +183,7 @@ fn rows(state: &State, region: &str, first: u64, limit: u64) -> Answer {
 }
 
 /// Values for a fan-out: see the module's text.
-fn ids(state: &State, page: u64, echo: Option<&str>) -> Answer {
+fn ids(state: &State, page: u64, extra: Vec<&str>) -> Answer {
     let per = u64::from(state.opts.items);
     let items: Vec<serde_json::Value> = if (1..=u64::from(state.opts.pages)).contains(&page) {
         let first = (page - 1) * per.saturating_sub(1);
@@ -186,7 +192,7 @@ fn ids(state: &State, page: u64, echo: Option<&str>) -> Answer {
                 0 => json!({ "id": { "n": k } }),
                 _ => json!({ "id": { "n": format!("v{k}") } }),
             })
-            .chain(echo.map(|key| json!({ "id": { "n": key } })))
+            .chain(extra.iter().map(|v| json!({ "id": { "n": v } })))
             .collect()
     } else {
         Vec::new()

@@ -132,7 +132,10 @@ impl Validator<'_> {
                 };
                 // A template without {region} is the same for every region.
                 if r == 0 || step.url.uses(Placeholder::Region) {
-                    reqwest::Url::parse(&step.url.fill(&fill)).map_err(|e| {
+                    let url = step.url.fill_url(&fill).map_err(|m| {
+                        self.err(format!("{at}.url"), format!("{}: {m}", with(&step.url)))
+                    })?;
+                    reqwest::Url::parse(&url).map_err(|e| {
                         self.err(
                             format!("{at}.url"),
                             format!("{}, it is not a URL: {e}", with(&step.url)),

@@ -100,14 +100,16 @@ impl Validator<'_> {
             Ok(t)
         };
         let url = template(format!("{at}.request.url"), &raw.request.url)?;
-        let probe = url.fill(&Fill {
-            region: "XX",
-            secret: &Secret::new("x".into()),
-            job: "job",
-            step: 0,
-            page: 0,
-            batch: "",
-        });
+        let probe = url
+            .fill_url(&Fill {
+                region: "XX",
+                secret: &Secret::new("x".into()),
+                job: "job",
+                step: 0,
+                page: 0,
+                batch: "",
+            })
+            .map_err(|m| self.err(format!("{at}.request.url"), m))?;
         match reqwest::Url::parse(&probe) {
             Ok(u) if matches!(u.scheme(), "http" | "https") => {}
             Ok(u) => {

@@ -140,8 +140,9 @@ impl JobRun<'_> {
 
     /// Keep the values of a page just written for the next step, if it
     /// fans out. A value that is empty, holds a control character (it
-    /// could not go in a header) or carries the secret (it would reach
-    /// the store) is left out, and so are those past the step's
+    /// could not go in a header), is `.` or `..` (in a URL's path it would
+    /// move the request to another path) or carries the secret (it would
+    /// reach the store) is left out, and so are those past the step's
     /// `max_values`; the run says how many.
     pub(super) fn collect_for_next(
         &self,
@@ -170,6 +171,7 @@ impl JobRun<'_> {
             .filter(|v| {
                 !v.is_empty()
                     && !v.chars().any(char::is_control)
+                    && !matches!(v.as_str(), "." | "..")
                     && redact(v, &[&self.cred.secret]) == *v
             })
             .collect();
@@ -196,7 +198,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: {left_out} value(s) at {} left out of the next step's fan-out \
-                 (empty, a control character, the secret, or past its {} values: \
+                 (empty, a control character, `.` or `..`, the secret, or past its {} values: \
                  the previous step's most pages × for_each.per_page {})",
                 describe_position(at.region, at.step, page),
                 f.from,

@@ -1,0 +1,279 @@
+//! A request URL filled in: each placeholder's value is percent-encoded for
+//! the part of the URL it lands in, which the template's own text decides
+//! (never the value), so no value can move the request to another host,
+//! user, path, query or fragment. A value pasted in raw could: a key
+//! `tok@evil:1/x?` in `http://u:{secret}@host/` sent the request (and the
+//! key) to `evil`, a region `../../admin` or a batch value `a#` changed the
+//! path or cut it.
+
+use std::ops::Range;
+
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::{Fill, Part, Placeholder, Template};
+
+/// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`):
+/// safe in a userinfo, a path segment, a query component and a fragment,
+/// and what every server decodes back to the value.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// Where in a URL a placeholder sits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Component {
+    /// Refused: a value there would choose where the request goes.
+    SchemeOrHost,
+    Userinfo,
+    Path,
+    Query,
+    Fragment,
+}
+
+/// The reading of a template's text so far.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Scheme,
+    /// After `scheme:`, and after `scheme:/`.
+    Colon,
+    Slash,
+    Authority,
+    Path,
+    Query,
+    Fragment,
+}
+
+impl Template {
+    /// The filled-in URL, each value encoded for its part of the URL (see
+    /// the module's text). `{region}` in the path keeps its `/` as segment
+    /// separators (`repos/{region}/issues` with `rust-lang/rust`); any other
+    /// value is one segment. Errors, which never show a value: a
+    /// placeholder in the scheme or host, and a value that makes a path
+    /// segment `.` or `..` (it would move the request to another path).
+    pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
+        let mut out = String::new();
+        let mut in_path: Vec<(Placeholder, Range<usize>)> = Vec::new();
+        for (part, at) in self.parts.iter().zip(self.components()) {
+            let slot = match part {
+                Part::Text(t) => {
+                    out.push_str(t);
+                    continue;
+                }
+                Part::Slot(p) => *p,
+            };
+            let value = fill.value(slot);
+            let start = out.len();
+            match at {
+                Component::SchemeOrHost => {
+                    return Err(format!(
+                        "{{{}}} is in the URL's scheme or host, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment only",
+                        slot.name()
+                    ));
+                }
+                Component::Path if slot == Placeholder::Region => {
+                    for (i, segment) in value.split('/').enumerate() {
+                        if i > 0 {
+                            out.push('/');
+                        }
+                        out.extend(utf8_percent_encode(segment, COMPONENT));
+                    }
+                }
+                _ => out.extend(utf8_percent_encode(&value, COMPONENT)),
+            }
+            if at == Component::Path {
+                in_path.push((slot, start..out.len()));
+            }
+        }
+        for (slot, range) in in_path {
+            // The segments the value is part of, with the text around it.
+            let from = out[..range.start].rfind('/').map_or(0, |i| i + 1);
+            let to = out[range.end..]
+                .find(['/', '?', '#'])
+                .map_or(out.len(), |i| range.end + i);
+            if out[from..to].split('/').any(is_dot_segment) {
+                return Err(format!(
+                    "after substitution, {{{}}} makes a path segment '.' or '..', which would move the request to another path",
+                    slot.name()
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The part of the URL each placeholder sits in, in order (one per
+    /// part: text is ignored). Placeholders count as ordinary characters:
+    /// the parts are where the template's text puts them.
+    fn components(&self) -> Vec<Component> {
+        let mut state = State::Scheme;
+        let mut out = Vec::with_capacity(self.parts.len());
+        // Placeholders in the authority, with the `@`s seen before each:
+        // one with an `@` after it is in the userinfo (the last `@` ends it).
+        let (mut authority, mut ats) = (Vec::new(), 0);
+        for part in &self.parts {
+            let t = match part {
+                Part::Text(t) => t,
+                Part::Slot(_) => {
+                    out.push(match state {
+                        State::Scheme | State::Colon | State::Slash => Component::SchemeOrHost,
+                        State::Authority => {
+                            authority.push((out.len(), ats));
+                            Component::SchemeOrHost
+                        }
+                        State::Path => Component::Path,
+                        State::Query => Component::Query,
+                        State::Fragment => Component::Fragment,
+                    });
+                    continue;
+                }
+            };
+            out.push(Component::Path); // text: ignored
+            for c in t.chars() {
+                state = match (state, c) {
+                    (State::Scheme, ':') => State::Colon,
+                    (State::Colon, '/') => State::Slash,
+                    (State::Slash, '/') => State::Authority,
+                    (State::Authority, '@') => {
+                        ats += 1;
+                        State::Authority
+                    }
+                    (State::Fragment, _) => State::Fragment,
+                    (_, '#') => State::Fragment,
+                    (State::Query, _) => State::Query,
+                    (_, '?') => State::Query,
+                    (State::Authority, '/' | '\\') => State::Path,
+                    (State::Authority, _) => State::Authority,
+                    (State::Scheme, '/') | (State::Colon | State::Slash, _) => State::Path,
+                    (s, _) => s,
+                };
+            }
+        }
+        for (i, seen) in authority {
+            if seen < ats {
+                out[i] = Component::Userinfo;
+            }
+        }
+        out
+    }
+}
+
+/// `.` or `..`, any of its dots percent-encoded (URL parsers read `%2e` as
+/// a dot there too).
+fn is_dot_segment(segment: &str) -> bool {
+    matches!(
+        segment.to_ascii_lowercase().replace("%2e", ".").as_str(),
+        "." | ".."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    fn fill_url(template: &str, region: &str, secret: &str, batch: &str) -> Result<String, String> {
+        let secret = Secret::new(secret.into());
+        let fill = Fill {
+            region,
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch,
+        };
+        Template::parse(template).unwrap().fill_url(&fill)
+    }
+
+    #[test]
+    fn a_value_stays_in_the_part_of_the_url_it_was_put_in() {
+        let url = |t, secret| fill_url(t, "US", secret, "").unwrap();
+        // Userinfo: the key cannot end it and name another host.
+        assert_eq!(
+            url("http://api:{secret}@h:1/echo", "tok@127.0.0.1:9/steal?"),
+            "http://api:tok%40127.0.0.1%3A9%2Fsteal%3F@h:1/echo"
+        );
+        assert_eq!(
+            url("http://{secret}:x@h/", "AbC9x/Yz+Q="),
+            "http://AbC9x%2FYz%2BQ%3D:x@h/"
+        );
+        // Path, query, fragment: `/`, `?`, `#`, `&`, `=`, `+`, `%`, `\`.
+        assert_eq!(
+            url(
+                "http://h/k/{secret}/v?a={secret}#{secret}",
+                "a/b?c#d&e=f+g%h\\ i"
+            ),
+            "http://h/k/a%2Fb%3Fc%23d%26e%3Df%2Bg%25h%5C%20i/v?a=a%2Fb%3Fc%23d%26e%3Df%2Bg%25h%5C%20i#a%2Fb%3Fc%23d%26e%3Df%2Bg%25h%5C%20i"
+        );
+        // An `@` in the path or query is not a userinfo's end.
+        assert_eq!(url("http://h/{secret}@x", "a:b"), "http://h/a%3Ab@x");
+        assert_eq!(url("http://u@h/?q={secret}", "@"), "http://u@h/?q=%40");
+    }
+
+    #[test]
+    fn a_region_keeps_its_slashes_in_the_path_and_nothing_else() {
+        let region = |r| fill_url("http://h/repos/{region}/issues?r={region}", r, "k", "");
+        assert_eq!(
+            region("rust-lang/rust").unwrap(),
+            "http://h/repos/rust-lang/rust/issues?r=rust-lang%2Frust"
+        );
+        assert_eq!(
+            region("a?admin=1").unwrap(),
+            "http://h/repos/a%3Fadmin%3D1/issues?r=a%3Fadmin%3D1"
+        );
+        assert_eq!(
+            region("b#c").unwrap(),
+            "http://h/repos/b%23c/issues?r=b%23c"
+        );
+        assert_eq!(
+            region("x.y/..z").unwrap(),
+            "http://h/repos/x.y/..z/issues?r=x.y%2F..z"
+        );
+        // A batch value is one segment: its `/` is encoded.
+        assert_eq!(
+            fill_url("http://h/v/{batch}", "US", "k", "../../ok#").unwrap(),
+            "http://h/v/..%2F..%2Fok%23"
+        );
+        assert_eq!(
+            fill_url(
+                "http://h/v/{batch}?id={batch}",
+                "US",
+                "k",
+                "c\\d,p&q=1#frag"
+            )
+            .unwrap(),
+            "http://h/v/c%5Cd%2Cp%26q%3D1%23frag?id=c%5Cd%2Cp%26q%3D1%23frag"
+        );
+    }
+
+    #[test]
+    fn dot_segments_and_placeholders_in_the_scheme_or_host_are_refused() {
+        for (template, region, batch) in [
+            ("http://h/repos/{region}/issues", "../../admin", ""),
+            ("http://h/repos/{region}/issues", "a/./b", ""),
+            ("http://h/repos/{region}", "..", ""),
+            ("http://h/repos/.{region}/x", ".", ""),
+            ("http://h/v/{batch}", "US", ".."),
+            ("http://h/v/{batch}?x", "US", "."),
+        ] {
+            let err = fill_url(template, region, "k", batch).unwrap_err();
+            assert!(
+                err.contains("path segment '.' or '..'"),
+                "{template}: {err}"
+            );
+        }
+        // Dots that are no dot segment are kept.
+        assert!(fill_url("http://h/{region}/x", "...", "k", "").is_ok());
+        assert!(fill_url("http://h/{region}?q=..", "v1.2", "k", "").is_ok());
+        for template in [
+            "{region}://h/",
+            "http://{region}/",
+            "http://h{region}.example.com/",
+            "http://u@h:{region}/",
+            "http://u:{secret}@{region}/",
+        ] {
+            let err = fill_url(template, "US", "k", "").unwrap_err();
+            assert!(err.contains("scheme or host"), "{template}: {err}");
+        }
+    }
+}
