@@ -25,7 +25,10 @@ const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Component {
     /// Refused: a value there would choose where the request goes.
-    SchemeOrHost,
+    Scheme,
+    /// `{region}` only, as host name labels (`https://{region}.api.example.com/`:
+    /// the operator's own list, never a value an upstream sent); else refused.
+    Host,
     Userinfo,
     Path,
     Query,
@@ -50,7 +53,8 @@ impl Template {
     /// the module's text). `{region}` in the path keeps its `/` as segment
     /// separators (`repos/{region}/issues` with `rust-lang/rust`); any other
     /// value is one segment. Errors, which never show a value: a
-    /// placeholder in the scheme or host, and a value that makes a path
+    /// placeholder in the scheme or (but `{region}` as host labels) the
+    /// host, and a value that makes a path
     /// segment `.` or `..` (it would move the request to another path).
     pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
         let mut out = String::new();
@@ -66,9 +70,23 @@ impl Template {
             let value = fill.value(slot);
             let start = out.len();
             match at {
-                Component::SchemeOrHost => {
+                // (not in the port: after a `:` of the authority)
+                Component::Host
+                    if slot == Placeholder::Region
+                        && is_host_labels(&value)
+                        && !out[out.rfind(['@', '/']).map_or(0, |i| i + 1)..].contains(':') =>
+                {
+                    out.push_str(&value);
+                }
+                Component::Host => {
                     return Err(format!(
-                        "{{{}}} is in the URL's scheme or host, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment only",
+                        "{{{}}} is in the URL's host, where a value would choose where the request (and the key) goes: only {{region}} may stand there, as host name labels (letters, digits, '-', separated by '.')",
+                        slot.name()
+                    ));
+                }
+                Component::Scheme => {
+                    return Err(format!(
+                        "{{{}}} is in the URL's scheme, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment (and {{region}} in the host)",
                         slot.name()
                     ));
                 }
@@ -116,10 +134,10 @@ impl Template {
                 Part::Text(t) => t,
                 Part::Slot(_) => {
                     out.push(match state {
-                        State::Scheme | State::Colon | State::Slash => Component::SchemeOrHost,
+                        State::Scheme | State::Colon | State::Slash => Component::Scheme,
                         State::Authority => {
                             authority.push((out.len(), ats));
-                            Component::SchemeOrHost
+                            Component::Host
                         }
                         State::Path => Component::Path,
                         State::Query => Component::Query,
@@ -156,6 +174,15 @@ impl Template {
         }
         out
     }
+}
+
+/// Host name labels: letters, digits and `-`, joined by single dots (no
+/// empty label, so nothing that ends or widens the host).
+fn is_host_labels(value: &str) -> bool {
+    !value.is_empty()
+        && value
+            .split('.')
+            .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// `.` or `..`, any of its dots percent-encoded (URL parsers read `%2e` as
@@ -248,6 +275,26 @@ mod tests {
 
     #[test]
     fn dot_segments_and_placeholders_in_the_scheme_or_host_are_refused() {
+        // (but {region} may name host labels: the operator's own list)
+        assert_eq!(
+            fill_url("https://{region}.api.example.com/x", "euw1", "k", "").unwrap(),
+            "https://euw1.api.example.com/x"
+        );
+        assert_eq!(
+            fill_url("http://u:{secret}@{region}/", "eu-1.h", "k@x", "").unwrap(),
+            "http://u:k%40x@eu-1.h/"
+        );
+        for (template, region) in [
+            ("https://{region}.api.example.com/", "evil.com/x"),
+            ("https://{region}.api.example.com/", "a..b"),
+            ("https://{region}.api.example.com/", "evil.com:1@x"),
+            ("http://h:{region}/", "80"),
+            ("http://{batch}.h/", "US"),
+            ("http://{secret}.h/", "US"),
+        ] {
+            let err = fill_url(template, region, "secret1", "b").unwrap_err();
+            assert!(err.contains("host"), "{template} {region}: {err}");
+        }
         for (template, region, batch) in [
             ("http://h/repos/{region}/issues", "../../admin", ""),
             ("http://h/repos/{region}/issues", "a/./b", ""),
@@ -265,15 +312,9 @@ mod tests {
         // Dots that are no dot segment are kept.
         assert!(fill_url("http://h/{region}/x", "...", "k", "").is_ok());
         assert!(fill_url("http://h/{region}?q=..", "v1.2", "k", "").is_ok());
-        for template in [
-            "{region}://h/",
-            "http://{region}/",
-            "http://h{region}.example.com/",
-            "http://u@h:{region}/",
-            "http://u:{secret}@{region}/",
-        ] {
+        for template in ["{region}://h/", "ht{region}://h/"] {
             let err = fill_url(template, "US", "k", "").unwrap_err();
-            assert!(err.contains("scheme or host"), "{template}: {err}");
+            assert!(err.contains("scheme"), "{template}: {err}");
         }
     }
 }
