@@ -13,12 +13,23 @@ pub enum Found {
     Text(String),
     /// An array of this many elements.
     Items(usize),
+    /// A whole number, as its text (a cursor such as Twitter's `next_cursor`).
+    Number(String),
 }
 
 impl Found {
+    /// A string found: a URL, say.
     pub fn text(self) -> Option<String> {
         match self {
             Self::Text(t) => Some(t),
+            Self::Items(_) | Self::Number(_) => None,
+        }
+    }
+
+    /// A page token: a string, or a whole number as its text.
+    pub fn token(self) -> Option<String> {
+        match self {
+            Self::Text(t) | Self::Number(t) => Some(t),
             Self::Items(_) => None,
         }
     }
@@ -133,11 +144,11 @@ impl<'de> serde::de::Visitor<'de> for Find<'_> {
     fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
         Ok(None)
     }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok((self.wanted && self.path.is_empty()).then(|| Found::Number(v.to_string())))
     }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok((self.wanted && self.path.is_empty()).then(|| Found::Number(v.to_string())))
     }
     fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
         Ok(None)

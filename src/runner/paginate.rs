@@ -153,7 +153,7 @@ pub fn next(
     };
     match &p.kind {
         PageKind::Token { .. } => found
-            .and_then(Found::text)
+            .and_then(Found::token)
             .map_or(Next::End(None), Next::Follow),
         PageKind::Link => match link.and_then(link_next) {
             Some(target) => follow(step, fill, request, &target, "Link header's next"),
@@ -350,6 +350,31 @@ jobs:
             crate::config::Secrets::Skip,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_token_that_is_a_number_is_followed_as_its_text() {
+        let config = job("{ token: /next_cursor, param: cursor, max_pages: 5 }");
+        let step = &config.jobs[0].steps[0];
+        let secret = crate::config::Secret::new("SEKRET12".into());
+        let fill = Fill {
+            region: "o/r",
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        };
+        let first = page_url(step, &fill, None).unwrap();
+        let body = br#"{"data": [1], "next_cursor": 1374004777531007833}"#;
+        let found = crate::runner::page_scan::scan(body, Some("/next_cursor")).unwrap();
+        assert_eq!(
+            next(step, &fill, &first, None, found, None),
+            Next::Follow("1374004777531007833".into())
+        );
+        // (a next_url is a string or nothing: a number there is no URL)
+        let found = crate::runner::page_scan::scan(br#"{"n": 2}"#, Some("/n")).unwrap();
+        assert_eq!(found.and_then(Found::text), None);
     }
 
     #[test]
