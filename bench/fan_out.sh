@@ -24,13 +24,13 @@ cargo build --release --quiet --bins
 quota=$PWD/target/release/quota
 standin=$PWD/target/release/quota-standin
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-fan-out.XXXXXX")
-"$standin" --listen 127.0.0.1:0 --key k --pages "$PAGES" --items "$ITEMS" \
+"$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items "$ITEMS" \
     --units 1000000 --search 1000000 --delay ${DELAY_MS}ms > "$work/standin.out" &
 standin_pid=$!
 trap 'kill "$standin_pid" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 for _ in $(seq 50); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
 up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
-printf k > "$work/key"
+printf bench-key-1 > "$work/key"
 
 # config N: the job at concurrency N.
 config() {

@@ -42,7 +42,7 @@ if chrt -f 10 true 2>/dev/null && [ -w /proc/sys/kernel/sched_rt_runtime_us ]; t
 fi
 "${rt[@]}" redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log"
-"$standin" --listen 127.0.0.1:0 --key k --pages 1 --items 1 > "$work/standin.out" &
+"$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages 1 --items 1 > "$work/standin.out" &
 standin_pid=$!
 trap 'kill "$(cat "$work/redis.pid")" "$standin_pid" 2>/dev/null || true; rm -rf "$work"
       [ -z "$rt_runtime" ] || echo "$rt_runtime" > /proc/sys/kernel/sched_rt_runtime_us' EXIT
@@ -55,7 +55,7 @@ r() { redis-cli -p $port "$@"; }
 T0=1800000000000000 # µs: the fixed clock the charges read
 # (the state, and the prefixes of the log's and the index's segments)
 keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units')
-export SCALE_KEY=k
+export SCALE_KEY=bench-key-1
 
 # The longest SLOWLOG entry (µs) of a command matching $1, then reset.
 slowest() {
