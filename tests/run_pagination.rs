@@ -318,3 +318,49 @@ fn a_page_parameter_already_in_the_query_or_url_is_set_not_repeated() {
         ]
     );
 }
+
+/// A cursor past a step's `max_pages`, lowered since it was saved: the
+/// step ends there, nothing past the new maximum is fetched, and the run
+/// spends what `--dry-run` planned.
+#[test]
+fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
+    let up = Standin::start(&["--pages", "9", "--key", "some-key-1"]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), "some-key-1\n").unwrap();
+    let config = |windows: &str, max_pages: u32| {
+        crate::common::deployment::deployment_yaml(
+            &embedded_store(&d),
+            windows,
+            "fail_closed",
+            &[crate::common::deployment::videos_job(
+                "trending",
+                "main",
+                &["US", "GB"],
+                max_pages,
+                &up.base(),
+            )],
+        )
+    };
+    d.write(&config("        - { limit: 5, per: 1h }", 8));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert_eq!(up.seen().len(), 5, "US pages 0 to 4");
+
+    d.write(&config(crate::common::deployment::WIDE, 2));
+    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
+    let next = &plan["credentials"][0]["jobs"][0]["next_run"];
+    assert_eq!(
+        (next["outcome"].as_str(), next["calls"].as_u64()),
+        (Some("fits"), Some(2)),
+        "{next}"
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("past this step's max_pages"), "{r:?}");
+    let after: Vec<(String, u32)> = up.seen()[5..]
+        .iter()
+        .map(|s| (s.region.clone(), s.page))
+        .collect();
+    assert_eq!(after, [("GB".to_string(), 0), ("GB".to_string(), 1)]);
+}

@@ -47,6 +47,20 @@ impl JobRun<'_> {
             (page, token) = (0, None);
             w.found.reset(Vec::new());
         }
+        // A cursor past the step's last page (`max_pages` lowered since):
+        // the step is done, as the plan counts it; no page past the
+        // maximum is fetched.
+        if page >= step.max_pages() {
+            warn!(
+                job = self.job.name,
+                "{}: the saved cursor is past this step's max_pages, {} (the file changed?): the step ends here",
+                describe_position(at.region, at.step, page),
+                step.max_pages()
+            );
+            let after = self.after_step(w, at);
+            self.save(at.slot, after).await;
+            return Ok(Walk::Done);
+        }
         // The tokens this walk has followed: an upstream that hands one
         // out again is going in circles.
         let mut walked: HashSet<String> = token.iter().cloned().collect();
