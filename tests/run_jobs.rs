@@ -513,3 +513,22 @@ fn a_read_only_output_folder_is_caught_before_anything_is_charged() {
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(d.outputs("trending").len(), 2);
 }
+
+/// An output folder that is a symbolic link to nothing: `check` says so
+/// (78), rather than pass and leave every run to fail making the folder.
+#[test]
+fn a_dangling_symlink_as_output_is_caught_by_check() {
+    let up = Standin::start(&[]);
+    let d = trending(&up, "embedded", &["US"], 1, "fail_closed");
+    std::fs::create_dir_all(d.path().join("out")).unwrap();
+    let out = d.path().join("out/trending");
+    std::os::unix::fs::symlink(d.path().join("gone/nowhere"), &out).unwrap();
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains("jobs.trending.output")
+            && r.stderr
+                .contains("a symbolic link to something that does not exist"),
+        "{r:?}"
+    );
+}

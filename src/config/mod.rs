@@ -146,6 +146,17 @@ impl Job {
     pub fn output_writable(&self) -> std::result::Result<(), (PathBuf, std::io::Error)> {
         let mut dir = self.output.as_path();
         while !dir.exists() {
+            // (a symbolic link to nothing: the run cannot make the folder
+            // through it, whatever its parent takes)
+            if dir.symlink_metadata().is_ok() {
+                return Err((
+                    dir.to_path_buf(),
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "a symbolic link to something that does not exist",
+                    ),
+                ));
+            }
             match dir.parent() {
                 Some(p) if !p.as_os_str().is_empty() => dir = p,
                 _ => {
