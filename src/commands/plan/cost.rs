@@ -99,45 +99,68 @@ pub fn next_run(
                 }
                 _ => step.max_requests(),
             };
-            for page in u64::from(first_page)..last {
-                let page = u32::try_from(page).unwrap_or(u32::MAX);
-                // A batch written out of order by an earlier run is not sent again.
-                if let (Some(f), Some(c)) = (&step.for_each, at_cursor)
-                    && c.batch_size == Some(f.batch)
-                    && c.written.contains(&page)
-                {
+            // Pages in spans, as many at once as fit: a budget near 2^53
+            // and a fan-out of as many requests must not be counted one by
+            // one. A batch an earlier run wrote out of order is not sent
+            // again, so spans end before each.
+            let written: Vec<u64> = match (&step.for_each, at_cursor) {
+                (Some(f), Some(c)) if c.batch_size == Some(f.batch) => {
+                    c.written.iter().map(|&w| u64::from(w)).collect()
+                }
+                _ => Vec::new(),
+            };
+            let mut page = u64::from(first_page);
+            while page < last {
+                if written.contains(&page) {
+                    page += 1;
                     continue;
                 }
-                if let Some((pool, window)) = full_window(&step.cost, remaining) {
-                    let (region, pool, per_seconds) =
-                        (region.to_string(), pool.name.clone(), window.per.as_secs());
-                    if !observe {
-                        return NextRun::Stops {
+                let end = written
+                    .iter()
+                    .copied()
+                    .filter(|&w| w > page)
+                    .fold(last, u64::min);
+                let span = end - page;
+                let fit = span.min(fitting(&step.cost, remaining));
+                spend(&step.cost, remaining, fit);
+                (calls, page) = (calls + fit, page + fit);
+                if fit == span {
+                    continue;
+                }
+                let (pool, window) = full_window(&step.cost, remaining)
+                    .expect("a call that does not fit has a full window");
+                let (region, pool, per_seconds) =
+                    (region.to_string(), pool.name.clone(), window.per.as_secs());
+                let at = u32::try_from(page).unwrap_or(u32::MAX);
+                if !observe {
+                    return NextRun::Stops {
+                        region,
+                        step: s,
+                        page: at,
+                        calls,
+                        pool,
+                        per_seconds,
+                    };
+                }
+                // Observe mode: the rest of the span goes out all the same,
+                // each call refused (the full window stays full).
+                let refused = span - fit;
+                match &mut observed {
+                    Some(NextRun::Observes { refused: r, .. }) => *r += refused,
+                    _ => {
+                        observed = Some(NextRun::Observes {
+                            calls: 0,
+                            refused,
                             region,
                             step: s,
-                            page,
-                            calls,
+                            page: at,
                             pool,
                             per_seconds,
-                        };
-                    }
-                    match &mut observed {
-                        Some(NextRun::Observes { refused, .. }) => *refused += 1,
-                        _ => {
-                            observed = Some(NextRun::Observes {
-                                calls: 0,
-                                refused: 1,
-                                region,
-                                step: s,
-                                page,
-                                pool,
-                                per_seconds,
-                            })
-                        }
+                        })
                     }
                 }
-                spend(&step.cost, remaining);
-                calls += 1;
+                spend(&step.cost, remaining, refused);
+                (calls, page) = (calls + refused, page + refused);
             }
         }
     }
@@ -180,13 +203,29 @@ fn full_window<'c>(cost: &'c [PoolCost], remaining: &Remaining) -> Option<(&'c P
     None
 }
 
-/// Take one call of `cost` from `remaining` (it was checked to fit, or an
-/// observe-mode credential records it all the same: none left then).
-fn spend(cost: &[PoolCost], remaining: &mut Remaining) {
+/// How many calls of `cost` fit in `remaining` (any number when it costs
+/// nothing).
+fn fitting(cost: &[PoolCost], remaining: &Remaining) -> u64 {
+    let mut fit = u64::MAX;
+    for c in cost.iter().filter(|c| c.units > 0) {
+        for w in 0..c.pool.windows.len() {
+            let left = remaining
+                .get(&(c.pool.name.clone(), w))
+                .copied()
+                .unwrap_or(0);
+            fit = fit.min(left / c.units);
+        }
+    }
+    fit
+}
+
+/// Take `n` calls of `cost` from `remaining` (they were checked to fit, or
+/// an observe-mode credential records them all the same: none left then).
+fn spend(cost: &[PoolCost], remaining: &mut Remaining, n: u64) {
     for c in cost {
         for w in 0..c.pool.windows.len() {
             if let Some(left) = remaining.get_mut(&(c.pool.name.clone(), w)) {
-                *left = left.saturating_sub(c.units);
+                *left = left.saturating_sub(c.units.saturating_mul(n));
             }
         }
     }
@@ -337,6 +376,34 @@ jobs:
         let mut left = remaining(&[("search", &[0])]);
         let want = stops("", 0, 0, 0, "search", 86_400);
         assert_eq!(next_run(job(&c, "music"), None, &mut left, false), want);
+    }
+
+    /// A fan-out of 10^10 requests a region against a budget near 2^53:
+    /// counted in spans, at once (one by one, it took minutes).
+    #[test]
+    fn a_huge_run_is_counted_in_spans() {
+        let yaml = CONFIG.replace(
+            "  music:\n",
+            "  huge:\n    credential: main\n    regions: [US, GB]\n    steps:\n      - endpoint: videos.list\n        request: { url: \"http://127.0.0.1:9/v\" }\n        paginate: { token: /next, param: t, max_pages: 10000 }\n      - endpoint: both.list\n        request: { url: \"http://127.0.0.1:9/b/{batch}\" }\n        for_each: { from: /ids, batch: 1, per_page: 1000000 }\n    output: out/huge\n  music:\n",
+        );
+        let c = Config::parse(Path::new("quota.yaml"), &yaml, Secrets::Skip).unwrap();
+        let huge = job(&c, "huge");
+        let big = (1u64 << 53) - 1;
+        let mut left = remaining(&[("units", &[big, big]), ("search", &[big])]);
+        let per_region = 10_000 + 10_000 * 1_000_000;
+        assert_eq!(
+            next_run(huge, None, &mut left, false),
+            NextRun::Fits {
+                calls: 2 * per_region
+            }
+        );
+        // Where it stops is exact too: search has room for 15,000 of the
+        // second step's calls.
+        let mut left = remaining(&[("units", &[big, big]), ("search", &[15_000])]);
+        assert_eq!(
+            next_run(huge, None, &mut left, false),
+            stops("US", 1, 15_000, 10_000 + 15_000, "search", 86_400)
+        );
     }
 
     #[test]
