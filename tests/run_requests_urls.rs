@@ -187,3 +187,42 @@ fn fan_out_values_from_an_answer_stay_one_path_segment_and_one_query_value() {
         ]
     );
 }
+
+/// A fan-out value too long for any request line (an upstream gone wrong)
+/// is left out with a warning, as an empty one is: its batch would stop
+/// the job, uncharged, on every run.
+#[test]
+fn a_fan_out_value_too_long_to_send_is_left_out() {
+    let up = Standin::start(&["--pages", "1", "--items", "1"]);
+    let base = up.base();
+    // (the region's 150 bytes, 61 times over: a value of 9,150 bytes)
+    let long = "{region}".repeat(61);
+    let region = "r".repeat(150);
+    let d = api_deployment(&format!(
+        r#"  fan:
+    credential: main
+    regions: [{region}]
+    steps:
+      - endpoint: api
+        request: {{ url: "{base}/ids", query: {{ region: "{{region}}", key: "{{secret}}", extra: "{long}" }} }}
+        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 2 }}
+      - endpoint: api
+        for_each: {{ from: /items/*/id/n, batch: 1, per_page: 10 }}
+        request: {{ url: "{base}/repos/{{batch}}/issues", headers: {{ Authorization: "Bearer {{secret}}" }} }}
+    output: out/fan
+"#
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("1 value(s) at /items/*/id/n left out"),
+        "{r:?}"
+    );
+    let fanned: Vec<String> = up
+        .seen()
+        .into_iter()
+        .filter(|s| s.path != "/ids")
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(fanned, ["/repos/0/issues"]);
+}

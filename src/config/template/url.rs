@@ -57,6 +57,15 @@ impl Template {
     /// host, and a value that makes a path
     /// segment `.` or `..` (it would move the request to another path).
     pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
+        // (URL parsers drop tabs and line breaks wherever they are, which
+        // would move the parts the placeholders were put in)
+        if self
+            .parts
+            .iter()
+            .any(|p| matches!(p, Part::Text(t) if t.contains(['\t', '\n', '\r'])))
+        {
+            return Err("the URL holds a tab or a line break, which URL parsers drop".into());
+        }
         let mut out = String::new();
         let mut in_path: Vec<(Placeholder, Range<usize>)> = Vec::new();
         for (part, at) in self.parts.iter().zip(self.components()) {
@@ -106,11 +115,12 @@ impl Template {
         }
         for (slot, range) in in_path {
             // The segments the value is part of, with the text around it.
-            let from = out[..range.start].rfind('/').map_or(0, |i| i + 1);
+            // (`\` separates path segments too, in http(s) URLs)
+            let from = out[..range.start].rfind(['/', '\\']).map_or(0, |i| i + 1);
             let to = out[range.end..]
-                .find(['/', '?', '#'])
+                .find(['/', '\\', '?', '#'])
                 .map_or(out.len(), |i| range.end + i);
-            if out[from..to].split('/').any(is_dot_segment) {
+            if out[from..to].split(['/', '\\']).any(is_dot_segment) {
                 return Err(format!(
                     "after substitution, {{{}}} makes a path segment '.' or '..', which would move the request to another path",
                     slot.name()
@@ -134,8 +144,9 @@ impl Template {
                 Part::Text(t) => t,
                 Part::Slot(_) => {
                     out.push(match state {
-                        State::Scheme | State::Colon | State::Slash => Component::Scheme,
-                        State::Authority => {
+                        State::Scheme => Component::Scheme,
+                        // (after `http:` and any slashes, the host begins)
+                        State::Colon | State::Slash | State::Authority => {
                             authority.push((out.len(), ats));
                             Component::Host
                         }
@@ -148,10 +159,18 @@ impl Template {
             };
             out.push(Component::Path); // text: ignored
             for c in t.chars() {
+                // As URL parsers read http(s) URLs (the WHATWG rule, the url
+                // crate's): after `scheme:`, any run of `/` and `\` (none
+                // too) comes before the host.
+                if matches!(state, State::Colon | State::Slash) {
+                    if matches!(c, '/' | '\\') {
+                        state = State::Slash;
+                        continue;
+                    }
+                    state = State::Authority;
+                }
                 state = match (state, c) {
                     (State::Scheme, ':') => State::Colon,
-                    (State::Colon, '/') => State::Slash,
-                    (State::Slash, '/') => State::Authority,
                     (State::Authority, '@') => {
                         ats += 1;
                         State::Authority
@@ -162,7 +181,7 @@ impl Template {
                     (_, '?') => State::Query,
                     (State::Authority, '/' | '\\') => State::Path,
                     (State::Authority, _) => State::Authority,
-                    (State::Scheme, '/') | (State::Colon | State::Slash, _) => State::Path,
+                    (State::Scheme, '/') => State::Path,
                     (s, _) => s,
                 };
             }
@@ -312,6 +331,23 @@ mod tests {
         // Dots that are no dot segment are kept.
         assert!(fill_url("http://h/{region}/x", "...", "k", "").is_ok());
         assert!(fill_url("http://h/{region}?q=..", "v1.2", "k", "").is_ok());
+        // However the slashes after `https:` are written, what follows them
+        // is the host, as URL parsers read it.
+        for template in [
+            "https:///{batch}/v1",
+            "https://\\{batch}/v1",
+            "https:\\\\{batch}/",
+            "https:/\\{batch}/",
+            "https:x{batch}.example.com/",
+        ] {
+            let err = fill_url(template, "US", "k", "evil.example").unwrap_err();
+            assert!(err.contains("host"), "{template}: {err}");
+        }
+        let err = fill_url("https:/\t/h/{batch}", "US", "k", "b").unwrap_err();
+        assert!(err.contains("tab or a line break"), "{err}");
+        // A backslash separates path segments too.
+        let err = fill_url("https://h/a\\{region}\\b", "..", "k", "").unwrap_err();
+        assert!(err.contains("path segment '.' or '..'"), "{err}");
         for template in ["{region}://h/", "ht{region}://h/"] {
             let err = fill_url(template, "US", "k", "").unwrap_err();
             assert!(err.contains("scheme"), "{template}: {err}");

@@ -53,6 +53,10 @@ pub(super) struct Found {
     seen: HashSet<String>,
 }
 
+/// The longest value a fan-out takes (bytes): an id, a name, a cursor, with
+/// room to spare; one of tens of kilobytes is an upstream gone wrong.
+const MAX_VALUE: usize = 8192;
+
 impl Found {
     /// Start again from `values` (a cursor's, or none).
     pub(super) fn reset(&mut self, values: Vec<String>) {
@@ -169,7 +173,10 @@ impl JobRun<'_> {
         let usable: Vec<String> = values
             .into_iter()
             .filter(|v| {
+                // (a value longer than MAX_VALUE could never go out in a
+                // request line: its batch would stop the job every run)
                 !v.is_empty()
+                    && v.len() <= MAX_VALUE
                     && !v.chars().any(char::is_control)
                     && !matches!(v.as_str(), "." | "..")
                     && redact(v, &[&self.cred.secret]) == *v
@@ -198,7 +205,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: {left_out} value(s) at {} left out of the next step's fan-out \
-                 (empty, a control character, `.` or `..`, the secret, or past its {} values: \
+                 (empty, a control character, `.` or `..`, over 8 KiB, the secret, or past its {} values: \
                  the previous step's most pages × for_each.per_page {})",
                 describe_position(at.region, at.step, page),
                 f.from,
