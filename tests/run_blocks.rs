@@ -54,6 +54,33 @@ fn a_retry_after_of_a_century_is_capped_at_the_longest_window() {
     }
 }
 
+/// A refusal whose wait is nothing (`Retry-After: 0`, a date already past)
+/// still blocks a moment: the next run on the credential sends nothing
+/// into the same refusal.
+#[test]
+fn a_retry_after_of_nothing_still_blocks_a_moment() {
+    for nothing in ["0", "Thu, 01 Jan 1970 00:00:00 GMT"] {
+        let up = Standin::start(&["--units", "1", "--answer-429", "--retry-after", nothing]);
+        let d = deployment(&up);
+        let before = chrono::Utc::now().timestamp_micros();
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{nothing}: {r:?}");
+        let until = blocked_until(&d).expect("blocked");
+        assert!(
+            until >= before + 4_000_000,
+            "{nothing}: blocked until {until}, from {before}"
+        );
+        let sent = up.seen().len();
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{nothing}: {r:?}");
+        assert_eq!(
+            up.seen().len(),
+            sent,
+            "{nothing}: the second run sent nothing"
+        );
+    }
+}
+
 #[test]
 fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
     // GitHub's answer: 403, X-RateLimit-Remaining: 0, the reset in epoch

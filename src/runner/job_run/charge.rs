@@ -16,6 +16,9 @@ use crate::runner::Stop;
 use crate::timefmt::{fmt_duration, local_datetime};
 use crate::{Error, Result};
 
+/// The shortest block an upstream's refusal sets, whatever wait it gave.
+const MIN_BLOCK: Duration = Duration::from_secs(5);
+
 impl JobRun<'_> {
     /// Charge one attempt of `step` before it is sent.
     pub(super) async fn charge(&self, step: &Step) -> Result<Charged> {
@@ -262,7 +265,10 @@ impl JobRun<'_> {
                 );
                 BlockEnd::After(longest)
             }
-            Some(wait) => BlockEnd::After(wait),
+            // (a wait of nothing, `Retry-After: 0` or a date already past,
+            // still blocks a moment: the upstream has just refused, and the
+            // run's next jobs on this credential would only meet the same)
+            Some(wait) => BlockEnd::After(wait.max(MIN_BLOCK)),
             None => BlockEnd::After(longest),
         }
     }
