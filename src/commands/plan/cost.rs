@@ -75,7 +75,7 @@ pub fn next_run(
         .into_iter()
         .collect();
     let n = regions.len();
-    let mut calls = 0;
+    let mut calls = 0u64;
     // (observe mode: the first call that would not have fitted, and how many)
     let mut observed: Option<NextRun> = None;
     for i in 0..n {
@@ -123,7 +123,7 @@ pub fn next_run(
                 let span = end - page;
                 let fit = span.min(fitting(&step.cost, remaining));
                 spend(&step.cost, remaining, fit);
-                (calls, page) = (calls + fit, page + fit);
+                (calls, page) = (calls.saturating_add(fit), page + fit);
                 if fit == span {
                     continue;
                 }
@@ -146,7 +146,7 @@ pub fn next_run(
                 // each call refused (the full window stays full).
                 let refused = span - fit;
                 match &mut observed {
-                    Some(NextRun::Observes { refused: r, .. }) => *r += refused,
+                    Some(NextRun::Observes { refused: r, .. }) => *r = r.saturating_add(refused),
                     _ => {
                         observed = Some(NextRun::Observes {
                             calls: 0,
@@ -160,7 +160,7 @@ pub fn next_run(
                     }
                 }
                 spend(&step.cost, remaining, refused);
-                (calls, page) = (calls + refused, page + refused);
+                (calls, page) = (calls.saturating_add(refused), page + refused);
             }
         }
     }

@@ -59,11 +59,16 @@ impl Template {
     pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
         // (URL parsers drop tabs and line breaks wherever they are, which
         // would move the parts the placeholders were put in)
-        if self
-            .parts
-            .iter()
-            .any(|p| matches!(p, Part::Text(t) if t.contains(['\t', '\n', '\r'])))
-        {
+        // (but the line break a YAML block scalar ends with: dropped here)
+        let last = self.parts.len().saturating_sub(1);
+        let breaks = self.parts.iter().enumerate().any(|(i, p)| match p {
+            Part::Text(t) if i == last => t
+                .trim_end_matches(['\n', '\r'])
+                .contains(['\t', '\n', '\r']),
+            Part::Text(t) => t.contains(['\t', '\n', '\r']),
+            Part::Slot(_) => false,
+        });
+        if breaks {
             return Err("the URL holds a tab or a line break, which URL parsers drop".into());
         }
         let mut out = String::new();
@@ -127,6 +132,7 @@ impl Template {
                 ));
             }
         }
+        out.truncate(out.trim_end_matches(['\n', '\r']).len());
         Ok(out)
     }
 
@@ -147,6 +153,8 @@ impl Template {
                         State::Scheme => Component::Scheme,
                         // (after `http:` and any slashes, the host begins)
                         State::Colon | State::Slash | State::Authority => {
+                            // (the slashes before the host are behind it now)
+                            state = State::Authority;
                             authority.push((out.len(), ats));
                             Component::Host
                         }
@@ -343,6 +351,16 @@ mod tests {
             let err = fill_url(template, "US", "k", "evil.example").unwrap_err();
             assert!(err.contains("host"), "{template}: {err}");
         }
+        // A host placeholder, then the path: the next placeholder is in the path.
+        assert_eq!(
+            fill_url("https://{region}/{batch}/@me/{batch}", "eu-1", "k", "a/b").unwrap(),
+            "https://eu-1/a%2Fb/@me/a%2Fb"
+        );
+        // A YAML block scalar's final line break is no tab or line break inside.
+        assert_eq!(
+            fill_url("https://h/{batch}\n", "US", "k", "b").unwrap(),
+            "https://h/b"
+        );
         let err = fill_url("https:/\t/h/{batch}", "US", "k", "b").unwrap_err();
         assert!(err.contains("tab or a line break"), "{err}");
         // A backslash separates path segments too.

@@ -16,7 +16,8 @@ use crate::runner::Stop;
 use crate::timefmt::{fmt_duration, local_datetime};
 use crate::{Error, Result};
 
-/// The shortest block an upstream's refusal sets, whatever wait it gave.
+/// The block an upstream's refusal sets when its wait is nothing (never
+/// past the credential's longest window).
 const MIN_BLOCK: Duration = Duration::from_secs(5);
 
 impl JobRun<'_> {
@@ -268,7 +269,8 @@ impl JobRun<'_> {
             // (a wait of nothing, `Retry-After: 0` or a date already past,
             // still blocks a moment: the upstream has just refused, and the
             // run's next jobs on this credential would only meet the same)
-            Some(wait) => BlockEnd::After(wait.max(MIN_BLOCK)),
+            Some(wait) if wait.is_zero() => BlockEnd::After(MIN_BLOCK.min(longest)),
+            Some(wait) => BlockEnd::After(wait),
             None => BlockEnd::After(longest),
         }
     }
