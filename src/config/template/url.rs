@@ -351,11 +351,15 @@ mod tests {
             let err = fill_url(template, "US", "k", "evil.example").unwrap_err();
             assert!(err.contains("host"), "{template}: {err}");
         }
-        // A host placeholder, then the path: the next placeholder is in the path.
+        // A host placeholder, then the path: the next placeholder is in the
+        // path, and an `@` there is no userinfo's.
         assert_eq!(
-            fill_url("https://{region}/{batch}/@me/{batch}", "eu-1", "k", "a/b").unwrap(),
-            "https://eu-1/a%2Fb/@me/a%2Fb"
+            fill_url("https://{region}/{batch}", "eu-1", "k", "a/b").unwrap(),
+            "https://eu-1/a%2Fb"
         );
+        let t = Template::parse("https://{region}/@me/{batch}").unwrap();
+        use Component::{Host, Path};
+        assert_eq!(t.components(), [Path, Host, Path, Path]);
         // A YAML block scalar's final line break is no tab or line break inside.
         assert_eq!(
             fill_url("https://h/{batch}\n", "US", "k", "b").unwrap(),
