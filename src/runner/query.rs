@@ -4,16 +4,7 @@
 //! and a server that reads the first copy served page 1 on every page, each
 //! one charged. Parameters not set here keep their text exactly as written.
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use reqwest::Url;
-
-/// What `application/x-www-form-urlencoded` leaves as is (a space becomes
-/// `+`): the encoding `query_pairs_mut` gave these parameters before.
-const FORM: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'*')
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_');
 
 /// Set each `(name, value)` of `pairs`, in order, in `url`'s query: the
 /// first parameter of that name gets the value, any later one is dropped,
@@ -25,7 +16,7 @@ pub fn set_query(url: &mut Url, pairs: &[(&str, String)]) {
         .unwrap_or("")
         .split('&')
         .filter(|p| !p.is_empty())
-        .map(|p| (decode(p.split('=').next().unwrap_or("")), p.to_string()))
+        .map(|p| (name_of(p), p.to_string()))
         .collect();
     for (name, value) in pairs {
         let text = format!("{}={}", encode(name), encode(value));
@@ -45,15 +36,18 @@ pub fn set_query(url: &mut Url, pairs: &[(&str, String)]) {
     url.set_query((!query.is_empty()).then(|| query.join("&")).as_deref());
 }
 
+/// `application/x-www-form-urlencoded`, as `query_pairs_mut` gave these
+/// parameters before (a space is `+`).
 fn encode(s: &str) -> String {
-    // A `%20` can only be an encoded space: a `%` itself becomes `%25`.
-    utf8_percent_encode(s, FORM).to_string().replace("%20", "+")
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-fn decode(s: &str) -> String {
-    percent_decode_str(&s.replace('+', " "))
-        .decode_utf8_lossy()
-        .into_owned()
+/// A parameter's name, decoded.
+fn name_of(param: &str) -> String {
+    form_urlencoded::parse(param.as_bytes())
+        .next()
+        .map(|(name, _)| name.into_owned())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
