@@ -352,19 +352,24 @@ jobs:
         .unwrap()
     }
 
+    /// The first page's fill of job `j`'s region `o/r`.
+    fn fill(secret: &crate::config::Secret) -> Fill<'_> {
+        Fill {
+            region: "o/r",
+            secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        }
+    }
+
     #[test]
     fn a_token_that_is_a_number_is_followed_as_its_text() {
         let config = job("{ token: /next_cursor, param: cursor, max_pages: 5 }");
         let step = &config.jobs[0].steps[0];
         let secret = crate::config::Secret::new("SEKRET12".into());
-        let fill = Fill {
-            region: "o/r",
-            secret: &secret,
-            job: "j",
-            step: 0,
-            page: 0,
-            batch: "",
-        };
+        let fill = fill(&secret);
         let first = page_url(step, &fill, None).unwrap();
         let body = br#"{"data": [1], "next_cursor": 1374004777531007833}"#;
         let found = crate::runner::page_scan::scan(body, Some("/next_cursor")).unwrap();
@@ -382,14 +387,7 @@ jobs:
         let config = job("{ link: next, max_pages: 5 }");
         let step = &config.jobs[0].steps[0];
         let secret = crate::config::Secret::new("SEKRET".into());
-        let fill = Fill {
-            region: "o/r",
-            secret: &secret,
-            job: "j",
-            step: 0,
-            page: 0,
-            batch: "",
-        };
+        let fill = fill(&secret);
         let first = page_url(step, &fill, None).unwrap();
         assert_eq!(
             first.as_str(),

@@ -224,6 +224,16 @@ pub fn log_error(job: &str, e: &Error) {
     error!(job, "{e}");
 }
 
+/// `text` cut to at most `max` characters, `…` marking a cut: a token or
+/// a URL of megabytes would make a log line useless.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    let mut s: String = text.chars().take(max).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    s
+}
+
 pub(super) fn local_time_in(d: Duration) -> String {
     // (a wait past the calendar, which a store written by an older build
     // may still hold, is shown as such rather than overflow)

@@ -362,10 +362,7 @@ fn classify(
         return Answer::Transient(format!("HTTP {status}"));
     }
     let text = String::from_utf8_lossy(&body);
-    let mut excerpt: String = redact(&text, secrets).chars().take(EXCERPT).collect();
-    if text.chars().count() > EXCERPT {
-        excerpt.push('…');
-    }
+    let excerpt = super::report::cut(&redact(&text, secrets), EXCERPT);
     Answer::Refused {
         status: status.as_u16(),
         excerpt: excerpt.split_whitespace().collect::<Vec<_>>().join(" "),

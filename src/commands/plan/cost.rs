@@ -165,24 +165,13 @@ pub fn next_run(
         }
     }
     match observed {
-        Some(NextRun::Observes {
-            refused,
-            region,
-            step,
-            page,
-            pool,
-            per_seconds,
-            ..
-        }) => NextRun::Observes {
-            calls,
-            refused,
-            region,
-            step,
-            page,
-            pool,
-            per_seconds,
-        },
-        _ => NextRun::Fits { calls },
+        Some(mut o) => {
+            if let NextRun::Observes { calls: all, .. } = &mut o {
+                *all = calls;
+            }
+            o
+        }
+        None => NextRun::Fits { calls },
     }
 }
 

@@ -101,11 +101,7 @@ fn next_run(next: &NextRun, p: Paint) -> String {
             per_seconds,
         } => p.yellow(&format!(
             "would stop at {}step {step} page {page} after {}: the {} window of pool {pool} is full",
-            if region.is_empty() {
-                String::new()
-            } else {
-                format!("{region} ")
-            },
+            region_before(region),
             count(*calls, "call"),
             secs(*per_seconds)
         )),
@@ -125,11 +121,7 @@ fn next_run(next: &NextRun, p: Paint) -> String {
             "sends all {} (observe mode: the ledger stops nothing); {} would have been refused, from {}step {step} page {page} on: the {} window of pool {pool} is full",
             count(*calls, "call"),
             refused,
-            if region.is_empty() {
-                String::new()
-            } else {
-                format!("{region} ")
-            },
+            region_before(region),
             secs(*per_seconds)
         )),
     }
@@ -209,4 +201,13 @@ fn pacing(pool: &PoolPlan) -> String {
         pc.budget / pc.propose_limit,
         secs(pc.longest_seconds),
     )
+}
+
+/// "US " before a step and page, nothing for a job without regions.
+fn region_before(region: &str) -> String {
+    if region.is_empty() {
+        String::new()
+    } else {
+        format!("{region} ")
+    }
 }

@@ -53,7 +53,7 @@ impl JobRun<'_> {
                 .and_then(|r| sendable(&target).map(|()| r))
                 .map_err(|problem| Error::Upstream {
                     job: self.job.name.clone(),
-                    url: shorten(&shown_target),
+                    url: crate::runner::report::cut(&shown_target, 200),
                     problem,
                 })?;
             let (at, receipt, remaining) = match self.charge(step).await? {
@@ -240,14 +240,4 @@ pub(super) fn sendable(url: &reqwest::Url) -> std::result::Result<(), String> {
             url.as_str().len()
         )
     })
-}
-
-/// A URL as messages show it: at most 200 characters (a page token of
-/// megabytes would make the line useless).
-pub(super) fn shorten(shown: &str) -> String {
-    let mut s: String = shown.chars().take(200).collect();
-    if s.len() < shown.len() {
-        s.push('…');
-    }
-    s
 }

@@ -114,11 +114,7 @@ impl JobRun<'_> {
         Ok(match next {
             Next::Follow(_) if step.max_pages() <= page + 1 => None,
             Next::Follow(t) if !walked.insert(t.clone()) => {
-                let masked = redact(&t, &[&self.cred.secret]);
-                let mut shown: String = masked.chars().take(80).collect();
-                if shown.len() < masked.len() {
-                    shown.push('…');
-                }
+                let shown = crate::runner::report::cut(&redact(&t, &[&self.cred.secret]), 80);
                 let what = match step.paginate.as_ref().map(|p| &p.kind) {
                     Some(PageKind::Link | PageKind::NextUrl { .. }) => "URL",
                     _ => "token",
