@@ -715,3 +715,47 @@ fn calendar_windows_answer_alike_in_both_stores() {
         }
     });
 }
+
+/// A decision that records nothing (here, a blocked one) forgets no charge
+/// id: a resend that arrives after it, at an earlier time on its host's
+/// clock, is found in both stores (the property test above found the
+/// embedded store's blocked decisions deleting ids past the horizon of
+/// their own later time, where Redis's log still held them).
+#[test]
+fn a_blocked_decision_forgets_no_charge_id_in_either_store() {
+    let c = |dt_us, id: Option<u8>, backwards| Op::Charge {
+        dt_us,
+        a: 1,
+        b: None,
+        id,
+        backwards,
+        observe: false,
+    };
+    let ops = vec![
+        c(0, Some(2), false),
+        Op::Idle { secs: 57 },
+        c(1_000_000, None, false),
+        Op::Block {
+            dt_us: 500_000,
+            for_secs: 5,
+        },
+        c(1_500_000, Some(0), false), // blocked, at T0 + 60 s
+        c(0, Some(2), true),          // the first charge again, earlier
+    ];
+    let server = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
+    let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
+    let (r, e) = rt.block_on(async {
+        (
+            replay(&redis, "ids", (&UNITS, &SEARCH), &ops).await,
+            replay(&embedded, "ids", (&UNITS, &SEARCH), &ops).await,
+        )
+    });
+    let resend = &r[r.len() - 2];
+    assert!(resend.contains("duplicate: true"), "{r:?}");
+    for (step, (r, e)) in r.iter().zip(&e).enumerate() {
+        assert_eq!(r, e, "output {step} of {ops:?}");
+    }
+}

@@ -175,6 +175,7 @@ pub(super) fn decide(
         (row.serial, Vec::new())
     } else {
         prune(tx, c, now - visible)?;
+        forget_old_ids(tx, &c.credential, now)?;
         (row.serial + 1, record(tx, c, now)?)
     };
     if let Some((pool, _, _)) = &observed {
@@ -246,12 +247,7 @@ fn seen_before(
     now: Micros,
 ) -> Result<bool, StoreError> {
     let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
-    // A batch at a time; the lookup ignores the ids not deleted yet.
-    tx.prepare_cached(
-        "DELETE FROM charge_id WHERE rowid IN (SELECT rowid FROM charge_id
-         WHERE credential = ?1 AND at <= ?2 ORDER BY at LIMIT ?3)",
-    )?
-    .execute(params![credential, now - horizon, log::PRUNE_BATCH])?;
+    // (the lookup ignores the ids not deleted yet: see forget_old_ids)
     Ok(tx
         .query_row(
             "SELECT 1 FROM charge_id WHERE credential = ?1 AND id = ?2 AND at > ?3",
@@ -260,6 +256,25 @@ fn seen_before(
         )
         .optional()?
         .is_some())
+}
+
+/// Delete a batch of the ids past the horizon. Only a recorded call does,
+/// as only a recorded call trims `charge.lua`'s log: a decision that
+/// records nothing (a refusal, a block, a duplicate) writes nothing, so a
+/// resend that arrives later, at an earlier time on its own clock, is
+/// found in both stores alike.
+fn forget_old_ids(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    now: Micros,
+) -> Result<(), StoreError> {
+    let horizon = IDEMPOTENCY_HORIZON.as_micros() as Micros;
+    tx.prepare_cached(
+        "DELETE FROM charge_id WHERE rowid IN (SELECT rowid FROM charge_id
+         WHERE credential = ?1 AND at <= ?2 ORDER BY at LIMIT ?3)",
+    )?
+    .execute(params![credential, now - horizon, log::PRUNE_BATCH])?;
+    Ok(())
 }
 
 /// One window's sum: the units used in it, and the running total just
