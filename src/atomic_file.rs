@@ -16,7 +16,9 @@
 //!
 //! Files are created with [`file_mode`] (0640 unless `QUOTA_FILE_MODE` says
 //! otherwise), less the process's umask: API responses are not readable by
-//! every user of the host.
+//! every user of the host. Folders are created with [`folder_mode`] (0750),
+//! not the umask's 0777: under umask 000 another user could otherwise move
+//! the ledger aside or plant a page file ([`create_folder`]).
 //!
 //! Two ways to give the file its name: [`write_atomically`] replaces what
 //! was there (the history), [`write_new`] never does (pages: a page file,
@@ -24,7 +26,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -65,6 +67,35 @@ fn parse_mode(value: Option<&std::ffi::OsStr>) -> Result<u32, String> {
         ));
     }
     Ok(mode)
+}
+
+/// The mode of the folders quota creates for files of `file_mode`: the
+/// same bits, plus search (x) wherever read is given: 0750 for 0640, 0700
+/// for 0600, 0755 for 0644.
+pub fn folder_mode(file_mode: u32) -> u32 {
+    file_mode | (file_mode & 0o444) >> 2
+}
+
+/// Create the folder `dir` and any missing parents with [`folder_mode`] of
+/// [`file_mode`] (less the umask, which only ever takes bits away). A folder
+/// that exists keeps its mode (the operator's choice); one that every user
+/// may write to is warned about, as anyone could move the files in it
+/// aside or plant one.
+pub fn create_folder(dir: &Path) -> std::io::Result<()> {
+    let mode = folder_mode(file_mode().unwrap_or(DEFAULT_FILE_MODE));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)?;
+    let found = fs::metadata(dir)?.permissions().mode();
+    if found & 0o002 != 0 {
+        tracing::warn!(
+            "{} is writable by every user (mode {:04o}): another user can move quota's files there aside or plant one; chmod o-w it",
+            dir.display(),
+            found & 0o7777
+        );
+    }
+    Ok(())
 }
 
 /// Write `bytes` to `dir/name` atomically, replacing any file of that name,
@@ -270,6 +301,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = write_new(dir.path(), "j", "p.json", b"{}", 0o600).unwrap();
         assert_eq!(fs::metadata(p).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn folders_get_search_wherever_files_get_read() {
+        assert_eq!(folder_mode(0o640), 0o750);
+        assert_eq!(folder_mode(0o600), 0o700);
+        assert_eq!(folder_mode(0o644), 0o755);
+        assert_eq!(folder_mode(0o660), 0o770);
     }
 
     #[test]

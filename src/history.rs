@@ -127,7 +127,7 @@ impl History {
     pub fn save(&self) {
         let Some(path) = &self.path else { return };
         let Some(dir) = path.parent() else { return };
-        let _ = std::fs::create_dir_all(dir);
+        let _ = crate::atomic_file::create_folder(dir);
         let text = serde_json::to_string_pretty(&self.seen).unwrap_or_default();
         // `+history`: no job's temporary files, whatever the jobs are called.
         let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);

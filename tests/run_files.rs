@@ -245,8 +245,70 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
             .contains("QUOTA_FILE_MODE=0755: only read and write bits may be given"),
         "{r:?}"
     );
+    // Found before anything is made: no store file, no folder.
+    assert!(!d.path().join("ledger.sqlite3").exists(), "{r:?}");
+    assert!(!d.path().join("state").exists(), "{r:?}");
     assert!(up.seen().is_empty(), "{:?}", up.seen());
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
+}
+
+/// Under umask 000 the folders quota creates (the output folder and its
+/// parent, the store's folder, the history's) were 0777: another user could
+/// move the ledger aside (the next run starts with the full budget) or
+/// plant a page file. They are 0750 (0700 for `QUOTA_FILE_MODE=0600`)
+/// whatever the umask; a folder that exists keeps its mode, and one every
+/// user may write to is warned about.
+#[test]
+fn folders_are_not_writable_by_others_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let umask = ["bash", "-c", "umask 000 && exec \"$0\" \"$@\""];
+    for (file_mode, want) in [(None, 0o750), (Some("0600"), 0o700)] {
+        let up = Standin::start(&["--pages", "1"]);
+        let d = Deployment::new("");
+        let job = videos_job("trending", "main", &["US"], 1, &up.base());
+        let store = format!(
+            "embedded:{}",
+            d.path().join("store/ledger.sqlite3").display()
+        );
+        d.write(&deployment_yaml(&store, WIDE, "fail_closed", &[job]));
+        let mut cmd = d.cmd_via(&umask, &["run"]);
+        if let Some(m) = file_mode {
+            cmd.env("QUOTA_FILE_MODE", m);
+        }
+        let r = crate::common::deployment::run(&mut cmd);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(!r.stderr.contains("writable by every user"), "{r:?}");
+        for folder in ["out", "out/trending", "store", "state", "state/quota"] {
+            assert_eq!(
+                mode(&d.path().join(folder)),
+                want,
+                "{folder} with QUOTA_FILE_MODE={file_mode:?}"
+            );
+        }
+    }
+
+    let up = Standin::start(&["--pages", "1"]);
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let out = d.path().join("out/trending");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = crate::common::deployment::run(&mut d.cmd_via(&umask, &["run"]));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!(
+            "{} is writable by every user (mode 0777)",
+            out.display()
+        )),
+        "{r:?}"
+    );
+    assert_eq!(mode(&out), 0o777, "an existing folder keeps its mode");
 }
 
 /// In a folder that others can write to, someone plants symlinks under the

@@ -39,10 +39,12 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
     runtime.block_on(async move {
         match cli.command {
             Command::Charge(ref args) => {
+                file_mode_checked()?;
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 charge::execute(&config, &store, args).await
             }
             Command::Exec(ref args) => {
+                file_mode_checked()?;
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 charge::exec::execute(&config, &store, args).await
             }
@@ -58,6 +60,7 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             }
             Command::Man => man::execute(),
             Command::Unblock { ref credential } => {
+                file_mode_checked()?;
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 unblock::execute(&config, &store, credential).await
             }
@@ -73,7 +76,9 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
                 // Recorded from the start, so that a configuration error
                 // (78) still writes its outcome to --metrics-file.
                 let mut outcome = run::outcome::RunOutcome::start();
-                let result = match configured(&cli, Secrets::Read) {
+                let result = match file_mode_checked()
+                    .and_then(|()| configured(&cli, Secrets::Read))
+                {
                     Ok((config, store)) => run::execute(&config, &store, args, &mut outcome).await,
                     Err(e) => Err(e),
                 };
@@ -81,6 +86,14 @@ pub fn dispatch(cli: Cli) -> Result<u8> {
             }
         }
     })
+}
+
+/// A wrong `QUOTA_FILE_MODE` (exit 2), found before a command that may
+/// create a file (the store, its folder, a page, the history) creates any.
+fn file_mode_checked() -> Result<()> {
+    crate::atomic_file::file_mode()
+        .map(|_| ())
+        .map_err(Error::Usage)
 }
 
 /// The configuration file `-c` names (else `$QUOTA_CONFIG`, else

@@ -96,7 +96,7 @@ pub struct Prepared {
 /// (the run holds the job's lock, so no other run of it is writing), remove
 /// the temporary files a killed run of `job` left there: its own only.
 pub fn prepare(dir: &Path, job: &str, clean: bool) -> std::io::Result<Prepared> {
-    fs::create_dir_all(dir)?;
+    crate::atomic_file::create_folder(dir)?;
     let mut found = Prepared::default();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;

@@ -78,7 +78,7 @@ impl EmbeddedLedger {
     /// Open (creating if needed) the store file at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            crate::atomic_file::create_folder(dir).map_err(|e| {
                 StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
