@@ -467,11 +467,18 @@ fn exec_until_ready(d: &Deployment, script: &str, ready: &Path) -> std::process:
     child
 }
 
+/// Every signal that would end `quota` reaches the command, and `quota`
+/// exits with the command's code once it has finished: SIGUSR1, SIGUSR2,
+/// SIGQUIT and SIGALRM used to kill `quota` and leave the command running,
+/// orphaned, without the signal.
 #[test]
 fn exec_passes_stop_signals_on_to_the_command() {
     let d = Deployment::new("");
-    d.write(&config(&embedded_store(&d), "{ limit: 10, per: 1h }"));
-    for (sig, name) in [("-TERM", "TERM"), ("-INT", "INT"), ("-HUP", "HUP")] {
+    d.write(&config(&embedded_store(&d), "{ limit: 20, per: 1h }"));
+    // (40: a real-time signal, SIGRTMIN+6 under glibc.)
+    for name in ["TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "40"] {
+        let sig = format!("-{name}");
+        let sig = sig.as_str();
         let ready = d.path().join(format!("ready-{name}"));
         let got = d.path().join(format!("got-{name}"));
         // The command notes the signal and exits 7: only a forwarded

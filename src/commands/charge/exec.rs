@@ -1,15 +1,17 @@
 //! `quota exec CREDENTIAL --cost … -- COMMAND [ARG]…`: charge, then run the
 //! command as a child and exit with its exit code, so that any program (a
 //! curl, a vendor SDK's CLI) spends under the ledger without learning
-//! about it. Refused, the command is not run (75); the stop signals that
-//! reach `quota` (SIGINT, SIGTERM, SIGHUP) are passed on to the command.
+//! about it. Refused, the command is not run (75); the signals that reach
+//! `quota` and would end it (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1…) are
+//! passed on to the command, whose exit is `quota`'s.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 use rustix::process::{Pid, Signal as Sig, kill_process};
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::{DEFAULT_ENDPOINT_EXEC, Request, decide, open, report};
@@ -34,7 +36,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &ExecArgs)
 }
 
 /// Run `command` (program and arguments) with this process's standard
-/// streams and environment, passing stop signals on; its exit code, or
+/// streams and environment, passing signals on (see [`FORWARDED`]); its exit code, or
 /// 128 + N when signal N killed it.
 async fn run(command: &[OsString]) -> Result<u8> {
     let (program, args) = command
@@ -42,7 +44,7 @@ async fn run(command: &[OsString]) -> Result<u8> {
         .expect("clap requires a command after --");
     // Listening before the child exists: a signal that arrives as it
     // starts is passed on, not taken by this process's default action.
-    let mut signals = StopSignals::listen()?;
+    let mut signals = Passed::listen()?;
     let mut child = tokio::process::Command::new(program)
         .args(args)
         .spawn()
@@ -79,35 +81,64 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// The stop signals `quota exec` passes on to its command.
-struct StopSignals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
+/// The signals `quota exec` passes on to its command: every one whose
+/// default action would end `quota` and that a process may catch, the
+/// real-time ones included. Any other would kill `quota` and leave the
+/// command running, orphaned (SIGUSR1 did). Not passed on: SIGPIPE (which
+/// Rust ignores; a closed stderr of `quota`'s must not kill the command),
+/// SIGCHLD (the runtime's own), and the job-control signals (SIGTSTP, SIGCONT…),
+/// which leave a process alive and reach a terminal's whole process group.
+const FORWARDED: [Sig; 15] = [
+    Sig::HUP,
+    Sig::INT,
+    Sig::QUIT,
+    Sig::USR1,
+    Sig::USR2,
+    Sig::ALARM,
+    Sig::TERM,
+    Sig::STKFLT,
+    Sig::XCPU,
+    Sig::XFSZ,
+    Sig::VTALARM,
+    Sig::PROF,
+    Sig::IO,
+    Sig::POWER,
+    Sig::SYS,
+];
+
+/// The signals that reach `quota` while its command runs, in order.
+struct Passed {
+    received: mpsc::UnboundedReceiver<Sig>,
 }
 
-impl StopSignals {
+impl Passed {
+    /// Listen for every signal of [`FORWARDED`] and every real-time one
+    /// (`SIGRTMIN` to `SIGRTMAX`, those the C library leaves to programs).
     fn listen() -> Result<Self> {
-        let on = |kind| {
-            signal(kind).map_err(|source| Error::Process {
-                what: "listen for signals",
-                source,
-            })
-        };
-        Ok(Self {
-            int: on(SignalKind::interrupt())?,
-            term: on(SignalKind::terminate())?,
-            hup: on(SignalKind::hangup())?,
-        })
+        let (tx, received) = mpsc::unbounded_channel();
+        // SAFETY: SIGRTMIN() to SIGRTMAX() are the real-time signals the C
+        // library leaves free for programs (its own lie below SIGRTMIN()).
+        let realtime =
+            (libc::SIGRTMIN()..=libc::SIGRTMAX()).map(|n| unsafe { Sig::from_raw_unchecked(n) });
+        for sig in FORWARDED.into_iter().chain(realtime) {
+            let mut stream =
+                signal(SignalKind::from_raw(sig.as_raw())).map_err(|source| Error::Process {
+                    what: "listen for signals",
+                    source,
+                })?;
+            let tx = tx.clone();
+            tokio::spawn(
+                async move { while stream.recv().await.is_some() && tx.send(sig).is_ok() {} },
+            );
+        }
+        Ok(Self { received })
     }
 
-    /// The next stop signal to arrive.
+    /// The next signal to arrive.
     async fn recv(&mut self) -> Sig {
-        tokio::select! {
-            Some(()) = self.int.recv() => Sig::INT,
-            Some(()) = self.term.recv() => Sig::TERM,
-            Some(()) = self.hup.recv() => Sig::HUP,
-            else => std::future::pending().await,
+        match self.received.recv().await {
+            Some(sig) => sig,
+            None => std::future::pending().await,
         }
     }
 }
