@@ -273,6 +273,18 @@ const CASES: &[Case] = &[
         expect: &["credentials.main.pools.units[0].limit", "invalid type"],
     },
     Case {
+        // Its pages could take the names of job `trending`'s, region
+        // `r000001.X`… (job names are the part before the run number).
+        name: "job name with a run number in it",
+        from: "\n  trending:\n",
+        to: "\n  trending.r000001.X:\n",
+        expect: &[
+            "jobs.trending.r000001.X",
+            "its part '.r000001' reads as a run number in page file names",
+            "'trending.run000001.X'",
+        ],
+    },
+    Case {
         name: "empty file",
         from: "",
         to: "",

@@ -8,6 +8,8 @@
 //! `trending.r000042.US.s0.p000001.json` (no region part for a job without
 //! regions; a region's characters other than letters, digits, `.`, `_`
 //! and `-` percent-encoded, so `rust-lang/rust` is `rust-lang%2Frust`).
+//! No job name has a part `.rDIGITS` (refused by validation), so a page's
+//! name says which job's it is: the part before the first `.rDIGITS.`.
 //! Temporary files are `.JOB~NAME~RANDOM.tmp`, created
 //! exclusively (see [`crate::atomic_file`]); a later run of the same job,
 //! holding the job's lock, removes any that a killed run left, and never

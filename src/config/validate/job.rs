@@ -14,6 +14,15 @@ impl Validator<'_> {
     ) -> Result<Job> {
         let at = format!("jobs.{name}");
         self.name(&at, &name)?;
+        if let Some(part) = run_like_part(&name) {
+            return Err(self.err(
+                at,
+                format!(
+                    "'{name}' cannot be a job's name: its part '.{part}' reads as a run number in page file names (JOB.rRUN.REGION.sSTEP.pPAGE.json), so another job's pages could take the same names: rename it (say, to '{}')",
+                    name.replacen(&format!(".{part}"), &format!(".run{}", &part[1..]), 1)
+                ),
+            ));
+        }
         let credential = credentials
             .iter()
             .position(|c| c.name == raw.credential)
@@ -206,5 +215,38 @@ impl Validator<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The first part of a job's name, after its first, that is `r` and digits
+/// only (`A.r000001.X`'s `r000001`): such a name makes page names that
+/// another job's may equal (job `A`, region `X.r000001.Y` and job
+/// `A.r000001.X`, region `Y`, both `A.r000001.X.r000001.Y.…`). Without one,
+/// a page name's job is the part before its first `.rDIGITS.`.
+fn run_like_part(job: &str) -> Option<&str> {
+    job.split('.').skip(1).find(|part| {
+        part.strip_prefix('r')
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_like_part;
+
+    #[test]
+    fn a_part_that_reads_as_a_run_number_is_found() {
+        assert_eq!(run_like_part("A.r000001.X"), Some("r000001"));
+        assert_eq!(run_like_part("feed.r2"), Some("r2"));
+        for ok in [
+            "r000001",
+            "r1.feed",
+            "feed.r2d2",
+            "feed.run1",
+            "feed.r",
+            "feed.reddit",
+        ] {
+            assert_eq!(run_like_part(ok), None, "{ok}");
+        }
     }
 }
