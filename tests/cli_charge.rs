@@ -175,6 +175,11 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
                 "'-1' is not a positive whole number",
             ),
             (
+                // Rust's own parse took a leading '+'.
+                vec!["charge", "main", "--cost", "units=+1"],
+                "'+1' is not a positive whole number",
+            ),
+            (
                 vec!["charge", "main", "--cost", "units=x"],
                 "'x' is not a positive whole number",
             ),
@@ -534,4 +539,45 @@ fn tags_show_who_spent_in_status() {
         let r = charge(d, &["--cost", "units=1", "--job", "a\tb"]);
         assert_eq!(r.code, 2, "{kind}: a tag no report could show: {r:?}");
     });
+}
+
+/// A tag is at most 64 characters (a 5,000-character one was recorded and
+/// shown); past 100 distinct tags of a kind on a credential, `status`
+/// warns, whatever its format, as each is a series of its OpenMetrics.
+#[test]
+fn tags_are_bounded_and_many_of_them_are_warned_about() {
+    let d = Deployment::new("");
+    d.write(&config(&embedded_store(&d), "{ limit: 1000, per: 1h }"));
+    let long = "é".repeat(65);
+    for flag in ["--job", "--endpoint"] {
+        let r = charge(&d, &["--cost", "units=1", flag, &long]);
+        assert_eq!(r.code, 2, "{flag}: {r:?}");
+        assert!(
+            r.stderr.contains(&format!(
+                "{flag}: a tag of 65 characters is too long: at most 64"
+            )),
+            "{r:?}"
+        );
+        let r = d.quota(&[
+            "exec", "main", "--cost", "units=1", flag, &long, "--", "true",
+        ]);
+        assert_eq!(r.code, 2, "{flag}: {r:?}");
+    }
+    assert_eq!(window(&d, "units")["used"], 0);
+    let r = charge(&d, &["--cost", "units=1", "--job", &"é".repeat(64)]);
+    assert_eq!(r.code, 0, "{r:?}");
+
+    let warning = "distinct job tags in the windows of credential main (more than 100)";
+    for i in 1..=100 {
+        let r = charge(&d, &["--cost", "units=1", "--job", &format!("item-{i}")]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    // 101 tags: one is the long one.
+    let r = d.quota(&["status", "--format", "openmetrics"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains(&format!("101 {warning}")), "{r:?}");
+    assert!(!r.stdout.contains(warning), "stdout stays metrics only");
+    assert!(!r.stderr.contains("endpoint tags"), "{r:?}");
+    let r = d.quota(&["status", "solo"]);
+    assert!(!r.stderr.contains(warning), "{r:?}");
 }

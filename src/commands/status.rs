@@ -23,9 +23,10 @@ use super::table::{Paint, emit};
 use crate::cli::{StatusArgs, StatusFormat};
 use crate::config::Config;
 use crate::history::LostLog;
-use crate::ledger::{At, CredentialUsage, Store, StoreError, StoreLocation};
+use crate::ledger::{At, CredentialUsage, Store, StoreError, StoreLocation, WindowUsage};
 use crate::runner::cursor::Cursor;
 use crate::{Error, Result};
+use tracing::warn;
 
 /// One credential's report: its usage and its jobs' cursors.
 pub struct CredentialReport {
@@ -68,6 +69,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArg
         }
         None => nothing_charged(config, &credentials),
     };
+    warn_many_tags(&reports);
     let header = StoreHeader {
         store: store_desc,
         exists: store.is_some(),
@@ -84,6 +86,36 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArg
                 on: super::colour_on_stdout(),
             };
             emit(&render(&header, &reports, paint))
+        }
+    }
+}
+
+/// More distinct tags of one kind than this in a credential's windows is
+/// warned about: each is a row of `status` per window and a series of its
+/// OpenMetrics (300 `--job` tags made 1,279 lines).
+pub const MANY_TAGS: usize = 100;
+
+/// Warn (on stderr, whatever the format) about each credential whose
+/// windows hold more than [`MANY_TAGS`] distinct job or endpoint tags.
+fn warn_many_tags(reports: &[CredentialReport]) {
+    type Tags = fn(&WindowUsage) -> &std::collections::BTreeMap<String, u64>;
+    let kinds: [(&str, Tags); 2] = [("job", |w| &w.by_job), ("endpoint", |w| &w.by_endpoint)];
+    for r in reports {
+        for (kind, tags) in kinds {
+            let distinct: std::collections::BTreeSet<&String> = r
+                .usage
+                .pools
+                .iter()
+                .flat_map(|p| &p.windows)
+                .flat_map(|w| tags(w).keys())
+                .collect();
+            if distinct.len() > MANY_TAGS {
+                warn!(
+                    "{} distinct {kind} tags in the windows of credential {} (more than {MANY_TAGS}): each is a row of status and a series of its OpenMetrics; give --{kind} the kind of work, not a run or an item",
+                    distinct.len(),
+                    r.usage.credential
+                );
+            }
         }
     }
 }

@@ -54,11 +54,13 @@ pub fn parse(config: &Config, cred: &Credential, values: &[String]) -> Result<Ve
                 pool_names(cred)
             )));
         };
-        let units = match units.parse::<u64>() {
-            Ok(n) if n > MAX_UNITS => {
+        // Digits only: Rust's parse also takes a leading '+'.
+        let digits = !units.is_empty() && units.bytes().all(|b| b.is_ascii_digit());
+        let units = match units.parse::<u64>().ok().filter(|_| digits) {
+            Some(n) if n > MAX_UNITS => {
                 return Err(err(format!("pool {pool_name}: {}", units_too_large(n))));
             }
-            Ok(n) if n > 0 => n,
+            Some(n) if n > 0 => n,
             _ => {
                 return Err(err(format!(
                     "pool {pool_name}: '{units}' is not a positive whole number of units"

@@ -27,6 +27,11 @@ use crate::{Error, Result};
 pub const DEFAULT_ENDPOINT_CHARGE: &str = "charge";
 pub const DEFAULT_ENDPOINT_EXEC: &str = "exec";
 
+/// The most characters a `--job` or `--endpoint` tag may take, as a job's
+/// or an endpoint's name in the file: every tag is a row of `status` and a
+/// label of its OpenMetrics, for as long as the log keeps the charge.
+pub const MAX_TAG_CHARS: usize = 64;
+
 /// A charge read from the command line and checked against the configuration.
 pub struct Request<'a> {
     pub cred: &'a Credential,
@@ -78,6 +83,12 @@ impl<'a> Request<'a> {
                 return Err(Error::Usage(format!(
                     "{flag}: '{}' is not a name: it must be non-empty, without control characters",
                     tag.escape_debug()
+                )));
+            }
+            let chars = tag.chars().count();
+            if chars > MAX_TAG_CHARS {
+                return Err(Error::Usage(format!(
+                    "{flag}: a tag of {chars} characters is too long: at most {MAX_TAG_CHARS}"
                 )));
             }
         }
