@@ -4,6 +4,7 @@
 //! cron, JSON lines with `--log-format json`. `-v`/`-q` set the level unless
 //! `RUST_LOG` is given.
 
+use std::borrow::Cow;
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 
@@ -58,5 +59,50 @@ pub fn stderr_is_journal() -> bool {
     match std::fs::metadata("/proc/self/fd/2") {
         Ok(m) => dev.parse() == Ok(m.dev()) && ino.parse() == Ok(m.ino()),
         Err(_) => false,
+    }
+}
+
+/// `text` from elsewhere (an upstream's body, a token) made safe to show on
+/// a terminal: line breaks and tabs become spaces, and every other control
+/// character and each bidirectional control (U+202E RIGHT-TO-LEFT OVERRIDE
+/// and its kind, which reorder what follows them on screen) is written as
+/// Rust writes it, `\u{202e}`. An upstream can then neither move the
+/// cursor, recolour the terminal nor make a line read backwards.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if hidden(c) => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A character a terminal acts on rather than shows as itself.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{2028}' | '\u{2029}'
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_and_bidi_characters_are_escaped() {
+        assert_eq!(printable("plain café ✓"), "plain café ✓");
+        assert_eq!(
+            printable("a\u{202e}b\u{2066}c\u{200f}\x1b[31md\u{7}e\u{9b}"),
+            "a\\u{202e}b\\u{2066}c\\u{200f}\\u{1b}[31md\\u{7}e\\u{9b}"
+        );
+        assert_eq!(printable("line\nbreak\ttab"), "line break tab");
     }
 }

@@ -213,3 +213,61 @@ fn every_bad_request_or_pagination_key_exits_78_naming_file_and_field() {
     d.assert_each_edit_exits_78(&good, cases);
     assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
 }
+
+/// A server of one answer: every request gets HTTP `status` with `body`.
+fn answering(status: &'static str, body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    base
+}
+
+/// An upstream's error text reaches the log with its control and
+/// bidirectional characters escaped: a U+202E RIGHT-TO-LEFT OVERRIDE made
+/// the rest of the line read backwards, an ESC recoloured the terminal.
+#[test]
+fn upstream_text_reaches_the_terminal_escaped() {
+    use crate::common::deployment::{
+        Deployment, WIDE, deployment_yaml, embedded_store, videos_job,
+    };
+    let base = answering(
+        "400 Bad Request",
+        "{\"error\": {\"message\": \"evil\u{202e}txt \u{1b}[31mred\u{2066}\"}}",
+    );
+    let d = Deployment::new("");
+    let job = videos_job("trending", "main", &["US"], 1, &base);
+    d.write(&deployment_yaml(
+        &embedded_store(&d),
+        WIDE,
+        "fail_closed",
+        &[job],
+    ));
+    let r = d.quota(&["run"]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("evil\\u{202e}txt \\u{1b}[31mred\\u{2066}"),
+        "{r:?}"
+    );
+    for raw in ['\u{202e}', '\u{1b}', '\u{2066}'] {
+        assert!(!r.all().contains(raw), "{raw:?} unescaped: {r:?}");
+    }
+}
