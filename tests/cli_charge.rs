@@ -581,3 +581,21 @@ fn tags_are_bounded_and_many_of_them_are_warned_about() {
     let r = d.quota(&["status", "solo"]);
     assert!(!r.stderr.contains(warning), "{r:?}");
 }
+
+/// A wrong `QUOTA_FILE_MODE` stops `charge` and `exec` (exit 2) before the
+/// store file is made: `charge` used to create it with the default mode.
+#[test]
+fn a_wrong_file_mode_stops_before_the_store_is_made() {
+    let d = Deployment::new("");
+    d.write(&config(&embedded_store(&d), HOURLY_3));
+    for args in [
+        &["charge", "main", "--cost", "units=1"][..],
+        &["exec", "main", "--cost", "units=1", "--", "true"],
+    ] {
+        let r = crate::common::deployment::run(d.cmd(args).env("QUOTA_FILE_MODE", "0777"));
+        assert_eq!(r.code, 2, "{args:?}: {r:?}");
+        assert!(r.stderr.contains("QUOTA_FILE_MODE=0777: "), "{r:?}");
+        assert!(!d.path().join("ledger.sqlite3").exists(), "{args:?}");
+        assert!(!d.path().join("state").exists(), "{args:?}");
+    }
+}
