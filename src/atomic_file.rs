@@ -79,8 +79,8 @@ pub fn folder_mode(file_mode: u32) -> u32 {
 /// Create the folder `dir` and any missing parents with [`folder_mode`] of
 /// [`file_mode`] (less the umask, which only ever takes bits away). A folder
 /// that exists keeps its mode (the operator's choice); one that every user
-/// may write to is warned about, as anyone could move the files in it
-/// aside or plant one.
+/// may write to is warned about (once per process), as anyone could move
+/// the files in it aside or plant one.
 pub fn create_folder(dir: &Path) -> std::io::Result<()> {
     let mode = folder_mode(file_mode().unwrap_or(DEFAULT_FILE_MODE));
     std::fs::DirBuilder::new()
@@ -88,7 +88,10 @@ pub fn create_folder(dir: &Path) -> std::io::Result<()> {
         .mode(mode)
         .create(dir)?;
     let found = fs::metadata(dir)?.permissions().mode();
-    if found & 0o002 != 0 {
+    static WARNED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+    if found & 0o002 != 0 && !warned.iter().any(|d| d == dir) {
+        warned.push(dir.to_path_buf());
         tracing::warn!(
             "{} is writable by every user (mode {:04o}): another user can move quota's files there aside or plant one; chmod o-w it",
             dir.display(),
