@@ -69,22 +69,23 @@ pub fn stderr_is_journal() -> bool {
 /// Rust writes it, `\u{202e}`. An upstream can then neither move the
 /// cursor, recolour the terminal nor make a line read backwards.
 pub fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(hidden) {
+    if !text.chars().any(is_hidden) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);
     for c in text.chars() {
         match c {
             '\n' | '\r' | '\t' => out.push(' '),
-            c if hidden(c) => out.extend(c.escape_unicode()),
+            c if is_hidden(c) => out.extend(c.escape_unicode()),
             c => out.push(c),
         }
     }
     Cow::Owned(out)
 }
 
-/// A character a terminal acts on rather than shows as itself.
-fn hidden(c: char) -> bool {
+/// A character a terminal acts on rather than shows as itself: a control
+/// character or a bidirectional control.
+pub fn is_hidden(c: char) -> bool {
     c.is_control()
         || matches!(
             c,

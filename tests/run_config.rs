@@ -273,6 +273,13 @@ const CASES: &[Case] = &[
         expect: &["credentials.main.pools.units[0].limit", "invalid type"],
     },
     Case {
+        // It would make the log lines that name it read backwards.
+        name: "region with a bidirectional control",
+        from: "regions: [US, GB]",
+        to: "regions: [US, \"G\\u202eB\"]",
+        expect: &["jobs.trending.regions[1]", "bidirectional"],
+    },
+    Case {
         // Its pages could take the names of job `trending`'s, region
         // `r000001.X`… (job names are the part before the run number).
         name: "job name with a run number in it",

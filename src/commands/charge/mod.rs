@@ -79,9 +79,9 @@ impl<'a> Request<'a> {
             .clone()
             .unwrap_or_else(|| default_endpoint.to_string());
         for (flag, tag) in [("--endpoint", &endpoint), ("--job", &spec.job)] {
-            if tag.is_empty() || tag.chars().any(char::is_control) {
+            if tag.is_empty() || tag.chars().any(crate::logging::is_hidden) {
                 return Err(Error::Usage(format!(
-                    "{flag}: '{}' is not a name: it must be non-empty, without control characters",
+                    "{flag}: '{}' is not a name: it must be non-empty, without control or bidirectional characters",
                     tag.escape_debug()
                 )));
             }

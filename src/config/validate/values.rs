@@ -54,8 +54,8 @@ impl Validator<'_> {
     pub(super) fn region(&self, field: &str, r: &str) -> Result<()> {
         let why = if r.is_empty() {
             "a region must not be empty"
-        } else if r.chars().any(char::is_control) {
-            "a region must not hold control characters (line breaks, tabs, …)"
+        } else if r.chars().any(crate::logging::is_hidden) {
+            "a region must not hold control characters (line breaks, tabs, …) or bidirectional ones (U+202E …)"
         } else if crate::runner::output::encode_region(r).len() > 150 {
             "too long: a region takes at most 150 bytes once percent-encoded for file names"
         } else {
