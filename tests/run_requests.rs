@@ -213,3 +213,53 @@ fn every_bad_request_or_pagination_key_exits_78_naming_file_and_field() {
     d.assert_each_edit_exits_78(&good, cases);
     assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
 }
+
+/// A one-region job `name` whose one step asks `url` (the key in `query`).
+fn get_job(name: &str, url: &str) -> String {
+    format!(
+        r#"  {name}:
+    credential: main
+    regions: [GB]
+    steps:
+      - endpoint: api
+        request:
+          url: "{url}"
+          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
+    output: out/{name}
+"#
+    )
+}
+
+/// An upstream that compresses its answers although `quota` did not ask
+/// (RFC 9110 lets it): each coding is decoded and the pages are the JSON
+/// it sent; a compression bomb is bounded by `max_body` decoded, refused
+/// once, not retried.
+#[test]
+fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        let up = Standin::start(&["--pages", "2", "--items", "2", "--encode", coding]);
+        let d = api_deployment(&get_job("j", &format!("{}/youtube/v3/videos", up.base())));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{coding}: {r:?}");
+        assert_eq!(up.seen().len(), 2, "{coding}");
+        let files = d.outputs("j");
+        assert_eq!(files.len(), 2, "{coding}: {files:?}");
+        let page: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("out/j").join(&files[1])).unwrap())
+                .unwrap();
+        assert_eq!(page["items"][1]["id"], "GB01001", "{coding}");
+    }
+    // 16 MiB of JSON, gzipped to about 16 KiB, under a 64 KiB cap.
+    let up = Standin::start(&[]);
+    let d = api_deployment(&get_job(
+        "bomb",
+        &format!("{}/odd/bomb/16777216", up.base()),
+    ));
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    d.write(&yaml.replace("http: { ", "http: { max_body: 64KiB, "));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("past http.max_body, 64 KiB"), "{r:?}");
+    assert_eq!(up.seen().len(), 1, "not retried");
+}

@@ -178,6 +178,8 @@ pub async fn send(
     } else {
         max_body.min(ERROR_BODY)
     };
+    // (a compressed body is decoded as it streams in, and has no declared
+    // size then: `max_body` bounds what it decodes to)
     let declared = resp.content_length();
     if status.is_success()
         && let Some(n) = declared.filter(|n| *n > max_body)
