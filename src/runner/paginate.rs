@@ -24,7 +24,9 @@ pub enum Next {
     Follow(String),
     /// The walk is over; with a note when it ended for an odd reason.
     End(Option<String>),
-    /// The next page is elsewhere and is not followed: why, redacted.
+    /// The next page is elsewhere and is not followed, or this page's
+    /// request was refused for itself: why, redacted. The region ends with
+    /// an error.
     Refused(String),
 }
 

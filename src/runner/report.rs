@@ -140,7 +140,9 @@ pub struct JobReport {
     pub observed_rejections: u64,
     pub regions_done: usize,
     /// Regions whose walk ended with an error (a next page on another
-    /// origin): the run went on with the others, and exits 1.
+    /// origin, a request the upstream refused for itself), and fan-out
+    /// batches skipped so (`REGION step S batch K`): the run went on with
+    /// the others, and exits 1.
     pub failed_regions: Vec<String>,
     pub regions_total: usize,
     pub pages: u64,

@@ -209,6 +209,16 @@ pub async fn send(
     }
 }
 
+/// Whether a 4xx refuses the one request it answers rather than every
+/// request (401, 403 and the rest): 400, 404, 410, 422. When the request
+/// carries what the upstream gave (a page token, a next link, a batch of
+/// its values: an expired token, a batch it rejects), only that region or
+/// batch ends; one made from the file alone stops the job, as the file
+/// (or the key) is what to fix and every region would meet the same.
+pub fn refused_for_itself(status: u16) -> bool {
+    matches!(status, 400 | 404 | 410 | 422)
+}
+
 /// Read a body as it streams in, at most `limit` bytes; `true` when there
 /// was more (the rest is not read: the connection is dropped). Memory is
 /// the body itself: the buffer grows by doubling, never beyond `limit`.
