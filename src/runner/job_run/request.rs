@@ -21,8 +21,9 @@ use crate::{Error, Result};
 pub(super) enum Fetched {
     /// A page: its body, what it holds at the pagination's pointer, its `Link`.
     Page(PageAnswer),
-    /// The upstream refused this request for itself: why, the request
-    /// named (redacted). Its region (or batch) ends; the others go on.
+    /// The upstream refused this request for itself, or answered what can
+    /// never be a page: why, the request named (redacted). Its region (or
+    /// batch) ends; the others go on.
     Refused(String),
     /// The run stopped cleanly.
     Stopped,
@@ -171,6 +172,10 @@ impl JobRun<'_> {
                         url: shown,
                         problem: format!("{why}, after {} attempts", attempt + 1),
                     });
+                }
+                Answer::Unusable(why) => {
+                    let shown = crate::runner::report::cut(&shown_target, 200);
+                    return Ok(Fetched::Refused(format!("{shown}: {why}")));
                 }
                 Answer::Refused { status, excerpt }
                     if given && upstream::refused_for_itself(status) =>
