@@ -503,3 +503,46 @@ fn url_pair(query: &str, key: &str) -> String {
         .map(|(_, v)| v.into_owned())
         .unwrap_or_default()
 }
+
+/// A `Link` header with raw UTF-8 in its URL is followed, the bytes
+/// percent-encoded as a browser does; one whose `<` is left open before
+/// the real link, or with a quoted parameter left open, ends the walk
+/// with a warning the summary counts, and nothing is sent to a URL read
+/// through a broken link.
+#[test]
+fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
+    let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", "utf8"]);
+    let d = api_deployment(&issues_job(&up.base(), "o/a"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    assert_eq!(
+        walked(&seen),
+        [("o/a".into(), 1), ("o/a".into(), 2), ("o/a".into(), 3)]
+    );
+    let second = seen[1].query.as_deref().unwrap_or_default();
+    assert!(second.contains("q=caf%C3%A9&page=2"), "{second}");
+
+    for form in ["unclosed", "unterminated"] {
+        let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", form]);
+        let d = api_deployment(&issues_job(&up.base(), "o/a, o/b"));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{form}: {r:?}");
+        assert!(
+            r.stderr.contains("the Link header cannot be read"),
+            "{form}: {r:?}"
+        );
+        assert!(
+            r.stderr
+                .contains("(2 ended at a Link header that cannot be read)"),
+            "{form}: {r:?}"
+        );
+        let seen = up.seen();
+        assert_eq!(
+            walked(&seen),
+            [("o/a".into(), 1), ("o/b".into(), 1)],
+            "{form}"
+        );
+        assert!(seen.iter().all(|s| s.status == 200), "{form}: {seen:?}");
+    }
+}

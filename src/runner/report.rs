@@ -144,6 +144,8 @@ pub struct JobReport {
     /// batches skipped so (`REGION step S batch K`): the run went on with
     /// the others, and exits 1.
     pub failed_regions: Vec<String>,
+    /// Walks ended by a `Link` header that cannot be read (warned each).
+    pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
     /// Where the next run starts.
@@ -195,6 +197,10 @@ impl JobReport {
                 self.failed_regions.len(),
                 self.failed_regions.join(", ")
             ),
+        };
+        let failed = match self.unreadable_links {
+            0 => failed,
+            n => format!("{failed} ({n} ended at a Link header that cannot be read)"),
         };
         format!(
             "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}{failed}; {} pages written; next run starts at {resume}",

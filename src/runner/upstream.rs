@@ -167,12 +167,13 @@ pub async fn send(
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
     let quota = QuotaHeaders::read(resp.headers());
-    // Several Link fields are one list (RFC 9110 §5.3).
-    let links: Vec<&str> = resp
+    // Several Link fields are one list (RFC 9110 §5.3); bytes past ASCII
+    // (raw UTF-8 in a URL) percent-encoded, as browsers do.
+    let links: Vec<String> = resp
         .headers()
         .get_all(reqwest::header::LINK)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .map(|v| super::paginate::visible(v.as_bytes()))
         .collect();
     let link = (!links.is_empty()).then(|| links.join(", "));
     // A page is read up to `max_body`, never past it; an error answer up

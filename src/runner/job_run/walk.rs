@@ -158,6 +158,11 @@ impl JobRun<'_> {
                 );
                 return Err(());
             }
+            Next::Unreadable(why) => {
+                warn!(job = job.name, "{here}: {why}");
+                self.report.borrow_mut().unreadable_links += 1;
+                None
+            }
         })
     }
 
