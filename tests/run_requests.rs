@@ -290,3 +290,35 @@ fn answers_that_can_never_be_a_page_are_not_retried() {
     assert_eq!(r.stderr.matches("1 FAILED: GB").count(), 4, "{r:?}");
     assert!(!r.all().contains("demo-key"), "{r:?}");
 }
+
+/// A same-origin redirect whose Location drops the query: the hop gets
+/// the key in `query` again, as a next link does. One to another origin
+/// is still not followed.
+#[test]
+fn a_same_origin_redirect_hop_carries_the_query_key() {
+    let up = Standin::start(&["--pages", "1"]);
+    let url = format!("{}/hop-keyless/youtube/v3/videos", up.base());
+    let d = api_deployment(&get_job("j", &url));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let hops: Vec<(&str, u16)> = seen.iter().map(|s| (s.path.as_str(), s.status)).collect();
+    assert_eq!(
+        hops,
+        [
+            ("/hop-keyless/youtube/v3/videos", 302),
+            ("/youtube/v3/videos", 200)
+        ]
+    );
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+
+    let other = format!("http://localhost:{}", up.port);
+    let away = format!("{}/youtube/v3/videos", up.away(302, &other));
+    let d = api_deployment(&get_job("j", &away));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("redirects to another origin"), "{r:?}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 3, "the redirect only: {seen:?}");
+    assert!(seen[2].path.starts_with("/away/302/"), "{seen:?}");
+}

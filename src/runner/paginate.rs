@@ -105,9 +105,10 @@ fn secret_params(step: &Step) -> impl Iterator<Item = &(String, crate::config::T
         .filter(|(_, v)| v.uses(Placeholder::Secret))
 }
 
-/// A next link followed as given, with every query parameter of the step
-/// that carries the secret set (replacing what the link had, if anything).
-fn put_back_secret(step: &Step, fill: &Fill<'_>, url: &mut Url) {
+/// A next link or a same-origin redirect's target followed as given, with
+/// every query parameter of the step that carries the secret set
+/// (replacing what the link had, if anything).
+pub fn put_back_secret(step: &Step, fill: &Fill<'_>, url: &mut Url) {
     if secret_params(step).next().is_none() {
         return;
     }

@@ -119,6 +119,10 @@ impl JobRun<'_> {
                     method: next,
                 } if hops < upstream::MAX_REDIRECTS => {
                     hops += 1;
+                    // The hop gets the key in its query as a next link
+                    // does: a Location need not repeat the query.
+                    let mut to = to;
+                    crate::runner::paginate::put_back_secret(step, fill, &mut to);
                     info!(
                         job = self.job.name,
                         "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
