@@ -271,23 +271,24 @@ fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
 fn answers_that_can_never_be_a_page_are_not_retried() {
     let up = Standin::start(&[]);
     let base = up.base();
-    let jobs: String = ["204", "html", "xml", "encoding"]
+    let jobs: String = ["204", "html", "xml", "encoding", "corrupt"]
         .iter()
         .map(|odd| get_job(&format!("j{odd}"), &format!("{base}/odd/{odd}/x")))
         .collect();
     let d = api_deployment(&jobs);
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
-    assert_eq!(up.seen().len(), 4, "one request each: {:?}", up.seen());
+    assert_eq!(up.seen().len(), 5, "one request each: {r:?}");
     for why in [
         "HTTP 204 No Content carries no body",
         "it is an HTML or XML page",
         "its Content-Encoding is \"compress\", which quota cannot decode",
+        "HTTP 200 OK with a body that cannot be decoded",
     ] {
         assert!(r.stderr.contains(why), "{why}: {r:?}");
     }
-    assert_eq!(r.stderr.matches("not retried").count(), 4, "{r:?}");
-    assert_eq!(r.stderr.matches("1 FAILED: GB").count(), 4, "{r:?}");
+    assert_eq!(r.stderr.matches("not retried").count(), 5, "{r:?}");
+    assert_eq!(r.stderr.matches("1 FAILED: GB").count(), 5, "{r:?}");
     assert!(!r.all().contains("demo-key"), "{r:?}");
 }
 

@@ -276,16 +276,22 @@ fn never_json(status: StatusCode, encoding: Option<&str>, body: &[u8]) -> Option
 
 /// Whether a body read failed on data the decoder refuses (a corrupt
 /// compressed body), not on the connection: the same bytes come again.
+/// The decoder's own failure is an `io::Error` right under reqwest's
+/// (a truncated stream, `UnexpectedEof`, may be the connection's); one
+/// of the connection comes under hyper's error instead.
 fn corrupt(e: &reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>()
-            && matches!(
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
                 io.kind(),
-                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
-            )
-        {
-            return true;
+                std::io::ErrorKind::Other
+                    | std::io::ErrorKind::InvalidData
+                    | std::io::ErrorKind::InvalidInput
+            );
+        }
+        if !s.is::<reqwest::Error>() {
+            return false;
         }
         source = s.source();
     }

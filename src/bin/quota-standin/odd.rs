@@ -11,9 +11,10 @@
 //!   `utf8` (raw UTF-8 in its URLs: `q=café`), `unclosed` (a stray link
 //!   whose `<` is never closed, before the real one) or `unterminated` (a
 //!   quoted parameter left open before the real one).
-//! * `/odd/204/…`, `/odd/html/…`, `/odd/xml/…`, `/odd/encoding/…`: a 204
-//!   without a body, a 200 HTML page, a 200 XML page, a 200 whose
-//!   `Content-Encoding` is one no client decodes (`compress`).
+//! * `/odd/204/…`, `/odd/html/…`, `/odd/xml/…`, `/odd/encoding/…`,
+//!   `/odd/corrupt/…`: a 204 without a body, a 200 HTML page, a 200 XML
+//!   page, a 200 whose `Content-Encoding` is one no client decodes
+//!   (`compress`), a 200 gzip body that does not decode.
 //! * `/odd/bomb/BYTES`: a 200 JSON body of BYTES once decoded, compressed
 //!   (in `--encode`'s coding, else gzip) to a small fraction of that.
 //! * `/hop-keyless/REST`: a 302 to `/REST` with the query less its `key`,
@@ -91,6 +92,19 @@ fn odd_path(state: &State, url: &reqwest::Url) -> Option<Raw> {
                 ("Content-Encoding", "compress".into()),
             ],
             body: vec![0x1f, 0x9d, 0x90, 0x7b, 0x22, 0x00, 0x8a],
+        },
+        "corrupt" => Raw {
+            status: 200,
+            headers: vec![
+                ("Content-Type", "application/json".into()),
+                ("Content-Encoding", "gzip".into()),
+            ],
+            // A gzip header, then no deflate stream at all.
+            body: [
+                &[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff][..],
+                b"\xff\xfenot deflate",
+            ]
+            .concat(),
         },
         "bomb" => {
             let bytes: usize = tail.parse().unwrap_or(1 << 24);
