@@ -198,7 +198,7 @@ pub async fn send(
             return Answer::Fatal(too_big(status, max_body, None));
         }
         Ok((body, true)) => body,
-        Err(e) if corrupt(&e) => {
+        Err(e) if status.is_success() && corrupt(&e) => {
             return Answer::Unusable(format!(
                 "HTTP {status} with a body that cannot be decoded ({}): not retried, since every attempt is charged and would get the same",
                 describe(&e, &secrets)
@@ -454,10 +454,9 @@ fn classify(
     }
     let text = String::from_utf8_lossy(&body);
     let excerpt = super::report::cut(&redact(&text, secrets), EXCERPT);
-    let excerpt = excerpt.split_whitespace().collect::<Vec<_>>().join(" ");
     Answer::Refused {
         status: status.as_u16(),
-        excerpt,
+        excerpt: excerpt.split_whitespace().collect::<Vec<_>>().join(" "),
     }
 }
 
