@@ -364,3 +364,185 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
         .collect();
     assert_eq!(after, [("GB".to_string(), 0), ("GB".to_string(), 1)]);
 }
+
+/// A YouTube-shaped job over GB, US and FR: page tokens in the body.
+fn trending_job(base: &str) -> String {
+    format!(
+        r#"  trending:
+    credential: main
+    regions: [GB, US, FR]
+    steps:
+      - endpoint: api
+        request:
+          url: "{base}/youtube/v3/videos"
+          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
+    output: out/trending
+"#
+    )
+}
+
+/// Each request as "REGION PAGE STATUS".
+fn answered(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .map(|s| format!("{} {} {}", s.region, s.page, s.status))
+        .collect()
+}
+
+/// A page token the upstream no longer takes (400, as an expired one):
+/// charged once, its region ends with an error naming it, the regions
+/// after it are served (exit 1), and the next run starts that region
+/// afresh at its first page rather than resend the refused request.
+#[test]
+fn a_page_the_upstream_refuses_ends_its_region_and_the_others_are_served() {
+    let up = Standin::start(&[
+        "--pages",
+        "3",
+        "--items",
+        "1",
+        "--refuse",
+        "regionCode=US&pageToken=CAUQ1",
+    ]);
+    let d = api_deployment(&trending_job(&up.base()));
+    // A budget of 4 stops the first run in US with page 1's token saved.
+    let limited = std::fs::read_to_string(d.config()).unwrap();
+    d.write(&limited.replace("limit: 1000", "limit: 4"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+
+    // The next run starts there: the token is refused, once; FR is served.
+    d.write(&limited);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("region US step 0 page 1"), "{r:?}");
+    assert!(r.stderr.contains("HTTP 400"), "{r:?}");
+    assert!(r.stderr.contains("the region ends here"), "{r:?}");
+    assert!(r.stderr.contains("1 FAILED: US"), "{r:?}");
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+    let seen = up.seen();
+    assert_eq!(
+        answered(&seen[..4]),
+        ["GB 0 200", "GB 1 200", "GB 2 200", "US 0 200"]
+    );
+    assert_eq!(
+        answered(&seen[4..]),
+        [
+            "US 1 400", "FR 0 200", "FR 1 200", "FR 2 200", "GB 0 200", "GB 1 200", "GB 2 200"
+        ]
+    );
+    assert!(r.stderr.contains("; 7 calls"), "charged once: {r:?}");
+
+    // And the run after that walks US afresh from its first page.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("starts at region US step 0 page 0"),
+        "{r:?}"
+    );
+    let seen = up.seen();
+    assert_eq!(seen[11].token, None, "{seen:?}");
+    assert_eq!(
+        answered(&seen[11..]),
+        [
+            "US 0 200", "US 1 400", "FR 0 200", "FR 1 200", "FR 2 200", "GB 0 200", "GB 1 200",
+            "GB 2 200"
+        ]
+    );
+}
+
+/// A fan-out batch the upstream rejects is skipped, named, and charged
+/// once; the batches after it are sent, and the run exits 1.
+#[test]
+fn a_fan_out_batch_the_upstream_refuses_is_skipped_and_the_rest_goes_on() {
+    let up = Standin::start(&["--pages", "3", "--items", "4", "--refuse", "id=4,v5,6,v7"]);
+    let base = up.base();
+    let d = api_deployment(&format!(
+        r#"  details:
+    credential: main
+    regions: [US]
+    steps:
+      - endpoint: api
+        request: {{ url: "{base}/ids", query: {{ region: "{{region}}", key: "{{secret}}" }} }}
+        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
+      - endpoint: api
+        for_each: {{ from: /items/*/id/n, batch: 4, join: ",", per_page: 4 }}
+        request:
+          url: "{base}/youtube/v3/videos"
+          query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }}
+    output: out/details
+"#
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("US step 1 batch 1"), "{r:?}");
+    assert!(r.stderr.contains("this batch is skipped"), "{r:?}");
+    assert!(r.stderr.contains("1 FAILED: US step 1 batch 1"), "{r:?}");
+    let batches: Vec<(String, u16)> = up
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == "/youtube/v3/videos")
+        .map(|s| {
+            let q = s.query.unwrap_or_default();
+            let id = url_pair(&q, "id");
+            (id, s.status)
+        })
+        .collect();
+    let want = [("0,v1,2,v3", 200), ("4,v5,6,v7", 400), ("8,v9", 200)];
+    let want: Vec<(String, u16)> = want.iter().map(|(b, s)| (b.to_string(), *s)).collect();
+    assert_eq!(batches, want);
+    // Pages 1 to 4 of /ids and the three batches, each charged once.
+    assert!(r.stderr.contains("; 7 calls"), "{r:?}");
+    assert_eq!(d.outputs("details").len(), 6);
+}
+
+fn url_pair(query: &str, key: &str) -> String {
+    reqwest::Url::parse(&format!("http://x/?{query}"))
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// A `Link` header with raw UTF-8 in its URL is followed, the bytes
+/// percent-encoded as a browser does; one whose `<` is left open before
+/// the real link, or with a quoted parameter left open, ends the walk
+/// with a warning the summary counts, and nothing is sent to a URL read
+/// through a broken link.
+#[test]
+fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
+    let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", "utf8"]);
+    let d = api_deployment(&issues_job(&up.base(), "o/a"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    assert_eq!(
+        walked(&seen),
+        [("o/a".into(), 1), ("o/a".into(), 2), ("o/a".into(), 3)]
+    );
+    let second = seen[1].query.as_deref().unwrap_or_default();
+    assert!(second.contains("q=caf%C3%A9&page=2"), "{second}");
+
+    for form in ["unclosed", "unterminated"] {
+        let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", form]);
+        let d = api_deployment(&issues_job(&up.base(), "o/a, o/b"));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{form}: {r:?}");
+        assert!(
+            r.stderr.contains("the Link header cannot be read"),
+            "{form}: {r:?}"
+        );
+        assert!(
+            r.stderr
+                .contains("(2 ended at a Link header that cannot be read)"),
+            "{form}: {r:?}"
+        );
+        let seen = up.seen();
+        assert_eq!(
+            walked(&seen),
+            [("o/a".into(), 1), ("o/b".into(), 1)],
+            "{form}"
+        );
+        assert!(seen.iter().all(|s| s.status == 200), "{form}: {seen:?}");
+    }
+}

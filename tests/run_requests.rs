@@ -271,3 +271,113 @@ fn upstream_text_reaches_the_terminal_escaped() {
         assert!(!r.all().contains(raw), "{raw:?} unescaped: {r:?}");
     }
 }
+
+/// A one-region job `name` whose one step asks `url` (the key in `query`).
+fn get_job(name: &str, url: &str) -> String {
+    format!(
+        r#"  {name}:
+    credential: main
+    regions: [GB]
+    steps:
+      - endpoint: api
+        request:
+          url: "{url}"
+          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
+    output: out/{name}
+"#
+    )
+}
+
+/// An upstream that compresses its answers although `quota` did not ask
+/// (RFC 9110 lets it): each coding is decoded and the pages are the JSON
+/// it sent; a compression bomb is bounded by `max_body` decoded, refused
+/// once, not retried.
+#[test]
+fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
+    for coding in ["gzip", "deflate", "br", "zstd"] {
+        let up = Standin::start(&["--pages", "2", "--items", "2", "--encode", coding]);
+        let d = api_deployment(&get_job("j", &format!("{}/youtube/v3/videos", up.base())));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{coding}: {r:?}");
+        assert_eq!(up.seen().len(), 2, "{coding}");
+        let files = d.outputs("j");
+        assert_eq!(files.len(), 2, "{coding}: {files:?}");
+        let page: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("out/j").join(&files[1])).unwrap())
+                .unwrap();
+        assert_eq!(page["items"][1]["id"], "GB01001", "{coding}");
+    }
+    // 16 MiB of JSON, gzipped to about 16 KiB, under a 64 KiB cap.
+    let up = Standin::start(&[]);
+    let d = api_deployment(&get_job(
+        "bomb",
+        &format!("{}/odd/bomb/16777216", up.base()),
+    ));
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    d.write(&yaml.replace("http: { ", "http: { max_body: 64KiB, "));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("past http.max_body, 64 KiB"), "{r:?}");
+    assert_eq!(up.seen().len(), 1, "not retried");
+}
+
+/// Answers that cannot become JSON by asking again (a 204, an HTML or an
+/// XML page, a coding nobody decodes) are charged once, not retried
+/// (`retries: 1`): the region ends with an error naming why, exit 1.
+#[test]
+fn answers_that_can_never_be_a_page_are_not_retried() {
+    let up = Standin::start(&[]);
+    let base = up.base();
+    let jobs: String = ["204", "html", "xml", "encoding", "corrupt"]
+        .iter()
+        .map(|odd| get_job(&format!("j{odd}"), &format!("{base}/odd/{odd}/x")))
+        .collect();
+    let d = api_deployment(&jobs);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(up.seen().len(), 5, "one request each: {r:?}");
+    for why in [
+        "HTTP 204 No Content carries no body",
+        "it is an HTML or XML page",
+        "its Content-Encoding is \"compress\", which quota cannot decode",
+        "HTTP 200 OK with a body that cannot be decoded",
+    ] {
+        assert!(r.stderr.contains(why), "{why}: {r:?}");
+    }
+    assert_eq!(r.stderr.matches("not retried").count(), 5, "{r:?}");
+    assert_eq!(r.stderr.matches("1 FAILED: GB").count(), 5, "{r:?}");
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+}
+
+/// A same-origin redirect whose Location drops the query: the hop gets
+/// the key in `query` again, as a next link does. One to another origin
+/// is still not followed.
+#[test]
+fn a_same_origin_redirect_hop_carries_the_query_key() {
+    let up = Standin::start(&["--pages", "1"]);
+    let url = format!("{}/hop-keyless/youtube/v3/videos", up.base());
+    let d = api_deployment(&get_job("j", &url));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let seen = up.seen();
+    let hops: Vec<(&str, u16)> = seen.iter().map(|s| (s.path.as_str(), s.status)).collect();
+    assert_eq!(
+        hops,
+        [
+            ("/hop-keyless/youtube/v3/videos", 302),
+            ("/youtube/v3/videos", 200)
+        ]
+    );
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+
+    let other = format!("http://localhost:{}", up.port);
+    let away = format!("{}/youtube/v3/videos", up.away(302, &other));
+    let d = api_deployment(&get_job("j", &away));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("redirects to another origin"), "{r:?}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 3, "the redirect only: {seen:?}");
+    assert!(seen[2].path.starts_with("/away/302/"), "{seen:?}");
+}

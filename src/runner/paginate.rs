@@ -24,8 +24,13 @@ pub enum Next {
     Follow(String),
     /// The walk is over; with a note when it ended for an odd reason.
     End(Option<String>),
-    /// The next page is elsewhere and is not followed: why, redacted.
+    /// The next page is elsewhere and is not followed, or this page's
+    /// request was refused for itself: why, redacted. The region ends with
+    /// an error.
     Refused(String),
+    /// The page's `Link` header cannot be read: why, redacted. The walk
+    /// ends here, with a warning the run counts.
+    Unreadable(String),
 }
 
 /// The request URL of one page: the step's URL and query, and the
@@ -100,9 +105,10 @@ fn secret_params(step: &Step) -> impl Iterator<Item = &(String, crate::config::T
         .filter(|(_, v)| v.uses(Placeholder::Secret))
 }
 
-/// A next link followed as given, with every query parameter of the step
-/// that carries the secret set (replacing what the link had, if anything).
-fn put_back_secret(step: &Step, fill: &Fill<'_>, url: &mut Url) {
+/// A next link or a same-origin redirect's target followed as given, with
+/// every query parameter of the step that carries the secret set
+/// (replacing what the link had, if anything).
+pub fn put_back_secret(step: &Step, fill: &Fill<'_>, url: &mut Url) {
     if secret_params(step).next().is_none() {
         return;
     }
@@ -155,9 +161,13 @@ pub fn next(
         PageKind::Token { .. } => found
             .and_then(Found::token)
             .map_or(Next::End(None), Next::Follow),
-        PageKind::Link => match link.and_then(link_next) {
-            Some(target) => follow(step, fill, request, &target, "Link header's next"),
-            None => Next::End(None),
+        PageKind::Link => match link.map(link_next) {
+            Some(Ok(Some(target))) => follow(step, fill, request, &target, "Link header's next"),
+            None | Some(Ok(None)) => Next::End(None),
+            Some(Err(why)) => Next::Unreadable(format!(
+                "the Link header cannot be read ({why}): {:?}; the walk ends here",
+                super::report::cut(&redact(link.unwrap_or_default(), &[fill.secret]), 200)
+            )),
         },
         PageKind::NextUrl { pointer } => match found.and_then(Found::text) {
             Some(target) => follow(
@@ -217,19 +227,51 @@ fn counted(
     }
 }
 
+/// A `Link` field's bytes as text: bytes past ASCII (raw UTF-8 in a
+/// URL, which HTTP allows only as opaque data) percent-encoded, as
+/// browsers do with a URL's.
+pub fn visible(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &b in bytes {
+        if b.is_ascii() {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The target of the first link in a `Link` header (RFC 8288) whose
 /// relation types include `next`: comma-separated links `<URI>` with
 /// `; name=value` parameters, a value a token or a quoted string (which
 /// may hold commas, semicolons and backslash escapes); `rel` a
 /// space-separated, case-insensitive list, its first occurrence the one
-/// that counts. `None` for none, or from a malformed header on.
-pub fn link_next(header: &str) -> Option<String> {
+/// that counts. `Ok(None)` when no link is `next`; `Err` (why) when the
+/// header is malformed before one is: a link is read whole or not at all,
+/// so a `<` left open is never taken for a URL that runs into the next.
+///
+/// Hand-written rather than a crate's: nom-rfc8288 reads a `&str` (the
+/// bytes past ASCII stay ours to encode) and refuses a whole header that
+/// has a flaw anywhere, losing a good next link before it;
+/// parse_link_header matches with a regex into one link per `rel` and
+/// pulls in http 0.2.
+pub fn link_next(header: &str) -> Result<Option<String>, &'static str> {
     let mut rest = header;
     loop {
         rest = rest.trim_start_matches(|c: char| c == ',' || c.is_whitespace());
-        let r = rest.strip_prefix('<')?;
-        let end = r.find('>')?;
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let r = rest
+            .strip_prefix('<')
+            .ok_or("a link does not start with <")?;
+        let end = r.find('>').ok_or("a < is never closed")?;
         let target = &r[..end];
+        // (no URI holds `<` or `"`: a `<` left open ran into the next link)
+        if target.contains(['<', '"']) {
+            return Err("a < is left open before the next link");
+        }
         rest = &r[end + 1..];
         let mut rel: Option<String> = None;
         loop {
@@ -237,7 +279,8 @@ pub fn link_next(header: &str) -> Option<String> {
             let Some(r) = rest.strip_prefix(';') else {
                 break;
             };
-            let (name, value, after) = link_param(r.trim_start())?;
+            let (name, value, after) =
+                link_param(r.trim_start()).ok_or("a quoted parameter is never closed")?;
             rest = after;
             if name.eq_ignore_ascii_case("rel") && rel.is_none() {
                 rel = Some(value);
@@ -248,10 +291,12 @@ pub fn link_next(header: &str) -> Option<String> {
                 .any(|t| t.eq_ignore_ascii_case("next"))
         });
         if is_next {
-            return Some(target.to_string());
+            return Ok(Some(target.to_string()));
         }
-        if !rest.trim_start().starts_with(',') {
-            return None;
+        match rest.trim_start() {
+            "" => return Ok(None),
+            r if r.starts_with(',') => {}
+            _ => return Err("text after a link's parameters"),
         }
     }
 }
@@ -289,6 +334,7 @@ mod tests {
 
     #[test]
     fn the_next_link_is_found_among_others() {
+        let link_next = |h: &str| link_next(h).unwrap();
         let gh = r#"<https://api.github.com/repositories/1/issues?page=2>; rel="next", <https://api.github.com/repositories/1/issues?page=9>; rel="last""#;
         assert_eq!(
             link_next(gh).as_deref(),
@@ -305,9 +351,43 @@ mod tests {
             link_next(r#"</f>; title="\"q\"", </g>; rel=next"#).as_deref(),
             Some("/g")
         );
-        for bad in ["", "garbage", r#"</h; rel="next""#, r#"</i>; rel="next"#] {
-            assert_eq!(link_next(bad), None, "{bad}");
+        assert_eq!(link_next(""), None);
+        assert_eq!(link_next(r#"</j>; rel="last""#), None);
+    }
+
+    #[test]
+    fn a_malformed_link_header_is_an_error_not_a_silent_end() {
+        for bad in [
+            "garbage",
+            r#"</h; rel="next""#,
+            r#"</i>; rel="next"#,
+            r#"</k>; rel="next"; title="open"#,
+            r#"</l> junk; rel="next""#,
+        ] {
+            assert!(link_next(bad).is_err(), "{bad}");
         }
+        // A `<` left open is not read through to the next link's `>`:
+        // `/stray; rel="prev", </real` is no URL to follow.
+        let open = r#"</stray; rel="prev", </real?page=2>; rel="next""#;
+        assert_eq!(
+            link_next(open),
+            Err("a < is left open before the next link")
+        );
+        // A next link before the malformed part is still found.
+        assert_eq!(
+            link_next(r#"</n>; rel=next, </o; rel=last"#),
+            Ok(Some("/n".into()))
+        );
+    }
+
+    #[test]
+    fn bytes_past_ascii_in_a_link_are_percent_encoded_as_browsers_do() {
+        let raw = "</p?q=café&page=2>; rel=\"next\"".as_bytes();
+        let text = visible(raw);
+        assert_eq!(text, r#"</p?q=caf%C3%A9&page=2>; rel="next""#);
+        assert_eq!(link_next(&text), Ok(Some("/p?q=caf%C3%A9&page=2".into())));
+        // Latin-1, not UTF-8: each byte on its own.
+        assert_eq!(visible(b"</\xE9>"), "</%E9>");
     }
 
     #[test]

@@ -140,8 +140,12 @@ pub struct JobReport {
     pub observed_rejections: u64,
     pub regions_done: usize,
     /// Regions whose walk ended with an error (a next page on another
-    /// origin): the run went on with the others, and exits 1.
+    /// origin, a request the upstream refused for itself), and fan-out
+    /// batches skipped so (`REGION step S batch K`): the run went on with
+    /// the others, and exits 1.
     pub failed_regions: Vec<String>,
+    /// Walks ended by a `Link` header that cannot be read (warned each).
+    pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
     /// Where the next run starts.
@@ -193,6 +197,10 @@ impl JobReport {
                 self.failed_regions.len(),
                 self.failed_regions.join(", ")
             ),
+        };
+        let failed = match self.unreadable_links {
+            0 => failed,
+            n => format!("{failed} ({n} ended at a Link header that cannot be read)"),
         };
         format!(
             "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}{failed}; {} pages written; next run starts at {resume}",

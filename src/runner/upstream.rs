@@ -47,6 +47,10 @@ pub enum Answer {
     Transient(String),
     /// Any other 4xx: retrying will not help.
     Refused { status: u16, excerpt: String },
+    /// A 2xx that can never be a page (no body, HTML or XML, an encoding
+    /// that cannot be decoded): asking again gets the same, so it is not
+    /// retried, and only its region (or batch) ends. Redacted.
+    Unusable(String),
     /// A redirect to the same origin (scheme, host and port), with the
     /// method the next hop uses: the runner charges and follows it.
     Redirect {
@@ -163,12 +167,13 @@ pub async fn send(
         return redirect(status, resp.headers(), &method, &url, &secrets);
     }
     let quota = QuotaHeaders::read(resp.headers());
-    // Several Link fields are one list (RFC 9110 §5.3).
-    let links: Vec<&str> = resp
+    // Several Link fields are one list (RFC 9110 §5.3); bytes past ASCII
+    // (raw UTF-8 in a URL) percent-encoded, as browsers do.
+    let links: Vec<String> = resp
         .headers()
         .get_all(reqwest::header::LINK)
         .iter()
-        .filter_map(|v| v.to_str().ok())
+        .map(|v| super::paginate::visible(v.as_bytes()))
         .collect();
     let link = (!links.is_empty()).then(|| links.join(", "));
     // A page is read up to `max_body`, never past it; an error answer up
@@ -178,7 +183,10 @@ pub async fn send(
     } else {
         max_body.min(ERROR_BODY)
     };
+    // (a compressed body is decoded as it streams in, and has no declared
+    // size then: `max_body` bounds what it decodes to)
     let declared = resp.content_length();
+    let encoding = undecoded(resp.headers());
     if status.is_success()
         && let Some(n) = declared.filter(|n| *n > max_body)
     {
@@ -190,8 +198,18 @@ pub async fn send(
             return Answer::Fatal(too_big(status, max_body, None));
         }
         Ok((body, true)) => body,
+        Err(e) if status.is_success() && corrupt(&e) => {
+            return Answer::Unusable(format!(
+                "HTTP {status} with a body that cannot be decoded ({}): not retried, since every attempt is charged and would get the same",
+                describe(&e, &secrets)
+            ));
+        }
         Err(e) => return Answer::Transient(describe(&e, &secrets)),
     };
+    let never = status
+        .is_success()
+        .then(|| never_json(status, encoding.as_deref(), &body))
+        .flatten();
     if let Some(headers) = reported
         .headers
         .as_ref()
@@ -203,8 +221,81 @@ pub async fn send(
     let answer = classify(status, quota, body, pointer, &secrets);
     match answer {
         Answer::Page { body, found, .. } => Answer::Page { body, found, link },
+        // The README's rule: never pay twice for a request that cannot
+        // succeed; an answer that cannot become JSON by asking again is one.
+        Answer::Transient(why) => match never {
+            Some(because) => Answer::Unusable(format!(
+                "{why} ({because}): not retried, since every attempt is charged and would get the same"
+            )),
+            None => Answer::Transient(why),
+        },
         other => other,
     }
+}
+
+/// Whether a 4xx refuses the one request it answers rather than every
+/// request (401, 403 and the rest): 400, 404, 410, 422. When the request
+/// carries what the upstream gave (a page token, a next link, a batch of
+/// its values: an expired token, a batch it rejects), only that region or
+/// batch ends; one made from the file alone stops the job, as the file
+/// (or the key) is what to fix and every region would meet the same.
+pub fn refused_for_itself(status: u16) -> bool {
+    matches!(status, 400 | 404 | 410 | 422)
+}
+
+/// The `Content-Encoding` of a response the client did not decode (one
+/// it has no decoder for: it removes the header of those it decodes).
+fn undecoded(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    let coding = headers.get(reqwest::header::CONTENT_ENCODING)?;
+    let coding = String::from_utf8_lossy(coding.as_bytes())
+        .trim()
+        .to_string();
+    (!coding.eq_ignore_ascii_case("identity")).then(|| super::report::cut(&coding, 40))
+}
+
+/// Why a 2xx whose body is not JSON can never become JSON by asking
+/// again: no body at all (204), a coding the client cannot decode, or
+/// markup (an HTML or XML page). `None` when another try may do (a JSON
+/// body cut short, say).
+fn never_json(status: StatusCode, encoding: Option<&str>, body: &[u8]) -> Option<String> {
+    let text = body
+        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
+        .unwrap_or(body)
+        .trim_ascii_start();
+    if let Some(coding) = encoding {
+        return Some(format!(
+            "its Content-Encoding is {coding:?}, which quota cannot decode"
+        ));
+    }
+    if text.is_empty() {
+        return Some(format!("HTTP {status} carries no body"));
+    }
+    text.starts_with(b"<")
+        .then(|| "it is an HTML or XML page".to_string())
+}
+
+/// Whether a body read failed on data the decoder refuses (a corrupt
+/// compressed body), not on the connection: the same bytes come again.
+/// The decoder's own failure is an `io::Error` right under reqwest's
+/// (a truncated stream, `UnexpectedEof`, may be the connection's); one
+/// of the connection comes under hyper's error instead.
+fn corrupt(e: &reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::Other
+                    | std::io::ErrorKind::InvalidData
+                    | std::io::ErrorKind::InvalidInput
+            );
+        }
+        if !s.is::<reqwest::Error>() {
+            return false;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// Read a body as it streams in, at most `limit` bytes; `true` when there
@@ -544,6 +635,32 @@ mod tests {
             ),
             Answer::Transient(_)
         ));
+    }
+
+    #[test]
+    fn answers_that_asking_again_cannot_make_json_are_named() {
+        let never = |status: u16, coding: Option<&str>, body: &[u8]| {
+            never_json(StatusCode::from_u16(status).unwrap(), coding, body)
+        };
+        assert_eq!(
+            never(204, None, b"").as_deref(),
+            Some("HTTP 204 No Content carries no body")
+        );
+        for markup in [
+            &b" <!DOCTYPE html><html>"[..],
+            b"\xEF\xBB\xBF<?xml version=\"1.0\"?>",
+        ] {
+            assert_eq!(
+                never(200, None, markup).as_deref(),
+                Some("it is an HTML or XML page")
+            );
+        }
+        assert!(
+            never(200, Some("compress"), b"\x1f\x9d")
+                .is_some_and(|w| w.contains("\"compress\", which quota cannot decode"))
+        );
+        // A JSON body cut short may come whole next time.
+        assert_eq!(never(200, None, br#"{"items": ["#), None);
     }
 
     #[test]

@@ -81,7 +81,15 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         headers,
         body,
     };
-    let (status, headers, body) = youtube::answer(state, &request);
+    if let Some(raw) = crate::odd::answer(state, &request) {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        drop(counted);
+        return crate::odd::write(stream, raw).await;
+    }
+    let (status, mut headers, body) = youtube::answer(state, &request);
+    crate::odd::relink(state, &mut headers);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -102,20 +110,24 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         429 => "Too Many Requests",
         _ => "Service Unavailable",
     };
-    let body = body.to_string();
+    let (body, coding) = crate::odd::encode(state, body.to_string().into_bytes());
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
     );
+    if let Some(coding) = coding {
+        out.push_str(&format!("Content-Encoding: {coding}\r\n"));
+    }
     for (k, v) in headers {
         out.push_str(&format!("{k}: {v}\r\n"));
     }
     out.push_str("\r\n");
-    out.push_str(&body);
+    let mut out = out.into_bytes();
+    out.extend_from_slice(&body);
     // (no longer in flight once the answer can reach the client, which may
     // then send its next request before this task ends)
     drop(counted);
-    stream.write_all(out.as_bytes()).await?;
+    stream.write_all(&out).await?;
     stream.shutdown().await
 }
 

@@ -9,11 +9,14 @@
 //! * [`examples`]: what the example jobs of `jobs/` need beyond those: the
 //!   upstreams' own rate-limit counters (GitHub's, an LLM API's) and a
 //!   Shopify-style GraphQL endpoint with cost extensions.
+//! * [`odd`]: answers no client hopes for, on demand (refused requests,
+//!   compressed bodies, odd `Link` headers, bodies that are not JSON).
 //! * [`http`]: the hand-written HTTP/1.1 server it answers through.
 
 mod apis;
 mod examples;
 mod http;
+mod odd;
 mod youtube;
 
 use std::path::PathBuf;
@@ -138,6 +141,22 @@ pub struct Options {
     /// Points the GraphQL bucket regains per second (`restoreRate`)
     #[arg(long, default_value_t = 50)]
     pub graphql_restore: u64,
+
+    /// Answer 400 to a request whose query has every pair of K=V[&K=V…]
+    /// (as decoded): an expired page token, a batch the upstream rejects
+    #[arg(long, value_name = "K=V[&K=V…]")]
+    pub refuse: Option<String>,
+
+    /// Compress every answer's body in CODING (gzip, deflate, br, zstd),
+    /// with its Content-Encoding
+    #[arg(long, value_name = "CODING", value_parser = ["gzip", "deflate", "br", "zstd"])]
+    pub encode: Option<String>,
+
+    /// Send the GitHub shape's Link header in FORM: utf8 (raw UTF-8 in its
+    /// URLs), unclosed (a stray `<` never closed before the real link),
+    /// unterminated (a quoted parameter left open before it)
+    #[arg(long, value_name = "FORM", value_parser = ["utf8", "unclosed", "unterminated"])]
+    pub link_form: Option<String>,
 
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]

@@ -144,6 +144,7 @@ impl<'a> JobRun<'a> {
                     .collect(),
                 regions_done: 0,
                 failed_regions: Vec::new(),
+                unreadable_links: 0,
                 regions_total: job.regions.len().max(1),
                 pages: 0,
                 resume: None,

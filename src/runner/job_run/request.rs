@@ -17,16 +17,31 @@ use crate::runner::lock::RunLock;
 use crate::runner::upstream::{self, Answer, Reported};
 use crate::{Error, Result};
 
+/// What a page's request came to.
+pub(super) enum Fetched {
+    /// A page: its body, what it holds at the pagination's pointer, its `Link`.
+    Page(PageAnswer),
+    /// The upstream refused this request for itself, or answered what can
+    /// never be a page: why, the request named (redacted). Its region (or
+    /// batch) ends; the others go on.
+    Refused(String),
+    /// The run stopped cleanly.
+    Stopped,
+}
+
 impl JobRun<'_> {
     /// Charge and send the page's request until it answers with a page
     /// (its body and next-page token): retries and same-origin redirects
-    /// are charged like any call. `None` when the run stopped cleanly.
+    /// are charged like any call. `given`: the request carries what the
+    /// upstream gave (a page token, a next link, a fan-out batch), so a
+    /// refusal of it for itself ends its region (or batch), not the job.
     pub(super) async fn request_page(
         &self,
         step: &Step,
         fill: &Fill<'_>,
         url: &reqwest::Url,
-    ) -> Result<Option<PageAnswer>> {
+        given: bool,
+    ) -> Result<Fetched> {
         let http = &self.ctx.config.http;
         let shown = redact(url.as_str(), &[fill.secret]);
         let mut attempt = 0;
@@ -35,15 +50,15 @@ impl JobRun<'_> {
         let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
         loop {
             if self.stopping() {
-                return Ok(None);
+                return Ok(Fetched::Stopped);
             }
             if self.ctx.shutdown.is_set() {
                 self.stop(Stop::Signal);
-                return Ok(None);
+                return Ok(Fetched::Stopped);
             }
             if self.lock.as_ref().is_some_and(RunLock::is_lost) {
                 self.stop(Stop::LockLost);
-                return Ok(None);
+                return Ok(Fetched::Stopped);
             }
             let shown_target = redact(target.as_str(), &[fill.secret]);
             // Built before its charge: a request that can never be sent
@@ -64,7 +79,7 @@ impl JobRun<'_> {
                 } => (at, receipt, remaining),
                 Charged::Stop(stop) => {
                     self.stop(stop);
-                    return Ok(None);
+                    return Ok(Fetched::Stopped);
                 }
             };
             debug!(job = self.job.name, attempt, "{method} {shown_target}");
@@ -78,7 +93,7 @@ impl JobRun<'_> {
                         self.keep_estimates(step, "the request was abandoned");
                     }
                     self.stop(Stop::Signal);
-                    return Ok(None);
+                    return Ok(Fetched::Stopped);
                 }
             };
             if let Some(receipt) = &receipt {
@@ -86,7 +101,9 @@ impl JobRun<'_> {
                 self.upstream_counts(step, &reported, &remaining).await;
             }
             match answer {
-                Answer::Page { body, found, link } => return Ok(Some((body, found, link))),
+                Answer::Page { body, found, link } => {
+                    return Ok(Fetched::Page((body, found, link)));
+                }
                 Answer::QuotaExhausted {
                     status,
                     reason,
@@ -94,7 +111,7 @@ impl JobRun<'_> {
                 } => {
                     self.upstream_exhausted(status, reason, retry_after, at)
                         .await;
-                    return Ok(None);
+                    return Ok(Fetched::Stopped);
                 }
                 Answer::Redirect {
                     status,
@@ -102,6 +119,10 @@ impl JobRun<'_> {
                     method: next,
                 } if hops < upstream::MAX_REDIRECTS => {
                     hops += 1;
+                    // The hop gets the key in its query as a next link
+                    // does: a Location need not repeat the query.
+                    let mut to = to;
+                    crate::runner::paginate::put_back_secret(step, fill, &mut to);
                     info!(
                         job = self.job.name,
                         "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
@@ -155,6 +176,18 @@ impl JobRun<'_> {
                         url: shown,
                         problem: format!("{why}, after {} attempts", attempt + 1),
                     });
+                }
+                Answer::Unusable(why) => {
+                    let shown = crate::runner::report::cut(&shown_target, 200);
+                    return Ok(Fetched::Refused(format!("{shown}: {why}")));
+                }
+                Answer::Refused { status, excerpt }
+                    if given && upstream::refused_for_itself(status) =>
+                {
+                    let shown = crate::runner::report::cut(&shown_target, 200);
+                    return Ok(Fetched::Refused(format!(
+                        "{shown}: the upstream refused the request with HTTP {status}: {excerpt}; not retried"
+                    )));
                 }
                 Answer::Refused { status, excerpt } => {
                     return Err(Error::Upstream {

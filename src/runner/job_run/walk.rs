@@ -7,6 +7,7 @@ use std::collections::HashSet;
 
 use tracing::{error, warn};
 
+use super::request::Fetched;
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
@@ -157,6 +158,11 @@ impl JobRun<'_> {
                 );
                 return Err(());
             }
+            Next::Unreadable(why) => {
+                warn!(job = job.name, "{here}: {why}");
+                self.report.borrow_mut().unreadable_links += 1;
+                None
+            }
         })
     }
 
@@ -174,8 +180,26 @@ impl JobRun<'_> {
         page: u32,
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
-        let Some((body, found, link)) = self.request_page(step, fill, &url).await? else {
-            return Ok(None);
+        let given = token.is_some() || step.for_each.is_some();
+        let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
+            Fetched::Page(page) => page,
+            Fetched::Stopped => return Ok(None),
+            // A batch the upstream rejects is skipped, named: the fan-out
+            // goes on with the next (it takes this one as done).
+            Fetched::Refused(why) if step.for_each.is_some() => {
+                let batch = match at.region {
+                    "" => format!("step {} batch {page}", at.step),
+                    region => format!("{region} step {} batch {page}", at.step),
+                };
+                error!(
+                    job = self.job.name,
+                    "{batch}: {why}; this batch is skipped, the others go on"
+                );
+                self.report.borrow_mut().failed_regions.push(batch);
+                return Ok(Some(Next::End(None)));
+            }
+            // A page: its region ends here (the walk saves it as served).
+            Fetched::Refused(why) => return Ok(Some(Next::Refused(why))),
         };
         let name = PageName {
             job: &self.job.name,
