@@ -150,7 +150,7 @@ impl RunOutcome {
         let mut total = gauge("quota_run_job_regions", "Regions the job walks.");
         let mut failed = gauge(
             "quota_run_job_failed_regions",
-            "Regions whose walk ended with an error.",
+            "Regions whose walk ended with an error, and fan-out batches the upstream refused.",
         );
         for j in &self.jobs {
             let job = [("job", j.job.as_str())];
