@@ -91,8 +91,8 @@
 -- calls left at once; and a usage report reads block summaries.
 --
 -- Returns one of:
---   {1, now, serial, duplicate(0|1), remaining..., call..., p, w, retry}
---                                                    allowed; remaining units per
+--   {1, now, serial, duplicate(0|1), remaining..., call..., p, w, retry,
+--    others...}                                      allowed; remaining units per
 --                                                    window, in ARGV order, then
 --                                                    per pool its entry's call
 --                                                    number (-1: a duplicate),
@@ -101,7 +101,10 @@
 --                                                    window that would have
 --                                                    refused it and the retry (w
 --                                                    0: the pool's log was lost;
---                                                    p 0: nothing refused it)
+--                                                    p 0: nothing refused it);
+--                                                    then per pool the units of
+--                                                    others its remaining counts
+--                                                    and in which window
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
@@ -314,6 +317,8 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
   for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
   reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
+  -- (no others' units on this path: see the general path's reply)
+  for p = 1, npools do reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = 0, 1 end
   return reply
 end
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
@@ -773,6 +778,9 @@ local function remaining(reply, logged)
   end
   for p = 1, npools do reply[r + p] = logged and pools[p][2] - 1 or -1 end
   for k = 1, 3 do reply[r + npools + k] = observed[k] end
+  for p = 1, npools do
+    reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = pools[p].extra, pools[p].lw
+  end
   return reply
 end
 

@@ -83,6 +83,9 @@ pub struct Remaining {
     pub pool: String,
     pub per: Duration,
     pub remaining: u64,
+    /// Of the units counted as spent there, those the upstream said others
+    /// spent (the pool's longest window only; else 0).
+    pub others: u64,
 }
 
 /// Where an allowed charge's entries sit in the store, so that a cost

@@ -440,13 +440,13 @@ fn remaining(
     let mut out = Vec::new();
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (_, budget)) in cost.windows.iter().enumerate() {
-            let spent = used[p][k].used
-                + extra(cost, k, &logs[p], now)
-                + if duplicate { 0 } else { cost.units };
+            let others = extra(cost, k, &logs[p], now);
+            let spent = used[p][k].used + others + if duplicate { 0 } else { cost.units };
             out.push(Remaining {
                 pool: cost.pool.clone(),
                 per: Duration::from_micros(cost.spans[k].0 as u64),
                 remaining: budget.saturating_sub(spent),
+                others,
             });
         }
     }

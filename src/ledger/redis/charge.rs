@@ -219,6 +219,7 @@ fn allowed(
                 pool: c.pool.name.clone(),
                 per: w.per,
                 remaining: int(v)?.max(0) as u64,
+                others: 0,
             });
         }
     }
@@ -236,6 +237,16 @@ fn allowed(
         }
     }
     let (p, w, retry) = (next()?, next()?, next()?);
+    // (then per pool the units of others its remaining counts, and in
+    // which of its windows)
+    let mut at = 0;
+    for c in charge.cost {
+        let (others, w) = (next()?.max(0) as u64, next()?);
+        if let Some(r) = remaining.get_mut(at + w.max(1) as usize - 1) {
+            r.others = others;
+        }
+        at += c.pool.windows.len();
+    }
     let observed = (p > 0).then(|| {
         let pool = &charge.cost[p as usize - 1].pool;
         WouldRefuse {
