@@ -17,7 +17,7 @@ use crate::common::sentinel::RedisSentinel;
 use crate::ledger_metered::{
     a_calendar_window_resets_at_local_midnight,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
-    a_settled_cost_moves_its_entry_at_its_time,
+    a_settle_to_zero_leaves_nothing_to_free, a_settled_cost_moves_its_entry_at_its_time,
     observe_mode_records_what_does_not_fit_and_counts_it, reserved_units_show_until_their_settle,
     the_upstreams_count_wins_downward_until_its_reset,
 };
@@ -583,6 +583,7 @@ macro_rules! conformance {
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
+                a_settle_to_zero_leaves_nothing_to_free,
             );
         }
     };
@@ -641,6 +642,7 @@ macro_rules! conformance_on_shared {
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
+                a_settle_to_zero_leaves_nothing_to_free,
             );
         }
     };

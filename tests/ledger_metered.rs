@@ -464,6 +464,35 @@ pub async fn a_calendar_window_resets_at_local_midnight(ledger: impl Ledger) {
     );
 }
 
+/// A call settled to 0 frees nothing later: usage shows no time at which
+/// units free up while nothing is used (issue 23), in both stores alike,
+/// and the next call's entry is the one that says when.
+pub async fn a_settle_to_zero_leaves_nothing_to_free(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(10, 10, 0)]);
+    let r = receipt(&charge_at(&ledger, &[cost(&tokens, 5)], T0).await);
+    assert_eq!(settle(&ledger, &r, (5, 0), T0 + S).await, Settled::Exact);
+    let at = |now| {
+        let ledger = &ledger;
+        let tokens = tokens.clone();
+        async move {
+            let u = ledger
+                .usage("settle", std::slice::from_ref(&tokens), At::Fixed(now))
+                .await
+                .unwrap();
+            let w = &u.pools[0].windows[0];
+            (w.used, w.next_free_at, w.fully_free_at)
+        }
+    };
+    assert_eq!(at(T0 + 2 * S).await, (0, None, None));
+    assert!(
+        charge_at(&ledger, &[cost(&tokens, 3)], T0 + 4 * S)
+            .await
+            .is_allowed()
+    );
+    let freed = Some(T0 + 14 * S);
+    assert_eq!(at(T0 + 5 * S).await, (3, freed, freed));
+}
+
 /// A cost charged as an estimate is reserved until its settle comes: usage
 /// shows it per window (it counts in `used`, at the estimate, all along);
 /// a settle ends it whatever its outcome; one whose settle never comes (its
