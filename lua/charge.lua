@@ -175,6 +175,17 @@ local FRONT = 32
 local REACH = 4096
 local SLOT = 16 * (FRONT + 1)
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
+-- Exactness (issue 23): a double counts by ones up to 2^53, so no stored
+-- sum (a window's, a block's, the index's running totals) may pass EXACT.
+-- An allowed charge fits every budget, and no budget passes EXACT
+-- (src/config/bounds.rs); a settle records at most the pool's largest
+-- budget plus one (src/ledger/decision.rs). What is left is a window
+-- filled past every budget by observe mode, or settles above their
+-- estimates, 2^53 units in all: the pool then counts as lost (spent until
+-- its longest window has passed, its log started afresh) rather than
+-- rounded; an index record whose totals would pass EXACT is not kept (the
+-- log is read instead) or starts a new origin.
+local EXACT = 2 ^ 53 - 1
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
@@ -1072,10 +1083,16 @@ local function append_record(p, pv)
   -- (the predecessor's cumulative cost, or a new origin; a segment whose
   -- last record is not the predecessor's starts again, so that positions
   -- stay those of consecutive blocks)
+  -- (a block of more than EXACT units: no record, the log is read instead)
+  if cost > EXACT then
+    pv.ix = nil
+    return
+  end
   local cum, origin = cost, b
   local _, _, pcum, _, _, _, porigin = record_of(p, pv, b - 1)
-  if pcum then cum, origin = pcum + cost, porigin end
   if b % IXSEG == 0 or not pcum then call('UNLINK', key) end
+  -- (a running total that would pass EXACT starts a new origin)
+  if pcum and pcum + cost <= EXACT then cum, origin = pcum + cost, porigin end
   local r = { spack(RECORD, tonumber(e[1]), tonumber(e[#e - 3]), cum, cost, #e / ENTRY, b, origin) }
   for j, t in ipairs(tags) do r[j + 1] = spack('<dd', tonumber(t), by_tag[t]) end
   if call('RPUSH', key, table.concat(r)) == 1 then
@@ -1101,6 +1118,10 @@ local reserved = reserve and ARGV[cal_end] or ''
 a = 8 + npools
 for p = 1, npools do
   local pv, cost = pools[p], tonumber(ARGV[a])
+  -- (observe mode: a window that would pass EXACT counts as lost, above)
+  for w = 1, pv[3] do
+    if pv[4 * w + 1] + cost > EXACT then pv.lost, pv.rebuild = now, true end
+  end
   local len = call('RPUSH', log_seg(p, floor(pv[2] / SEG)), now_text, ARGV[a], tag_id, id)
   pv[2] = pv[2] + 1
   if len ~= (pv[2] - max(pv[1], floor((pv[2] - 1) / SEG) * SEG)) * ENTRY then

@@ -15,7 +15,7 @@ use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, wind
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
 use crate::ledger_metered::{
-    a_calendar_window_resets_at_local_midnight,
+    a_calendar_window_resets_at_local_midnight, a_huge_actual_leaves_every_window_exact,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
     a_settle_to_zero_leaves_nothing_to_free, a_settled_cost_moves_its_entry_at_its_time,
     observe_mode_records_what_does_not_fit_and_counts_it, reserved_units_show_until_their_settle,
@@ -584,6 +584,7 @@ macro_rules! conformance {
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
                 a_settle_to_zero_leaves_nothing_to_free,
+                a_huge_actual_leaves_every_window_exact,
             );
         }
     };
@@ -643,6 +644,7 @@ macro_rules! conformance_on_shared {
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
                 a_settle_to_zero_leaves_nothing_to_free,
+                a_huge_actual_leaves_every_window_exact,
             );
         }
     };

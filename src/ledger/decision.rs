@@ -101,9 +101,40 @@ pub struct Receipt {
     pub(crate) id: u64,
     /// Per pool charged: its name and its entry's number in the store.
     pub(crate) entries: Vec<(String, i64)>,
+    /// Per pool charged: its name and the most units a settle records
+    /// there (its largest budget, plus one: see [`Receipt::recordable`]).
+    pub(crate) caps: Vec<(String, u64)>,
 }
 
 impl Receipt {
+    /// The receipt of a charge of `cost` whose entries are `entries`.
+    pub(crate) fn new(id: u64, entries: Vec<(String, i64)>, cost: &[(&str, u64)]) -> Self {
+        let caps = cost
+            .iter()
+            .map(|&(pool, largest)| (pool.to_string(), largest.saturating_add(1)))
+            .collect();
+        Self { id, entries, caps }
+    }
+
+    /// What a settle of `pool` records of an `actual`: all of it, up to the
+    /// pool's largest budget plus one. An actual above every budget says no
+    /// more than "over", and recording it in full would let one response
+    /// carry a window's sum past 2^53, where the Redis store's doubles stop
+    /// counting exactly (issue 23): the cap keeps the call over every
+    /// budget of the pool until it leaves, as the actual would.
+    pub(crate) fn recordable(&self, pool: &str, actual: u64) -> u64 {
+        let cap = self.caps.iter().find(|(p, _)| p == pool).map(|&(_, c)| c);
+        match cap {
+            Some(cap) if actual > cap => {
+                tracing::warn!(
+                    "{pool}: an actual of {actual} units is above every budget of the pool: recorded as {cap}, its largest budget plus one"
+                );
+                cap
+            }
+            _ => actual,
+        }
+    }
+
     /// The entry of `pool`, if the charge logged one there (a resent charge
     /// found already recorded has none: it keeps its estimate).
     pub(crate) fn entry(&self, pool: &str) -> Option<i64> {

@@ -241,6 +241,7 @@ impl Ledger for EmbeddedLedger {
         let Some(row) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        let actual = receipt.recordable(pool, actual);
         let (credential, pool) = (credential.to_string(), pool.to_string());
         let charged = receipt.id as Micros;
         self.transaction(move |tx| {

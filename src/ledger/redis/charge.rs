@@ -260,9 +260,19 @@ fn allowed(
         serial,
         duplicate: int(&r[3])? == 1,
         remaining,
-        receipt: Receipt { id, entries },
+        receipt: Receipt::new(id, entries, &largest_budgets(charge)),
         observed,
     })
+}
+
+/// Each pool's largest budget, for a receipt.
+fn largest_budgets<'c>(charge: &'c Charge<'_>) -> Vec<(&'c str, u64)> {
+    (charge.cost.iter())
+        .map(|c| {
+            let largest = c.pool.windows.iter().map(|w| w.budget()).max();
+            (c.pool.name.as_str(), largest.unwrap_or(0))
+        })
+        .collect()
 }
 
 /// Record the upstream's own count (see

@@ -198,6 +198,7 @@ impl Ledger for RedisLedger {
         let Some(call) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        let actual = receipt.recordable(pool, actual);
         let mut inv = self.settle.prepare_invoke();
         inv.key(state_key(credential))
             .key(log_key(credential, pool))
