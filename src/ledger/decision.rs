@@ -53,6 +53,34 @@ pub enum BlockEnd {
     /// This long after the store's clock when the block is recorded (a
     /// `Retry-After`, or a window's length).
     After(Duration),
+    /// A refusal that says nothing of when (a bare 429): `shortest` after
+    /// the store's clock, or twice as long as the previous such block when
+    /// this one repeats it, up to `longest`. The store keeps the previous
+    /// one's end and length with the block, for every host: a refusal that
+    /// comes while it is in force (a request in flight then) blocks as
+    /// long again, one that comes within `longest` after its end doubles
+    /// it, a later one starts again at `shortest`.
+    Backoff {
+        shortest: Duration,
+        longest: Duration,
+    },
+}
+
+/// How long a [`BlockEnd::Backoff`] blocks, given the previous one's end and
+/// length (µs; 0, 0: none) and the store's `now`: both stores' rule.
+pub(crate) fn backoff_len(
+    (shortest, longest): (Micros, Micros),
+    (prev_until, prev_len): (Micros, Micros),
+    now: Micros,
+) -> Micros {
+    let len = if prev_len > 0 && now < prev_until {
+        prev_len
+    } else if prev_len > 0 && now - prev_until <= longest {
+        prev_len.saturating_mul(2)
+    } else {
+        shortest
+    };
+    len.clamp(shortest.min(longest), longest)
 }
 
 impl BlockEnd {
@@ -66,7 +94,9 @@ impl BlockEnd {
     pub fn end_at(self, now: Micros) -> Micros {
         match self {
             Self::At(t) => t,
-            Self::After(d) => now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros),
+            Self::After(d) | Self::Backoff { shortest: d, .. } => {
+                now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros)
+            }
         }
     }
 }

@@ -302,7 +302,9 @@ pub(super) async fn upstream_remaining(
     let limit = pool.longest_window().map_or(0, |w| w.limit);
     let (reset_at, reset_after) = match reset {
         Some(BlockEnd::At(t)) => (t, 0),
-        Some(BlockEnd::After(d)) => (0, d.as_micros().min(i64::MAX as u128) as i64),
+        Some(BlockEnd::After(d) | BlockEnd::Backoff { shortest: d, .. }) => {
+            (0, d.as_micros().min(i64::MAX as u128) as i64)
+        }
         None => (0, -1),
     };
     let mut inv = ledger.charge.prepare_invoke();
