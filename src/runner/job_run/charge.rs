@@ -192,12 +192,6 @@ impl JobRun<'_> {
             && retry_after.is_none()
             && !["quotaExceeded", "dailyLimitExceeded"].contains(&reason.as_str());
         let end = self.block_end(charged_at, retry_after, bare);
-        warn!(
-            job = self.job.name,
-            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
-            self.cred.name,
-            local_datetime(end.estimate())
-        );
         let mut until = end.estimate();
         if let Some(store) = self.store {
             // Who set it, when and why: `status` shows this text.
@@ -222,6 +216,13 @@ impl JobRun<'_> {
                 ),
             }
         }
+        // (after the store's word: a backoff's length is the store's)
+        warn!(
+            job = self.job.name,
+            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+            self.cred.name,
+            local_datetime(until)
+        );
         self.stop(Stop::UpstreamExhausted { reason, until });
     }
 
