@@ -18,7 +18,10 @@
 //! passed (every call it held has left every window by then), its log
 //! started afresh, as for a lost log (`lua/charge.lua`, `EXACT`), and an
 //! index total that would pass it starts a new origin. No decision is ever
-//! made on a rounded sum. The embedded store counts in i64, exactly. A window (and a schedule) is at most about ten
+//! made on a rounded sum. The embedded store counts in i64, exactly (its
+//! running totals span a pool's whole life: past 2^63 units, after about
+//! a thousand windows spent at a budget near 2^53, SQLite would make them
+//! reals: not handled yet). A window (and a schedule) is at most about ten
 //! years: no real quota is longer, and its length in microseconds stays
 //! far below both 2^53 and i64's range, whatever is added to it.
 
