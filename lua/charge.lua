@@ -91,8 +91,8 @@
 -- calls left at once; and a usage report reads block summaries.
 --
 -- Returns one of:
---   {1, now, serial, duplicate(0|1), remaining..., call..., p, w, retry}
---                                                    allowed; remaining units per
+--   {1, now, serial, duplicate(0|1), remaining..., call..., p, w, retry,
+--    others...}                                      allowed; remaining units per
 --                                                    window, in ARGV order, then
 --                                                    per pool its entry's call
 --                                                    number (-1: a duplicate),
@@ -101,7 +101,10 @@
 --                                                    window that would have
 --                                                    refused it and the retry (w
 --                                                    0: the pool's log was lost;
---                                                    p 0: nothing refused it)
+--                                                    p 0: nothing refused it);
+--                                                    then per pool the units of
+--                                                    others its remaining counts
+--                                                    and in which window
 --   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
 --                                                    call fits again in retry_us
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
@@ -172,6 +175,17 @@ local FRONT = 32
 local REACH = 4096
 local SLOT = 16 * (FRONT + 1)
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
+-- Exactness (issue 23): a double counts by ones up to 2^53, so no stored
+-- sum (a window's, a block's, the index's running totals) may pass EXACT.
+-- An allowed charge fits every budget, and no budget passes EXACT
+-- (src/config/bounds.rs); a settle records at most the pool's largest
+-- budget plus one (src/ledger/decision.rs). What is left is a window
+-- filled past every budget by observe mode, or settles above their
+-- estimates, 2^53 units in all: the pool then counts as lost (spent until
+-- its longest window has passed, its log started afresh) rather than
+-- rounded; an index record whose totals would pass EXACT is not kept (the
+-- log is read instead) or starts a new origin.
+local EXACT = 2 ^ 53 - 1
 -- The packing of a pool's state with m windows ('<ddddddddd' for one).
 local function layout(m)
   return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
@@ -314,6 +328,8 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
   for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
   reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
+  -- (no others' units on this path: see the general path's reply)
+  for p = 1, npools do reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = 0, 1 end
   return reply
 end
 local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
@@ -773,6 +789,9 @@ local function remaining(reply, logged)
   end
   for p = 1, npools do reply[r + p] = logged and pools[p][2] - 1 or -1 end
   for k = 1, 3 do reply[r + npools + k] = observed[k] end
+  for p = 1, npools do
+    reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = pools[p].extra, pools[p].lw
+  end
   return reply
 end
 
@@ -1064,10 +1083,16 @@ local function append_record(p, pv)
   -- (the predecessor's cumulative cost, or a new origin; a segment whose
   -- last record is not the predecessor's starts again, so that positions
   -- stay those of consecutive blocks)
+  -- (a block of more than EXACT units: no record, the log is read instead)
+  if cost > EXACT then
+    pv.ix = nil
+    return
+  end
   local cum, origin = cost, b
   local _, _, pcum, _, _, _, porigin = record_of(p, pv, b - 1)
-  if pcum then cum, origin = pcum + cost, porigin end
   if b % IXSEG == 0 or not pcum then call('UNLINK', key) end
+  -- (a running total that would pass EXACT starts a new origin)
+  if pcum and pcum + cost <= EXACT then cum, origin = pcum + cost, porigin end
   local r = { spack(RECORD, tonumber(e[1]), tonumber(e[#e - 3]), cum, cost, #e / ENTRY, b, origin) }
   for j, t in ipairs(tags) do r[j + 1] = spack('<dd', tonumber(t), by_tag[t]) end
   if call('RPUSH', key, table.concat(r)) == 1 then
@@ -1093,6 +1118,10 @@ local reserved = reserve and ARGV[cal_end] or ''
 a = 8 + npools
 for p = 1, npools do
   local pv, cost = pools[p], tonumber(ARGV[a])
+  -- (observe mode: a window that would pass EXACT counts as lost, above)
+  for w = 1, pv[3] do
+    if pv[4 * w + 1] + cost > EXACT then pv.lost, pv.rebuild = now, true end
+  end
   local len = call('RPUSH', log_seg(p, floor(pv[2] / SEG)), now_text, ARGV[a], tag_id, id)
   pv[2] = pv[2] + 1
   if len ~= (pv[2] - max(pv[1], floor((pv[2] - 1) / SEG) * SEG)) * ENTRY then

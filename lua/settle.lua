@@ -19,7 +19,9 @@
 -- behind the pool's newest, so an actual above the estimate was added to
 -- the newest call instead (later than it was spent: conservative) and a
 -- refund was dropped; {0} the entry is gone (it left the retention, or the
--- log was lost or restarted): nothing to settle.
+-- log was lost or restarted): nothing to settle; or the debit would carry
+-- a window's sum past what a double counts exactly: the pool counts as lost
+-- (below).
 --
 -- Whatever the outcome, the call's reservation leaves the state field
 -- reserved:P (see charge.lua): it is settled, or there is nothing to settle.
@@ -31,6 +33,8 @@
 local call, floor, max = redis.call, math.floor, math.max
 local spack, sunpack = struct.pack, struct.unpack
 local BLOCK, SEG, REACH, ENTRY = 128, 65536, 4096, 4
+-- (the largest sum a double counts by ones: see EXACT in lua/charge.lua)
+local EXACT = 2 ^ 53 - 1
 local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
 local s, id = tonumber(ARGV[2]), ARGV[3]
 local estimate, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -95,6 +99,18 @@ if tail - 1 - s > REACH then
   if #e ~= ENTRY then return { 0 } end
 end
 if delta == 0 then return { result } end
+-- A debit that would carry a window's sum past EXACT is not recorded: the
+-- pool counts as spent until its longest window has passed, as a lost log
+-- does (lua/charge.lua), by when every call it held has left every window.
+-- (The caller caps an actual at the pool's largest budget plus one, so
+-- this takes 2^53 units recorded in one window.)
+for w = 1, m do
+  if pv[4 * w + 2] <= s and pv[4 * w + 1] + delta > EXACT then
+    pv[5 + 4 * m] = max(now, last)
+    call('HSET', KEYS[1], ARGV[1], spack(fields, unpack(pv, 1, #packed / 8)))
+    return { 0 }
+  end
+end
 call('LSET', key, pos + 1, tonumber(e[2]) + delta)
 
 -- Every window that still counts the entry (its oldest call is at or
@@ -128,6 +144,9 @@ for j = b, top do
       rest = table.concat(shares)
     end
     f[3] = f[3] + delta
+    -- (a running total past EXACT counts from an origin of its own: no
+    -- other record is ever paired with it, see charge.lua's search)
+    if f[3] > EXACT then f[7] = -1 - j end
     call('LSET', ikey, ipos, spack(RECORD, f[1], f[2], f[3], f[4], f[5], f[6], f[7]) .. rest)
   end
 end

@@ -7,14 +7,15 @@
 -- KEYS[1]  quota:{C}:state  hash of the credential
 --
 -- Returns {blocked_until, blocked_reason} as they were (0 and "" when the
--- credential was not blocked). The block fields are removed, and each
+-- credential was not blocked). The block fields (and the backoff's history,
+-- see block.lua) are removed, and each
 -- pool's others' units and their end (the last two numbers of its packed
 -- state, see charge.lua) are zeroed; nothing else changes, and the hash
 -- keeps its TTL.
 
 local state = KEYS[1]
 local was = redis.call('HMGET', state, 'blocked_until', 'blocked_reason')
-redis.call('HDEL', state, 'blocked_until', 'blocked_reason')
+redis.call('HDEL', state, 'blocked_until', 'blocked_reason', 'blocked_backoff')
 local cursor = '0'
 repeat
   local r = redis.call('HSCAN', state, cursor, 'MATCH', 'pool:*', 'COUNT', 100)

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use quota::ledger::{
-    At, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, LogLost, PoolCost,
+    At, BlockEnd, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, LogLost, PoolCost,
     RedisLedger, StoreError,
 };
 
@@ -15,9 +15,9 @@ use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, wind
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
 use crate::ledger_metered::{
-    a_calendar_window_resets_at_local_midnight,
+    a_calendar_window_resets_at_local_midnight, a_huge_actual_leaves_every_window_exact,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
-    a_settled_cost_moves_its_entry_at_its_time,
+    a_settle_to_zero_leaves_nothing_to_free, a_settled_cost_moves_its_entry_at_its_time,
     observe_mode_records_what_does_not_fit_and_counts_it, reserved_units_show_until_their_settle,
     the_upstreams_count_wins_downward_until_its_reset,
 };
@@ -396,6 +396,38 @@ async fn blocked_credential_rejects_until_its_time(ledger: impl Ledger) {
     assert_eq!(u.blocked_until, None);
 }
 
+/// A backoff block (a bare 429, issue 23): the shortest window, as long
+/// again while it is in force, twice as long within the longest window
+/// after its end, never past the longest, the shortest again later, and
+/// after `unblock`; both stores by the same rule.
+async fn a_backoff_block_doubles_on_repeats_up_to_the_longest(ledger: impl Ledger) {
+    let backoff = BlockEnd::Backoff {
+        shortest: Duration::from_secs(1),
+        longest: Duration::from_secs(4),
+    };
+    let ms = 1000;
+    for (at, until) in [
+        (T0, T0 + S),                    // the shortest
+        (T0 + 500 * ms, T0 + 1500 * ms), // in force: as long again
+        (T0 + 2 * S, T0 + 4 * S),        // 0.5 s after its end: twice
+        (T0 + 8 * S, T0 + 12 * S),       // 4 s after: twice again
+        (T0 + 16 * S, T0 + 20 * S),      // never past the longest
+        (T0 + 30 * S, T0 + 31 * S),      // 10 s after: the shortest
+    ] {
+        let got = ledger
+            .block("bo", backoff, "too many requests", At::Fixed(at))
+            .await
+            .unwrap();
+        assert_eq!(got - T0, until - T0, "a backoff at {}", at - T0);
+    }
+    ledger.unblock("bo").await.unwrap();
+    let got = ledger
+        .block("bo", backoff, "too many requests", At::Fixed(T0 + 32 * S))
+        .await
+        .unwrap();
+    assert_eq!(got, T0 + 33 * S, "unblock forgets the repeats");
+}
+
 async fn cost_above_budget_is_a_configuration_error(ledger: impl Ledger) {
     let units = pool("units", vec![window(60, 100, 10)]);
     let err = ledger
@@ -571,6 +603,7 @@ macro_rules! conformance {
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
                 blocked_credential_rejects_until_its_time,
+                a_backoff_block_doubles_on_repeats_up_to_the_longest,
                 cost_above_budget_is_a_configuration_error,
                 usage_reports_who_spent_and_when_units_free,
                 store_clock_frees_units_when_it_said,
@@ -583,6 +616,8 @@ macro_rules! conformance {
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
+                a_settle_to_zero_leaves_nothing_to_free,
+                a_huge_actual_leaves_every_window_exact,
             );
         }
     };
@@ -629,6 +664,7 @@ macro_rules! conformance_on_shared {
                 boundary_burst_admits_one_budget_not_two,
                 repeated_charge_id_is_counted_once,
                 blocked_credential_rejects_until_its_time,
+                a_backoff_block_doubles_on_repeats_up_to_the_longest,
                 cost_above_budget_is_a_configuration_error,
                 usage_reports_who_spent_and_when_units_free,
                 store_clock_frees_units_when_it_said,
@@ -641,6 +677,8 @@ macro_rules! conformance_on_shared {
                 observe_mode_records_what_does_not_fit_and_counts_it,
                 a_calendar_window_resets_at_local_midnight,
                 reserved_units_show_until_their_settle,
+                a_settle_to_zero_leaves_nothing_to_free,
+                a_huge_actual_leaves_every_window_exact,
             );
         }
     };

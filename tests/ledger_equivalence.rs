@@ -1,5 +1,6 @@
 //! The embedded store gives the same answers as Redis: random sequences of
 //! charges (two pools of several windows, random costs, repeated ids,
+//! settles to actuals up to 2^53 - 1, above every budget,
 //! same-µs ties), blocks, lost logs, idle gaps past the retention, and
 //! configurations that change between calls (a window lengthened, shortened,
 //! added, dropped, lengthened past the retention, a limit lowered below what
@@ -76,6 +77,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
         2 => (5i64..150).prop_map(|secs| Op::Idle { secs }),
         4 => (0usize..6, 0u64..12).prop_map(|(back, actual)| Op::Settle { back, actual }),
+        // (an actual above every budget, up to the largest the runner reads:
+        // recorded as the pool's largest budget plus one, by both alike)
+        1 => (0usize..6, prop_oneof![Just((1u64 << 53) - 1), Just(1u64 << 52), 20u64..200])
+            .prop_map(|(back, actual)| Op::Settle { back, actual }),
         3 => (0i64..1_900_000, 0u64..40, proptest::option::of(1i64..30))
             .prop_map(|(dt_us, remaining, reset)| Op::Upstream { dt_us, remaining, reset }),
     ]
@@ -448,6 +453,8 @@ fn long_op() -> impl Strategy<Value = Op> {
         3 => (1i64..40).prop_map(|secs| Op::Idle { secs }),
         1 => (0i64..1_900_000).prop_map(|dt_us| Op::Lose { dt_us }),
         2 => (0usize..300, 0u64..400).prop_map(|(back, actual)| Op::Settle { back, actual }),
+        1 => (0usize..300, prop_oneof![Just((1u64 << 53) - 1), 2000u64..5000])
+            .prop_map(|(back, actual)| Op::Settle { back, actual }),
         2 => (0i64..1_900_000, 0u64..2000, proptest::option::of(1i64..30))
             .prop_map(|(dt_us, remaining, reset)| Op::Upstream { dt_us, remaining, reset }),
     ]

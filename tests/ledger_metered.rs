@@ -464,6 +464,81 @@ pub async fn a_calendar_window_resets_at_local_midnight(ledger: impl Ledger) {
     );
 }
 
+/// Issue 23, item 1, as seen: in observe mode one response reports
+/// 2^53 - 1 units, 200 charges follow, the window passes, then enforce mode
+/// admits no more than the budget in a window, and every window's sum stays
+/// exact: the actual is recorded as the pool's largest budget plus one.
+/// (Redis kept the sum in a double: it rounded, and admitted 173 of 100.)
+pub async fn a_huge_actual_leaves_every_window_exact(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(15, 100, 0)]);
+    let c = [cost(&tokens, 1)];
+    let observe = Charge {
+        observe: true,
+        endpoint: "chat",
+        ..charge("settle", &c)
+    };
+    let ms = 1000;
+    let d = ledger.charge(&observe, At::Fixed(T0)).await.unwrap();
+    let r = receipt(&d);
+    let huge = (1 << 53) - 1;
+    assert_eq!(
+        settle(&ledger, &r, (1, huge), T0 + ms).await,
+        Settled::Exact
+    );
+    let tokens_of = std::slice::from_ref(&tokens);
+    assert_eq!(used(&ledger, "settle", tokens_of, T0 + ms).await, [101]);
+    for i in 0..200 {
+        let d = ledger
+            .charge(&observe, At::Fixed(T0 + 2 * ms + i * 10 * ms))
+            .await
+            .unwrap();
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    assert_eq!(used(&ledger, "settle", tokens_of, T0 + 5 * S).await, [301]);
+    // The window passes; in enforce mode, a window admits its budget.
+    let start = T0 + 20 * S;
+    assert_eq!(used(&ledger, "settle", tokens_of, start).await, [0]);
+    let mut admitted = 0;
+    for i in 0..300 {
+        let d = charge_at(&ledger, &c, start + i * 10 * ms).await;
+        admitted += u32::from(d.is_allowed());
+    }
+    assert_eq!(admitted, 100);
+    assert_eq!(
+        used(&ledger, "settle", tokens_of, start + 3 * S).await,
+        [100]
+    );
+}
+
+/// A call settled to 0 frees nothing later: usage shows no time at which
+/// units free up while nothing is used (issue 23), in both stores alike,
+/// and the next call's entry is the one that says when.
+pub async fn a_settle_to_zero_leaves_nothing_to_free(ledger: impl Ledger) {
+    let tokens = pool("tokens", vec![window(10, 10, 0)]);
+    let r = receipt(&charge_at(&ledger, &[cost(&tokens, 5)], T0).await);
+    assert_eq!(settle(&ledger, &r, (5, 0), T0 + S).await, Settled::Exact);
+    let at = |now| {
+        let ledger = &ledger;
+        let tokens = tokens.clone();
+        async move {
+            let u = ledger
+                .usage("settle", std::slice::from_ref(&tokens), At::Fixed(now))
+                .await
+                .unwrap();
+            let w = &u.pools[0].windows[0];
+            (w.used, w.next_free_at, w.fully_free_at)
+        }
+    };
+    assert_eq!(at(T0 + 2 * S).await, (0, None, None));
+    assert!(
+        charge_at(&ledger, &[cost(&tokens, 3)], T0 + 4 * S)
+            .await
+            .is_allowed()
+    );
+    let freed = Some(T0 + 14 * S);
+    assert_eq!(at(T0 + 5 * S).await, (3, freed, freed));
+}
+
 /// A cost charged as an estimate is reserved until its settle comes: usage
 /// shows it per window (it counts in `used`, at the estimate, all along);
 /// a settle ends it whatever its outcome; one whose settle never comes (its

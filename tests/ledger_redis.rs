@@ -460,3 +460,39 @@ async fn the_index_follows_its_log_and_its_loss_changes_no_answer() {
         .unwrap();
     assert!(matches!(d, ChargeDecision::LogLost { .. }), "{d:?}");
 }
+
+/// A window's sum never passes 2^53 - 1, where Lua's doubles stop counting
+/// by ones (issue 23): a settle that would carry it past is not recorded,
+/// and the pool counts as spent until its longest window has passed, as
+/// for a lost log, instead of deciding on a rounded sum.
+#[tokio::test]
+async fn a_sum_that_would_pass_2_53_counts_the_pool_as_spent() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.unwrap();
+    let exact = (1u64 << 53) - 1;
+    let units = units_pool(15, exact);
+    assert!(charged(&ledger, "big", &[cost(&units, exact - 1)], At::Fixed(T0)).await);
+    let d = ledger
+        .charge(&charge("big", &[cost(&units, 1)]), At::Fixed(T0 + S))
+        .await
+        .unwrap();
+    let ChargeDecision::Allowed { receipt, .. } = d else {
+        panic!("{d:?}")
+    };
+    // 2 units: below the cap (the budget plus one), one too many to count.
+    let settled = ledger
+        .settle("big", &receipt, ("units", 1, 2), At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    assert_eq!(settled, quota::ledger::Settled::Gone);
+    let d = ledger
+        .charge(&charge("big", &[cost(&units, 1)]), At::Fixed(T0 + 3 * S))
+        .await
+        .unwrap();
+    let ChargeDecision::LogLost { until, .. } = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(until, T0 + 2 * S + 15 * S);
+    assert!(charged(&ledger, "big", &[cost(&units, 1)], At::Fixed(T0 + 18 * S)).await);
+    assert_eq!(used(&ledger, "big", &[units], T0 + 18 * S).await, [1]);
+}

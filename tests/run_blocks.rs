@@ -194,3 +194,71 @@ fn a_calendar_window_with_a_bad_zone_or_period_exits_78() {
     }
     assert!(up.seen().is_empty());
 }
+
+/// A bare 429 (no Retry-After, no spent-quota reason: usually a short-term
+/// rate limit) blocks for the credential's shortest window, doubling with
+/// each repeat after the block's end, up to its longest (issue 23, item
+/// 12): 1 s, 2 s, 2 s on windows of 1 s and 2 s, across runs, in both
+/// stores. (It blocked for the longest window each time.)
+#[test]
+fn a_bare_429_blocks_for_the_shortest_window_doubling_up_to_the_longest() {
+    let server = crate::common::redis::RedisServer::start();
+    for store in ["embedded", "redis"] {
+        let up = Standin::start(&["--units", "1", "--answer-429", "--bare-429"]);
+        let d = Deployment::new("");
+        let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
+        let windows = "        - { limit: 1000, per: 1s }\n        - { limit: 1000, per: 2s }";
+        let url = match store {
+            "redis" => server.url(),
+            _ => embedded_store(&d),
+        };
+        d.write(&deployment_yaml(&url, windows, "fail_closed", &jobs));
+        // The block's end as stored, to the µs (status shows seconds).
+        let stored_until = || -> i64 {
+            match store {
+                "redis" => server
+                    .cli(&["HGET", "quota:{main}:state", "blocked_until"])
+                    .trim()
+                    .parse()
+                    .unwrap(),
+                _ => rusqlite::Connection::open(d.path().join("ledger.sqlite3"))
+                    .unwrap()
+                    .query_row(
+                        "SELECT blocked_until FROM credential WHERE name = 'main'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap(),
+            }
+        };
+        // (the first run spends the stand-in's one unit on US, then meets
+        // its 429 on GB; each next run asks for GB again)
+        for (run, secs) in [1, 2, 2].into_iter().enumerate() {
+            let before = chrono::Utc::now().timestamp_micros();
+            let r = d.quota(&["run"]);
+            let after = chrono::Utc::now().timestamp_micros();
+            assert_eq!(r.code, 75, "{store} run {run}: {r:?}");
+            assert!(r.stderr.contains("upstream answered 429"), "{r:?}");
+            let until = stored_until();
+            let len = secs * 1_000_000;
+            assert!(
+                before + len <= until && until <= after + len,
+                "{store} run {run}: blocked until {until}, not {secs} s after {before}..{after}"
+            );
+            // The next run comes once the block is over.
+            crate::common::wait_until(std::time::Duration::from_secs(10), "the block ends", || {
+                chrono::Utc::now().timestamp_micros() > until
+            });
+        }
+        // `quota unblock` forgets the repeats: the next starts at 1 s again.
+        assert_eq!(d.quota(&["unblock", "main"]).code, 0);
+        let before = chrono::Utc::now().timestamp_micros();
+        assert_eq!(d.quota(&["run"]).code, 75);
+        let after = chrono::Utc::now().timestamp_micros();
+        let until = stored_until();
+        assert!(
+            before + 1_000_000 <= until && until <= after + 1_000_000,
+            "{store}"
+        );
+    }
+}

@@ -214,6 +214,67 @@ fn others_units_never_outlast_the_pools_longest_window() {
     assert_eq!(again.code, 75, "{again:?}");
 }
 
+/// A later answer that counts no more than the ledger clears the units
+/// the ledger counts as spent by others (issue 23, item 8): the charge's
+/// `remaining` includes them, so a count compared with it alone never
+/// reached the store.
+#[test]
+fn a_later_higher_count_clears_others_units() {
+    let d = Deployment::new("");
+    a_later_higher_count_clears(&embedded_store(&d), &d);
+    let server = RedisServer::start();
+    a_later_higher_count_clears(&server.url(), &Deployment::new(""));
+}
+
+fn a_later_higher_count_clears(store: &str, d: &Deployment) {
+    let hour = "{ limit: 100, per: 1h }";
+    let one_repo = (
+        "regions: [rust-lang/rust, tokio-rs/tokio, redis/redis]",
+        "regions: [a/b]",
+    );
+    let yaml = |up: &Standin| {
+        let text = example(
+            "github",
+            GITHUB,
+            "GITHUB_TOKEN",
+            &up.base(),
+            store,
+            &[(GITHUB_HOUR, hour), one_repo],
+        );
+        d.write(&text);
+    };
+    let window = || d.status_json()["credentials"][0]["pools"][0]["windows"][0].clone();
+    // Others spent 89 of the token's 100: the first answer says 10 remain.
+    let up = Standin::start(&[
+        "--pages",
+        "1",
+        "--github-limit",
+        "100",
+        "--github-used",
+        "89",
+    ]);
+    yaml(&up);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let w = window();
+    assert_eq!(
+        (w["used"].as_u64(), w["others"].as_u64()),
+        (Some(1), Some(89)),
+        "{w}"
+    );
+
+    // The token's count reset early (or others' calls left it): 99 remain
+    // after the next call, more than the ledger's 100 - 2 - 89.
+    let up = Standin::start(&["--pages", "1", "--github-limit", "100"]);
+    yaml(&up);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let w = window();
+    assert_eq!(w["used"].as_u64(), Some(2), "{w}");
+    assert_eq!(w["others"].as_u64().unwrap_or(0), 0, "{w}");
+    assert_eq!(w["remaining"].as_u64(), Some(98), "{w}");
+}
+
 #[test]
 fn the_github_example_stops_when_others_have_spent_the_token() {
     // Others spent 4,996 of the 5,000. The first answer says so (3 remain

@@ -130,6 +130,37 @@ fn a_response_that_does_not_say_keeps_the_estimate_and_the_run_says_so() {
     assert!(r.stderr.contains("(2 at their estimate)"), "{}", r.stderr);
 }
 
+/// An actual above every budget of its pool is recorded as the pool's
+/// largest budget plus one, and the run says so (issue 23, item 1): 107
+/// tokens on a pool of 100 count as 101, keeping the call over budget
+/// until it leaves, and no window can be carried past 2^53.
+#[test]
+fn an_actual_above_every_budget_is_recorded_as_the_largest_plus_one() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let region = "q".repeat(100);
+    let yaml = llm_yaml(&embedded_store(&d), &up.base(), &region, "m", "chat")
+        .replace(
+            "tokens: [{ limit: 1000, per: 1m }]",
+            "tokens: [{ limit: 100, per: 1m }]",
+        )
+        .replace(
+            "estimate: 200, actual: /usage",
+            "estimate: 50, actual: /usage",
+        );
+    d.write(&yaml);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains(
+            "tokens: an actual of 107 units is above every budget of the pool: recorded as 101"
+        ),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(used(&d, "tokens"), 101);
+}
+
 /// A run killed while its call is in flight never settles it: `status`
 /// shows its estimate as reserved (in both stores), which the run after
 /// does not settle either.

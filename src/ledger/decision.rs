@@ -53,6 +53,34 @@ pub enum BlockEnd {
     /// This long after the store's clock when the block is recorded (a
     /// `Retry-After`, or a window's length).
     After(Duration),
+    /// A refusal that says nothing of when (a bare 429): `shortest` after
+    /// the store's clock, or twice as long as the previous such block when
+    /// this one repeats it, up to `longest`. The store keeps the previous
+    /// one's end and length with the block, for every host: a refusal that
+    /// comes while it is in force (a request in flight then) blocks as
+    /// long again, one that comes within `longest` after its end doubles
+    /// it, a later one starts again at `shortest`.
+    Backoff {
+        shortest: Duration,
+        longest: Duration,
+    },
+}
+
+/// How long a [`BlockEnd::Backoff`] blocks, given the previous one's end and
+/// length (µs; 0, 0: none) and the store's `now`: both stores' rule.
+pub(crate) fn backoff_len(
+    (shortest, longest): (Micros, Micros),
+    (prev_until, prev_len): (Micros, Micros),
+    now: Micros,
+) -> Micros {
+    let len = if prev_len > 0 && now < prev_until {
+        prev_len
+    } else if prev_len > 0 && now - prev_until <= longest {
+        prev_len.saturating_mul(2)
+    } else {
+        shortest
+    };
+    len.clamp(shortest.min(longest), longest)
 }
 
 impl BlockEnd {
@@ -66,7 +94,9 @@ impl BlockEnd {
     pub fn end_at(self, now: Micros) -> Micros {
         match self {
             Self::At(t) => t,
-            Self::After(d) => now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros),
+            Self::After(d) | Self::Backoff { shortest: d, .. } => {
+                now.saturating_add(d.as_micros().min(i64::MAX as u128) as Micros)
+            }
         }
     }
 }
@@ -83,6 +113,9 @@ pub struct Remaining {
     pub pool: String,
     pub per: Duration,
     pub remaining: u64,
+    /// Of the units counted as spent there, those the upstream said others
+    /// spent (the pool's longest window only; else 0).
+    pub others: u64,
 }
 
 /// Where an allowed charge's entries sit in the store, so that a cost
@@ -98,9 +131,40 @@ pub struct Receipt {
     pub(crate) id: u64,
     /// Per pool charged: its name and its entry's number in the store.
     pub(crate) entries: Vec<(String, i64)>,
+    /// Per pool charged: its name and the most units a settle records
+    /// there (its largest budget, plus one: see [`Receipt::recordable`]).
+    pub(crate) caps: Vec<(String, u64)>,
 }
 
 impl Receipt {
+    /// The receipt of a charge of `cost` whose entries are `entries`.
+    pub(crate) fn new(id: u64, entries: Vec<(String, i64)>, cost: &[(&str, u64)]) -> Self {
+        let caps = cost
+            .iter()
+            .map(|&(pool, largest)| (pool.to_string(), largest.saturating_add(1)))
+            .collect();
+        Self { id, entries, caps }
+    }
+
+    /// What a settle of `pool` records of an `actual`: all of it, up to the
+    /// pool's largest budget plus one. An actual above every budget says no
+    /// more than "over", and recording it in full would let one response
+    /// carry a window's sum past 2^53, where the Redis store's doubles stop
+    /// counting exactly (issue 23): the cap keeps the call over every
+    /// budget of the pool until it leaves, as the actual would.
+    pub(crate) fn recordable(&self, pool: &str, actual: u64) -> u64 {
+        let cap = self.caps.iter().find(|(p, _)| p == pool).map(|&(_, c)| c);
+        match cap {
+            Some(cap) if actual > cap => {
+                tracing::warn!(
+                    "{pool}: an actual of {actual} units is above every budget of the pool: recorded as {cap}, its largest budget plus one"
+                );
+                cap
+            }
+            _ => actual,
+        }
+    }
+
     /// The entry of `pool`, if the charge logged one there (a resent charge
     /// found already recorded has none: it keeps its estimate).
     pub(crate) fn entry(&self, pool: &str) -> Option<i64> {

@@ -31,6 +31,7 @@ pub mod topology;
 mod usage;
 mod window;
 
+pub(crate) use self::decision::backoff_len;
 pub use self::decision::{
     At, BlockEnd, Charge, ChargeDecision, LockOutcome, Others, Receipt, Remaining, Settled,
     WouldRefuse,

@@ -254,8 +254,15 @@ fn summarize_window(
             inside(first) && bucket(first) == bucket(last),
             "{s:?} straddles"
         );
-        oldest.get_or_insert(first);
-        newest = Some(last);
+        // (a call settled to nothing frees nothing when it leaves)
+        let cost = match s {
+            LogSegment::Entry(e) => e.cost,
+            LogSegment::Block(b) => b.cost,
+        };
+        if cost > 0 {
+            oldest.get_or_insert(first);
+            newest = Some(last);
+        }
         match s {
             LogSegment::Entry(e) => {
                 used += e.cost;

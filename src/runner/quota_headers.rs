@@ -31,11 +31,11 @@ impl QuotaHeaders {
         let number = |name: &str| text(name).and_then(|v| v.trim().parse::<u64>().ok());
 
         // GitHub: remaining, and the reset as epoch seconds.
-        let github_spent = number("x-ratelimit-remaining") == Some(0);
+        let github_spent = lowest(headers, "x-ratelimit-remaining") == Some(0);
         let github_reset = number("x-ratelimit-reset").map(|epoch| until(epoch, now));
         // IETF draft: `RateLimit: "policy";r=0;t=30`, or the older pair.
         let (ietf_r, ietf_t) = text("ratelimit").map_or((None, None), ratelimit_field);
-        let ietf_spent = ietf_r == Some(0) || number("ratelimit-remaining") == Some(0);
+        let ietf_spent = ietf_r == Some(0) || lowest(headers, "ratelimit-remaining") == Some(0);
         let ietf_reset = ietf_t
             .or_else(|| number("ratelimit-reset"))
             .map(Duration::from_secs);
@@ -84,7 +84,7 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
                 let (r, t) = text("ratelimit").map_or((None, None), ratelimit_field);
                 (remaining, reset) = (r, t.map(Duration::from_secs));
             }
-            remaining = remaining.or_else(|| text(&s.remaining)?.trim().parse().ok());
+            remaining = remaining.or_else(|| lowest(headers, &s.remaining));
             reset = reset.or_else(|| reset_in(text(s.reset.as_deref()?)?, now));
             let limit = s
                 .limit
@@ -98,6 +98,19 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
             })
         })
         .collect()
+}
+
+/// The lowest count among every value of header `name`: one sent twice (a
+/// proxy's and the upstream's, or a line folded with commas) is taken at
+/// its most cautious, not at whichever came first.
+fn lowest(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| n.trim().parse::<u64>().ok())
+        .min()
 }
 
 /// A reset as upstreams write it: epoch seconds (GitHub), seconds from
@@ -241,6 +254,32 @@ mod tests {
         assert_eq!(go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
         assert_eq!(go_duration("20ms"), Some(Duration::from_millis(20)));
         assert_eq!(go_duration("5x"), None);
+    }
+
+    #[test]
+    fn a_count_sent_twice_is_taken_at_its_lowest() {
+        let mut h = HeaderMap::new();
+        for v in ["99", "junk", "10"] {
+            h.append("x-ratelimit-remaining", v.parse().unwrap());
+        }
+        let spec = CountHeaders {
+            pool: "p".into(),
+            remaining: "x-ratelimit-remaining".into(),
+            reset: None,
+            limit: None,
+            ietf_field: false,
+        };
+        let got = upstream_counts(std::slice::from_ref(&spec), &h);
+        assert_eq!(got[0].remaining, 10);
+        // Folded on one line, and a spent count after a non-zero one.
+        let h = headers(&[("x-ratelimit-remaining", "7, 3")]);
+        assert_eq!(upstream_counts(&[spec], &h)[0].remaining, 3);
+        let mut h = headers(&[("x-ratelimit-remaining", "5")]);
+        h.append("x-ratelimit-remaining", "0".parse().unwrap());
+        assert!(QuotaHeaders::read(&h).spent);
+        let mut h = headers(&[("ratelimit-remaining", "5")]);
+        h.append("ratelimit-remaining", "0".parse().unwrap());
+        assert!(QuotaHeaders::read(&h).spent);
     }
 
     #[test]

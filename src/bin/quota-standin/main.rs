@@ -71,6 +71,10 @@ pub struct Options {
     #[arg(long, value_name = "VALUE", requires = "answer_429")]
     pub retry_after: Option<String>,
 
+    /// With --answer-429: no Retry-After at all (a bare 429)
+    #[arg(long, requires = "answer_429", conflicts_with = "retry_after")]
+    pub bare_429: bool,
+
     /// Answer a spent quota as GitHub does: 403, `X-RateLimit-Remaining: 0`,
     /// `X-RateLimit-Reset` (epoch seconds) and "API rate limit exceeded"
     #[arg(long, conflicts_with = "answer_429")]

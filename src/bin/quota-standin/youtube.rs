@@ -254,7 +254,11 @@ fn respond(
             let body = error_body(429, "Too many requests", "usageLimits", "rateLimitExceeded");
             let after = (state.opts.retry_after.clone())
                 .unwrap_or_else(|| retry.as_secs().max(1).to_string());
-            (429, vec![("Retry-After", after)], body)
+            let headers = match state.opts.bare_429 {
+                true => vec![],
+                false => vec![("Retry-After", after)],
+            };
+            (429, headers, body)
         } else if state.opts.answer_github {
             let reset = SystemTime::now() + retry + Duration::from_secs(1);
             let epoch = reset

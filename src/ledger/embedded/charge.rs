@@ -201,16 +201,25 @@ pub(super) fn decide(
         duplicate,
         remaining: remaining(c, (&used, &logs), duplicate, now),
         // (the charge's time, with the row ids, names its rows)
-        receipt: Receipt {
-            id: now as u64,
-            entries,
-        },
+        receipt: Receipt::new(now as u64, entries, &largest_budgets(c)),
         observed: observed.map(|(pool, per, retry)| WouldRefuse {
             pool,
             per: per.map(|us| Duration::from_micros(us as u64)),
             retry_after: Duration::from_micros(retry.max(0) as u64),
         }),
     })
+}
+
+/// Each pool's largest budget, for a receipt.
+fn largest_budgets(c: &OwnedCharge) -> Vec<(&str, u64)> {
+    (c.cost.iter())
+        .map(|p| {
+            (
+                p.pool.as_str(),
+                p.windows.iter().map(|w| w.1).max().unwrap_or(0),
+            )
+        })
+        .collect()
 }
 
 /// Save a decision's time, which later decisions never go below (as in
@@ -440,13 +449,13 @@ fn remaining(
     let mut out = Vec::new();
     for (p, cost) in c.cost.iter().enumerate() {
         for (k, (_, budget)) in cost.windows.iter().enumerate() {
-            let spent = used[p][k].used
-                + extra(cost, k, &logs[p], now)
-                + if duplicate { 0 } else { cost.units };
+            let others = extra(cost, k, &logs[p], now);
+            let spent = used[p][k].used + others + if duplicate { 0 } else { cost.units };
             out.push(Remaining {
                 pool: cost.pool.clone(),
                 per: Duration::from_micros(cost.spans[k].0 as u64),
                 remaining: budget.saturating_sub(spent),
+                others,
             });
         }
     }

@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS credential (
     retain         INTEGER NOT NULL DEFAULT 0,  -- longest window seen, µs
     blocked_until  INTEGER NOT NULL DEFAULT 0,
     blocked_reason TEXT NOT NULL DEFAULT '',
-    lost_at        INTEGER NOT NULL DEFAULT 0   -- when the log was found lost (0: never)
+    lost_at        INTEGER NOT NULL DEFAULT 0,  -- when the log was found lost (0: never)
+    backoff_until  INTEGER NOT NULL DEFAULT 0,  -- the latest backoff block's end (decision.rs)
+    backoff_len    INTEGER NOT NULL DEFAULT 0   -- and its length, µs (0: none)
 );
 CREATE TABLE IF NOT EXISTS job_lock (
     job        TEXT PRIMARY KEY,
@@ -131,13 +133,16 @@ impl EmbeddedLedger {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
         // A store made before the loss time had no `lost_at`: add it.
-        let has_lost_at = conn
-            .prepare("SELECT 1 FROM pragma_table_info('credential') WHERE name = 'lost_at'")?
-            .exists([])?;
-        if !has_lost_at {
-            conn.execute_batch(
-                "ALTER TABLE credential ADD COLUMN lost_at INTEGER NOT NULL DEFAULT 0",
-            )?;
+        // (and before the backoff, none of its columns)
+        for column in ["lost_at", "backoff_until", "backoff_len"] {
+            let has = conn
+                .prepare("SELECT 1 FROM pragma_table_info('credential') WHERE name = ?1")?
+                .exists([column])?;
+            if !has {
+                conn.execute_batch(&format!(
+                    "ALTER TABLE credential ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0"
+                ))?;
+            }
         }
         log::migrate(&conn)?;
         // The store's id, written once, when the store is made (or first

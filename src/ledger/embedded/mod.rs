@@ -25,7 +25,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Others, Pool, Receipt, Settled, StoreError, check_fits,
+    Micros, Others, Pool, Receipt, Settled, StoreError, backoff_len, check_fits,
 };
 
 /// The ledger in a local SQLite file.
@@ -80,6 +80,32 @@ fn credential_row(conn: &Connection, name: &str) -> rusqlite::Result<CredentialR
             lost_at: 0,
         })
     })
+}
+
+/// How long a backoff block lasts (`backoff_len`), from the credential's
+/// previous one, which it replaces.
+fn backoff(
+    tx: &rusqlite::Transaction<'_>,
+    credential: &str,
+    (shortest, longest): (Duration, Duration),
+    now: Micros,
+) -> Result<Duration, StoreError> {
+    let us = |d: Duration| d.as_micros().min(i64::MAX as u128) as Micros;
+    let prev: (Micros, Micros) = tx
+        .query_row(
+            "SELECT backoff_until, backoff_len FROM credential WHERE name = ?1",
+            [credential],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+        .unwrap_or((0, 0));
+    let len = backoff_len((us(shortest), us(longest)), prev, now);
+    tx.execute(
+        "INSERT INTO credential (name, backoff_until, backoff_len) VALUES (?1, ?2, ?3)
+         ON CONFLICT (name) DO UPDATE SET backoff_until = ?2, backoff_len = ?3",
+        params![credential, now.saturating_add(len), len],
+    )?;
+    Ok(Duration::from_micros(len as u64))
 }
 
 impl EmbeddedLedger {
@@ -185,7 +211,14 @@ impl Ledger for EmbeddedLedger {
     ) -> Result<Micros, StoreError> {
         let (credential, reason, end) = (credential.to_string(), reason.to_string(), end.into());
         self.transaction(move |tx| {
-            let until = end.end_at(clock(at, credential_row(tx, &credential)?.last));
+            let now = clock(at, credential_row(tx, &credential)?.last);
+            let end = match end {
+                BlockEnd::Backoff { shortest, longest } => {
+                    BlockEnd::After(backoff(tx, &credential, (shortest, longest), now)?)
+                }
+                other => other,
+            };
+            let until = end.end_at(now);
             tx.execute(
                 "INSERT INTO credential (name, blocked_until, blocked_reason) VALUES (?1, ?2, ?3)
                  ON CONFLICT (name) DO UPDATE SET blocked_until = ?2, blocked_reason = ?3
@@ -241,6 +274,7 @@ impl Ledger for EmbeddedLedger {
         let Some(row) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        let actual = receipt.recordable(pool, actual);
         let (credential, pool) = (credential.to_string(), pool.to_string());
         let charged = receipt.id as Micros;
         self.transaction(move |tx| {
@@ -262,7 +296,8 @@ impl Ledger for EmbeddedLedger {
         self.transaction(move |tx| {
             let row = credential_row(tx, &credential)?;
             tx.execute(
-                "UPDATE credential SET blocked_until = 0, blocked_reason = '' WHERE name = ?1",
+                "UPDATE credential SET blocked_until = 0, blocked_reason = '', backoff_until = 0,
+                 backoff_len = 0 WHERE name = ?1",
                 [&credential],
             )?;
             // (and the units the upstream said others spent, as unblock.lua)

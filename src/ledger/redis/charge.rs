@@ -219,6 +219,7 @@ fn allowed(
                 pool: c.pool.name.clone(),
                 per: w.per,
                 remaining: int(v)?.max(0) as u64,
+                others: 0,
             });
         }
     }
@@ -236,6 +237,16 @@ fn allowed(
         }
     }
     let (p, w, retry) = (next()?, next()?, next()?);
+    // (then per pool the units of others its remaining counts, and in
+    // which of its windows)
+    let mut at = 0;
+    for c in charge.cost {
+        let (others, w) = (next()?.max(0) as u64, next()?);
+        if let Some(r) = remaining.get_mut(at + w.max(1) as usize - 1) {
+            r.others = others;
+        }
+        at += c.pool.windows.len();
+    }
     let observed = (p > 0).then(|| {
         let pool = &charge.cost[p as usize - 1].pool;
         WouldRefuse {
@@ -249,9 +260,19 @@ fn allowed(
         serial,
         duplicate: int(&r[3])? == 1,
         remaining,
-        receipt: Receipt { id, entries },
+        receipt: Receipt::new(id, entries, &largest_budgets(charge)),
         observed,
     })
+}
+
+/// Each pool's largest budget, for a receipt.
+fn largest_budgets<'c>(charge: &'c Charge<'_>) -> Vec<(&'c str, u64)> {
+    (charge.cost.iter())
+        .map(|c| {
+            let largest = c.pool.windows.iter().map(|w| w.budget()).max();
+            (c.pool.name.as_str(), largest.unwrap_or(0))
+        })
+        .collect()
 }
 
 /// Record the upstream's own count (see
@@ -281,7 +302,9 @@ pub(super) async fn upstream_remaining(
     let limit = pool.longest_window().map_or(0, |w| w.limit);
     let (reset_at, reset_after) = match reset {
         Some(BlockEnd::At(t)) => (t, 0),
-        Some(BlockEnd::After(d)) => (0, d.as_micros().min(i64::MAX as u128) as i64),
+        Some(BlockEnd::After(d) | BlockEnd::Backoff { shortest: d, .. }) => {
+            (0, d.as_micros().min(i64::MAX as u128) as i64)
+        }
         None => (0, -1),
     };
     let mut inv = ledger.charge.prepare_invoke();

@@ -157,9 +157,15 @@ impl Ledger for RedisLedger {
         reason: &str,
         at: At,
     ) -> Result<Micros, StoreError> {
-        let (until, after) = match end.into() {
-            BlockEnd::At(t) => (t.to_string(), String::new()),
-            BlockEnd::After(d) => (String::new(), d.as_micros().to_string()),
+        let us = |d: Duration| d.as_micros().min(i64::MAX as u128).to_string();
+        let (until, after, backoff) = match end.into() {
+            BlockEnd::At(t) => (t.to_string(), String::new(), None),
+            BlockEnd::After(d) => (String::new(), us(d), None),
+            BlockEnd::Backoff { shortest, longest } => (
+                String::new(),
+                us(shortest),
+                Some((us(shortest), us(longest))),
+            ),
         };
         let mut inv = self.block.prepare_invoke();
         inv.key(state_key(credential))
@@ -167,6 +173,9 @@ impl Ledger for RedisLedger {
             .arg(until)
             .arg(after)
             .arg(reason);
+        if let Some((shortest, longest)) = backoff {
+            inv.arg(shortest).arg(longest);
+        }
         let inv = &inv;
         let reply: Value = self
             .retrying(
@@ -198,6 +207,7 @@ impl Ledger for RedisLedger {
         let Some(call) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        let actual = receipt.recordable(pool, actual);
         let mut inv = self.settle.prepare_invoke();
         inv.key(state_key(credential))
             .key(log_key(credential, pool))

@@ -186,13 +186,12 @@ impl JobRun<'_> {
         retry_after: Option<Duration>,
         charged_at: Option<Micros>,
     ) {
-        let end = self.block_end(charged_at, retry_after);
-        warn!(
-            job = self.job.name,
-            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
-            self.cred.name,
-            local_datetime(end.estimate())
-        );
+        // (a bare 429: no wait, no word of a spent daily quota, usually a
+        // short-term rate limit; see block_end)
+        let bare = status == 429
+            && retry_after.is_none()
+            && !["quotaExceeded", "dailyLimitExceeded"].contains(&reason.as_str());
+        let end = self.block_end(charged_at, retry_after, bare);
         let mut until = end.estimate();
         if let Some(store) = self.store {
             // Who set it, when and why: `status` shows this text.
@@ -217,6 +216,13 @@ impl JobRun<'_> {
                 ),
             }
         }
+        // (after the store's word: a backoff's length is the store's)
+        warn!(
+            job = self.job.name,
+            "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+            self.cred.name,
+            local_datetime(until)
+        );
         self.stop(Stop::UpstreamExhausted { reason, until });
     }
 
@@ -224,9 +230,16 @@ impl JobRun<'_> {
     /// reset after the charge's time (a reading of the store's clock), else,
     /// with a calendar window and no `upstream_reset`, the end of its period
     /// (the longest one's), else what it said (a duration from the store's
-    /// now), else the end of the credential's longest window. The host's
-    /// clock is never compared.
-    fn block_end(&self, charged_at: Option<Micros>, retry_after: Option<Duration>) -> BlockEnd {
+    /// now), else, for a `bare` 429, the credential's shortest window,
+    /// doubling with each repeat up to its longest (the store keeps the
+    /// previous one's length: see [`BlockEnd::Backoff`]), else the end of
+    /// the credential's longest window. The host's clock is never compared.
+    fn block_end(
+        &self,
+        charged_at: Option<Micros>,
+        retry_after: Option<Duration>,
+        bare: bool,
+    ) -> BlockEnd {
         let calendar = self
             .cred
             .pools
@@ -271,6 +284,11 @@ impl JobRun<'_> {
             // run's next jobs on this credential would only meet the same)
             Some(wait) if wait.is_zero() => BlockEnd::After(MIN_BLOCK.min(longest)),
             Some(wait) => BlockEnd::After(wait),
+            None if bare => {
+                let windows = self.cred.pools.iter().flat_map(|p| &p.windows);
+                let shortest = windows.map(|w| w.per).min().unwrap_or(longest);
+                BlockEnd::Backoff { shortest, longest }
+            }
             None => BlockEnd::After(longest),
         }
     }

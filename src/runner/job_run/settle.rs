@@ -106,8 +106,9 @@ impl JobRun<'_> {
     /// this call (`remaining`, with the window's headroom), the difference
     /// is recorded as spent by others, until the upstream's reset, so
     /// every host slows down. A count at or above the ledger's costs no
-    /// store call, except in a pool whose cost `step` settles: the charge's
-    /// `remaining` was counted at the estimate, the store counts the actual.
+    /// store call, except in a pool whose cost `step` settles (the charge's
+    /// `remaining` was counted at the estimate, the store counts the actual)
+    /// or where the ledger counts others' units (the store clears them).
     pub(super) async fn upstream_counts(
         &self,
         step: &Step,
@@ -133,9 +134,12 @@ impl JobRun<'_> {
                 );
                 continue;
             }
+            // (a count at or above the ledger's costs no store call, unless
+            // the ledger counts others' units: then it may clear them)
             let ours = remaining
                 .iter()
                 .find(|r| r.pool == pool.name && r.per == w.per)
+                .filter(|r| r.others == 0)
                 .map(|r| r.remaining + w.headroom);
             let settled = step.settle.iter().any(|s| s.pool == pool.name);
             if !settled && ours.is_some_and(|ours| count.remaining >= ours) {
