@@ -102,7 +102,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         429 => "Too Many Requests",
         _ => "Service Unavailable",
     };
-    let body = body.to_string();
+    let body = crate::large::text(&state.opts, &request.target, status, &body);
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()

@@ -14,6 +14,7 @@
 mod apis;
 mod examples;
 mod http;
+mod large;
 mod youtube;
 
 use std::path::PathBuf;
@@ -138,6 +139,16 @@ pub struct Options {
     /// Points the GraphQL bucket regains per second (`restoreRate`)
     #[arg(long, default_value_t = 50)]
     pub graphql_restore: u64,
+
+    /// Pages of `/ids` start with a field of about BYTES bytes of small
+    /// numbers (`"filler":[0,0,…]`): a page large and cheap to send
+    #[arg(long, value_name = "BYTES")]
+    pub large_page: Option<usize>,
+
+    /// Pages of `/ids` hold nesting 200 deep and, first among their items,
+    /// an id that is a string with a lone surrogate escape (`"cut \ud83d"`)
+    #[arg(long)]
+    pub odd_ids: bool,
 
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]

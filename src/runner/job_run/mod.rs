@@ -146,6 +146,7 @@ impl<'a> JobRun<'a> {
                 failed_regions: Vec::new(),
                 regions_total: job.regions.len().max(1),
                 pages: 0,
+                values_lost: 0,
                 resume: None,
             }),
             store: None,
