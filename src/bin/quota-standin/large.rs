@@ -1,5 +1,6 @@
 //! Pages no `serde_json::Value` could build cheaply, for the tests of how
-//! `quota` reads pages (`--large-page`, `--odd-ids`): added to the text of
+//! `quota` reads and writes pages (`--large-page`, `--odd-ids`,
+//! `--key-in-number`): added to the text of
 //! the `/ids` pages as they are sent, so the stand-in never builds them as
 //! a tree either.
 
@@ -23,6 +24,10 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
             out.push_str(",0");
         }
         out.push_str("],");
+    }
+    if opts.key_in_number && opts.key.bytes().all(|b| b.is_ascii_digit()) {
+        // A count that happens to hold the (all-digit) key.
+        out.push_str(&format!("\"views\":9{}99,", opts.key));
     }
     if opts.odd_ids {
         // Nesting past serde_json's 128, and a string cut mid-emoji.

@@ -150,6 +150,11 @@ pub struct Options {
     #[arg(long)]
     pub odd_ids: bool,
 
+    /// Pages of `/ids` hold a number with the key inside (`"views":
+    /// 9KEY99`), when the key is all digits
+    #[arg(long)]
+    pub key_in_number: bool,
+
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
