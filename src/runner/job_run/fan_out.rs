@@ -8,8 +8,9 @@
 //!   dropped ([`Found`]), and saved in the cursor with every page, so a
 //!   killed run does not lose the values of the pages it already wrote.
 //! * When that step ends, the values become the fan-out's list of values
-//!   to send, saved in the cursor too; after each batch the cursor keeps
-//!   the values not yet sent. A stop (a rejection, a signal) or a kill
+//!   to send, saved in the store once, apart ([`JobRun::keep_list`]);
+//!   after each batch the cursor keeps its position in them (`batch_at`),
+//!   not the values not yet sent. A stop (a rejection, a signal) or a kill
 //!   resumes at the batch in hand, from the store, on any host: no page
 //!   already written is fetched again.
 //!
@@ -47,6 +48,8 @@ use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
+use crate::ledger::Ledger;
+use crate::runner::cursor::{ValueList, values_key};
 use crate::runner::page_scan;
 
 /// The values found so far for a fan-out step, in order, each once.
@@ -248,6 +251,7 @@ impl JobRun<'_> {
         if !early.is_empty() {
             self.keep_found(&mut w.found, at, page, early, 0);
         }
+        self.keep_list(at, &mut plan).await;
         if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
@@ -277,6 +281,34 @@ impl JobRun<'_> {
         let resume = self.after_step(w, at);
         self.save(at.slot, resume).await;
         Ok(Walk::Done)
+    }
+
+    /// Keep the values `plan` has yet to send in the store, once, as the
+    /// list its cursors then point into (`batch_at`): after each batch the
+    /// cursor saves a position, not every value not yet sent. Only a plan
+    /// whose cursor holds its values itself (a new walk, a cursor of an
+    /// older build, values cut afresh) gets a list, so the list a saved
+    /// cursor points into is never replaced under it. Without it (a store
+    /// that did not take it) the cursor keeps the values, as it did.
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches) {
+        let (Some(store), Some(values)) = (self.store, plan.unlisted()) else {
+            return;
+        };
+        let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
+        let text = serde_json::to_string(&ValueList {
+            id: id.clone(),
+            values,
+        })
+        .expect("strings always serialize");
+        let key = values_key(&self.job.name, at.region, at.step);
+        match store.save_cursor(&key, &text).await {
+            Ok(()) => plan.listed(id),
+            Err(e) => warn!(
+                job = self.job.name,
+                "{}: the fan-out's values were not kept apart ({e}): the cursor holds them",
+                describe_position(at.region, at.step, 0)
+            ),
+        }
     }
 
     /// The batches of `plan` up to `concurrency` at once (the run's one
