@@ -27,6 +27,7 @@ mod run_fan_out;
 mod run_fan_out_parallel;
 mod run_files;
 mod run_jobs;
+mod run_page_reading;
 mod run_pagination;
 mod run_requests;
 mod run_requests_urls;

@@ -190,9 +190,12 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
             (&"US".into(), &1.into(), &1.into()),
             "{c}"
         );
+        // Its 6 values not yet sent: a position in the list kept apart
+        // (the values themselves are not rewritten after each batch).
+        assert!(c.get("batch").is_none(), "{c}");
         assert_eq!(
-            c["batch"],
-            serde_json::json!(["4", "v5", "6", "v7", "8", "v9"]),
+            (&c["batch_at"]["from"], &c["batch_at"]["left"]),
+            (&4.into(), &6.into()),
             "{c}"
         );
 
@@ -499,4 +502,46 @@ fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
     }
     assert_eq!(requests(&up.seen()), want);
     assert_eq!(spent(&d, "videos.list"), 10, "{}", usage(&d));
+}
+
+#[test]
+fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
+    let redis = RedisServer::start();
+    let values_key = "quota:job:{details:values:US:s1}:cursor";
+    let cursor_key = "quota:job:{details}:cursor";
+    // Stopped after US's first batch (see the test above).
+    let stopped = || {
+        redis.cli(&["FLUSHALL"]);
+        let up = standin();
+        let d = deployment(&redis.url(), &up, 5);
+        assert_eq!(d.quota(&["run"]).code, 75);
+        d.write(&yaml(&redis.url(), &up.base(), 1000));
+        (up, d)
+    };
+    let (up, d) = stopped();
+    // The list, once, beside a cursor that points into it.
+    let list: serde_json::Value = serde_json::from_str(&redis.cli(&["GET", values_key])).unwrap();
+    let all = ["0", "v1", "2", "v3", "4", "v5", "6", "v7", "8", "v9"];
+    assert_eq!(list["values"], serde_json::json!(all), "{list}");
+    let mut c: serde_json::Value = serde_json::from_str(&redis.cli(&["GET", cursor_key])).unwrap();
+    assert_eq!(c["batch_at"]["list"], list["id"], "{c}");
+
+    // A cursor of the layout before (the values in it) still resumes.
+    let b = c.as_object_mut().unwrap();
+    b.remove("batch_at");
+    b.insert("batch".into(), serde_json::json!(all[4..]));
+    redis.cli(&["SET", cursor_key, &c.to_string()]);
+    redis.cli(&["DEL", values_key]);
+    ran_ok(&d.quota(&["run"]));
+    let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+    want.extend(region_walk("GB"));
+    assert_eq!(requests(&up.seen()[5..]), want);
+
+    // A list gone from the store: that fan-out is skipped, and said.
+    let (up, d) = stopped();
+    redis.cli(&["DEL", values_key]);
+    let r = d.quota(&["run"]);
+    ran_ok(&r);
+    assert!(r.stderr.contains("gone from the store"), "{r:?}");
+    assert_eq!(requests(&up.seen()[5..]), region_walk("GB"), "{r:?}");
 }

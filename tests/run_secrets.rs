@@ -391,3 +391,69 @@ fn a_key_with_a_percent_sign_is_masked_where_it_is_encoded() {
         "the request's log line and the error show the URL, masked: {r:?}"
     );
 }
+
+/// A deployment of one job that walks the stand-in's `/ids` (2 pages, then
+/// an empty one) with the all-digit key `12345678`, asking it to echo the
+/// key among the ids (a string).
+fn digit_key(up: &Standin) -> Deployment {
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("key"), "12345678\n").unwrap();
+    d.write(&format!(
+        r#"store: {store}
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 0 }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools: {{ units: [ {{ limit: 100, per: 1h }} ] }}
+endpoints:
+  ids: {{ cost: 1 }}
+jobs:
+  ids:
+    credential: main
+    steps:
+      - endpoint: ids
+        request: {{ url: "{base}/ids", query: {{ key: "{{secret}}", echo: "1" }} }}
+        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
+    output: out/ids
+"#,
+        store = embedded_store(&d),
+        base = up.base()
+    ));
+    d
+}
+
+/// Every page file of `d`'s job: parsed (each must be JSON), and whether
+/// any holds the key.
+fn pages_of(d: &Deployment) -> (usize, bool) {
+    let files = d.outputs("ids");
+    let mut shows = false;
+    for f in &files {
+        let text = std::fs::read_to_string(d.path().join("out/ids").join(f)).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text)
+            .unwrap_or_else(|e| panic!("{f} is not JSON ({e}): {text}"));
+        shows |= text.contains("12345678");
+    }
+    (files.len(), shows)
+}
+
+#[test]
+fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_refused() {
+    // In a string: masked, the page JSON.
+    let up = Standin::start(&["--key", "12345678", "--pages", "2"]);
+    let d = digit_key(&up);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(pages_of(&d), (3, false), "{r:?}");
+    let first = std::fs::read_to_string(d.path().join("out/ids").join(&d.outputs("ids")[0]));
+    assert!(first.unwrap().contains(r#""n":"***""#), "{r:?}");
+
+    // In a number (`"views": 91234567899`): *** would break the page, so
+    // it is not written, and the run says why and exits 1.
+    let up = Standin::start(&["--key", "12345678", "--pages", "2", "--key-in-number"]);
+    let d = digit_key(&up);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
+    assert!(!r.all().contains("12345678"), "{r:?}");
+    assert_eq!(pages_of(&d), (0, false), "{r:?}");
+}

@@ -30,7 +30,7 @@ use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::reset::UpstreamReset;
-pub use self::secret::{Secret, SecretSource, mask, redact};
+pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, JsonTemplate, Placeholder, Template};
 pub use self::upstream_headers::CountHeaders;
 use crate::ledger::{Pool, PoolCost, StoreLocation};

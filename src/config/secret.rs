@@ -122,70 +122,91 @@ pub fn redact(text: &str, secrets: &[&Secret]) -> String {
 /// [`redact`] that copies nothing when there is nothing to mask (a page of
 /// tens of megabytes, say).
 pub fn mask<'a>(text: &'a str, secrets: &[&Secret]) -> std::borrow::Cow<'a, str> {
-    let mut needles: Vec<Vec<u8>> = Vec::new();
-    for secret in secrets {
-        let raw = secret.expose().as_bytes();
-        if raw.is_empty() {
-            continue;
+    Masker::new(secrets).mask(text)
+}
+
+/// What [`mask`] looks for, made once for many texts (the strings of a
+/// page, one by one).
+pub struct Masker {
+    needles: Vec<Vec<u8>>,
+    /// The bytes a match can start with: a needle's first byte as is, or
+    /// the start of one of its encodings. Most of a text is skipped on one
+    /// table look-up a byte.
+    starts: [bool; 256],
+}
+
+impl Masker {
+    pub fn new(secrets: &[&Secret]) -> Self {
+        let mut needles: Vec<Vec<u8>> = Vec::new();
+        for secret in secrets {
+            let raw = secret.expose().as_bytes();
+            if raw.is_empty() {
+                continue;
+            }
+            needles.push(raw.to_vec());
+            needles.extend(base64_cores(raw));
         }
-        needles.push(raw.to_vec());
-        needles.extend(base64_cores(raw));
-    }
-    // The bytes a match can start with: a needle's first byte as is, or
-    // the start of one of its encodings. Most of a text is skipped on one
-    // table look-up a byte.
-    let mut starts = [false; 256];
-    for n in &needles {
-        starts[usize::from(n[0])] = true;
-        if n[0] == b' ' {
-            starts[usize::from(b'+')] = true;
+        let mut starts = [false; 256];
+        for n in &needles {
+            starts[usize::from(n[0])] = true;
+            if n[0] == b' ' {
+                starts[usize::from(b'+')] = true;
+            }
         }
+        starts[usize::from(b'%')] = true;
+        starts[usize::from(b'\\')] = true;
+        Self { needles, starts }
     }
-    starts[usize::from(b'%')] = true;
-    starts[usize::from(b'\\')] = true;
-    let bytes = text.as_bytes();
-    let found = |from: usize| {
+
+    /// The first occurrence in `bytes` at or after `from`, in any encoding:
+    /// its offset and length.
+    pub fn find(&self, bytes: &[u8], from: usize) -> Option<(usize, usize)> {
         (from..bytes.len()).find_map(|i| {
-            if !starts[usize::from(bytes[i])] {
+            if !self.starts[usize::from(bytes[i])] {
                 return None;
             }
-            needles
+            self.needles
                 .iter()
                 .find_map(|n| match_encoded(&bytes[i..], n))
                 .map(|len| (i, len))
         })
-    };
-    let Some(mut next) = found(0) else {
-        return std::borrow::Cow::Borrowed(text);
-    };
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    loop {
-        let (at, len) = next;
-        out.extend_from_slice(&bytes[i..at]);
-        out.extend_from_slice(b"***");
-        // A match that starts inside this one widens it: a reading that
-        // runs into the next occurrence (`%` read as the `%25` that starts
-        // it) must not leave the rest of that one shown.
-        let mut end = at + len;
-        let mut after = found(at + 1);
-        while let Some((a, l)) = after.filter(|&(a, _)| a < end) {
-            end = end.max(a + l);
-            after = found(a + 1);
-        }
-        i = end;
-        match after {
-            Some(n) => next = n,
-            None => break,
-        }
     }
-    out.extend_from_slice(&bytes[i..]);
-    // Matches start and end on character boundaries (a needle is UTF-8, its
-    // encodings ASCII), so this is UTF-8; lossy all the same, never a panic.
-    std::borrow::Cow::Owned(
-        String::from_utf8(out)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-    )
+
+    /// `text` with every occurrence `***` (see [`redact`]).
+    pub fn mask<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        let bytes = text.as_bytes();
+        let Some(mut next) = self.find(bytes, 0) else {
+            return std::borrow::Cow::Borrowed(text);
+        };
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut i = 0;
+        loop {
+            let (at, len) = next;
+            out.extend_from_slice(&bytes[i..at]);
+            out.extend_from_slice(b"***");
+            // A match that starts inside this one widens it: a reading that
+            // runs into the next occurrence (`%` read as the `%25` that starts
+            // it) must not leave the rest of that one shown.
+            let mut end = at + len;
+            let mut after = self.find(bytes, at + 1);
+            while let Some((a, l)) = after.filter(|&(a, _)| a < end) {
+                end = end.max(a + l);
+                after = self.find(bytes, a + 1);
+            }
+            i = end;
+            match after {
+                Some(n) => next = n,
+                None => break,
+            }
+        }
+        out.extend_from_slice(&bytes[i..]);
+        // Matches start and end on character boundaries (a needle is UTF-8, its
+        // encodings ASCII), so this is UTF-8; lossy all the same, never a panic.
+        std::borrow::Cow::Owned(
+            String::from_utf8(out)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        )
+    }
 }
 
 /// The length of the longest text at the start of `text` that encodes

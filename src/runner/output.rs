@@ -15,10 +15,12 @@
 //! holding the job's lock, removes any that a killed run left, and never
 //! another job's. Pages are created 0640 (`QUOTA_FILE_MODE`), less the umask.
 
+use std::borrow::Cow;
 use std::fs;
 use std::path::Path;
 
 use crate::atomic_file::{is_temp_of, temp_name};
+use crate::config::{Masker, Secret};
 
 /// The most bytes a file name may take (Linux's `NAME_MAX`, and most
 /// file systems').
@@ -127,6 +129,55 @@ fn page_run(name: &str, job: &str) -> Option<u64> {
         return None;
     }
     rest[..digits].parse().ok()
+}
+
+/// A page whose secret could not be masked: it holds it outside a JSON
+/// string (inside a number: `"views": 91234567899` for the key
+/// `12345678`), where `***` would leave a file that is not JSON.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SecretOutsideStrings;
+
+/// A page's text with every occurrence of the secret masked as `***`,
+/// inside its strings only, so the page stays JSON; no copy when it holds
+/// none. A string whose masked text would not be a JSON string (a match
+/// that began inside an escape) is `***` whole. An occurrence anywhere
+/// else (a number, across a string's quotes) refuses the page: it is not
+/// written at all rather than written with the key or broken.
+pub fn mask_page<'a>(text: &'a str, secret: &Secret) -> Result<Cow<'a, str>, SecretOutsideStrings> {
+    let masker = Masker::new(&[secret]);
+    if let Cow::Borrowed(_) = masker.mask(text) {
+        return Ok(Cow::Borrowed(text));
+    }
+    let bytes = text.as_bytes();
+    let (mut out, mut copied, mut at) = (String::with_capacity(text.len()), 0, 0);
+    loop {
+        let open = (at..bytes.len()).find(|&i| bytes[i] == b'"');
+        let between = &bytes[at..open.unwrap_or(bytes.len())];
+        if masker.find(between, 0).is_some() {
+            return Err(SecretOutsideStrings);
+        }
+        let Some(open) = open else { break };
+        let mut close = open + 1;
+        while close < bytes.len() && bytes[close] != b'"' {
+            close += if bytes[close] == b'\\' { 2 } else { 1 };
+        }
+        let close = close.min(bytes.len());
+        let inner = &text[open + 1..close];
+        if let Cow::Owned(masked) = masker.mask(inner) {
+            let quoted = format!("\"{masked}\"");
+            let valid = serde_json::from_str::<serde::de::IgnoredAny>(&quoted).is_ok();
+            out.push_str(&text[copied..=open]);
+            out.push_str(if valid { &masked } else { "***" });
+            copied = close;
+        }
+        at = close + 1;
+    }
+    out.push_str(&text[copied..]);
+    // (an occurrence across a string's quotes is in none of the parts)
+    if masker.find(out.as_bytes(), 0).is_some() {
+        return Err(SecretOutsideStrings);
+    }
+    Ok(Cow::Owned(out))
 }
 
 #[cfg(test)]
@@ -249,6 +300,39 @@ mod tests {
                 ".other~other.r000002.US.s0.p000000.json.tmp",
                 "j.r000001.US.s0.p000000.json"
             ]
+        );
+    }
+
+    #[test]
+    fn a_secret_is_masked_inside_strings_only_and_the_page_stays_json() {
+        let key = Secret::new("12345678".into());
+        let page = r#"{"url":"/v?key=12345678&x=1","id":"a\n12345678","n":{"12345678":1}}"#;
+        let masked = mask_page(page, &key).unwrap();
+        assert_eq!(
+            masked,
+            r#"{"url":"/v?key=***&x=1","id":"a\n***","n":{"***":1}}"#
+        );
+        serde_json::from_str::<serde_json::Value>(&masked).unwrap();
+        // A mask that would cut an escape in two makes the string *** whole.
+        let odd = Secret::new("n1234567x".into());
+        let masked = mask_page(r#"{"id":"a\n1234567x","k":"n1234567x"}"#, &odd).unwrap();
+        assert_eq!(masked, r#"{"id":"***","k":"***"}"#);
+        assert!(matches!(
+            mask_page(r#"{"a":"b"}"#, &key),
+            Ok(Cow::Borrowed(_))
+        ));
+        // In a number (or across quotes), no mask keeps it JSON: refused.
+        for refused in [r#"{"views": 91234567899}"#, r#"{"v": [1, -123456789e3]}"#] {
+            assert_eq!(
+                mask_page(refused, &key),
+                Err(SecretOutsideStrings),
+                "{refused}"
+            );
+        }
+        let across = Secret::new(r#"ab","cd"#.into());
+        assert_eq!(
+            mask_page(r#"["ab","cd"]"#, &across),
+            Err(SecretOutsideStrings)
         );
     }
 }

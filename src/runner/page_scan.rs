@@ -1,10 +1,19 @@
-//! Finding what a page says of the next one without building the page: one
-//! pass over the body that checks it is one JSON document and keeps only
-//! what is at the step's JSON pointer (a string: a token or a next URL; an
-//! array: only its length, for `until_empty`), so a page of tens of
-//! megabytes costs no more memory than its bytes.
+//! Reading a page without building it: one pass over the body checks that
+//! it is one JSON document and keeps only what is at a JSON pointer, so a
+//! page of tens of megabytes costs no more memory than its bytes (a
+//! `serde_json::Value` of it costs many times that: 1.4 GB for a page of
+//! 32 MB of small items). Every reader of a page goes through here (the
+//! page check, the next page's token, a settled cost's actual, a fan-out's
+//! values), so all read a page alike: a string holding a lone surrogate
+//! escape (`"\ud800"`, text cut mid-emoji) or nesting of any depth is JSON
+//! to all of them; only a value at a pointer that cannot be read as text
+//! is left out, and counted, on its own.
 
-use serde::de::DeserializeSeed;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde::de::{Deserializer as _, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
 /// What a page holds at the pointer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,126 +44,222 @@ impl Found {
     }
 }
 
+/// A value at a pointer, read on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Leaf {
+    Text(String),
+    Number(serde_json::Number),
+    /// A string that is not text (a lone surrogate escape) or a number
+    /// past what a double holds: there, but not readable.
+    Unreadable,
+    /// An object, an array, a boolean or null.
+    Other,
+}
+
 /// Check that `body` is one JSON document and find what is at `pointer`
-/// in it. One pass, and no tree: nothing but the string or the array's
-/// length is kept, so a page of tens of megabytes costs no more memory
-/// than its bytes (a `serde_json::Value` of it would cost many times that).
+/// in it (the last of a repeated key, as in a parsed tree).
 pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_json::Error> {
-    let path: Vec<String> = pointer
-        .map(|p| {
-            p.split('/')
-                .skip(1)
-                .map(|s| s.replace("~1", "/").replace("~0", "~"))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut de = serde_json::Deserializer::from_slice(body);
-    let found = Find {
-        path: &path,
-        wanted: pointer.is_some(),
+    let text = page_text(body);
+    let path = pointer.map(segments).unwrap_or_default();
+    let mut at = Vec::new();
+    walk_text(&text, &path, false, &mut at)?;
+    let Some(raw) = at.pop().filter(|_| pointer.is_some()) else {
+        return Ok(None);
+    };
+    if raw.get().starts_with('[') {
+        let mut de = serde_json::Deserializer::from_str(raw.get());
+        return Ok(Some(Found::Items(de.deserialize_seq(Count)?)));
     }
-    .deserialize(&mut de)?;
-    de.end()?;
-    Ok(found.filter(|f| *f != Found::Text(String::new())))
+    Ok(match leaf(raw) {
+        Leaf::Text(t) if !t.is_empty() => Some(Found::Text(t)),
+        Leaf::Number(n) if n.is_u64() || n.is_i64() => Some(Found::Number(n.to_string())),
+        Leaf::Unreadable => {
+            return Err(serde_json::Error::custom(format!(
+                "the value at {} is not readable text (a lone surrogate escape?)",
+                pointer.unwrap_or_default()
+            )));
+        }
+        _ => None,
+    })
 }
 
-/// Follows a JSON pointer through a document as it is parsed, skipping
-/// (and so checking) everything else; yields the string at its end.
-struct Find<'p> {
-    path: &'p [String],
-    /// Without a pointer, only the check.
-    wanted: bool,
-}
-
-impl<'de> serde::de::DeserializeSeed<'de> for Find<'_> {
-    type Value = Option<Found>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_any(self)
+/// The values at `pointer` in a page, in document order, `*` matching
+/// every element of an array, and how many of them could not be read
+/// (left out). Strings as they are, numbers as text; other kinds (objects,
+/// arrays, booleans, null) are not values and are skipped.
+pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_json::Error> {
+    let text = page_text(body);
+    let mut at = Vec::new();
+    walk_text(&text, &segments(pointer), true, &mut at)?;
+    let (mut out, mut unreadable) = (Vec::with_capacity(at.len()), 0);
+    for raw in at {
+        match leaf(raw) {
+            Leaf::Text(t) => out.push(t),
+            Leaf::Number(n) => out.push(n.to_string()),
+            Leaf::Unreadable => unreadable += 1,
+            Leaf::Other => {}
+        }
     }
+    Ok((out, unreadable))
 }
 
-impl<'de> serde::de::Visitor<'de> for Find<'_> {
-    type Value = Option<Found>;
+/// The value at `pointer` (no `*`: an RFC 6901 pointer, as
+/// `Value::pointer` reads it), if any.
+pub fn leaf_at(body: &[u8], pointer: &str) -> Result<Option<Leaf>, serde_json::Error> {
+    let text = page_text(body);
+    let mut at = Vec::new();
+    walk_text(&text, &segments(pointer), false, &mut at)?;
+    Ok(at.pop().map(leaf))
+}
+
+/// A page's bytes as text, as its file is written: bytes that are not
+/// UTF-8 replaced (inside strings only, or the page is not JSON anyway);
+/// no copy when it is UTF-8.
+fn page_text(body: &[u8]) -> Cow<'_, str> {
+    String::from_utf8_lossy(body)
+}
+
+fn segments(pointer: &str) -> Vec<String> {
+    pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect()
+}
+
+/// Read one JSON document, `text`, all of it, and push what is at `path`
+/// in it onto `out` (raw, borrowed from `text`): one pass that skips (and
+/// so checks) everything else, at any depth. Only the values on the path
+/// are read again, each on its own (a `RawValue` then walked), so that a
+/// string on it that is not text spoils that value only.
+fn walk_text<'a>(
+    text: &'a str,
+    path: &[String],
+    star: bool,
+    out: &mut Vec<&'a RawValue>,
+) -> serde_json::Result<()> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    match (path.split_first(), text.trim_start().as_bytes().first()) {
+        (Some((first, rest)), Some(b'{')) => de.deserialize_map(On {
+            first,
+            rest,
+            star,
+            out,
+        })?,
+        (Some((first, rest)), Some(b'[')) => de.deserialize_seq(On {
+            first,
+            rest,
+            star,
+            out,
+        })?,
+        (Some(_), _) => {
+            IgnoredAny::deserialize(&mut de)?;
+        }
+        (None, _) => out.push(<&RawValue>::deserialize(&mut de)?),
+    }
+    de.end()
+}
+
+/// One step of a pointer: `first` in an object or an array, then `rest`.
+struct On<'o, 'a, 'p> {
+    first: &'p str,
+    rest: &'p [String],
+    star: bool,
+    out: &'o mut Vec<&'a RawValue>,
+}
+
+impl<'a> Visitor<'a> for On<'_, 'a, '_> {
+    type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("JSON")
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok((self.wanted && self.path.is_empty()).then(|| Found::Text(v.to_string())))
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
+        // A repeated key: the last one counts, as in a parsed tree.
         let mut found = None;
-        while let Some(key) = map.next_key::<String>()? {
-            match self.path.split_first() {
-                Some((first, rest)) if self.wanted && *first == key => {
-                    // A repeated key: the last one counts, as in a parsed tree.
-                    found = map.next_value_seed(Find {
-                        path: rest,
-                        wanted: true,
-                    })?;
-                }
-                _ => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
+        while let Some(key) = map.next_key::<&'a RawValue>()? {
+            if key_is(key.get(), self.first) {
+                let value: &'a RawValue = map.next_value()?;
+                let mut here = Vec::new();
+                walk_text(value.get(), self.rest, self.star, &mut here)
+                    .map_err(A::Error::custom)?;
+                found = Some(here);
+            } else {
+                map.next_value::<IgnoredAny>()?;
             }
         }
-        Ok(found)
+        self.out.extend(found.into_iter().flatten());
+        Ok(())
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        if self.wanted && self.path.is_empty() {
-            let mut n = 0;
-            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
-                n += 1;
-            }
-            return Ok(Some(Found::Items(n)));
-        }
-        let index = self
-            .path
-            .split_first()
-            .filter(|_| self.wanted)
-            .and_then(|(first, rest)| first.parse::<usize>().ok().map(|i| (i, rest)));
-        let mut found = None;
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<(), A::Error> {
+        let every = self.star && self.first == "*";
+        let index = index(self.first);
         let mut i = 0;
         loop {
-            match index {
-                Some((at, rest)) if at == i => {
-                    match seq.next_element_seed(Find {
-                        path: rest,
-                        wanted: true,
-                    })? {
-                        Some(v) => found = v,
-                        None => break,
-                    }
-                }
-                _ => {
-                    if seq.next_element::<serde::de::IgnoredAny>()?.is_none() {
-                        break;
-                    }
-                }
+            if every || index == Some(i) {
+                let Some(value) = seq.next_element::<&'a RawValue>()? else {
+                    break;
+                };
+                walk_text(value.get(), self.rest, self.star, self.out).map_err(A::Error::custom)?;
+            } else if seq.next_element::<IgnoredAny>()?.is_none() {
+                break;
             }
             i += 1;
         }
-        Ok(found)
+        Ok(())
+    }
+}
+
+/// An array index as RFC 6901 writes it: digits, no leading zero.
+fn index(segment: &str) -> Option<usize> {
+    if segment.starts_with('+') || (segment.starts_with('0') && segment.len() > 1) {
+        return None;
+    }
+    segment.parse().ok()
+}
+
+/// Whether a raw key (quotes and escapes) is `segment`. A key that is not
+/// text (a lone surrogate) is no segment's.
+fn key_is(raw: &str, segment: &str) -> bool {
+    let inner = &raw[1..raw.len() - 1];
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(raw).is_ok_and(|k| k == segment)
+    } else {
+        inner == segment
+    }
+}
+
+/// A value read on its own: only a string or a number is read at all.
+fn leaf(raw: &RawValue) -> Leaf {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') if !text.contains('\\') => Leaf::Text(text[1..text.len() - 1].to_string()),
+        Some(b'"') => serde_json::from_str(text).map_or(Leaf::Unreadable, Leaf::Text),
+        Some(b'-' | b'0'..=b'9') => {
+            serde_json::from_str(text).map_or(Leaf::Unreadable, Leaf::Number)
+        }
+        _ => Leaf::Other,
+    }
+}
+
+/// The length of an array, its elements skipped.
+struct Count;
+
+impl<'a> Visitor<'a> for Count {
+    type Value = usize;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array")
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok((self.wanted && self.path.is_empty()).then(|| Found::Number(v.to_string())))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok((self.wanted && self.path.is_empty()).then(|| Found::Number(v.to_string())))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
+    fn visit_seq<A: SeqAccess<'a>>(self, mut seq: A) -> Result<usize, A::Error> {
+        let mut n = 0;
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            n += 1;
+        }
+        Ok(n)
     }
 }
 
@@ -185,5 +290,49 @@ mod tests {
         for bad in [&b"{"[..], b"{} {}", b"<html>", b"{\"a\":}"] {
             assert!(scan(bad, Some("/a")).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn every_reader_takes_lone_surrogates_and_any_depth_and_loses_only_the_bad_value() {
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        let page = format!(
+            r#"{{"deep":{deep},"items":[{{"id":"a"}},{{"id":"cut \ud800"}},{{"id":7}},{{"id":{deep}}},{{"id":"b\u00e9"}}],"t":"x\udc00","next":"N"}}"#
+        );
+        let page = page.as_bytes();
+        assert_eq!(scan(page, None).unwrap(), None);
+        assert_eq!(
+            scan(page, Some("/next")).unwrap(),
+            Some(Found::Text("N".into()))
+        );
+        assert!(scan(page, Some("/t")).is_err(), "a token that is not text");
+        let (got, unreadable) = values(page, "/items/*/id").unwrap();
+        assert_eq!(
+            (got, unreadable),
+            (vec!["a".into(), "7".into(), "bé".into()], 1)
+        );
+        assert_eq!(
+            leaf_at(page, "/items/2/id").unwrap(),
+            Some(Leaf::Number(7.into()))
+        );
+        assert_eq!(
+            leaf_at(page, "/items/1/id").unwrap(),
+            Some(Leaf::Unreadable)
+        );
+        assert_eq!(leaf_at(page, "/items/02/id").unwrap(), None);
+        assert_eq!(
+            leaf_at(page, "/items/*/id").unwrap(),
+            None,
+            "no star without asking"
+        );
+        // A key that is not text matches no pointer, and spoils nothing else.
+        let keyed = br#"{"\ud800":1,"a\/b":2,"a":3,"a":4}"#;
+        assert_eq!(
+            leaf_at(keyed, "/a~1b").unwrap(),
+            Some(Leaf::Number(2.into()))
+        );
+        assert_eq!(values(keyed, "/a").unwrap(), (vec!["4".into()], 0));
+        // Bytes that are not UTF-8 inside a string are read as the page file
+        // is written.
+        assert_eq!(values(b"{\"a\":\"x\xff\"}", "/a").unwrap().0, ["x\u{fffd}"]);
     }
 }

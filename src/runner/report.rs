@@ -148,6 +148,9 @@ pub struct JobReport {
     pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
+    /// Fan-out values found in pages that could not be read (a lone
+    /// surrogate escape): the run exits 1 and says so, never "finished".
+    pub values_lost: u64,
     /// Where the next run starts.
     pub resume: Option<Cursor>,
 }
@@ -156,7 +159,7 @@ impl JobReport {
     /// Exit 0 when the job served every region, 75 when it stopped
     /// cleanly, 1 when a region failed (which outranks a clean stop).
     pub fn exit_code(&self) -> u8 {
-        if !self.failed_regions.is_empty() {
+        if !self.failed_regions.is_empty() || self.values_lost > 0 {
             exit::FAILURE
         } else if self.stop.is_some() {
             exit::STOPPED
@@ -169,6 +172,10 @@ impl JobReport {
     pub fn summary(&self) -> String {
         let units: Vec<String> = self.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
         let why = match &self.stop {
+            None if self.values_lost > 0 => format!(
+                "done, {} fan-out value(s) LOST (unreadable in their pages)",
+                self.values_lost
+            ),
             None => "finished".to_string(),
             Some(s) => format!("stopped: {s}"),
         };
@@ -221,7 +228,9 @@ impl JobReport {
 /// Log a job's summary line at the level its outcome deserves.
 pub fn log_summary(report: &JobReport) {
     match report.stop {
-        _ if !report.failed_regions.is_empty() => error!("{}", report.summary()),
+        _ if !report.failed_regions.is_empty() || report.values_lost > 0 => {
+            error!("{}", report.summary())
+        }
         None => info!("{}", report.summary()),
         Some(_) => warn!("{}", report.summary()),
     }

@@ -7,6 +7,7 @@
 use reqwest::header::HeaderMap;
 
 use crate::config::{ActualFrom, SettledCost};
+use crate::runner::page_scan::{self, Leaf};
 
 /// What a response says one settled cost was.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,21 +24,23 @@ pub fn actuals(specs: &[SettledCost], headers: &HeaderMap, body: Option<&[u8]>) 
     if specs.is_empty() {
         return Vec::new();
     }
-    let json: Option<serde_json::Value> = body.and_then(|b| serde_json::from_slice(b).ok());
     specs
         .iter()
         .map(|s| match &s.actual {
             ActualFrom::Header(name) => match headers.get(name).map(|v| v.to_str()) {
-                Some(Ok(text)) => units(&serde_json::Value::String(text.trim().into()))
+                Some(Ok(text)) => units(&Leaf::Text(text.trim().into()))
                     .map_or_else(|| unreadable(&format!("header {name}")), Actual::Units),
                 Some(Err(_)) => Actual::Unreadable(format!("header {name} is not text")),
                 None => Actual::Unreadable(format!("no header {name}")),
             },
-            ActualFrom::Pointer(p) => match json.as_ref().map(|j| j.pointer(p)) {
-                None => Actual::Unreadable(format!("no JSON body to read {p} from")),
-                Some(None) => Actual::Unreadable(format!("nothing at {p} in the body")),
-                Some(Some(v)) => {
-                    units(v).map_or_else(|| unreadable(&format!("{p} in the body")), Actual::Units)
+            // Read by streaming, only what the pointer names: the body is
+            // never built as a tree (a page of 32 MB took 549 MB so), and
+            // not read at all for an actual from a header.
+            ActualFrom::Pointer(p) => match body.map(|b| page_scan::leaf_at(b, p)) {
+                None | Some(Err(_)) => Actual::Unreadable(format!("no JSON body to read {p} from")),
+                Some(Ok(None)) => Actual::Unreadable(format!("nothing at {p} in the body")),
+                Some(Ok(Some(v))) => {
+                    units(&v).map_or_else(|| unreadable(&format!("{p} in the body")), Actual::Units)
                 }
             },
         })
@@ -51,11 +54,11 @@ fn unreadable(what: &str) -> Actual {
 }
 
 /// A non-negative number, or a string that holds one; fractions rounded up.
-fn units(v: &serde_json::Value) -> Option<u64> {
+fn units(v: &Leaf) -> Option<u64> {
     let n = match v {
-        serde_json::Value::Number(n) => n.as_f64()?,
-        serde_json::Value::String(s) => s.trim().parse::<f64>().ok()?,
-        _ => return None,
+        Leaf::Number(n) => n.as_f64()?,
+        Leaf::Text(s) => s.trim().parse::<f64>().ok()?,
+        Leaf::Unreadable | Leaf::Other => return None,
     };
     (n.is_finite() && n >= 0.0 && n < 2f64.powi(53)).then(|| n.ceil() as u64)
 }

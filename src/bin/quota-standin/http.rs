@@ -110,7 +110,8 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         429 => "Too Many Requests",
         _ => "Service Unavailable",
     };
-    let (body, coding) = crate::odd::encode(state, body.to_string().into_bytes());
+    let body = crate::large::text(&state.opts, &request.target, status, &body);
+    let (body, coding) = crate::odd::encode(state, body.into_bytes());
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()

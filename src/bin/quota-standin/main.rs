@@ -16,6 +16,7 @@
 mod apis;
 mod examples;
 mod http;
+mod large;
 mod odd;
 mod youtube;
 
@@ -161,6 +162,21 @@ pub struct Options {
     /// unterminated (a quoted parameter left open before it)
     #[arg(long, value_name = "FORM", value_parser = ["utf8", "unclosed", "unterminated"])]
     pub link_form: Option<String>,
+
+    /// Pages of `/ids` start with a field of about BYTES bytes of small
+    /// numbers (`"filler":[0,0,…]`): a page large and cheap to send
+    #[arg(long, value_name = "BYTES")]
+    pub large_page: Option<usize>,
+
+    /// Pages of `/ids` hold nesting 200 deep and, first among their items,
+    /// an id that is a string with a lone surrogate escape (`"cut \ud83d"`)
+    #[arg(long)]
+    pub odd_ids: bool,
+
+    /// Pages of `/ids` hold a number with the key inside (`"views":
+    /// 9KEY99`), when the key is all digits
+    #[arg(long)]
+    pub key_in_number: bool,
 
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]

@@ -93,9 +93,9 @@ pub fn next_run(
             let at_cursor = from.filter(|f| f.step == s);
             let first_page = at_cursor.map_or(0, |f| f.page);
             // A fan-out the cursor is inside of knows its values left.
-            let last = match (&step.for_each, at_cursor.and_then(|f| f.batch.as_ref())) {
+            let last = match (&step.for_each, at_cursor.and_then(|f| f.values_left())) {
                 (Some(f), Some(left)) => {
-                    u64::from(first_page) + (left.len() as u64).div_ceil(u64::from(f.batch))
+                    u64::from(first_page) + (left as u64).div_ceil(u64::from(f.batch))
                 }
                 _ => step.max_requests(),
             };

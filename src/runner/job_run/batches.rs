@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Position;
-use crate::runner::cursor::Cursor;
+use crate::runner::cursor::{BatchAt, Cursor};
 
 /// The batches of one region's fan-out step not yet written.
 #[derive(Debug)]
@@ -33,6 +33,10 @@ pub(super) struct Batches {
     /// What batches written ahead under another batch size held for the
     /// next step: their numbers no longer fit, so it goes first.
     early: Vec<String>,
+    /// The list in the store that `values` end (its id, and where
+    /// `values` start in it), once kept there: the cursor then says a
+    /// position in it, not the values.
+    list: Option<(String, usize)>,
 }
 
 impl Batches {
@@ -42,7 +46,9 @@ impl Batches {
     /// when that is not `size` (the file changed), the values of the
     /// written batches are dropped and the rest cut afresh, and what they
     /// found goes to the next step first ([`Self::take_early`]): the one
-    /// case where its values' order is not the pages' order.
+    /// case where its values' order is not the pages' order. `list`: the
+    /// stored list `values` end, and where they start in it (none once
+    /// they are cut afresh: they are no longer its end).
     pub(super) fn resume(
         values: Vec<String>,
         first: u32,
@@ -50,7 +56,9 @@ impl Batches {
         found: BTreeMap<u32, Vec<String>>,
         saved_size: Option<u32>,
         size: u32,
+        list: Option<(String, usize)>,
     ) -> Self {
+        let mut list = list;
         let size = size.max(1) as usize;
         let mut values = values;
         let mut done: BTreeSet<u32> = written.iter().copied().filter(|&k| k > first).collect();
@@ -69,6 +77,7 @@ impl Batches {
                     .flat_map(|(_, v)| v.iter().cloned())
                     .collect();
                 done.clear();
+                list = None;
             }
             None => done.clear(),
             _ => {}
@@ -80,6 +89,7 @@ impl Batches {
             written: done,
             found,
             early,
+            list,
         };
         let end = batches.end();
         batches.written.retain(|&k| k < end);
@@ -131,6 +141,9 @@ impl Batches {
             in_row.push((self.first, found));
             let n = self.size.min(self.values.len());
             self.values.drain(..n);
+            if let Some((_, from)) = &mut self.list {
+                *from += n;
+            }
             self.first += 1;
         }
         in_row
@@ -140,13 +153,35 @@ impl Batches {
         self.values.is_empty()
     }
 
+    /// The values not yet sent, when no stored list holds them yet.
+    pub(super) fn unlisted(&self) -> Option<&[String]> {
+        self.list.is_none().then_some(self.values.as_slice())
+    }
+
+    /// The values not yet sent are now the whole of the stored list `id`.
+    pub(super) fn listed(&mut self, id: String) {
+        self.list = Some((id, 0));
+    }
+
     /// Where the next run resumes this step (`found`: what its written
     /// pages hold for a fan-out after it). Without batches written ahead
     /// it is the cursor a sequential fan-out always saved.
     pub(super) fn cursor(&self, at: &Position<'_>, found: &[String]) -> Cursor {
         let written: Vec<u32> = self.written.iter().copied().collect();
+        let (batch, batch_at) = match &self.list {
+            Some((list, from)) => (
+                None,
+                Some(BatchAt {
+                    list: list.clone(),
+                    from: *from,
+                    left: self.values.len(),
+                }),
+            ),
+            None => (Some(self.values.clone()), None),
+        };
         Cursor {
-            batch: Some(self.values.clone()),
+            batch,
+            batch_at,
             batch_size: (!written.is_empty()).then_some(self.size as u32),
             written,
             found: found.to_vec(),
@@ -175,7 +210,7 @@ mod tests {
 
     #[test]
     fn batches_written_out_of_order_move_the_cursor_only_past_a_row() {
-        let mut b = Batches::resume(values(10), 2, &[], BTreeMap::new(), None, 3);
+        let mut b = Batches::resume(values(10), 2, &[], BTreeMap::new(), None, 3, None);
         assert_eq!(b.todo(), [2, 3, 4, 5]);
         assert_eq!(b.joined(5, ","), "v9");
         b.mark_written(3, Vec::new());
@@ -198,6 +233,7 @@ mod tests {
             BTreeMap::new(),
             Some(3),
             3,
+            None,
         );
         assert_eq!(back.todo(), [4]);
         assert_eq!(back.joined(4, ","), "v6,v7,v8");
@@ -208,7 +244,7 @@ mod tests {
 
     #[test]
     fn in_a_row_the_cursor_is_the_sequential_one() {
-        let mut b = Batches::resume(values(5), 0, &[], BTreeMap::new(), None, 2);
+        let mut b = Batches::resume(values(5), 0, &[], BTreeMap::new(), None, 2, None);
         b.mark_written(0, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!((c.page, c.written.len(), c.batch_size), (1, 0, None));
@@ -218,12 +254,12 @@ mod tests {
     #[test]
     fn a_changed_batch_size_drops_the_written_values_and_cuts_the_rest_afresh() {
         // Saved in threes: batch 1 (v3 v4 v5) written; now in fours.
-        let b = Batches::resume(values(9), 0, &[1], BTreeMap::new(), Some(3), 4);
+        let b = Batches::resume(values(9), 0, &[1], BTreeMap::new(), Some(3), 4, None);
         assert_eq!(b.todo(), [0, 1]);
         assert_eq!(b.joined(0, ","), "v0,v1,v2,v6");
         assert_eq!(b.joined(1, ","), "v7,v8");
         // Numbers that do not fit are ignored.
-        let b = Batches::resume(values(4), 2, &[1, 2, 9], BTreeMap::new(), Some(2), 2);
+        let b = Batches::resume(values(4), 2, &[1, 2, 9], BTreeMap::new(), Some(2), 2, None);
         assert_eq!(b.todo(), [2, 3]);
     }
 
@@ -233,7 +269,7 @@ mod tests {
 
     #[test]
     fn what_batches_written_ahead_found_waits_for_those_before_them() {
-        let mut b = Batches::resume(values(8), 0, &[], BTreeMap::new(), None, 2);
+        let mut b = Batches::resume(values(8), 0, &[], BTreeMap::new(), None, 2, None);
         assert!(b.mark_written(2, found(2)).is_empty());
         assert!(b.mark_written(1, found(1)).is_empty());
         let c = b.cursor(&at(), &[]);
@@ -244,17 +280,46 @@ mod tests {
         assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
         // From a saved cursor: batch 1 and 3 written ahead of 0.
         let saved = BTreeMap::from([(1, found(1)), (3, found(3))]);
-        let mut b = Batches::resume(values(8), 0, &[1, 3], saved.clone(), Some(2), 2);
+        let mut b = Batches::resume(values(8), 0, &[1, 3], saved.clone(), Some(2), 2, None);
         assert_eq!(b.todo(), [0, 2]);
         assert_eq!(b.mark_written(0, Vec::new()), [(0, vec![]), (1, found(1))]);
         assert_eq!(b.mark_written(2, found(2)), [(2, found(2)), (3, found(3))]);
         assert!(b.is_done());
         // Another batch size: batches 1 and 3 are dropped, what they found
         // goes first.
-        let mut b = Batches::resume(values(8), 0, &[1, 3], saved, Some(2), 3);
+        let mut b = Batches::resume(values(8), 0, &[1, 3], saved, Some(2), 3, None);
         assert_eq!(b.take_early(), ["f1", "shared", "f3", "shared"]);
         assert!(b.take_early().is_empty());
         assert_eq!(b.todo(), [0, 1]);
         assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
+    }
+
+    #[test]
+    fn a_listed_plans_cursor_is_a_position_in_its_list() {
+        // Values 4.. of list L, in batches of 2.
+        let list = Some(("L".to_string(), 4));
+        let mut b = Batches::resume(values(6), 2, &[], BTreeMap::new(), None, 2, list);
+        assert!(b.unlisted().is_none());
+        b.mark_written(2, Vec::new());
+        let c = b.cursor(&at(), &[]);
+        let at_l = |from, left| BatchAt {
+            list: "L".into(),
+            from,
+            left,
+        };
+        assert_eq!((c.batch, c.batch_at, c.page), (None, Some(at_l(6, 4)), 3));
+        // Cut afresh (another batch size, batches written ahead): no longer
+        // the list's end, so the cursor holds the values again until listed.
+        let list = Some(("L".to_string(), 0));
+        let mut b = Batches::resume(values(8), 0, &[1], BTreeMap::new(), Some(2), 3, list);
+        assert_eq!(b.unlisted().map(<[String]>::len), Some(6));
+        assert_eq!(b.cursor(&at(), &[]).batch.map(|v| v.len()), Some(6));
+        b.listed("M".into());
+        b.mark_written(0, Vec::new());
+        let c = b.cursor(&at(), &[]);
+        assert_eq!(
+            (c.batch, c.batch_at.map(|a| (a.list, a.from, a.left))),
+            (None, Some(("M".into(), 3, 3)))
+        );
     }
 }

@@ -8,8 +8,9 @@
 //!   dropped ([`Found`]), and saved in the cursor with every page, so a
 //!   killed run does not lose the values of the pages it already wrote.
 //! * When that step ends, the values become the fan-out's list of values
-//!   to send, saved in the cursor too; after each batch the cursor keeps
-//!   the values not yet sent. A stop (a rejection, a signal) or a kill
+//!   to send, saved in the store once, apart ([`JobRun::keep_list`]);
+//!   after each batch the cursor keeps its position in them (`batch_at`),
+//!   not the values not yet sent. A stop (a rejection, a signal) or a kill
 //!   resumes at the batch in hand, from the store, on any host: no page
 //!   already written is fetched again.
 //!
@@ -29,9 +30,11 @@
 //! another host resumes from the store alone and the folder's pages may
 //! be taken away once written.
 //!
-//! Reading a page for values parses it whole (a `serde_json::Value`), where
-//! [`super::super::page_scan`] streams: only the pages of a step that a
-//! fan-out follows are read so, once each, after they are written.
+//! A page is read for values as [`page_scan`] reads any page: streaming,
+//! only what the pointer names, so a page costs about its own size. A
+//! value that cannot be read (a lone surrogate escape) is left out and
+//! counted as lost ([`super::super::report::JobReport::values_lost`]): the
+//! run does not end as "finished" with 0 having lost it.
 
 use std::cell::RefCell;
 use std::collections::HashSet;
@@ -45,6 +48,9 @@ use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
+use crate::ledger::Ledger;
+use crate::runner::cursor::{ValueList, values_key};
+use crate::runner::page_scan;
 
 /// The values found so far for a fan-out step, in order, each once.
 #[derive(Default)]
@@ -94,43 +100,11 @@ impl Found {
 
 /// The values at `pointer` in a JSON page: strings as they are, numbers as
 /// text, in document order; `*` matches every element of an array. Other
-/// kinds (objects, arrays, booleans, null) are not values and are skipped.
-pub(super) fn values_at(body: &[u8], pointer: &str) -> serde_json::Result<Vec<String>> {
-    let doc: serde_json::Value = serde_json::from_slice(body)?;
-    let path: Vec<String> = pointer
-        .split('/')
-        .skip(1)
-        .map(|s| s.replace("~1", "/").replace("~0", "~"))
-        .collect();
-    let mut out = Vec::new();
-    collect(&doc, &path, &mut out);
-    Ok(out)
-}
-
-fn collect(v: &serde_json::Value, path: &[String], out: &mut Vec<String>) {
-    use serde_json::Value as J;
-    let Some((first, rest)) = path.split_first() else {
-        match v {
-            J::String(s) => out.push(s.clone()),
-            J::Number(n) => out.push(n.to_string()),
-            _ => {}
-        }
-        return;
-    };
-    match v {
-        J::Array(items) if first == "*" => items.iter().for_each(|i| collect(i, rest, out)),
-        J::Array(items) => {
-            if let Some(i) = first.parse::<usize>().ok().and_then(|i| items.get(i)) {
-                collect(i, rest, out);
-            }
-        }
-        J::Object(m) => {
-            if let Some(i) = m.get(first) {
-                collect(i, rest, out);
-            }
-        }
-        _ => {}
-    }
+/// kinds (objects, arrays, booleans, null) are not values and are skipped;
+/// a value that cannot be read (a string with a lone surrogate escape) is
+/// counted, apart. Streamed ([`page_scan::values`]): no tree of the page.
+pub(super) fn values_at(body: &[u8], pointer: &str) -> serde_json::Result<(Vec<String>, u64)> {
+    page_scan::values(body, pointer)
 }
 
 impl JobRun<'_> {
@@ -159,11 +133,25 @@ impl JobRun<'_> {
             return;
         };
         let values = match values_at(body, &f.from) {
-            Ok(v) => v,
-            Err(e) => {
+            Ok((values, 0)) => values,
+            Ok((values, lost)) => {
+                self.report.borrow_mut().values_lost += lost;
                 warn!(
                     job = self.job.name,
-                    "{}: not JSON ({e}): no values for the next step",
+                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape, a number past a double): \
+                     LOST for the next step, the others are kept",
+                    describe_position(at.region, at.step, page),
+                    f.from
+                );
+                values
+            }
+            Err(e) => {
+                // (the page check reads pages as this does: not reached
+                // for a page that was written)
+                self.report.borrow_mut().values_lost += 1;
+                warn!(
+                    job = self.job.name,
+                    "{}: not JSON ({e}): no values for the next step, LOST",
                     describe_position(at.region, at.step, page)
                 );
                 return;
@@ -263,6 +251,7 @@ impl JobRun<'_> {
         if !early.is_empty() {
             self.keep_found(&mut w.found, at, page, early, 0);
         }
+        self.keep_list(at, &mut plan).await;
         if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
@@ -292,6 +281,34 @@ impl JobRun<'_> {
         let resume = self.after_step(w, at);
         self.save(at.slot, resume).await;
         Ok(Walk::Done)
+    }
+
+    /// Keep the values `plan` has yet to send in the store, once, as the
+    /// list its cursors then point into (`batch_at`): after each batch the
+    /// cursor saves a position, not every value not yet sent. Only a plan
+    /// whose cursor holds its values itself (a new walk, a cursor of an
+    /// older build, values cut afresh) gets a list, so the list a saved
+    /// cursor points into is never replaced under it. Without it (a store
+    /// that did not take it) the cursor keeps the values, as it did.
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches) {
+        let (Some(store), Some(values)) = (self.store, plan.unlisted()) else {
+            return;
+        };
+        let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
+        let text = serde_json::to_string(&ValueList {
+            id: id.clone(),
+            values,
+        })
+        .expect("strings always serialize");
+        let key = values_key(&self.job.name, at.region, at.step);
+        match store.save_cursor(&key, &text).await {
+            Ok(()) => plan.listed(id),
+            Err(e) => warn!(
+                job = self.job.name,
+                "{}: the fan-out's values were not kept apart ({e}): the cursor holds them",
+                describe_position(at.region, at.step, 0)
+            ),
+        }
     }
 
     /// The batches of `plan` up to `concurrency` at once (the run's one
@@ -388,7 +405,7 @@ mod tests {
     fn stars_match_every_element_and_numbers_are_text() {
         let page = br#"{"items":[{"id":{"videoId":"a"}},{"id":{"videoId":7}},{"id":{}},
             {"id":{"videoId":["x"]}},{"id":{"videoId":1.5}}],"a/b":[["p","q"],["r"]]}"#;
-        let at = |p: &str| values_at(page, p).unwrap();
+        let at = |p: &str| values_at(page, p).unwrap().0;
         assert_eq!(at("/items/*/id/videoId"), ["a", "7", "1.5"]);
         assert_eq!(at("/items/1/id/videoId"), ["7"]);
         assert_eq!(at("/a~1b/*/*"), ["p", "q", "r"]);

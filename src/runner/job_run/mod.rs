@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use tracing::{error, info, warn};
 
 use self::round::{Round, Slot};
-use super::cursor::{Cursor, cursor_text, read_cursor};
+use super::cursor::{BatchAt, Cursor, ValueList, cursor_text, read_cursor, values_key};
 use super::lock::RunLock;
 use super::output;
 use super::page_scan::Found;
@@ -147,6 +147,7 @@ impl<'a> JobRun<'a> {
                 unreadable_links: 0,
                 regions_total: job.regions.len().max(1),
                 pages: 0,
+                values_lost: 0,
                 resume: None,
             }),
             store: None,
@@ -258,7 +259,7 @@ impl<'a> JobRun<'a> {
     /// Serve every region once, from the cursor on, wrapping around.
     pub(super) async fn serve_regions(&mut self) -> Result<()> {
         let job = self.job;
-        let cursor = match self.store {
+        let mut cursor = match self.store {
             Some(store) => match store.load_cursor(&job.name).await {
                 Ok(text) => text
                     .as_deref()
@@ -273,6 +274,7 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
+        self.load_lists(&mut cursor).await;
         // A wrong QUOTA_FILE_MODE stops the run before anything is charged.
         file_mode().map_err(Error::Usage)?;
         // Leftovers are removed only while this run holds the job's lock:
@@ -367,6 +369,49 @@ impl<'a> JobRun<'a> {
             return;
         }
         *saved = now;
+    }
+
+    /// The values not yet sent of each fan-out the cursor is inside of
+    /// (its region's and those ahead), from the lists they point into
+    /// (`batch_at`). A list that is gone, or another walk's, cannot say
+    /// them: that fan-out is skipped for its region this round, as a
+    /// cursor without values always was, and the run says so.
+    async fn load_lists(&self, cursor: &mut Cursor) {
+        let (region, step) = (cursor.region.clone(), cursor.step);
+        self.load_list(&region, step, &mut cursor.batch, &mut cursor.batch_at)
+            .await;
+        for a in &mut cursor.ahead {
+            self.load_list(&a.region, a.step, &mut a.batch, &mut a.batch_at)
+                .await;
+        }
+    }
+
+    async fn load_list(
+        &self,
+        region: &str,
+        step: usize,
+        batch: &mut Option<Vec<String>>,
+        batch_at: &mut Option<BatchAt>,
+    ) {
+        let (Some(store), Some(b)) = (self.store, batch_at.as_ref()) else {
+            return;
+        };
+        let key = values_key(&self.job.name, region, step);
+        let list = store.load_cursor(&key).await.ok().flatten();
+        match list.and_then(|t| serde_json::from_str::<ValueList>(&t).ok()) {
+            Some(mut l) if l.id == b.list && b.from.checked_add(b.left) == Some(l.values.len()) => {
+                l.values.drain(..b.from);
+                *batch = Some(l.values);
+            }
+            _ => {
+                warn!(
+                    job = self.job.name,
+                    "{}: the fan-out's values the cursor points into are gone from the store (or another walk's)",
+                    describe_position(region, step, 0)
+                );
+                (*batch, *batch_at) = (None, None);
+            }
+        }
     }
 
     /// On a terminal, one line that says how far the run is (none under

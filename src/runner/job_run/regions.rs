@@ -139,12 +139,12 @@ impl JobRun<'_> {
             let plan = match resumed {
                 Some(s) => s.batch.clone().map(|values| {
                     let found = s.found_ahead.clone();
-                    Batches::resume(values, page, &s.written, found, s.batch_size, f.batch)
+                    let list = s.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
+                    Batches::resume(values, page, &s.written, found, s.batch_size, f.batch, list)
                 }),
-                None => w
-                    .pending
-                    .take()
-                    .map(|values| Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch)),
+                None => w.pending.take().map(|values| {
+                    Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, None)
+                }),
             };
             self.fan_out(w, step, at, page, plan).await
         } else {

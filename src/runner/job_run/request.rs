@@ -11,9 +11,10 @@ use tracing::{debug, info, warn};
 
 use super::{Charged, JobRun, PageAnswer};
 use crate::atomic_file::{file_mode, write_new};
-use crate::config::{Fill, Step, mask, redact};
+use crate::config::{Fill, Step, redact};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
+use crate::runner::output::{SecretOutsideStrings, mask_page};
 use crate::runner::upstream::{self, Answer, Reported};
 use crate::{Error, Result};
 
@@ -220,14 +221,17 @@ impl JobRun<'_> {
         let secret = fill.secret.clone();
         let written = tokio::task::spawn_blocking(move || {
             // An upstream that echoes the key (in a next-page link, say) does
-            // not get it into the page file: masked there like everywhere else.
+            // not get it into the page file: masked there like everywhere
+            // else, inside strings only, so that the page stays JSON.
             let text = String::from_utf8_lossy(&body);
-            let masked = match mask(&text, &[&secret]) {
-                Cow::Borrowed(_) => None,
-                Cow::Owned(m) => Some(m.into_bytes()),
+            let masked = match mask_page(&text, &secret) {
+                Ok(Cow::Borrowed(_)) => None,
+                Ok(Cow::Owned(m)) => Some(m.into_bytes()),
+                Err(SecretOutsideStrings) => return (Ok(None), false),
             };
             let bytes = masked.as_deref().unwrap_or(&body);
-            (write_new(&dir, &job, &file, bytes, mode), masked.is_some())
+            let written = write_new(&dir, &job, &file, bytes, mode).map(Some);
+            (written, masked.is_some())
         })
         .await;
         let (written, masked) = written.unwrap_or_else(|e| {
@@ -257,6 +261,16 @@ impl JobRun<'_> {
                 }
             }
         })?;
+        let Some(path) = path else {
+            return Err(Error::Upstream {
+                job: self.job.name.clone(),
+                url: format!("page {name}"),
+                problem: "the page holds the credential's secret outside a JSON string (inside a number, say): \
+                          not written, since *** there would leave a file that is not JSON; \
+                          the next run asks for it again"
+                    .into(),
+            });
+        };
         self.report.borrow_mut().pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());
