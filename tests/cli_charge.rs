@@ -184,6 +184,15 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
                 "'x' is not a positive whole number",
             ),
             (
+                vec!["charge", "main", "--cost", "units=9007199254740992"],
+                "9007199254740992 is above the largest number of units, 9007199254740991 (2^53 - 1",
+            ),
+            (
+                // Past u64 too: said "not a positive whole number".
+                vec!["charge", "main", "--cost", "units=99999999999999999999999"],
+                "99999999999999999999999 is above the largest number of units",
+            ),
+            (
                 vec!["charge", "main", "--cost", "units=1,search=1,units=1"],
                 "pool units is named twice",
             ),
