@@ -38,8 +38,8 @@ pub const DEFAULT_FILE_MODE: u32 = 0o640;
 pub const FILE_MODE_VAR: &str = "QUOTA_FILE_MODE";
 
 /// The mode quota creates its files with: `$QUOTA_FILE_MODE` (octal, read
-/// and write bits only, the owner's both included: `0600`, `0640`, `0660`,
-/// `0644`), else [`DEFAULT_FILE_MODE`]. Read once per process. `Err` says
+/// and write bits only, the owner's both included, never write for others:
+/// `0600`, `0640`, `0660`, `0644`), else [`DEFAULT_FILE_MODE`]. Read once per process. `Err` says
 /// what is wrong with the variable.
 pub fn file_mode() -> Result<u32, String> {
     static MODE: OnceLock<Result<u32, String>> = OnceLock::new();
@@ -66,14 +66,28 @@ fn parse_mode(value: Option<&std::ffi::OsStr>) -> Result<u32, String> {
             "the owner must be able to read and write (0600 at least)",
         ));
     }
+    // Every user could rewrite a page or the ledger (and its budget).
+    if mode & 0o002 != 0 {
+        return Err(wrong(
+            "files writable by every user are refused (0664 at most for others to read)",
+        ));
+    }
     Ok(mode)
 }
 
 /// The mode of the folders quota creates for files of `file_mode`: the
 /// same bits, plus search (x) wherever read is given: 0750 for 0640, 0700
-/// for 0600, 0755 for 0644.
+/// for 0600, 0755 for 0644, 0770 for 0660. Never writable by others,
+/// whatever `file_mode` says (it would let anyone move the ledger aside).
+/// Writable by the group only when its files are (`0660`: a group that
+/// shares the embedded ledger must create SQLite's `-wal` and `-shm`
+/// beside it) and it may read them (write without search does nothing).
 pub fn folder_mode(file_mode: u32) -> u32 {
-    file_mode | (file_mode & 0o444) >> 2
+    let mut mode = file_mode & !0o002;
+    if mode & 0o040 == 0 {
+        mode &= !0o020;
+    }
+    mode | (mode & 0o444) >> 2
 }
 
 /// Create the folder `dir` and any missing parents with [`folder_mode`] of
@@ -292,7 +306,16 @@ mod tests {
         assert_eq!(parse_mode(Some(OsStr::new("0600"))), Ok(0o600));
         assert_eq!(parse_mode(Some(OsStr::new("644"))), Ok(0o644));
         assert_eq!(parse_mode(Some(OsStr::new("0o660"))), Ok(0o660));
-        for bad in ["0755", "4640", "0400", "rw-r-----", "0999"] {
+        for bad in [
+            "0755",
+            "4640",
+            "0400",
+            "rw-r-----",
+            "0999",
+            "0666",
+            "0602",
+            "0646",
+        ] {
             let e = parse_mode(Some(OsStr::new(bad))).unwrap_err();
             assert!(e.starts_with(&format!("QUOTA_FILE_MODE={bad}: ")), "{e}");
         }
@@ -312,6 +335,24 @@ mod tests {
         assert_eq!(folder_mode(0o600), 0o700);
         assert_eq!(folder_mode(0o644), 0o755);
         assert_eq!(folder_mode(0o660), 0o770);
+        assert_eq!(folder_mode(0o664), 0o775);
+    }
+
+    /// 0666 (refused as `QUOTA_FILE_MODE`, but whatever reaches it) made
+    /// 0777 folders under umask 000, which quota then warned about; 0602
+    /// gave 0702.
+    #[test]
+    fn folders_are_never_writable_by_others() {
+        assert_eq!(folder_mode(0o666), 0o775);
+        assert_eq!(folder_mode(0o602), 0o700);
+        assert_eq!(folder_mode(0o646), 0o755);
+        // Group write without group read: no use in a folder.
+        assert_eq!(folder_mode(0o620), 0o700);
+        for mode in 0..=0o777 {
+            assert_eq!(folder_mode(mode) & 0o002, 0, "{mode:04o}");
+        }
+        let e = parse_mode(Some(std::ffi::OsStr::new("0666"))).unwrap_err();
+        assert!(e.contains("writable by every user are refused"), "{e}");
     }
 
     #[test]

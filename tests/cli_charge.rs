@@ -184,6 +184,15 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
                 "'x' is not a positive whole number",
             ),
             (
+                vec!["charge", "main", "--cost", "units=9007199254740992"],
+                "9007199254740992 is above the largest number of units, 9007199254740991 (2^53 - 1",
+            ),
+            (
+                // Past u64 too: said "not a positive whole number".
+                vec!["charge", "main", "--cost", "units=99999999999999999999999"],
+                "99999999999999999999999 is above the largest number of units",
+            ),
+            (
                 vec!["charge", "main", "--cost", "units=1,search=1,units=1"],
                 "pool units is named twice",
             ),
@@ -474,14 +483,17 @@ fn exec_until_ready(d: &Deployment, script: &str, ready: &Path) -> std::process:
 
 /// Every signal that would end `quota` reaches the command, and `quota`
 /// exits with the command's code once it has finished: SIGUSR1, SIGUSR2,
-/// SIGQUIT and SIGALRM used to kill `quota` and leave the command running,
-/// orphaned, without the signal.
+/// SIGQUIT, SIGALRM, then SIGABRT, SIGTRAP and SIGBUS used to kill `quota`
+/// and leave the command running, orphaned, without the signal.
 #[test]
 fn exec_passes_stop_signals_on_to_the_command() {
     let d = Deployment::new("");
     d.write(&config(&embedded_store(&d), "{ limit: 20, per: 1h }"));
     // (40: a real-time signal, SIGRTMIN+6 under glibc.)
-    for name in ["TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "40"] {
+    let names = [
+        "TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "ABRT", "TRAP", "BUS", "40",
+    ];
+    for name in names {
         let sig = format!("-{name}");
         let sig = sig.as_str();
         let ready = d.path().join(format!("ready-{name}"));
@@ -505,6 +517,31 @@ fn exec_passes_stop_signals_on_to_the_command() {
     kill("-TERM", child.id());
     let r = finish(child);
     assert_eq!(r.code, 128 + 15, "{r:?}");
+}
+
+/// Every SIGBUS sent reaches the command, not only the first: Rust's
+/// runtime handler (for stack overflows), chained behind the forwarding
+/// one, uncaught SIGBUS after the first, and a second ended `quota`.
+#[test]
+fn exec_passes_every_sigbus_on() {
+    let d = Deployment::new("");
+    d.write(&config(&embedded_store(&d), "{ limit: 20, per: 1h }"));
+    // Counts each SIGBUS; exits 7 after the second (or after two minutes,
+    // should it never come, so that nothing is left behind).
+    let script = "n=0; trap 'n=$((n+1)); touch got-$n' BUS; touch ready; i=0; \
+        while [ $n -lt 2 ] && [ $i -lt 4 ]; do \
+        i=$((i+1)); sleep 30 & wait $!; kill $! 2>/dev/null; done; exit 7";
+    let child = exec_until_ready(&d, script, &d.path().join("ready"));
+    kill("-BUS", child.id());
+    wait_until(
+        Duration::from_secs(10),
+        "the first SIGBUS passed on",
+        || d.path().join("got-1").exists(),
+    );
+    kill("-BUS", child.id());
+    let r = finish(child);
+    assert_eq!(r.code, 7, "{r:?}");
+    assert!(d.path().join("got-2").exists(), "{r:?}");
 }
 
 #[test]

@@ -446,6 +446,72 @@ fn a_blocked_credential_shows_in_status_and_plan() {
     );
 }
 
+/// Text the store holds reaches the terminal inert: a tag stored by an
+/// older build or another host (this one refuses it), a block's reason and
+/// a cursor's region, each with a tab, a right-to-left override and an
+/// escape sequence, were printed raw by `status` (the reason by `charge`
+/// too). The JSON keeps them as
+/// they are (JSON escapes the controls).
+#[test]
+fn status_shows_the_stores_text_inert() {
+    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    known_ledger(&d);
+    let evil = "evil\u{202e}txt.exe\x1b[31mRED";
+    let db = rusqlite::Connection::open(d.path().join("ledger.sqlite3")).unwrap();
+    // Tags are ENDPOINT<TAB>JOB.
+    db.execute(
+        "UPDATE log SET tag = ?1 WHERE rowid = (SELECT MAX(rowid) FROM log WHERE pool = 'units')",
+        [format!("exec\t{evil}")],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE log SET tag = ?1 WHERE pool = 'search'",
+        [format!("{evil}\tmusic")],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE credential SET blocked_until = ?1, blocked_reason = ?2 WHERE name = 'main'",
+        rusqlite::params![t0() + 3_600_000_000, format!("said {evil}\tand\nmore")],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE job_cursor SET cursor = json_set(cursor, '$.region', ?1) WHERE job = 'trending'",
+        [evil],
+    )
+    .unwrap();
+    drop(db);
+
+    let r = at_t0(&d, &["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stdout.contains(['\x1b', '\u{202e}', '\t']), "{r:?}");
+    let shown = "evil\\u{202e}txt.exe\\u{1b}[31mRED";
+    for (line, want) in [
+        ("spent by endpoint:", format!("search 24h: {shown} 3")),
+        (
+            "spent by job:",
+            format!("units 24h: {shown} 1, trending 19"),
+        ),
+        ("BLOCKED", format!("said {shown} and more")),
+        ("job trending", format!("resumes at {shown} step 0 page 1")),
+    ] {
+        let found = r.stdout.lines().find(|l| l.contains(line));
+        assert!(found.is_some_and(|l| l.contains(&want)), "{line}: {r:?}");
+    }
+
+    // `charge` says why it is refused the same way.
+    let r = at_t0(&d, &["charge", "main", "--cost", "units=1"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(
+        r.stderr.contains(&format!("said {shown} and more")),
+        "{r:?}"
+    );
+
+    let r = at_t0(&d, &["status", "--json"]);
+    let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let units_24h = &json["credentials"][0]["pools"][0]["windows"][0];
+    assert_eq!(units_24h["by_job"][evil], 1, "{r:?}");
+}
+
 #[test]
 fn output_to_a_closed_pipe_exits_quietly() {
     let d = Deployment::new(&config("http://127.0.0.1:9"));

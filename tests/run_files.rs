@@ -248,6 +248,15 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
     // Found before anything is made: no store file, no folder.
     assert!(!d.path().join("ledger.sqlite3").exists(), "{r:?}");
     assert!(!d.path().join("state").exists(), "{r:?}");
+    // Files every user could write (0666 made 0777 folders under umask
+    // 000, which quota then warned about) are refused the same way.
+    for bad in ["0666", "0602"] {
+        let r = crate::common::deployment::run(d.cmd(&["run"]).env("QUOTA_FILE_MODE", bad));
+        assert_eq!(r.code, 2, "{r:?}");
+        let why = format!("QUOTA_FILE_MODE={bad}: files writable by every user are refused");
+        assert!(r.stderr.contains(&why), "{r:?}");
+        assert!(!d.path().join("state").exists(), "{r:?}");
+    }
     assert!(up.seen().is_empty(), "{:?}", up.seen());
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
 }
@@ -255,14 +264,16 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
 /// Under umask 000 the folders quota creates (the output folder and its
 /// parent, the store's folder, the history's) were 0777: another user could
 /// move the ledger aside (the next run starts with the full budget) or
-/// plant a page file. They are 0750 (0700 for `QUOTA_FILE_MODE=0600`)
-/// whatever the umask; a folder that exists keeps its mode, and one every
-/// user may write to is warned about.
+/// plant a page file. They are 0750 (0700 for `QUOTA_FILE_MODE=0600`,
+/// 0770 for `0660`: the group that may write the files may write beside
+/// them) whatever the umask; a folder that exists keeps its mode, and one
+/// every user may write to is warned about.
 #[test]
 fn folders_are_not_writable_by_others_whatever_the_umask() {
     use std::os::unix::fs::PermissionsExt;
     let umask = ["bash", "-c", "umask 000 && exec \"$0\" \"$@\""];
-    for (file_mode, want) in [(None, 0o750), (Some("0600"), 0o700)] {
+    let modes = [(None, 0o750), (Some("0600"), 0o700), (Some("0660"), 0o770)];
+    for (file_mode, want) in modes {
         let up = Standin::start(&["--pages", "1"]);
         let d = Deployment::new("");
         let job = videos_job("trending", "main", &["US"], 1, &up.base());

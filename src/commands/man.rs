@@ -55,7 +55,7 @@ fn extra_sections() -> String {
          .TP\n\\fBQUOTA_CONFIG\\fR\nthe configuration file, when \\-c is not given (else ./quota.yaml)\n\
          .TP\n\\fBQUOTA_STORE\\fR\nthe store, when \\-\\-store is not given (else the file's store:, else the embedded store)\n\
          .TP\n\\fBSTATE_DIRECTORY\\fR, \\fBXDG_STATE_HOME\\fR\nwhere the embedded store and this host's history live\n\
-         .TP\n\\fBQUOTA_FILE_MODE\\fR\nthe mode of pages, a new embedded store and the history (octal, default 0640, less the umask); the folders quota creates get x for each r bit (0750)\n\
+         .TP\n\\fBQUOTA_FILE_MODE\\fR\nthe mode of pages, a new embedded store and the history (octal, default 0640, less the umask; never writable by others); the folders quota creates get x for each r bit (0750), and never o+w\n\
          .TP\n\\fBRUST_LOG\\fR\nthe log filter, over \\-v and \\-q\n\
          .SH FILES\n\
          .TP\n\\fB$STATE_DIRECTORY/ledger.sqlite3\\fR, else \\fB~/.local/state/quota/ledger.sqlite3\\fR\n\

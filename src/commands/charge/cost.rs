@@ -61,6 +61,10 @@ pub fn parse(config: &Config, cred: &Credential, values: &[String]) -> Result<Ve
                 return Err(err(format!("pool {pool_name}: {}", units_too_large(n))));
             }
             Some(n) if n > 0 => n,
+            // Digits only, yet no u64: larger still (not "not a number").
+            None if digits => {
+                return Err(err(format!("pool {pool_name}: {}", units_too_large(units))));
+            }
             _ => {
                 return Err(err(format!(
                     "pool {pool_name}: '{units}' is not a positive whole number of units"

@@ -86,12 +86,17 @@ fn exit_code(status: ExitStatus) -> u8 {
 /// real-time ones included. Any other would kill `quota` and leave the
 /// command running, orphaned (SIGUSR1 did). Not passed on: SIGPIPE (which
 /// Rust ignores; a closed stderr of `quota`'s must not kill the command),
-/// SIGCHLD (the runtime's own), and the job-control signals (SIGTSTP, SIGCONT…),
-/// which leave a process alive and reach a terminal's whole process group.
-const FORWARDED: [Sig; 15] = [
+/// SIGCHLD (the runtime's own), the job-control signals (SIGTSTP, SIGCONT…),
+/// which leave a process alive and reach a terminal's whole process group,
+/// and SIGSEGV, SIGILL and SIGFPE, which tokio refuses to catch: they
+/// report a fault of `quota`'s own, which must end it.
+const FORWARDED: [Sig; 18] = [
     Sig::HUP,
     Sig::INT,
     Sig::QUIT,
+    Sig::TRAP,
+    Sig::ABORT,
+    Sig::BUS,
     Sig::USR1,
     Sig::USR2,
     Sig::ALARM,
@@ -116,6 +121,7 @@ impl Passed {
     /// (`SIGRTMIN` to `SIGRTMAX`, those the C library leaves to programs).
     fn listen() -> Result<Self> {
         let (tx, received) = mpsc::unbounded_channel();
+        bus_stays_caught()?;
         // SAFETY: SIGRTMIN() to SIGRTMAX() are the real-time signals the C
         // library leaves free for programs (its own lie below SIGRTMIN()).
         let realtime =
@@ -141,4 +147,42 @@ impl Passed {
             None => std::future::pending().await,
         }
     }
+}
+
+/// Make every SIGBUS sent to `quota` reach the command, not just the first,
+/// while a real bus error still ends `quota`. Rust's runtime catches SIGBUS
+/// (and SIGSEGV) to report a stack overflow; any other, it uncatches and
+/// returns, so that the fault recurs and kills. Chained behind tokio's
+/// handler, that uncatching left a second `kill -BUS` to end `quota` and
+/// orphan the command. Hence: the runtime's handler goes, and a bus error
+/// the kernel raised (`si_code` > 0; a `kill` or `sigqueue` gives 0 or
+/// less) uncatches SIGBUS itself, so the faulting access, run again on
+/// return, ends `quota` as it would without a handler. (On Linux a stack
+/// overflow raises SIGSEGV, whose handler stays.)
+fn bus_stays_caught() -> Result<()> {
+    let failed = |source| Error::Process {
+        what: "listen for signals",
+        source,
+    };
+    // SAFETY: setting a signal's default action; done before tokio (through
+    // signal-hook-registry) installs its own handler, which then finds no
+    // previous one to call.
+    let default = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut())
+    };
+    if default != 0 {
+        return Err(failed(std::io::Error::last_os_error()));
+    }
+    // SAFETY: the action calls only `signal`, which is async-signal-safe.
+    unsafe {
+        signal_hook_registry::register_sigaction(libc::SIGBUS, |info| {
+            if info.si_code > 0 {
+                libc::signal(libc::SIGBUS, libc::SIG_DFL);
+            }
+        })
+    }
+    .map(drop)
+    .map_err(failed)
 }

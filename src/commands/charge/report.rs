@@ -45,9 +45,11 @@ fn reason(request: &Request<'_>, decision: &ChargeDecision) -> String {
             fmt_wait(*retry_after),
             local_time(at + micros(*retry_after), *at)
         ),
+        // (The reason is the store's text: another build may have stored
+        // it raw.)
         ChargeDecision::Blocked { until, reason, .. } => Stop::Blocked {
             until: *until,
-            reason: reason.clone(),
+            reason: crate::logging::printable(reason).into_owned(),
         }
         .to_string(),
         ChargeDecision::LogLost {

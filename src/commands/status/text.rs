@@ -1,12 +1,16 @@
 //! `quota status` as text: per credential, its notices, a table of its
 //! windows, a usage chart per window, who spent it and where its jobs
-//! resume.
+//! resume. Text the store holds (tags, a block's reason, a cursor's
+//! region) goes through [`printable`]: an older build or another host may
+//! have stored what this one would refuse, and it must not reach the
+//! terminal raw.
 
 use std::collections::BTreeMap;
 
 use super::{CredentialReport, StoreHeader};
 use crate::commands::table::{Paint, Table, sparkline};
 use crate::ledger::{CredentialUsage, Micros, USAGE_BUCKETS};
+use crate::logging::printable;
 use crate::timefmt::{fmt_window, local_datetime, when};
 
 /// The report as text.
@@ -79,7 +83,7 @@ fn notices(out: &mut String, r: &CredentialReport, p: Paint) {
         }
     }
     if let Some(until) = u.blocked_until {
-        let reason = u.blocked_reason.as_deref().unwrap_or("");
+        let reason = printable(u.blocked_reason.as_deref().unwrap_or(""));
         out.push_str(&format!(
             "  {} until {} ({}): {reason}\n",
             p.red("BLOCKED by the upstream"),
@@ -187,7 +191,10 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             .iter()
             .filter_map(|pool| {
                 let w = pool.windows.iter().max_by_key(|w| w.window.per)?;
-                let who: Vec<String> = pick(w).iter().map(|(k, v)| format!("{k} {v}")).collect();
+                let who: Vec<String> = pick(w)
+                    .iter()
+                    .map(|(k, v)| format!("{} {v}", printable(k)))
+                    .collect();
                 (!who.is_empty()).then(|| {
                     format!(
                         "{} {}: {}",
@@ -220,7 +227,10 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             }
             Some(c) => format!(
                 "resumes at {} step {} page {} (after run {})",
-                c.region, c.step, c.page, c.run
+                printable(&c.region),
+                c.step,
+                c.page,
+                c.run
             ),
         };
         out.push_str(&format!("  job {job} {at}\n"));
