@@ -32,4 +32,4 @@ pub mod metrics;
 pub mod runner;
 pub mod timefmt;
 
-pub use error::{Error, Result};
+pub use error::{Error, ExitStatus, Result};

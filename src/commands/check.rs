@@ -9,9 +9,9 @@ use std::fmt::Write;
 use crate::config::Config;
 use crate::ledger::{StoreLocation, redact_url};
 use crate::timefmt::fmt_duration;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
-pub fn execute(config: &Config, store: &StoreLocation) -> Result<u8> {
+pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
     // What the configuration cannot say by itself: that each job can write
     // its pages (a run checks this too, before its first charge).
     for job in &config.jobs {

@@ -19,10 +19,10 @@ use clap::CommandFactory;
 use crate::cli::{Cli, Command};
 use crate::config::{Config, Secrets};
 use crate::ledger::StoreLocation;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// Run the command `cli` names; returns the exit code of a normal finish.
-pub fn dispatch(cli: Cli) -> Result<u8> {
+pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
     // `charge` and `exec` make one charge, often from a shell loop: one
     // thread starts faster than a pool of them, and is all they need.
     let mut builder = match cli.command {

@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::history::LostLog;
 use crate::ledger::{At, CredentialUsage, Store, StoreError, StoreLocation, WindowUsage};
 use crate::runner::cursor::Cursor;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 use tracing::warn;
 
 /// One credential's report: its usage and its jobs' cursors.
@@ -39,7 +39,11 @@ pub struct CredentialReport {
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
 
-pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &StatusArgs,
+) -> Result<ExitStatus> {
     let credentials = select(config, args.credential.as_deref())?;
     let at = At::StoreClock;
     // The file an embedded store is in, so that the report names it.

@@ -7,9 +7,13 @@ use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{Ledger, Store, StoreError, StoreLocation};
 use crate::timefmt::local_datetime;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
-pub async fn execute(config: &Config, location: &StoreLocation, credential: &str) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    credential: &str,
+) -> Result<ExitStatus> {
     if !config.credentials.iter().any(|c| c.name == credential) {
         let known: Vec<&str> = config.credentials.iter().map(|c| c.name.as_str()).collect();
         return Err(Error::Usage(format!(

@@ -16,12 +16,11 @@ use tracing::{debug, warn};
 
 use crate::cli::{ChargeArgs, ChargeSpec};
 use crate::config::{Config, Credential};
-use crate::error::exit;
 use crate::ledger::{
     At, Charge, ChargeDecision, Ledger, PoolCost, Store, StoreError, StoreLocation,
 };
 use crate::timefmt::fmt_wait;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// The tags a charge is logged with when `--endpoint` is not given.
 pub const DEFAULT_ENDPOINT_CHARGE: &str = "charge";
@@ -49,7 +48,11 @@ pub struct Outcome {
 
 /// `quota charge`: charge once (or until admitted, within `--wait`); exit
 /// 0 admitted, 75 refused.
-pub async fn execute(config: &Config, location: &StoreLocation, args: &ChargeArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &ChargeArgs,
+) -> Result<ExitStatus> {
     let request = Request::read(config, &args.spec, DEFAULT_ENDPOINT_CHARGE)?;
     let (store, store_name) = open(location).await?;
     let outcome = decide(&store, &store_name, &request).await?;
@@ -60,9 +63,9 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &ChargeArg
         report::json(&store, &request, &outcome).await?;
     }
     Ok(if outcome.decision.is_allowed() {
-        exit::OK
+        ExitStatus::OK
     } else {
-        exit::STOPPED
+        ExitStatus::STOPPED
     })
 }
 

@@ -27,16 +27,20 @@ pub use self::model::{
 pub use self::render::render;
 use self::schedule::Scheduled;
 use super::table::{Paint, emit};
-use crate::Result;
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
 use crate::ledger::{At, CredentialLog, Ledger, Store, StoreError, StoreLocation, summarize};
 use crate::runner::cursor::Cursor;
 use crate::timefmt::rfc3339;
+use crate::{ExitStatus, Result};
 
 /// The `quota run --dry-run` command: plan the selected jobs and print the
 /// plan as a table or, with `--json`, as JSON.
-pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &RunArgs,
+) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
     let at = At::StoreClock;
     // The plan names the file an embedded store is in, and reads it only if
