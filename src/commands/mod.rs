@@ -5,14 +5,13 @@
 pub mod bench;
 pub mod charge;
 pub mod check;
+pub mod context;
 pub mod man;
 pub mod plan;
 pub mod run;
 pub mod status;
 pub mod table;
 pub mod unblock;
-
-use std::io::IsTerminal;
 
 use clap::CommandFactory;
 
@@ -118,19 +117,4 @@ fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> 
             .clone()
             .unwrap_or(StoreLocation::Embedded(None))),
     }
-}
-
-/// The store as messages name it (passwords masked): a Redis URL, or
-/// `embedded PATH`.
-pub fn store_name(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Redis(url) => crate::ledger::redact_url(url),
-        StoreLocation::Embedded(Some(p)) => format!("embedded {}", p.display()),
-        StoreLocation::Embedded(None) => "embedded".into(),
-    }
-}
-
-/// Colour only on a terminal, and never with `NO_COLOR` set.
-fn colour_on_stdout() -> bool {
-    std::io::stdout().is_terminal() && crate::logging::no_color_unset()
 }

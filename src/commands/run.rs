@@ -17,6 +17,7 @@ use crate::runner::{self, RunContext, Shutdown, upstream};
 use crate::{Error, ExitStatus, Result};
 
 use self::outcome::{Ended, RunOutcome};
+use super::context;
 
 /// Run the jobs `args` names, recording each one's end in `outcome`.
 pub async fn execute(
@@ -32,7 +33,7 @@ pub async fn execute(
     let opened = match Store::open(location).await {
         Ok(s) => Ok(s),
         Err(StoreError::Unavailable(e)) => Err(e),
-        Err(e) => return Err(Error::store(super::store_name(location), e)),
+        Err(e) => return Err(context::store_error(&context::store_name(location), e)),
     };
     let store = opened.as_ref().map_err(String::clone);
     let client = upstream::client(&config.http)?;
@@ -42,7 +43,7 @@ pub async fn execute(
         client: &client,
         shutdown: &shutdown,
         progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
-        store_id: super::store_name(location),
+        store_id: context::store_name(location),
         history: &std::sync::Mutex::new(crate::history::History::open()),
     };
 

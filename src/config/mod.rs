@@ -396,6 +396,23 @@ impl Config {
         &self.credentials[job.credential]
     }
 
+    /// The credential named `name` on the command line. One the file does
+    /// not have is a usage error (2), as an unknown job is: the file is
+    /// not wrong, the name typed is.
+    pub fn credential_named(&self, name: &str) -> Result<&Credential> {
+        self.credentials
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| {
+                let known: Vec<_> = self.credentials.iter().map(|c| c.name.as_str()).collect();
+                Error::Usage(format!(
+                    "no credential named '{name}' in {} (credentials: {})",
+                    self.file.display(),
+                    known.join(", ")
+                ))
+            })
+    }
+
     /// The jobs `names` asks for (all, if empty), in the file's order.
     pub fn select_jobs(&self, names: &[String]) -> Result<Vec<&Job>> {
         for name in names {

@@ -13,8 +13,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::{DEFAULT_ENDPOINT_EXEC, Request, decide, open, report};
+use super::{DEFAULT_ENDPOINT_EXEC, Request, decide, report};
 use crate::cli::ExecArgs;
+use crate::commands::context;
 use crate::config::Config;
 use crate::ledger::StoreLocation;
 use crate::{Error, ExitStatus, Result};
@@ -26,7 +27,8 @@ pub async fn execute(
     args: &ExecArgs,
 ) -> Result<ExitStatus> {
     let request = Request::read(config, &args.spec, DEFAULT_ENDPOINT_EXEC)?;
-    let (store, store_name) = open(location).await?;
+    let store = context::open(location).await?;
+    let store_name = context::store_name(location);
     let outcome = decide(&store, &store_name, &request).await?;
     if !outcome.decision.is_allowed() {
         report::refused(&request, &outcome);

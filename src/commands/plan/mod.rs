@@ -62,7 +62,7 @@ pub async fn execute(
         emit(&(serde_json::to_string_pretty(&plan).expect("a plan serializes") + "\n"))
     } else {
         let p = Paint {
-            on: super::colour_on_stdout(),
+            on: super::context::colour_on_stdout(),
         };
         emit(&render(&plan, p))
     }
@@ -120,7 +120,7 @@ pub async fn build(
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }
-    let store_desc = super::store_name(location);
+    let store_desc = super::context::store_name(location);
     Ok(Plan {
         at: rfc3339(now),
         store: match &store_error {
