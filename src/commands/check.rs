@@ -73,24 +73,14 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     }
     for job in &config.jobs {
         let cred = config.credential(job);
-        let regions = job.regions.len().max(1);
-        // Saturating, as the planner's: a worst case past u64 (fan-outs of
+        // The planner's worst case, saturating: past u64 (fan-outs of
         // fan-outs at their largest) is shown as u64::MAX, never a panic.
-        let calls = crate::commands::plan::cost::calls_per_run(job);
-        let mut units: Vec<(String, u64)> = Vec::new();
-        for s in &job.steps {
-            for c in &s.cost {
-                let add = c
-                    .units
-                    .saturating_mul(s.max_requests())
-                    .saturating_mul(regions as u64);
-                match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
-                    Some((_, u)) => *u = u.saturating_add(add),
-                    None => units.push((c.pool.name.clone(), add)),
-                }
-            }
-        }
-        let units: Vec<String> = units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        let calls = job.calls_per_run();
+        let units: Vec<String> = job
+            .units_per_run()
+            .iter()
+            .map(|(p, u)| format!("{p} {u}"))
+            .collect();
         let _ = writeln!(w, "\njob {} (credential {})", job.name, cred.name);
         if job.regions.is_empty() {
             let _ = writeln!(w, "  no regions: the steps run once per run");
@@ -167,4 +157,23 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
         config.jobs.len()
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Secrets;
+
+    #[test]
+    fn a_job_s_worst_case_is_the_planner_s() {
+        let text = crate::config::per_run::tests::CONFIG;
+        let c = Config::parse(Path::new("quota.yaml"), text, Secrets::Skip).expect("valid");
+        let out = describe(&c, &StoreLocation::Embedded(None));
+        assert!(
+            out.contains("  per run, at most: 22 calls, spending units 28, search 16\n"),
+            "{out}"
+        );
+    }
 }

@@ -12,6 +12,7 @@
 
 mod bounds;
 mod concurrency;
+pub(crate) mod per_run;
 mod raw;
 mod reset;
 mod secret;

@@ -14,36 +14,12 @@ use crate::runner::cursor::{Cursor, Start};
 /// it in turn, so each job's next run sees what the earlier ones left.
 pub type Remaining = BTreeMap<(String, usize), u64>;
 
-/// Units per run of `job`, per pool: the worst case, `max_pages` pages of
-/// every paginated step in every region, and for a fan-out step one call
-/// per batch of the most values the previous step's pages can hold
-/// ([`crate::config::Step::max_requests`]).
-/// Saturating: a worst case past u64 (fan-outs of fan-outs) is "more than
-/// any window holds", never a panic.
+/// Units per run of `job`, per pool, by pool name: the worst case
+/// ([`Job::units_per_run`]).
 pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
-    let regions = job.regions.len().max(1) as u64;
-    let mut units = BTreeMap::new();
-    for s in &job.steps {
-        for c in &s.cost {
-            let step = c
-                .units
-                .saturating_mul(s.max_requests())
-                .saturating_mul(regions);
-            let total: &mut u64 = units.entry(c.pool.name.clone()).or_insert(0);
-            *total = total.saturating_add(step);
-        }
-    }
-    units
+    job.units_per_run().into_iter().collect()
 }
 
-/// Calls per run of `job`, the worst case as in [`units_per_run`].
-pub fn calls_per_run(job: &Job) -> u64 {
-    let regions = job.regions.len().max(1) as u64;
-    job.steps
-        .iter()
-        .fold(0u64, |n, s| n.saturating_add(s.max_requests()))
-        .saturating_mul(regions)
-}
 /// The largest units per run any of `jobs` (scheduled or not) spends from
 /// `pool`: one round of the pool.
 pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
@@ -310,14 +286,14 @@ jobs:
     fn a_run_costs_its_worst_case_in_every_region() {
         let c = config();
         assert_eq!(units_per_run(job(&c, "trending")), units(&[("units", 9)]));
-        assert_eq!(calls_per_run(job(&c, "trending")), 9);
+        assert_eq!(job(&c, "trending").calls_per_run(), 9);
         // No regions: the steps run once.
         assert_eq!(units_per_run(job(&c, "music")), units(&[("search", 1)]));
-        assert_eq!(calls_per_run(job(&c, "music")), 1);
+        assert_eq!(job(&c, "music").calls_per_run(), 1);
         // (2 pages × 1 + 1 call × 2) units and 1 search, in each of 2 regions.
         let mixed = job(&c, "mixed");
         assert_eq!(units_per_run(mixed), units(&[("units", 8), ("search", 2)]));
-        assert_eq!(calls_per_run(mixed), 6);
+        assert_eq!(mixed.calls_per_run(), 6);
     }
 
     #[test]

@@ -180,7 +180,7 @@ fn plan_credential(
         };
         job_plans.push(JobPlan {
             job: job.name.clone(),
-            calls_per_run: cost::calls_per_run(job),
+            calls_per_run: job.calls_per_run(),
             units_per_run: cost::units_per_run(job),
             next_run,
             schedule: job
