@@ -173,7 +173,7 @@ impl Validator<'_> {
     /// Every page file name of the job, its temporary name included, fits
     /// in a file name: a long job name and a long region together may not.
     fn file_names_fit(&self, at: &str, job: &str, regions: &[String], steps: usize) -> Result<()> {
-        use crate::runner::output::{NAME_MAX, longest_name};
+        use crate::page_name::{NAME_MAX, longest_name};
         let none = [String::new()];
         let regions = if regions.is_empty() {
             &none[..]
