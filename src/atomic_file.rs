@@ -154,7 +154,7 @@ pub fn is_temp_of(file_name: &str, owner: &str) -> bool {
 }
 
 /// The name of a temporary file of `owner`'s `name`: `.OWNER~NAME~RANDOM.tmp`
-/// (so it is longer than `name`: see [`crate::runner::output::longest_name`]).
+/// (so it is longer than `name`: see [`crate::page_name::longest_name`]).
 pub fn temp_name(owner: &str, name: &str, random: u64) -> String {
     format!(".{owner}~{name}~{random:016x}.tmp")
 }

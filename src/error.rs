@@ -2,33 +2,75 @@
 //!
 //! Every way a command can end early is a variant that carries what a
 //! message (and a caller) needs; [`Error::exit_code`] maps each to the
-//! sysexits code the README promises, and [`exit`] names the codes that a
-//! normal finish may return.
+//! sysexits code the README promises, and [`ExitStatus`] names the codes
+//! and their order.
 
 use std::path::PathBuf;
 
 use crate::ledger::StoreError;
 
-/// Exit codes (sysexits), named once.
-pub mod exit {
+/// How a command ends: a process exit code (sysexits), named once, with
+/// the order in which a run's jobs' ends combine ([`ExitStatus::then`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ExitStatus(u8);
+
+impl ExitStatus {
     /// Every requested job finished its work.
-    pub const OK: u8 = 0;
+    pub const OK: Self = Self(0);
     /// Anything else: upstream errors that outlasted retries, I/O, a store error.
-    pub const FAILURE: u8 = 1;
+    pub const FAILURE: Self = Self(1);
     /// A command-line usage error.
-    pub const USAGE: u8 = 2;
+    pub const USAGE: Self = Self(2);
     /// The store is unreachable and the policy says stop.
-    pub const UNAVAILABLE: u8 = 69;
+    pub const UNAVAILABLE: Self = Self(69);
     /// Stopped early but cleanly: the next tick resumes.
-    pub const STOPPED: u8 = 75;
+    pub const STOPPED: Self = Self(75);
     /// A configuration error: nothing was charged.
-    pub const CONFIG: u8 = 78;
+    pub const CONFIG: Self = Self(78);
     /// `quota exec`: the command was found but could not be executed.
-    pub const CANNOT_EXECUTE: u8 = 126;
+    pub const CANNOT_EXECUTE: Self = Self(126);
     /// `quota exec`: the command was not found.
-    pub const NOT_FOUND: u8 = 127;
+    pub const NOT_FOUND: Self = Self(127);
     /// `quota exec`: a command killed by signal N exits 128 + N, as in a shell.
-    pub const SIGNALLED: u8 = 128;
+    pub const SIGNALLED: Self = Self(128);
+
+    /// Any code, as `quota exec` passes on its command's.
+    pub const fn from_code(code: u8) -> Self {
+        Self(code)
+    }
+
+    /// The number the process exits with.
+    pub const fn code(self) -> u8 {
+        self.0
+    }
+
+    /// An error: anything but success (0) and a clean stop (75).
+    pub fn is_error(self) -> bool {
+        self != Self::OK && self != Self::STOPPED
+    }
+
+    /// Two ends combined, `self` the earlier: an error outranks a clean
+    /// stop, which outranks success; of two errors the first stays.
+    #[must_use]
+    pub fn then(self, later: Self) -> Self {
+        match (self.is_error(), later.is_error()) {
+            (true, _) => self,
+            (false, true) => later,
+            (false, false) => Self(self.0.max(later.0)),
+        }
+    }
+}
+
+impl std::fmt::Display for ExitStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl From<ExitStatus> for std::process::ExitCode {
+    fn from(status: ExitStatus) -> Self {
+        Self::from(status.0)
+    }
 }
 
 /// Everything that can end a command early.
@@ -140,14 +182,14 @@ impl FailClosed {
 
 impl Error {
     /// The process exit code for this error: the only map from errors to codes.
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> ExitStatus {
         match self {
-            Self::Config { .. } => exit::CONFIG,
-            Self::Usage(_) => exit::USAGE,
-            Self::StoreUnavailable { .. } => exit::UNAVAILABLE,
+            Self::Config { .. } => ExitStatus::CONFIG,
+            Self::Usage(_) => ExitStatus::USAGE,
+            Self::StoreUnavailable { .. } => ExitStatus::UNAVAILABLE,
             Self::Store { source, .. } => match source {
-                StoreError::Unavailable(_) => exit::UNAVAILABLE,
-                _ => exit::FAILURE,
+                StoreError::Unavailable(_) => ExitStatus::UNAVAILABLE,
+                _ => ExitStatus::FAILURE,
             },
             Self::Io { .. }
             | Self::PageExists { .. }
@@ -155,10 +197,10 @@ impl Error {
             | Self::Http { .. }
             | Self::Upstream { .. }
             | Self::Redis { .. }
-            | Self::Benchmark(_) => exit::FAILURE,
+            | Self::Benchmark(_) => ExitStatus::FAILURE,
             Self::CommandNotStarted { source, .. } => match source.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
+                std::io::ErrorKind::NotFound => ExitStatus::NOT_FOUND,
+                _ => ExitStatus::CANNOT_EXECUTE,
             },
         }
     }
@@ -196,3 +238,29 @@ fn config_message(file: &std::path::Path, field: &str, message: &str) -> String 
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::ExitStatus;
+
+    fn run(codes: &[u8]) -> u8 {
+        codes
+            .iter()
+            .map(|&c| ExitStatus::from_code(c))
+            .fold(ExitStatus::OK, ExitStatus::then)
+            .code()
+    }
+
+    #[test]
+    fn the_first_error_outranks_a_clean_stop_which_outranks_success() {
+        assert_eq!(run(&[]), 0);
+        assert_eq!(run(&[0, 75, 0]), 75);
+        assert_eq!(run(&[0, 69, 1]), 69);
+        assert_eq!(run(&[75, 1, 69]), 1);
+        // A stop signal keeping the next job from starting (75) after a
+        // job failed keeps the failure.
+        assert_eq!(run(&[1, 75]), 1);
+        assert_eq!(run(&[69, 75]), 69);
+        assert_eq!(run(&[78, 0, 75]), 78);
+    }
+}

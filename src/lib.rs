@@ -13,6 +13,8 @@
 //! * [`history`]: what this host has seen of each credential's log, so a
 //!   store that forgot one is noticed.
 //! * [`atomic_file`]: files written so no reader sees part of one.
+//! * [`page_name`]: what page files are called, for the configuration's
+//!   checks and the run's writes alike.
 //! * [`metrics`]: OpenMetrics text of the status and of a run's outcome.
 //! * [`logging`], [`timefmt`]: log set-up; how times and durations are shown.
 //! * [`error`]: the one error type, and the one map to exit codes.
@@ -29,7 +31,8 @@ pub mod history;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;
+pub mod page_name;
 pub mod runner;
 pub mod timefmt;
 
-pub use error::{Error, Result};
+pub use error::{Error, ExitStatus, Result};

@@ -9,10 +9,10 @@ fn main() -> ExitCode {
     let cli = quota::cli::Cli::parse();
     quota::logging::init(cli.log_format, cli.log_level());
     match quota::commands::dispatch(cli) {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code.into(),
         Err(e) => {
             eprintln!("quota: {e}");
-            ExitCode::from(e.exit_code())
+            e.exit_code().into()
         }
     }
 }

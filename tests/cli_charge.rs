@@ -159,10 +159,6 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
     on_each_store(HOURLY_3, |d, kind| {
         for (args, says) in [
             (
-                vec!["charge", "nobody", "--cost", "units=1"],
-                "no credential named 'nobody' (credentials: main, solo)",
-            ),
-            (
                 vec!["charge", "main", "--cost", "dollars=1"],
                 "no pool named 'dollars' (pools: units, search)",
             ),
@@ -220,6 +216,36 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
         assert_eq!(window(d, "units")["used"], 0, "{kind}");
         assert_eq!(window(d, "search")["used"], 0, "{kind}");
     });
+}
+
+/// A credential the file does not have, named on the command line, is a
+/// usage error (2) in every command, as an unknown job is for `run` (it
+/// was 78 in `charge` and `exec`, 2 in `status` and `unblock`): nothing is
+/// charged or run, and no store is made.
+#[test]
+fn an_unknown_credential_is_a_usage_error_in_every_command() {
+    let d = Deployment::new("");
+    d.write(&config(&embedded_store(&d), HOURLY_3));
+    let ran = d.path().join("ran");
+    let touch = format!("touch {}", ran.display());
+    for args in [
+        &["charge", "nobody", "--cost", "units=1"][..],
+        &[
+            "exec", "nobody", "--cost", "units=1", "--", "sh", "-c", &touch,
+        ],
+        &["status", "nobody"],
+        &["unblock", "nobody"],
+    ] {
+        let r = d.quota(args);
+        assert_eq!(r.code, 2, "{args:?}: {r:?}");
+        assert!(
+            r.stderr.contains("no credential named 'nobody' in ")
+                && r.stderr.contains("quota.yaml (credentials: main, solo)"),
+            "{args:?}: {r:?}"
+        );
+    }
+    assert!(!ran.exists(), "the command was not run");
+    assert!(!d.path().join("ledger.sqlite3").exists(), "no store made");
 }
 
 #[test]

@@ -6,12 +6,12 @@
 
 use std::fmt::Write;
 
-use crate::config::Config;
+use crate::config::{Config, Credential, Job, Step, StorePolicy};
 use crate::ledger::{StoreLocation, redact_url};
 use crate::timefmt::fmt_duration;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
-pub fn execute(config: &Config, store: &StoreLocation) -> Result<u8> {
+pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
     // What the configuration cannot say by itself: that each job can write
     // its pages (a run checks this too, before its first charge).
     for job in &config.jobs {
@@ -41,124 +41,10 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
         }
     };
     for c in &config.credentials {
-        let _ = writeln!(
-            w,
-            "\ncredential {}: secret from {} (present, not shown)",
-            c.name, c.secret_source
-        );
-        if let Some(r) = &c.upstream_reset {
-            let _ = writeln!(
-                w,
-                "  upstream resets daily at {} {}",
-                r.time.format("%H:%M"),
-                r.tz
-            );
-        }
-        for p in &c.pools {
-            for win in &p.windows {
-                let _ = writeln!(
-                    w,
-                    "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}{}",
-                    p.name,
-                    fmt_duration(win.per),
-                    win.limit,
-                    win.headroom,
-                    win.budget(),
-                    win.aligned
-                        .map(|tz| format!("  calendar: resets at midnight {tz}"))
-                        .unwrap_or_default()
-                );
-            }
-        }
+        credential(w, c);
     }
     for job in &config.jobs {
-        let cred = config.credential(job);
-        let regions = job.regions.len().max(1);
-        // Saturating, as the planner's: a worst case past u64 (fan-outs of
-        // fan-outs at their largest) is shown as u64::MAX, never a panic.
-        let calls = crate::commands::plan::cost::calls_per_run(job);
-        let mut units: Vec<(String, u64)> = Vec::new();
-        for s in &job.steps {
-            for c in &s.cost {
-                let add = c
-                    .units
-                    .saturating_mul(s.max_requests())
-                    .saturating_mul(regions as u64);
-                match units.iter_mut().find(|(p, _)| *p == c.pool.name) {
-                    Some((_, u)) => *u = u.saturating_add(add),
-                    None => units.push((c.pool.name.clone(), add)),
-                }
-            }
-        }
-        let units: Vec<String> = units.iter().map(|(p, u)| format!("{p} {u}")).collect();
-        let _ = writeln!(w, "\njob {} (credential {})", job.name, cred.name);
-        if job.regions.is_empty() {
-            let _ = writeln!(w, "  no regions: the steps run once per run");
-        } else {
-            let _ = writeln!(
-                w,
-                "  regions ({}): {}",
-                job.regions.len(),
-                job.regions.join(", ")
-            );
-        }
-        for (i, s) in job.steps.iter().enumerate() {
-            let cost: Vec<String> = s
-                .cost
-                .iter()
-                .map(|c| format!("{} {}", c.pool.name, c.units))
-                .collect();
-            let pages = match (&s.paginate, &s.for_each) {
-                (_, Some(f)) => format!(
-                    "up to {} calls per region, one per batch of {} value(s) at {} in step {}'s pages, joined with {:?} (at most {} values: {} per page)",
-                    s.max_requests(),
-                    f.batch,
-                    f.from,
-                    i.saturating_sub(1),
-                    f.join,
-                    f.max_values,
-                    f.per_page
-                ),
-                (Some(p), None) => format!("up to {} pages ({})", p.max_pages, p.kind),
-                (None, None) => "1 page".into(),
-            };
-            // The query as it is sent: none at all, not an empty `?`, and
-            // after the URL's own query with `&`, not a second `?`.
-            let first = if s.url.to_string().contains('?') {
-                '&'
-            } else {
-                '?'
-            };
-            let query: String = s
-                .query
-                .iter()
-                .enumerate()
-                .map(|(n, (k, v))| format!("{}{k}={v}", if n == 0 { first } else { '&' }))
-                .collect();
-            let _ = writeln!(
-                w,
-                "  step {i}: {} {} {}{query}",
-                s.endpoint, s.method, s.url
-            );
-            let _ = writeln!(
-                w,
-                "          cost {} per call, {pages}, {}",
-                cost.join(" + "),
-                match s.on_store_error {
-                    crate::config::StorePolicy::FailClosed => "fail_closed",
-                    crate::config::StorePolicy::FailOpen => "fail_open",
-                }
-            );
-        }
-        let _ = writeln!(
-            w,
-            "  per run, at most: {calls} calls, spending {}",
-            units.join(", ")
-        );
-        let _ = writeln!(w, "  output: {}", job.output.display());
-        if let Some(s) = job.schedule {
-            let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));
-        }
+        self::job(w, job, config.credential(job));
     }
     let _ = writeln!(
         w,
@@ -167,4 +53,143 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
         config.jobs.len()
     );
     out
+}
+
+/// A credential: where its secret comes from (never the secret), its
+/// upstream's daily reset, and each window of its pools.
+fn credential(w: &mut String, c: &Credential) {
+    let _ = writeln!(
+        w,
+        "\ncredential {}: secret from {} (present, not shown)",
+        c.name, c.secret_source
+    );
+    if let Some(r) = &c.upstream_reset {
+        let _ = writeln!(
+            w,
+            "  upstream resets daily at {} {}",
+            r.time.format("%H:%M"),
+            r.tz
+        );
+    }
+    for p in &c.pools {
+        for win in &p.windows {
+            let _ = writeln!(
+                w,
+                "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}{}",
+                p.name,
+                fmt_duration(win.per),
+                win.limit,
+                win.headroom,
+                win.budget(),
+                win.aligned
+                    .map(|tz| format!("  calendar: resets at midnight {tz}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// A job: its regions, each step, and what a run spends at most.
+fn job(w: &mut String, job: &Job, cred: &Credential) {
+    // The planner's worst case, saturating: past u64 (fan-outs of
+    // fan-outs at their largest) is shown as u64::MAX, never a panic.
+    let calls = job.calls_per_run();
+    let units: Vec<String> = job
+        .units_per_run()
+        .iter()
+        .map(|(p, u)| format!("{p} {u}"))
+        .collect();
+    let _ = writeln!(w, "\njob {} (credential {})", job.name, cred.name);
+    if job.regions.is_empty() {
+        let _ = writeln!(w, "  no regions: the steps run once per run");
+    } else {
+        let _ = writeln!(
+            w,
+            "  regions ({}): {}",
+            job.regions.len(),
+            job.regions.join(", ")
+        );
+    }
+    for (i, s) in job.steps.iter().enumerate() {
+        step(w, i, s);
+    }
+    let _ = writeln!(
+        w,
+        "  per run, at most: {calls} calls, spending {}",
+        units.join(", ")
+    );
+    let _ = writeln!(w, "  output: {}", job.output.display());
+    if let Some(s) = job.schedule {
+        let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));
+    }
+}
+
+/// Step `i`: its request as it is sent (secrets as placeholders), then
+/// its cost, its pages and its store policy.
+fn step(w: &mut String, i: usize, s: &Step) {
+    let cost: Vec<String> = s
+        .cost
+        .iter()
+        .map(|c| format!("{} {}", c.pool.name, c.units))
+        .collect();
+    let pages = match (&s.paginate, &s.for_each) {
+        (_, Some(f)) => format!(
+            "up to {} calls per region, one per batch of {} value(s) at {} in step {}'s pages, joined with {:?} (at most {} values: {} per page)",
+            s.max_requests(),
+            f.batch,
+            f.from,
+            i.saturating_sub(1),
+            f.join,
+            f.max_values,
+            f.per_page
+        ),
+        (Some(p), None) => format!("up to {} pages ({})", p.max_pages, p.kind),
+        (None, None) => "1 page".into(),
+    };
+    // The query as it is sent: none at all, not an empty `?`, and
+    // after the URL's own query with `&`, not a second `?`.
+    let first = if s.url.to_string().contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let query: String = s
+        .query
+        .iter()
+        .enumerate()
+        .map(|(n, (k, v))| format!("{}{k}={v}", if n == 0 { first } else { '&' }))
+        .collect();
+    let _ = writeln!(
+        w,
+        "  step {i}: {} {} {}{query}",
+        s.endpoint, s.method, s.url
+    );
+    let _ = writeln!(
+        w,
+        "          cost {} per call, {pages}, {}",
+        cost.join(" + "),
+        match s.on_store_error {
+            StorePolicy::FailClosed => "fail_closed",
+            StorePolicy::FailOpen => "fail_open",
+        }
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Secrets;
+
+    #[test]
+    fn a_job_s_worst_case_is_the_planner_s() {
+        let text = crate::config::per_run::tests::CONFIG;
+        let c = Config::parse(Path::new("quota.yaml"), text, Secrets::Skip).expect("valid");
+        let out = describe(&c, &StoreLocation::Embedded(None));
+        assert!(
+            out.contains("  per run, at most: 22 calls, spending units 28, search 16\n"),
+            "{out}"
+        );
+    }
 }

@@ -6,10 +6,10 @@ use clap::CommandFactory;
 
 use super::table::emit;
 use crate::cli::Cli;
-use crate::error::exit;
-use crate::{Error, Result};
 
-pub fn execute() -> Result<u8> {
+use crate::{Error, ExitStatus, Result};
+
+pub fn execute() -> Result<ExitStatus> {
     let mut out = Vec::new();
     clap_mangen::Man::new(Cli::command())
         .render(&mut out)
@@ -25,26 +25,26 @@ pub fn execute() -> Result<u8> {
 /// EXIT STATUS, ENVIRONMENT, FILES and CONFIGURATION, in roff.
 fn extra_sections() -> String {
     let codes = [
-        (exit::OK, "every requested job finished its work"),
+        (ExitStatus::OK, "every requested job finished its work"),
         (
-            exit::STOPPED,
+            ExitStatus::STOPPED,
             "stopped early but cleanly: the quota said no, the upstream reported its quota spent, \
              another run holds the lock, a pool's log was lost, or a stop signal arrived; the next \
              tick resumes (the systemd unit counts it as success)",
         ),
         (
-            exit::CONFIG,
+            ExitStatus::CONFIG,
             "configuration error: the message names the file, the field and what is wrong; nothing was charged",
         ),
         (
-            exit::UNAVAILABLE,
+            ExitStatus::UNAVAILABLE,
             "the store is unreachable (or refuses us) and an endpoint's policy is fail_closed",
         ),
         (
-            exit::FAILURE,
+            ExitStatus::FAILURE,
             "anything else, e.g. an upstream error that outlasted the retries",
         ),
-        (exit::USAGE, "command-line usage error"),
+        (ExitStatus::USAGE, "command-line usage error"),
     ];
     let mut s = String::from(".SH \"EXIT STATUS\"\n");
     for (code, meaning) in codes {

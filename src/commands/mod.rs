@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod charge;
 pub mod check;
+pub mod context;
 pub mod man;
 pub mod plan;
 pub mod run;
@@ -12,17 +13,15 @@ pub mod status;
 pub mod table;
 pub mod unblock;
 
-use std::io::IsTerminal;
-
 use clap::CommandFactory;
 
 use crate::cli::{Cli, Command};
 use crate::config::{Config, Secrets};
 use crate::ledger::StoreLocation;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// Run the command `cli` names; returns the exit code of a normal finish.
-pub fn dispatch(cli: Cli) -> Result<u8> {
+pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
     // `charge` and `exec` make one charge, often from a shell loop: one
     // thread starts faster than a pool of them, and is all they need.
     let mut builder = match cli.command {
@@ -118,19 +117,4 @@ fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> 
             .clone()
             .unwrap_or(StoreLocation::Embedded(None))),
     }
-}
-
-/// The store as messages name it (passwords masked): a Redis URL, or
-/// `embedded PATH`.
-pub fn store_name(location: &StoreLocation) -> String {
-    match location {
-        StoreLocation::Redis(url) => crate::ledger::redact_url(url),
-        StoreLocation::Embedded(Some(p)) => format!("embedded {}", p.display()),
-        StoreLocation::Embedded(None) => "embedded".into(),
-    }
-}
-
-/// Colour only on a terminal, and never with `NO_COLOR` set.
-fn colour_on_stdout() -> bool {
-    std::io::stdout().is_terminal() && crate::logging::no_color_unset()
 }

@@ -12,12 +12,12 @@ use tracing::warn;
 
 use crate::cli::RunArgs;
 use crate::config::Config;
-use crate::error::exit;
 use crate::ledger::{Store, StoreError, StoreLocation};
 use crate::runner::{self, RunContext, Shutdown, upstream};
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 use self::outcome::{Ended, RunOutcome};
+use super::context;
 
 /// Run the jobs `args` names, recording each one's end in `outcome`.
 pub async fn execute(
@@ -25,7 +25,7 @@ pub async fn execute(
     location: &StoreLocation,
     args: &RunArgs,
     outcome: &mut RunOutcome,
-) -> Result<u8> {
+) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
@@ -33,7 +33,7 @@ pub async fn execute(
     let opened = match Store::open(location).await {
         Ok(s) => Ok(s),
         Err(StoreError::Unavailable(e)) => Err(e),
-        Err(e) => return Err(Error::store(super::store_name(location), e)),
+        Err(e) => return Err(context::store_error(&context::store_name(location), e)),
     };
     let store = opened.as_ref().map_err(String::clone);
     let client = upstream::client(&config.http)?;
@@ -43,15 +43,18 @@ pub async fn execute(
         client: &client,
         shutdown: &shutdown,
         progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
-        store_id: super::store_name(location),
+        store_id: context::store_name(location),
         history: &std::sync::Mutex::new(crate::history::History::open()),
     };
 
-    let mut code = RunCode::default();
+    // The first error outranks a clean stop (75), which outranks success
+    // (0); a stop signal that keeps the next jobs from starting is a clean
+    // stop, below an error already seen.
+    let mut code = ExitStatus::OK;
     for (i, job) in jobs.iter().enumerate() {
         if shutdown.is_set() {
             warn!("stop signal: {} job(s) not started", jobs.len() - i);
-            code.ended(exit::STOPPED);
+            code = code.then(ExitStatus::STOPPED);
             for j in &jobs[i..] {
                 outcome.record(&j.name, Duration::ZERO, Ended::NotStarted);
             }
@@ -61,32 +64,17 @@ pub async fn execute(
         match runner::run_job(&ctx, job).await {
             Ok(report) => {
                 runner::log_summary(&report);
-                code.ended(report.exit_code());
+                code = code.then(report.exit_code());
                 outcome.record(&job.name, began.elapsed(), Ended::Report(Box::new(report)));
             }
             Err(e) => {
                 runner::log_error(&job.name, &e);
                 outcome.record(&job.name, began.elapsed(), Ended::Error(e.exit_code()));
-                code.ended(e.exit_code());
+                code = code.then(e.exit_code());
             }
         }
     }
-    Ok(code.0)
-}
-
-/// The run's exit code as its jobs end: the first error outranks a clean
-/// stop (75), which outranks success (0); a stop signal that keeps the
-/// next jobs from starting is a clean stop, below an error already seen.
-#[derive(Default)]
-struct RunCode(u8);
-
-impl RunCode {
-    fn ended(&mut self, code: u8) {
-        let error = |c: u8| c != exit::OK && c != exit::STOPPED;
-        if !error(self.0) {
-            self.0 = if error(code) { code } else { self.0.max(code) };
-        }
-    }
+    Ok(code)
 }
 
 /// SIGTERM (systemd stopping the unit) and SIGINT (Ctrl-C) ask the run to
@@ -106,30 +94,4 @@ fn listen_for_stop_signals(shutdown: Shutdown) -> Result<()> {
         shutdown.trigger();
     });
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run(codes: &[u8]) -> u8 {
-        let mut code = RunCode::default();
-        for &c in codes {
-            code.ended(c);
-        }
-        code.0
-    }
-
-    #[test]
-    fn the_first_error_outranks_a_clean_stop_which_outranks_success() {
-        assert_eq!(run(&[]), 0);
-        assert_eq!(run(&[0, 75, 0]), 75);
-        assert_eq!(run(&[0, 69, 1]), 69);
-        assert_eq!(run(&[75, 1, 69]), 1);
-        // A stop signal keeping the next job from starting (75) after a
-        // job failed keeps the failure.
-        assert_eq!(run(&[1, 75]), 1);
-        assert_eq!(run(&[69, 75]), 69);
-        assert_eq!(run(&[78, 0, 75]), 78);
-    }
 }

@@ -19,13 +19,14 @@ pub use self::json::{
 };
 pub use self::text::render;
 
+use super::context;
 use super::table::{Paint, emit};
 use crate::cli::{StatusArgs, StatusFormat};
 use crate::config::Config;
 use crate::history::LostLog;
-use crate::ledger::{At, CredentialUsage, Store, StoreError, StoreLocation, WindowUsage};
+use crate::ledger::{At, CredentialUsage, StoreLocation, WindowUsage};
 use crate::runner::cursor::Cursor;
-use crate::{Error, Result};
+use crate::{ExitStatus, Result};
 use tracing::warn;
 
 /// One credential's report: its usage and its jobs' cursors.
@@ -39,29 +40,26 @@ pub struct CredentialReport {
     pub jobs: Vec<(String, Option<Cursor>)>,
 }
 
-pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &StatusArgs,
+) -> Result<ExitStatus> {
     let credentials = select(config, args.credential.as_deref())?;
     let at = At::StoreClock;
     // The file an embedded store is in, so that the report names it.
     let resolved = location
         .resolved()
-        .map_err(|e| Error::store(super::store_name(location), e))?;
-    let store_desc = super::store_name(&resolved);
+        .map_err(|e| context::store_error(&context::store_name(location), e))?;
+    let store_desc = context::store_name(&resolved);
     // Read only: an embedded store that does not exist yet is not created.
-    let store = Store::open_existing(&resolved).await.map_err(|e| match e {
-        StoreError::Unavailable(reason) => Error::StoreUnavailable {
-            store: store_desc.clone(),
-            reason,
-            fail_closed: None,
-        },
-        other => Error::store(store_desc.clone(), other),
-    })?;
+    let store = context::open_existing(&resolved).await?;
     let reports = match &store {
         Some(store) => {
             read(
                 config,
                 store,
-                &store.identity(&super::store_name(location)),
+                &store.identity(&context::store_name(location)),
                 &credentials,
                 at,
             )
@@ -83,7 +81,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &StatusArg
         StatusFormat::Openmetrics => emit(&openmetrics::render(&reports)),
         StatusFormat::Text => {
             let paint = Paint {
-                on: super::colour_on_stdout(),
+                on: context::colour_on_stdout(),
             };
             emit(&render(&header, &reports, paint))
         }

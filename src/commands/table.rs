@@ -109,11 +109,11 @@ pub fn sparkline(values: &[u64]) -> String {
 }
 
 /// Write `text` to stdout; a reader that went away (`| head`) is not an error.
-pub fn emit(text: &str) -> crate::Result<u8> {
+pub fn emit(text: &str) -> crate::Result<crate::ExitStatus> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(0),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
+        Ok(()) => Ok(crate::ExitStatus::OK),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(crate::ExitStatus::OK),
         Err(source) => Err(crate::Error::Process {
             what: "write to stdout",
             source,

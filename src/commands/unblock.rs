@@ -3,34 +3,25 @@
 //! upstream answered 429 for a reason of its own). Every host sees it at its
 //! next charge.
 
+use super::context;
 use super::table::emit;
 use crate::config::Config;
-use crate::ledger::{Ledger, Store, StoreError, StoreLocation};
+use crate::ledger::{Ledger, StoreLocation};
 use crate::timefmt::local_datetime;
-use crate::{Error, Result};
+use crate::{ExitStatus, Result};
 
-pub async fn execute(config: &Config, location: &StoreLocation, credential: &str) -> Result<u8> {
-    if !config.credentials.iter().any(|c| c.name == credential) {
-        let known: Vec<&str> = config.credentials.iter().map(|c| c.name.as_str()).collect();
-        return Err(Error::Usage(format!(
-            "no credential named '{credential}' in {} (credentials: {})",
-            config.file.display(),
-            known.join(", ")
-        )));
-    }
-    let store_name = super::store_name(location);
-    let store = Store::open(location).await.map_err(|e| match e {
-        StoreError::Unavailable(reason) => Error::StoreUnavailable {
-            store: store_name.clone(),
-            reason,
-            fail_closed: None,
-        },
-        other => Error::store(store_name.clone(), other),
-    })?;
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    credential: &str,
+) -> Result<ExitStatus> {
+    config.credential_named(credential)?;
+    let store = context::open(location).await?;
+    let store_name = context::store_name(location);
     let lifted = store
         .unblock(credential)
         .await
-        .map_err(|e| Error::store(store_name.clone(), e))?;
+        .map_err(|e| context::store_error(&store_name, e))?;
     emit(&match lifted {
         Some((until, reason)) => format!(
             "credential {credential}: block lifted in {store_name} (it ran until {}: {reason})\n",

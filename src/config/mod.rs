@@ -12,9 +12,11 @@
 
 mod bounds;
 mod concurrency;
+pub(crate) mod per_run;
 mod raw;
 mod reset;
 mod secret;
+mod select;
 mod template;
 mod upstream_headers;
 mod validate;
@@ -394,25 +396,6 @@ impl Config {
 
     pub fn credential(&self, job: &Job) -> &Credential {
         &self.credentials[job.credential]
-    }
-
-    /// The jobs `names` asks for (all, if empty), in the file's order.
-    pub fn select_jobs(&self, names: &[String]) -> Result<Vec<&Job>> {
-        for name in names {
-            if !self.jobs.iter().any(|j| &j.name == name) {
-                let known: Vec<_> = self.jobs.iter().map(|j| j.name.as_str()).collect();
-                return Err(Error::Usage(format!(
-                    "no job named '{name}' in {} (jobs: {})",
-                    self.file.display(),
-                    known.join(", ")
-                )));
-            }
-        }
-        Ok(self
-            .jobs
-            .iter()
-            .filter(|j| names.is_empty() || names.contains(&j.name))
-            .collect())
     }
 }
 

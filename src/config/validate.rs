@@ -26,6 +26,7 @@ mod cost;
 mod credential;
 mod job;
 mod paginate;
+mod request;
 mod step;
 mod values;
 

@@ -260,7 +260,7 @@ pub struct ValueList<V = Vec<String>> {
 pub fn values_key(job: &str, region: &str, step: usize) -> String {
     format!(
         "{job}:values:{}:s{step}",
-        crate::runner::output::encode_region(region)
+        crate::page_name::encode_region(region)
     )
 }
 

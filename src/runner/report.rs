@@ -9,7 +9,7 @@ use tracing::{error, info, warn};
 
 use super::cursor::Cursor;
 use crate::Error;
-use crate::error::exit;
+use crate::error::ExitStatus;
 use crate::ledger::Micros;
 use crate::timefmt::{fmt_duration, local_datetime};
 
@@ -158,13 +158,13 @@ pub struct JobReport {
 impl JobReport {
     /// Exit 0 when the job served every region, 75 when it stopped
     /// cleanly, 1 when a region failed (which outranks a clean stop).
-    pub fn exit_code(&self) -> u8 {
+    pub fn exit_code(&self) -> ExitStatus {
         if !self.failed_regions.is_empty() || self.values_lost > 0 {
-            exit::FAILURE
+            ExitStatus::FAILURE
         } else if self.stop.is_some() {
-            exit::STOPPED
+            ExitStatus::STOPPED
         } else {
-            exit::OK
+            ExitStatus::OK
         }
     }
 

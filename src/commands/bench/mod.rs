@@ -14,10 +14,10 @@ use serde::Serialize;
 use super::table::emit;
 use crate::cli::BenchArgs;
 use crate::ledger::StoreLocation;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// The `quota bench` command.
-pub async fn execute(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
+pub async fn execute(store: Option<&str>, args: &BenchArgs) -> Result<ExitStatus> {
     let url = match store.map(StoreLocation::parse) {
         Some(Ok(StoreLocation::Redis(url))) => url,
         Some(Err(e)) => return Err(Error::Usage(e)),
@@ -49,7 +49,7 @@ pub async fn execute(store: Option<&str>, args: &BenchArgs) -> Result<u8> {
 }
 
 /// A report as pretty JSON, on a line of its own.
-fn json(report: &impl Serialize) -> Result<u8> {
+fn json(report: &impl Serialize) -> Result<ExitStatus> {
     let text = serde_json::to_string_pretty(report).expect("a report serializes");
     emit(&(text + "\n"))
 }

@@ -7,26 +7,6 @@ use crate::ledger::PoolCost;
 use crate::timefmt::fmt_window;
 use crate::{Error, Result};
 
-/// The credential `name` of the configuration, or a configuration error
-/// that lists the ones there are.
-pub fn credential<'a>(config: &'a Config, name: &str) -> Result<&'a Credential> {
-    config
-        .credentials
-        .iter()
-        .find(|c| c.name == name)
-        .ok_or_else(|| {
-            let known: Vec<&str> = config.credentials.iter().map(|c| c.name.as_str()).collect();
-            Error::Config {
-                file: config.file.clone(),
-                field: String::new(),
-                message: format!(
-                    "no credential named '{name}' (credentials: {})",
-                    known.join(", ")
-                ),
-            }
-        })
-}
-
 /// The `--cost` values (each `POOL=N[,POOL=N]`, or a bare `N` for a
 /// credential with one pool), resolved against `cred`'s pools.
 pub fn parse(config: &Config, cred: &Credential, values: &[String]) -> Result<Vec<PoolCost>> {

@@ -7,28 +7,32 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
 
 use rustix::process::{Pid, Signal as Sig, kill_process};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::{DEFAULT_ENDPOINT_EXEC, Request, decide, open, report};
+use super::{DEFAULT_ENDPOINT_EXEC, Request, decide, report};
 use crate::cli::ExecArgs;
+use crate::commands::context;
 use crate::config::Config;
-use crate::error::exit;
 use crate::ledger::StoreLocation;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// Charge; when admitted, run the command and return its exit code.
-pub async fn execute(config: &Config, location: &StoreLocation, args: &ExecArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &ExecArgs,
+) -> Result<ExitStatus> {
     let request = Request::read(config, &args.spec, DEFAULT_ENDPOINT_EXEC)?;
-    let (store, store_name) = open(location).await?;
+    let store = context::open(location).await?;
+    let store_name = context::store_name(location);
     let outcome = decide(&store, &store_name, &request).await?;
     if !outcome.decision.is_allowed() {
         report::refused(&request, &outcome);
-        return Ok(exit::STOPPED);
+        return Ok(ExitStatus::STOPPED);
     }
     // The command may run for long: hold no connection or file meanwhile.
     drop(store);
@@ -38,7 +42,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &ExecArgs)
 /// Run `command` (program and arguments) with this process's standard
 /// streams and environment, passing signals on (see [`FORWARDED`]); its exit code, or
 /// 128 + N when signal N killed it.
-async fn run(command: &[OsString]) -> Result<u8> {
+async fn run(command: &[OsString]) -> Result<ExitStatus> {
     let (program, args) = command
         .split_first()
         .expect("clap requires a command after --");
@@ -73,11 +77,13 @@ async fn run(command: &[OsString]) -> Result<u8> {
 }
 
 /// A shell's exit code for a finished command.
-fn exit_code(status: ExitStatus) -> u8 {
+fn exit_code(status: std::process::ExitStatus) -> ExitStatus {
     match (status.code(), status.signal()) {
-        (Some(code), _) => code as u8,
-        (None, Some(sig)) => exit::SIGNALLED.wrapping_add(sig as u8),
-        (None, None) => exit::FAILURE,
+        (Some(code), _) => ExitStatus::from_code(code as u8),
+        (None, Some(sig)) => {
+            ExitStatus::from_code(ExitStatus::SIGNALLED.code().wrapping_add(sig as u8))
+        }
+        (None, None) => ExitStatus::FAILURE,
     }
 }
 

@@ -15,13 +15,11 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::cli::{ChargeArgs, ChargeSpec};
+use crate::commands::context;
 use crate::config::{Config, Credential};
-use crate::error::exit;
-use crate::ledger::{
-    At, Charge, ChargeDecision, Ledger, PoolCost, Store, StoreError, StoreLocation,
-};
+use crate::ledger::{At, Charge, ChargeDecision, Ledger, PoolCost, Store, StoreLocation};
 use crate::timefmt::fmt_wait;
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// The tags a charge is logged with when `--endpoint` is not given.
 pub const DEFAULT_ENDPOINT_CHARGE: &str = "charge";
@@ -49,9 +47,14 @@ pub struct Outcome {
 
 /// `quota charge`: charge once (or until admitted, within `--wait`); exit
 /// 0 admitted, 75 refused.
-pub async fn execute(config: &Config, location: &StoreLocation, args: &ChargeArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &ChargeArgs,
+) -> Result<ExitStatus> {
     let request = Request::read(config, &args.spec, DEFAULT_ENDPOINT_CHARGE)?;
-    let (store, store_name) = open(location).await?;
+    let store = context::open(location).await?;
+    let store_name = context::store_name(location);
     let outcome = decide(&store, &store_name, &request).await?;
     if !outcome.decision.is_allowed() {
         report::refused(&request, &outcome);
@@ -60,19 +63,19 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &ChargeArg
         report::json(&store, &request, &outcome).await?;
     }
     Ok(if outcome.decision.is_allowed() {
-        exit::OK
+        ExitStatus::OK
     } else {
-        exit::STOPPED
+        ExitStatus::STOPPED
     })
 }
 
 impl<'a> Request<'a> {
     /// The credential, cost and tags `spec` names, checked: a configuration
-    /// error (78) for an unknown credential or pool, or a cost that is not
-    /// a positive number or can never fit; a usage error (2) for a tag no
-    /// report could show.
+    /// error (78) for an unknown pool, or a cost that is not a positive
+    /// number or can never fit; a usage error (2) for an unknown credential
+    /// or a tag no report could show.
     pub fn read(config: &'a Config, spec: &ChargeSpec, default_endpoint: &str) -> Result<Self> {
-        let cred = cost::credential(config, &spec.credential)?;
+        let cred = config.credential_named(&spec.credential)?;
         let cost = cost::parse(config, cred, &spec.cost)?;
         let endpoint = spec
             .endpoint
@@ -102,28 +105,6 @@ impl<'a> Request<'a> {
     }
 }
 
-/// Open the store (an embedded one is created if it does not exist yet),
-/// and its name as messages show it (password masked).
-pub async fn open(location: &StoreLocation) -> Result<(Store, String)> {
-    let name = super::store_name(location);
-    match Store::open(location).await {
-        Ok(store) => Ok((store, name)),
-        Err(e) => Err(store_error(&name, e)),
-    }
-}
-
-/// An unreachable store is 69; anything else the store says, 1.
-fn store_error(name: &str, e: StoreError) -> Error {
-    match e {
-        StoreError::Unavailable(reason) => Error::StoreUnavailable {
-            store: name.to_string(),
-            reason,
-            fail_closed: None,
-        },
-        other => Error::store(name, other),
-    }
-}
-
 /// Charge `request`; with `--wait D`, while refused and the ledger says the
 /// units free up before D has passed, sleep until then and charge again.
 pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> Result<Outcome> {
@@ -150,7 +131,7 @@ pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> R
         let decision = store
             .charge(&charge, At::StoreClock)
             .await
-            .map_err(|e| store_error(store_name, e))?;
+            .map_err(|e| context::store_error(store_name, e))?;
         if let ChargeDecision::Allowed {
             observed: Some(w), ..
         } = &decision

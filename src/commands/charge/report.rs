@@ -14,7 +14,7 @@ use crate::commands::table::emit;
 use crate::ledger::{At, ChargeDecision, Ledger, Micros, Store};
 use crate::runner::Stop;
 use crate::timefmt::{fmt_wait, fmt_window, local_time, rfc3339};
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// The refusal, on stderr: why, and when the units free up.
 pub fn refused(request: &Request<'_>, outcome: &Outcome) {
@@ -140,7 +140,7 @@ pub struct RemainingJson {
 
 /// Print the JSON document of `outcome` on stdout. What remains comes with
 /// an admitted decision; a refused one reads it from the store.
-pub async fn json(store: &Store, request: &Request<'_>, outcome: &Outcome) -> Result<u8> {
+pub async fn json(store: &Store, request: &Request<'_>, outcome: &Outcome) -> Result<ExitStatus> {
     let d = &outcome.decision;
     let free_at = free_at(d);
     let doc = ChargeJson {

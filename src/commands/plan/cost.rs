@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::model::NextRun;
-use crate::config::Job;
+use crate::config::{Job, Step};
 use crate::ledger::{Pool, PoolCost, Window};
 use crate::runner::cursor::{Cursor, Start};
 
@@ -14,36 +14,12 @@ use crate::runner::cursor::{Cursor, Start};
 /// it in turn, so each job's next run sees what the earlier ones left.
 pub type Remaining = BTreeMap<(String, usize), u64>;
 
-/// Units per run of `job`, per pool: the worst case, `max_pages` pages of
-/// every paginated step in every region, and for a fan-out step one call
-/// per batch of the most values the previous step's pages can hold
-/// ([`crate::config::Step::max_requests`]).
-/// Saturating: a worst case past u64 (fan-outs of fan-outs) is "more than
-/// any window holds", never a panic.
+/// Units per run of `job`, per pool, by pool name: the worst case
+/// ([`Job::units_per_run`]).
 pub fn units_per_run(job: &Job) -> BTreeMap<String, u64> {
-    let regions = job.regions.len().max(1) as u64;
-    let mut units = BTreeMap::new();
-    for s in &job.steps {
-        for c in &s.cost {
-            let step = c
-                .units
-                .saturating_mul(s.max_requests())
-                .saturating_mul(regions);
-            let total: &mut u64 = units.entry(c.pool.name.clone()).or_insert(0);
-            *total = total.saturating_add(step);
-        }
-    }
-    units
+    job.units_per_run().into_iter().collect()
 }
 
-/// Calls per run of `job`, the worst case as in [`units_per_run`].
-pub fn calls_per_run(job: &Job) -> u64 {
-    let regions = job.regions.len().max(1) as u64;
-    job.steps
-        .iter()
-        .fold(0u64, |n, s| n.saturating_add(s.max_requests()))
-        .saturating_mul(regions)
-}
 /// The largest units per run any of `jobs` (scheduled or not) spends from
 /// `pool`: one round of the pool.
 pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
@@ -75,12 +51,14 @@ pub fn next_run(
         .into_iter()
         .collect();
     let n = regions.len();
-    let mut calls = 0u64;
-    // (observe mode: the first call that would not have fitted, and how many)
-    let mut observed: Option<NextRun> = None;
+    let mut walk = Walk {
+        remaining,
+        observe,
+        calls: 0,
+        observed: None,
+    };
     for i in 0..n {
         let index = (start.index + i) % n;
-        let region = regions[index];
         // Where this region starts: the cursor's, one ahead, or its first page.
         let from = match (i, ahead.get(&index)) {
             (0, _) => Some(&start),
@@ -90,88 +68,150 @@ pub fn next_run(
         };
         let first_step = from.map_or(0, |f| f.step);
         for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-            let at_cursor = from.filter(|f| f.step == s);
-            let first_page = at_cursor.map_or(0, |f| f.page);
-            // A fan-out the cursor is inside of knows its values left.
-            let last = match (&step.for_each, at_cursor.and_then(|f| f.values_left())) {
-                (Some(f), Some(left)) => {
-                    u64::from(first_page) + (left as u64).div_ceil(u64::from(f.batch))
-                }
-                _ => step.max_requests(),
-            };
-            // Pages in spans, as many at once as fit: a budget near 2^53
-            // and a fan-out of as many requests must not be counted one by
-            // one. A batch an earlier run wrote out of order is not sent
-            // again, so spans end before each.
-            let written: Vec<u64> = match (&step.for_each, at_cursor) {
-                (Some(f), Some(c)) if c.batch_size == Some(f.batch) => {
-                    c.written.iter().map(|&w| u64::from(w)).collect()
-                }
-                _ => Vec::new(),
-            };
-            let mut page = u64::from(first_page);
-            while page < last {
-                if written.contains(&page) {
-                    page += 1;
-                    continue;
-                }
-                let end = written
-                    .iter()
-                    .copied()
-                    .filter(|&w| w > page)
-                    .fold(last, u64::min);
-                let span = end - page;
-                let fit = span.min(fitting(&step.cost, remaining));
-                spend(&step.cost, remaining, fit);
-                (calls, page) = (calls.saturating_add(fit), page + fit);
-                if fit == span {
-                    continue;
-                }
-                let (pool, window) = full_window(&step.cost, remaining)
-                    .expect("a call that does not fit has a full window");
-                let (region, pool, per_seconds) =
-                    (region.to_string(), pool.name.clone(), window.per.as_secs());
-                let at = u32::try_from(page).unwrap_or(u32::MAX);
-                if !observe {
-                    return NextRun::Stops {
-                        region,
-                        step: s,
-                        page: at,
-                        calls,
-                        pool,
-                        per_seconds,
-                    };
-                }
-                // Observe mode: the rest of the span goes out all the same,
-                // each call refused (the full window stays full).
-                let refused = span - fit;
-                match &mut observed {
-                    Some(NextRun::Observes { refused: r, .. }) => *r = r.saturating_add(refused),
-                    _ => {
-                        observed = Some(NextRun::Observes {
-                            calls: 0,
-                            refused,
-                            region,
-                            step: s,
-                            page: at,
-                            pool,
-                            per_seconds,
-                        })
-                    }
-                }
-                spend(&step.cost, remaining, refused);
-                (calls, page) = (calls.saturating_add(refused), page + refused);
+            let pages = Pages::of(step, from.filter(|f| f.step == s));
+            if let Some(stop) = walk.step(regions[index], s, step, &pages) {
+                return stop;
             }
         }
     }
-    match observed {
-        Some(mut o) => {
-            if let NextRun::Observes { calls: all, .. } = &mut o {
-                *all = calls;
+    walk.end()
+}
+
+/// The calls the next run makes of one step in one region: `first` up to
+/// before `last`, less those an earlier run already wrote.
+struct Pages {
+    first: u64,
+    last: u64,
+    written: Vec<u64>,
+}
+
+impl Pages {
+    /// The pages of `step`, from the cursor's place when it is in it.
+    fn of(step: &Step, at_cursor: Option<&Start>) -> Self {
+        let first_page = at_cursor.map_or(0, |f| f.page);
+        // A fan-out the cursor is inside of knows its values left.
+        let last = match (&step.for_each, at_cursor.and_then(|f| f.values_left())) {
+            (Some(f), Some(left)) => {
+                u64::from(first_page) + (left as u64).div_ceil(u64::from(f.batch))
             }
-            o
+            _ => step.max_requests(),
+        };
+        // A batch an earlier run wrote out of order is not sent again.
+        let written: Vec<u64> = match (&step.for_each, at_cursor) {
+            (Some(f), Some(c)) if c.batch_size == Some(f.batch) => {
+                c.written.iter().map(|&w| u64::from(w)).collect()
+            }
+            _ => Vec::new(),
+        };
+        Pages {
+            first: u64::from(first_page),
+            last,
+            written,
         }
-        None => NextRun::Fits { calls },
+    }
+}
+
+/// The next run as it is walked: what it has spent and counted so far.
+struct Walk<'r> {
+    remaining: &'r mut Remaining,
+    observe: bool,
+    calls: u64,
+    /// (observe mode: the first call that would not have fitted, and how many)
+    observed: Option<NextRun>,
+}
+
+impl Walk<'_> {
+    /// Spend the `pages` of step `s` in `region`; where the run stops
+    /// (not in observe mode), if it stops there.
+    fn step(&mut self, region: &str, s: usize, step: &Step, pages: &Pages) -> Option<NextRun> {
+        // Pages in spans, as many at once as fit: a budget near 2^53 and a
+        // fan-out of as many requests must not be counted one by one.
+        // Spans end before each page already written.
+        let mut page = pages.first;
+        while page < pages.last {
+            if pages.written.contains(&page) {
+                page += 1;
+                continue;
+            }
+            let end = pages
+                .written
+                .iter()
+                .copied()
+                .filter(|&w| w > page)
+                .fold(pages.last, u64::min);
+            let span = end - page;
+            let fit = span.min(fitting(&step.cost, self.remaining));
+            spend(&step.cost, self.remaining, fit);
+            (self.calls, page) = (self.calls.saturating_add(fit), page + fit);
+            if fit == span {
+                continue;
+            }
+            let refused = span - fit;
+            let at = u32::try_from(page).unwrap_or(u32::MAX);
+            if let Some(stop) = self.refused(region, s, &step.cost, at, refused) {
+                return Some(stop);
+            }
+            page += refused;
+        }
+        None
+    }
+
+    /// `refused` calls of `cost` at `page` do not fit: the run stops there,
+    /// or in observe mode they go out all the same, each refused (the full
+    /// window stays full), and are counted.
+    fn refused(
+        &mut self,
+        region: &str,
+        step: usize,
+        cost: &[PoolCost],
+        page: u32,
+        refused: u64,
+    ) -> Option<NextRun> {
+        let (pool, window) =
+            full_window(cost, self.remaining).expect("a call that does not fit has a full window");
+        let (region, pool, per_seconds) =
+            (region.to_string(), pool.name.clone(), window.per.as_secs());
+        if !self.observe {
+            return Some(NextRun::Stops {
+                region,
+                step,
+                page,
+                calls: self.calls,
+                pool,
+                per_seconds,
+            });
+        }
+        match &mut self.observed {
+            Some(NextRun::Observes { refused: r, .. }) => *r = r.saturating_add(refused),
+            _ => {
+                self.observed = Some(NextRun::Observes {
+                    calls: 0,
+                    refused,
+                    region,
+                    step,
+                    page,
+                    pool,
+                    per_seconds,
+                })
+            }
+        }
+        spend(cost, self.remaining, refused);
+        self.calls = self.calls.saturating_add(refused);
+        None
+    }
+
+    /// The run walked to its end: it fits, or (observe mode) what it
+    /// sent that did not.
+    fn end(self) -> NextRun {
+        match self.observed {
+            Some(mut o) => {
+                if let NextRun::Observes { calls: all, .. } = &mut o {
+                    *all = self.calls;
+                }
+                o
+            }
+            None => NextRun::Fits { calls: self.calls },
+        }
     }
 }
 
@@ -310,14 +350,14 @@ jobs:
     fn a_run_costs_its_worst_case_in_every_region() {
         let c = config();
         assert_eq!(units_per_run(job(&c, "trending")), units(&[("units", 9)]));
-        assert_eq!(calls_per_run(job(&c, "trending")), 9);
+        assert_eq!(job(&c, "trending").calls_per_run(), 9);
         // No regions: the steps run once.
         assert_eq!(units_per_run(job(&c, "music")), units(&[("search", 1)]));
-        assert_eq!(calls_per_run(job(&c, "music")), 1);
+        assert_eq!(job(&c, "music").calls_per_run(), 1);
         // (2 pages × 1 + 1 call × 2) units and 1 search, in each of 2 regions.
         let mixed = job(&c, "mixed");
         assert_eq!(units_per_run(mixed), units(&[("units", 8), ("search", 2)]));
-        assert_eq!(calls_per_run(mixed), 6);
+        assert_eq!(mixed.calls_per_run(), 6);
     }
 
     #[test]

@@ -27,16 +27,20 @@ pub use self::model::{
 pub use self::render::render;
 use self::schedule::Scheduled;
 use super::table::{Paint, emit};
-use crate::Result;
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
 use crate::ledger::{At, CredentialLog, Ledger, Store, StoreError, StoreLocation, summarize};
 use crate::runner::cursor::Cursor;
 use crate::timefmt::rfc3339;
+use crate::{ExitStatus, Result};
 
 /// The `quota run --dry-run` command: plan the selected jobs and print the
 /// plan as a table or, with `--json`, as JSON.
-pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) -> Result<u8> {
+pub async fn execute(
+    config: &Config,
+    location: &StoreLocation,
+    args: &RunArgs,
+) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
     let at = At::StoreClock;
     // The plan names the file an embedded store is in, and reads it only if
@@ -58,7 +62,7 @@ pub async fn execute(config: &Config, location: &StoreLocation, args: &RunArgs) 
         emit(&(serde_json::to_string_pretty(&plan).expect("a plan serializes") + "\n"))
     } else {
         let p = Paint {
-            on: super::colour_on_stdout(),
+            on: super::context::colour_on_stdout(),
         };
         emit(&render(&plan, p))
     }
@@ -116,7 +120,7 @@ pub async fn build(
         });
         credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
     }
-    let store_desc = super::store_name(location);
+    let store_desc = super::context::store_name(location);
     Ok(Plan {
         at: rfc3339(now),
         store: match &store_error {
@@ -176,7 +180,7 @@ fn plan_credential(
         };
         job_plans.push(JobPlan {
             job: job.name.clone(),
-            calls_per_run: cost::calls_per_run(job),
+            calls_per_run: job.calls_per_run(),
             units_per_run: cost::units_per_run(job),
             next_run,
             schedule: job

@@ -14,7 +14,7 @@ use tracing::error;
 use crate::atomic_file::write_atomically;
 use crate::metrics::{Family, MetricUnit, Value, encode, unix_seconds};
 use crate::runner::{JobReport, Stop};
-use crate::{Error, Result};
+use crate::{Error, ExitStatus, Result};
 
 /// The mode of the metrics file, less the umask: it holds only names and
 /// numbers, and the collector reading it usually runs as another user.
@@ -37,7 +37,7 @@ pub enum Ended {
     /// It ran to its end or stopped cleanly: its report.
     Report(Box<JobReport>),
     /// It ended with an error of this exit code (its counts are lost).
-    Error(u8),
+    Error(ExitStatus),
     /// A stop signal arrived before it started.
     NotStarted,
 }
@@ -70,7 +70,7 @@ impl RunOutcome {
     /// A file that cannot be written fails a run that had not failed (0, or
     /// 75: stopped cleanly) with 1; a run that failed (an error, or a job's
     /// exit code such as 69) keeps its own code, and the write's is logged.
-    pub fn finish(&self, path: Option<&Path>, result: Result<u8>) -> Result<u8> {
+    pub fn finish(&self, path: Option<&Path>, result: Result<ExitStatus>) -> Result<ExitStatus> {
         let Some(path) = path else { return result };
         let code = match &result {
             Ok(code) => *code,
@@ -79,7 +79,7 @@ impl RunOutcome {
         let text = self.render(code, chrono::Utc::now().timestamp_micros());
         match (write(path, &text), result) {
             (Ok(()), result) => result,
-            (Err(e), Ok(0 | 75)) => Err(e),
+            (Err(e), Ok(code)) if !code.is_error() => Err(e),
             (Err(e), Ok(code)) => {
                 error!("{e}");
                 Ok(code)
@@ -93,13 +93,13 @@ impl RunOutcome {
 
     /// The outcome as OpenMetrics text, for a run that exits `code` and
     /// ends at `end` (microseconds since the epoch).
-    pub fn render(&self, code: u8, end: i64) -> String {
+    pub fn render(&self, code: ExitStatus, end: i64) -> String {
         let mut exit = Family::new(
             "quota_run_exit_code",
             "The exit code of the run (0 done, 75 stopped cleanly, 78 configuration, 69 store, 1 failed).",
             None,
         );
-        exit.push(&[], u64::from(code));
+        exit.push(&[], u64::from(code.code()));
         let mut took = Family::new(
             "quota_run_duration",
             "How long the whole run took.",
@@ -157,9 +157,9 @@ impl RunOutcome {
             let (code, kind) = match &j.ended {
                 Ended::Report(r) => (r.exit_code(), r.stop.as_ref().map_or("none", Stop::kind)),
                 Ended::Error(code) => (*code, "error"),
-                Ended::NotStarted => (crate::error::exit::STOPPED, "signal"),
+                Ended::NotStarted => (ExitStatus::STOPPED, "signal"),
             };
-            exit.push(&job, u64::from(code));
+            exit.push(&job, u64::from(code.code()));
             took.push(&job, Value::Float(j.took.as_secs_f64()));
             for k in reasons() {
                 reason.push(&[("job", j.job.as_str()), ("reason", k)], k == kind);
@@ -206,4 +206,25 @@ fn write(path: &Path, text: &str) -> Result<()> {
     write_atomically(dir, "+metrics", &name, text.as_bytes(), METRICS_FILE_MODE)
         .map(drop)
         .map_err(wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unwritable_file_fails_only_a_run_that_had_not_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("missing-folder").join("quota.prom");
+        let finish = |result| RunOutcome::start().finish(Some(&file), result);
+        for fine in [ExitStatus::OK, ExitStatus::STOPPED] {
+            let e = finish(Ok(fine)).unwrap_err();
+            assert_eq!(e.exit_code(), ExitStatus::FAILURE, "{e}");
+        }
+        let kept = finish(Ok(ExitStatus::UNAVAILABLE)).unwrap();
+        assert_eq!(kept, ExitStatus::UNAVAILABLE);
+        let run = Error::Usage("a wrong flag".into());
+        let e = finish(Err(run)).unwrap_err();
+        assert_eq!(e.exit_code(), ExitStatus::USAGE, "{e}");
+    }
 }

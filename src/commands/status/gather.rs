@@ -3,11 +3,11 @@
 //! not exist yet; every format renders these same reports.
 
 use super::CredentialReport;
+use crate::Result;
 use crate::config::{Config, Credential};
 use crate::history::History;
 use crate::ledger::{At, CredentialLog, Ledger, Micros, Store, summarize};
 use crate::runner::cursor::Cursor;
-use crate::{Error, Result};
 
 /// The reports of a store that does not exist yet: nothing charged,
 /// nothing blocked, no job has run.
@@ -50,19 +50,7 @@ pub(super) fn nothing_charged(
 pub(super) fn select<'a>(config: &'a Config, name: Option<&str>) -> Result<Vec<&'a Credential>> {
     match name {
         None => Ok(config.credentials.iter().collect()),
-        Some(n) => match config.credentials.iter().find(|c| c.name == n) {
-            Some(c) => Ok(vec![c]),
-            None => Err(Error::Usage(format!(
-                "no credential named '{n}' in {} (credentials: {})",
-                config.file.display(),
-                config
-                    .credentials
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        },
+        Some(n) => Ok(vec![config.credential_named(n)?]),
     }
 }
 

@@ -13,58 +13,12 @@ impl Validator<'_> {
         endpoints: &[(String, EndpointSpec)],
     ) -> Result<Job> {
         let at = format!("jobs.{name}");
-        self.name(&at, &name)?;
-        if let Some(part) = run_like_part(&name) {
-            return Err(self.err(
-                at,
-                format!(
-                    "'{name}' cannot be a job's name: its part '.{part}' reads as a run number in page file names (JOB.rRUN.REGION.sSTEP.pPAGE.json), so another job's pages could take the same names: rename it (say, to '{}')",
-                    name.replacen(&format!(".{part}"), &format!(".run{}", &part[1..]), 1)
-                ),
-            ));
-        }
-        let credential = credentials
-            .iter()
-            .position(|c| c.name == raw.credential)
-            .ok_or_else(|| {
-                self.err(
-                    format!("{at}.credential"),
-                    format!(
-                        "no credential named '{}' (defined: {})",
-                        raw.credential,
-                        list(credentials.iter().map(|c| &c.name))
-                    ),
-                )
-            })?;
+        self.job_name(&at, &name)?;
+        let credential = self.job_credential(&at, &raw.credential, credentials)?;
         let cred = &credentials[credential];
-
         let has_regions = raw.regions.is_some();
-        let regions = raw.regions.unwrap_or_default();
-        if has_regions && regions.is_empty() {
-            return Err(self.err(
-                format!("{at}.regions"),
-                "an empty list: leave `regions` out for a job without regions",
-            ));
-        }
-        self.distinct_regions(&at, &regions)?;
-        if raw.steps.is_empty() {
-            return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
-        }
-        if raw.steps[0].for_each.is_some() {
-            return Err(self.err(
-                format!("{at}.steps[0].for_each"),
-                "the first step has no previous step to take values from: for_each belongs on a later step",
-            ));
-        }
-        let mut steps: Vec<Step> = Vec::new();
-        for (i, s) in raw.steps.into_iter().enumerate() {
-            let mut step =
-                self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?;
-            if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
-                f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
-            }
-            steps.push(step);
-        }
+        let regions = self.job_regions(&at, raw.regions)?;
+        let steps = self.steps(&at, raw.steps, cred, endpoints, has_regions)?;
         self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, &steps, cred)?;
         if raw.output.trim().is_empty() {
@@ -74,17 +28,7 @@ impl Validator<'_> {
         let schedule = raw
             .schedule
             .as_deref()
-            .map(|s| -> Result<Duration> {
-                let d = s.trim().strip_prefix("every ").ok_or_else(|| {
-                    self.err(
-                        format!("{at}.schedule"),
-                        format!("'{s}': expected 'every DURATION', e.g. every 30m"),
-                    )
-                })?;
-                let every = self.positive_duration(&format!("{at}.schedule"), d)?;
-                self.at_most_max_window(&format!("{at}.schedule"), d, every)?;
-                Ok(every)
-            })
+            .map(|s| self.schedule(&format!("{at}.schedule"), s))
             .transpose()?;
         let concurrency = crate::config::concurrency::concurrency(&at, raw.concurrency.as_ref())
             .map_err(|(field, message)| self.err(field, message))?;
@@ -97,6 +41,96 @@ impl Validator<'_> {
             schedule,
             concurrency,
         })
+    }
+
+    /// A job's name: a name, and none that page file names would misread.
+    fn job_name(&self, at: &str, name: &str) -> Result<()> {
+        self.name(at, name)?;
+        if let Some(part) = run_like_part(name) {
+            return Err(self.err(
+                at,
+                format!(
+                    "'{name}' cannot be a job's name: its part '.{part}' reads as a run number in page file names (JOB.rRUN.REGION.sSTEP.pPAGE.json), so another job's pages could take the same names: rename it (say, to '{}')",
+                    name.replacen(&format!(".{part}"), &format!(".run{}", &part[1..]), 1)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The index of the credential the job names, among those defined.
+    fn job_credential(&self, at: &str, name: &str, credentials: &[Credential]) -> Result<usize> {
+        credentials
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.credential"),
+                    format!(
+                        "no credential named '{name}' (defined: {})",
+                        list(credentials.iter().map(|c| &c.name))
+                    ),
+                )
+            })
+    }
+
+    /// The job's regions (none when `regions` is left out), not an empty
+    /// list and each once.
+    fn job_regions(&self, at: &str, raw: Option<Vec<String>>) -> Result<Vec<String>> {
+        let has_regions = raw.is_some();
+        let regions = raw.unwrap_or_default();
+        if has_regions && regions.is_empty() {
+            return Err(self.err(
+                format!("{at}.regions"),
+                "an empty list: leave `regions` out for a job without regions",
+            ));
+        }
+        self.distinct_regions(at, &regions)?;
+        Ok(regions)
+    }
+
+    /// The steps, at least one, a fan-out taking its most values from the
+    /// step before it.
+    fn steps(
+        &self,
+        at: &str,
+        raw: Vec<RawStep>,
+        cred: &Credential,
+        endpoints: &[(String, EndpointSpec)],
+        has_regions: bool,
+    ) -> Result<Vec<Step>> {
+        if raw.is_empty() {
+            return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
+        }
+        if raw[0].for_each.is_some() {
+            return Err(self.err(
+                format!("{at}.steps[0].for_each"),
+                "the first step has no previous step to take values from: for_each belongs on a later step",
+            ));
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        for (i, s) in raw.into_iter().enumerate() {
+            let mut step =
+                self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?;
+            if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
+                f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
+            }
+            steps.push(step);
+        }
+        Ok(steps)
+    }
+
+    /// `schedule: every DURATION`, for planning.
+    fn schedule(&self, field: &str, s: &str) -> Result<Duration> {
+        let d = s.trim().strip_prefix("every ").ok_or_else(|| {
+            self.err(
+                field,
+                format!("'{s}': expected 'every DURATION', e.g. every 30m"),
+            )
+        })?;
+        let every = self.positive_duration(field, d)?;
+        self.at_most_max_window(field, d, every)?;
+        Ok(every)
     }
 
     /// Every request of the job as it will be sent, placeholders filled in
@@ -173,7 +207,7 @@ impl Validator<'_> {
     /// Every page file name of the job, its temporary name included, fits
     /// in a file name: a long job name and a long region together may not.
     fn file_names_fit(&self, at: &str, job: &str, regions: &[String], steps: usize) -> Result<()> {
-        use crate::runner::output::{NAME_MAX, longest_name};
+        use crate::page_name::{NAME_MAX, longest_name};
         let none = [String::new()];
         let regions = if regions.is_empty() {
             &none[..]

@@ -13,155 +13,23 @@ impl Validator<'_> {
         endpoints: &[(String, EndpointSpec)],
         has_regions: bool,
     ) -> Result<Step> {
-        let (_, spec) = endpoints
-            .iter()
-            .find(|(n, _)| *n == raw.endpoint)
-            .ok_or_else(|| {
-                self.err(
-                    format!("{at}.endpoint"),
-                    format!(
-                        "no endpoint named '{}' (defined: {})",
-                        raw.endpoint,
-                        list(endpoints.iter().map(|(n, _)| n))
-                    ),
-                )
-            })?;
-        let cost_field = format!("endpoints.{}.cost", raw.endpoint);
-        let (mut cost, mut settle) = (Vec::new(), Vec::new());
-        for (pool, units, actual) in self.cost_shape(&cost_field, &spec.cost)? {
-            let p = match &pool {
-                None if cred.pools.len() == 1 => &cred.pools[0],
-                None => {
-                    return Err(self.err(
-                        &cost_field,
-                        format!(
-                            "a bare cost needs a credential with one pool; credential '{}' (used by {at}) has pools {}: name them",
-                            cred.name,
-                            list(cred.pools.iter().map(|p| &p.name))
-                        ),
-                    ));
-                }
-                Some(name) => cred.pools.iter().find(|p| &p.name == name).ok_or_else(|| {
-                    self.err(
-                        format!("{cost_field}.{name}"),
-                        format!(
-                            "credential '{}' (used by {at}) has no pool '{name}' (pools: {})",
-                            cred.name,
-                            list(cred.pools.iter().map(|p| &p.name))
-                        ),
-                    )
-                })?,
-            };
-            for w in &p.windows {
-                if units > w.budget() {
-                    return Err(self.err(
-                        format!("{cost_field}.{}", p.name),
-                        format!(
-                            "{units} units can never fit: the {} window of pool '{}' of credential '{}' has a budget of {} (limit {} - headroom {})",
-                            fmt_duration(w.per),
-                            p.name,
-                            cred.name,
-                            w.budget(),
-                            w.limit,
-                            w.headroom
-                        ),
-                    ));
-                }
-            }
-            cost.push(PoolCost {
-                pool: p.clone(),
-                units,
-            });
-            if let Some(actual) = actual {
-                settle.push(SettledCost {
-                    pool: p.name.clone(),
-                    estimate: units,
-                    actual,
-                });
-            }
-        }
-
-        let method = match raw.request.method.as_deref().unwrap_or("GET") {
-            m if m.eq_ignore_ascii_case("GET") => reqwest::Method::GET,
-            m if m.eq_ignore_ascii_case("POST") => reqwest::Method::POST,
-            m if m.eq_ignore_ascii_case("PUT") => reqwest::Method::PUT,
-            m => {
-                return Err(self.err(
-                    format!("{at}.request.method"),
-                    format!("'{m}': expected GET, POST or PUT"),
-                ));
-            }
-        };
-        let template = |field: String, s: &str| -> Result<Template> {
-            let t = Template::parse(s).map_err(|m| self.err(&field, m))?;
-            if t.uses(Placeholder::Region) && !has_regions {
-                return Err(self.err(field, "{region} is used but the job has no regions"));
-            }
-            Ok(t)
-        };
-        let url = template(format!("{at}.request.url"), &raw.request.url)?;
-        let probe = url
-            .fill_url(&Fill {
-                region: "XX",
-                secret: &Secret::new("x".into()),
-                job: "job",
-                step: 0,
-                page: 0,
-                batch: "",
-            })
-            .map_err(|m| self.err(format!("{at}.request.url"), m))?;
-        match reqwest::Url::parse(&probe) {
-            Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-            Ok(u) => {
-                return Err(self.err(
-                    format!("{at}.request.url"),
-                    format!("scheme '{}': expected http or https", u.scheme()),
-                ));
-            }
-            Err(e) => return Err(self.err(format!("{at}.request.url"), format!("not a URL: {e}"))),
-        }
-        let mut query = Vec::new();
-        for (k, v) in raw.request.query.0 {
-            let field = format!("{at}.request.query.{k}");
-            let s = match &v {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                Value::Bool(b) => b.to_string(),
-                _ => return Err(self.err(field, "expected a string, number or boolean")),
-            };
-            query.push((k, template(field, &s)?));
-        }
-        let mut headers = Vec::new();
-        for (k, v) in raw.request.headers.0 {
-            let field = format!("{at}.request.headers.{k}");
-            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
-                return Err(self.err(field, "not a valid header name"));
-            }
-            headers.push((k, template(field, &v)?));
-        }
+        let spec = self.endpoint(at, &raw.endpoint, endpoints)?;
+        let (cost, settle) = self.step_cost(at, &raw.endpoint, spec, cred)?;
+        // In the order a reader meets them, so that the first mistake in
+        // the file is the one reported.
+        let request = raw.request;
+        let method = self.method(at, request.method.as_deref())?;
+        let url = self.url(at, &request.url, has_regions)?;
+        let query = self.query(at, request.query, has_regions)?;
+        let headers = self.headers(at, request.headers, has_regions)?;
         let paginate = raw
             .paginate
             .map(|p| self.paginate(&format!("{at}.paginate"), p))
             .transpose()?;
-        let body = raw
-            .request
+        let body = request
             .body
             .as_ref()
-            .map(|v| {
-                let field = format!("{at}.request.body");
-                if method == reqwest::Method::GET {
-                    return Err(self.err(
-                        &field,
-                        "a GET request carries no body: set method: POST or PUT",
-                    ));
-                }
-                let t = JsonTemplate::parse(v)
-                    .map_err(|(path, m)| self.err(format!("{field}{path}"), m))?;
-                if t.uses(Placeholder::Region) && !has_regions {
-                    return Err(self.err(field, "{region} is used but the job has no regions"));
-                }
-                Ok(t)
-            })
+            .map(|v| self.body(at, v, &method, has_regions))
             .transpose()?;
         let for_each = raw
             .for_each
@@ -195,6 +63,112 @@ impl Validator<'_> {
             paginate,
             settle,
         })
+    }
+
+    /// The endpoint a step names, among those the file defines.
+    fn endpoint<'e>(
+        &self,
+        at: &str,
+        name: &str,
+        endpoints: &'e [(String, EndpointSpec)],
+    ) -> Result<&'e EndpointSpec> {
+        endpoints
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, spec)| spec)
+            .ok_or_else(|| {
+                self.err(
+                    format!("{at}.endpoint"),
+                    format!(
+                        "no endpoint named '{name}' (defined: {})",
+                        list(endpoints.iter().map(|(n, _)| n))
+                    ),
+                )
+            })
+    }
+
+    /// The endpoint's cost, resolved against the credential's pools: what
+    /// each call charges, and the pools whose charge is an estimate settled
+    /// from the response.
+    fn step_cost(
+        &self,
+        at: &str,
+        endpoint: &str,
+        spec: &EndpointSpec,
+        cred: &Credential,
+    ) -> Result<(Vec<PoolCost>, Vec<SettledCost>)> {
+        let cost_field = format!("endpoints.{endpoint}.cost");
+        let (mut cost, mut settle) = (Vec::new(), Vec::new());
+        for (pool, units, actual) in self.cost_shape(&cost_field, &spec.cost)? {
+            let p = self.cost_pool(at, &cost_field, pool.as_deref(), cred)?;
+            self.cost_fits(&cost_field, units, p, cred)?;
+            cost.push(PoolCost {
+                pool: p.clone(),
+                units,
+            });
+            if let Some(actual) = actual {
+                settle.push(SettledCost {
+                    pool: p.name.clone(),
+                    estimate: units,
+                    actual,
+                });
+            }
+        }
+        Ok((cost, settle))
+    }
+
+    /// The credential's pool a cost names (`None`: a bare cost, which
+    /// needs a credential with one pool).
+    fn cost_pool<'c>(
+        &self,
+        at: &str,
+        cost_field: &str,
+        pool: Option<&str>,
+        cred: &'c Credential,
+    ) -> Result<&'c Pool> {
+        match pool {
+            None if cred.pools.len() == 1 => Ok(&cred.pools[0]),
+            None => Err(self.err(
+                cost_field,
+                format!(
+                    "a bare cost needs a credential with one pool; credential '{}' (used by {at}) has pools {}: name them",
+                    cred.name,
+                    list(cred.pools.iter().map(|p| &p.name))
+                ),
+            )),
+            Some(name) => cred.pools.iter().find(|p| p.name == name).ok_or_else(|| {
+                self.err(
+                    format!("{cost_field}.{name}"),
+                    format!(
+                        "credential '{}' (used by {at}) has no pool '{name}' (pools: {})",
+                        cred.name,
+                        list(cred.pools.iter().map(|p| &p.name))
+                    ),
+                )
+            }),
+        }
+    }
+
+    /// A call's `units` fit in each window of pool `p`: else every run
+    /// would stop at it, never admitted.
+    fn cost_fits(&self, cost_field: &str, units: u64, p: &Pool, cred: &Credential) -> Result<()> {
+        for w in &p.windows {
+            if units > w.budget() {
+                return Err(self.err(
+                    format!("{cost_field}.{}", p.name),
+                    format!(
+                        "{units} units can never fit: the {} window of pool '{}' of credential '{}' has a budget of {} (limit {} - headroom {})",
+                        fmt_duration(w.per),
+                        p.name,
+                        cred.name,
+                        w.budget(),
+                        w.limit,
+                        w.headroom
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// `for_each`, checked; its `max_values` is set by [`Self::job`], which

@@ -56,7 +56,7 @@ impl Validator<'_> {
             "a region must not be empty"
         } else if r.chars().any(crate::logging::is_hidden) {
             "a region must not hold control characters (line breaks, tabs, …) or bidirectional ones (U+202E …)"
-        } else if crate::runner::output::encode_region(r).len() > 150 {
+        } else if crate::page_name::encode_region(r).len() > 150 {
             "too long: a region takes at most 150 bytes once percent-encoded for file names"
         } else {
             return Ok(());

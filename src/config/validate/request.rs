@@ -1,0 +1,116 @@
+//! A step's request: its method, URL, query, headers and JSON body, each
+//! a template checked for what the job can fill in. Apart from
+//! [`super::step`] because a request is most of a step.
+
+use super::*;
+
+impl Validator<'_> {
+    /// GET (the default), POST or PUT.
+    pub(super) fn method(&self, at: &str, method: Option<&str>) -> Result<reqwest::Method> {
+        match method.unwrap_or("GET") {
+            m if m.eq_ignore_ascii_case("GET") => Ok(reqwest::Method::GET),
+            m if m.eq_ignore_ascii_case("POST") => Ok(reqwest::Method::POST),
+            m if m.eq_ignore_ascii_case("PUT") => Ok(reqwest::Method::PUT),
+            m => Err(self.err(
+                format!("{at}.request.method"),
+                format!("'{m}': expected GET, POST or PUT"),
+            )),
+        }
+    }
+
+    /// A template of the request at `field`: `{region}` only in a job
+    /// that has regions.
+    fn template(&self, field: String, s: &str, has_regions: bool) -> Result<Template> {
+        let t = Template::parse(s).map_err(|m| self.err(&field, m))?;
+        if t.uses(Placeholder::Region) && !has_regions {
+            return Err(self.err(field, "{region} is used but the job has no regions"));
+        }
+        Ok(t)
+    }
+
+    /// The URL: a template that, filled in, is an http or https URL.
+    pub(super) fn url(&self, at: &str, raw: &str, has_regions: bool) -> Result<Template> {
+        let field = format!("{at}.request.url");
+        let url = self.template(field.clone(), raw, has_regions)?;
+        let probe = url
+            .fill_url(&Fill {
+                region: "XX",
+                secret: &Secret::new("x".into()),
+                job: "job",
+                step: 0,
+                page: 0,
+                batch: "",
+            })
+            .map_err(|m| self.err(&field, m))?;
+        match reqwest::Url::parse(&probe) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") => Ok(url),
+            Ok(u) => Err(self.err(
+                field,
+                format!("scheme '{}': expected http or https", u.scheme()),
+            )),
+            Err(e) => Err(self.err(field, format!("not a URL: {e}"))),
+        }
+    }
+
+    /// The query: each value a template (a number or a boolean as its text).
+    pub(super) fn query(
+        &self,
+        at: &str,
+        raw: OrderedMap<Value>,
+        has_regions: bool,
+    ) -> Result<Vec<(String, Template)>> {
+        let mut query = Vec::new();
+        for (k, v) in raw.0 {
+            let field = format!("{at}.request.query.{k}");
+            let s = match &v {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return Err(self.err(field, "expected a string, number or boolean")),
+            };
+            query.push((k, self.template(field, &s, has_regions)?));
+        }
+        Ok(query)
+    }
+
+    /// The headers: valid names, each value a template.
+    pub(super) fn headers(
+        &self,
+        at: &str,
+        raw: OrderedMap<String>,
+        has_regions: bool,
+    ) -> Result<Vec<(String, Template)>> {
+        let mut headers = Vec::new();
+        for (k, v) in raw.0 {
+            let field = format!("{at}.request.headers.{k}");
+            if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                return Err(self.err(field, "not a valid header name"));
+            }
+            headers.push((k, self.template(field, &v, has_regions)?));
+        }
+        Ok(headers)
+    }
+
+    /// The JSON body of a POST or PUT, its strings templates.
+    pub(super) fn body(
+        &self,
+        at: &str,
+        raw: &Value,
+        method: &reqwest::Method,
+        has_regions: bool,
+    ) -> Result<JsonTemplate> {
+        let field = format!("{at}.request.body");
+        if method == reqwest::Method::GET {
+            return Err(self.err(
+                &field,
+                "a GET request carries no body: set method: POST or PUT",
+            ));
+        }
+        let t =
+            JsonTemplate::parse(raw).map_err(|(path, m)| self.err(format!("{field}{path}"), m))?;
+        if t.uses(Placeholder::Region) && !has_regions {
+            return Err(self.err(field, "{region} is used but the job has no regions"));
+        }
+        Ok(t)
+    }
+}
