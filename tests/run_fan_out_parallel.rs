@@ -265,8 +265,10 @@ fn a_rejection_mid_fan_out_stops_with_75_and_the_next_run_sends_only_the_rest() 
 
 #[test]
 fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
-    // Batch 0 (it holds US00000) takes 3 s, the others 100 ms: the other
-    // eleven are written while it is still in flight.
+    // Batch 0 (it holds US00000) takes 6 s, the others 100 ms: the other
+    // eleven are written while it is still in flight, however loaded the
+    // machine (3 s was once not enough beside parallel builds; under the
+    // client's 10 s timeout, as the next run sends it again).
     let up = Standin::start(&[
         "--pages",
         "3",
@@ -275,7 +277,7 @@ fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
         "--delay",
         "100ms",
         "--slow",
-        "US00000=3s",
+        "US00000=6s",
     ]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), "US", 4, 1000));
