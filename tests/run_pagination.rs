@@ -544,5 +544,9 @@ fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
             "{form}"
         );
         assert!(seen.iter().all(|s| s.status == 200), "{form}: {seen:?}");
+        // The header shown as it came, escaped once (no \" for its quotes).
+        if form == "unterminated" {
+            assert!(r.stderr.contains(r#"</first>; title="left open"#), "{r:?}");
+        }
     }
 }

@@ -122,7 +122,7 @@ impl JobRun<'_> {
                 };
                 warn!(
                     job = job.name,
-                    "{here}: the next page {what} ({shown:?}) repeats one this walk already followed: \
+                    "{here}: the next page {what} (\"{shown}\") repeats one this walk already followed: \
                      the upstream is going in circles, so the walk ends here and the run moves on"
                 );
                 None
