@@ -450,6 +450,28 @@ fn a_page_the_upstream_refuses_ends_its_region_and_the_others_are_served() {
     );
 }
 
+/// A first page the upstream refuses, of a request that names its region
+/// (`regionCode={region}`): only that region ends, the others are served,
+/// every run (the region after it no longer starves), exit 1.
+#[test]
+fn a_first_page_refused_for_its_region_ends_only_that_region() {
+    let up = Standin::start(&["--pages", "1", "--items", "1", "--refuse", "regionCode=XX"]);
+    let job = trending_job(&up.base()).replace("[GB, US, FR]", "[GB, XX, US]");
+    let d = api_deployment(&job);
+    for run in 0..2 {
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(r.stderr.contains("region XX step 0 page 0"), "{r:?}");
+        assert!(r.stderr.contains("1 FAILED: XX"), "{r:?}");
+        let seen = up.seen();
+        assert_eq!(
+            answered(&seen[run * 3..]),
+            ["GB 0 200", "XX 0 400", "US 0 200"],
+            "run {run}"
+        );
+    }
+}
+
 /// A fan-out batch the upstream rejects is skipped, named, and charged
 /// once; the batches after it are sent, and the run exits 1.
 #[test]

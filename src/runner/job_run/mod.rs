@@ -55,6 +55,9 @@ pub(super) struct JobRun<'a> {
     /// The run's requests in flight, `concurrency` at most: one place per
     /// page or batch, whichever region or fan-out it belongs to.
     permits: tokio::sync::Semaphore,
+    /// Regions in a row whose first page the upstream refused, no page
+    /// written since: at [`walk::FIRST_PAGES_REFUSED`] the job stops.
+    first_refused: Cell<u32>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -158,6 +161,7 @@ impl<'a> JobRun<'a> {
             round: RefCell::new(Round::default()),
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
+            first_refused: Cell::new(0),
         }
     }
 

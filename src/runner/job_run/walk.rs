@@ -180,13 +180,16 @@ impl JobRun<'_> {
         page: u32,
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
-        let given = token.is_some() || step.for_each.is_some();
+        let given = token.is_some() || step.for_each.is_some() || uses_region(step);
         let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
-            Fetched::Page(page) => page,
+            Fetched::Page(page) => {
+                self.first_refused.set(0);
+                page
+            }
             Fetched::Stopped => return Ok(None),
             // A batch the upstream rejects is skipped, named: the fan-out
             // goes on with the next (it takes this one as done).
-            Fetched::Refused(why) if step.for_each.is_some() => {
+            Fetched::Refused(why, _) if step.for_each.is_some() => {
                 let batch = match at.region {
                     "" => format!("step {} batch {page}", at.step),
                     region => format!("{region} step {} batch {page}", at.step),
@@ -199,7 +202,12 @@ impl JobRun<'_> {
                 return Ok(Some(Next::End(None)));
             }
             // A page: its region ends here (the walk saves it as served).
-            Fetched::Refused(why) => return Ok(Some(Next::Refused(why))),
+            Fetched::Refused(why, for_itself) => {
+                if for_itself && token.is_none() {
+                    self.first_page_refused(at, &why).await?;
+                }
+                return Ok(Some(Next::Refused(why)));
+            }
         };
         let name = PageName {
             job: &self.job.name,
@@ -224,4 +232,42 @@ impl JobRun<'_> {
             link.as_deref(),
         )))
     }
+
+    /// A region's first page refused for itself (its URL, query, headers
+    /// or body use `{region}`, so the region may be what the upstream
+    /// refuses): the region ends, unless the region before it ended so
+    /// too, no page written since; then the fault is likely the file's or
+    /// the key's, met by every region, and the job stops, the cursor past
+    /// both regions (the next run starts after them: none starves, and a
+    /// tick spends at most two refused calls).
+    async fn first_page_refused(&self, at: &Position<'_>, why: &str) -> Result<()> {
+        let n = self.first_refused.get() + 1;
+        self.first_refused.set(n);
+        if n < FIRST_PAGES_REFUSED {
+            return Ok(());
+        }
+        self.first_refused.set(0);
+        self.save(at.slot, Slot::Done).await;
+        Err(crate::Error::Upstream {
+            job: self.job.name.clone(),
+            url: describe_position(at.region, at.step, 0),
+            problem: format!(
+                "{why}; the first page of {n} regions in a row was refused, so the job stops \
+                 (check the file and the key); the next run starts after them"
+            ),
+        })
+    }
+}
+
+/// Regions in a row whose first page is refused before the job stops.
+pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
+
+/// Whether a step's request depends on its region (URL, query, headers,
+/// body): a refusal of its first page may then be the region's alone.
+fn uses_region(step: &Step) -> bool {
+    use crate::config::Placeholder::Region;
+    step.url.uses(Region)
+        || step.query.iter().any(|(_, t)| t.uses(Region))
+        || step.headers.iter().any(|(_, t)| t.uses(Region))
+        || step.body.as_ref().is_some_and(|b| b.uses(Region))
 }
