@@ -184,21 +184,31 @@ impl JobRun<'_> {
         let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
             Fetched::Page(page) => {
                 self.first_refused.set(0);
+                if step.for_each.is_some() {
+                    self.batch_answered(at, true);
+                }
                 page
             }
             Fetched::Stopped => return Ok(None),
             // A batch the upstream rejects is skipped, named: the fan-out
-            // goes on with the next (it takes this one as done).
+            // goes on with the next (it takes this one as done), unless
+            // it refused the batches before it too and took none: then
+            // the rest of the fan-out (`Next::Refused`) is skipped.
             Fetched::Refused(why, _) if step.for_each.is_some() => {
                 let batch = match at.region {
                     "" => format!("step {} batch {page}", at.step),
                     region => format!("{region} step {} batch {page}", at.step),
                 };
+                self.report.borrow_mut().fail(at.region, batch.clone());
+                if self.batch_answered(at, false) {
+                    return Ok(Some(Next::Refused(format!(
+                        "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
+                    ))));
+                }
                 error!(
                     job = self.job.name,
                     "{batch}: {why}; this batch is skipped, the others go on"
                 );
-                self.report.borrow_mut().failed_regions.push(batch);
                 return Ok(Some(Next::End(None)));
             }
             // A page: its region ends here (the walk saves it as served).
@@ -233,6 +243,21 @@ impl JobRun<'_> {
         )))
     }
 
+    /// A batch of a fan-out answered (`taken`) or refused: whether the
+    /// rest of that region's fan-out is to be skipped, [`BATCHES_REFUSED`]
+    /// refused in a row and none taken in this run (every batch would
+    /// be refused, each charged, every tick).
+    fn batch_answered(&self, at: &Position<'_>, taken: bool) -> bool {
+        let mut refused = self.batches_refused.borrow_mut();
+        let (in_a_row, any_taken) = refused.entry((at.region.to_string(), at.step)).or_default();
+        if taken {
+            (*in_a_row, *any_taken) = (0, true);
+            return false;
+        }
+        *in_a_row += 1;
+        !*any_taken && *in_a_row >= BATCHES_REFUSED
+    }
+
     /// A region's first page refused for itself (its URL, query, headers
     /// or body use `{region}`, so the region may be what the upstream
     /// refuses): the region ends, unless the region before it ended so
@@ -258,6 +283,10 @@ impl JobRun<'_> {
         })
     }
 }
+
+/// Refused batches in a row of one region's fan-out step, none accepted
+/// in this run, before the rest of that fan-out is skipped.
+pub(super) const BATCHES_REFUSED: u32 = 2;
 
 /// Regions in a row whose first page is refused before the job stops.
 pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
