@@ -82,12 +82,13 @@ fn job(name: &str, base: &str, path: &str) -> String {
 /// An error answer whose compressed body does not decode is handled by
 /// its status, not retried as a body that failed to arrive: a 429 blocks
 /// the credential (exit 75), a 404 is refused, each charged once
-/// (`retries: 1` would send each twice).
+/// (`retries: 1` would send each twice); a 503 is retried as a 5xx is.
 #[test]
 fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
     let (base, heads) = serving(|head| {
         let status = match path(head) {
             "/429" => "429 Too Many Requests",
+            "/503" => "503 Service Unavailable",
             _ => "404 Not Found",
         };
         raw(
@@ -111,6 +112,17 @@ fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("HTTP 404"), "{r:?}");
     assert_eq!(heads.lock().unwrap().len(), 2, "not retried: {r:?}");
+
+    // A 5xx is retried as a server error (`retries: 1`), said so.
+    let d = api_deployment(&job("j", &base, "/503"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("HTTP 503 Service Unavailable; retry 1 of 1"),
+        "{r:?}"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 4, "{r:?}");
 }
 
 /// A `Content-Encoding` that echoes the key reaches no message: the value
