@@ -18,6 +18,7 @@ mod ledger_redis;
 mod ledger_redis_segments;
 mod operator;
 mod operator_metrics;
+mod run_answers;
 mod run_blocks;
 mod run_concurrency;
 mod run_concurrency_within;

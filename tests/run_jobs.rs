@@ -192,10 +192,14 @@ fn server_errors_that_outlast_the_retries_fail_the_run() {
     assert_eq!(up.seen().len(), 4, "1 try + 3 retries, then stop");
 }
 
+/// A key the upstream refuses (400) for every region: the first page of
+/// a request that names its region ends that region only, but two such in
+/// a row stop the job, the cursor past both, so a tick spends two refused
+/// calls and the next run starts at the region after them.
 #[test]
 fn other_client_errors_stop_the_job_with_an_excerpt() {
     let up = Standin::start(&["--key", "another-key"]);
-    let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
+    let d = trending(&up, "embedded", &["US", "GB", "DE"], 1, "fail_closed");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -203,7 +207,22 @@ fn other_client_errors_stop_the_job_with_an_excerpt() {
         "{r:?}"
     );
     assert!(r.stderr.contains("API key not valid"), "{r:?}");
-    assert_eq!(up.seen().len(), 1, "a 4xx is not retried");
+    assert!(
+        r.stderr
+            .contains("the first page of 2 regions in a row was refused, so the job stops"),
+        "{r:?}"
+    );
+    let regions = |seen: Vec<crate::common::standin::Seen>| -> Vec<String> {
+        seen.into_iter().map(|s| s.region).collect()
+    };
+    assert_eq!(regions(up.seen()), ["US", "GB"], "a 4xx is not retried");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(
+        regions(up.seen()),
+        ["US", "GB", "DE", "US"],
+        "DE does not starve"
+    );
 }
 
 #[test]

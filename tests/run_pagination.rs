@@ -450,6 +450,28 @@ fn a_page_the_upstream_refuses_ends_its_region_and_the_others_are_served() {
     );
 }
 
+/// A first page the upstream refuses, of a request that names its region
+/// (`regionCode={region}`): only that region ends, the others are served,
+/// every run (the region after it no longer starves), exit 1.
+#[test]
+fn a_first_page_refused_for_its_region_ends_only_that_region() {
+    let up = Standin::start(&["--pages", "1", "--items", "1", "--refuse", "regionCode=XX"]);
+    let job = trending_job(&up.base()).replace("[GB, US, FR]", "[GB, XX, US]");
+    let d = api_deployment(&job);
+    for run in 0..2 {
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(r.stderr.contains("region XX step 0 page 0"), "{r:?}");
+        assert!(r.stderr.contains("1 FAILED: XX"), "{r:?}");
+        let seen = up.seen();
+        assert_eq!(
+            answered(&seen[run * 3..]),
+            ["GB 0 200", "XX 0 400", "US 0 200"],
+            "run {run}"
+        );
+    }
+}
+
 /// A fan-out batch the upstream rejects is skipped, named, and charged
 /// once; the batches after it are sent, and the run exits 1.
 #[test]
@@ -493,6 +515,92 @@ fn a_fan_out_batch_the_upstream_refuses_is_skipped_and_the_rest_goes_on() {
     // Pages 1 to 4 of /ids and the three batches, each charged once.
     assert!(r.stderr.contains("; 7 calls"), "{r:?}");
     assert_eq!(d.outputs("details").len(), 6);
+}
+
+/// A fan-out whose every batch the upstream refuses: after 2 in a row,
+/// none taken, the rest of that region's fan-out is skipped (one error
+/// names it), the other regions are served, the summary names 5 failures
+/// and counts the rest, the metric counts regions; the next run starts
+/// the region afresh, and pays 2 refused batches again, not every batch.
+#[test]
+fn a_fan_out_whose_batches_are_all_refused_is_given_up_after_two() {
+    let up = Standin::start(&[
+        "--pages",
+        "3",
+        "--items",
+        "4",
+        "--refuse",
+        "part=statistics",
+    ]);
+    let base = up.base();
+    let d = api_deployment(&format!(
+        r#"  details:
+    credential: main
+    regions: [US, GB]
+    steps:
+      - endpoint: api
+        request: {{ url: "{base}/ids", query: {{ region: "{{region}}", key: "{{secret}}" }} }}
+        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
+      - endpoint: api
+        for_each: {{ from: /items/*/id/n, batch: 2, join: ",", per_page: 4 }}
+        request:
+          url: "{base}/youtube/v3/videos"
+          query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }}
+    output: out/details
+"#
+    ));
+    let metrics = d.path().join("run.prom");
+    let r = d.quota(&["run", "--metrics-file", metrics.to_str().unwrap()]);
+    assert_eq!(r.code, 1, "{r:?}");
+    for region in ["US", "GB"] {
+        assert!(
+            r.stderr.contains(&format!("{region} step 1 batch 1: http")),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr.contains(&format!(
+                "2 batches in a row refused and none taken in this run: the rest of region {region} step 1's fan-out is skipped"
+            )),
+            "{r:?}"
+        );
+    }
+    assert!(
+        r.stderr
+            .contains("6 FAILED: US step 1 batch 0, US step 1 batch 1, US, GB step 1 batch 0, GB step 1 batch 1 and 1 more"),
+        "{r:?}"
+    );
+    let batches = |seen: &[Seen]| {
+        seen.iter()
+            .filter(|s| s.path == "/youtube/v3/videos")
+            .count()
+    };
+    let seen = up.seen();
+    assert_eq!(batches(&seen), 4, "2 a region: {seen:?}");
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    assert!(
+        text.contains("quota_run_job_failed_regions{job=\"details\"} 2"),
+        "{text}"
+    );
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    let again = &up.seen()[seen.len()..];
+    assert_eq!(
+        (again[0].path.as_str(), again[0].page),
+        ("/ids", 1),
+        "{again:?}"
+    );
+    assert_eq!(batches(again), 4, "{again:?}");
+
+    // Side by side (concurrency 2), a batch in flight when the fan-out is
+    // given up finishes: at most 3 a region, the rest never sent.
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    d.write(&yaml.replace("regions: [US, GB]", "regions: [US, GB]\n    concurrency: 2"));
+    let before = up.seen().len();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(r.stderr.matches("fan-out is skipped").count(), 2, "{r:?}");
+    let sent = batches(&up.seen()[before..]);
+    assert!((4..=6).contains(&sent), "{sent}: {r:?}");
 }
 
 fn url_pair(query: &str, key: &str) -> String {
@@ -544,5 +652,9 @@ fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
             "{form}"
         );
         assert!(seen.iter().all(|s| s.status == 200), "{form}: {seen:?}");
+        // The header shown as it came, escaped once (no \" for its quotes).
+        if form == "unterminated" {
+            assert!(r.stderr.contains(r#"</first>; title="left open"#), "{r:?}");
+        }
     }
 }

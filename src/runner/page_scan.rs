@@ -115,8 +115,10 @@ pub fn leaf_at(body: &[u8], pointer: &str) -> Result<Option<Leaf>, serde_json::E
 /// A page's bytes as text, as its file is written: bytes that are not
 /// UTF-8 replaced (inside strings only, or the page is not JSON anyway);
 /// no copy when it is UTF-8.
+/// A page's text, a UTF-8 byte order mark before it dropped (RFC 8259
+/// §8.1 lets a parser ignore one): every reader reads a page alike.
 fn page_text(body: &[u8]) -> Cow<'_, str> {
-    String::from_utf8_lossy(body)
+    String::from_utf8_lossy(body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body))
 }
 
 fn segments(pointer: &str) -> Vec<String> {
@@ -266,6 +268,20 @@ impl<'a> Visitor<'a> for Count {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reader_drops_a_byte_order_mark() {
+        let page = b"\xEF\xBB\xBF{\"next\":\"t\",\"items\":[{\"id\":\"a\"}]}";
+        assert_eq!(
+            scan(page, Some("/next")).unwrap(),
+            Some(Found::Text("t".into()))
+        );
+        assert_eq!(values(page, "/items/*/id").unwrap(), (vec!["a".into()], 0));
+        assert_eq!(
+            leaf_at(page, "/next").unwrap(),
+            Some(Leaf::Text("t".into()))
+        );
+    }
 
     #[test]
     fn page_tokens_follow_the_pointer() {

@@ -165,7 +165,7 @@ pub fn next(
             Some(Ok(Some(target))) => follow(step, fill, request, &target, "Link header's next"),
             None | Some(Ok(None)) => Next::End(None),
             Some(Err(why)) => Next::Unreadable(format!(
-                "the Link header cannot be read ({why}): {:?}; the walk ends here",
+                "the Link header cannot be read ({why}): \"{}\"; the walk ends here",
                 super::report::cut(&redact(link.unwrap_or_default(), &[fill.secret]), 200)
             )),
         },

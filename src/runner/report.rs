@@ -1,7 +1,7 @@
 //! How a run ended: why it stopped ([`Stop`]), what it did ([`JobReport`]),
 //! and the one summary line it ends with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::Duration;
 
@@ -144,6 +144,9 @@ pub struct JobReport {
     /// batches skipped so (`REGION step S batch K`): the run went on with
     /// the others, and exits 1.
     pub failed_regions: Vec<String>,
+    /// The regions among [`Self::failed_regions`], each once (a region with
+    /// several refused batches is one).
+    pub failed_in: BTreeSet<String>,
     /// Walks ended by a `Link` header that cannot be read (warned each).
     pub unreadable_links: u64,
     pub regions_total: usize,
@@ -155,7 +158,16 @@ pub struct JobReport {
     pub resume: Option<Cursor>,
 }
 
+/// Failed entries the summary names; past them, how many more.
+const FAILED_SHOWN: usize = 5;
+
 impl JobReport {
+    /// A region, or a batch of it (`entry`), that ended with an error.
+    pub fn fail(&mut self, region: &str, entry: String) {
+        self.failed_in.insert(region.to_string());
+        self.failed_regions.push(entry);
+    }
+
     /// Exit 0 when the job served every region, 75 when it stopped
     /// cleanly, 1 when a region failed (which outranks a clean stop).
     pub fn exit_code(&self) -> ExitStatus {
@@ -199,11 +211,14 @@ impl JobReport {
         };
         let failed = match self.failed_regions.len() {
             0 => String::new(),
-            _ => format!(
-                " ({} FAILED: {})",
-                self.failed_regions.len(),
-                self.failed_regions.join(", ")
-            ),
+            n => {
+                let shown = &self.failed_regions[..n.min(FAILED_SHOWN)];
+                let more = match n.saturating_sub(FAILED_SHOWN) {
+                    0 => String::new(),
+                    k => format!(" and {k} more"),
+                };
+                format!(" ({n} FAILED: {}{more})", shown.join(", "))
+            }
         };
         let failed = match self.unreadable_links {
             0 => failed,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use reqwest::{Client, StatusCode};
 
+mod decode;
+
 use super::page_scan::{Found, scan};
 use super::quota_headers::QuotaHeaders;
 use super::settle::{self, Actual};
@@ -186,7 +188,7 @@ pub async fn send(
     // (a compressed body is decoded as it streams in, and has no declared
     // size then: `max_body` bounds what it decodes to)
     let declared = resp.content_length();
-    let encoding = undecoded(resp.headers());
+    let mut encoding = undecoded(resp.headers());
     if status.is_success()
         && let Some(n) = declared.filter(|n| *n > max_body)
     {
@@ -204,11 +206,42 @@ pub async fn send(
                 describe(&e, &secrets)
             ));
         }
-        Err(e) => return Answer::Transient(describe(&e, &secrets)),
+        Err(e) if status.is_success() => return Answer::Transient(describe(&e, &secrets)),
+        // An error answer is handled by its status, whatever its body: a
+        // 429 whose body does not decode still blocks, a 404 is still
+        // refused (retried, each attempt charged, it blocked nothing).
+        Err(_) => Vec::new(),
+    };
+    // A coding the client left alone that quota decodes itself (a name in
+    // capitals, deflate raw or zlib-wrapped): bounded by `limit` decoded.
+    let body = match encoding.as_deref().map(|c| decode::body(c, &body, limit)) {
+        None | Some(decode::Decoded::Unknown) => body,
+        Some(decode::Decoded::Body(decoded)) => {
+            encoding = None;
+            decoded
+        }
+        Some(decode::Decoded::TooBig) if status.is_success() => {
+            return Answer::Fatal(too_big(status, max_body, None));
+        }
+        Some(decode::Decoded::Failed(why)) if status.is_success() => {
+            return Answer::Unusable(format!(
+                "HTTP {status} with a body that cannot be decoded ({why}): not retried, since every attempt is charged and would get the same"
+            ));
+        }
+        Some(_) => {
+            encoding = None;
+            Vec::new()
+        }
+    };
+    // A UTF-8 byte order mark before JSON is dropped (RFC 8259 §8.1 lets a
+    // parser ignore it): every reader, and the page written, see the JSON.
+    let body = match body.strip_prefix(BOM) {
+        Some(rest) => rest.to_vec(),
+        None => body,
     };
     let never = status
         .is_success()
-        .then(|| never_json(status, encoding.as_deref(), &body))
+        .then(|| never_json(status, encoding.as_deref(), &body, &secrets))
         .flatten();
     if let Some(headers) = reported
         .headers
@@ -250,22 +283,29 @@ fn undecoded(headers: &reqwest::header::HeaderMap) -> Option<String> {
     let coding = String::from_utf8_lossy(coding.as_bytes())
         .trim()
         .to_string();
-    (!coding.eq_ignore_ascii_case("identity")).then(|| super::report::cut(&coding, 40))
+    (!coding.eq_ignore_ascii_case("identity")).then_some(coding)
 }
 
 /// Why a 2xx whose body is not JSON can never become JSON by asking
 /// again: no body at all (204), a coding the client cannot decode, or
 /// markup (an HTML or XML page). `None` when another try may do (a JSON
-/// body cut short, say).
-fn never_json(status: StatusCode, encoding: Option<&str>, body: &[u8]) -> Option<String> {
-    let text = body
-        .strip_prefix(b"\xEF\xBB\xBF".as_slice())
-        .unwrap_or(body)
-        .trim_ascii_start();
+/// body cut short, say). The coding is the upstream's text: redacted and
+/// made printable, as anything from it is.
+fn never_json(
+    status: StatusCode,
+    encoding: Option<&str>,
+    body: &[u8],
+    secrets: &[&Secret],
+) -> Option<String> {
+    let text = body.strip_prefix(BOM).unwrap_or(body).trim_ascii_start();
     if let Some(coding) = encoding {
-        return Some(format!(
-            "its Content-Encoding is {coding:?}, which quota cannot decode"
-        ));
+        let shown = super::report::cut(&redact(coding, secrets), 40);
+        let why = if coding.contains(',') {
+            "a stack of codings, which quota does not decode (one coding only)"
+        } else {
+            "which quota cannot decode"
+        };
+        return Some(format!("its Content-Encoding is \"{shown}\", {why}"));
     }
     if text.is_empty() {
         return Some(format!("HTTP {status} carries no body"));
@@ -273,6 +313,9 @@ fn never_json(status: StatusCode, encoding: Option<&str>, body: &[u8]) -> Option
     text.starts_with(b"<")
         .then(|| "it is an HTML or XML page".to_string())
 }
+
+/// A UTF-8 byte order mark.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Whether a body read failed on data the decoder refuses (a corrupt
 /// compressed body), not on the connection: the same bytes come again.
@@ -360,14 +403,16 @@ fn redirect(
     from: &reqwest::Url,
     secrets: &[&Secret],
 ) -> Answer {
+    // Bytes past ASCII (raw UTF-8 in a URL) percent-encoded, as browsers
+    // do and as for a Link header.
     let location = headers
         .get(reqwest::header::LOCATION)
-        .and_then(|v| v.to_str().ok());
-    let Some(to) = location.and_then(|l| from.join(l).ok()) else {
+        .map(|v| super::paginate::visible(v.as_bytes()));
+    let Some(to) = location.as_deref().and_then(|l| from.join(l).ok()) else {
         return Answer::Fatal(format!(
             "HTTP {status} without a Location to follow{}",
             location
-                .map(|l| format!(" ({:?})", redact(l, secrets)))
+                .map(|l| format!(" (\"{}\")", super::report::cut(&redact(&l, secrets), 200)))
                 .unwrap_or_default()
         ));
     };
@@ -640,7 +685,7 @@ mod tests {
     #[test]
     fn answers_that_asking_again_cannot_make_json_are_named() {
         let never = |status: u16, coding: Option<&str>, body: &[u8]| {
-            never_json(StatusCode::from_u16(status).unwrap(), coding, body)
+            never_json(StatusCode::from_u16(status).unwrap(), coding, body, &[])
         };
         assert_eq!(
             never(204, None, b"").as_deref(),

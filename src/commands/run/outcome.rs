@@ -150,7 +150,7 @@ impl RunOutcome {
         let mut total = gauge("quota_run_job_regions", "Regions the job walks.");
         let mut failed = gauge(
             "quota_run_job_failed_regions",
-            "Regions whose walk ended with an error, and fan-out batches the upstream refused.",
+            "Regions whose walk ended with an error or whose fan-out batches the upstream refused, each once.",
         );
         for j in &self.jobs {
             let job = [("job", j.job.as_str())];
@@ -173,7 +173,7 @@ impl RunOutcome {
             pages.push(&job, r.pages);
             done.push(&job, r.regions_done as u64);
             total.push(&job, r.regions_total as u64);
-            failed.push(&job, r.failed_regions.len() as u64);
+            failed.push(&job, r.failed_in.len() as u64);
         }
         vec![
             exit, took, reason, calls, unmetered, units, pages, done, total, failed,

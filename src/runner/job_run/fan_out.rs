@@ -41,7 +41,7 @@ use std::collections::HashSet;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use tracing::warn;
+use tracing::{error, warn};
 
 use super::batches::Batches;
 use super::round::Slot;
@@ -51,6 +51,7 @@ use crate::config::{ForEach, Step, redact};
 use crate::ledger::Ledger;
 use crate::runner::cursor::{ValueList, values_key};
 use crate::runner::page_scan;
+use crate::runner::paginate::Next;
 
 /// The values found so far for a fan-out step, in order, each once.
 #[derive(Default)]
@@ -261,13 +262,14 @@ impl JobRun<'_> {
             let fill = self.fill(at, k, &joined);
             // One at a time, batch `k` is the earliest not written: its
             // values go straight after those kept.
-            if self
+            match self
                 .fetch_page(Some(&mut w.found), step, &fill, None, at, k)
                 .await?
-                .is_none()
             {
                 // Stopped: the cursor already points at this batch.
-                return Ok(Walk::Stopped);
+                None => return Ok(Walk::Stopped),
+                Some(Next::Refused(why)) => return Ok(self.give_up(at, &why).await),
+                Some(_) => {}
             }
             // Batches an earlier run wrote ahead of this one follow it.
             for (b, values) in plan.mark_written(k, Vec::new()) {
@@ -330,8 +332,11 @@ impl JobRun<'_> {
         let found = RefCell::new(std::mem::take(&mut w.found));
         let mut todo = todo.into_iter();
         let mut running = FuturesUnordered::new();
+        // Why the rest of the fan-out is skipped, once it is: no batch is
+        // sent after, those in flight finish.
+        let mut given_up = None;
         loop {
-            while running.len() < self.job.concurrency && !self.stopping() {
+            while running.len() < self.job.concurrency && !self.stopping() && given_up.is_none() {
                 let Some(k) = todo.next() else { break };
                 let joined = plan.borrow().joined(k, &f.join);
                 running.push(self.send_batch(step, at, &plan, &found, k, joined));
@@ -341,10 +346,15 @@ impl JobRun<'_> {
             let Some(sent) = running.next().await else {
                 break;
             };
-            sent?;
+            if let Some(why) = sent? {
+                given_up.get_or_insert(why);
+            }
         }
         drop(running);
         w.found = found.into_inner();
+        if let Some(why) = given_up {
+            return Ok(self.give_up(at, &why).await);
+        }
         if !plan.borrow().is_done() {
             // Stopped: the cursor says the earliest batch not written and
             // those written after it (with what they found).
@@ -360,8 +370,8 @@ impl JobRun<'_> {
     /// the cursor with it (the place is held until then, so a kill redoes
     /// at most `concurrency` batches). What the page holds for a fan-out
     /// after this one joins `found` once the batches before it are all
-    /// written (see [`Batches::mark_written`]). `false` when the run
-    /// stopped first.
+    /// written (see [`Batches::mark_written`]). Why the rest of the
+    /// fan-out is to be skipped, if it is.
     async fn send_batch(
         &self,
         step: &Step,
@@ -370,17 +380,18 @@ impl JobRun<'_> {
         found: &RefCell<Found>,
         k: u32,
         joined: String,
-    ) -> Result<bool> {
+    ) -> Result<Option<String>> {
         let _permit = self.permit().await;
         let fill = self.fill(at, k, &joined);
         // This batch's own values, apart until their turn.
         let mut own = Found::default();
-        if self
+        match self
             .fetch_page(Some(&mut own), step, &fill, None, at, k)
             .await?
-            .is_none()
         {
-            return Ok(false);
+            None => return Ok(None),
+            Some(Next::Refused(why)) => return Ok(Some(why)),
+            Some(_) => {}
         }
         let resume = {
             let mut plan = plan.borrow_mut();
@@ -393,7 +404,24 @@ impl JobRun<'_> {
         if let Some(resume) = resume {
             self.save(at.slot, Slot::At(resume)).await;
         }
-        Ok(true)
+        Ok(None)
+    }
+
+    /// The rest of a region's fan-out skipped, its batches refused
+    /// (`why`): one error naming it, the region ends (the cursor moves
+    /// past it), and the next run starts it afresh.
+    async fn give_up(&self, at: &Position<'_>, why: &str) -> Walk {
+        let fan_out = match at.region {
+            "" => format!("step {}", at.step),
+            region => format!("region {region} step {}", at.step),
+        };
+        error!(
+            job = self.job.name,
+            "{why}: the rest of {fan_out}'s fan-out is skipped and the region ends here \
+             (the next run starts it afresh), the others go on"
+        );
+        self.save(at.slot, Slot::Done).await;
+        Walk::Refused
     }
 }
 

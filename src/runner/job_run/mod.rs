@@ -55,6 +55,12 @@ pub(super) struct JobRun<'a> {
     /// The run's requests in flight, `concurrency` at most: one place per
     /// page or batch, whichever region or fan-out it belongs to.
     permits: tokio::sync::Semaphore,
+    /// Regions in a row whose first page the upstream refused, no page
+    /// written since: at [`walk::FIRST_PAGES_REFUSED`] the job stops.
+    first_refused: Cell<u32>,
+    /// Per region and fan-out step: batches refused in a row, and whether
+    /// one was accepted in this run ([`walk::BATCHES_REFUSED`]).
+    batches_refused: RefCell<std::collections::HashMap<(String, usize), (u32, bool)>>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -144,6 +150,7 @@ impl<'a> JobRun<'a> {
                     .collect(),
                 regions_done: 0,
                 failed_regions: Vec::new(),
+                failed_in: Default::default(),
                 unreadable_links: 0,
                 regions_total: job.regions.len().max(1),
                 pages: 0,
@@ -158,6 +165,8 @@ impl<'a> JobRun<'a> {
             round: RefCell::new(Round::default()),
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
+            first_refused: Cell::new(0),
+            batches_refused: RefCell::default(),
         }
     }
 

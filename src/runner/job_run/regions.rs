@@ -82,7 +82,7 @@ impl JobRun<'_> {
                 Walk::Done => report.regions_done += 1,
                 Walk::Refused => {
                     let region = self.round.borrow().region(slot).to_string();
-                    report.failed_regions.push(region);
+                    report.fail(&region, region.clone());
                 }
                 Walk::Stopped => {}
             }

@@ -22,10 +22,10 @@ use crate::{Error, Result};
 pub(super) enum Fetched {
     /// A page: its body, what it holds at the pagination's pointer, its `Link`.
     Page(PageAnswer),
-    /// The upstream refused this request for itself, or answered what can
-    /// never be a page: why, the request named (redacted). Its region (or
-    /// batch) ends; the others go on.
-    Refused(String),
+    /// The upstream refused this request for itself (`true`: a 400, 404,
+    /// 410 or 422), or answered what can never be a page: why, the request
+    /// named (redacted). Its region (or batch) ends; the others go on.
+    Refused(String, bool),
     /// The run stopped cleanly.
     Stopped,
 }
@@ -34,8 +34,9 @@ impl JobRun<'_> {
     /// Charge and send the page's request until it answers with a page
     /// (its body and next-page token): retries and same-origin redirects
     /// are charged like any call. `given`: the request carries what the
-    /// upstream gave (a page token, a next link, a fan-out batch), so a
-    /// refusal of it for itself ends its region (or batch), not the job.
+    /// upstream gave (a page token, a next link, a fan-out batch) or its
+    /// region, so a refusal of it for itself ends its region (or batch),
+    /// not the job.
     pub(super) async fn request_page(
         &self,
         step: &Step,
@@ -180,15 +181,18 @@ impl JobRun<'_> {
                 }
                 Answer::Unusable(why) => {
                     let shown = crate::runner::report::cut(&shown_target, 200);
-                    return Ok(Fetched::Refused(format!("{shown}: {why}")));
+                    return Ok(Fetched::Refused(format!("{shown}: {why}"), false));
                 }
                 Answer::Refused { status, excerpt }
                     if given && upstream::refused_for_itself(status) =>
                 {
                     let shown = crate::runner::report::cut(&shown_target, 200);
-                    return Ok(Fetched::Refused(format!(
-                        "{shown}: the upstream refused the request with HTTP {status}: {excerpt}; not retried"
-                    )));
+                    return Ok(Fetched::Refused(
+                        format!(
+                            "{shown}: the upstream refused the request with HTTP {status}: {excerpt}; not retried"
+                        ),
+                        true,
+                    ));
                 }
                 Answer::Refused { status, excerpt } => {
                     return Err(Error::Upstream {

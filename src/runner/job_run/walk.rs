@@ -122,7 +122,7 @@ impl JobRun<'_> {
                 };
                 warn!(
                     job = job.name,
-                    "{here}: the next page {what} ({shown:?}) repeats one this walk already followed: \
+                    "{here}: the next page {what} (\"{shown}\") repeats one this walk already followed: \
                      the upstream is going in circles, so the walk ends here and the run moves on"
                 );
                 None
@@ -180,26 +180,44 @@ impl JobRun<'_> {
         page: u32,
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
-        let given = token.is_some() || step.for_each.is_some();
+        let given = token.is_some() || step.for_each.is_some() || uses_region(step);
         let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
-            Fetched::Page(page) => page,
+            Fetched::Page(page) => {
+                self.first_refused.set(0);
+                if step.for_each.is_some() {
+                    self.batch_answered(at, true);
+                }
+                page
+            }
             Fetched::Stopped => return Ok(None),
             // A batch the upstream rejects is skipped, named: the fan-out
-            // goes on with the next (it takes this one as done).
-            Fetched::Refused(why) if step.for_each.is_some() => {
+            // goes on with the next (it takes this one as done), unless
+            // it refused the batches before it too and took none: then
+            // the rest of the fan-out (`Next::Refused`) is skipped.
+            Fetched::Refused(why, _) if step.for_each.is_some() => {
                 let batch = match at.region {
                     "" => format!("step {} batch {page}", at.step),
                     region => format!("{region} step {} batch {page}", at.step),
                 };
+                self.report.borrow_mut().fail(at.region, batch.clone());
+                if self.batch_answered(at, false) {
+                    return Ok(Some(Next::Refused(format!(
+                        "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
+                    ))));
+                }
                 error!(
                     job = self.job.name,
                     "{batch}: {why}; this batch is skipped, the others go on"
                 );
-                self.report.borrow_mut().failed_regions.push(batch);
                 return Ok(Some(Next::End(None)));
             }
             // A page: its region ends here (the walk saves it as served).
-            Fetched::Refused(why) => return Ok(Some(Next::Refused(why))),
+            Fetched::Refused(why, for_itself) => {
+                if for_itself && token.is_none() {
+                    self.first_page_refused(at, &why).await?;
+                }
+                return Ok(Some(Next::Refused(why)));
+            }
         };
         let name = PageName {
             job: &self.job.name,
@@ -224,4 +242,61 @@ impl JobRun<'_> {
             link.as_deref(),
         )))
     }
+
+    /// A batch of a fan-out answered (`taken`) or refused: whether the
+    /// rest of that region's fan-out is to be skipped, [`BATCHES_REFUSED`]
+    /// refused in a row and none taken in this run (every batch would
+    /// be refused, each charged, every tick).
+    fn batch_answered(&self, at: &Position<'_>, taken: bool) -> bool {
+        let mut refused = self.batches_refused.borrow_mut();
+        let (in_a_row, any_taken) = refused.entry((at.region.to_string(), at.step)).or_default();
+        if taken {
+            (*in_a_row, *any_taken) = (0, true);
+            return false;
+        }
+        *in_a_row += 1;
+        !*any_taken && *in_a_row >= BATCHES_REFUSED
+    }
+
+    /// A region's first page refused for itself (its URL, query, headers
+    /// or body use `{region}`, so the region may be what the upstream
+    /// refuses): the region ends, unless the region before it ended so
+    /// too, no page written since; then the fault is likely the file's or
+    /// the key's, met by every region, and the job stops, the cursor past
+    /// both regions (the next run starts after them: none starves, and a
+    /// tick spends at most two refused calls).
+    async fn first_page_refused(&self, at: &Position<'_>, why: &str) -> Result<()> {
+        let n = self.first_refused.get() + 1;
+        self.first_refused.set(n);
+        if n < FIRST_PAGES_REFUSED {
+            return Ok(());
+        }
+        self.first_refused.set(0);
+        self.save(at.slot, Slot::Done).await;
+        Err(crate::Error::Upstream {
+            job: self.job.name.clone(),
+            url: describe_position(at.region, at.step, 0),
+            problem: format!(
+                "{why}; the first page of {n} regions in a row was refused, so the job stops \
+                 (check the file and the key); the next run starts after them"
+            ),
+        })
+    }
+}
+
+/// Refused batches in a row of one region's fan-out step, none accepted
+/// in this run, before the rest of that fan-out is skipped.
+pub(super) const BATCHES_REFUSED: u32 = 2;
+
+/// Regions in a row whose first page is refused before the job stops.
+pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
+
+/// Whether a step's request depends on its region (URL, query, headers,
+/// body): a refusal of its first page may then be the region's alone.
+fn uses_region(step: &Step) -> bool {
+    use crate::config::Placeholder::Region;
+    step.url.uses(Region)
+        || step.query.iter().any(|(_, t)| t.uses(Region))
+        || step.headers.iter().any(|(_, t)| t.uses(Region))
+        || step.body.as_ref().is_some_and(|b| b.uses(Region))
 }

@@ -1,0 +1,251 @@
+//! Answers of an upstream nobody here wrote, byte for byte, from a small
+//! server in the test: error answers whose body does not decode, codings
+//! named in capitals, raw deflate or stacked, a byte order mark before
+//! JSON, a Location with raw UTF-8, a header that echoes the key.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+
+use super::run_pagination::api_deployment;
+
+/// A server whose answer to each request is `respond(request head)`,
+/// raw; the request heads it got, in order.
+fn serving(respond: fn(&str) -> Vec<u8>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let answer = respond(&head);
+            seen.lock().unwrap().push(head);
+            let _ = conn.write_all(&answer);
+        }
+    });
+    (base, heads)
+}
+
+/// An answer: status line, extra header lines, body.
+fn raw(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    )
+    .into_bytes();
+    for h in headers {
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(body);
+    out
+}
+
+/// The request path of a head (its query left out).
+fn path(head: &str) -> &str {
+    let target = head.split(' ').nth(1).unwrap_or_default();
+    target.split('?').next().unwrap_or_default()
+}
+
+const PAGE: &[u8] = br#"{"items":[{"id":"a"}]}"#;
+
+/// A gzip header, then no deflate stream: a body that does not decode.
+const BROKEN_GZIP: &[u8] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff\xff\xfenot deflate";
+
+/// A one-region job `name` asking `base/path` (the key in `query`).
+fn job(name: &str, base: &str, path: &str) -> String {
+    format!(
+        r#"  {name}:
+    credential: main
+    regions: [GB]
+    steps:
+      - endpoint: api
+        request:
+          url: "{base}{path}"
+          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
+    output: out/{name}
+"#
+    )
+}
+
+/// An error answer whose compressed body does not decode is handled by
+/// its status, not retried as a body that failed to arrive: a 429 blocks
+/// the credential (exit 75), a 404 is refused, each charged once
+/// (`retries: 1` would send each twice); a 503 is retried as a 5xx is.
+#[test]
+fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
+    let (base, heads) = serving(|head| {
+        let status = match path(head) {
+            "/429" => "429 Too Many Requests",
+            "/503" => "503 Service Unavailable",
+            _ => "404 Not Found",
+        };
+        raw(
+            status,
+            &["Retry-After: 3600", "Content-Encoding: gzip"],
+            BROKEN_GZIP,
+        )
+    });
+    let d = api_deployment(&job("j", &base, "/429"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "blocked: {r:?}");
+    assert_eq!(heads.lock().unwrap().len(), 1, "not retried: {r:?}");
+    let status = d.status_json();
+    assert!(
+        status["credentials"][0]["blocked_until"].is_string(),
+        "{status}"
+    );
+
+    let d = api_deployment(&job("j", &base, "/404"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("HTTP 404"), "{r:?}");
+    assert_eq!(heads.lock().unwrap().len(), 2, "not retried: {r:?}");
+
+    // A 5xx is retried as a server error (`retries: 1`), said so.
+    let d = api_deployment(&job("j", &base, "/503"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("HTTP 503 Service Unavailable; retry 1 of 1"),
+        "{r:?}"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 4, "{r:?}");
+}
+
+/// A `Content-Encoding` that echoes the key reaches no message: the value
+/// is shown masked, as URLs are.
+#[test]
+fn a_header_value_that_echoes_the_key_is_shown_masked() {
+    let (base, _heads) = serving(|head| {
+        let key = head
+            .split(['?', '&', ' '])
+            .find_map(|p| p.strip_prefix("key="))
+            .unwrap_or_default()
+            .to_string();
+        raw(
+            "200 OK",
+            &[&format!("Content-Encoding: x-{key}\"q")],
+            b"\x00 coded",
+        )
+    });
+    let d = api_deployment(&job("j", &base, "/p"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("its Content-Encoding is \"x-***\"q\", which quota cannot decode"),
+        "{r:?}"
+    );
+    assert!(!r.all().contains("demo-key"), "{r:?}");
+}
+
+/// quota asks for the codings it reads whole (gzip, br, zstd), not
+/// `deflate`, whose name servers use for two formats; one sent unasked is
+/// read either way, a coding named in capitals is read as its name, and a
+/// stack of codings is refused once, naming it.
+#[test]
+fn codings_are_asked_for_and_read_as_rfc_9110_names_them() {
+    fn deflated(raw_stream: bool) -> Vec<u8> {
+        let level = flate2::Compression::default();
+        if raw_stream {
+            let mut e = flate2::write::DeflateEncoder::new(Vec::new(), level);
+            e.write_all(PAGE).unwrap();
+            e.finish().unwrap()
+        } else {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
+            e.write_all(PAGE).unwrap();
+            e.finish().unwrap()
+        }
+    }
+    let (base, heads) = serving(|head| match path(head) {
+        "/rawdeflate" => raw("200 OK", &["Content-Encoding: deflate"], &deflated(true)),
+        "/GZIP" => raw("200 OK", &["Content-Encoding: GZIP"], &deflated(false)),
+        _ => raw(
+            "200 OK",
+            &["Content-Encoding: gzip, gzip"],
+            &deflated(false),
+        ),
+    });
+    let jobs = [
+        job("raw", &base, "/rawdeflate"),
+        job("upper", &base, "/GZIP"),
+        job("stacked", &base, "/gzipgzip"),
+    ];
+    let d = api_deployment(&jobs.concat());
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("its Content-Encoding is \"gzip, gzip\", a stack of codings"),
+        "{r:?}"
+    );
+    assert!(r.stderr.contains("not retried"), "{r:?}");
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 3, "one request each: {r:?}");
+    for head in heads.iter() {
+        let asked = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("accept-encoding:")
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        assert!(asked.contains("gzip"), "{head}");
+        assert!(!asked.contains("deflate"), "{head}");
+    }
+    for name in ["raw", "upper"] {
+        let files = d.outputs(name);
+        assert_eq!(files.len(), 1, "{name}: {r:?}");
+        let page = std::fs::read(d.path().join("out").join(name).join(&files[0])).unwrap();
+        assert_eq!(page, PAGE, "{name}");
+    }
+}
+
+/// JSON after a UTF-8 byte order mark is a page (RFC 8259 §8.1 lets a
+/// parser ignore the mark), read at once and written without the mark.
+#[test]
+fn a_byte_order_mark_before_json_is_dropped() {
+    let (base, heads) = serving(|_| raw("200 OK", &[], &[b"\xEF\xBB\xBF", PAGE].concat()));
+    let d = api_deployment(&job("j", &base, "/bom"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(heads.lock().unwrap().len(), 1, "{r:?}");
+    let files = d.outputs("j");
+    let page = std::fs::read(d.path().join("out/j").join(&files[0])).unwrap();
+    assert_eq!(page, PAGE);
+}
+
+/// A Location with raw UTF-8 is followed, its bytes past ASCII
+/// percent-encoded as browsers do (as a Link header's are).
+#[test]
+fn a_location_with_raw_utf8_is_followed() {
+    let (base, heads) = serving(|head| match path(head) {
+        "/moved" => raw("302 Found", &["Location: /here?q=café"], b""),
+        _ => raw("200 OK", &[], PAGE),
+    });
+    let d = api_deployment(&job("j", &base, "/moved"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 2, "{r:?}");
+    assert!(
+        heads[1].starts_with("GET /here?q=caf%C3%A9&key=demo-key "),
+        "{}",
+        heads[1]
+    );
+    assert_eq!(d.outputs("j").len(), 1);
+}
