@@ -505,6 +505,19 @@ fn status_shows_the_stores_text_inert() {
         r.stderr.contains(&format!("said {shown} and more")),
         "{r:?}"
     );
+    // So does a run that meets the block.
+    let frozen = chrono::DateTime::parse_from_rfc3339(T0)
+        .unwrap()
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    let r = run(d
+        .cmd_via(&["faketime", "-f", &frozen], &["run", "trending"])
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", "UTC")
+        .env("QUOTA_TEST_NEVER_SET", "demo-key"));
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(!r.stderr.contains(['\x1b', '\u{202e}']), "{r:?}");
+    assert!(r.stderr.contains(&format!("said {shown}")), "{r:?}");
 
     let r = at_t0(&d, &["status", "--json"]);
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();

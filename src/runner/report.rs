@@ -61,12 +61,15 @@ impl fmt::Display for Stop {
             ),
             Self::Blocked { until, reason } => write!(
                 f,
-                "the credential is blocked until {} ({reason})",
-                local_datetime(*until)
+                "the credential is blocked until {} ({})",
+                local_datetime(*until),
+                // (stored text, perhaps by another host or an older build)
+                crate::logging::printable(reason)
             ),
             Self::UpstreamExhausted { reason, until } => write!(
                 f,
-                "the upstream reported its quota spent ({reason}); credential blocked until {}",
+                "the upstream reported its quota spent ({}); credential blocked until {}",
+                crate::logging::printable(reason),
                 local_datetime(*until)
             ),
             Self::LogLost {
