@@ -30,7 +30,7 @@
 -- block's record and the records after it (at most REACH / BLOCK + 1) carry
 -- running totals that move with it.
 
-local call, floor, max = redis.call, math.floor, math.max
+local floor, max = math.floor, math.max
 local spack, sunpack = struct.pack, struct.unpack
 -- (after the layout's constants, lua/shared/layout.lua and the clock,
 -- lua/shared/clock.lua, ARGV[7]'s: src/ledger/redis/scripts.rs)

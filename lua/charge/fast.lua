@@ -14,10 +14,14 @@
 -- alike: the conformance and equivalence suites run every charge through
 -- whichever applies.
 --
--- A function of its arguments, Redis's globals and the constants above
--- only: a closure that captured the prelude's locals below would cost a
--- tenth of the charge to make, on every call.
-local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial)
+-- A function of its arguments and Redis's globals only, the constants it
+-- reads among its arguments: each local of the chunk that a closure
+-- captures costs ~450 instructions a call (made, closed, collected; the
+-- ten constants as upvalues cost 5k, BENCHMARKS.md, session 10), an
+-- argument a move. The general path's functions, closures over that
+-- path's state, are not shared with it for the same reason.
+local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial,
+                           ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
   local KEYS, ARGV, call = KEYS, ARGV, redis.call
   local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
   if not v[1] or #v[1] ~= 40 or not v[3] then return end

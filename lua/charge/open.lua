@@ -3,7 +3,7 @@
 -- layout refused, the clock clamped, the fast path tried; then the
 -- general path's pool state and the names of a pool's keys.
 
-local KEYS, ARGV, call, tonumber = KEYS, ARGV, redis.call, tonumber
+-- (KEYS, ARGV, call, tonumber and now: lua/shared/clock.lua, just before)
 local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
 local state = KEYS[1]
 
@@ -43,7 +43,8 @@ if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
 if serial < min_serial then lost_all = now end
 
 local fast = flag == 0 and lost_all == 0 and blocked_until <= now
-  and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial)
+  and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial,
+    ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
 if fast then return fast end
 -- (the general path: a pool state of an older build, a number of fields
 -- that is not a multiple of 4, is refused before anything is written)

@@ -5,7 +5,7 @@
 //! The prelude holds the layout's constants, formatted from the Rust values
 //! below (no constant is written in Lua), then `lua/shared/layout.lua` (the
 //! packed formats), then for the scripts that read the clock,
-//! `lua/shared/clock.lua`. `lua/charge.lua` is long: its body is the parts
+//! `lua/shared/clock.lua` (for the charge, after its fast path's function). `lua/charge.lua` is long: its body is the parts
 //! of `lua/charge/`, in [`CHARGE_PARTS`] order.
 
 use std::sync::LazyLock;
@@ -36,7 +36,7 @@ const LAYOUT_LUA: &str = include_str!("../../../lua/shared/layout.lua");
 const CLOCK_LUA: &str = include_str!("../../../lua/shared/clock.lua");
 
 /// `lua/charge.lua`'s body: its header and the parts of `lua/charge/`, in
-/// the order they run.
+/// the order they run; the clock comes after the first [`CHARGE_HEAD`].
 pub const CHARGE_PARTS: [&str; 8] = [
     include_str!("../../../lua/charge.lua"),
     include_str!("../../../lua/charge/fast.lua"),
@@ -47,6 +47,10 @@ pub const CHARGE_PARTS: [&str; 8] = [
     include_str!("../../../lua/charge/decide.lua"),
     include_str!("../../../lua/charge/record.lua"),
 ];
+
+/// How many of [`CHARGE_PARTS`] come before the clock (the header and the
+/// fast path's function).
+const CHARGE_HEAD: usize = 2;
 
 /// Every script, built once.
 pub struct Sources {
@@ -61,13 +65,19 @@ pub struct Sources {
 
 /// The scripts as Redis receives them.
 pub static SOURCES: LazyLock<Sources> = LazyLock::new(|| Sources {
-    charge: build(Some(1), &CHARGE_PARTS.concat()),
-    block: build(Some(1), include_str!("../../../lua/block.lua")),
-    read: build(Some(1), include_str!("../../../lua/read.lua")),
-    read_log: build(None, include_str!("../../../lua/read_log.lua")),
-    settle: build(Some(7), include_str!("../../../lua/settle.lua")),
-    lock: build(None, include_str!("../../../lua/lock.lua")),
-    unblock: build(None, include_str!("../../../lua/unblock.lua")),
+    // (the clock after the fast path's function: that function reads no
+    // local of the clock's, so it captures none, see lua/charge/fast.lua)
+    charge: build(
+        Some(1),
+        &CHARGE_PARTS[..CHARGE_HEAD].concat(),
+        &CHARGE_PARTS[CHARGE_HEAD..].concat(),
+    ),
+    block: build(Some(1), "", include_str!("../../../lua/block.lua")),
+    read: build(Some(1), "", include_str!("../../../lua/read.lua")),
+    read_log: build(None, "", include_str!("../../../lua/read_log.lua")),
+    settle: build(Some(7), "", include_str!("../../../lua/settle.lua")),
+    lock: build(None, "", include_str!("../../../lua/lock.lua")),
+    unblock: build(None, "", include_str!("../../../lua/unblock.lua")),
 });
 
 /// The script named `name` (a file name of `lua/` without `.lua`), as
@@ -97,11 +107,13 @@ pub fn constants() -> String {
     )
 }
 
-/// `body` after the prelude; with `clock`, the clock read from that
-/// argument (`ARGV[clock]`, "" for the server's `TIME`) into `now`.
-fn build(clock: Option<usize>, body: &str) -> String {
+/// `head` then `body` after the prelude; with `clock`, the clock read from
+/// that argument (`ARGV[clock]`, "" for the server's `TIME`) into `now`
+/// between them.
+fn build(clock: Option<usize>, head: &str, body: &str) -> String {
     let mut s = constants();
     s.push_str(LAYOUT_LUA);
+    s.push_str(head);
     if let Some(arg) = clock {
         s.push_str(&format!("local CLOCK = {arg}\n"));
         s.push_str(CLOCK_LUA);
