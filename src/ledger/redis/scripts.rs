@@ -5,8 +5,9 @@
 //! The prelude holds the layout's constants, formatted from the Rust values
 //! below (no constant is written in Lua), then `lua/shared/layout.lua` (the
 //! packed formats), then for the scripts that read the clock,
-//! `lua/shared/clock.lua` (for the charge, after its fast path's function). `lua/charge.lua` is long: its body is the parts
-//! of `lua/charge/`, in [`CHARGE_PARTS`] order.
+//! `lua/shared/clock.lua` (for the charge, after its fast path's function).
+//! `lua/charge.lua` is long: its body is the parts of `lua/charge/`, in
+//! [`CHARGE_PARTS`] order.
 
 use std::sync::LazyLock;
 
@@ -179,6 +180,11 @@ mod tests {
                     );
                 }
             }
+        }
+        // (each part of the charge one can read alone: none over ~300 lines)
+        for part in CHARGE_PARTS {
+            let head = part.lines().next().unwrap_or_default();
+            assert!(part.lines().count() <= 300, "{head}");
         }
         for name in [
             "charge", "block", "read", "read_log", "settle", "lock", "unblock",
