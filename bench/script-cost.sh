@@ -7,7 +7,7 @@
 # Side by side, in rounds (the machine is shared: compare within a round):
 #   - `return 1` (the floor), and a skeleton that makes only the four Redis
 #     calls a charge needs (TIME, a state read, RPUSH, a state write);
-#   - lua/charge.lua;
+#   - lua/charge.lua (with its prelude and parts: examples/lua_script.rs);
 #   - the classic sorted-set limiter that keeps one member per unit
 #     (ZREMRANGEBYSCORE, ZCARD and ZADD per window, in one script): the
 #     reference issue 14 names;
@@ -83,7 +83,10 @@ measure() {
 
 one=(1000000 1000000000000)
 two=(1000000 1000000000000 3600000000 1000000000000)
-charge=$(cat "$here/lua/charge.lua")
+# (the charge as Redis receives it: its prelude and parts, built by
+# src/ledger/redis/scripts.rs; CHARGE_LUA=FILE measures another build's)
+charge=$(if [ -n "${CHARGE_LUA:-}" ]; then cat "$CHARGE_LUA"; else
+    cd "$here" && cargo run -q --example lua_script -- charge; fi)
 for round in $(seq "$rounds"); do
     echo "round $round"
     charge_args 1 "${one[@]}"

@@ -17,7 +17,7 @@
 # `git archive 7.0.15 | tar -x -C DIR && make -C DIR -j2`, a few minutes;
 # REDIS_SERVER=DIR/src/redis-server).
 #
-# Each script gets its own server on port 16400 (started and stopped here),
+# Each script gets its own server on port 16400 (PORT=..., started and stopped here),
 # warm-up calls (WARM, default CALLS), then CALLS counted ones from one
 # client, all at valgrind's pace (the count is zeroed between them). Under
 # valgrind a call takes about a millisecond: a 1 s window holds about a
@@ -28,7 +28,7 @@
 # without and with calls leaving: that case, at a steady rate.
 set -euo pipefail
 calls=${1:-2000}
-port=16400
+port=${PORT:-16400}
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
@@ -116,7 +116,10 @@ breakdown() {
 one=(1000000 1000000000000)
 two=(1000000 1000000000000 3600000000 1000000000000)
 day=(86400000000 1000000000000)
-charge=$(cat "$here/lua/charge.lua")
+# (the charge as Redis receives it: its prelude and parts, built by
+# src/ledger/redis/scripts.rs; CHARGE_LUA=FILE measures another build's)
+charge=$(if [ -n "${CHARGE_LUA:-}" ]; then cat "$CHARGE_LUA"; else
+    cd "$here" && cargo run -q --example lua_script -- charge; fi)
 charge_args 1 "${one[@]}"
 count "return 1 (the floor)" "return 1" "${args[@]}"
 count "skeleton: 4 calls, no logic" "$skeleton" "${args[@]}"

@@ -18,18 +18,10 @@
 --
 -- Returns {now, blocked_until} as stored after the call.
 --
--- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
--- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
--- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
+-- Built at load (src/ledger/redis/scripts.rs) after the layout's constants,
+-- lua/shared/layout.lua and lua/shared/clock.lua (now: ARGV[1]'s clock).
 
 local state = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
 local after, keep_backoff = tonumber(ARGV[3]), 0
 if ARGV[5] then
   local shortest, longest = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -56,7 +48,7 @@ if until_us > current then
   current = until_us
 end
 local ttl = redis.call('PTTL', state)
-local need = math.floor((math.max(current - now, keep_backoff)) / 1000) + 60000
+local need = math.floor((math.max(current - now, keep_backoff)) / 1000) + MINUTE / 1000
 if ttl >= 0 and ttl < need or ttl == -1 then
   redis.call('PEXPIRE', state, need)
 end

@@ -25,24 +25,20 @@
 -- count in no window (see lua/charge.lua). Raises
 -- "OLDER_LAYOUT" for keys an older build wrote in another layout.
 --
--- Self-contained on purpose: Redis loads each script alone (EVALSHA has no
--- include), so the few lines that read the clock (TIME, or ARGV[1] in tests)
--- open charge.lua, block.lua and read.lua alike rather than a shared prelude.
+-- Built at load (src/ledger/redis/scripts.rs) after the layout's constants,
+-- lua/shared/layout.lua and lua/shared/clock.lua (now: ARGV[1]'s clock).
 
 local state = KEYS[1]
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[1])
-end
 local g = redis.call('HMGET', state, 'meta', 'blocked_until', 'blocked_reason')
 local last, serial, retain, lost_all = 0, 0, 0, 0
-if g[1] then last, serial, retain = struct.unpack('<ddd', g[1]) end
-if g[1] and #g[1] >= 40 then lost_all = struct.unpack('<d', g[1], 33) end
--- Keys of a build before 2026-11-22 (log triples) would be misread.
-if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
+-- Keys of an older build would be misread (as lua/charge.lua refuses
+-- them: a meta of four numbers, a 'serial' field, a pool state of a number
+-- of fields that is not a multiple of 4, below).
+local older = redis.error_reply('OLDER_LAYOUT keys written by an older build')
+if g[1] and #g[1] ~= 40 then return older end
+local _
+if g[1] then last, serial, retain, _, lost_all = struct.unpack(META, g[1]) end
+if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return older end
 if now < last then now = last end
 local tags = {}
 local all = redis.call('HGETALL', state)
@@ -54,56 +50,40 @@ for j = 1, #all, 2 do
 end
 local reply = { now, serial, tonumber(g[2]) or 0, g[3] or '', tags, retain }
 local n = (#KEYS - 1) / 2
-local BLOCK, SEG = 128, 65536
 -- The length of segment k of the log KEYS[1 + k] (lua/charge.lua).
-local function seg_len(key, k) return redis.call('LLEN', key .. ':' .. k) / 4 end
+local function seg_len(key, k) return redis.call('LLEN', key .. ':' .. k) / ENTRY end
 for k = 1, n do
   local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
   local head, tail, dead, others, others_until = 0, 0, 0, 0, 0
-  if pv and #pv >= 40 then
-    local fields = #pv / 8
+  if pv and (#pv / 8) % 4 ~= 0 then return older end
+  if pv and #pv >= 64 then
     head, tail = struct.unpack('<dd', pv)
-    -- (the expiry, loss time and dead mark, then two fields, close this
-    -- build's layout; the build before the segments closed it with the
-    -- three, the build before the dead mark with the expiry and loss time)
-    local expires = 0
-    if fields % 4 == 0 then
-      expires, lost, dead, others, others_until = struct.unpack('<ddddd', pv, #pv - 39)
-      lost = math.max(lost, lost_all)
-    elseif fields % 4 == 2 then
-      expires, lost, dead = struct.unpack('<ddd', pv, #pv - 23)
-      lost = math.max(lost, lost_all)
-    elseif fields % 4 == 1 then
-      expires, lost = struct.unpack('<dd', pv, #pv - 15)
-      lost = math.max(lost, lost_all)
-    end
+    -- (the expiry, loss time and dead mark, then others' units and until
+    -- when, close the layout)
+    local expires
+    expires, lost, dead, others, others_until = struct.unpack('<ddddd', pv, #pv - 39)
+    lost = math.max(lost, lost_all)
     if expires > 0 and now >= expires then
       -- (past its expiry the log held nothing that counts: lua/charge.lua)
       head = tail
     elseif tail > head and lost == 0 then
       local kt = math.floor((tail - 1) / SEG)
-      if fields % 4 == 0 then
-        -- Segments before the tail's that expired held no call that
-        -- counts (lua/charge.lua, past_expired): the head passes them
-        -- when the next one's first call counts in no window of the pool
-        -- (nor in the retention). (Read-only: a charge unlinks their index.)
-        local cut = math.max(now - (tonumber(ARGV[1 + n + k]) or math.huge), now - retain, dead)
-        for _ = 1, 32 do
-          local kh = math.floor(head / SEG)
-          if kh >= kt or redis.call('EXISTS', KEYS[1 + k] .. ':' .. kh) == 1 then break end
-          local first = tonumber(redis.call('LINDEX', KEYS[1 + k] .. ':' .. (kh + 1), 0))
-          if not first or first > cut then break end
-          head = (kh + 1) * SEG
-        end
+      -- Segments before the tail's that expired held no call that
+      -- counts (lua/charge.lua, past_expired): the head passes them
+      -- when the next one's first call counts in no window of the pool
+      -- (nor in the retention). (Read-only: a charge unlinks their index.)
+      local cut = math.max(now - (tonumber(ARGV[1 + n + k]) or math.huge), now - retain, dead)
+      for _ = 1, 32 do
+        local kh = math.floor(head / SEG)
+        if kh >= kt or redis.call('EXISTS', KEYS[1 + k] .. ':' .. kh) == 1 then break end
+        local first = tonumber(redis.call('LINDEX', KEYS[1 + k] .. ':' .. (kh + 1), 0))
+        if not first or first > cut then break end
+        head = (kh + 1) * SEG
       end
       -- A log whose first or last segment is not as long as its state
       -- says is lost, noticed or not.
       local kh = math.floor(head / SEG)
-      if fields % 4 ~= 0 then
-        -- (a build before the segments kept one list: the next charge
-        -- adopts it, lua/read_log.lua reads it meanwhile)
-        if redis.call('LLEN', KEYS[1 + k]) ~= (tail - head) * 4 then lost = now end
-      elseif seg_len(KEYS[1 + k], kh) ~= math.min(tail, (kh + 1) * SEG) - head
+      if seg_len(KEYS[1 + k], kh) ~= math.min(tail, (kh + 1) * SEG) - head
         or (kt ~= kh and seg_len(KEYS[1 + k], kt) ~= tail - kt * SEG) then
         lost = now
       end

@@ -17,15 +17,12 @@
 -- since lua/read.lua ran (they had left the retention) are simply not
 -- returned.
 
-local LIMIT, BLOCK, SEG = 1024, 128, 65536
-local IXSEG = SEG / BLOCK
+-- (after the layout's constants: src/ledger/redis/scripts.rs)
+local LIMIT = 1024
 local floor, min, max = math.floor, math.min, math.max
 local pv = redis.call('HGET', KEYS[1], ARGV[1])
 local head, tail = 0, nil
 if pv and #pv >= 16 then head, tail = struct.unpack('<dd', pv) end
--- (a build before the segments kept the log in one list, at the prefix,
--- and its pool state in a number of fields that is not a multiple of 4)
-local legacy = pv and (#pv / 8) % 4 ~= 0
 local blocks = ARGV[2] == 'blocks'
 -- From, to within segment k of the list `prefix:k` whose first element
 -- is item `start` (width elements an item).
@@ -38,13 +35,7 @@ for a = 3, #ARGV, 2 do
   total = total + max(0, to - from)
   if total > LIMIT then return redis.error_reply('TOO_MUCH at most ' .. LIMIT .. ' a call') end
   local got, first = {}, nil
-  if blocks and legacy then
-    first = from
-  elseif legacy then
-    from, to = max(from, head), min(to, tail)
-    first = from
-    if to > from then got = redis.call('LRANGE', KEYS[2], (from - head) * 4, (to - head) * 4 - 1) end
-  elseif blocks then
+  if blocks then
     -- (a segment's records are consecutive blocks ending with its last
     -- complete one; read.lua's tail, or the state's, says which that is)
     local top = floor((tail or 0) / BLOCK) - 1
@@ -61,13 +52,13 @@ for a = 3, #ARGV, 2 do
     end
     first = tonumber(ARGV[a])
   else
-    if not tail then tail = head + redis.call('LLEN', KEYS[2] .. ':0') / 4 end
+    if not tail then tail = head + redis.call('LLEN', KEYS[2] .. ':0') / ENTRY end
     from, to = max(from, head), min(to, tail)
     first = from
     while from < to do
       local k = floor(from / SEG)
       local upto = min(to, (k + 1) * SEG)
-      for _, x in ipairs(range(KEYS[2], k, max(head, k * SEG), from, upto, 4)) do got[#got + 1] = x end
+      for _, x in ipairs(range(KEYS[2], k, max(head, k * SEG), from, upto, ENTRY)) do got[#got + 1] = x end
       from = upto
     end
   end

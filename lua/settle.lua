@@ -30,12 +30,10 @@
 -- block's record and the records after it (at most REACH / BLOCK + 1) carry
 -- running totals that move with it.
 
-local call, floor, max = redis.call, math.floor, math.max
+local floor, max = math.floor, math.max
 local spack, sunpack = struct.pack, struct.unpack
-local BLOCK, SEG, REACH, ENTRY = 128, 65536, 4096, 4
--- (the largest sum a double counts by ones: see EXACT in lua/charge.lua)
-local EXACT = 2 ^ 53 - 1
-local IXSEG, RECORD = SEG / BLOCK, '<ddddddd'
+-- (after the layout's constants, lua/shared/layout.lua and the clock,
+-- lua/shared/clock.lua, ARGV[7]'s: src/ledger/redis/scripts.rs)
 local s, id = tonumber(ARGV[2]), ARGV[3]
 local estimate, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
 local delta = actual - estimate
@@ -71,13 +69,6 @@ end
 local key, pos, e = entry(s)
 -- An entry at or before the pool's dead mark, or past the retention now,
 -- counts in no window (see charge.lua; now never before the latest decision).
-local now
-if ARGV[7] == '' then
-  local t = call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[7])
-end
 local meta = call('HGET', KEYS[1], 'meta')
 local last, _, retain = 0, 0, 0
 if meta then last, _, retain = sunpack('<ddd', meta) end

@@ -8,7 +8,9 @@
 //! * [`config`]: the YAML file, parsed (`raw`) and validated into typed
 //!   values, secrets behind a redacting type.
 //! * [`ledger`]: the exact sliding-window log, its vocabulary and trait, and
-//!   its two stores (Redis, embedded SQLite).
+//!   its two stores (Redis, embedded SQLite). Redis runs the scripts of
+//!   `lua/` (`lua/charge/`: the charge's parts), each built at load behind
+//!   a prelude of the layout's constants from their Rust values.
 //! * [`runner`]: one run of a job: lock, cursor, charge, call, write.
 //! * [`history`]: what this host has seen of each credential's log, so a
 //!   store that forgot one is noticed.

@@ -700,7 +700,7 @@ conformance_on_shared!(sentinel_whole_suite, RedisSentinel::start());
 /// neither on a credential the store has never seen nor on one it holds.
 #[test]
 fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing() {
-    const CHARGE_LUA: &str = include_str!("../lua/charge.lua");
+    let charge_lua = quota::ledger::script_source("charge").unwrap();
     let server = RedisServer::start();
     let units = pool("units", vec![window(60, 10, 0), window(3600, 100, 0)]);
     let search = pool("search", vec![window(60, 5, 0)]);
@@ -720,7 +720,7 @@ fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing(
     // EVAL charge.lua with KEYS and ARGV as its header documents them.
     let mut eval = |credential: &str, costs: &[(&quota::ledger::Pool, u64)]| {
         let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(CHARGE_LUA)
+        cmd.arg(charge_lua)
             .arg(1 + 2 * costs.len())
             .arg(quota::ledger::state_key(credential));
         for (p, _) in costs {

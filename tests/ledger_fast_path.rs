@@ -183,24 +183,3 @@ async fn a_kept_front_slides_as_the_log_and_no_settle_changes_it() {
         "{counts:?}"
     );
 }
-
-/// The fast path keeps a call's cost only where no settle can change it:
-/// more than `lua/settle.lua`'s REACH behind the newest call. The two
-/// scripts each name the reach (Redis loads a script alone, with no shared
-/// file); they must name the same one.
-#[test]
-fn the_charge_keeps_fronts_beyond_the_settles_reach() {
-    fn reach(script: &str) -> u64 {
-        let line = script
-            .lines()
-            .find(|l| l.starts_with("local ") && l.contains("REACH") && l.contains('='))
-            .expect("the script names REACH");
-        let (names, values) = line["local ".len()..].split_once('=').unwrap();
-        let at = names.split(',').position(|n| n.trim() == "REACH").unwrap();
-        values.split(',').nth(at).unwrap().trim().parse().unwrap()
-    }
-    let charge = reach(include_str!("../lua/charge.lua"));
-    let settle = reach(include_str!("../lua/settle.lua"));
-    assert_eq!(charge, settle, "charge.lua's REACH against settle.lua's");
-    assert_eq!(charge, 4096);
-}

@@ -212,7 +212,7 @@ async fn keys_of_an_older_build_are_refused_not_misread() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("older than 2026-11-22") && e.contains("quota:{old}:*"),
+        e.contains("older than 2026-11-24") && e.contains("quota:{old}:*"),
         "{e}"
     );
     let e = ledger

@@ -3,21 +3,20 @@
 //! stay exact across segment boundaries; segments that left are unlinked;
 //! a log past its expiry is empty, not lost; a segment that vanished makes
 //! its pool count as spent; the one-list log of the build before segments
-//! is adopted.
+//! is refused.
 //!
 //! Logs are filled by pipelined EVALSHA with fixed times (a charge through
 //! the ledger is a round trip: 140,000 of them would take minutes in a
 //! debug build), with the arguments charge.lua's header documents.
 
 use quota::ledger::{
-    At, ChargeDecision, IDEMPOTENCY_HORIZON, LOG_SEGMENT, Ledger, Pool, RedisLedger,
+    At, ChargeDecision, IDEMPOTENCY_HORIZON, LOG_SEGMENT, Ledger, Pool, RedisLedger, StoreError,
     index_segment_key, log_key, log_segment_key, state_key,
 };
 
 use crate::common::ledger::{S, T0, charge, cost, pool, used, window};
 use crate::common::redis::RedisServer;
 
-const CHARGE_LUA: &str = include_str!("../lua/charge.lua");
 /// A millisecond in µs.
 const MS: i64 = 1000;
 
@@ -69,7 +68,7 @@ fn fill_from(server: &RedisServer, credential: &str, pool: &Pool, from: i64, n: 
         .unwrap();
     let sha: String = ::redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(CHARGE_LUA)
+        .arg(quota::ledger::script_source("charge").unwrap())
         .query(&mut con)
         .unwrap();
     let log = Log {
@@ -298,25 +297,31 @@ async fn a_log_past_its_expiry_is_empty_not_lost() {
     assert_eq!(remaining[0].remaining, 0);
 }
 
-/// What the build before segments left: one list per pool at the prefix
-/// itself, a pool state two fields shorter, an index of 5-double records.
-/// The first charge adopts the list as segment 0, with every call counted.
+/// What the builds before this layout left is refused, not read: one list
+/// per pool at the prefix itself with a pool state two fields shorter (the
+/// build before segments), and a meta of four numbers (the build before
+/// the loss time). A charge and a status both fail with the older-layout
+/// error, and nothing is written.
 #[tokio::test]
-async fn the_one_list_log_of_the_build_before_segments_is_adopted() {
+async fn keys_of_the_builds_before_this_layout_are_refused_and_left_alone() {
     let server = RedisServer::start();
     let ledger = RedisLedger::connect(&server.url()).await.unwrap();
     let units = pool("units", vec![window(100, 1_000_000, 0)]);
-    let log = fill(&server, "old", &units, 300);
-    // Back to the older layout.
+    fill(&server, "old", &units, 300);
+    fill(&server, "meta4", &units, 10);
     let mut con = ::redis::Client::open(server.url())
         .unwrap()
         .get_connection()
         .unwrap();
-    let state: Vec<u8> = ::redis::cmd("HGET")
-        .arg(state_key("old"))
-        .arg("pool:units")
-        .query(&mut con)
-        .unwrap();
+    let field = |credential: &str, name: &str, con: &mut ::redis::Connection| -> Vec<u8> {
+        ::redis::cmd("HGET")
+            .arg(state_key(credential))
+            .arg(name)
+            .query(con)
+            .unwrap()
+    };
+    // Back to the older layouts.
+    let state = field("old", "pool:units", &mut con);
     let () = ::redis::cmd("HSET")
         .arg(state_key("old"))
         .arg("pool:units")
@@ -329,34 +334,44 @@ async fn the_one_list_log_of_the_build_before_segments_is_adopted() {
         &log_key("old", "units"),
     ]);
     server.cli(&["DEL", &index_segment_key("old", "units", 0)]);
-    server.cli(&["RPUSH", &quota::ledger::index_key("old", "units"), "record"]);
+    let meta = field("meta4", "meta", &mut con);
+    let () = ::redis::cmd("HSET")
+        .arg(state_key("meta4"))
+        .arg("meta")
+        .arg(&meta[..32])
+        .query(&mut con)
+        .unwrap();
 
     let now = T0 + 300 * MS + 20 * S;
-    // Before any charge, status reads the one list.
-    let u = ledger
-        .usage("old", std::slice::from_ref(&units), At::Fixed(now))
-        .await
-        .unwrap();
-    assert_eq!(u.pools[0].log_lost, None);
-    assert_eq!(u.pools[0].windows[0].used, log.used(100, now));
-    let d = ledger
-        .charge(&charge("old", &[cost(&units, 1)]), At::Fixed(now))
-        .await
-        .unwrap();
-    let ChargeDecision::Allowed { remaining, .. } = d else {
-        panic!("{d:?}")
-    };
-    assert_eq!(remaining[0].remaining, 1_000_000 - log.used(100, now) - 1);
-    assert!(!exists(&server, &log_key("old", "units")));
-    assert!(!exists(&server, &quota::ledger::index_key("old", "units")));
-    assert_eq!(
-        server.cli(&["LLEN", &log_segment_key("old", "units", 0)]),
-        "1204"
-    );
-    assert_eq!(
-        used(&ledger, "old", std::slice::from_ref(&units), now).await,
-        [log.used(100, now) + 1]
-    );
+    for credential in ["old", "meta4"] {
+        let dump = |con: &mut ::redis::Connection| {
+            let keys: Vec<String> = ::redis::cmd("KEYS").arg("*").query(con).unwrap();
+            let state: Vec<(String, Vec<u8>)> = ::redis::cmd("HGETALL")
+                .arg(state_key(credential))
+                .query(con)
+                .unwrap();
+            (keys, state)
+        };
+        let before = dump(&mut con);
+        let e = ledger
+            .charge(&charge(credential, &[cost(&units, 1)]), At::Fixed(now))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, StoreError::OlderLayout { .. }),
+            "{credential}: {e:?}"
+        );
+        let e = ledger
+            .usage(credential, std::slice::from_ref(&units), At::Fixed(now))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, StoreError::OlderLayout { .. }),
+            "{credential}: {e:?}"
+        );
+        assert_eq!(dump(&mut con), before, "{credential}: nothing written");
+    }
+    assert_eq!(server.cli(&["LLEN", &log_key("old", "units")]), "1200");
 }
 
 /// An index segment that lost records while logging went on: later records

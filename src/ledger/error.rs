@@ -22,7 +22,7 @@ pub enum StoreError {
     /// this one would misread; nothing was written.
     #[error(
         "the Redis keys of credential '{credential}' were written by a build of quota \
-         older than 2026-11-22, in a layout this one would misread; stop its timers and \
+         older than 2026-11-24, in a layout this one would misread; stop its timers and \
          delete them: redis-cli --scan --pattern 'quota:{{{credential}}}:*' | xargs -r redis-cli del"
     )]
     OlderLayout { credential: String },

@@ -41,7 +41,7 @@ pub use self::error::StoreError;
 pub(crate) use self::error::check_fits;
 pub use self::redis::{
     LOG_SEGMENT, RedisLedger, cursor_key, index_key, index_segment_key, lock_key, log_key,
-    log_segment_key, state_key,
+    log_segment_key, script_source, state_key,
 };
 pub use self::store::{Store, StoreLocation, redact_url};
 pub use self::usage::{

@@ -31,7 +31,9 @@
 //! Idle keys expire a minute (plus 1/8 window) after the longest window, or
 //! the block, ends.
 //!
-//! Rooms: [`keys`] (the key names), [`charge`] (everything sent to
+//! Rooms: [`keys`] (the key names), [`scripts`] (the scripts built at load:
+//! a prelude of the layout's constants and shared helpers, then the body;
+//! `lua/charge.lua` in parts), [`charge`] (everything sent to
 //! `lua/charge.lua`), [`read`] (a usage report in bounded steps), [`retry`]
 //! (sending again), [`wire`] (arguments and replies).
 
@@ -44,12 +46,15 @@ mod charge;
 mod keys;
 mod read;
 mod retry;
+mod scripts;
 mod wire;
 
 pub use self::keys::{
     LOG_SEGMENT, cursor_key, index_key, index_segment_key, lock_key, log_key, log_segment_key,
     state_key,
 };
+use self::scripts::SOURCES;
+pub use self::scripts::{BLOCK, source as script_source};
 use self::wire::{array, clock_arg, int, text};
 
 use super::topology::{Conn, Topology};
@@ -58,14 +63,6 @@ use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
     Micros, Others, Pool, Receipt, Settled, StoreError, redact_url,
 };
-
-const CHARGE_LUA: &str = include_str!("../../../lua/charge.lua");
-const BLOCK_LUA: &str = include_str!("../../../lua/block.lua");
-const READ_LUA: &str = include_str!("../../../lua/read.lua");
-const READ_LOG_LUA: &str = include_str!("../../../lua/read_log.lua");
-const LOCK_LUA: &str = include_str!("../../../lua/lock.lua");
-const UNBLOCK_LUA: &str = include_str!("../../../lua/unblock.lua");
-const SETTLE_LUA: &str = include_str!("../../../lua/settle.lua");
 
 /// The ledger in one Redis server.
 #[derive(Clone)]
@@ -102,16 +99,17 @@ impl RedisLedger {
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let topology = Topology::parse(url).map_err(StoreError::BadLocation)?;
         let conn = topology.connect(&redact_url(url)).await?;
+        let sources = &*SOURCES;
         Ok(Self {
             conn,
             shared: Default::default(),
-            charge: Script::new(CHARGE_LUA),
-            block: Script::new(BLOCK_LUA),
-            read: Script::new(READ_LUA),
-            read_log: Script::new(READ_LOG_LUA),
-            settle: Script::new(SETTLE_LUA),
-            lock: Script::new(LOCK_LUA),
-            unblock: Script::new(UNBLOCK_LUA),
+            charge: Script::new(&sources.charge),
+            block: Script::new(&sources.block),
+            read: Script::new(&sources.read),
+            read_log: Script::new(&sources.read_log),
+            settle: Script::new(&sources.settle),
+            lock: Script::new(&sources.lock),
+            unblock: Script::new(&sources.unblock),
         })
     }
 

@@ -21,8 +21,8 @@ use crate::ledger::{
     StoreError, index_key, log_key, straddles,
 };
 
-/// Calls per block of the index, as in `lua/charge.lua`.
-const BLOCK: i64 = 128;
+/// Calls per block of the index (the scripts' `BLOCK`).
+const BLOCK: i64 = super::BLOCK as i64;
 /// The most calls or blocks one `read_log.lua` call returns.
 const SLICE: i64 = 1024;
 

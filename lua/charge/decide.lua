@@ -1,0 +1,137 @@
+-- charge/decide.lua: the general path's decisions before anything is
+-- recorded, in order: a resent charge found in the log, observe mode's word
+-- from the upstream, a block, a lost log, and whether the call fits every
+-- window (if not, when it fits again).
+
+-- A resent charge already in the log (of its first pool, among its last
+-- RESEND calls) is answered as it was, and not recorded again. Only
+-- resends pay for the search.
+if resend then
+  local pv, found, done = pools[1], false, false
+  local from, stop = pv[2], max(pv[1], pv[2] - RESEND)
+  while not (found or done) and from > stop do
+    local lo = max(stop, floor((from - 1) / BLOCK) * BLOCK)
+    local e = calls(1, pv, lo, from)
+    from, done = lo, #e == 0
+    for j = #e - ENTRY + 1, 1, -ENTRY do
+      if tonumber(e[j]) <= now - horizon then
+        done = true
+        break
+      end
+      if e[j + 3] == id then
+        found = true
+        break
+      end
+    end
+  end
+  if found then
+    save_slid()
+    return remaining({ 1, now, serial, 1 }, false)
+  end
+end
+
+-- Observe: the upstream says `rem` units of its `limit` are left in the
+-- pool: what it counts beyond the ledger's own usage (in the pool's longest
+-- window, slid to now above) was spent by others, and counts as such until
+-- the upstream's count resets. Never less than the ledger's own count.
+if flag == 2 then
+  local pv, rest = pools[1], cal_end
+  local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
+  local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
+  local others = limit - pv[4 * pv.lw + 1] - rem
+  if others > 0 then
+    pv.others = others
+    pv.others_until = at > 0 and at or now + (after >= 0 and after or pv.longest)
+  else
+    pv.others, pv.others_until = 0, 0
+  end
+  -- (the state lives at least until others' units leave)
+  if pv.others_until - now + MINUTE > keep then
+    keep = pv.others_until - now + MINUTE
+    renew_to = now + keep + floor(retain / 8)
+  end
+  save_slid()
+  return { 4, now, serial, pv.others, pv.others_until }
+end
+
+if blocked_until > now then
+  return { 2, now, serial, blocked_until, call('HGET', state, 'blocked_reason') or '' }
+end
+
+-- A pool whose log was lost counts as spent until its longest window passed.
+for p = 1, npools do
+  local pv = pools[p]
+  if pv.lost_any > 0 and force then
+    if observed[1] == 0 then observed = { p, 0, pv.lost_any + pv.longest - now } end
+  elseif pv.lost_any > 0 then
+    save_slid()
+    return { 3, now, serial, p, pv.lost_any, pv.lost_any + pv.longest }
+  end
+end
+
+-- Does the call fit every window? If not, it fits again at the latest of the
+-- times at which each short window has shed enough units.
+local worst_p, worst_w, worst_retry
+local lost_short = false -- (observe mode: a log found shorter than its state)
+a = 8 + npools
+for p = 1, npools do
+  local pv = pools[p]
+  for w = 1, pv[3] do
+    local b = 4 * w
+    local extra = w == pv.lw and pv.extra or 0
+    local need = pv[b + 1] + extra + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
+    local cal = cals[p][w]
+    if need > 0 and cal then
+      -- A calendar window frees its units at once, when its period ends
+      -- (or when others' units leave, if that is enough and sooner).
+      local at = cal[2]
+      if extra > 0 and need <= extra then at = math.min(at, math.max(now, pv.others_until)) end
+      if worst_retry == nil or at - now > worst_retry then
+        worst_p, worst_w, worst_retry = p, w, at - now
+      end
+    elseif need > 0 then
+      local at = extra == 0 and freed_at(p, pv, b, need)
+      if extra > 0 then
+        -- Others' units leave at once when the upstream resets; until
+        -- then, the ledger's own calls must free all that is needed.
+        local mine = need - extra
+        at = now
+        if mine > 0 then at = freed_at(p, pv, b, mine) end
+        if at then at = math.max(at, pv.others_until) end
+        if at and need <= pv[b + 1] then
+          local sooner = freed_at(p, pv, b, need)
+          if sooner == nil or sooner < at then at = sooner end
+        end
+      end
+      if at == nil and force then
+        -- (observe mode: a lost log is reported, and recorded through; no
+        -- window of a log that is gone says anything)
+        pv.lost, pv.rebuild = now, true
+        observed, lost_short = { p, 0, pv.longest }, true
+      elseif at == nil then
+        -- The entries the state counts are gone: the log was lost.
+        pv.lost, pv.rebuild = now, true
+        save_slid()
+        return { 3, now, serial, p, now, now + pv.longest }
+      end
+      local retry = at and at - now
+      if retry and (worst_retry == nil or retry > worst_retry) then
+        worst_p, worst_w, worst_retry = p, w, retry
+      end
+    end
+  end
+  a = a + 2 + 2 * pv[3]
+end
+if worst_retry ~= nil and force then
+  if not lost_short then observed = { worst_p, worst_w, worst_retry } end
+elseif worst_retry ~= nil then
+  -- The slid sums are exact; keep them so the next call starts here.
+  save_slid()
+  return { 0, now, serial, worst_p, worst_w, worst_retry }
+end
+if observed[1] > 0 then
+  -- Observe mode: counted, with its time, for status.
+  local name = string.sub(ARGV[7 + observed[1]], 6)
+  call('HINCRBY', state, 'observed:' .. name, 1)
+  call('HSET', state, 'observed_at:' .. name, now_text)
+end

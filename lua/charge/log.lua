@@ -1,0 +1,196 @@
+-- charge/log.lua: reading pool p's log (state pv) and its index, for the
+-- general path: calls by number, whether the log holds what the state says,
+-- block records and the binary search over them, a window's slide, the
+-- cost between two calls, when units free up; and a log started afresh, or
+-- passed where its segments expired.
+
+-- Calls [from, to) of pool p's log (state pv), within one segment: flat
+-- quadruples.
+local function calls(p, pv, from, to)
+  local k = floor(from / SEG)
+  local start = max(pv[1], k * SEG)
+  return call('LRANGE', log_seg(p, k), (from - start) * ENTRY, (to - start) * ENTRY - 1)
+end
+
+-- Calls [from, to) of pool p's log, at most n (or CHUNK) of them and never
+-- past the end of from's block.
+local function chunk(p, pv, from, to, n)
+  return calls(p, pv, from, min(to, from + (n or CHUNK), (floor(from / BLOCK) + 1) * BLOCK))
+end
+
+-- Whether pool p's log holds calls [head, tail), as far as the lengths of
+-- its first and last segments tell.
+local function intact(p, head, tail)
+  if tail <= head then return true end
+  local kh, kt = floor(head / SEG), floor((tail - 1) / SEG)
+  if call('LLEN', log_seg(p, kh)) ~= (min(tail, (kh + 1) * SEG) - head) * ENTRY then return false end
+  return kt == kh or call('LLEN', log_seg(p, kt)) == (tail - kt * SEG) * ENTRY
+end
+
+-- Pool p's index as this call sees it: the last complete block, and the
+-- length of each index segment read so far.
+local function index_of(pv)
+  if not pv.ix then pv.ix = { top = floor(pv[2] / BLOCK) - 1, len = {} } end
+  return pv.ix
+end
+
+-- Block b's record: first and last call's time, cumulative cost through the
+-- block, the block's cost, calls, the block's number, its origin; nothing
+-- when the index has no record of b.
+local function record_of(p, pv, b)
+  local ix = index_of(pv)
+  if b > ix.top or b < 0 then return end
+  local k = floor(b / IXSEG)
+  local n = ix.len[k]
+  if not n then
+    n = call('LLEN', ix_seg(p, k))
+    ix.len[k] = n
+  end
+  local pos = b - (min(ix.top, (k + 1) * IXSEG - 1) - n + 1)
+  if pos < 0 then return end
+  local r = call('LINDEX', ix_seg(p, k), pos)
+  if not r then return end
+  local first, last, cum, cost, calls_n, block, origin = sunpack(RECORD, r)
+  if block ~= b then return end
+  return first, last, cum, cost, calls_n, block, origin
+end
+
+-- The first block in [lo, hi] whose record satisfies ok, or hi + 1 (ok must
+-- hold for every block after one where it holds); nil when a record it
+-- looks at is missing or counts from another origin than o.
+local function search(p, pv, lo, hi, o, ok)
+  hi = hi + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local r = { record_of(p, pv, mid) }
+    if r[7] ~= o then return end
+    if ok(unpack(r)) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+-- The cumulative cost through block b, if its record counts from origin o.
+local function through(p, pv, b, o)
+  local _, _, cum, _, _, _, origin = record_of(p, pv, b)
+  if origin == o then return cum end
+end
+
+-- Slide window b of pool p (state pv, see pool:P above) over its log: drop
+-- from its sum the calls at or before cutoff, passing whole blocks that
+-- left through the index. False when the log is shorter than the state says.
+local function slide(p, pv, b, cutoff)
+  local n = 2
+  while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
+    local ptr = pv[b + 2]
+    if ptr % BLOCK == 0 then
+      local a = ptr / BLOCK
+      local _, last, cum, cost, _, _, o = record_of(p, pv, a)
+      if last and last <= cutoff then
+        -- Block a left whole: so did every block up to the first that did not.
+        local j = search(p, pv, a + 1, index_of(pv).top, o, function(_, l) return l > cutoff end)
+        local upto = j and through(p, pv, j - 1, o)
+        if upto then
+          pv[b + 1] = pv[b + 1] - (upto - (cum - cost))
+          pv[b + 2], pv[b + 3], ptr = j * BLOCK, 0, j * BLOCK
+        end
+      end
+    end
+    if ptr < pv[2] then
+      -- (a busy window sheds a call or two a charge: read two, then more)
+      local e = chunk(p, pv, ptr, pv[2], n)
+      n = CHUNK
+      if #e == 0 then return false end
+      pv[b + 3] = 0
+      for j = 1, #e, ENTRY do
+        local t = tonumber(e[j])
+        if t > cutoff then
+          pv[b + 3] = t
+          return true
+        end
+        pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
+        pv[b + 2] = pv[b + 2] + 1
+      end
+    end
+  end
+  return true
+end
+
+-- The total cost of pool p's calls [from, to), whole blocks through the
+-- index; and false when the log is shorter than the state says.
+local function cost_between(p, pv, from, to)
+  local total = 0
+  while from < to do
+    local a, z = from / BLOCK, min(index_of(pv).top, floor(to / BLOCK) - 1)
+    local _, cum, cost, o, upto
+    if from % BLOCK == 0 and z >= a then
+      _, _, cum, cost, _, _, o = record_of(p, pv, a)
+      upto = o and through(p, pv, z, o)
+    end
+    if upto then
+      total, from = total + upto - (cum - cost), (z + 1) * BLOCK
+    else
+      local e = chunk(p, pv, from, to)
+      if #e == 0 then return total, false end
+      for j = 2, #e, ENTRY do total = total + tonumber(e[j]) end
+      from = from + #e / ENTRY
+    end
+  end
+  return total, true
+end
+
+-- When `need` units of window b of pool p (state pv) will have left it: when
+-- the newest of the oldest calls that hold them leaves; nil when the log is
+-- shorter than the state says.
+local function freed_at(p, pv, b, need)
+  local freed, ptr, walk_to = 0, pv[b + 2], pv[b + 2]
+  while ptr < pv[2] do
+    if ptr % BLOCK == 0 and ptr >= walk_to then
+      local a = ptr / BLOCK
+      local _, _, cum, cost, _, _, o = record_of(p, pv, a)
+      if cum then
+        -- (the cumulative cost before the window's oldest call)
+        local base = cum - cost - freed
+        local j = search(p, pv, a, index_of(pv).top, o, function(_, _, c) return c - base >= need end)
+        local upto = j and j > a and through(p, pv, j - 1, o)
+        if upto then freed, ptr = upto - base, j * BLOCK end
+        walk_to = ptr + BLOCK -- (block j holds the call that frees enough)
+      end
+    end
+    if ptr < pv[2] then
+      local e = chunk(p, pv, ptr, pv[2])
+      if #e == 0 then return nil end
+      for j = 1, #e, ENTRY do
+        freed = freed + tonumber(e[j + 1])
+        if freed >= need then return tonumber(e[j]) + pv[b] end
+      end
+      ptr = ptr + #e / ENTRY
+    end
+  end
+  return now + pv[b]
+end
+
+-- Pool p's log holds nothing from call `at` on: its tail segment and index
+-- segment are emptied, so that the next call is written at their start.
+local function restart(p, at)
+  call('UNLINK', log_seg(p, floor(at / SEG)), ix_seg(p, floor(at / SEG)))
+end
+
+-- Pool p's head, moved past the segments before its tail's that expired
+-- (at most UNLINKS of them). A segment gets its last expiry when the next
+-- one opens, keep past that one's first call, when the pool's longest
+-- window was at most as long as now: so once it expired, that first call,
+-- and every call of the segment with it, is at or before `cut`, the
+-- earliest cutoff of the pool's windows. A segment missing while the next
+-- one's first call still counts was lost, not expired: the head stays.
+local function past_expired(p, head, tail, cut)
+  local kt = floor((tail - 1) / SEG)
+  for _ = 1, UNLINKS do
+    local kh = floor(head / SEG)
+    if kh >= kt or call('EXISTS', log_seg(p, kh)) == 1 then break end
+    local first = tonumber(call('LINDEX', log_seg(p, kh + 1), 0))
+    if not first or first > cut then break end
+    call('UNLINK', ix_seg(p, kh))
+    head = (kh + 1) * SEG
+  end
+  return head
+end
