@@ -251,7 +251,7 @@ impl JobRun<'_> {
         if !early.is_empty() {
             self.keep_found(&mut w.found, at, page, early, 0);
         }
-        self.keep_list(at, &mut plan).await;
+        self.keep_list(at, &mut plan, w.found.values()).await;
         if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
@@ -287,13 +287,21 @@ impl JobRun<'_> {
     /// list its cursors then point into (`batch_at`): after each batch the
     /// cursor saves a position, not every value not yet sent. Only a plan
     /// whose cursor holds its values itself (a new walk, a cursor of an
-    /// older build, values cut afresh) gets a list, so the list a saved
-    /// cursor points into is never replaced under it. Without it (a store
-    /// that did not take it) the cursor keeps the values, as it did.
-    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches) {
+    /// older build) or whose values were cut afresh gets a list. In the
+    /// last case the saved cursor still points into the list under the
+    /// same key, so a cursor holding the values is saved first: a kill
+    /// between the list's write and the next batch's cursor would
+    /// otherwise leave it pointing at a list that is gone, its values
+    /// lost. Without a list (a store that did not take it, or that cursor)
+    /// the cursor keeps the values, as it did. `found`: what the step's
+    /// written pages hold for a fan-out after it.
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
         let (Some(store), Some(values)) = (self.store, plan.unlisted()) else {
             return;
         };
+        if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {
+            return;
+        }
         let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
         let text = serde_json::to_string(&ValueList {
             id: id.clone(),

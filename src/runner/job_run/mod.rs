@@ -336,7 +336,8 @@ impl<'a> JobRun<'a> {
     /// says the whole round. The single writer: one write at a time, each
     /// of the round as it is when its turn comes, so the newest is written
     /// last; a state that a later write already carried is not written again.
-    async fn save(&self, slot: usize, state: Slot) {
+    /// Whether the store now holds this state (or a later one).
+    async fn save(&self, slot: usize, state: Slot) -> bool {
         let version = {
             let mut round = self.round.borrow_mut();
             round.set(slot, state);
@@ -344,7 +345,7 @@ impl<'a> JobRun<'a> {
         };
         let mut saved = self.saving.lock().await;
         if *saved >= version {
-            return;
+            return true;
         }
         let (cursor, now) = {
             let round = self.round.borrow();
@@ -366,9 +367,10 @@ impl<'a> JobRun<'a> {
                 job = self.job.name,
                 "cannot save the cursor (the next run may redo this page): {e}"
             );
-            return;
+            return false;
         }
         *saved = now;
+        true
     }
 
     /// The values not yet sent of each fan-out the cursor is inside of
