@@ -673,3 +673,26 @@ fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
         assert_eq!(requests(&up.seen()[5..]), want, "{store}");
     }
 }
+
+#[test]
+fn a_fan_outs_list_is_emptied_once_its_walk_is_done() {
+    let redis = RedisServer::start();
+    for (store, server) in [("embedded".to_string(), None), (redis.url(), Some(&redis))] {
+        let (_up, d) = stopped_after_a_batch(&store);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        let values = |name: &str| -> serde_json::Value {
+            let list: serde_json::Value = serde_json::from_str(&kept.get(name).unwrap()).unwrap();
+            list["values"].clone()
+        };
+        assert_eq!(values(US_LIST).as_array().map(Vec::len), Some(10));
+        ran_ok(&d.quota(&["run"]));
+        // US's walk resumed and ended, GB's started and ended: neither
+        // list keeps its values.
+        for name in [US_LIST, "details:values:GB:s1"] {
+            assert_eq!(values(name), serde_json::json!([]), "{store}: {name}");
+        }
+    }
+}

@@ -170,6 +170,11 @@ impl Batches {
         self.replaces && self.list.is_none()
     }
 
+    /// Whether a stored list holds these values.
+    pub(super) fn is_listed(&self) -> bool {
+        self.list.is_some()
+    }
+
     /// The values not yet sent are now the whole of the stored list `id`.
     pub(super) fn listed(&mut self, id: String) {
         self.list = Some((id, 0));

@@ -8,7 +8,8 @@
 //!   dropped ([`Found`]), and saved in the cursor with every page, so a
 //!   killed run does not lose the values of the pages it already wrote.
 //! * When that step ends, the values become the fan-out's list of values
-//!   to send, saved in the store once, apart ([`JobRun::keep_list`]);
+//!   to send, saved in the store once, apart ([`JobRun::keep_list`]),
+//!   and emptied once the fan-out is done;
 //!   after each batch the cursor keeps its position in them (`batch_at`),
 //!   not the values not yet sent. A stop (a rejection, a signal) or a kill
 //!   resumes at the batch in hand, from the store, on any host: no page
@@ -278,8 +279,35 @@ impl JobRun<'_> {
                 self.save(at.slot, Slot::At(resume)).await;
             }
         }
+        self.fan_out_done(w, at, plan.is_listed()).await
+    }
+
+    /// The fan-out at `at` is done: the cursor moves on, and then the list
+    /// of its values (`listed`: it has one) is emptied, so the store keeps
+    /// at most one list per region and fan-out step, and that one only
+    /// while its walk is under way (or a run that stopped may resume it).
+    /// Not while the saved cursor may still point into it.
+    async fn fan_out_done(&self, w: &mut Walker, at: &Position<'_>, listed: bool) -> Result<Walk> {
         let resume = self.after_step(w, at);
-        self.save(at.slot, resume).await;
+        if self.save(at.slot, resume).await
+            && listed
+            && let Some(store) = self.store
+        {
+            let key = values_key(&self.job.name, at.region, at.step);
+            let ended = serde_json::to_string(&ValueList::<[String; 0]> {
+                id: String::new(),
+                values: [],
+            })
+            .expect("an empty list serializes");
+            if let Err(e) = store.save_cursor(&key, &ended).await {
+                // (the next walk of this step takes its place)
+                warn!(
+                    job = self.job.name,
+                    "{}: the fan-out's values stay in the store for now ({e})",
+                    describe_position(at.region, at.step, 0)
+                );
+            }
+        }
         Ok(Walk::Done)
     }
 
@@ -358,9 +386,8 @@ impl JobRun<'_> {
             // those written after it (with what they found).
             return Ok(Walk::Stopped);
         }
-        let resume = self.after_step(w, at);
-        self.save(at.slot, resume).await;
-        Ok(Walk::Done)
+        let listed = plan.borrow().is_listed();
+        self.fan_out_done(w, at, listed).await
     }
 
     /// One batch of a fan-out side by side: wait for a place among the
