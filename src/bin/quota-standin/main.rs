@@ -178,6 +178,12 @@ pub struct Options {
     #[arg(long)]
     pub key_in_number: bool,
 
+    /// Pages of `/ids` hold the key as numbers written otherwise
+    /// (`"views": 1.2345678e7, "w": 123456.78E2` for the key 12345678),
+    /// when the key is all digits (3 or more)
+    #[arg(long)]
+    pub key_in_exponent: bool,
+
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
