@@ -696,3 +696,20 @@ fn a_fan_outs_list_is_emptied_once_its_walk_is_done() {
         }
     }
 }
+
+#[test]
+fn a_fan_outs_numbers_are_sent_as_the_page_writes_them() {
+    let redis = RedisServer::start();
+    for store in ["embedded".to_string(), redis.url()] {
+        // One page of ids, a long number and -0 first among them.
+        let up = Standin::start(&["--pages", "1", "--items", "4", "--long-ids"]);
+        let d = deployment(&store, &up, 1000);
+        ran_ok(&d.quota(&["run"]));
+        let mut want = Vec::new();
+        for region in ["US", "GB"] {
+            want.extend([format!("ids {region} p1"), format!("ids {region} p2")]);
+            want.extend(videos(&["123456789012345678901234,-0,0,v1", "2,v3"]));
+        }
+        assert_eq!(requests(&up.seen()), want, "{store}");
+    }
+}

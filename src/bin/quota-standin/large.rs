@@ -1,6 +1,6 @@
 //! Pages no `serde_json::Value` could build cheaply, for the tests of how
 //! `quota` reads and writes pages (`--large-page`, `--odd-ids`,
-//! `--key-in-number`, `--key-in-exponent`): added to the text of
+//! `--key-in-number`, `--key-in-exponent`, `--long-ids`): added to the text of
 //! the `/ids` pages as they are sent, so the stand-in never builds them as
 //! a tree either.
 
@@ -15,6 +15,13 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
     if status != 200 || !ids || !text.starts_with('{') || text.contains("\"items\":[]") {
         return text;
     }
+    let text = if opts.long_ids {
+        // Ids no double holds as written, first among the items.
+        let long = r#""items":[{"id":{"n":123456789012345678901234}},{"id":{"n":-0}},"#;
+        text.replacen("\"items\":[", long, 1)
+    } else {
+        text
+    };
     let mut out = String::with_capacity(text.len() + opts.large_page.unwrap_or(0) + 1024);
     out.push('{');
     if let Some(bytes) = opts.large_page {

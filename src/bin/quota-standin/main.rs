@@ -173,6 +173,12 @@ pub struct Options {
     #[arg(long)]
     pub odd_ids: bool,
 
+    /// Pages of `/ids` hold, first among their items, ids that are
+    /// numbers a double cannot hold as written (`123456789012345678901234`,
+    /// `-0`)
+    #[arg(long)]
+    pub long_ids: bool,
+
     /// Pages of `/ids` hold a number with the key inside (`"views":
     /// 9KEY99`), when the key is all digits
     #[arg(long)]

@@ -100,7 +100,7 @@ impl Found {
 }
 
 /// The values at `pointer` in a JSON page: strings as they are, numbers as
-/// text, in document order; `*` matches every element of an array. Other
+/// the page writes them, in document order; `*` matches every element of an array. Other
 /// kinds (objects, arrays, booleans, null) are not values and are skipped;
 /// a value that cannot be read (a string with a lone surrogate escape) is
 /// counted, apart. Streamed ([`page_scan::values`]): no tree of the page.
@@ -139,7 +139,7 @@ impl JobRun<'_> {
                 self.report.borrow_mut().values_lost += lost;
                 warn!(
                     job = self.job.name,
-                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape, a number past a double): \
+                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape): \
                      LOST for the next step, the others are kept",
                     describe_position(at.region, at.step, page),
                     f.from
