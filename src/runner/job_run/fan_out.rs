@@ -324,7 +324,8 @@ impl JobRun<'_> {
     /// the cursor keeps the values, as it did. `found`: what the step's
     /// written pages hold for a fan-out after it.
     async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
-        let (Some(store), Some(values)) = (self.store, plan.unlisted()) else {
+        let values = plan.unlisted().filter(|v| !v.is_empty());
+        let (Some(store), Some(values)) = (self.store, values) else {
             return;
         };
         if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {

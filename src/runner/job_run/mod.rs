@@ -395,7 +395,7 @@ impl<'a> JobRun<'a> {
                 continue;
             };
             let unsent = unsent(&at, page, written, size);
-            match self.load_list(region, step, &at, unsent).await {
+            match self.load_list(region, step, page, &at, unsent).await {
                 Ok(values) => loaded.push(Some(values)),
                 Err(StoreError::Unavailable(e)) => {
                     self.store_unreachable_at_start(&e)?;
@@ -412,7 +412,8 @@ impl<'a> JobRun<'a> {
             .flatten()
         {
             Some(Some(values)) => *batch = Some(values),
-            Some(None) => (*batch, *at) = (None, None),
+            // (none left to send: the step ends at once, its loss said)
+            Some(None) => (*batch, *at) = (Some(Vec::new()), None),
             None => {}
         };
         put(&mut cursor.batch, &mut cursor.batch_at);
@@ -422,13 +423,14 @@ impl<'a> JobRun<'a> {
         Ok(())
     }
 
-    /// The values not yet sent of `region`'s fan-out step `step`, from the
-    /// list `at` points into; `None` when that list is gone or another
+    /// The values not yet sent of `region`'s fan-out step `step` (at batch
+    /// `page`), from the list `at` points into; `None` when that list is gone or another
     /// walk's: its `unsent` values are counted LOST, and said.
     async fn load_list(
         &self,
         region: &str,
         step: usize,
+        page: u32,
         at: &BatchAt,
         unsent: usize,
     ) -> std::result::Result<Option<Vec<String>>, StoreError> {
@@ -452,7 +454,7 @@ impl<'a> JobRun<'a> {
                      was deleted, or is another walk's: a store reset or replaced, a key removed by hand): \
                      LOST, the step is skipped for this region this round. The next run walks the region \
                      again from its first step, and finds and sends them afresh",
-                    describe_position(region, step, 0)
+                    describe_position(region, step, page)
                 );
                 Ok(None)
             }
