@@ -504,44 +504,213 @@ fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
     assert_eq!(spent(&d, "videos.list"), 10, "{}", usage(&d));
 }
 
+/// What the store keeps under a cursor's name (`details`, or a list's
+/// `details:values:US:s1`), read and written behind `quota`'s back.
+struct Kept<'a> {
+    d: &'a Deployment,
+    redis: Option<&'a RedisServer>,
+}
+
+impl Kept<'_> {
+    fn sql(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.d.path().join("ledger.sqlite3")).unwrap()
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        match self.redis {
+            Some(r) => Some(r.cli(&["GET", &format!("quota:job:{{{name}}}:cursor")]))
+                .filter(|t| !t.is_empty()),
+            None => self
+                .sql()
+                .query_row(
+                    "SELECT cursor FROM job_cursor WHERE job = ?1",
+                    [name],
+                    |r| r.get(0),
+                )
+                .ok(),
+        }
+    }
+
+    fn set(&self, name: &str, text: &str) {
+        match self.redis {
+            Some(r) => assert_eq!(
+                r.cli(&["SET", &format!("quota:job:{{{name}}}:cursor"), text]),
+                "OK"
+            ),
+            None => assert_eq!(
+                (self.sql()).execute(
+                    "INSERT OR REPLACE INTO job_cursor (job, cursor) VALUES (?1, ?2)",
+                    [name, text],
+                ),
+                Ok(1)
+            ),
+        }
+    }
+
+    fn del(&self, name: &str) {
+        match self.redis {
+            Some(r) => {
+                r.cli(&["DEL", &format!("quota:job:{{{name}}}:cursor")]);
+            }
+            None => {
+                (self.sql())
+                    .execute("DELETE FROM job_cursor WHERE job = ?1", [name])
+                    .unwrap();
+            }
+        }
+    }
+
+    /// Make `name` a value the store cannot read back as text.
+    fn spoil(&self, name: &str) {
+        self.del(name);
+        match self.redis {
+            Some(r) => {
+                r.cli(&["HSET", &format!("quota:job:{{{name}}}:cursor"), "a", "b"]);
+            }
+            None => {
+                (self.sql())
+                    .execute(
+                        "INSERT INTO job_cursor (job, cursor) VALUES (?1, X'FF00')",
+                        [name],
+                    )
+                    .unwrap();
+            }
+        }
+    }
+}
+
+const US_LIST: &str = "details:values:US:s1";
+
+/// A run of `store` stopped by its budget after US's first batch, its
+/// file then given room again.
+fn stopped_after_a_batch(store: &str) -> (Standin, Deployment) {
+    let up = standin();
+    let d = deployment(store, &up, 5);
+    assert_eq!(d.quota(&["run"]).code, 75);
+    d.write(&yaml(&store_for(&d, store), &up.base(), 1000));
+    (up, d)
+}
+
 #[test]
 fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
     let redis = RedisServer::start();
-    let values_key = "quota:job:{details:values:US:s1}:cursor";
-    let cursor_key = "quota:job:{details}:cursor";
-    // Stopped after US's first batch (see the test above).
-    let stopped = || {
+    for (store, server) in [("embedded".to_string(), None), (redis.url(), Some(&redis))] {
         redis.cli(&["FLUSHALL"]);
-        let up = standin();
-        let d = deployment(&redis.url(), &up, 5);
-        assert_eq!(d.quota(&["run"]).code, 75);
-        d.write(&yaml(&redis.url(), &up.base(), 1000));
-        (up, d)
-    };
-    let (up, d) = stopped();
-    // The list, once, beside a cursor that points into it.
-    let list: serde_json::Value = serde_json::from_str(&redis.cli(&["GET", values_key])).unwrap();
-    let all = ["0", "v1", "2", "v3", "4", "v5", "6", "v7", "8", "v9"];
-    assert_eq!(list["values"], serde_json::json!(all), "{list}");
-    let mut c: serde_json::Value = serde_json::from_str(&redis.cli(&["GET", cursor_key])).unwrap();
-    assert_eq!(c["batch_at"]["list"], list["id"], "{c}");
+        let (up, d) = stopped_after_a_batch(&store);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        // The list, once, beside a cursor that points into it.
+        let list: serde_json::Value = serde_json::from_str(&kept.get(US_LIST).unwrap()).unwrap();
+        let all = ["0", "v1", "2", "v3", "4", "v5", "6", "v7", "8", "v9"];
+        assert_eq!(list["values"], serde_json::json!(all), "{list}");
+        let mut c: serde_json::Value = serde_json::from_str(&kept.get("details").unwrap()).unwrap();
+        assert_eq!(c["batch_at"]["list"], list["id"], "{c}");
 
-    // A cursor of the layout before (the values in it) still resumes.
-    let b = c.as_object_mut().unwrap();
-    b.remove("batch_at");
-    b.insert("batch".into(), serde_json::json!(all[4..]));
-    redis.cli(&["SET", cursor_key, &c.to_string()]);
-    redis.cli(&["DEL", values_key]);
-    ran_ok(&d.quota(&["run"]));
-    let mut want = videos(&["4,v5,6,v7", "8,v9"]);
-    want.extend(region_walk("GB"));
-    assert_eq!(requests(&up.seen()[5..]), want);
+        // A cursor of the layout before (the values in it) still resumes.
+        let b = c.as_object_mut().unwrap();
+        b.remove("batch_at");
+        b.insert("batch".into(), serde_json::json!(all[4..]));
+        kept.set("details", &c.to_string());
+        kept.del(US_LIST);
+        ran_ok(&d.quota(&["run"]));
+        let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+        want.extend(region_walk("GB"));
+        assert_eq!(requests(&up.seen()[5..]), want, "{store}");
 
-    // A list gone from the store: that fan-out is skipped, and said.
-    let (up, d) = stopped();
-    redis.cli(&["DEL", values_key]);
-    let r = d.quota(&["run"]);
-    ran_ok(&r);
-    assert!(r.stderr.contains("gone from the store"), "{r:?}");
-    assert_eq!(requests(&up.seen()[5..]), region_walk("GB"), "{r:?}");
+        // A list gone from the store: its 6 values not yet sent are LOST,
+        // said, and the run exits 1; the next run walks US afresh.
+        redis.cli(&["FLUSHALL"]);
+        let (up, d) = stopped_after_a_batch(&store);
+        Kept {
+            d: &d,
+            redis: server,
+        }
+        .del(US_LIST);
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(
+            r.stderr
+                .contains("the fan-out's 6 value(s) not yet sent are gone from the store")
+                && r.stderr.contains("done, 6 fan-out value(s) LOST")
+                && !r.stderr.contains("holds no values"),
+            "{r:?}"
+        );
+        assert_eq!(requests(&up.seen()[5..]), region_walk("GB"), "{r:?}");
+        ran_ok(&d.quota(&["run"]));
+        let mut want = region_walk("GB");
+        want.extend(region_walk("US"));
+        want.extend(region_walk("GB"));
+        assert_eq!(requests(&up.seen()[5..]), want, "{store}");
+    }
+}
+
+#[test]
+fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
+    let redis = RedisServer::start();
+    for (store, server) in [("embedded".to_string(), None), (redis.url(), Some(&redis))] {
+        let (up, d) = stopped_after_a_batch(&store);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        let (list, cursor) = (kept.get(US_LIST).unwrap(), kept.get("details").unwrap());
+        kept.spoil(US_LIST);
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 1, "{store}: {r:?}");
+        assert!(
+            !r.stderr.contains("LOST") && !r.stderr.contains("gone"),
+            "{r:?}"
+        );
+        assert_eq!(up.seen().len(), 5, "nothing sent: {r:?}");
+        assert_eq!(kept.get("details"), Some(cursor), "the cursor is kept");
+        // The store readable again, the next run resumes at the next batch.
+        kept.del(US_LIST);
+        kept.set(US_LIST, &list);
+        ran_ok(&d.quota(&["run"]));
+        let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+        want.extend(region_walk("GB"));
+        assert_eq!(requests(&up.seen()[5..]), want, "{store}");
+    }
+}
+
+#[test]
+fn a_fan_outs_list_is_emptied_once_its_walk_is_done() {
+    let redis = RedisServer::start();
+    for (store, server) in [("embedded".to_string(), None), (redis.url(), Some(&redis))] {
+        let (_up, d) = stopped_after_a_batch(&store);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        let values = |name: &str| -> serde_json::Value {
+            let list: serde_json::Value = serde_json::from_str(&kept.get(name).unwrap()).unwrap();
+            list["values"].clone()
+        };
+        assert_eq!(values(US_LIST).as_array().map(Vec::len), Some(10));
+        ran_ok(&d.quota(&["run"]));
+        // US's walk resumed and ended, GB's started and ended: neither
+        // list keeps its values.
+        for name in [US_LIST, "details:values:GB:s1"] {
+            assert_eq!(values(name), serde_json::json!([]), "{store}: {name}");
+        }
+    }
+}
+
+#[test]
+fn a_fan_outs_numbers_are_sent_as_the_page_writes_them() {
+    let redis = RedisServer::start();
+    for store in ["embedded".to_string(), redis.url()] {
+        // One page of ids, a long number and -0 first among them.
+        let up = Standin::start(&["--pages", "1", "--items", "4", "--long-ids"]);
+        let d = deployment(&store, &up, 1000);
+        ran_ok(&d.quota(&["run"]));
+        let mut want = Vec::new();
+        for region in ["US", "GB"] {
+            want.extend([format!("ids {region} p1"), format!("ids {region} p2")]);
+            want.extend(videos(&["123456789012345678901234,-0,0,v1", "2,v3"]));
+        }
+        assert_eq!(requests(&up.seen()), want, "{store}");
+    }
 }

@@ -335,6 +335,53 @@ fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
     assert!(r.stderr.contains("1 calls, spent units 1;"), "{r:?}");
 }
 
+#[test]
+fn a_kill_9_after_the_batch_size_changed_loses_no_value() {
+    for redis in [None, Some(RedisServer::start())] {
+        // Batch 0 is held; the eleven others are written; a stop signal
+        // leaves the cursor pointing into the stored list, 1..11 written.
+        let up = Standin::start(&["--pages", "3", "--items", "40", "--slow", "US00000=60s"]);
+        let d = Deployment::new("");
+        let store = redis
+            .as_ref()
+            .map_or_else(|| embedded_store(&d), RedisServer::url);
+        d.write(&yaml(&store, &up.base(), "US", 4, 1000));
+        let victim = spawn(&mut d.cmd(&["run"]));
+        wait_until(
+            Duration::from_secs(20),
+            "the eleven fast batches were never written",
+            || d.outputs("details").len() == 3 + 11,
+        );
+        kill("-TERM", victim.id());
+        assert_eq!(finish(victim).code, 75);
+        let c = d.status_json()["credentials"][0]["jobs"][0]["cursor"].clone();
+        assert!(c["batch_at"].is_object(), "{c}");
+
+        // Batches of 7 now: batch 0's ten values are cut afresh into two
+        // batches, kept as a new list under the same key. Every answer is
+        // held, and the run is killed once both batches are asked for.
+        let batch7 =
+            |base: &str| yaml(&store, base, "US", 4, 1000).replace("batch: 10,", "batch: 7,");
+        let held = Standin::start(&["--pages", "3", "--items", "40", "--delay", "60s"]);
+        d.write(&batch7(&held.base()));
+        let mut victim = spawn(&mut d.cmd(&["run"]));
+        held.wait_for(2);
+        victim.kill().unwrap(); // SIGKILL: no cleanup at all
+        victim.wait().unwrap();
+
+        // The next run sends those ten values, in the same two batches.
+        let up = standin("0ms");
+        d.write(&batch7(&up.base()));
+        let r = d.run_after_killed_lock();
+        assert_eq!(r.code, 0, "{r:?}");
+        let sent: BTreeSet<String> = up.seen().iter().filter_map(batch).collect();
+        let ids: Vec<String> = batch_ids("US", 0).split(',').map(String::from).collect();
+        let want = BTreeSet::from([ids[..7].join(","), ids[7..].join(",")]);
+        assert_eq!((sent, up.seen().len()), (want, 2), "{r:?}");
+        assert!(!r.stderr.contains("gone"), "{r:?}");
+    }
+}
+
 /// [`yaml`] with a third step, a fan-out over the second's pages: the
 /// details of the ids each batch asked for, 7 at a time (18 batches of
 /// the 120 ids, found in the second step's pages in page order), told

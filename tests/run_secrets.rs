@@ -456,4 +456,14 @@ fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_re
     assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
     assert!(!r.all().contains("12345678"), "{r:?}");
     assert_eq!(pages_of(&d), (0, false), "{r:?}");
+
+    // A number whose value is the key, written otherwise (`"views":
+    // 1.2345678e7, "w": 123456.78E2`): refused alike.
+    let up = Standin::start(&["--key", "12345678", "--pages", "2", "--key-in-exponent"]);
+    let d = digit_key(&up);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
+    assert_eq!(pages_of(&d), (0, false), "{r:?}");
+    assert_eq!(up.seen().len(), 1, "{r:?}");
 }

@@ -256,7 +256,9 @@ pub struct ValueList<V = Vec<String>> {
 }
 
 /// The store's name for the values of `job`'s fan-out `step` in `region`:
-/// kept where cursors are, under a name no job has (`:` is in none).
+/// kept where cursors are, under a name no job has (`:` is in none). One
+/// list a region and step: a walk's list is emptied once it is done, and
+/// the next walk's takes its place.
 pub fn values_key(job: &str, region: &str, step: usize) -> String {
     format!(
         "{job}:values:{}:s{step}",

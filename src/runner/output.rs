@@ -71,17 +71,90 @@ fn page_run(name: &str, job: &str) -> Option<u64> {
 
 /// A page whose secret could not be masked: it holds it outside a JSON
 /// string (inside a number: `"views": 91234567899` for the key
-/// `12345678`), where `***` would leave a file that is not JSON.
+/// `12345678`, or a number written otherwise whose digits hold it:
+/// `1.2345678e7`, see [`number_holds`]), where `***` would leave a file
+/// that is not JSON.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SecretOutsideStrings;
+
+/// Whether a number outside the strings of `text` holds `digits` (an
+/// all-digit secret) in the digits of its value written out in full, the
+/// point left out: `1.2345678e7`, `123456.78E2`, `1234.5678` and
+/// `0.12345678e8` all hold `12345678`, as `91234567899` does as written.
+/// Zeros the exponent adds count up to the secret's length (more cannot
+/// change whether it is there), so `1e999999999` costs no more than `1`.
+fn number_holds(text: &str, digits: &str) -> bool {
+    let bytes = text.as_bytes();
+    let number = |b: u8| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-');
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = (i..bytes.len())
+                    .find(|&j| !number(bytes[j]))
+                    .unwrap_or(bytes.len());
+                if written_out(&text[i..end], digits.len()).contains(digits) {
+                    return true;
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    false
+}
+
+/// The digits of a JSON number's value written out without exponent or
+/// point (`1.50e3` → `1500`, `0.012` → `0012`), at most `cap` zeros added
+/// on either side.
+fn written_out(number: &str, cap: usize) -> String {
+    let number = number.trim_start_matches('-');
+    let (mantissa, exp) = match number.find(['e', 'E']) {
+        Some(at) => (&number[..at], &number[at + 1..]),
+        None => (number, "0"),
+    };
+    let exp: i64 = exp.parse().unwrap_or(if exp.starts_with('-') {
+        i64::MIN / 2
+    } else {
+        i64::MAX / 2
+    });
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    // Significant digits only: `0.50` is `5`, the point after it.
+    let all = format!("{int}{frac}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let sig = all.trim_matches('0');
+    let point = (int.len() as i64 - lead as i64).saturating_add(exp);
+    let zeros = |n: i64| "0".repeat(n.clamp(0, cap as i64) as usize);
+    if sig.is_empty() {
+        "0".into()
+    } else if point <= 0 {
+        format!("0{}{sig}", zeros(-point))
+    } else if point as usize >= sig.len() {
+        format!("{sig}{}", zeros(point - sig.len() as i64))
+    } else {
+        sig.to_string()
+    }
+}
 
 /// A page's text with every occurrence of the secret masked as `***`,
 /// inside its strings only, so the page stays JSON; no copy when it holds
 /// none. A string whose masked text would not be a JSON string (a match
 /// that began inside an escape) is `***` whole. An occurrence anywhere
 /// else (a number, across a string's quotes) refuses the page: it is not
-/// written at all rather than written with the key or broken.
+/// written at all rather than written with the key or broken; so does an
+/// all-digit secret in a number written otherwise ([`number_holds`]).
 pub fn mask_page<'a>(text: &'a str, secret: &Secret) -> Result<Cow<'a, str>, SecretOutsideStrings> {
+    let key = secret.expose();
+    if !key.is_empty() && key.bytes().all(|b| b.is_ascii_digit()) && number_holds(text, key) {
+        return Err(SecretOutsideStrings);
+    }
     let masker = Masker::new(&[secret]);
     if let Cow::Borrowed(_) = masker.mask(text) {
         return Ok(Cow::Borrowed(text));
@@ -226,6 +299,31 @@ mod tests {
                 "{refused}"
             );
         }
+        // Its value written otherwise, or its digits about a point: refused.
+        for refused in [
+            r#"{"views": 1.2345678e7}"#,
+            r#"{"w": [0, 123456.78E2]}"#,
+            r#"{"v": 0.12345678e+8}"#,
+            r#"{"v": -1234.5678}"#,
+            r#"{"v": 91.2345678E-3}"#,
+            r#"{"v": 1.23456780000e10}"#,
+        ] {
+            assert_eq!(
+                mask_page(refused, &key),
+                Err(SecretOutsideStrings),
+                "{refused}"
+            );
+        }
+        for kept in [
+            r#"{"v": 1.2345679e7, "w": 1.2345677e6, "s": "1.2345678e7"}"#,
+            r#"{"v": 1e999999999, "w": -0.0, "x": 12345.6e-99999}"#,
+        ] {
+            assert_eq!(mask_page(kept, &key), Ok(Cow::Borrowed(kept)), "{kept}");
+        }
+        assert_eq!(written_out("1.50e3", 8), "1500");
+        assert_eq!(written_out("-0.012", 8), "0012");
+        assert_eq!(written_out("1e999999999", 3), "1000");
+        assert_eq!(written_out("0.0", 3), "0");
         let across = Secret::new(r#"ab","cd"#.into());
         assert_eq!(
             mask_page(r#"["ab","cd"]"#, &across),

@@ -50,7 +50,8 @@ pub enum Leaf {
     Text(String),
     Number(serde_json::Number),
     /// A string that is not text (a lone surrogate escape) or a number
-    /// past what a double holds: there, but not readable.
+    /// out of a double's range (`1e400`; one of more digits than a double
+    /// holds is read rounded): there, but not readable.
     Unreadable,
     /// An object, an array, a boolean or null.
     Other,
@@ -85,8 +86,10 @@ pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_j
 
 /// The values at `pointer` in a page, in document order, `*` matching
 /// every element of an array, and how many of them could not be read
-/// (left out). Strings as they are, numbers as text; other kinds (objects,
-/// arrays, booleans, null) are not values and are skipped.
+/// (left out). Strings as they are, numbers as their text in the page
+/// (a double would round `123456789012345678901234` and make `-0` `-0.0`);
+/// other kinds (objects, arrays, booleans, null) are not values and are
+/// skipped.
 pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_json::Error> {
     let text = page_text(body);
     let mut at = Vec::new();
@@ -95,7 +98,9 @@ pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_js
     for raw in at {
         match leaf(raw) {
             Leaf::Text(t) => out.push(t),
-            Leaf::Number(n) => out.push(n.to_string()),
+            Leaf::Number(_) => out.push(raw.get().to_string()),
+            // (a number past a double's range is text all the same)
+            Leaf::Unreadable if !raw.get().starts_with('"') => out.push(raw.get().to_string()),
             Leaf::Unreadable => unreadable += 1,
             Leaf::Other => {}
         }
@@ -350,5 +355,23 @@ mod tests {
         // Bytes that are not UTF-8 inside a string are read as the page file
         // is written.
         assert_eq!(values(b"{\"a\":\"x\xff\"}", "/a").unwrap().0, ["x\u{fffd}"]);
+        // Numbers as written, whatever a double makes of them.
+        let numbers = b"[123456789012345678901234, -0 , 1.50, 1E3,\n1e400, 7 ]";
+        assert_eq!(
+            values(numbers, "/*").unwrap(),
+            (
+                [
+                    "123456789012345678901234",
+                    "-0",
+                    "1.50",
+                    "1E3",
+                    "1e400",
+                    "7"
+                ]
+                .map(String::from)
+                .to_vec(),
+                0
+            )
+        );
     }
 }

@@ -155,7 +155,8 @@ pub struct JobReport {
     pub regions_total: usize,
     pub pages: u64,
     /// Fan-out values found in pages that could not be read (a lone
-    /// surrogate escape): the run exits 1 and says so, never "finished".
+    /// surrogate escape), or not yet sent when their stored list was
+    /// gone: the run exits 1 and says so, never "finished".
     pub values_lost: u64,
     /// Where the next run starts.
     pub resume: Option<Cursor>,
@@ -188,7 +189,7 @@ impl JobReport {
         let units: Vec<String> = self.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
         let why = match &self.stop {
             None if self.values_lost > 0 => format!(
-                "done, {} fan-out value(s) LOST (unreadable in their pages)",
+                "done, {} fan-out value(s) LOST (unreadable in their pages, or their stored list gone)",
                 self.values_lost
             ),
             None => "finished".to_string(),

@@ -1,6 +1,6 @@
 //! Pages no `serde_json::Value` could build cheaply, for the tests of how
 //! `quota` reads and writes pages (`--large-page`, `--odd-ids`,
-//! `--key-in-number`): added to the text of
+//! `--key-in-number`, `--key-in-exponent`, `--long-ids`): added to the text of
 //! the `/ids` pages as they are sent, so the stand-in never builds them as
 //! a tree either.
 
@@ -15,6 +15,13 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
     if status != 200 || !ids || !text.starts_with('{') || text.contains("\"items\":[]") {
         return text;
     }
+    let text = if opts.long_ids {
+        // Ids no double holds as written, first among the items.
+        let long = r#""items":[{"id":{"n":123456789012345678901234}},{"id":{"n":-0}},"#;
+        text.replacen("\"items\":[", long, 1)
+    } else {
+        text
+    };
     let mut out = String::with_capacity(text.len() + opts.large_page.unwrap_or(0) + 1024);
     out.push('{');
     if let Some(bytes) = opts.large_page {
@@ -28,6 +35,18 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
     if opts.key_in_number && opts.key.bytes().all(|b| b.is_ascii_digit()) {
         // A count that happens to hold the (all-digit) key.
         out.push_str(&format!("\"views\":9{}99,", opts.key));
+    }
+    let k = &opts.key;
+    if opts.key_in_exponent && k.len() >= 3 && k.bytes().all(|b| b.is_ascii_digit()) {
+        // Its value, in an exponent's form: no digit run of the key shows.
+        let (n, cut) = (k.len() - 1, k.len() - 2);
+        out.push_str(&format!(
+            "\"views\":{}.{}e{n},\"w\":{}.{}E2,",
+            &k[..1],
+            &k[1..],
+            &k[..cut],
+            &k[cut..]
+        ));
     }
     if opts.odd_ids {
         // Nesting past serde_json's 128, and a string cut mid-emoji.

@@ -173,10 +173,22 @@ pub struct Options {
     #[arg(long)]
     pub odd_ids: bool,
 
+    /// Pages of `/ids` hold, first among their items, ids that are
+    /// numbers a double cannot hold as written (`123456789012345678901234`,
+    /// `-0`)
+    #[arg(long)]
+    pub long_ids: bool,
+
     /// Pages of `/ids` hold a number with the key inside (`"views":
     /// 9KEY99`), when the key is all digits
     #[arg(long)]
     pub key_in_number: bool,
+
+    /// Pages of `/ids` hold the key as numbers written otherwise
+    /// (`"views": 1.2345678e7, "w": 123456.78E2` for the key 12345678),
+    /// when the key is all digits (3 or more)
+    #[arg(long)]
+    pub key_in_exponent: bool,
 
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]

@@ -37,6 +37,10 @@ pub(super) struct Batches {
     /// `values` start in it), once kept there: the cursor then says a
     /// position in it, not the values.
     list: Option<(String, usize)>,
+    /// The cursor that resumed these batches points into a stored list
+    /// that `values` no longer end (cut afresh): a new list may take its
+    /// place only once a cursor that does not point into it is saved.
+    replaces: bool,
 }
 
 impl Batches {
@@ -59,6 +63,7 @@ impl Batches {
         list: Option<(String, usize)>,
     ) -> Self {
         let mut list = list;
+        let mut replaces = false;
         let size = size.max(1) as usize;
         let mut values = values;
         let mut done: BTreeSet<u32> = written.iter().copied().filter(|&k| k > first).collect();
@@ -77,7 +82,7 @@ impl Batches {
                     .flat_map(|(_, v)| v.iter().cloned())
                     .collect();
                 done.clear();
-                list = None;
+                replaces = list.take().is_some();
             }
             None => done.clear(),
             _ => {}
@@ -90,6 +95,7 @@ impl Batches {
             found,
             early,
             list,
+            replaces,
         };
         let end = batches.end();
         batches.written.retain(|&k| k < end);
@@ -156,6 +162,17 @@ impl Batches {
     /// The values not yet sent, when no stored list holds them yet.
     pub(super) fn unlisted(&self) -> Option<&[String]> {
         self.list.is_none().then_some(self.values.as_slice())
+    }
+
+    /// Whether the saved cursor points into the stored list these values
+    /// were cut from (see [`Self::resume`]).
+    pub(super) fn replaces_list(&self) -> bool {
+        self.replaces && self.list.is_none()
+    }
+
+    /// Whether a stored list holds these values.
+    pub(super) fn is_listed(&self) -> bool {
+        self.list.is_some()
     }
 
     /// The values not yet sent are now the whole of the stored list `id`.
@@ -313,8 +330,10 @@ mod tests {
         let list = Some(("L".to_string(), 0));
         let mut b = Batches::resume(values(8), 0, &[1], BTreeMap::new(), Some(2), 3, list);
         assert_eq!(b.unlisted().map(<[String]>::len), Some(6));
+        assert!(b.replaces_list(), "the saved cursor still points into L");
         assert_eq!(b.cursor(&at(), &[]).batch.map(|v| v.len()), Some(6));
         b.listed("M".into());
+        assert!(!b.replaces_list());
         b.mark_written(0, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!(

@@ -8,7 +8,8 @@
 //!   dropped ([`Found`]), and saved in the cursor with every page, so a
 //!   killed run does not lose the values of the pages it already wrote.
 //! * When that step ends, the values become the fan-out's list of values
-//!   to send, saved in the store once, apart ([`JobRun::keep_list`]);
+//!   to send, saved in the store once, apart ([`JobRun::keep_list`]),
+//!   and emptied once the fan-out is done;
 //!   after each batch the cursor keeps its position in them (`batch_at`),
 //!   not the values not yet sent. A stop (a rejection, a signal) or a kill
 //!   resumes at the batch in hand, from the store, on any host: no page
@@ -100,7 +101,7 @@ impl Found {
 }
 
 /// The values at `pointer` in a JSON page: strings as they are, numbers as
-/// text, in document order; `*` matches every element of an array. Other
+/// the page writes them, in document order; `*` matches every element of an array. Other
 /// kinds (objects, arrays, booleans, null) are not values and are skipped;
 /// a value that cannot be read (a string with a lone surrogate escape) is
 /// counted, apart. Streamed ([`page_scan::values`]): no tree of the page.
@@ -139,7 +140,7 @@ impl JobRun<'_> {
                 self.report.borrow_mut().values_lost += lost;
                 warn!(
                     job = self.job.name,
-                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape, a number past a double): \
+                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape): \
                      LOST for the next step, the others are kept",
                     describe_position(at.region, at.step, page),
                     f.from
@@ -252,7 +253,7 @@ impl JobRun<'_> {
         if !early.is_empty() {
             self.keep_found(&mut w.found, at, page, early, 0);
         }
-        self.keep_list(at, &mut plan).await;
+        self.keep_list(at, &mut plan, w.found.values()).await;
         if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
@@ -280,8 +281,35 @@ impl JobRun<'_> {
                 self.save(at.slot, Slot::At(resume)).await;
             }
         }
+        self.fan_out_done(w, at, plan.is_listed()).await
+    }
+
+    /// The fan-out at `at` is done: the cursor moves on, and then the list
+    /// of its values (`listed`: it has one) is emptied, so the store keeps
+    /// at most one list per region and fan-out step, and that one only
+    /// while its walk is under way (or a run that stopped may resume it).
+    /// Not while the saved cursor may still point into it.
+    async fn fan_out_done(&self, w: &mut Walker, at: &Position<'_>, listed: bool) -> Result<Walk> {
         let resume = self.after_step(w, at);
-        self.save(at.slot, resume).await;
+        if self.save(at.slot, resume).await
+            && listed
+            && let Some(store) = self.store
+        {
+            let key = values_key(&self.job.name, at.region, at.step);
+            let ended = serde_json::to_string(&ValueList::<[String; 0]> {
+                id: String::new(),
+                values: [],
+            })
+            .expect("an empty list serializes");
+            if let Err(e) = store.save_cursor(&key, &ended).await {
+                // (the next walk of this step takes its place)
+                warn!(
+                    job = self.job.name,
+                    "{}: the fan-out's values stay in the store for now ({e})",
+                    describe_position(at.region, at.step, 0)
+                );
+            }
+        }
         Ok(Walk::Done)
     }
 
@@ -289,13 +317,22 @@ impl JobRun<'_> {
     /// list its cursors then point into (`batch_at`): after each batch the
     /// cursor saves a position, not every value not yet sent. Only a plan
     /// whose cursor holds its values itself (a new walk, a cursor of an
-    /// older build, values cut afresh) gets a list, so the list a saved
-    /// cursor points into is never replaced under it. Without it (a store
-    /// that did not take it) the cursor keeps the values, as it did.
-    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches) {
-        let (Some(store), Some(values)) = (self.store, plan.unlisted()) else {
+    /// older build) or whose values were cut afresh gets a list. In the
+    /// last case the saved cursor still points into the list under the
+    /// same key, so a cursor holding the values is saved first: a kill
+    /// between the list's write and the next batch's cursor would
+    /// otherwise leave it pointing at a list that is gone, its values
+    /// lost. Without a list (a store that did not take it, or that cursor)
+    /// the cursor keeps the values, as it did. `found`: what the step's
+    /// written pages hold for a fan-out after it.
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
+        let values = plan.unlisted().filter(|v| !v.is_empty());
+        let (Some(store), Some(values)) = (self.store, values) else {
             return;
         };
+        if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {
+            return;
+        }
         let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
         let text = serde_json::to_string(&ValueList {
             id: id.clone(),
@@ -360,9 +397,8 @@ impl JobRun<'_> {
             // those written after it (with what they found).
             return Ok(Walk::Stopped);
         }
-        let resume = self.after_step(w, at);
-        self.save(at.slot, resume).await;
-        Ok(Walk::Done)
+        let listed = plan.borrow().is_listed();
+        self.fan_out_done(w, at, listed).await
     }
 
     /// One batch of a fan-out side by side: wait for a place among the

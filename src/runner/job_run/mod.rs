@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use tracing::{error, info, warn};
 
 use self::round::{Round, Slot};
-use super::cursor::{BatchAt, Cursor, ValueList, cursor_text, read_cursor, values_key};
+use super::cursor::{Cursor, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::output;
 use super::page_scan::Found;
@@ -26,6 +26,7 @@ use crate::{Error, Result};
 mod batches;
 mod charge;
 mod fan_out;
+mod lists;
 mod regions;
 mod request;
 mod round;
@@ -283,7 +284,7 @@ impl<'a> JobRun<'a> {
             },
             None => Cursor::default(),
         };
-        self.load_lists(&mut cursor).await;
+        self.load_lists(&mut cursor).await?;
         // A wrong QUOTA_FILE_MODE stops the run before anything is charged.
         file_mode().map_err(Error::Usage)?;
         // Leftovers are removed only while this run holds the job's lock:
@@ -345,7 +346,8 @@ impl<'a> JobRun<'a> {
     /// says the whole round. The single writer: one write at a time, each
     /// of the round as it is when its turn comes, so the newest is written
     /// last; a state that a later write already carried is not written again.
-    async fn save(&self, slot: usize, state: Slot) {
+    /// Whether the store now holds this state (or a later one).
+    async fn save(&self, slot: usize, state: Slot) -> bool {
         let version = {
             let mut round = self.round.borrow_mut();
             round.set(slot, state);
@@ -353,7 +355,7 @@ impl<'a> JobRun<'a> {
         };
         let mut saved = self.saving.lock().await;
         if *saved >= version {
-            return;
+            return true;
         }
         let (cursor, now) = {
             let round = self.round.borrow();
@@ -375,52 +377,10 @@ impl<'a> JobRun<'a> {
                 job = self.job.name,
                 "cannot save the cursor (the next run may redo this page): {e}"
             );
-            return;
+            return false;
         }
         *saved = now;
-    }
-
-    /// The values not yet sent of each fan-out the cursor is inside of
-    /// (its region's and those ahead), from the lists they point into
-    /// (`batch_at`). A list that is gone, or another walk's, cannot say
-    /// them: that fan-out is skipped for its region this round, as a
-    /// cursor without values always was, and the run says so.
-    async fn load_lists(&self, cursor: &mut Cursor) {
-        let (region, step) = (cursor.region.clone(), cursor.step);
-        self.load_list(&region, step, &mut cursor.batch, &mut cursor.batch_at)
-            .await;
-        for a in &mut cursor.ahead {
-            self.load_list(&a.region, a.step, &mut a.batch, &mut a.batch_at)
-                .await;
-        }
-    }
-
-    async fn load_list(
-        &self,
-        region: &str,
-        step: usize,
-        batch: &mut Option<Vec<String>>,
-        batch_at: &mut Option<BatchAt>,
-    ) {
-        let (Some(store), Some(b)) = (self.store, batch_at.as_ref()) else {
-            return;
-        };
-        let key = values_key(&self.job.name, region, step);
-        let list = store.load_cursor(&key).await.ok().flatten();
-        match list.and_then(|t| serde_json::from_str::<ValueList>(&t).ok()) {
-            Some(mut l) if l.id == b.list && b.from.checked_add(b.left) == Some(l.values.len()) => {
-                l.values.drain(..b.from);
-                *batch = Some(l.values);
-            }
-            _ => {
-                warn!(
-                    job = self.job.name,
-                    "{}: the fan-out's values the cursor points into are gone from the store (or another walk's)",
-                    describe_position(region, step, 0)
-                );
-                (*batch, *batch_at) = (None, None);
-            }
-        }
+        true
     }
 
     /// On a terminal, one line that says how far the run is (none under
