@@ -50,7 +50,7 @@ q=("$quota" -c "$work/quota.yaml")
 # `quota charge bench --cost units=1` sends: the server's clock, a fresh
 # id, no resend, the 60 s horizon, tag "charge<TAB>cli", serial 0, pool
 # units at cost 1 with its one 1 h window and budget.
-sha=$(redis-cli -p $port SCRIPT LOAD "$(cat lua/charge.lua)")
+sha=$(redis-cli -p $port SCRIPT LOAD "$(cargo run -q --example lua_script -- charge)")
 keys=('quota:{bench}:state' 'quota:{bench}:log:units' 'quota:{bench}:index:units')
 evalsha() {
     redis-cli -p $port EVALSHA "$sha" 3 "${keys[@]}" "" "$RANDOM$RANDOM$RANDOM" 0 60000000 \

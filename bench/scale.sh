@@ -123,7 +123,7 @@ printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' 
 for n in "${sizes[@]}"; do
     r FLUSHALL >/dev/null
     : > "$work/fill.slow"
-    charge=$(r SCRIPT LOAD "$(cat lua/charge.lua)")
+    charge=$(r SCRIPT LOAD "$(cargo run -q --example lua_script -- charge)")
     # (the fill logs only charges over 100 µs: the slowest is what counts)
     r CONFIG SET slowlog-log-slower-than 100 >/dev/null
     r CONFIG SET slowlog-max-len 100000 >/dev/null
