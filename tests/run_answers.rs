@@ -249,3 +249,42 @@ fn a_location_with_raw_utf8_is_followed() {
     );
     assert_eq!(d.outputs("j").len(), 1);
 }
+
+/// A page whose next token holds a lone surrogate escape (`"ab\ud800"`)
+/// is JSON: written at once (`retries: 1` would send it twice), its
+/// region's walk ended with a warning naming the pointer and counted in
+/// the summary, the other regions served; the next run walks afresh, the
+/// token never sent (review 2, item 5).
+#[test]
+fn a_page_whose_token_cannot_be_read_is_written_and_ends_its_walk() {
+    let (base, heads) = serving(|head| {
+        let body: &[u8] = if head.contains("regionCode=GB") {
+            br#"{"items":[1],"nextPageToken":"ab\ud800"}"#
+        } else {
+            PAGE
+        };
+        raw("200 OK", &[], body)
+    });
+    let d = api_deployment(&job("j", &base, "/tok").replace("[GB]", "[GB, US]"));
+    for run in 1..=2 {
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains(
+                "region GB step 0 page 0: the next page's token at /nextPageToken cannot be read"
+            ),
+            "{r:?}"
+        );
+        assert!(r.stderr.contains("; 2 calls"), "{r:?}");
+        assert!(
+            r.stderr
+                .contains("(1 ended at a next link or token that cannot be read)"),
+            "{r:?}"
+        );
+        let heads = heads.lock().unwrap();
+        let asked: Vec<bool> = heads.iter().map(|h| h.contains("regionCode=GB")).collect();
+        assert_eq!(asked, [true, false].repeat(run), "{r:?}");
+        assert!(heads.iter().all(|h| !h.contains("pageToken")), "{heads:?}");
+        assert_eq!(d.outputs("j").len(), 2 * run, "{r:?}");
+    }
+}

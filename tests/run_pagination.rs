@@ -642,7 +642,7 @@ fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
         );
         assert!(
             r.stderr
-                .contains("(2 ended at a Link header that cannot be read)"),
+                .contains("(2 ended at a next link or token that cannot be read)"),
             "{form}: {r:?}"
         );
         let seen = up.seen();

@@ -467,3 +467,58 @@ fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_re
     assert_eq!(pages_of(&d), (0, false), "{r:?}");
     assert_eq!(up.seen().len(), 1, "{r:?}");
 }
+
+/// A page holding the key outside a string is refused as a page the
+/// upstream refuses for itself: its region ends with an error naming it
+/// (charged once), the other regions are served, the run exits 1, and
+/// the next run starts that region afresh at its first page rather than
+/// ask for the refused page again (review 2, item 4).
+#[test]
+fn a_page_holding_the_key_in_a_number_ends_only_its_region() {
+    let up = Standin::start(&[
+        "--key",
+        "12345678",
+        "--pages",
+        "2",
+        "--key-in-number",
+        "--key-in-number-where",
+        "region=A&page=2",
+    ]);
+    let d = digit_key(&up);
+    let yaml = std::fs::read_to_string(d.config()).unwrap();
+    d.write(
+        &yaml
+            .replace("    steps:", "    regions: [A, B]\n    steps:")
+            .replace(r#"echo: "1""#, r#"region: "{region}""#),
+    );
+    let asked = |from: usize| -> Vec<(String, u32)> {
+        up.seen()[from..]
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect()
+    };
+    // A's second page asked once, then B's three (the last one empty).
+    let round: Vec<(String, u32)> = [("A", 1), ("A", 2), ("B", 1), ("B", 2), ("B", 3)]
+        .iter()
+        .map(|(r, n)| (r.to_string(), *n))
+        .collect();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(asked(0), round, "{r:?}");
+    assert!(r.stderr.contains("region A step 0 page 1"), "{r:?}");
+    assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
+    assert!(r.stderr.contains("the region ends here"), "{r:?}");
+    assert!(r.stderr.contains("1 FAILED: A"), "{r:?}");
+    assert!(!r.all().contains("12345678"), "{r:?}");
+    // A's first page and B's three written; A's second not.
+    assert_eq!(pages_of(&d), (4, false), "{r:?}");
+
+    // The next run starts A afresh: its first page first, not the refused one.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("starts at region A step 0 page 0"),
+        "{r:?}"
+    );
+    assert_eq!(asked(5), round, "{r:?}");
+}

@@ -7,7 +7,8 @@
 //! values), so all read a page alike: a string holding a lone surrogate
 //! escape (`"\ud800"`, text cut mid-emoji) or nesting of any depth is JSON
 //! to all of them; only a value at a pointer that cannot be read as text
-//! is left out, and counted, on its own.
+//! is left out, and counted, on its own (a next page's token so: the walk
+//! ends there, the page written).
 
 use std::borrow::Cow;
 
@@ -24,6 +25,9 @@ pub enum Found {
     Items(usize),
     /// A whole number, as its text (a cursor such as Twitter's `next_cursor`).
     Number(String),
+    /// A value that cannot be read as text (a lone surrogate escape, a
+    /// number out of a double's range): the page is JSON all the same.
+    Unreadable,
 }
 
 impl Found {
@@ -31,7 +35,7 @@ impl Found {
     pub fn text(self) -> Option<String> {
         match self {
             Self::Text(t) => Some(t),
-            Self::Items(_) | Self::Number(_) => None,
+            Self::Items(_) | Self::Number(_) | Self::Unreadable => None,
         }
     }
 
@@ -39,7 +43,7 @@ impl Found {
     pub fn token(self) -> Option<String> {
         match self {
             Self::Text(t) | Self::Number(t) => Some(t),
-            Self::Items(_) => None,
+            Self::Items(_) | Self::Unreadable => None,
         }
     }
 }
@@ -58,7 +62,9 @@ pub enum Leaf {
 }
 
 /// Check that `body` is one JSON document and find what is at `pointer`
-/// in it (the last of a repeated key, as in a parsed tree).
+/// in it (the last of a repeated key, as in a parsed tree). A value there
+/// that cannot be read is [`Found::Unreadable`], never an error: the page
+/// is JSON, and asking again would get the same.
 pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_json::Error> {
     let text = page_text(body);
     let path = pointer.map(segments).unwrap_or_default();
@@ -74,12 +80,7 @@ pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_j
     Ok(match leaf(raw) {
         Leaf::Text(t) if !t.is_empty() => Some(Found::Text(t)),
         Leaf::Number(n) if n.is_u64() || n.is_i64() => Some(Found::Number(n.to_string())),
-        Leaf::Unreadable => {
-            return Err(serde_json::Error::custom(format!(
-                "the value at {} is not readable text (a lone surrogate escape?)",
-                pointer.unwrap_or_default()
-            )));
-        }
+        Leaf::Unreadable => Some(Found::Unreadable),
         _ => None,
     })
 }
@@ -325,7 +326,11 @@ mod tests {
             scan(page, Some("/next")).unwrap(),
             Some(Found::Text("N".into()))
         );
-        assert!(scan(page, Some("/t")).is_err(), "a token that is not text");
+        assert_eq!(
+            scan(page, Some("/t")).unwrap(),
+            Some(Found::Unreadable),
+            "a token that is not text, in a page that is JSON"
+        );
         let (got, unreadable) = values(page, "/items/*/id").unwrap();
         assert_eq!(
             (got, unreadable),

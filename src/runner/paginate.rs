@@ -28,8 +28,9 @@ pub enum Next {
     /// request was refused for itself: why, redacted. The region ends with
     /// an error.
     Refused(String),
-    /// The page's `Link` header cannot be read: why, redacted. The walk
-    /// ends here, with a warning the run counts.
+    /// The page's `Link` header, or the token or URL at the pagination's
+    /// pointer, cannot be read: why, redacted. The walk ends here (the
+    /// page is written), with a warning the run counts.
     Unreadable(String),
 }
 
@@ -157,6 +158,22 @@ pub fn next(
     let Some(p) = &step.paginate else {
         return Next::End(None);
     };
+    if let (
+        Some(Found::Unreadable),
+        PageKind::Token { pointer, .. } | PageKind::NextUrl { pointer },
+    ) = (&found, &p.kind)
+    {
+        // (the page is JSON, and the same again if asked again: no retry)
+        return Next::Unreadable(format!(
+            "the next page's {} at {pointer} cannot be read as text (a lone surrogate escape, \
+             a number out of range); the walk ends here",
+            if matches!(p.kind, PageKind::Token { .. }) {
+                "token"
+            } else {
+                "URL"
+            }
+        ));
+    }
     match &p.kind {
         PageKind::Token { .. } => found
             .and_then(Found::token)
@@ -460,6 +477,14 @@ jobs:
         // (a next_url is a string or nothing: a number there is no URL)
         let found = crate::runner::page_scan::scan(br#"{"n": 2}"#, Some("/n")).unwrap();
         assert_eq!(found.and_then(Found::text), None);
+        // A token that is not text (a lone surrogate escape) ends the walk,
+        // named, with a warning: the page is JSON, asking again gets the same.
+        let body = br#"{"data": [1], "next_cursor": "ab\ud800"}"#;
+        let found = crate::runner::page_scan::scan(body, Some("/next_cursor")).unwrap();
+        match next(step, &fill, &first, None, found, None) {
+            Next::Unreadable(why) => assert!(why.contains("token at /next_cursor"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -150,7 +150,8 @@ pub struct JobReport {
     /// The regions among [`Self::failed_regions`], each once (a region with
     /// several refused batches is one).
     pub failed_in: BTreeSet<String>,
-    /// Walks ended by a `Link` header that cannot be read (warned each).
+    /// Walks ended by a next link or token that cannot be read (a `Link`
+    /// header, a token or URL in the page: warned each).
     pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
@@ -226,7 +227,7 @@ impl JobReport {
         };
         let failed = match self.unreadable_links {
             0 => failed,
-            n => format!("{failed} ({n} ended at a Link header that cannot be read)"),
+            n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
         };
         format!(
             "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}{failed}; {} pages written; next run starts at {resume}",

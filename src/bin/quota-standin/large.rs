@@ -32,7 +32,7 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
         }
         out.push_str("],");
     }
-    if opts.key_in_number && opts.key.bytes().all(|b| b.is_ascii_digit()) {
+    if opts.key_in_number && opts.key.bytes().all(|b| b.is_ascii_digit()) && asked(opts, target) {
         // A count that happens to hold the (all-digit) key.
         out.push_str(&format!("\"views\":9{}99,", opts.key));
     }
@@ -65,4 +65,16 @@ pub fn text(opts: &Options, target: &str, status: u16, body: &serde_json::Value)
     }
     out.push_str(&text[1..]);
     out
+}
+
+/// Whether `target`'s query has every pair `--key-in-number-where` names
+/// (when it names any).
+fn asked(opts: &Options, target: &str) -> bool {
+    let Some(wanted) = opts.key_in_number_where.as_deref() else {
+        return true;
+    };
+    let have = crate::odd::form_pairs(target.split_once('?').map_or("", |(_, q)| q));
+    crate::odd::form_pairs(wanted)
+        .iter()
+        .all(|p| have.contains(p))
 }

@@ -190,6 +190,11 @@ pub struct Options {
     #[arg(long)]
     pub key_in_exponent: bool,
 
+    /// With --key-in-number: only the pages whose query has every pair of
+    /// K=V[&K=V…] (as decoded), `region=A&page=2` say
+    #[arg(long, value_name = "K=V[&K=V…]", requires = "key_in_number")]
+    pub key_in_number_where: Option<String>,
+
     /// Append one JSON line per request to this file
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,

@@ -57,7 +57,8 @@ fn refused(state: &State, url: &reqwest::Url) -> Option<Raw> {
     Some(json_raw(400, body.to_string().into_bytes()))
 }
 
-fn form_pairs(text: &str) -> Vec<(String, String)> {
+/// A query's (or an option's) pairs, as decoded.
+pub fn form_pairs(text: &str) -> Vec<(String, String)> {
     form_urlencoded::parse(text.as_bytes())
         .into_owned()
         .collect()

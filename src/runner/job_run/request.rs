@@ -208,14 +208,15 @@ impl JobRun<'_> {
     }
 
     /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has. On a blocking thread: its fsyncs
-    /// must not hold up the other regions walked on this task.
+    /// under a name no earlier page has; its body back once written. On a
+    /// blocking thread: its fsyncs must not hold up the other regions
+    /// walked on this task.
     pub(super) async fn write_page(
         &self,
         fill: &Fill<'_>,
         name: &str,
         body: Vec<u8>,
-    ) -> Result<()> {
+    ) -> Result<Written> {
         let mode = file_mode().map_err(Error::Usage)?;
         let (dir, job, file) = (
             self.job.output.clone(),
@@ -231,17 +232,18 @@ impl JobRun<'_> {
             let masked = match mask_page(&text, &secret) {
                 Ok(Cow::Borrowed(_)) => None,
                 Ok(Cow::Owned(m)) => Some(m.into_bytes()),
-                Err(SecretOutsideStrings) => return (Ok(None), false),
+                Err(SecretOutsideStrings) => return (Ok(None), false, Vec::new()),
             };
             let bytes = masked.as_deref().unwrap_or(&body);
             let written = write_new(&dir, &job, &file, bytes, mode).map(Some);
-            (written, masked.is_some())
+            (written, masked.is_some(), body)
         })
         .await;
-        let (written, masked) = written.unwrap_or_else(|e| {
+        let (written, masked, body) = written.unwrap_or_else(|e| {
             (
                 Err(std::io::Error::other(format!("the writer failed: {e}"))),
                 false,
+                Vec::new(),
             )
         });
         if masked {
@@ -266,20 +268,27 @@ impl JobRun<'_> {
             }
         })?;
         let Some(path) = path else {
-            return Err(Error::Upstream {
-                job: self.job.name.clone(),
-                url: format!("page {name}"),
-                problem: "the page holds the credential's secret outside a JSON string (inside a number, say): \
-                          not written, since *** there would leave a file that is not JSON; \
-                          the next run asks for it again"
+            // As a page the upstream refuses for itself: asking again at
+            // once gets the same page, so its region (or batch) ends.
+            return Ok(Written::Refused(
+                "the page holds the credential's secret outside a JSON string (inside a number, say): \
+                 not written, since *** there would leave a file that is not JSON"
                     .into(),
-            });
+            ));
         };
         self.report.borrow_mut().pages += 1;
         self.progress();
         debug!(job = self.job.name, "wrote {}", path.display());
-        Ok(())
+        Ok(Written::Page(body))
     }
+}
+
+/// What became of a page sent to its file.
+pub(super) enum Written {
+    /// Written: its body, for what is read from it after.
+    Page(Vec<u8>),
+    /// Not written, and never will be as it stands: why.
+    Refused(String),
 }
 
 /// Whether the HTTP client can send a request to `url` (as `http::Uri`,

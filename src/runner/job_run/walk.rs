@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use tracing::{error, warn};
 
-use super::request::Fetched;
+use super::request::{Fetched, Written};
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
@@ -183,6 +183,8 @@ impl JobRun<'_> {
         let given = token.is_some() || step.for_each.is_some() || uses_region(step);
         let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
             Fetched::Page(page) => {
+                // (answered: the key and the request are good, whether
+                // or not the page can be written)
                 self.first_refused.set(0);
                 if step.for_each.is_some() {
                     self.batch_answered(at, true);
@@ -190,33 +192,8 @@ impl JobRun<'_> {
                 page
             }
             Fetched::Stopped => return Ok(None),
-            // A batch the upstream rejects is skipped, named: the fan-out
-            // goes on with the next (it takes this one as done), unless
-            // it refused the batches before it too and took none: then
-            // the rest of the fan-out (`Next::Refused`) is skipped.
-            Fetched::Refused(why, _) if step.for_each.is_some() => {
-                let batch = match at.region {
-                    "" => format!("step {} batch {page}", at.step),
-                    region => format!("{region} step {} batch {page}", at.step),
-                };
-                self.report.borrow_mut().fail(at.region, batch.clone());
-                if self.batch_answered(at, false) {
-                    return Ok(Some(Next::Refused(format!(
-                        "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
-                    ))));
-                }
-                error!(
-                    job = self.job.name,
-                    "{batch}: {why}; this batch is skipped, the others go on"
-                );
-                return Ok(Some(Next::End(None)));
-            }
-            // A page: its region ends here (the walk saves it as served).
             Fetched::Refused(why, for_itself) => {
-                if for_itself && token.is_none() {
-                    self.first_page_refused(at, &why).await?;
-                }
-                return Ok(Some(Next::Refused(why)));
+                return self.refused(step, at, token, page, &why, for_itself).await;
             }
         };
         let name = PageName {
@@ -227,12 +204,22 @@ impl JobRun<'_> {
             page,
         }
         .file_name();
-        // The values for a fan-out after this step, read before the page
-        // goes to its writer (it is saved with the cursor after the write).
+        let body = match self.write_page(fill, &name, body).await? {
+            Written::Page(body) => body,
+            // Refused as a 2xx that can never be a page is: the same
+            // page again if asked again at once (not for itself: the
+            // upstream took the key and the request)
+            Written::Refused(why) => {
+                let shown = crate::runner::report::cut(&redact(url.as_str(), &[fill.secret]), 200);
+                let why = format!("{shown}: {why}");
+                return self.refused(step, at, token, page, &why, false).await;
+            }
+        };
+        // The values for a fan-out after this step, from a page written
+        // (they are saved with the cursor after it).
         if let Some(keep) = keep {
             self.collect_for_next(keep, at, page, &body);
         }
-        self.write_page(fill, &name, body).await?;
         Ok(Some(paginate::next(
             step,
             fill,
@@ -241,6 +228,46 @@ impl JobRun<'_> {
             found,
             link.as_deref(),
         )))
+    }
+
+    /// A page (or batch) refused, by the upstream (`for_itself`: a 400,
+    /// 404, 410 or 422) or as it came (it can never be a page, or be
+    /// written): what the walk does next.
+    async fn refused(
+        &self,
+        step: &Step,
+        at: &Position<'_>,
+        token: Option<&str>,
+        page: u32,
+        why: &str,
+        for_itself: bool,
+    ) -> Result<Option<Next>> {
+        // A batch the upstream rejects is skipped, named: the fan-out
+        // goes on with the next (it takes this one as done), unless
+        // it refused the batches before it too and took none: then
+        // the rest of the fan-out (`Next::Refused`) is skipped.
+        if step.for_each.is_some() {
+            let batch = match at.region {
+                "" => format!("step {} batch {page}", at.step),
+                region => format!("{region} step {} batch {page}", at.step),
+            };
+            self.report.borrow_mut().fail(at.region, batch.clone());
+            if self.batch_answered(at, false) {
+                return Ok(Some(Next::Refused(format!(
+                    "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
+                ))));
+            }
+            error!(
+                job = self.job.name,
+                "{batch}: {why}; this batch is skipped, the others go on"
+            );
+            return Ok(Some(Next::End(None)));
+        }
+        // A page: its region ends here (the walk saves it as served).
+        if for_itself && token.is_none() {
+            self.first_page_refused(at, why).await?;
+        }
+        Ok(Some(Next::Refused(why.to_string())))
     }
 
     /// A batch of a fan-out answered (`taken`) or refused: whether the
