@@ -5,17 +5,17 @@
 //! on their own.
 
 use std::borrow::Cow;
-use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
 use super::{Charged, JobRun, PageAnswer};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Fill, Step, redact};
+use crate::ledger::{Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
 use crate::runner::output::{SecretOutsideStrings, mask_page};
-use crate::runner::upstream::{self, Answer, Reported};
+use crate::runner::upstream::{self, Answer, Attempts, Next, Reported};
 use crate::{Error, Result};
 
 /// What a page's request came to.
@@ -33,10 +33,10 @@ pub(super) enum Fetched {
 impl JobRun<'_> {
     /// Charge and send the page's request until it answers with a page
     /// (its body and next-page token): retries and same-origin redirects
-    /// are charged like any call. `given`: the request carries what the
-    /// upstream gave (a page token, a next link, a fan-out batch) or its
-    /// region, so a refusal of it for itself ends its region (or batch),
-    /// not the job.
+    /// are charged like any call, as [`Attempts`] says. `given`: the
+    /// request carries what the upstream gave (a page token, a next link,
+    /// a fan-out batch) or its region, so a refusal of it for itself ends
+    /// its region (or batch), not the job.
     pub(super) async fn request_page(
         &self,
         step: &Step,
@@ -44,30 +44,18 @@ impl JobRun<'_> {
         url: &reqwest::Url,
         given: bool,
     ) -> Result<Fetched> {
-        let http = &self.ctx.config.http;
-        let shown = redact(url.as_str(), &[fill.secret]);
-        let mut attempt = 0;
-        // The request in hand: the page's own, or a same-origin redirect's
-        // target (each hop charged like any call), and how many hops led there.
-        let (mut method, mut target, mut hops) = (step.method.clone(), url.clone(), 0u32);
+        let mut attempts = Attempts::new(step, fill, url, given, &self.ctx.config.http);
         loop {
-            if self.stopping() {
+            if self.halted() {
                 return Ok(Fetched::Stopped);
             }
-            if self.ctx.shutdown.is_set() {
-                self.stop(Stop::Signal);
-                return Ok(Fetched::Stopped);
-            }
-            if self.lock.as_ref().is_some_and(RunLock::is_lost) {
-                self.stop(Stop::LockLost);
-                return Ok(Fetched::Stopped);
-            }
-            let shown_target = redact(target.as_str(), &[fill.secret]);
+            let shown_target = attempts.shown();
             // Built before its charge: a request that can never be sent
             // costs nothing (nor one whose URL the client cannot put on
             // the wire: longer than a request line's 65,534 bytes, say).
-            let request = upstream::request(self.ctx.client, step, fill, &method, &target)
-                .and_then(|r| sendable(&target).map(|()| r))
+            let (method, target) = (attempts.method(), attempts.target());
+            let request = upstream::request(self.ctx.client, step, fill, method, target)
+                .and_then(|r| sendable(target).map(|()| r))
                 .map_err(|problem| Error::Upstream {
                     job: self.job.name.clone(),
                     url: crate::runner::report::cut(&shown_target, 200),
@@ -84,29 +72,20 @@ impl JobRun<'_> {
                     return Ok(Fetched::Stopped);
                 }
             };
-            debug!(job = self.job.name, attempt, "{method} {shown_target}");
-            self.report.borrow_mut().calls += 1;
-            let mut reported = Reported::default();
-            let answer = tokio::select! {
-                a = upstream::send(self.ctx.client, request, step, fill, http.max_body, &mut reported) => a,
-                () = self.ctx.shutdown.wait() => {
-                    info!(job = self.job.name, "stop signal: abandoning the request in flight");
-                    if receipt.is_some() {
-                        self.keep_estimates(step, "the request was abandoned");
-                    }
-                    self.stop(Stop::Signal);
-                    return Ok(Fetched::Stopped);
-                }
+            debug!(
+                job = self.job.name,
+                attempt = attempts.attempt(),
+                "{method} {shown_target}"
+            );
+            let Some(answer) = self
+                .exchange(step, fill, request, receipt.as_ref(), &remaining)
+                .await
+            else {
+                return Ok(Fetched::Stopped);
             };
-            if let Some(receipt) = &receipt {
-                self.settle(step, receipt, &reported.actuals).await;
-                self.upstream_counts(step, &reported, &remaining).await;
-            }
-            match answer {
-                Answer::Page { body, found, link } => {
-                    return Ok(Fetched::Page((body, found, link)));
-                }
-                Answer::QuotaExhausted {
+            match attempts.next(answer) {
+                Next::Page { body, found, link } => return Ok(Fetched::Page((body, found, link))),
+                Next::QuotaSpent {
                     status,
                     reason,
                     retry_after,
@@ -115,96 +94,72 @@ impl JobRun<'_> {
                         .await;
                     return Ok(Fetched::Stopped);
                 }
-                Answer::Redirect {
-                    status,
-                    to,
-                    method: next,
-                } if hops < upstream::MAX_REDIRECTS => {
-                    hops += 1;
-                    // The hop gets the key in its query as a next link
-                    // does: a Location need not repeat the query.
-                    let mut to = to;
-                    crate::runner::paginate::put_back_secret(step, fill, &mut to);
-                    info!(
-                        job = self.job.name,
-                        "{shown_target}: HTTP {status}, redirect {hops} of at most {} to {} (same origin, charged)",
-                        upstream::MAX_REDIRECTS,
-                        redact(to.as_str(), &[fill.secret])
-                    );
-                    (method, target) = (next, to);
-                }
-                Answer::Redirect { status, to, .. } => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!(
-                            "more than {} redirects (the last, HTTP {status}, to {}): not followed",
-                            upstream::MAX_REDIRECTS,
-                            redact(to.as_str(), &[fill.secret])
-                        ),
-                    });
-                }
-                Answer::Fatal(why) => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: why,
-                    });
-                }
-                Answer::Transient(why) if attempt < http.retries => {
-                    let cap = http
-                        .backoff
-                        .saturating_mul(1 << attempt.min(16))
-                        .min(Duration::from_secs(60));
-                    // Full jitter: anywhere up to the cap, so hosts do not retry in step.
-                    let wait = cap.mul_f64(rand::random_range(0.0..=1.0));
-                    attempt += 1;
-                    // A retry is the page's request again, from its own URL.
-                    (method, target, hops) = (step.method.clone(), url.clone(), 0);
-                    warn!(
-                        job = self.job.name,
-                        "{shown_target}: {why}; retry {attempt} of {} in {}",
-                        http.retries,
-                        crate::timefmt::fmt_wait(wait)
-                    );
+                Next::Follow { note } => info!(job = self.job.name, "{note}"),
+                Next::Retry { wait, note } => {
+                    warn!(job = self.job.name, "{note}");
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
                         () = self.ctx.shutdown.wait() => {}
                     }
                 }
-                Answer::Transient(why) => {
+                Next::Refused { why, for_itself } => return Ok(Fetched::Refused(why, for_itself)),
+                Next::Fail(problem) => {
                     return Err(Error::Upstream {
                         job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!("{why}, after {} attempts", attempt + 1),
-                    });
-                }
-                Answer::Unusable(why) => {
-                    let shown = crate::runner::report::cut(&shown_target, 200);
-                    return Ok(Fetched::Refused(format!("{shown}: {why}"), false));
-                }
-                Answer::Refused { status, excerpt }
-                    if given && upstream::refused_for_itself(status) =>
-                {
-                    let shown = crate::runner::report::cut(&shown_target, 200);
-                    return Ok(Fetched::Refused(
-                        format!(
-                            "{shown}: the upstream refused the request with HTTP {status}: {excerpt}; not retried"
-                        ),
-                        true,
-                    ));
-                }
-                Answer::Refused { status, excerpt } => {
-                    return Err(Error::Upstream {
-                        job: self.job.name.clone(),
-                        url: shown,
-                        problem: format!(
-                            "the upstream refused the request with HTTP {status}: {excerpt}"
-                        ),
+                        url: redact(url.as_str(), &[fill.secret]),
+                        problem,
                     });
                 }
             }
         }
+    }
+
+    /// Send one charged request and settle its charge; `None` when a stop
+    /// signal abandoned it in flight (its estimates kept, the stop recorded).
+    async fn exchange(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        request: reqwest::Request,
+        receipt: Option<&Receipt>,
+        remaining: &[Remaining],
+    ) -> Option<Answer> {
+        self.report.borrow_mut().calls += 1;
+        let mut reported = Reported::default();
+        let max_body = self.ctx.config.http.max_body;
+        let answer = tokio::select! {
+            a = upstream::send(self.ctx.client, request, step, fill, max_body, &mut reported) => a,
+            () = self.ctx.shutdown.wait() => {
+                info!(job = self.job.name, "stop signal: abandoning the request in flight");
+                if receipt.is_some() {
+                    self.keep_estimates(step, "the request was abandoned");
+                }
+                self.stop(Stop::Signal);
+                return None;
+            }
+        };
+        if let Some(receipt) = receipt {
+            self.settle(step, receipt, &reported.actuals).await;
+            self.upstream_counts(step, &reported, remaining).await;
+        }
+        Some(answer)
+    }
+
+    /// Whether the run stops before another request is charged: stopped
+    /// already, a stop signal, or the run's lock lost (the stop recorded).
+    fn halted(&self) -> bool {
+        if self.stopping() {
+            return true;
+        }
+        if self.ctx.shutdown.is_set() {
+            self.stop(Stop::Signal);
+            return true;
+        }
+        if self.lock.as_ref().is_some_and(RunLock::is_lost) {
+            self.stop(Stop::LockLost);
+            return true;
+        }
+        false
     }
 
     /// Write one page file, the secret masked if the upstream echoed it,

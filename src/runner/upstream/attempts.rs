@@ -1,0 +1,460 @@
+//! One page's request through its attempts: given what each attempt came
+//! to (an [`Answer`]), what the runner does next. A transient failure is
+//! sent again (charged) after a backoff, from the page's own URL; a
+//! same-origin redirect is followed (charged) up to [`MAX_REDIRECTS`]
+//! hops; anything else ends the request. No I/O here: the runner charges,
+//! sends, waits and logs what [`Next`] says, so this reads, and is tested,
+//! on its own.
+
+use std::time::Duration;
+
+use super::Answer;
+use crate::config::{Fill, HttpSettings, Step, redact};
+use crate::runner::page_scan::Found;
+
+/// Same-origin redirects followed for one page, at most (each one charged).
+pub const MAX_REDIRECTS: u32 = 3;
+
+/// The longest a retry waits, however many came before it.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// What comes after an attempt's answer.
+#[derive(Debug)]
+pub enum Next {
+    /// Charge and send the page's own request again once `wait` is over;
+    /// `note` (a warning) says why and when.
+    Retry { wait: Duration, note: String },
+    /// Charge and send the redirect's target, now [`Attempts::target`];
+    /// `note` says where.
+    Follow { note: String },
+    /// Done: the page, what it holds at the pagination's pointer, its `Link`.
+    Page {
+        body: Vec<u8>,
+        found: Option<Found>,
+        link: Option<String>,
+    },
+    /// The upstream's own quota is spent: the credential is to be blocked.
+    QuotaSpent {
+        status: u16,
+        reason: String,
+        retry_after: Option<Duration>,
+    },
+    /// This request ends, and with it only its region (or batch): why,
+    /// naming the request (redacted). `for_itself`: the upstream refused
+    /// it for itself (see [`refused_for_itself`]).
+    Refused { why: String, for_itself: bool },
+    /// The job stops: the problem, said of the page's own URL.
+    Fail(String),
+}
+
+/// The attempts of one page's request: the request in hand (the page's
+/// own, or a redirect's target), the retries and hops spent, and the
+/// backoff policy.
+pub struct Attempts<'a> {
+    step: &'a Step,
+    fill: &'a Fill<'a>,
+    url: &'a reqwest::Url,
+    /// The request carries what the upstream gave (a page token, a next
+    /// link, a fan-out batch) or its region: a refusal of it for itself
+    /// ends its region (or batch), not the job.
+    given: bool,
+    retries: u32,
+    backoff: Duration,
+    /// A factor in 0..=1 for each wait (full jitter: hosts that failed
+    /// together do not retry in step).
+    jitter: fn() -> f64,
+    method: reqwest::Method,
+    target: reqwest::Url,
+    attempt: u32,
+    hops: u32,
+}
+
+impl<'a> Attempts<'a> {
+    /// The first attempt of the page's request, `url` with the step's method.
+    pub fn new(
+        step: &'a Step,
+        fill: &'a Fill<'a>,
+        url: &'a reqwest::Url,
+        given: bool,
+        http: &HttpSettings,
+    ) -> Self {
+        Self {
+            step,
+            fill,
+            url,
+            given,
+            retries: http.retries,
+            backoff: http.backoff,
+            jitter: || rand::random_range(0.0..=1.0),
+            method: step.method.clone(),
+            target: url.clone(),
+            attempt: 0,
+            hops: 0,
+        }
+    }
+
+    /// The method of the request in hand.
+    pub fn method(&self) -> &reqwest::Method {
+        &self.method
+    }
+
+    /// The URL of the request in hand.
+    pub fn target(&self) -> &reqwest::Url {
+        &self.target
+    }
+
+    /// Retries so far (0: the first attempt).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The URL of the request in hand, the secret masked.
+    pub fn shown(&self) -> String {
+        self.redact(&self.target)
+    }
+
+    /// What to do after the request in hand answered `answer`.
+    pub fn next(&mut self, answer: Answer) -> Next {
+        let shown = self.shown();
+        match answer {
+            Answer::Page { body, found, link } => Next::Page { body, found, link },
+            Answer::QuotaExhausted {
+                status,
+                reason,
+                retry_after,
+            } => Next::QuotaSpent {
+                status,
+                reason,
+                retry_after,
+            },
+            Answer::Redirect { status, to, method } if self.hops < MAX_REDIRECTS => {
+                self.hops += 1;
+                // The hop gets the key in its query as a next link does:
+                // a Location need not repeat the query.
+                let mut to = to;
+                crate::runner::paginate::put_back_secret(self.step, self.fill, &mut to);
+                let note = format!(
+                    "{shown}: HTTP {status}, redirect {} of at most {MAX_REDIRECTS} to {} (same origin, charged)",
+                    self.hops,
+                    self.redact(&to)
+                );
+                (self.method, self.target) = (method, to);
+                Next::Follow { note }
+            }
+            Answer::Redirect { status, to, .. } => Next::Fail(format!(
+                "more than {MAX_REDIRECTS} redirects (the last, HTTP {status}, to {}): not followed",
+                self.redact(&to)
+            )),
+            Answer::Fatal(why) => Next::Fail(why),
+            Answer::Transient(why) if self.attempt < self.retries => {
+                let wait = cap(self.backoff, self.attempt).mul_f64((self.jitter)());
+                self.attempt += 1;
+                // A retry is the page's request again, from its own URL.
+                (self.method, self.target, self.hops) =
+                    (self.step.method.clone(), self.url.clone(), 0);
+                let note = format!(
+                    "{shown}: {why}; retry {} of {} in {}",
+                    self.attempt,
+                    self.retries,
+                    crate::timefmt::fmt_wait(wait)
+                );
+                Next::Retry { wait, note }
+            }
+            Answer::Transient(why) => {
+                Next::Fail(format!("{why}, after {} attempts", self.attempt + 1))
+            }
+            Answer::Unusable(why) => Next::Refused {
+                why: format!("{}: {why}", cut(&shown)),
+                for_itself: false,
+            },
+            Answer::Refused { status, excerpt } if self.given && refused_for_itself(status) => {
+                Next::Refused {
+                    why: format!(
+                        "{}: the upstream refused the request with HTTP {status}: {excerpt}; not retried",
+                        cut(&shown)
+                    ),
+                    for_itself: true,
+                }
+            }
+            Answer::Refused { status, excerpt } => Next::Fail(format!(
+                "the upstream refused the request with HTTP {status}: {excerpt}"
+            )),
+        }
+    }
+
+    fn redact(&self, url: &reqwest::Url) -> String {
+        redact(url.as_str(), &[self.fill.secret])
+    }
+}
+
+/// The longest wait before retry `attempt + 1`: the backoff doubled per
+/// retry before it, at most [`MAX_BACKOFF`].
+fn cap(backoff: Duration, attempt: u32) -> Duration {
+    backoff
+        .saturating_mul(1 << attempt.min(16))
+        .min(MAX_BACKOFF)
+}
+
+/// A URL as a message names the request: at most 200 characters.
+fn cut(shown: &str) -> String {
+    crate::runner::report::cut(shown, 200)
+}
+
+/// Whether a 4xx refuses the one request it answers rather than every
+/// request (401, 403 and the rest): 400, 404, 410, 422. When the request
+/// carries what the upstream gave (a page token, a next link, a batch of
+/// its values: an expired token, a batch it rejects), only that region or
+/// batch ends; one made from the file alone stops the job, as the file
+/// (or the key) is what to fix and every region would meet the same.
+pub fn refused_for_itself(status: u16) -> bool {
+    matches!(status, 400 | 404 | 410 | 422)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Secret, Secrets};
+
+    fn config() -> Config {
+        let yaml = r#"
+credentials:
+  main: { secret: { env: UNUSED }, pools: { units: [ { limit: 10, per: 1h } ] } }
+endpoints:
+  e: { cost: 1 }
+http: { retries: 3, backoff: 2s }
+jobs:
+  j:
+    credential: main
+    steps:
+      - endpoint: e
+        request: { url: "https://api.example.com/v3/videos", query: { part: id, key: "{secret}" } }
+    output: out
+"#;
+        Config::parse(std::path::Path::new("q.yaml"), yaml, Secrets::Skip).unwrap()
+    }
+
+    fn fill(secret: &Secret) -> Fill<'_> {
+        Fill {
+            region: "",
+            secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        }
+    }
+
+    fn url(s: &str) -> reqwest::Url {
+        reqwest::Url::parse(s).unwrap()
+    }
+
+    const PAGE: &str = "https://api.example.com/v3/videos?part=id&key=SEKRET";
+
+    fn page() -> Answer {
+        Answer::Page {
+            body: b"{}".to_vec(),
+            found: None,
+            link: None,
+        }
+    }
+
+    fn hop(to: &str) -> Answer {
+        Answer::Redirect {
+            status: 302,
+            to: url(to),
+            method: reqwest::Method::GET,
+        }
+    }
+
+    /// Drive one page's attempts, the widest jitter (each wait its cap).
+    fn attempts<'a>(
+        config: &'a Config,
+        fill: &'a Fill<'a>,
+        page: &'a reqwest::Url,
+        given: bool,
+    ) -> Attempts<'a> {
+        let mut a = Attempts::new(&config.jobs[0].steps[0], fill, page, given, &config.http);
+        a.jitter = || 1.0;
+        a
+    }
+
+    #[test]
+    fn a_server_error_is_retried_after_a_backoff_then_the_page_is_done() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = attempts(&config, &fill, &own, false);
+        match a.next(Answer::Transient("HTTP 502 Bad Gateway".into())) {
+            Next::Retry { wait, note } => {
+                assert_eq!(wait, Duration::from_secs(2));
+                assert_eq!(
+                    note,
+                    format!(
+                        "https://api.example.com/v3/videos?part=id&key=***: HTTP 502 Bad Gateway; retry 1 of 3 in {}",
+                        crate::timefmt::fmt_wait(wait)
+                    )
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!((a.attempt(), a.target().as_str()), (1, PAGE));
+        assert!(matches!(a.next(page()), Next::Page { .. }));
+    }
+
+    #[test]
+    fn retries_double_their_wait_and_end_the_job_once_spent() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = attempts(&config, &fill, &own, true);
+        let mut waits = Vec::new();
+        for _ in 0..3 {
+            match a.next(Answer::Transient("timed out".into())) {
+                Next::Retry { wait, .. } => waits.push(wait.as_secs()),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(waits, [2, 4, 8]);
+        match a.next(Answer::Transient("timed out".into())) {
+            Next::Fail(why) => assert_eq!(why, "timed out, after 4 attempts"),
+            other => panic!("{other:?}"),
+        }
+        // However many retries, a wait stays under a minute.
+        assert_eq!(cap(Duration::from_secs(2), 40), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_retry_waits_somewhere_up_to_its_cap() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = Attempts::new(&config.jobs[0].steps[0], &fill, &own, false, &config.http);
+        for cap in [2, 4, 8] {
+            match a.next(Answer::Transient("HTTP 503".into())) {
+                Next::Retry { wait, .. } => assert!(wait <= Duration::from_secs(cap), "{wait:?}"),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn three_hops_are_followed_with_the_key_put_back_and_a_fourth_ends_the_job() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = attempts(&config, &fill, &own, true);
+        for n in 1..=3 {
+            match a.next(hop(&format!("https://api.example.com/v{n}/videos?part=id"))) {
+                Next::Follow { note } => {
+                    assert!(
+                        note.ends_with(&format!(
+                            "HTTP 302, redirect {n} of at most 3 to https://api.example.com/v{n}/videos?part=id&key=*** (same origin, charged)"
+                        )),
+                        "{note}"
+                    );
+                    assert!(!note.contains("SEKRET"), "{note}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(
+                a.target().as_str(),
+                format!("https://api.example.com/v{n}/videos?part=id&key=SEKRET")
+            );
+        }
+        match a.next(hop("https://api.example.com/v4/videos?key=SEKRET")) {
+            Next::Fail(why) => assert_eq!(
+                why,
+                "more than 3 redirects (the last, HTTP 302, to https://api.example.com/v4/videos?key=***): not followed"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_retry_starts_again_from_the_pages_own_url_with_its_hops_anew() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = attempts(&config, &fill, &own, false);
+        for _ in 0..3 {
+            assert!(matches!(
+                a.next(hop("https://api.example.com/elsewhere")),
+                Next::Follow { .. }
+            ));
+        }
+        match a.next(Answer::Transient("HTTP 500".into())) {
+            Next::Retry { note, .. } => assert!(
+                note.starts_with("https://api.example.com/elsewhere?key=***: HTTP 500; retry 1"),
+                "{note}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.target().as_str(), PAGE);
+        assert!(matches!(
+            a.next(hop("https://api.example.com/elsewhere")),
+            Next::Follow { .. }
+        ));
+    }
+
+    #[test]
+    fn a_429_with_retry_after_means_the_upstream_quota_is_spent() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let mut a = attempts(&config, &fill, &own, false);
+        match a.next(Answer::QuotaExhausted {
+            status: 429,
+            reason: "too many requests".into(),
+            retry_after: Some(Duration::from_secs(7)),
+        }) {
+            Next::QuotaSpent {
+                status: 429,
+                reason,
+                retry_after: Some(d),
+            } => {
+                assert_eq!((reason.as_str(), d.as_secs()), ("too many requests", 7));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.attempt(), 0);
+    }
+
+    #[test]
+    fn a_refusal_ends_its_region_only_when_the_request_carries_what_upstream_gave() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let (fill, own) = (fill(&secret), url(PAGE));
+        let refused = || Answer::Refused {
+            status: 404,
+            excerpt: "not found".into(),
+        };
+        match attempts(&config, &fill, &own, true).next(refused()) {
+            Next::Refused { why, for_itself } => {
+                assert!(for_itself);
+                assert_eq!(
+                    why,
+                    "https://api.example.com/v3/videos?part=id&key=***: the upstream refused the request with HTTP 404: not found; not retried"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        match attempts(&config, &fill, &own, false).next(refused()) {
+            Next::Fail(why) => {
+                assert_eq!(
+                    why,
+                    "the upstream refused the request with HTTP 404: not found"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A 401 refuses every request: the job stops, given or not.
+        let unauthorized = Answer::Refused {
+            status: 401,
+            excerpt: String::new(),
+        };
+        assert!(matches!(
+            attempts(&config, &fill, &own, true).next(unauthorized),
+            Next::Fail(_)
+        ));
+        match attempts(&config, &fill, &own, true).next(Answer::Unusable("no body".into())) {
+            Next::Refused { why, for_itself } => {
+                assert!(!for_itself);
+                assert!(why.ends_with("key=***: no body"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
