@@ -21,8 +21,10 @@
 //! * [`logging`], [`timefmt`]: log set-up; how times and durations are shown.
 //! * [`error`]: the one error type, and the one map to exit codes.
 //!
-//! The stand-in upstream of the demo and the tests is a binary of its own
-//! (`src/bin/quota-standin/`), not part of this library or of `quota`.
+//! The stand-in upstream of the demo and the tests is a package of its own
+//! in the workspace (`standin/`, the binary `quota-standin`), not part of
+//! this library or of `quota`: `cargo install --path .` installs `quota`
+//! alone.
 
 pub mod atomic_file;
 pub mod cli;

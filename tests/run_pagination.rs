@@ -2,7 +2,7 @@
 //! next links, resumed after kill -9), a next URL in the body, page and
 //! offset numbers that stop on an empty page, and a next link to another
 //! origin, refused. The real binary, the embedded store, the stand-in's
-//! other API shapes (`src/bin/quota-standin/apis.rs`).
+//! other API shapes (`standin/src/apis.rs`).
 
 use crate::common::deployment::{Deployment, embedded_store, spawn};
 use crate::common::standin::{Seen, Standin};

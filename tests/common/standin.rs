@@ -1,10 +1,11 @@
 //! The upstream of the binary tests: the stand-in (the `quota-standin`
-//! binary, a metered YouTube-shaped imitation) on a free loopback port, and
-//! what it saw.
+//! binary of the workspace's `standin/` package, a metered YouTube-shaped
+//! imitation) on a free loopback port, and what it saw.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::wait_until;
@@ -54,7 +55,7 @@ impl Standin {
     pub fn start(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("requests.jsonl");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_quota-standin"))
+        let mut child = Command::new(binary())
             .args(["--listen", "127.0.0.1:0", "--log"])
             .arg(&log)
             .args(extra)
@@ -129,4 +130,43 @@ impl Drop for Standin {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The stand-in's binary, built first by cargo (once per test process) with
+/// the profile of these tests. It is another package's binary, so cargo
+/// neither names it to these tests (`CARGO_BIN_EXE_*`) nor rebuilds it for
+/// `cargo test --test lib` alone: without this, an edited stand-in would
+/// go untested, or a fresh checkout would have none.
+fn binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        // The tests run from <target>/<profile dir>/deps/.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => "dev",
+            Some(name) => name,
+        };
+        // The workspace's default members, not `--package quota-standin`
+        // alone: its dependencies then have the features `cargo build`
+        // gives them, and the binary it built is used as it is.
+        let out = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--message-format=json"])
+            .args(["--bin", "quota-standin", "--profile", profile])
+            .arg("--manifest-path")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo to build the stand-in");
+        assert!(out.status.success(), "cargo could not build the stand-in");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|m| m["target"]["name"] == "quota-standin" && m["executable"].is_string())
+            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo names the stand-in's executable")
+    })
 }

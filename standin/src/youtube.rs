@@ -22,81 +22,13 @@
 //!   header first, then the target and the other headers), as a careless
 //!   upstream's error page does.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::Write;
-use std::sync::Mutex;
+use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use crate::{Error, Options};
-
-/// Per (key, pool): the (arrival, cost) of requests inside the window.
-type Spent = HashMap<(String, &'static str), VecDeque<(Instant, u64)>>;
-
-/// The stand-in's options and what it has seen so far.
-pub struct State {
-    pub opts: Options,
-    spent: Mutex<Spent>,
-    requests: Mutex<u64>,
-    log: Option<Mutex<std::fs::File>>,
-    /// The upstreams' own counters for the example jobs.
-    pub counters: crate::examples::Counters,
-    /// Requests read and not yet answered in full: each log line says how
-    /// many, so a test sees how many a client had in flight at once.
-    pub in_flight: std::sync::atomic::AtomicU64,
-}
-
-impl State {
-    /// A fresh state; opens (appends to) the request log, if any.
-    pub fn new(opts: Options) -> Result<Self, Error> {
-        let log = match &opts.log {
-            Some(p) => Some(Mutex::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(|e| format!("cannot open {}: {e}", p.display()))?,
-            )),
-            None => None,
-        };
-        Ok(State {
-            counters: crate::examples::Counters::new(&opts),
-            opts,
-            spent: Mutex::new(HashMap::new()),
-            requests: Mutex::new(0),
-            log,
-            in_flight: std::sync::atomic::AtomicU64::new(0),
-        })
-    }
-}
-
-/// An answer: status, extra headers, JSON body.
-pub type Answer = (u16, Vec<(&'static str, String)>, serde_json::Value);
-
-/// The header by which [`answer`] asks the server for an endless body
-/// instead (the server does not send it).
-pub const ENDLESS: &str = "X-Standin-Endless";
-
-/// One request as the server read it.
-pub struct Request {
-    pub method: String,
-    /// Path and query.
-    pub target: String,
-    /// Names in lower case.
-    pub headers: Vec<(String, String)>,
-    /// As sent (`Content-Length` bytes).
-    pub body: Vec<u8>,
-}
-
-impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+use crate::Options;
+use crate::exchange::{Answer, ENDLESS, Request, State, write_log};
 
 fn error_body(code: u16, message: &str, domain: &str, reason: &str) -> serde_json::Value {
     json!({ "error": {
@@ -106,11 +38,11 @@ fn error_body(code: u16, message: &str, domain: &str, reason: &str) -> serde_jso
     }})
 }
 
-/// Answer `request`, charging its key and logging it.
+/// Answer `request` (a path none of [`crate::apis`]' shapes takes),
+/// charging its key and logging it.
 pub fn answer(state: &State, request: &Request) -> Answer {
-    let url = match reqwest::Url::parse(&format!("http://standin{}", request.target)) {
-        Ok(u) => u,
-        Err(_) => return (400, vec![], json!({"error": "bad request line"})),
+    let Some(url) = request.url() else {
+        return (400, vec![], json!({"error": "bad request line"}));
     };
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
     let region = q.get("regionCode").cloned().unwrap_or_default();
@@ -127,9 +59,6 @@ pub fn answer(state: &State, request: &Request) -> Answer {
         .map(String::from)
         .or_else(|| q.get("key").cloned())
         .unwrap_or_default();
-    if let Some(answer) = crate::apis::answer(state, request, &url) {
-        return answer;
-    }
     if url.path().starts_with("/endless/") {
         log(
             state, request, &url, &key, &region, page, &token, 200, "", 0,
@@ -158,7 +87,7 @@ pub fn answer(state: &State, request: &Request) -> Answer {
 fn log(
     state: &State,
     request: &Request,
-    url: &reqwest::Url,
+    url: &url::Url,
     key: &str,
     region: &str,
     page: u32,
@@ -167,7 +96,9 @@ fn log(
     pool: &str,
     cost: u64,
 ) {
-    let Some(log) = &state.log else { return };
+    if !state.logs() {
+        return;
+    }
     let at = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -178,27 +109,14 @@ fn log(
         "key_ok": key == state.opts.key, "referer": request.header("referer"),
         "x_api_key": request.header("x-api-key"), "query": url.query(),
     });
-    let _ = log;
     write_log(state, line);
-}
-
-/// Append one JSON line to the request log, if there is one: one write per
-/// line, so a reader never sees half of one.
-pub fn write_log(state: &State, mut line: serde_json::Value) {
-    let Some(log) = &state.log else { return };
-    let in_flight = state.in_flight.load(std::sync::atomic::Ordering::SeqCst);
-    if let Some(fields) = line.as_object_mut() {
-        fields.insert("in_flight".into(), in_flight.into());
-    }
-    let mut f = log.lock().unwrap();
-    let _ = f.write_all(format!("{line}\n").as_bytes());
 }
 
 /// The answer to one request, and the pool and cost it was charged (none
 /// for a redirect or an unknown path).
 fn respond(
     state: &State,
-    url: &reqwest::Url,
+    url: &url::Url,
     key: &str,
     region: &str,
     page: u32,
@@ -224,7 +142,7 @@ fn respond(
         let status = parts.next().and_then(|s| s.parse().ok()).unwrap_or(302);
         let origin = parts.next().unwrap_or_default();
         // Percent-decoded the way a query value is.
-        let origin: String = reqwest::Url::parse(&format!("http://x/?o={origin}"))
+        let origin: String = url::Url::parse(&format!("http://x/?o={origin}"))
             .ok()
             .and_then(|u| u.query_pairs().next().map(|(_, v)| v.into_owned()))
             .unwrap_or_default();

@@ -1,20 +1,26 @@
 //! `quota-standin`: a local, metered imitation of the YouTube Data API, for
 //! the demo (`jobs/demo.sh`) and the tests. It is not part of `quota`, the
-//! operator's tool, and does not use its library: only this binary, built
-//! beside it by `cargo build`.
+//! operator's tool, and does not use its library: a package of its own in
+//! quota's workspace (`standin/`), built beside it by `cargo build`.
 //!
+//! * [`exchange`]: what the others build on: the request, the answer, the
+//!   state all requests share and the request log.
 //! * [`youtube`]: what it answers (`videos`, `search`, its own quota).
 //! * [`apis`]: other API shapes (GitHub's Link pagination, a next URL in
 //!   the body, page and offset numbers, a JSON POST).
 //! * [`examples`]: what the example jobs of `jobs/` need beyond those: the
-//!   upstreams' own rate-limit counters (GitHub's, an LLM API's) and a
-//!   Shopify-style GraphQL endpoint with cost extensions.
+//!   upstreams' own rate-limit counters (GitHub's, an LLM API's, kept in
+//!   [`counters`]) and a Shopify-style GraphQL endpoint with cost
+//!   extensions.
 //! * [`odd`]: answers no client hopes for, on demand (refused requests,
 //!   compressed bodies, odd `Link` headers, bodies that are not JSON).
-//! * [`http`]: the hand-written HTTP/1.1 server it answers through.
+//! * [`http`]: the hand-written HTTP/1.1 server it answers through, which
+//!   routes each request to one of the above.
 
 mod apis;
+mod counters;
 mod examples;
+mod exchange;
 mod http;
 mod large;
 mod odd;

@@ -26,7 +26,7 @@ use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::youtube::{Request, State, write_log};
+use crate::exchange::{Request, State, write_log};
 
 /// A raw answer: status, headers, body bytes.
 pub struct Raw {
@@ -37,7 +37,7 @@ pub struct Raw {
 
 /// The answer of an odd path or a refused request, or `None`.
 pub fn answer(state: &State, request: &Request) -> Option<Raw> {
-    let url = reqwest::Url::parse(&format!("http://standin{}", request.target)).ok()?;
+    let url = request.url()?;
     let raw = refused(state, &url)
         .or_else(|| odd_path(state, &url))
         .or_else(|| keyless_hop(&url))?;
@@ -45,7 +45,7 @@ pub fn answer(state: &State, request: &Request) -> Option<Raw> {
     Some(raw)
 }
 
-fn refused(state: &State, url: &reqwest::Url) -> Option<Raw> {
+fn refused(state: &State, url: &url::Url) -> Option<Raw> {
     let refuse = state.opts.refuse.as_deref()?;
     let wanted = form_pairs(refuse);
     let have = form_pairs(url.query().unwrap_or_default());
@@ -64,7 +64,7 @@ pub fn form_pairs(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn odd_path(state: &State, url: &reqwest::Url) -> Option<Raw> {
+fn odd_path(state: &State, url: &url::Url) -> Option<Raw> {
     let rest = url.path().strip_prefix("/odd/")?;
     let (what, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let typed = |kind: &str, body: &str| Raw {
@@ -134,7 +134,7 @@ fn bomb(coding: &str, bytes: usize) -> Vec<u8> {
     enc.finish()
 }
 
-fn keyless_hop(url: &reqwest::Url) -> Option<Raw> {
+fn keyless_hop(url: &url::Url) -> Option<Raw> {
     let rest = url.path().strip_prefix("/hop-keyless/")?;
     let kept: Vec<(String, String)> = url
         .query_pairs()
@@ -159,7 +159,7 @@ fn json_raw(status: u16, body: Vec<u8>) -> Raw {
     }
 }
 
-fn log(state: &State, request: &Request, url: &reqwest::Url, status: u16) {
+fn log(state: &State, request: &Request, url: &url::Url, status: u16) {
     let q = |k: &str| {
         url.query_pairs()
             .find(|(n, _)| n == k)

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::youtube::{self, State};
+use crate::exchange::{ENDLESS, Request, State};
 use crate::{Error, Options};
 
 /// Serve until the process is stopped. Prints `listening on http://ADDR`
@@ -75,7 +75,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         Some((text, wait)) if target.contains(text.as_str()) => *wait,
         _ => state.opts.delay,
     };
-    let request = youtube::Request {
+    let request = Request {
         method,
         target,
         headers,
@@ -88,12 +88,14 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         drop(counted);
         return crate::odd::write(stream, raw).await;
     }
-    let (status, mut headers, body) = youtube::answer(state, &request);
+    // Another API's shape if the path is one of theirs, else YouTube's.
+    let (status, mut headers, body) = crate::apis::answer(state, &request)
+        .unwrap_or_else(|| crate::youtube::answer(state, &request));
     crate::odd::relink(state, &mut headers);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    if headers.iter().any(|(k, _)| *k == youtube::ENDLESS) {
+    if headers.iter().any(|(k, _)| *k == ENDLESS) {
         return endless(stream).await;
     }
     let reason = match status {

@@ -36,10 +36,12 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
-use crate::youtube::{Answer, Request, State, write_log};
+use crate::exchange::{Answer, Request, State, write_log};
 
-/// The answer of one of these paths, or `None` for another path.
-pub fn answer(state: &State, request: &Request, url: &reqwest::Url) -> Option<Answer> {
+/// The answer of one of these paths, or `None` for another path (or a
+/// target that is no URL: [`crate::youtube`] answers those).
+pub fn answer(state: &State, request: &Request) -> Option<Answer> {
+    let url = &request.url()?;
     let q: HashMap<String, String> = url.query_pairs().into_owned().collect();
     let bearer = request
         .header("authorization")
@@ -135,7 +137,7 @@ fn items(state: &State, region: &str, first: u64, count: u64) -> Vec<serde_json:
 }
 
 /// GitHub's issues: an array body, the next page in the `Link` header.
-fn issues(state: &State, repo: &str, page: u64, host: &str, url: &reqwest::Url) -> Answer {
+fn issues(state: &State, repo: &str, page: u64, host: &str, url: &url::Url) -> Answer {
     let per = u64::from(state.opts.items);
     let body = json!(items(state, repo, (page.max(1) - 1) * per, per));
     let last = u64::from(state.opts.pages);

@@ -21,80 +21,19 @@
 //! * Shopify-style GraphQL (`POST /graphql`, also
 //!   `/admin/api/VERSION/graphql.json`): see [`graphql`].
 //!
-//! The windows are fixed: each starts at the first request after the last
-//! one ended (the stand-in's start for the first), and the usage of others
-//! counts in the first window only.
+//! The counters themselves are in [`crate::counters`]. The windows are
+//! fixed: each starts at the first request after the last one ended (the
+//! stand-in's start for the first), and the usage of others counts in the
+//! first window only.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use crate::Options;
-use crate::youtube::{Answer, Request, State};
-
-/// A fixed window's start and what was spent in it.
-struct Window {
-    start: SystemTime,
-    used: u64,
-    tokens: u64,
-}
-
-impl Window {
-    /// The window `now` falls in, `length` long (a fresh one once the last
-    /// has ended).
-    fn roll(&mut self, now: SystemTime, length: Duration) {
-        if now.duration_since(self.start).unwrap_or_default() >= length {
-            *self = Window {
-                start: now,
-                used: 0,
-                tokens: 0,
-            };
-        }
-    }
-
-    fn left(&self, now: SystemTime, length: Duration) -> Duration {
-        length.saturating_sub(now.duration_since(self.start).unwrap_or_default())
-    }
-}
-
-/// The GraphQL cost bucket: points available as of an instant.
-struct Bucket {
-    available: f64,
-    at: Instant,
-}
-
-/// The upstreams' own counters (see the module's text).
-pub struct Counters {
-    github: Mutex<Window>,
-    llm: Mutex<Window>,
-    graphql: Mutex<Bucket>,
-}
+use crate::exchange::{Answer, Request, State};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const MINUTE: Duration = Duration::from_secs(60);
-
-impl Counters {
-    pub fn new(opts: &Options) -> Self {
-        let now = SystemTime::now();
-        Counters {
-            github: Mutex::new(Window {
-                start: now,
-                used: opts.github_used,
-                tokens: 0,
-            }),
-            llm: Mutex::new(Window {
-                start: now,
-                used: opts.llm_used_requests,
-                tokens: opts.llm_used_tokens,
-            }),
-            graphql: Mutex::new(Bucket {
-                available: opts.graphql_points as f64,
-                at: Instant::now(),
-            }),
-        }
-    }
-}
 
 fn epoch(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
@@ -214,7 +153,7 @@ pub fn is_graphql(path: &str) -> bool {
 /// 1 + the nodes returned, and `throttleStatus` from a bucket of
 /// `--graphql-points` that regains `--graphql-restore` points a second
 /// (reported only: the stand-in does not throttle).
-pub fn graphql(state: &State, request: &Request, url: &reqwest::Url) -> (String, u64, Answer) {
+pub fn graphql(state: &State, request: &Request, url: &url::Url) -> (String, u64, Answer) {
     let bad = |why: &str| {
         let body = json!({ "errors": [{ "message": why }] });
         (String::new(), 0, (400, vec![], body))
