@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 use super::run_pagination::api_deployment;
+use crate::common::deployment::one_region_job;
 
 /// A server whose answer to each request is `respond(request head)`,
 /// raw; the request heads it got, in order.
@@ -62,23 +63,6 @@ const PAGE: &[u8] = br#"{"items":[{"id":"a"}]}"#;
 /// A gzip header, then no deflate stream: a body that does not decode.
 const BROKEN_GZIP: &[u8] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff\xff\xfenot deflate";
 
-/// A one-region job `name` asking `base/path` (the key in `query`).
-fn job(name: &str, base: &str, path: &str) -> String {
-    format!(
-        r#"  {name}:
-    credential: main
-    regions: [GB]
-    steps:
-      - endpoint: api
-        request:
-          url: "{base}{path}"
-          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
-    output: out/{name}
-"#
-    )
-}
-
 /// An error answer whose compressed body does not decode is handled by
 /// its status, not retried as a body that failed to arrive: a 429 blocks
 /// the credential (exit 75), a 404 is refused, each charged once
@@ -97,7 +81,7 @@ fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
             BROKEN_GZIP,
         )
     });
-    let d = api_deployment(&job("j", &base, "/429"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/429")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "blocked: {r:?}");
     assert_eq!(heads.lock().unwrap().len(), 1, "not retried: {r:?}");
@@ -107,14 +91,14 @@ fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
         "{status}"
     );
 
-    let d = api_deployment(&job("j", &base, "/404"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/404")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("HTTP 404"), "{r:?}");
     assert_eq!(heads.lock().unwrap().len(), 2, "not retried: {r:?}");
 
     // A 5xx is retried as a server error (`retries: 1`), said so.
-    let d = api_deployment(&job("j", &base, "/503"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/503")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -141,7 +125,7 @@ fn a_header_value_that_echoes_the_key_is_shown_masked() {
             b"\x00 coded",
         )
     });
-    let d = api_deployment(&job("j", &base, "/p"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/p")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
@@ -180,9 +164,9 @@ fn codings_are_asked_for_and_read_as_rfc_9110_names_them() {
         ),
     });
     let jobs = [
-        job("raw", &base, "/rawdeflate"),
-        job("upper", &base, "/GZIP"),
-        job("stacked", &base, "/gzipgzip"),
+        one_region_job("raw", &format!("{base}/rawdeflate")),
+        one_region_job("upper", &format!("{base}/GZIP")),
+        one_region_job("stacked", &format!("{base}/gzipgzip")),
     ];
     let d = api_deployment(&jobs.concat());
     let r = d.quota(&["run"]);
@@ -220,7 +204,7 @@ fn codings_are_asked_for_and_read_as_rfc_9110_names_them() {
 #[test]
 fn a_byte_order_mark_before_json_is_dropped() {
     let (base, heads) = serving(|_| raw("200 OK", &[], &[b"\xEF\xBB\xBF", PAGE].concat()));
-    let d = api_deployment(&job("j", &base, "/bom"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/bom")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(heads.lock().unwrap().len(), 1, "{r:?}");
@@ -237,7 +221,7 @@ fn a_location_with_raw_utf8_is_followed() {
         "/moved" => raw("302 Found", &["Location: /here?q=café"], b""),
         _ => raw("200 OK", &[], PAGE),
     });
-    let d = api_deployment(&job("j", &base, "/moved"));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/moved")));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let heads = heads.lock().unwrap();
@@ -265,7 +249,8 @@ fn a_page_whose_token_cannot_be_read_is_written_and_ends_its_walk() {
         };
         raw("200 OK", &[], body)
     });
-    let d = api_deployment(&job("j", &base, "/tok").replace("[GB]", "[GB, US]"));
+    let d =
+        api_deployment(&one_region_job("j", &format!("{base}/tok")).replace("[GB]", "[GB, US]"));
     for run in 1..=2 {
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");

@@ -4,6 +4,7 @@
 //! requests and pagination, refused with 78 (file and field named) when
 //! it is wrong, before anything is sent.
 
+use crate::common::deployment::one_region_job;
 use crate::common::standin::Standin;
 
 use super::run_pagination::api_deployment;
@@ -272,23 +273,6 @@ fn upstream_text_reaches_the_terminal_escaped() {
     }
 }
 
-/// A one-region job `name` whose one step asks `url` (the key in `query`).
-fn get_job(name: &str, url: &str) -> String {
-    format!(
-        r#"  {name}:
-    credential: main
-    regions: [GB]
-    steps:
-      - endpoint: api
-        request:
-          url: "{url}"
-          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
-    output: out/{name}
-"#
-    )
-}
-
 /// An upstream that compresses its answers although `quota` did not ask
 /// (RFC 9110 lets it): each coding is decoded and the pages are the JSON
 /// it sent; a compression bomb is bounded by `max_body` decoded, refused
@@ -297,7 +281,10 @@ fn get_job(name: &str, url: &str) -> String {
 fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
     for coding in ["gzip", "deflate", "br", "zstd"] {
         let up = Standin::start(&["--pages", "2", "--items", "2", "--encode", coding]);
-        let d = api_deployment(&get_job("j", &format!("{}/youtube/v3/videos", up.base())));
+        let d = api_deployment(&one_region_job(
+            "j",
+            &format!("{}/youtube/v3/videos", up.base()),
+        ));
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{coding}: {r:?}");
         assert_eq!(up.seen().len(), 2, "{coding}");
@@ -310,7 +297,7 @@ fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
     }
     // 16 MiB of JSON, gzipped to about 16 KiB, under a 64 KiB cap.
     let up = Standin::start(&[]);
-    let d = api_deployment(&get_job(
+    let d = api_deployment(&one_region_job(
         "bomb",
         &format!("{}/odd/bomb/16777216", up.base()),
     ));
@@ -331,7 +318,7 @@ fn answers_that_can_never_be_a_page_are_not_retried() {
     let base = up.base();
     let jobs: String = ["204", "html", "xml", "encoding", "corrupt"]
         .iter()
-        .map(|odd| get_job(&format!("j{odd}"), &format!("{base}/odd/{odd}/x")))
+        .map(|odd| one_region_job(&format!("j{odd}"), &format!("{base}/odd/{odd}/x")))
         .collect();
     let d = api_deployment(&jobs);
     let r = d.quota(&["run"]);
@@ -357,7 +344,7 @@ fn answers_that_can_never_be_a_page_are_not_retried() {
 fn a_same_origin_redirect_hop_carries_the_query_key() {
     let up = Standin::start(&["--pages", "1"]);
     let url = format!("{}/hop-keyless/youtube/v3/videos", up.base());
-    let d = api_deployment(&get_job("j", &url));
+    let d = api_deployment(&one_region_job("j", &url));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
@@ -373,7 +360,7 @@ fn a_same_origin_redirect_hop_carries_the_query_key() {
 
     let other = format!("http://localhost:{}", up.port);
     let away = format!("{}/youtube/v3/videos", up.away(302, &other));
-    let d = api_deployment(&get_job("j", &away));
+    let d = api_deployment(&one_region_job("j", &away));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("redirects to another origin"), "{r:?}");

@@ -344,3 +344,21 @@ pub fn trending_with(
     d.write(&deployment_yaml(&store, windows, policy, &[job]));
     d
 }
+
+/// A one-region job `name` (region GB) whose one step asks `url`, the key
+/// in `query`, paginated by token: for tests of how answers are read.
+pub fn one_region_job(name: &str, url: &str) -> String {
+    format!(
+        r#"  {name}:
+    credential: main
+    regions: [GB]
+    steps:
+      - endpoint: api
+        request:
+          url: "{url}"
+          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
+        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
+    output: out/{name}
+"#
+    )
+}

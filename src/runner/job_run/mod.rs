@@ -16,7 +16,6 @@ use super::lock::RunLock;
 use super::output;
 use super::page_scan::Found;
 use super::{JobReport, RunContext, Stop};
-use crate::atomic_file::file_mode;
 use crate::config::{Credential, Fill, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, StoreError};
@@ -285,8 +284,6 @@ impl<'a> JobRun<'a> {
             None => Cursor::default(),
         };
         self.load_lists(&mut cursor).await?;
-        // A wrong QUOTA_FILE_MODE stops the run before anything is charged.
-        file_mode().map_err(Error::Usage)?;
         // Leftovers are removed only while this run holds the job's lock:
         // an unmetered run (no lock) could be racing a run that has it.
         let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
