@@ -2,18 +2,20 @@
 //! transaction, in the steps of `lua/charge.lua` (clock, duplicate, blocked,
 //! fit, record, prune), over SQL tables instead of Redis lists. Window sums
 //! come from the log's running totals (`log.rs`), so a charge's work does not
-//! grow with the log.
+//! grow with the log; [`fit`] sums them and finds a full window.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
+mod fit;
+
+use self::fit::{WindowSum, first_full_window, remaining, used_per_window};
 use super::log::{self, PoolLog};
-use super::{credential_row, local_now};
+use super::{CredentialRow, credential_row, local_now};
 use crate::ledger::calendar;
 use crate::ledger::{
-    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, Remaining, StoreError,
-    WouldRefuse, tag,
+    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, StoreError, WouldRefuse, tag,
 };
 
 /// An owned copy of a charge, to move into the blocking thread.
@@ -91,123 +93,213 @@ pub(super) struct OwnedPoolCost {
 }
 
 /// One charge, in the steps of `lua/charge.lua`: clock, duplicate, blocked,
-/// fit, record, prune. All inside the caller's transaction.
+/// fit (a lost log, then the windows), record, prune. All inside the
+/// caller's transaction.
 pub(super) fn decide(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
     at: At,
 ) -> Result<ChargeDecision, StoreError> {
-    let row = credential_row(tx, &c.credential)?;
-    let now = clock(at, row.last);
-    // Retention, the same rule as charge.lua: entries at or before now - R,
-    // R the retain stored before this call (at least the horizon), count in
-    // no window, even one lengthened since.
-    // (a call recorded below raises each pool's dead mark to that cutoff,
-    // as in charge.lua; a decision that records nothing only reads by it)
-    let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-    let logs = read_logs(tx, c, now - visible)?;
-    // The caller saw more charges than the store holds: the log was lost.
-    // A loss older than R is over for every window charged so far (as in
-    // charge.lua), so a window lengthened later does not bring it back.
-    let lost_at = if row.serial < c.seen_serial {
-        now
-    } else if row.lost_at + visible <= now {
-        0
-    } else {
-        row.lost_at
-    };
-    let duplicate = match &c.id {
-        Some(id) => seen_before(tx, &c.credential, id, now)?,
-        None => false,
-    };
-    if !duplicate && row.blocked_until > now {
-        return Ok(ChargeDecision::Blocked {
-            at: now,
-            serial: row.serial,
-            until: row.blocked_until,
-            reason: row.blocked_reason,
-        });
+    let d = Decision::read(tx, c, at)?;
+    if let Some(blocked) = d.blocked() {
+        return Ok(blocked);
     }
-    // A pool whose log was lost counts as spent until its longest window passed.
-    let lost = c
-        .cost
-        .iter()
-        .find(|p| lost_at > 0 && lost_at + p.longest() > now);
     // (observe mode: recorded all the same, the refusal reported; a full
     // window outranks a lost log, as in charge.lua)
-    let mut observed = None;
-    if !duplicate
-        && c.observe
-        && let Some(lost) = lost
-    {
-        observed = Some((lost.pool.clone(), None, lost_at + lost.longest() - now));
-    } else if !duplicate && let Some(lost) = lost {
-        save_time(tx, &c.credential, now, lost_at)?;
-        return Ok(ChargeDecision::LogLost {
-            at: now,
-            serial: row.serial,
-            pool: lost.pool.clone(),
-            since: lost_at,
-            until: lost_at + lost.longest(),
-        });
-    }
-    let used = used_per_window(tx, c, &logs, now)?;
-    let full = if duplicate {
-        None
-    } else {
-        first_full_window(tx, c, (&used, &logs), now)?
+    let mut observed = match d.lost_log(tx)? {
+        Fit::Refused(decision) => return Ok(decision),
+        Fit::Observed(o) => Some(o),
+        Fit::Fits => None,
     };
-    if c.observe
-        && let Some((p, k, retry)) = full
-    {
-        observed = Some((c.cost[p].pool.clone(), Some(c.cost[p].spans[k].0), retry));
-    } else if let Some((p, k, retry)) = full {
-        save_time(tx, &c.credential, now, lost_at)?;
-        return Ok(ChargeDecision::Rejected {
-            at: now,
-            serial: row.serial,
-            pool: c.cost[p].pool.clone(),
-            per: Duration::from_micros(c.cost[p].spans[k].0 as u64),
-            retry_after: Duration::from_micros(retry.max(0) as u64),
-        });
+    let used = used_per_window(tx, c, &d.logs, d.now)?;
+    match d.full_window(tx, &used)? {
+        Fit::Refused(decision) => return Ok(decision),
+        Fit::Observed(o) => observed = Some(o),
+        Fit::Fits => {}
     }
-    let (serial, entries) = if duplicate {
-        (row.serial, Vec::new())
-    } else {
-        prune(tx, c, now - visible)?;
-        forget_old_ids(tx, &c.credential, now)?;
-        (row.serial + 1, record(tx, c, now)?)
-    };
-    if let Some((pool, _, _)) = &observed {
-        log::count_observed(tx, &c.credential, pool, now)?;
+    d.allow(tx, &used, observed)
+}
+
+/// A refusal observe mode lets through: the pool, the full window's length
+/// (µs; none for a lost log), and µs until the call would have fitted.
+type Observed = (String, Option<Micros>, Micros);
+
+/// Whether a call fits, by one check.
+enum Fit {
+    Fits,
+    /// It does not, and observe mode records it all the same.
+    Observed(Observed),
+    /// It does not: the decision, its time saved.
+    Refused(ChargeDecision),
+}
+
+/// A decision as read before it decides: the clock, the credential's row,
+/// the logs as they count at this time, a loss, a duplicate.
+struct Decision<'c> {
+    c: &'c OwnedCharge,
+    row: CredentialRow,
+    now: Micros,
+    /// How far back entries count: the retain stored before this call (at
+    /// least the horizon).
+    visible: Micros,
+    logs: Vec<PoolLog>,
+    /// When the credential's log was lost, or 0 when that is over.
+    lost_at: Micros,
+    duplicate: bool,
+}
+
+impl<'c> Decision<'c> {
+    /// Clock and duplicate, and what the later steps read.
+    fn read(
+        tx: &rusqlite::Transaction<'_>,
+        c: &'c OwnedCharge,
+        at: At,
+    ) -> Result<Self, StoreError> {
+        let row = credential_row(tx, &c.credential)?;
+        let now = clock(at, row.last);
+        // Retention, the same rule as charge.lua: entries at or before now - R,
+        // R the retain stored before this call (at least the horizon), count in
+        // no window, even one lengthened since.
+        // (a call recorded below raises each pool's dead mark to that cutoff,
+        // as in charge.lua; a decision that records nothing only reads by it)
+        let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
+        let logs = read_logs(tx, c, now - visible)?;
+        // The caller saw more charges than the store holds: the log was lost.
+        // A loss older than R is over for every window charged so far (as in
+        // charge.lua), so a window lengthened later does not bring it back.
+        let lost_at = if row.serial < c.seen_serial {
+            now
+        } else if row.lost_at + visible <= now {
+            0
+        } else {
+            row.lost_at
+        };
+        let duplicate = match &c.id {
+            Some(id) => seen_before(tx, &c.credential, id, now)?,
+            None => false,
+        };
+        Ok(Self {
+            c,
+            row,
+            now,
+            visible,
+            logs,
+            lost_at,
+            duplicate,
+        })
     }
-    // Only a call recorded now widens the retention (as in charge.lua).
-    let retain = if duplicate {
-        row.retain
-    } else {
-        c.cost
+
+    /// Blocked: the credential is, and this is not a charge already recorded.
+    fn blocked(&self) -> Option<ChargeDecision> {
+        (!self.duplicate && self.row.blocked_until > self.now).then(|| ChargeDecision::Blocked {
+            at: self.now,
+            serial: self.row.serial,
+            until: self.row.blocked_until,
+            reason: self.row.blocked_reason.clone(),
+        })
+    }
+
+    /// A pool whose log was lost counts as spent until its longest window
+    /// passed.
+    fn lost_log(&self, tx: &rusqlite::Transaction<'_>) -> Result<Fit, StoreError> {
+        let (c, now, lost_at) = (self.c, self.now, self.lost_at);
+        let lost = c
+            .cost
             .iter()
-            .flat_map(|c| c.windows.iter().map(|w| w.0))
-            .fold(visible, Micros::max)
-    };
-    tx.execute(
-        "INSERT INTO credential (name, last, serial, retain, lost_at) VALUES (?1, ?2, ?3, ?4, ?5)
-         ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4, lost_at = ?5",
-        params![c.credential, now, serial as i64, retain, lost_at],
-    )?;
-    Ok(ChargeDecision::Allowed {
-        at: now,
-        serial,
-        duplicate,
-        remaining: remaining(c, (&used, &logs), duplicate, now),
-        // (the charge's time, with the row ids, names its rows)
-        receipt: Receipt::new(now as u64, entries, &largest_budgets(c)),
-        observed: observed.map(|(pool, per, retry)| WouldRefuse {
+            .find(|p| lost_at > 0 && lost_at + p.longest() > now);
+        Ok(match lost {
+            Some(_) if self.duplicate => Fit::Fits,
+            None => Fit::Fits,
+            Some(lost) if c.observe => {
+                Fit::Observed((lost.pool.clone(), None, lost_at + lost.longest() - now))
+            }
+            Some(lost) => {
+                save_time(tx, &c.credential, now, lost_at)?;
+                Fit::Refused(ChargeDecision::LogLost {
+                    at: now,
+                    serial: self.row.serial,
+                    pool: lost.pool.clone(),
+                    since: lost_at,
+                    until: lost_at + lost.longest(),
+                })
+            }
+        })
+    }
+
+    /// Fit: the window that keeps the call out longest, if any.
+    fn full_window(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        used: &[Vec<WindowSum>],
+    ) -> Result<Fit, StoreError> {
+        if self.duplicate {
+            return Ok(Fit::Fits);
+        }
+        let c = self.c;
+        let Some((p, k, retry)) = first_full_window(tx, c, (used, &self.logs), self.now)? else {
+            return Ok(Fit::Fits);
+        };
+        let (pool, per) = (c.cost[p].pool.clone(), c.cost[p].spans[k].0);
+        if c.observe {
+            return Ok(Fit::Observed((pool, Some(per), retry)));
+        }
+        save_time(tx, &c.credential, self.now, self.lost_at)?;
+        Ok(Fit::Refused(ChargeDecision::Rejected {
+            at: self.now,
+            serial: self.row.serial,
             pool,
-            per: per.map(|us| Duration::from_micros(us as u64)),
+            per: Duration::from_micros(per as u64),
             retry_after: Duration::from_micros(retry.max(0) as u64),
-        }),
-    })
+        }))
+    }
+
+    /// Record and prune (unless the call was recorded before), save the
+    /// credential's row, and say what was charged.
+    fn allow(
+        self,
+        tx: &rusqlite::Transaction<'_>,
+        used: &[Vec<WindowSum>],
+        observed: Option<Observed>,
+    ) -> Result<ChargeDecision, StoreError> {
+        let (c, now, row) = (self.c, self.now, &self.row);
+        let (serial, entries) = if self.duplicate {
+            (row.serial, Vec::new())
+        } else {
+            prune(tx, c, now - self.visible)?;
+            forget_old_ids(tx, &c.credential, now)?;
+            (row.serial + 1, record(tx, c, now)?)
+        };
+        if let Some((pool, _, _)) = &observed {
+            log::count_observed(tx, &c.credential, pool, now)?;
+        }
+        // Only a call recorded now widens the retention (as in charge.lua).
+        let retain = if self.duplicate {
+            row.retain
+        } else {
+            c.cost
+                .iter()
+                .flat_map(|c| c.windows.iter().map(|w| w.0))
+                .fold(self.visible, Micros::max)
+        };
+        tx.execute(
+            "INSERT INTO credential (name, last, serial, retain, lost_at) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (name) DO UPDATE SET last = ?2, serial = ?3, retain = ?4, lost_at = ?5",
+            params![c.credential, now, serial as i64, retain, self.lost_at],
+        )?;
+        Ok(ChargeDecision::Allowed {
+            at: now,
+            serial,
+            duplicate: self.duplicate,
+            remaining: remaining(c, (used, &self.logs), self.duplicate, now),
+            // (the charge's time, with the row ids, names its rows)
+            receipt: Receipt::new(now as u64, entries, &largest_budgets(c)),
+            observed: observed.map(|(pool, per, retry)| WouldRefuse {
+                pool,
+                per: per.map(|us| Duration::from_micros(us as u64)),
+                retry_after: Duration::from_micros(retry.max(0) as u64),
+            }),
+        })
+    }
 }
 
 /// Each pool's largest budget, for a receipt.
@@ -286,107 +378,6 @@ fn forget_old_ids(
     Ok(())
 }
 
-/// One window's sum: the units used in it, and the running total just
-/// before its first entry.
-#[derive(Clone, Copy)]
-struct WindowSum {
-    used: u64,
-    base: i64,
-}
-
-/// Units used in every window of every pool charged, in charge order: the
-/// newest running total less the one before the window (or before the
-/// pool's `dead` mark, if later).
-fn used_per_window(
-    tx: &rusqlite::Transaction<'_>,
-    c: &OwnedCharge,
-    logs: &[PoolLog],
-    now: Micros,
-) -> Result<Vec<Vec<WindowSum>>, StoreError> {
-    let mut sums = Vec::new();
-    for (cost, pl) in c.cost.iter().zip(logs) {
-        let mut per_pool = Vec::new();
-        for k in 0..cost.windows.len() {
-            let start = cost.span(k, now).0;
-            let base = log::base(tx, &c.credential, &cost.pool, start.max(pl.dead))?;
-            let used = (pl.newest - base).max(0) as u64;
-            per_pool.push(WindowSum { used, base });
-        }
-        sums.push(per_pool);
-    }
-    Ok(sums)
-}
-
-/// The units others spent that count in window `k` of `cost`'s pool at
-/// `now`: in its longest window only, until the upstream's reset.
-fn extra(cost: &OwnedPoolCost, k: usize, log: &PoolLog, now: Micros) -> u64 {
-    let longest = cost.windows.iter().map(|w| w.0).max().unwrap_or(0);
-    let lw = cost.windows.iter().position(|w| w.0 == longest);
-    if lw == Some(k) && log.others.until > now {
-        log.others.units
-    } else {
-        0
-    }
-}
-
-/// Fit: the window that keeps the call out longest, as (pool, window,
-/// µs until enough of it has left), or `None` when the call fits everywhere.
-fn first_full_window(
-    tx: &rusqlite::Transaction<'_>,
-    c: &OwnedCharge,
-    (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
-    now: Micros,
-) -> Result<Option<(usize, usize, Micros)>, StoreError> {
-    let mut worst: Option<(usize, usize, Micros)> = None;
-    for (p, cost) in c.cost.iter().enumerate() {
-        for (k, (len, budget)) in cost.windows.iter().enumerate() {
-            let WindowSum { used, base } = used[p][k];
-            let extra = extra(cost, k, &logs[p], now);
-            let need = (used + extra + cost.units) as i64 - *budget as i64;
-            if need <= 0 {
-                continue;
-            }
-            // A calendar window frees its units at once, when its period
-            // ends (or when others' units leave, if that is enough and
-            // sooner), as in lua/charge.lua.
-            if let (_, Some(end)) = cost.span(k, now) {
-                let mut at = end;
-                if extra > 0 && need as u64 <= extra {
-                    at = at.min(now.max(logs[p].others.until));
-                }
-                if worst.is_none_or(|w| at - now > w.2) {
-                    worst = Some((p, k, at - now));
-                }
-                continue;
-            }
-            // When `n` units have left: the row by which the window's
-            // entries add up to `n`, a window's length on.
-            let freed_at = |n: i64| -> Result<Micros, StoreError> {
-                let at = log::reached_at(tx, &c.credential, &cost.pool, base + n)?;
-                Ok(at.map_or(now + len, |at| at + len))
-            };
-            // Others' units leave at once at the upstream's reset; until
-            // then the pool's own calls must free all that is needed (as in
-            // lua/charge.lua).
-            let mut at = if extra == 0 {
-                freed_at(need)?
-            } else {
-                let mine = need - extra as i64;
-                let after = if mine > 0 { freed_at(mine)? } else { now };
-                after.max(logs[p].others.until)
-            };
-            if extra > 0 && need as u64 <= used {
-                at = at.min(freed_at(need)?);
-            }
-            let retry = at - now;
-            if worst.is_none_or(|w| retry > w.2) {
-                worst = Some((p, k, retry));
-            }
-        }
-    }
-    Ok(worst)
-}
-
 /// Record: one log entry per pool charged (their row ids, per pool), and
 /// the charge's id.
 fn record(
@@ -437,27 +428,4 @@ fn prune(
         log::prune(tx, &c.credential, &p.pool, cutoff)?;
     }
     Ok(())
-}
-
-/// What each window has left after an allowed charge.
-fn remaining(
-    c: &OwnedCharge,
-    (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
-    duplicate: bool,
-    now: Micros,
-) -> Vec<Remaining> {
-    let mut out = Vec::new();
-    for (p, cost) in c.cost.iter().enumerate() {
-        for (k, (_, budget)) in cost.windows.iter().enumerate() {
-            let others = extra(cost, k, &logs[p], now);
-            let spent = used[p][k].used + others + if duplicate { 0 } else { cost.units };
-            out.push(Remaining {
-                pool: cost.pool.clone(),
-                per: Duration::from_micros(cost.spans[k].0 as u64),
-                remaining: budget.saturating_sub(spent),
-                others,
-            });
-        }
-    }
-    out
 }
