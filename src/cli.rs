@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::logging::LogFormat;
+
 /// Spend a metered API's quota safely from cron jobs and systemd timers.
 #[derive(Debug, Parser)]
 #[command(name = "quota", version, about)]
@@ -42,12 +44,6 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    Human,
-    Json,
 }
 
 impl Cli {

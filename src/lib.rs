@@ -2,6 +2,9 @@
 //! timers, on one host or many.
 //!
 //! Data flows one way: config → plan → charge → call → write → cursor.
+//! The rooms below stand in layers, each using only rooms of the layers
+//! under its own (`src/layers.rs` lists them; its test reads every
+//! `crate::` path against them).
 //!
 //! * [`cli`]: the command-line types; [`commands`]: one module per command,
 //!   each taking checked inputs and doing one job.
@@ -32,6 +35,8 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod history;
+#[cfg(test)]
+mod layers;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;

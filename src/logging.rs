@@ -10,7 +10,14 @@ use std::os::unix::fs::MetadataExt;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::LogFormat;
+/// How log lines are written (`--log-format`). Here rather than in the
+/// command line's types, so the rooms below the commands that log (the
+/// configuration's checks among them) never reach up to `cli`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
 
 pub fn init(format: LogFormat, default_level: &str) {
     let mut filter =

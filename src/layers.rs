@@ -1,0 +1,173 @@
+//! The house's layers, checked: a room of `src/` may use the rooms of the
+//! layers below its own, never one of its own layer or above. The rule is
+//! about the text of the source (what a file names with `crate::`), so this
+//! test reads that text.
+//!
+//! From the bottom: files written whole ([`crate::atomic_file`]) and the
+//! OpenMetrics text; the ledger (its vocabulary of windows, pools, times
+//! and store errors, and its stores) and page files' names; what every room
+//! above shows or fails with (times, log lines, the one error type); the
+//! configuration, which validates into the ledger's vocabulary, and the
+//! command line's types; this host's history of each log; one run of a
+//! job; the commands, which take the command line's types. The binary
+//! (`main.rs`) is on top.
+
+/// The layers, lowest first.
+const LAYERS: &[&[&str]] = &[
+    &["atomic_file", "metrics"],
+    &["ledger", "page_name"],
+    &["timefmt", "logging", "error"],
+    &["config", "cli"],
+    &["history"],
+    &["runner"],
+    &["commands"],
+];
+
+fn layer(room: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&room))
+}
+
+/// The room a name after `crate::` belongs to (the crate root re-exports
+/// the error type's names).
+fn room_of(name: &str) -> &str {
+    match name {
+        "Error" | "ExitStatus" | "Result" => "error",
+        other => other,
+    }
+}
+
+/// The text of a source file without comments and without its
+/// `#[cfg(test)]` modules (a test may compare two layers' values).
+fn code(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let line = line.split("//").next().unwrap_or("");
+        if line.trim() == "#[cfg(test)]"
+            && lines
+                .peek()
+                .is_some_and(|l| l.trim_start().starts_with("mod ") && l.ends_with('{'))
+        {
+            let mut depth = 0;
+            for l in lines.by_ref() {
+                depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                if depth <= 0 && l.contains('}') {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Every room `code` names with `crate::`: `crate::ledger::Pool`, and each
+/// first name of a group, `crate::{ledger::Pool, Error}`.
+fn rooms_named(code: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut rooms = Vec::new();
+    for (i, _) in code.match_indices("crate::") {
+        let rest = &code[i + "crate::".len()..];
+        let Some(group) = rest.strip_prefix('{') else {
+            rooms.push(ident(rest));
+            continue;
+        };
+        let (mut depth, mut start) = (0, 0);
+        for (j, ch) in group.char_indices() {
+            match ch {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    rooms.push(ident(&group[start..j]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    rooms.push(ident(&group[start..j]));
+                    start = j + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    rooms.retain(|r| !r.is_empty());
+    rooms
+}
+
+/// `(room, file)` for every `.rs` file under `dir`, its room the first
+/// name under `src/`.
+fn sources(dir: &std::path::Path, room: Option<&str>, out: &mut Vec<(String, std::path::PathBuf)>) {
+    for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+        let path = entry.expect("an entry of src/").path();
+        let name = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .to_string();
+        let room = room.map_or(name, str::to_string);
+        if path.is_dir() {
+            sources(&path, Some(&room), out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push((room, path));
+        }
+    }
+}
+
+#[test]
+fn no_room_uses_one_of_its_layer_or_above() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, None, &mut files);
+    let mut up = Vec::new();
+    for (room, path) in &files {
+        if matches!(room.as_str(), "lib" | "main" | "layers") {
+            continue;
+        }
+        let own = layer(room).unwrap_or_else(|| panic!("{room} ({path:?}) is in no layer: add it"));
+        let text = std::fs::read_to_string(path).expect("a readable source file");
+        for named in rooms_named(&code(&text)) {
+            let named = room_of(&named);
+            if named == room {
+                continue;
+            }
+            let theirs = layer(named).unwrap_or_else(|| panic!("crate::{named} is in no layer"));
+            if theirs >= own {
+                let shown = path.strip_prefix(&src).unwrap_or(path).display();
+                up.push(format!("src/{shown}: crate::{named}"));
+            }
+        }
+    }
+    up.sort();
+    up.dedup();
+    assert!(
+        up.is_empty(),
+        "imports that run up a layer:\n{}",
+        up.join("\n")
+    );
+}
+
+#[test]
+fn the_reading_finds_uses_and_paths_but_not_comments_or_tests() {
+    let text = "use crate::ledger::Pool;\nuse crate::{Error, runner::x, config::{a, b}};\n\
+                // crate::commands\nfn f() { crate::history::seen(); } // crate::cli\n\
+                #[cfg(test)]\nmod tests {\n    use crate::metrics;\n    fn g() {}\n}\nuse crate::page_name;\n";
+    let rooms = rooms_named(&code(text));
+    assert_eq!(
+        rooms,
+        [
+            "ledger",
+            "Error",
+            "runner",
+            "config",
+            "history",
+            "page_name"
+        ]
+    );
+    assert_eq!(room_of("Error"), "error");
+}
