@@ -181,11 +181,11 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
                     .windows
                     .iter()
                     .map(|w| {
-                        let mut usage = summarize_window(w, log, entries, now, visible);
-                        let (start, _, _) = frame(w, now);
+                        let frame = Frame::of(w, now, visible);
+                        let mut usage = summarize_window(w, &frame, log, entries);
                         usage.reserved = log.reserved.get(i).map_or(0, |r| {
                             r.iter()
-                                .filter(|&&(t, _)| t > start && t > visible && t <= now)
+                                .filter(|&&(t, _)| frame.inside(t) && t <= now)
                                 .map(|&(_, units)| units)
                                 .sum()
                         });
@@ -220,95 +220,145 @@ pub fn summarize(credential: &str, pools: &[Pool], log: &CredentialLog) -> Crede
     }
 }
 
+/// One window's usage from its pool's log, before what the pool's other
+/// parts (reservations, others' units, a lost log) add to it.
 fn summarize_window(
     window: &Window,
+    frame: &Frame,
     log: &CredentialLog,
     segments: &[LogSegment],
-    now: Micros,
-    visible: Micros,
 ) -> WindowUsage {
-    let (start, len, reset) = frame(window, now);
-    let inside = |t: Micros| t > start && t > visible;
-    // Bucket i covers (start + i*len/n, start + (i+1)*len/n].
-    let bucket = |t: Micros| {
-        let offset = (t - start - 1).max(0) as i128;
-        ((offset * USAGE_BUCKETS as i128 / len as i128) as usize).min(USAGE_BUCKETS - 1)
-    };
-    let mut used = 0u64;
-    let mut by_tag = vec![0u64; log.tags.len()];
-    let mut buckets = vec![0u64; USAGE_BUCKETS];
-    let (mut oldest, mut newest) = (None, None);
-    // (a tag with no name: counted in `used`, named by none)
-    let mut spend = |tag: u32, cost: u64| {
-        if let Some(t) = by_tag.get_mut(tag as usize) {
-            *t += cost;
-        }
-    };
+    let mut tally = Tally::new(log.tags.len());
     for s in segments {
+        tally.add(frame, s);
+    }
+    let (by_endpoint, by_job) = tally.by_name(&log.tags);
+    // (a calendar window frees everything when its period ends)
+    let free_at = |t: Micros| frame.reset.unwrap_or(t + frame.len);
+    WindowUsage {
+        window: window.clone(),
+        budget: window.budget(),
+        used: tally.used,
+        others: 0,
+        others_until: None,
+        remaining: window.budget().saturating_sub(tally.used),
+        reserved: 0,
+        next_free_at: tally.oldest.map(free_at),
+        fully_free_at: tally.newest.map(free_at),
+        by_endpoint,
+        by_job,
+        buckets: tally.buckets,
+    }
+}
+
+/// A window at `now` as a report draws it: entries after `start` (and
+/// after the retention, `visible`) count, its chart spans `len` µs from
+/// there in [`USAGE_BUCKETS`] buckets, and a calendar window's period ends
+/// (and frees everything) at `reset`.
+struct Frame {
+    start: Micros,
+    len: Micros,
+    reset: Option<Micros>,
+    visible: Micros,
+}
+
+impl Frame {
+    fn of(window: &Window, now: Micros, visible: Micros) -> Self {
+        let (start, len, reset) = match window.span_at(now) {
+            (start, Some(end)) => (start, end - start, Some(end)),
+            (start, None) => (start, window.len_us(), None),
+        };
+        Frame {
+            start,
+            len,
+            reset,
+            visible,
+        }
+    }
+
+    /// Whether a call at `t` counts in the window.
+    fn inside(&self, t: Micros) -> bool {
+        t > self.start && t > self.visible
+    }
+
+    /// The chart bucket of a call at `t`: bucket i covers
+    /// (start + i*len/n, start + (i+1)*len/n].
+    fn bucket(&self, t: Micros) -> usize {
+        let offset = (t - self.start - 1).max(0) as i128;
+        ((offset * USAGE_BUCKETS as i128 / self.len as i128) as usize).min(USAGE_BUCKETS - 1)
+    }
+}
+
+/// What a window's segments add up to: units in all, per chart bucket and
+/// per tag, and the oldest and newest call that cost anything.
+struct Tally {
+    used: u64,
+    by_tag: Vec<u64>,
+    buckets: Vec<u64>,
+    oldest: Option<Micros>,
+    newest: Option<Micros>,
+}
+
+impl Tally {
+    fn new(tags: usize) -> Self {
+        Tally {
+            used: 0,
+            by_tag: vec![0; tags],
+            buckets: vec![0; USAGE_BUCKETS],
+            oldest: None,
+            newest: None,
+        }
+    }
+
+    /// Count `s` if it lies in the window.
+    fn add(&mut self, frame: &Frame, s: &LogSegment) {
         let (first, last) = s.span();
-        if !inside(last) {
-            continue;
+        if !frame.inside(last) {
+            return;
         }
         // The store expands every block that straddles a boundary drawn here.
         debug_assert!(
-            inside(first) && bucket(first) == bucket(last),
+            frame.inside(first) && frame.bucket(first) == frame.bucket(last),
             "{s:?} straddles"
         );
-        // (a call settled to nothing frees nothing when it leaves)
-        let cost = match s {
-            LogSegment::Entry(e) => e.cost,
-            LogSegment::Block(b) => b.cost,
+        let (cost, at) = match s {
+            LogSegment::Entry(e) => (e.cost, e.at),
+            LogSegment::Block(b) => (b.cost, b.last),
         };
+        // (a call settled to nothing frees nothing when it leaves)
         if cost > 0 {
-            oldest.get_or_insert(first);
-            newest = Some(last);
+            self.oldest.get_or_insert(first);
+            self.newest = Some(last);
         }
+        self.used += cost;
+        self.buckets[frame.bucket(at)] += cost;
         match s {
-            LogSegment::Entry(e) => {
-                used += e.cost;
-                buckets[bucket(e.at)] += e.cost;
-                spend(e.tag, e.cost);
-            }
+            LogSegment::Entry(e) => self.spend(e.tag, e.cost),
             LogSegment::Block(b) => {
-                used += b.cost;
-                buckets[bucket(b.last)] += b.cost;
                 for &(tag, cost) in &b.by_tag {
-                    spend(tag, cost);
+                    self.spend(tag, cost);
                 }
             }
         }
     }
-    let mut by_endpoint = BTreeMap::new();
-    let mut by_job = BTreeMap::new();
-    for (tag, cost) in by_tag.into_iter().enumerate().filter(|(_, c)| *c > 0) {
-        let (endpoint, job) = &log.tags[tag];
-        *by_endpoint.entry(endpoint.clone()).or_insert(0) += cost;
-        *by_job.entry(job.clone()).or_insert(0) += cost;
-    }
-    WindowUsage {
-        window: window.clone(),
-        budget: window.budget(),
-        used,
-        others: 0,
-        others_until: None,
-        remaining: window.budget().saturating_sub(used),
-        reserved: 0,
-        // (a calendar window frees everything when its period ends)
-        next_free_at: oldest.map(|t| reset.unwrap_or(t + len)),
-        fully_free_at: newest.map(|t| reset.unwrap_or(t + len)),
-        by_endpoint,
-        by_job,
-        buckets,
-    }
-}
 
-/// A window at `now` as a report draws it: entries after `start` count,
-/// its chart spans `len` µs from there, and a calendar window's period
-/// ends (and frees everything) at `reset`.
-fn frame(window: &Window, now: Micros) -> (Micros, Micros, Option<Micros>) {
-    match window.span_at(now) {
-        (start, Some(end)) => (start, end - start, Some(end)),
-        (start, None) => (start, window.len_us(), None),
+    /// (a tag with no name: counted in `used`, named by none)
+    fn spend(&mut self, tag: u32, cost: u64) {
+        if let Some(t) = self.by_tag.get_mut(tag as usize) {
+            *t += cost;
+        }
+    }
+
+    /// Units by endpoint and by job, from the names of `tags`.
+    fn by_name(&self, tags: &[(String, String)]) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+        let mut by_endpoint = BTreeMap::new();
+        let mut by_job = BTreeMap::new();
+        for (tag, &cost) in self.by_tag.iter().enumerate().filter(|(_, c)| **c > 0) {
+            let (endpoint, job) = &tags[tag];
+            *by_endpoint.entry(endpoint.clone()).or_insert(0) += cost;
+            *by_job.entry(job.clone()).or_insert(0) += cost;
+        }
+        (by_endpoint, by_job)
     }
 }
 
@@ -318,14 +368,9 @@ fn frame(window: &Window, now: Micros) -> (Micros, Micros, Option<Micros>) {
 pub fn straddles(pool: &Pool, segment: &LogSegment, now: Micros, visible: Micros) -> bool {
     let (first, last) = segment.span();
     pool.windows.iter().any(|w| {
-        let (start, len, _) = frame(w, now);
-        let inside = |t: Micros| t > start && t > visible;
-        let bucket = |t: Micros| {
-            (((t - start - 1).max(0) as i128) * USAGE_BUCKETS as i128 / len as i128) as usize
-        };
-        inside(first) != inside(last)
-            || (inside(first)
-                && bucket(first).min(USAGE_BUCKETS - 1) != bucket(last).min(USAGE_BUCKETS - 1))
+        let frame = Frame::of(w, now, visible);
+        frame.inside(first) != frame.inside(last)
+            || (frame.inside(first) && frame.bucket(first) != frame.bucket(last))
     })
 }
 
