@@ -8,15 +8,19 @@
 //! spreads over its longest window gets a proposed pacing window.
 //!
 //! This module is the command: it reads the store and puts the plan
-//! together. [`cost`] (one run), [`schedule`] (a day of runs) and
-//! [`pacing`] (a pool's windows) do the arithmetic, [`model`] is the plan
-//! as data (what `--json` prints) and [`render`] is the table.
+//! together. [`cost`] (one run), [`schedule`] (a schedule's steady state),
+//! [`simulate`] (a day of runs on the log) and [`pacing`] (a pool's
+//! windows) do the arithmetic, [`model`] is the plan as data (what `--json`
+//! prints) and [`render`] is the table.
 
 pub(crate) mod cost;
+#[cfg(test)]
+mod fixtures;
 mod model;
 mod pacing;
 mod render;
 mod schedule;
+mod simulate;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -223,7 +227,7 @@ fn schedule_plan(
             .map(|(p, u)| (p.clone(), schedule::units_per_day(*u, every)))
             .collect(),
         windows: schedule::window_needs(&cred.pools, &units, every, scheduled),
-        runs_out: schedule::runs_out(&cred.pools, &job.name, scheduled, log),
+        runs_out: simulate::runs_out(&cred.pools, &job.name, scheduled, log),
         fastest_every_seconds: schedule::fastest(&cred.pools, &job.name, &units, scheduled),
     }
 }
