@@ -1,0 +1,4 @@
+//! Inputs from a file (a work list): [`done_part`], what a once-job keeps of
+//! the part of its file already done.
+
+pub mod done_part;
