@@ -15,7 +15,7 @@
 /// The layers, lowest first.
 const LAYERS: &[&[&str]] = &[
     &["atomic_file", "metrics"],
-    &["ledger", "page_name"],
+    &["ledger", "page_name", "inputs"],
     &["timefmt", "logging", "error"],
     &["config", "cli"],
     &["history"],

@@ -35,6 +35,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod history;
+pub mod inputs;
 #[cfg(test)]
 mod layers;
 pub mod ledger;

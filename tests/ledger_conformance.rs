@@ -588,6 +588,45 @@ async fn cursor_is_saved_per_job(ledger: impl Ledger) {
     );
 }
 
+async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl Ledger) {
+    assert_eq!(ledger.map_len("j:seen").await.unwrap(), 0);
+    assert!(ledger.map_read("j:seen").await.unwrap().is_empty());
+    // 3,000 fields: spread over many buckets in Redis.
+    let first: Vec<(String, String)> = (0..3000)
+        .map(|i| (format!("k{i}"), format!("line {i}")))
+        .collect();
+    assert_eq!(
+        ledger.map_put_new("j:seen", &first).await.unwrap(),
+        first.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>()
+    );
+    // A field set again keeps its first value; a new one takes its own;
+    // another map is another map.
+    let again = vec![
+        ("k7".to_string(), "line 9000".to_string()),
+        ("new".to_string(), "line 9001".to_string()),
+    ];
+    assert_eq!(
+        ledger.map_put_new("j:seen", &again).await.unwrap(),
+        vec!["line 7".to_string(), "line 9001".to_string()]
+    );
+    ledger.map_put("k:seen", "k7", "other").await.unwrap();
+    assert_eq!(ledger.map_len("j:seen").await.unwrap(), 3001);
+    assert_eq!(ledger.map_len("k:seen").await.unwrap(), 1);
+    // map_put replaces; map_read gives every field once, by field.
+    ledger.map_put("j:seen", "k7", "replaced").await.unwrap();
+    let all = ledger.map_read("j:seen").await.unwrap();
+    assert_eq!(all.len(), 3001);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+    assert!(all.contains(&("k7".to_string(), "replaced".to_string())));
+    assert!(all.contains(&("k2999".to_string(), "line 2999".to_string())));
+    ledger.map_forget("j:seen").await.unwrap();
+    assert_eq!(ledger.map_len("j:seen").await.unwrap(), 0);
+    assert_eq!(
+        ledger.map_read("k:seen").await.unwrap(),
+        vec![("k7".to_string(), "other".to_string())]
+    );
+}
+
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
         mod $store {
@@ -610,6 +649,7 @@ macro_rules! conformance {
                 clock_never_runs_backwards,
                 run_lock_is_exclusive_renewable_and_expires,
                 cursor_is_saved_per_job,
+                a_jobs_map_keeps_the_first_value_of_each_field,
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,
@@ -671,6 +711,7 @@ macro_rules! conformance_on_shared {
                 clock_never_runs_backwards,
                 run_lock_is_exclusive_renewable_and_expires,
                 cursor_is_saved_per_job,
+                a_jobs_map_keeps_the_first_value_of_each_field,
                 a_settled_cost_moves_its_entry_at_its_time,
                 a_settle_behind_many_calls_counts_in_usage_and_retries,
                 the_upstreams_count_wins_downward_until_its_reset,

@@ -188,4 +188,36 @@ pub trait Ledger: Send + Sync {
         job: &str,
         cursor: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// A map a job keeps beside its cursor (field to value, both text),
+    /// for what grows with its work rather than with its position (a
+    /// list's keys seen, its failed inputs): set each field of `entries`
+    /// that the map does not hold yet. Returns, entry by entry, the value
+    /// the map holds now: the entry's own, or the one set before it. One
+    /// writer at a time (the job's run lock), so not one atomic step.
+    fn map_put_new(
+        &self,
+        map: &str,
+        entries: &[(String, String)],
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+
+    /// Set `field` of `map` to `value`, whatever it held.
+    fn map_put(
+        &self,
+        map: &str,
+        field: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// How many fields `map` holds.
+    fn map_len(&self, map: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Every field of `map` with its value, by field.
+    fn map_read(
+        &self,
+        map: &str,
+    ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
+
+    /// Forget `map` entirely.
+    fn map_forget(&self, map: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

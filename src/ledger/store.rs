@@ -219,6 +219,30 @@ impl Ledger for Store {
     async fn save_cursor(&self, job: &str, cursor: &str) -> Result<(), StoreError> {
         each!(self, l => l.save_cursor(job, cursor))
     }
+
+    async fn map_put_new(
+        &self,
+        map: &str,
+        entries: &[(String, String)],
+    ) -> Result<Vec<String>, StoreError> {
+        each!(self, l => l.map_put_new(map, entries))
+    }
+
+    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
+        each!(self, l => l.map_put(map, field, value))
+    }
+
+    async fn map_len(&self, map: &str) -> Result<u64, StoreError> {
+        each!(self, l => l.map_len(map))
+    }
+
+    async fn map_read(&self, map: &str) -> Result<Vec<(String, String)>, StoreError> {
+        each!(self, l => l.map_read(map))
+    }
+
+    async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
+        each!(self, l => l.map_forget(map))
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,12 @@ CREATE TABLE IF NOT EXISTS job_cursor (
     job    TEXT PRIMARY KEY,
     cursor TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS job_map (
+    map   TEXT NOT NULL,              -- a job's map (Ledger::map_put_new)
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    PRIMARY KEY (map, field)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,           -- 'store_id': this store's random id
     value TEXT NOT NULL

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod charge;
 mod file;
 mod log;
+mod maps;
 mod read;
 
 use self::charge::{OwnedCharge, clock, decide};
@@ -395,6 +396,41 @@ impl Ledger for EmbeddedLedger {
             Ok(())
         })
         .await
+    }
+
+    async fn map_put_new(
+        &self,
+        map: &str,
+        entries: &[(String, String)],
+    ) -> Result<Vec<String>, StoreError> {
+        let (map, entries) = (map.to_string(), entries.to_vec());
+        self.transaction(move |tx| maps::put_new(tx, &map, &entries))
+            .await
+    }
+
+    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
+        let (map, field, value) = (map.to_string(), field.to_string(), value.to_string());
+        self.transaction(move |tx| maps::put(tx, &map, &field, &value))
+            .await
+    }
+
+    async fn map_len(&self, map: &str) -> Result<u64, StoreError> {
+        let map = map.to_string();
+        self.transaction_with(TransactionBehavior::Deferred, move |tx| maps::len(tx, &map))
+            .await
+    }
+
+    async fn map_read(&self, map: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let map = map.to_string();
+        self.transaction_with(TransactionBehavior::Deferred, move |tx| {
+            maps::read(tx, &map)
+        })
+        .await
+    }
+
+    async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
+        let map = map.to_string();
+        self.transaction(move |tx| maps::forget(tx, &map)).await
     }
 
     async fn read(

@@ -43,3 +43,24 @@ pub fn lock_key(job: &str) -> String {
 pub fn cursor_key(job: &str) -> String {
     format!("quota:job:{{{job}}}:cursor")
 }
+
+/// Buckets of a job's map in Redis: each a hash small enough to stay in
+/// Redis's compact encoding (128 fields by default) up to ~10^6 fields.
+pub const MAP_BUCKETS: u64 = 8192;
+
+/// The key of bucket `b` of `map` (all of a map's keys share the hash tag
+/// `{map}`: one Cluster slot).
+pub fn map_bucket_key(map: &str, b: u64) -> String {
+    format!("quota:map:{{{map}}}:{b}")
+}
+
+/// The key of the set of `map`'s buckets in use, so that reading or
+/// forgetting a small map touches only the buckets it has.
+pub fn map_buckets_key(map: &str) -> String {
+    format!("quota:map:{{{map}}}:buckets")
+}
+
+/// The bucket of `field`: the same on every host and build.
+pub fn map_bucket(field: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(field.as_bytes()) % MAP_BUCKETS
+}

@@ -26,7 +26,9 @@
 //!
 //! Keys of job `J`: `quota:job:{J}:lock` (the run lock: who holds it, with a
 //! TTL; `lua/lock.lua`) and `quota:job:{J}:cursor` (where the job resumes; no
-//! TTL: a job that runs once a month still resumes where it stopped).
+//! TTL: a job that runs once a month still resumes where it stopped). A
+//! job's maps (`quota:map:{M}:*`, no TTL either) are spread over small
+//! hashes: see [`maps`].
 //!
 //! Idle keys expire a minute (plus 1/8 window) after the longest window, or
 //! the block, ends.
@@ -44,6 +46,7 @@ use redis::{Script, Value};
 
 mod charge;
 mod keys;
+mod maps;
 mod read;
 mod retry;
 mod scripts;
@@ -297,5 +300,29 @@ impl Ledger for RedisLedger {
         at: At,
     ) -> Result<CredentialLog, StoreError> {
         read::read(self, credential, pools, at).await
+    }
+
+    async fn map_put_new(
+        &self,
+        map: &str,
+        entries: &[(String, String)],
+    ) -> Result<Vec<String>, StoreError> {
+        self.maps_put_new(map, entries).await
+    }
+
+    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
+        self.maps_put(map, field, value).await
+    }
+
+    async fn map_len(&self, map: &str) -> Result<u64, StoreError> {
+        self.maps_len(map).await
+    }
+
+    async fn map_read(&self, map: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.maps_read(map).await
+    }
+
+    async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
+        self.maps_forget(map).await
     }
 }
