@@ -2,11 +2,14 @@
 //! (`redis-server` alone, as a Cluster, as a Sentinel group, over TLS; the
 //! stand-in upstream; the `quota` binary) on free loopback ports, each
 //! killed when its handle drops. There is no mock store: a machine without
-//! `redis-server` fails these tests (CI installs it first).
+//! `redis-server` fails these tests (CI installs it first). And what the
+//! test modules share, so that none imports another: the ledger's building
+//! blocks and the metered cases every store runs.
 
 pub mod cluster;
 pub mod deployment;
 pub mod ledger;
+pub mod metered;
 pub mod openmetrics;
 pub mod redis;
 pub mod relay;
