@@ -269,9 +269,9 @@ fn an_unreachable_store_exits_69_without_its_password_or_the_command() {
 #[test]
 fn wait_sleeps_until_the_ledger_says_and_then_is_admitted() {
     on_each_store("{ limit: 1, per: 2s }", |d, kind| {
-        let t0 = Instant::now();
+        let sent = Instant::now();
         assert_eq!(charge(d, &["--cost", "units=1"]).code, 0, "{kind}");
-        let t1 = Instant::now();
+        let answered = Instant::now();
         let r = charge(d, &["--cost", "units=1", "--json"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         let retry = json(&r)["retry_after_ms"].as_u64().unwrap();
@@ -284,15 +284,15 @@ fn wait_sleeps_until_the_ledger_says_and_then_is_admitted() {
         let j = json(&r);
         assert_eq!(j["decision"], "admitted");
         // Admitted no sooner than the first unit left the window (it was
-        // logged after t0)...
+        // logged after `sent`)...
         assert!(
-            done >= t0 + Duration::from_secs(2),
+            done >= sent + Duration::from_secs(2),
             "{kind}: admitted too soon"
         );
-        // ...and not much later than it did (logged before t1): the wait
+        // ...and not much later than it did (logged before `answered`): the wait
         // was the ledger's retry time, not --wait's 30 s (a margin of
         // seconds: two processes start on a busy machine meanwhile).
-        let needed = (t1 + Duration::from_secs(2)).saturating_duration_since(started);
+        let needed = (answered + Duration::from_secs(2)).saturating_duration_since(started);
         assert!(
             done - started < needed + Duration::from_secs(5),
             "{kind}: waited {:?} where {needed:?} was needed",

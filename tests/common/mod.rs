@@ -3,11 +3,13 @@
 //! stand-in upstream; the `quota` binary) on free loopback ports, each
 //! killed when its handle drops. There is no mock store: a machine without
 //! `redis-server` fails these tests (CI installs it first). And what the
-//! test modules share, so that none imports another: the ledger's building
-//! blocks and the metered cases every store runs.
+//! test modules share, so that none imports another: the known state of
+//! the operator's reports (`known`), the ledger's building blocks and the
+//! metered cases every store runs.
 
 pub mod cluster;
 pub mod deployment;
+pub mod known;
 pub mod ledger;
 pub mod metered;
 pub mod openmetrics;
