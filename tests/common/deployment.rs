@@ -362,3 +362,30 @@ pub fn one_region_job(name: &str, url: &str) -> String {
 "#
     )
 }
+
+/// A deployment of `jobs` (YAML blocks) against the stand-in: credential
+/// `main` (the `key` file), endpoint `api` costing 1 unit of a wide pool.
+pub fn api_deployment(jobs: &str) -> Deployment {
+    let d = Deployment::new("");
+    d.write(&api_yaml(&embedded_store(&d), jobs));
+    d
+}
+
+/// [`api_deployment`]'s configuration, on `store`.
+pub fn api_yaml(store: &str, jobs: &str) -> String {
+    format!(
+        r#"store: {store}
+lock_ttl: 2s
+http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
+credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      requests:
+        - {{ limit: 1000, per: 1h }}
+endpoints:
+  api: {{ cost: 1 }}
+jobs:
+{jobs}"#
+    )
+}
