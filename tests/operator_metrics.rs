@@ -273,7 +273,7 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
     // 5 units an hour; US and GB have 3 pages each: US 1-3, GB 1-2, then
     // the quota says no at GB page 3.
     let up = Standin::start(&["--pages", "3"]);
-    let tight = "        - { limit: 5, per: 1h }";
+    let tight = &["{ limit: 5, per: 1h }"];
     let d = trending_with(&up, "embedded", tight, &["US", "GB"], 3, "fail_closed");
     let dir = d.path().join("textfile");
     std::fs::create_dir(&dir).unwrap();
@@ -332,7 +332,7 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
     d.write(
         &std::fs::read_to_string(d.config())
             .unwrap()
-            .replace(tight, WIDE),
+            .replace(tight[0], WIDE[0]),
     );
     let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -395,7 +395,7 @@ fn a_metrics_file_that_cannot_be_written_fails_the_run() {
 fn a_redis_that_lost_its_log_shows_in_status_and_run_metrics() {
     let mut redis = RedisServer::start(); // no persistence
     let up = Standin::start(&["--pages", "3"]);
-    let four = "        - { limit: 4, per: 1h }";
+    let four = &["{ limit: 4, per: 1h }"];
     let d = trending_with(&up, &redis.url(), four, &["US", "GB"], 3, "fail_closed");
     let file = d.path().join("quota.prom");
     let metrics = ["run", "--metrics-file", file.to_str().unwrap()];

@@ -301,7 +301,7 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
     let up = Standin::start(&["--pages", "9", "--key", "some-key-1"]);
     let d = Deployment::new("");
     std::fs::write(d.path().join("key"), "some-key-1\n").unwrap();
-    let config = |windows: &str, max_pages: u32| {
+    let config = |windows: &[&str], max_pages: u32| {
         crate::common::deployment::deployment_yaml(
             &embedded_store(&d),
             windows,
@@ -315,7 +315,7 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
             )],
         )
     };
-    d.write(&config("        - { limit: 5, per: 1h }", 8));
+    d.write(&config(&["{ limit: 5, per: 1h }"], 8));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(up.seen().len(), 5, "US pages 0 to 4");

@@ -13,7 +13,7 @@ use crate::common::standin::Standin;
 fn one_request(d: &Deployment, url: &str) -> String {
     deployment_yaml(
         &embedded_store(d),
-        "        - { limit: 100, per: 1h }",
+        &["{ limit: 100, per: 1h }"],
         "fail_closed",
         &[format!(
             "  one:\n    credential: main\n    steps:\n      - endpoint: videos.list\n        request: {{ url: \"{url}\" }}\n    output: out/one\n"

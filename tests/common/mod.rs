@@ -3,9 +3,9 @@
 //! stand-in upstream; the `quota` binary) on free loopback ports, each
 //! killed when its handle drops. There is no mock store: a machine without
 //! `redis-server` fails these tests (CI installs it first). And what the
-//! test modules share, so that none imports another: the known state of
-//! the operator's reports (`known`), the ledger's building blocks and the
-//! metered cases every store runs.
+//! test modules share, so that none imports another: the configuration
+//! builder (`yaml`), the known state of the operator's reports (`known`),
+//! the ledger's building blocks and the metered cases every store runs.
 
 pub mod cluster;
 pub mod deployment;
@@ -18,6 +18,7 @@ pub mod relay;
 pub mod sentinel;
 pub mod standin;
 pub mod tls;
+pub mod yaml;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
