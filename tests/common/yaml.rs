@@ -3,9 +3,9 @@
 //! A test then says only what it is about; the header (credentials, pools,
 //! endpoints) is not copied from file to file. Values are YAML text, given
 //! as the file would hold them (`"{ limit: 5, per: 1h }"`, `"every 1h"`),
-//! and rendered in block style, one key a line, in the order they were
-//! given, so a test may still edit the text (`replacen`) where the YAML
-//! itself is the point.
+//! and rendered one key a line (an endpoint as one flow map), in the
+//! order they were given, so a test may still edit the text (`replacen`)
+//! where the YAML itself is the point.
 
 use std::fmt;
 
