@@ -11,32 +11,32 @@ use serde_json::Value;
 
 use crate::common::deployment::{Deployment, Ran, embedded_store, finish, kill, spawn};
 use crate::common::redis::RedisServer;
+use crate::common::yaml::{Config, Credential, limit};
 use crate::common::{free_port, wait_until};
 
-/// Credential `main`: a `units` pool with `units` (YAML windows) and a
+/// Credential `main`: a `units` pool of the windows `units` and a
 /// `search` pool of 10 an hour; `solo`: one pool, `calls`, of 5 an hour.
 /// No jobs: scripts spend them.
-fn config(store: &str, units: &str) -> String {
-    format!(
-        "store: {store}\n\
-         credentials:\n  \
-           main:\n    \
-             secret: {{ env: UNUSED_KEY }}\n    \
-             pools:\n      \
-               units: [{units}]\n      \
-               search: [{{ limit: 10, per: 1h }}]\n  \
-           solo:\n    \
-             secret: {{ env: UNUSED_KEY }}\n    \
-             pools: {{ calls: [{{ limit: 5, per: 1h }}] }}\n"
-    )
+fn config(store: &str, units: &[&str]) -> String {
+    let main = Credential::new("main")
+        .secret("{ env: UNUSED_KEY }")
+        .pool("units", units)
+        .pool("search", &[limit(10, "1h")]);
+    let solo = Credential::new("solo")
+        .secret("{ env: UNUSED_KEY }")
+        .pool("calls", &[limit(5, "1h")]);
+    Config::new(store)
+        .credential(main)
+        .credential(solo)
+        .render()
 }
 
-const HOURLY_3: &str = "{ limit: 3, per: 1h }";
+const HOURLY_3: &[&str] = &["{ limit: 3, per: 1h }"];
 
 /// The test run once on each kind of store: a fresh deployment whose
 /// `units` pool has the windows `units`, and its store (as `--store`
 /// writes it; also what the assertions name).
-fn on_each_store(units: &str, test: impl Fn(&Deployment, &str)) {
+fn on_each_store(units: &[&str], test: impl Fn(&Deployment, &str)) {
     let redis = RedisServer::start();
     let d = Deployment::new("");
     let embedded = embedded_store(&d);
@@ -90,7 +90,10 @@ fn admits_until_the_budget_is_spent_then_says_when_units_free_up() {
 #[test]
 fn json_gives_the_decision_and_what_remains_per_window() {
     on_each_store(
-        "{ limit: 5, per: 1h, headroom: 2 }, { limit: 100, per: 24h }",
+        &[
+            "{ limit: 5, per: 1h, headroom: 2 }",
+            "{ limit: 100, per: 24h }",
+        ],
         |d, kind| {
             let r = charge(d, &["--cost", "units=2", "--cost", "search=4", "--json"]);
             assert_eq!(r.code, 0, "{kind}: {r:?}");
@@ -268,10 +271,10 @@ fn an_unreachable_store_exits_69_without_its_password_or_the_command() {
 
 #[test]
 fn wait_sleeps_until_the_ledger_says_and_then_is_admitted() {
-    on_each_store("{ limit: 1, per: 2s }", |d, kind| {
-        let t0 = Instant::now();
+    on_each_store(&["{ limit: 1, per: 2s }"], |d, kind| {
+        let sent = Instant::now();
         assert_eq!(charge(d, &["--cost", "units=1"]).code, 0, "{kind}");
-        let t1 = Instant::now();
+        let answered = Instant::now();
         let r = charge(d, &["--cost", "units=1", "--json"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         let retry = json(&r)["retry_after_ms"].as_u64().unwrap();
@@ -284,15 +287,15 @@ fn wait_sleeps_until_the_ledger_says_and_then_is_admitted() {
         let j = json(&r);
         assert_eq!(j["decision"], "admitted");
         // Admitted no sooner than the first unit left the window (it was
-        // logged after t0)...
+        // logged after `sent`)...
         assert!(
-            done >= t0 + Duration::from_secs(2),
+            done >= sent + Duration::from_secs(2),
             "{kind}: admitted too soon"
         );
-        // ...and not much later than it did (logged before t1): the wait
+        // ...and not much later than it did (logged before `answered`): the wait
         // was the ledger's retry time, not --wait's 30 s (a margin of
         // seconds: two processes start on a busy machine meanwhile).
-        let needed = (t1 + Duration::from_secs(2)).saturating_duration_since(started);
+        let needed = (answered + Duration::from_secs(2)).saturating_duration_since(started);
         assert!(
             done - started < needed + Duration::from_secs(5),
             "{kind}: waited {:?} where {needed:?} was needed",
@@ -424,7 +427,7 @@ fn a_store_that_lost_the_log_is_refused_as_log_lost() {
 
 #[test]
 fn exec_runs_the_command_and_passes_its_exit_code_through() {
-    on_each_store("{ limit: 10, per: 1h }", |d, kind| {
+    on_each_store(&["{ limit: 10, per: 1h }"], |d, kind| {
         let exec = |cmd: &[&str]| {
             d.quota(&[&["exec", "main", "--cost", "units=1", "--"][..], cmd].concat())
         };
@@ -464,7 +467,7 @@ fn exec_refused_does_not_run_the_command() {
 
 #[test]
 fn exec_of_a_command_that_cannot_start_exits_127_or_126_after_charging() {
-    on_each_store("{ limit: 10, per: 1h }", |d, kind| {
+    on_each_store(&["{ limit: 10, per: 1h }"], |d, kind| {
         let r = d.quota(&[
             "exec",
             "main",
@@ -514,7 +517,7 @@ fn exec_until_ready(d: &Deployment, script: &str, ready: &Path) -> std::process:
 #[test]
 fn exec_passes_stop_signals_on_to_the_command() {
     let d = Deployment::new("");
-    d.write(&config(&embedded_store(&d), "{ limit: 20, per: 1h }"));
+    d.write(&config(&embedded_store(&d), &["{ limit: 20, per: 1h }"]));
     // (40: a real-time signal, SIGRTMIN+6 under glibc.)
     let names = [
         "TERM", "INT", "HUP", "USR1", "USR2", "QUIT", "ALRM", "ABRT", "TRAP", "BUS", "40",
@@ -551,7 +554,7 @@ fn exec_passes_stop_signals_on_to_the_command() {
 #[test]
 fn exec_passes_every_sigbus_on() {
     let d = Deployment::new("");
-    d.write(&config(&embedded_store(&d), "{ limit: 20, per: 1h }"));
+    d.write(&config(&embedded_store(&d), &["{ limit: 20, per: 1h }"]));
     // Counts each SIGBUS; exits 7 after the second (or after two minutes,
     // should it never come, so that nothing is left behind).
     let script = "n=0; trap 'n=$((n+1)); touch got-$n' BUS; touch ready; i=0; \
@@ -572,7 +575,7 @@ fn exec_passes_every_sigbus_on() {
 
 #[test]
 fn tags_show_who_spent_in_status() {
-    on_each_store("{ limit: 10, per: 1h }", |d, kind| {
+    on_each_store(&["{ limit: 10, per: 1h }"], |d, kind| {
         let r = charge(
             d,
             &[
@@ -612,7 +615,7 @@ fn tags_show_who_spent_in_status() {
 #[test]
 fn tags_are_bounded_and_many_of_them_are_warned_about() {
     let d = Deployment::new("");
-    d.write(&config(&embedded_store(&d), "{ limit: 1000, per: 1h }"));
+    d.write(&config(&embedded_store(&d), &["{ limit: 1000, per: 1h }"]));
     let long = "é".repeat(65);
     for flag in ["--job", "--endpoint"] {
         let r = charge(&d, &["--cost", "units=1", flag, &long]);

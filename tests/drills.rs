@@ -29,7 +29,7 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
     let d = trending_with(
         &up,
         &redis.url(),
-        "        - { limit: 5, per: 1h }",
+        &["{ limit: 5, per: 1h }"],
         &["US", "GB", "DE"],
         3,
         "fail_closed",
@@ -185,7 +185,7 @@ fn hosts_with_skewed_clocks_share_one_budget_exactly() {
     ];
     d.write(&deployment_yaml(
         &redis.url(),
-        "        - { limit: 6, per: 1h }",
+        &["{ limit: 6, per: 1h }"],
         "fail_closed",
         &jobs,
     ));
@@ -272,7 +272,7 @@ fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
     let d = trending_with(
         &up,
         &redis.url(),
-        "        - { limit: 4, per: 1h }",
+        &["{ limit: 4, per: 1h }"],
         &["US", "GB"],
         3,
         "fail_closed",

@@ -12,15 +12,15 @@ use quota::ledger::{
 
 use crate::common::cluster::RedisCluster;
 use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
-use crate::common::redis::RedisServer;
-use crate::common::sentinel::RedisSentinel;
-use crate::ledger_metered::{
+use crate::common::metered::{
     a_calendar_window_resets_at_local_midnight, a_huge_actual_leaves_every_window_exact,
     a_settle_behind_many_calls_counts_in_usage_and_retries,
     a_settle_to_zero_leaves_nothing_to_free, a_settled_cost_moves_its_entry_at_its_time,
     observe_mode_records_what_does_not_fit_and_counts_it, reserved_units_show_until_their_settle,
     the_upstreams_count_wins_downward_until_its_reset,
 };
+use crate::common::redis::RedisServer;
+use crate::common::sentinel::RedisSentinel;
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
     let c = Charge {

@@ -62,16 +62,16 @@ async fn step(ledger: &impl Ledger, rng: &mut Rng, t: &mut i64, config: &mut u64
 }
 
 /// Two stores driven by the same `steps` steps from `seed`, the clock at
-/// `t0` and configuration `config`, answer alike.
+/// `start` and configuration `config`, answer alike.
 async fn assert_same(
     a: &impl Ledger,
     b: &impl Ledger,
     seed: u64,
     steps: usize,
-    (t0, config): (i64, u64),
+    (start, config): (i64, u64),
 ) {
     let (mut ra, mut rb) = (Rng(seed), Rng(seed));
-    let (mut ta, mut tb, mut ca, mut cb) = (t0, t0, config, config);
+    let (mut ta, mut tb, mut ca, mut cb) = (start, start, config, config);
     for i in 0..steps {
         let x = step(a, &mut ra, &mut ta, &mut ca).await;
         let y = step(b, &mut rb, &mut tb, &mut cb).await;

@@ -6,123 +6,15 @@
 
 use std::time::Duration;
 
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, LockOutcome, Pool};
+use quota::ledger::{At, EmbeddedLedger, Ledger, LockOutcome};
 
 use crate::common::deployment::{
-    Deployment, Ran, WIDE, deployment_yaml, quota, quota_bin, run, trending, videos_job,
+    Deployment, WIDE, deployment_yaml, quota, quota_bin, run, trending, videos_job,
 };
-use crate::common::ledger::{charge, cost, pool, window};
+use crate::common::known::{
+    REPORT_TIME, at_report_time, frozen_clock_cmd, known_config, known_ledger, report_time_us,
+};
 use crate::common::standin::Standin;
-
-/// The instant the reports are made at: [`at_t0`] freezes the clock there.
-pub(crate) const T0: &str = "2026-11-20T12:00:00Z";
-
-pub(crate) fn t0() -> i64 {
-    chrono::DateTime::parse_from_rfc3339(T0)
-        .unwrap()
-        .timestamp_micros()
-}
-
-pub(crate) fn config(upstream: &str) -> String {
-    format!(
-        r#"store: embedded:ledger.sqlite3
-credentials:
-  main:
-    secret: {{ env: QUOTA_TEST_NEVER_SET }}   # status and planning never read it
-    pools:
-      units:
-        - {{ limit: 100, per: 24h, headroom: 10% }}
-        - {{ limit: 30, per: 1h }}
-      search:
-        - {{ limit: 10, per: 24h }}
-endpoints:
-  videos.list: {{ cost: {{ units: 1 }} }}
-  search.list: {{ cost: {{ search: 1 }} }}
-jobs:
-  trending:
-    credential: main
-    regions: [US, GB, DE]
-    steps:
-      - endpoint: videos.list
-        request:
-          url: {upstream}/youtube/v3/videos
-          query: {{ regionCode: "{{region}}", key: "{{secret}}" }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 3 }}
-    output: out/trending
-    schedule: every 30m
-  music:
-    credential: main
-    regions: [US]
-    steps:
-      - endpoint: search.list
-        request:
-          url: {upstream}/youtube/v3/search
-          query: {{ q: music, regionCode: "{{region}}", key: "{{secret}}" }}
-    output: out/music
-    schedule: every 6h
-"#
-    )
-}
-
-fn pools() -> (Pool, Pool) {
-    (
-        pool("units", vec![window(86_400, 100, 10), window(3600, 30, 0)]),
-        pool("search", vec![window(86_400, 10, 0)]),
-    )
-}
-
-/// The known state: 20 units of trending over the last day (5 at 20 h ago,
-/// 10 at 3 h ago, 5 at 30 min ago), 3 searches 2 h ago, and trending's
-/// cursor at GB page 1 after run 4.
-pub(crate) fn known_ledger(d: &Deployment) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
-        let (units, search) = pools();
-        let h = 3_600_000_000i64;
-        let spend = |pool: &Pool, endpoint: &'static str, job: &'static str, at: i64, n: usize| {
-            let ledger = ledger.clone();
-            let cost = vec![cost(pool, 1)];
-            async move {
-                for i in 0..n {
-                    let c = Charge {
-                        endpoint,
-                        job,
-                        ..charge("main", &cost)
-                    };
-                    let d = ledger
-                        .charge(&c, At::Fixed(at + i as i64 * 1_000_000))
-                        .await
-                        .unwrap();
-                    assert!(d.is_allowed(), "{d:?}");
-                }
-            }
-        };
-        spend(&units, "videos.list", "trending", t0() - 20 * h, 5).await;
-        spend(&units, "videos.list", "trending", t0() - 3 * h, 10).await;
-        spend(&search, "search.list", "music", t0() - 2 * h, 3).await;
-        spend(&units, "videos.list", "trending", t0() - h / 2, 5).await;
-        let cursor = r#"{"run":4,"region":"GB","step":0,"page":1,"token":"CAUQ1"}"#;
-        ledger.save_cursor("trending", cursor).await.unwrap();
-    });
-}
-
-/// `quota ARGS…` as of [`T0`], in UTC, without colour: run under `faketime`
-/// (libfaketime) with the wall clock frozen at T0 (an absolute time without
-/// '@' does not run on), which is the clock the embedded store reads. The
-/// monotonic clock is left alone, so tokio's timers still run.
-pub(crate) fn at_t0(d: &Deployment, args: &[&str]) -> Ran {
-    // libfaketime reads an absolute time in the process's zone: TZ=UTC.
-    let frozen = chrono::DateTime::parse_from_rfc3339(T0)
-        .unwrap()
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    run(d
-        .cmd_via(&["faketime", "-f", &frozen], args)
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("TZ", "UTC")
-        .env("NO_COLOR", "1"))
-}
 
 fn scrub(d: &Deployment, text: &str) -> String {
     text.replace(&d.path().display().to_string(), "[DIR]")
@@ -130,16 +22,16 @@ fn scrub(d: &Deployment, text: &str) -> String {
 
 #[test]
 fn status_on_a_known_ledger() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
-    let r = at_t0(&d, &["status"]);
+    let r = at_report_time(&d, &["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     insta::assert_snapshot!("status_table", scrub(&d, &r.stdout));
-    let r = at_t0(&d, &["status", "--json"]);
+    let r = at_report_time(&d, &["status", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(
-        json["at"], T0,
+        json["at"], REPORT_TIME,
         "the status was not made on the frozen clock"
     );
     insta::assert_snapshot!(
@@ -155,8 +47,8 @@ fn status_on_a_known_ledger() {
     assert_eq!(json["credentials"][0]["pools"][0]["windows"][0]["used"], 20);
 
     // One credential by name; an unknown one is a usage error.
-    assert_eq!(at_t0(&d, &["status", "main"]).code, 0);
-    let r = at_t0(&d, &["status", "nope"]);
+    assert_eq!(at_report_time(&d, &["status", "main"]).code, 0);
+    let r = at_report_time(&d, &["status", "nope"]);
     assert_eq!(r.code, 2, "{r:?}");
     assert!(r.stderr.contains("no credential named 'nope'"), "{r:?}");
 }
@@ -165,7 +57,7 @@ fn status_on_a_known_ledger() {
 fn a_sub_second_window_is_shown_as_it_is_configured() {
     // `per: 1s 500ms` used to show as "2s" in the table and its name, with
     // `w=1` in the RateLimit policy: three different windows for one.
-    let d = Deployment::new(&config("http://127.0.0.1:9").replace(
+    let d = Deployment::new(&known_config("http://127.0.0.1:9").replace(
         "      search:\n",
         "      burst:\n        - { limit: 5, per: 1s 500ms }\n      search:\n",
     ));
@@ -197,7 +89,7 @@ fn a_sub_second_window_is_shown_as_it_is_configured() {
 #[test]
 fn windows_of_one_length_get_distinct_ratelimit_policy_names() {
     // Two 1h windows in pool units were both named "units-1h".
-    let d = Deployment::new(&config("http://127.0.0.1:9").replace(
+    let d = Deployment::new(&known_config("http://127.0.0.1:9").replace(
         "        - { limit: 30, per: 1h }\n",
         "        - { limit: 30, per: 1h }\n        - { limit: 50, per: 1h }\n        \
          - { limit: 50, per: 1h }\n",
@@ -257,15 +149,18 @@ fn the_host_name_is_read_without_proc_sys() {
 
 #[test]
 fn dry_run_plans_on_a_known_ledger() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
-    let r = at_t0(&d, &["run", "--dry-run"]);
+    let r = at_report_time(&d, &["run", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
     insta::assert_snapshot!("plan_table", scrub(&d, &r.stdout));
-    let r = at_t0(&d, &["run", "--dry-run", "--json"]);
+    let r = at_report_time(&d, &["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(json["at"], T0, "the plan was not made on the frozen clock");
+    assert_eq!(
+        json["at"], REPORT_TIME,
+        "the plan was not made on the frozen clock"
+    );
     insta::assert_snapshot!(
         "plan_json",
         scrub(&d, &serde_json::to_string_pretty(&json).unwrap())
@@ -283,9 +178,9 @@ fn dry_run_plans_on_a_known_ledger() {
 #[test]
 fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
     let up = Standin::start(&[]);
-    let d = Deployment::new(&config(&up.base()));
+    let d = Deployment::new(&known_config(&up.base()));
     known_ledger(&d);
-    let before = at_t0(&d, &["status", "--json"]).stdout;
+    let before = at_report_time(&d, &["status", "--json"]).stdout;
     // Someone else holds trending's lock: planning does not need it.
     let rt = tokio::runtime::Runtime::new().unwrap();
     let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
@@ -306,7 +201,7 @@ fn dry_run_sends_nothing_charges_nothing_and_leaves_cursor_and_lock() {
     }
     assert!(up.seen().is_empty(), "a dry run sent {:?}", up.seen());
     assert_eq!(
-        at_t0(&d, &["status", "--json"]).stdout,
+        at_report_time(&d, &["status", "--json"]).stdout,
         before,
         "nothing charged, cursor unchanged"
     );
@@ -329,7 +224,7 @@ fn status_and_dry_run_never_create_a_store() {
     let up = Standin::start(&["--pages", "1"]);
     for store in ["embedded:ledger.sqlite3", "embedded"] {
         let d = Deployment::new(
-            &config(&up.base())
+            &known_config(&up.base())
                 .replace("store: embedded:ledger.sqlite3", &format!("store: {store}")),
         );
         let file = if store == "embedded" {
@@ -400,7 +295,8 @@ fn status_and_dry_run_never_create_a_store() {
 #[test]
 fn dry_run_with_the_store_down_plans_against_full_budgets() {
     let d = Deployment::new(
-        &config("http://127.0.0.1:9").replace("embedded:ledger.sqlite3", "redis://127.0.0.1:1/0"),
+        &known_config("http://127.0.0.1:9")
+            .replace("embedded:ledger.sqlite3", "redis://127.0.0.1:1/0"),
     );
     let r = run(&mut d.cmd(&["run", "--dry-run"]));
     assert_eq!(r.code, 0, "{r:?}");
@@ -421,24 +317,24 @@ fn dry_run_with_the_store_down_plans_against_full_budgets() {
 
 #[test]
 fn a_blocked_credential_shows_in_status_and_plan() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
-    let until = t0() + 5 * 3_600_000_000;
+    let until = report_time_us() + 5 * 3_600_000_000;
     rt.block_on(ledger.block(
         "main",
         until,
         "upstream 403 quotaExceeded (job trending)",
-        At::Fixed(t0()),
+        At::Fixed(report_time_us()),
     ))
     .unwrap();
-    let r = at_t0(&d, &["status"]);
+    let r = at_report_time(&d, &["status"]);
     assert!(
         r.stdout.contains("BLOCKED by the upstream until 2026-11-20 17:00:00 +00:00 (in 5h (17:00:00)): upstream 403 quotaExceeded (job trending)"),
         "{r:?}"
     );
-    let r = at_t0(&d, &["run", "--dry-run"]);
+    let r = at_report_time(&d, &["run", "--dry-run"]);
     assert!(
         r.stdout
             .contains("next run: sends nothing: blocked until 2026-11-20 17:00:00 +00:00"),
@@ -454,7 +350,7 @@ fn a_blocked_credential_shows_in_status_and_plan() {
 /// they are (JSON escapes the controls).
 #[test]
 fn status_shows_the_stores_text_inert() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let evil = "evil\u{202e}txt.exe\x1b[31mRED";
     let db = rusqlite::Connection::open(d.path().join("ledger.sqlite3")).unwrap();
@@ -471,7 +367,10 @@ fn status_shows_the_stores_text_inert() {
     .unwrap();
     db.execute(
         "UPDATE credential SET blocked_until = ?1, blocked_reason = ?2 WHERE name = 'main'",
-        rusqlite::params![t0() + 3_600_000_000, format!("said {evil}\tand\nmore")],
+        rusqlite::params![
+            report_time_us() + 3_600_000_000,
+            format!("said {evil}\tand\nmore")
+        ],
     )
     .unwrap();
     db.execute(
@@ -481,7 +380,7 @@ fn status_shows_the_stores_text_inert() {
     .unwrap();
     drop(db);
 
-    let r = at_t0(&d, &["status"]);
+    let r = at_report_time(&d, &["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stdout.contains(['\x1b', '\u{202e}', '\t']), "{r:?}");
     let shown = "evil\\u{202e}txt.exe\\u{1b}[31mRED";
@@ -499,27 +398,19 @@ fn status_shows_the_stores_text_inert() {
     }
 
     // `charge` says why it is refused the same way.
-    let r = at_t0(&d, &["charge", "main", "--cost", "units=1"]);
+    let r = at_report_time(&d, &["charge", "main", "--cost", "units=1"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains(&format!("said {shown} and more")),
         "{r:?}"
     );
     // So does a run that meets the block.
-    let frozen = chrono::DateTime::parse_from_rfc3339(T0)
-        .unwrap()
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    let r = run(d
-        .cmd_via(&["faketime", "-f", &frozen], &["run", "trending"])
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .env("TZ", "UTC")
-        .env("QUOTA_TEST_NEVER_SET", "demo-key"));
+    let r = run(frozen_clock_cmd(&d, &["run", "trending"]).env("QUOTA_TEST_NEVER_SET", "demo-key"));
     assert_eq!(r.code, 75, "{r:?}");
     assert!(!r.stderr.contains(['\x1b', '\u{202e}']), "{r:?}");
     assert!(r.stderr.contains(&format!("said {shown}")), "{r:?}");
 
-    let r = at_t0(&d, &["status", "--json"]);
+    let r = at_report_time(&d, &["status", "--json"]);
     let json: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let units_24h = &json["credentials"][0]["pools"][0]["windows"][0];
     assert_eq!(units_24h["by_job"][evil], 1, "{r:?}");
@@ -527,7 +418,7 @@ fn status_shows_the_stores_text_inert() {
 
 #[test]
 fn output_to_a_closed_pipe_exits_quietly() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let err = d.path().join("stderr");
     // `true` exits without reading: every write of quota meets a closed pipe.
@@ -805,7 +696,7 @@ fn a_progress_line_only_on_a_terminal() {
 
 #[test]
 fn status_is_coloured_on_a_terminal_unless_no_color() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let status = |no_color: bool| {
         let cmd = format!(

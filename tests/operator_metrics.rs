@@ -17,10 +17,10 @@ use crate::common::deployment::{
     Deployment, WIDE, deployment_yaml, embedded_store, finish, kill, spawn, trending_with,
     videos_job,
 };
+use crate::common::known::{at_report_time, known_config, known_ledger, report_time_us};
 use crate::common::openmetrics::{Families, parse};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
-use crate::operator::{at_t0, config, known_ledger, t0};
 
 const HOUR_US: i64 = 3_600_000_000;
 
@@ -37,17 +37,17 @@ fn value(m: &Families, name: &str, labels: &[(&'static str, String)]) -> f64 {
     m.value(name, &labels)
 }
 
-fn status_metrics_at_t0(d: &Deployment) -> Families {
-    let r = at_t0(d, &["status", "--format", "openmetrics"]);
+fn status_metrics_at_report_time(d: &Deployment) -> Families {
+    let r = at_report_time(d, &["status", "--format", "openmetrics"]);
     assert_eq!(r.code, 0, "{r:?}");
     parse(&r.stdout)
 }
 
 #[test]
 fn status_as_openmetrics_on_a_known_ledger() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
-    let m = status_metrics_at_t0(&d);
+    let m = status_metrics_at_report_time(&d);
 
     // units 24h: limit 100, headroom 10% (10), 20 spent (5 at -20h, 10 at
     // -3h, 5 at -30m); units 1h: limit 30, the 5 of -30m; search 24h:
@@ -151,7 +151,7 @@ fn status_as_openmetrics_on_a_known_ledger() {
     assert_eq!(value(&m, "quota_pool_log_lost", &units), 0.0);
     assert_eq!(
         m.value("quota_status_timestamp_seconds", &[]),
-        t0() as f64 / 1e6
+        report_time_us() as f64 / 1e6
     );
 
     // Gauges with their units declared, for every family.
@@ -170,15 +170,20 @@ fn status_as_openmetrics_on_a_known_ledger() {
 
 #[test]
 fn a_blocked_credential_shows_in_the_metrics() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
-    let until = t0() + 5 * HOUR_US;
+    let until = report_time_us() + 5 * HOUR_US;
     tokio::runtime::Runtime::new()
         .unwrap()
-        .block_on(ledger.block("main", until, "upstream 403 quotaExceeded", At::Fixed(t0())))
+        .block_on(ledger.block(
+            "main",
+            until,
+            "upstream 403 quotaExceeded",
+            At::Fixed(report_time_us()),
+        ))
         .unwrap();
-    let m = status_metrics_at_t0(&d);
+    let m = status_metrics_at_report_time(&d);
     let main = [("credential", "main".to_string())];
     assert_eq!(value(&m, "quota_credential_blocked", &main), 1.0);
     assert_eq!(
@@ -193,15 +198,18 @@ fn a_blocked_credential_shows_in_the_metrics() {
 
 #[test]
 fn the_status_formats_and_their_flags() {
-    let d = Deployment::new(&config("http://127.0.0.1:9"));
+    let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
-    let json = at_t0(&d, &["status", "--json"]).stdout;
-    assert_eq!(at_t0(&d, &["status", "--format", "json"]).stdout, json);
+    let json = at_report_time(&d, &["status", "--json"]).stdout;
+    assert_eq!(
+        at_report_time(&d, &["status", "--format", "json"]).stdout,
+        json
+    );
     assert!(json.starts_with('{'), "{json}");
-    let r = at_t0(&d, &["status", "--json", "--format", "openmetrics"]);
+    let r = at_report_time(&d, &["status", "--json", "--format", "openmetrics"]);
     assert_eq!(r.code, 2, "{r:?}");
     // One credential by name: only its samples.
-    let r = at_t0(&d, &["status", "main", "--format", "openmetrics"]);
+    let r = at_report_time(&d, &["status", "main", "--format", "openmetrics"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.ends_with("# EOF\n"), "{}", r.stdout);
     let m = parse(&r.stdout);
@@ -265,7 +273,7 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
     // 5 units an hour; US and GB have 3 pages each: US 1-3, GB 1-2, then
     // the quota says no at GB page 3.
     let up = Standin::start(&["--pages", "3"]);
-    let tight = "        - { limit: 5, per: 1h }";
+    let tight = &["{ limit: 5, per: 1h }"];
     let d = trending_with(&up, "embedded", tight, &["US", "GB"], 3, "fail_closed");
     let dir = d.path().join("textfile");
     std::fs::create_dir(&dir).unwrap();
@@ -324,7 +332,7 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
     d.write(
         &std::fs::read_to_string(d.config())
             .unwrap()
-            .replace(tight, WIDE),
+            .replace(tight[0], WIDE[0]),
     );
     let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{r:?}");
@@ -387,7 +395,7 @@ fn a_metrics_file_that_cannot_be_written_fails_the_run() {
 fn a_redis_that_lost_its_log_shows_in_status_and_run_metrics() {
     let mut redis = RedisServer::start(); // no persistence
     let up = Standin::start(&["--pages", "3"]);
-    let four = "        - { limit: 4, per: 1h }";
+    let four = &["{ limit: 4, per: 1h }"];
     let d = trending_with(&up, &redis.url(), four, &["US", "GB"], 3, "fail_closed");
     let file = d.path().join("quota.prom");
     let metrics = ["run", "--metrics-file", file.to_str().unwrap()];

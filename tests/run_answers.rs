@@ -6,8 +6,7 @@
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
-use super::run_pagination::api_deployment;
-use crate::common::deployment::one_region_job;
+use crate::common::deployment::{api_deployment, one_region_job};
 
 /// A server whose answer to each request is `respond(request head)`,
 /// raw; the request heads it got, in order.

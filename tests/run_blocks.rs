@@ -144,7 +144,7 @@ fn a_calendar_window_sets_the_block_at_its_reset() {
     let up = Standin::start(&["--units", "1"]);
     let d = Deployment::new("");
     let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
-    let day = "        - { limit: 1000, per: 24h, aligned: America/Los_Angeles }";
+    let day = &["{ limit: 1000, per: 24h, aligned: America/Los_Angeles }"];
     d.write(&deployment_yaml(
         &embedded_store(&d),
         day,
@@ -166,12 +166,12 @@ fn a_calendar_window_with_a_bad_zone_or_period_exits_78() {
     let up = Standin::start(&[]);
     for (window, field, why) in [
         (
-            "        - { limit: 10, per: 24h, aligned: Mars/Olympus }",
+            &["{ limit: 10, per: 24h, aligned: Mars/Olympus }"],
             "credentials.main.pools.units[0].aligned",
             "not a time zone",
         ),
         (
-            "        - { limit: 10, per: 7h, aligned: UTC }",
+            &["{ limit: 10, per: 7h, aligned: UTC }"],
             "credentials.main.pools.units[0].per",
             "does not divide a day",
         ),
@@ -185,7 +185,7 @@ fn a_calendar_window_with_a_bad_zone_or_period_exits_78() {
             &jobs,
         ));
         let r = d.quota(&["run"]);
-        assert_eq!(r.code, 78, "{window}: {r:?}");
+        assert_eq!(r.code, 78, "{window:?}: {r:?}");
         assert!(
             r.stderr.contains(field) && r.stderr.contains(why),
             "{}",
@@ -207,7 +207,7 @@ fn a_bare_429_blocks_for_the_shortest_window_doubling_up_to_the_longest() {
         let up = Standin::start(&["--units", "1", "--answer-429", "--bare-429"]);
         let d = Deployment::new("");
         let jobs = [videos_job("first", "main", &["US", "GB"], 1, &up.base())];
-        let windows = "        - { limit: 1000, per: 1s }\n        - { limit: 1000, per: 2s }";
+        let windows = &["{ limit: 1000, per: 1s }", "{ limit: 1000, per: 2s }"];
         let url = match store {
             "redis" => server.url(),
             _ => embedded_store(&d),

@@ -29,7 +29,7 @@ fn four_jobs_in_four_processes_never_exceed_the_budget_upstream() {
             videos_job(n, "main", &regions, 2, &up.base())
         })
         .collect();
-    let windows = "        - { limit: 30, per: 2s, headroom: 20% }";
+    let windows = &["{ limit: 30, per: 2s, headroom: 20% }"];
     d.write(&deployment_yaml(
         &redis.url(),
         windows,

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::common::deployment::{Deployment, WIDE, deployment_yaml, embedded_store, videos_job};
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
+use crate::common::yaml::limit;
 
 /// `videos_job` with `concurrency: n`.
 fn job(regions: &[&str], pages: u32, n: usize, up: &Standin) -> String {
@@ -26,7 +27,7 @@ fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-fn write(d: &Deployment, store: &str, windows: &str, job: &str) {
+fn write(d: &Deployment, store: &str, windows: &[&str], job: &str) {
     d.write(&deployment_yaml(
         store,
         windows,
@@ -116,7 +117,7 @@ fn a_rejection_stops_sending_and_the_next_run_neither_refetches_nor_skips() {
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         let r6 = regions(6);
         let job = job(&refs(&r6), 3, 4, &up);
-        write(&d, &store, "        - { limit: 7, per: 1h }", &job);
+        write(&d, &store, &["{ limit: 7, per: 1h }"], &job);
 
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
@@ -135,7 +136,7 @@ fn a_rejection_stops_sending_and_the_next_run_neither_refetches_nor_skips() {
 
         // A budget that fits the rest: the next run fetches each page
         // not yet written, once, and none that was.
-        write(&d, &store, "        - { limit: 100, per: 1h }", &job);
+        write(&d, &store, &["{ limit: 100, per: 1h }"], &job);
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         // Four regions were under way: the cursor named those after the first.
@@ -193,8 +194,8 @@ fn round_robin_holds_across_ticks() {
     // Four more units each tick (the window outlasts the test); a tick
     // that serves its whole round ends with 0, with units left.
     for tick in 1..=6 {
-        let windows = format!("        - {{ limit: {}, per: 1h }}", 4 * tick);
-        write(&d, &store, &windows, &job);
+        let windows = limit(4 * tick as u64, "1h");
+        write(&d, &store, &[&windows], &job);
         let r = d.quota(&["run"]);
         let seen = up.seen();
         match r.code {

@@ -9,41 +9,33 @@
 use crate::common::deployment::{Deployment, Ran, embedded_store, spawn};
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
+use crate::common::yaml::{self, Config, Credential, Job, Step};
 
 /// A deployment whose `units` pool allows `limit` units an hour: `ids`
 /// and `videos.list` cost 1 each, and `details` walks `/ids` (page
 /// numbers, until an empty page, at most 5) then fans out over
 /// `/items/*/id/n` to videos.list in batches of 4.
 fn yaml(store: &str, base: &str, limit: u32) -> String {
-    format!(
-        r#"store: {store}
-lock_ttl: 2s
-http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools:
-      units:
-        - {{ limit: {limit}, per: 1h }}
-endpoints:
-  ids: {{ cost: 1 }}
-  videos.list: {{ cost: 1 }}
-jobs:
-  details:
-    credential: main
-    regions: [US, GB]
-    steps:
-      - endpoint: ids
-        request: {{ url: "{base}/ids", query: {{ region: "{{region}}", key: "{{secret}}" }} }}
-        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
-      - endpoint: videos.list
-        for_each: {{ from: /items/*/id/n, batch: 4, join: ",", per_page: 4 }}
-        request:
-          url: "{base}/youtube/v3/videos"
-          query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }}
-    output: out/details
-"#
-    )
+    let ids = Step::new("ids")
+        .url(&format!("\"{base}/ids\""))
+        .query(r#"{ region: "{region}", key: "{secret}" }"#)
+        .paginate("{ page: page, start: 1, until_empty: /items, max_pages: 5 }");
+    let details = Step::new("videos.list")
+        .for_each(r#"{ from: /items/*/id/n, batch: 4, join: ",", per_page: 4 }"#)
+        .url(&format!("\"{base}/youtube/v3/videos\""))
+        .query(r#"{ part: statistics, id: "{batch}", key: "{secret}" }"#);
+    let job = Job::new("details", "main")
+        .regions(&["US", "GB"])
+        .step(ids)
+        .step(details);
+    Config::new(store)
+        .lock_ttl("2s")
+        .http("{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }")
+        .credential(Credential::new("main").pool("units", &[yaml::limit(limit.into(), "1h")]))
+        .endpoint("ids", "1")
+        .endpoint("videos.list", "1")
+        .job(job)
+        .render()
 }
 
 /// The stand-in's `/ids` with 3 pages of 4: 0 v1 2 v3 | v3 4 v5 6 | 6 v7 8 v9,

@@ -16,39 +16,33 @@ use crate::common::deployment::{Deployment, embedded_store, finish, kill, spawn}
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
 use crate::common::wait_until;
+use crate::common::yaml::{self, Config, Credential, Job, Step};
 
 /// `regions` searched (3 pages of 40 ids each), then videos.list over
 /// the ids in batches of 10, `n` requests in flight at most, `limit`
 /// units an hour.
 fn yaml(store: &str, base: &str, regions: &str, n: usize, limit: u32) -> String {
-    format!(
-        r#"store: {store}
-lock_ttl: 2s
-http: {{ timeout: 10s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools:
-      units:
-        - {{ limit: {limit}, per: 1h }}
-endpoints:
-  search.list: {{ cost: 1 }}
-  videos.list: {{ cost: 1 }}
-jobs:
-  details:
-    credential: main
-    regions: [{regions}]
-    concurrency: {n}
-    steps:
-      - endpoint: search.list
-        request: {{ url: "{base}/youtube/v3/search", query: {{ part: id, regionCode: "{{region}}", key: "{{secret}}" }} }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 3 }}
-      - endpoint: videos.list
-        for_each: {{ from: /items/*/id/videoId, batch: 10, join: ",", per_page: 40 }}
-        request: {{ url: "{base}/youtube/v3/videos", query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }} }}
-    output: out/details
-"#
-    )
+    let search = Step::new("search.list")
+        .url(&format!("\"{base}/youtube/v3/search\""))
+        .query(r#"{ part: id, regionCode: "{region}", key: "{secret}" }"#)
+        .paginate("{ token: /nextPageToken, param: pageToken, max_pages: 3 }");
+    let details = Step::new("videos.list")
+        .for_each(r#"{ from: /items/*/id/videoId, batch: 10, join: ",", per_page: 40 }"#)
+        .url(&format!("\"{base}/youtube/v3/videos\""))
+        .query(r#"{ part: statistics, id: "{batch}", key: "{secret}" }"#);
+    let job = Job::new("details", "main")
+        .set("regions", &format!("[{regions}]"))
+        .set("concurrency", &n.to_string())
+        .step(search)
+        .step(details);
+    Config::new(store)
+        .lock_ttl("2s")
+        .http("{ timeout: 10s, connect_timeout: 2s, retries: 1, backoff: 20ms }")
+        .credential(Credential::new("main").pool("units", &[yaml::limit(limit.into(), "1h")]))
+        .endpoint("search.list", "1")
+        .endpoint("videos.list", "1")
+        .job(job)
+        .render()
 }
 
 fn standin(delay: &str) -> Standin {

@@ -102,7 +102,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
         let up = Standin::start(&["--pages", "3"]);
         let d = Deployment::new("");
         let job = videos_job("trending", "main", &["US", "GB", "DE"], 3, &up.base());
-        let small = "        - { limit: 4, per: 1s }";
+        let small = &["{ limit: 4, per: 1s }"];
         d.write(&deployment_yaml(
             &store_for(&d, &redis),
             small,
@@ -127,7 +127,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
             std::thread::sleep(std::time::Duration::from_millis(1300));
         }
         // Then a bigger budget: one tick serves every region, starting where the last stopped.
-        let wide = "        - { limit: 100, per: 1s }";
+        let wide = &["{ limit: 100, per: 1s }"];
         d.write(&deployment_yaml(
             &store_for(&d, &redis),
             wide,
@@ -230,8 +230,10 @@ fn check_prints_what_it_resolved_without_touching_store_or_network() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB", "DE"], 4, &up.base());
-    let windows =
-        "        - { limit: 10000, per: 24h, headroom: 5% }\n        - { limit: 1200, per: 1h }";
+    let windows = &[
+        "{ limit: 10000, per: 24h, headroom: 5% }",
+        "{ limit: 1200, per: 1h }",
+    ];
     // A Redis that does not exist: check must not care.
     d.write(&deployment_yaml(
         "redis://:hunter2@127.0.0.1:1/0",
@@ -422,7 +424,7 @@ fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
     let d = trending_with(
         &up,
         "embedded",
-        "        - { limit: 3, per: 1h }",
+        &["{ limit: 3, per: 1h }"],
         &["US", "GB"],
         30,
         "fail_closed",

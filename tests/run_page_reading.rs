@@ -6,38 +6,30 @@
 
 use crate::common::deployment::{Deployment, embedded_store};
 use crate::common::standin::Standin;
+use crate::common::yaml::{Config, Credential, Job, Step, limit};
 
 /// One region: `/ids` (page numbers until an empty page) whose `units`
 /// cost is settled from the page itself, then a fan-out over its ids.
 fn yaml(d: &Deployment, base: &str) -> String {
-    format!(
-        r#"store: {store}
-http: {{ timeout: 20s, connect_timeout: 2s, retries: 0 }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools:
-      units:
-        - {{ limit: 1000, per: 1h }}
-endpoints:
-  ids: {{ cost: {{ units: {{ estimate: 5, actual: /items/0/id/n }} }} }}
-  videos.list: {{ cost: 1 }}
-jobs:
-  details:
-    credential: main
-    steps:
-      - endpoint: ids
-        request: {{ url: "{base}/ids", query: {{ key: "{{secret}}" }} }}
-        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 3 }}
-      - endpoint: videos.list
-        for_each: {{ from: /items/*/id/n, batch: 10, join: ",", per_page: 10 }}
-        request:
-          url: "{base}/youtube/v3/videos"
-          query: {{ part: statistics, id: "{{batch}}", key: "{{secret}}" }}
-    output: out/details
-"#,
-        store = embedded_store(d)
-    )
+    yaml_for(&embedded_store(d), base)
+}
+
+fn yaml_for(store: &str, base: &str) -> String {
+    let ids = Step::new("ids")
+        .url(&format!("\"{base}/ids\""))
+        .query(r#"{ key: "{secret}" }"#)
+        .paginate("{ page: page, start: 1, until_empty: /items, max_pages: 3 }");
+    let details = Step::new("videos.list")
+        .for_each(r#"{ from: /items/*/id/n, batch: 10, join: ",", per_page: 10 }"#)
+        .url(&format!("\"{base}/youtube/v3/videos\""))
+        .query(r#"{ part: statistics, id: "{batch}", key: "{secret}" }"#);
+    Config::new(store)
+        .http("{ timeout: 20s, connect_timeout: 2s, retries: 0 }")
+        .credential(Credential::new("main").pool("units", &[limit(1000, "1h")]))
+        .endpoint("ids", "{ units: { estimate: 5, actual: /items/0/id/n } }")
+        .endpoint("videos.list", "1")
+        .job(Job::new("details", "main").step(ids).step(details))
+        .render()
 }
 
 /// The ids each fan-out request asked for.

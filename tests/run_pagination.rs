@@ -4,34 +4,8 @@
 //! origin, refused. The real binary, the embedded store, the stand-in's
 //! other API shapes (`standin/src/apis.rs`).
 
-use crate::common::deployment::{Deployment, embedded_store, spawn};
+use crate::common::deployment::{Deployment, api_deployment, embedded_store, spawn};
 use crate::common::standin::{Seen, Standin};
-
-/// A deployment of `jobs` (YAML blocks) against the stand-in: credential
-/// `main` (the `key` file), endpoint `api` costing 1 unit of a wide pool.
-pub fn api_deployment(jobs: &str) -> Deployment {
-    let d = Deployment::new("");
-    d.write(&api_yaml(&embedded_store(&d), jobs));
-    d
-}
-
-pub fn api_yaml(store: &str, jobs: &str) -> String {
-    format!(
-        r#"store: {store}
-lock_ttl: 2s
-http: {{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools:
-      requests:
-        - {{ limit: 1000, per: 1h }}
-endpoints:
-  api: {{ cost: 1 }}
-jobs:
-{jobs}"#
-    )
-}
 
 /// A GitHub-style issues job over `regions` (repositories).
 fn issues_job(base: &str, regions: &str) -> String {
@@ -327,7 +301,7 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
     let up = Standin::start(&["--pages", "9", "--key", "some-key-1"]);
     let d = Deployment::new("");
     std::fs::write(d.path().join("key"), "some-key-1\n").unwrap();
-    let config = |windows: &str, max_pages: u32| {
+    let config = |windows: &[&str], max_pages: u32| {
         crate::common::deployment::deployment_yaml(
             &embedded_store(&d),
             windows,
@@ -341,7 +315,7 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
             )],
         )
     };
-    d.write(&config("        - { limit: 5, per: 1h }", 8));
+    d.write(&config(&["{ limit: 5, per: 1h }"], 8));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(up.seen().len(), 5, "US pages 0 to 4");

@@ -4,10 +4,8 @@
 //! requests and pagination, refused with 78 (file and field named) when
 //! it is wrong, before anything is sent.
 
-use crate::common::deployment::one_region_job;
+use crate::common::deployment::{api_deployment, api_yaml, one_region_job};
 use crate::common::standin::Standin;
-
-use super::run_pagination::api_deployment;
 
 fn chat_job(base: &str, body: &str) -> String {
     format!(
@@ -86,7 +84,7 @@ fn base(upstream: &str) -> String {
 }
 
 fn api_deployment_yaml(jobs: &str) -> String {
-    super::run_pagination::api_yaml("embedded:ledger.sqlite3", jobs)
+    api_yaml("embedded:ledger.sqlite3", jobs)
 }
 
 #[test]

@@ -4,16 +4,16 @@
 //! key) to another host, path, query or fragment; a region that would make
 //! a dot segment is refused with 78 before anything is sent.
 
-use crate::common::deployment::{Deployment, deployment_yaml, embedded_store, run};
+use crate::common::deployment::{
+    Deployment, api_deployment, api_yaml, deployment_yaml, embedded_store, run,
+};
 use crate::common::standin::Standin;
-
-use super::run_pagination::api_deployment;
 
 /// One request to `url` (a template), no regions.
 fn one_request(d: &Deployment, url: &str) -> String {
     deployment_yaml(
         &embedded_store(d),
-        "        - { limit: 100, per: 1h }",
+        &["{ limit: 100, per: 1h }"],
         "fail_closed",
         &[format!(
             "  one:\n    credential: main\n    steps:\n      - endpoint: videos.list\n        request: {{ url: \"{url}\" }}\n    output: out/one\n"
@@ -118,10 +118,7 @@ fn a_region_in_the_path_keeps_its_slashes_and_cannot_add_a_query_or_leave_the_pa
     // A region that would climb out of the path: refused by `check` and
     // `run` (78, the field named, the value not), nothing sent.
     for region in ["\"../../admin\"", "\"x/./y\"", "\"..\""] {
-        d.write(&super::run_pagination::api_yaml(
-            &embedded_store(&d),
-            &issues(&up.base(), region),
-        ));
+        d.write(&api_yaml(&embedded_store(&d), &issues(&up.base(), region)));
         for cmd in ["check", "run"] {
             let r = d.quota(&[cmd]);
             assert_eq!(r.code, 78, "{region} {cmd}: {r:?}");

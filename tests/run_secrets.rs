@@ -7,6 +7,7 @@ use crate::common::deployment::{
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
+use crate::common::yaml::{Config, Credential, Job, Step, limit};
 
 const KEY: &str = "AIzaSyD-distinctive-7f3c9e21";
 const WRONG: &str = "AIzaSyD-wrong-key-55b0a1";
@@ -35,7 +36,7 @@ fn the_api_key_never_appears_anywhere() {
     ));
     let mut yaml = deployment_yaml(
         &redis.url(),
-        "        - { limit: 1000, per: 1h }",
+        &["{ limit: 1000, per: 1h }"],
         "fail_closed",
         &jobs,
     );
@@ -166,7 +167,7 @@ fn a_redirect_never_carries_the_key_to_another_origin() {
     ];
     d.write(&deployment_yaml(
         &embedded_store(&d),
-        "        - { limit: 1000, per: 1h }",
+        &["{ limit: 1000, per: 1h }"],
         "fail_closed",
         &jobs,
     ));
@@ -263,7 +264,7 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
             "  {name}:\n    credential: main\n    steps:\n      - endpoint: videos.list\n        request: {{ url: \"{url}\" }}\n    output: out/{name}\n"
         )
     };
-    let jobs = |budget: &str| {
+    let jobs = |budget: &[&str]| {
         deployment_yaml(
             &embedded_store(&d),
             budget,
@@ -281,7 +282,7 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
             ],
         )
     };
-    d.write(&jobs("        - { limit: 4, per: 1h }"));
+    d.write(&jobs(&["{ limit: 4, per: 1h }"]));
 
     let r = run(d.cmd(&["run", "path"]).env("RUST_LOG", "trace"));
     clean("run path", &r.all());
@@ -321,7 +322,7 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
     clean("status", &d.quota(&["status"]).all());
 
     // With room, the next run resumes at US page 2 with the real token.
-    d.write(&jobs("        - { limit: 1000, per: 1h }"));
+    d.write(&jobs(&["{ limit: 1000, per: 1h }"]));
     let r = run(d.cmd(&["-vv", "run", "query"]).env("RUST_LOG", "trace"));
     clean("run query again", &r.all());
     assert_eq!(r.code, 0, "{r:?}");
@@ -377,7 +378,7 @@ fn a_key_with_a_percent_sign_is_masked_where_it_is_encoded() {
     std::fs::write(d.path().join("key"), format!("{PCT}\n")).unwrap();
     d.write(&deployment_yaml(
         &embedded_store(&d),
-        "        - { limit: 100, per: 1h }",
+        &["{ limit: 100, per: 1h }"],
         "fail_closed",
         &[videos_job("query", "main", &["US"], 1, &up.base())],
     ));
@@ -398,28 +399,21 @@ fn a_key_with_a_percent_sign_is_masked_where_it_is_encoded() {
 fn digit_key(up: &Standin) -> Deployment {
     let d = Deployment::new("");
     std::fs::write(d.path().join("key"), "12345678\n").unwrap();
-    d.write(&format!(
-        r#"store: {store}
-http: {{ timeout: 5s, connect_timeout: 2s, retries: 0 }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools: {{ units: [ {{ limit: 100, per: 1h }} ] }}
-endpoints:
-  ids: {{ cost: 1 }}
-jobs:
-  ids:
-    credential: main
-    steps:
-      - endpoint: ids
-        request: {{ url: "{base}/ids", query: {{ key: "{{secret}}", echo: "1" }} }}
-        paginate: {{ page: page, start: 1, until_empty: /items, max_pages: 5 }}
-    output: out/ids
-"#,
-        store = embedded_store(&d),
-        base = up.base()
-    ));
+    d.write(&digit_key_yaml(&embedded_store(&d), &up.base()));
     d
+}
+
+fn digit_key_yaml(store: &str, base: &str) -> String {
+    let ids = Step::new("ids")
+        .url(&format!("\"{base}/ids\""))
+        .query(r#"{ key: "{secret}", echo: "1" }"#)
+        .paginate("{ page: page, start: 1, until_empty: /items, max_pages: 5 }");
+    Config::new(store)
+        .http("{ timeout: 5s, connect_timeout: 2s, retries: 0 }")
+        .credential(Credential::new("main").pool("units", &[limit(100, "1h")]))
+        .endpoint("ids", "1")
+        .job(Job::new("ids", "main").step(ids))
+        .render()
 }
 
 /// Every page file of `d`'s job: parsed (each must be JSON), and whether

@@ -11,7 +11,7 @@ use crate::common::sentinel::{RedisSentinel, SENTINEL_SERVICE};
 use crate::common::standin::Standin;
 use crate::common::tls::{TestCa, TlsRedis};
 
-const SMALL: &str = "        - { limit: 5, per: 1h }";
+const SMALL: &[&str] = &["{ limit: 5, per: 1h }"];
 
 fn used_1h(d: &Deployment) -> u64 {
     d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"]
@@ -130,7 +130,7 @@ fn a_sentinel_failover_mid_run_keeps_the_budget() {
     let up = Standin::start(&["--pages", "3", "--delay", "250ms"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US", "GB", "DE", "FR"], 3, &up.base());
-    let budget = "        - { limit: 8, per: 1h }";
+    let budget = &["{ limit: 8, per: 1h }"];
     d.write(&deployment_yaml(
         &group.url(),
         budget,

@@ -9,7 +9,7 @@ fn deployment(up: &Standin, secret: &str) -> Deployment {
     let d = Deployment::new("");
     let yaml = deployment_yaml(
         &embedded_store(&d),
-        "        - { limit: 100, per: 1h }",
+        &["{ limit: 100, per: 1h }"],
         "fail_closed",
         &[videos_job("trending", "main", &["US"], 1, &up.base())],
     );

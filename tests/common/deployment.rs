@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::standin::Standin;
+use super::yaml::{Config, Credential, Endpoint, Job, Step, limit};
 
 /// The `quota` binary under test.
 pub fn quota_bin() -> PathBuf {
@@ -263,6 +264,17 @@ pub fn embedded_store(d: &Deployment) -> String {
     format!("embedded:{}", d.path().join("ledger.sqlite3").display())
 }
 
+/// A videos.list step against the stand-in at `base`, paginated by token
+/// up to `max_pages` pages.
+pub fn videos_list(base: &str, max_pages: u32) -> Step {
+    Step::new("videos.list")
+        .url(&format!("{base}/youtube/v3/videos"))
+        .query(r#"{ part: snippet, chart: mostPopular, regionCode: "{region}", key: "{secret}" }"#)
+        .paginate(&format!(
+            "{{ token: /nextPageToken, param: pageToken, max_pages: {max_pages} }}"
+        ))
+}
+
 /// A YAML job block: `regions`, one videos.list step with `max_pages`.
 pub fn videos_job(
     name: &str,
@@ -271,46 +283,33 @@ pub fn videos_job(
     max_pages: u32,
     base: &str,
 ) -> String {
-    format!(
-        r#"  {name}:
-    credential: {credential}
-    regions: [{regions}]
-    steps:
-      - endpoint: videos.list
-        request:
-          url: {base}/youtube/v3/videos
-          query: {{ part: snippet, chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: {max_pages} }}
-    output: out/{name}
-"#,
-        regions = regions.join(", ")
-    )
+    Job::new(name, credential)
+        .regions(regions)
+        .step(videos_list(base, max_pages))
+        .to_string()
 }
 
-/// A whole configuration: one credential `main` (secret from the `key`
-/// file) with a `units` pool of the given windows, videos.list costing 1
-/// unit (`policy` when the store is down), and the given jobs.
-pub fn deployment_yaml(store: &str, windows: &str, policy: &str, jobs: &[String]) -> String {
-    format!(
-        r#"store: {store}
-lock_ttl: 2s
-http: {{ timeout: 5s, connect_timeout: 2s, retries: 3, backoff: 20ms }}
-credentials:
-  main:
-    secret: {{ file: key }}
-    pools:
-      units:
-{windows}
-endpoints:
-  videos.list: {{ cost: {{ units: 1 }}, on_store_error: {policy} }}
-jobs:
-{jobs}"#,
-        jobs = jobs.concat()
-    )
+/// The start of the binary tests' configurations: `store`, a short lock,
+/// quick HTTP settings, and credential `main` (secret from the `key`
+/// file) with a `units` pool of `windows` (see [`limit`]).
+pub fn main_units(store: &str, windows: &[&str]) -> Config {
+    Config::new(store)
+        .lock_ttl("2s")
+        .http("{ timeout: 5s, connect_timeout: 2s, retries: 3, backoff: 20ms }")
+        .credential(Credential::new("main").pool("units", windows))
+}
+
+/// A whole configuration: [`main_units`], videos.list costing 1 unit
+/// (`policy` when the store is down), and the given jobs.
+pub fn deployment_yaml(store: &str, windows: &[&str], policy: &str, jobs: &[String]) -> String {
+    main_units(store, windows)
+        .endpoint_with(Endpoint::new("videos.list", "{ units: 1 }").set("on_store_error", policy))
+        .jobs_text(&jobs.concat())
+        .render()
 }
 
 /// A budget no test reaches: 1000 units an hour.
-pub const WIDE: &str = "        - { limit: 1000, per: 1h }";
+pub const WIDE: &[&str] = &["{ limit: 1000, per: 1h }"];
 
 /// A deployment with one job, `trending`, over `regions` (up to `max_pages`
 /// pages each) against the stand-in `up`, with the [`WIDE`] budget, on
@@ -329,7 +328,7 @@ pub fn trending(
 pub fn trending_with(
     up: &Standin,
     store: &str,
-    windows: &str,
+    windows: &[&str],
     regions: &[&str],
     max_pages: u32,
     policy: &str,
@@ -348,17 +347,31 @@ pub fn trending_with(
 /// A one-region job `name` (region GB) whose one step asks `url`, the key
 /// in `query`, paginated by token: for tests of how answers are read.
 pub fn one_region_job(name: &str, url: &str) -> String {
-    format!(
-        r#"  {name}:
-    credential: main
-    regions: [GB]
-    steps:
-      - endpoint: api
-        request:
-          url: "{url}"
-          query: {{ chart: mostPopular, regionCode: "{{region}}", key: "{{secret}}" }}
-        paginate: {{ token: /nextPageToken, param: pageToken, max_pages: 10 }}
-    output: out/{name}
-"#
-    )
+    let ask = Step::new("api")
+        .url(&format!("\"{url}\""))
+        .query(r#"{ chart: mostPopular, regionCode: "{region}", key: "{secret}" }"#)
+        .paginate("{ token: /nextPageToken, param: pageToken, max_pages: 10 }");
+    Job::new(name, "main")
+        .regions(&["GB"])
+        .step(ask)
+        .to_string()
+}
+
+/// A deployment of `jobs` (YAML blocks) against the stand-in: credential
+/// `main` (the `key` file), endpoint `api` costing 1 unit of a wide pool.
+pub fn api_deployment(jobs: &str) -> Deployment {
+    let d = Deployment::new("");
+    d.write(&api_yaml(&embedded_store(&d), jobs));
+    d
+}
+
+/// [`api_deployment`]'s configuration, on `store`.
+pub fn api_yaml(store: &str, jobs: &str) -> String {
+    Config::new(store)
+        .lock_ttl("2s")
+        .http("{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }")
+        .credential(Credential::new("main").pool("requests", &[limit(1000, "1h")]))
+        .endpoint("api", "1")
+        .jobs_text(jobs)
+        .render()
 }

@@ -8,7 +8,9 @@ use quota::ledger::{At, Charge, Ledger, Pool, PoolCost, Window};
 
 /// One second in µs.
 pub const S: i64 = 1_000_000;
-/// An arbitrary epoch for fixed-clock tests (`At::Fixed`).
+/// An arbitrary epoch for fixed-clock tests (`At::Fixed`), in µs: the one
+/// `T0` of the tests. (The operator's reports are made at another instant,
+/// a date they show: `known::REPORT_TIME`.)
 pub const T0: i64 = 1_700_000_000 * S;
 
 /// A path for an embedded store file in `dir`.

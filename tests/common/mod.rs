@@ -2,17 +2,23 @@
 //! (`redis-server` alone, as a Cluster, as a Sentinel group, over TLS; the
 //! stand-in upstream; the `quota` binary) on free loopback ports, each
 //! killed when its handle drops. There is no mock store: a machine without
-//! `redis-server` fails these tests (CI installs it first).
+//! `redis-server` fails these tests (CI installs it first). And what the
+//! test modules share, so that none imports another: the configuration
+//! builder (`yaml`), the known state of the operator's reports (`known`),
+//! the ledger's building blocks and the metered cases every store runs.
 
 pub mod cluster;
 pub mod deployment;
+pub mod known;
 pub mod ledger;
+pub mod metered;
 pub mod openmetrics;
 pub mod redis;
 pub mod relay;
 pub mod sentinel;
 pub mod standin;
 pub mod tls;
+pub mod yaml;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
