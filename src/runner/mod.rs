@@ -24,6 +24,7 @@
 pub mod cursor;
 mod job_run;
 mod lock;
+mod meter;
 pub mod output;
 mod page_scan;
 mod paginate;

@@ -293,7 +293,7 @@ impl JobRun<'_> {
         let resume = self.after_step(w, at);
         if self.save(at.slot, resume).await
             && listed
-            && let Some(store) = self.store
+            && let Some(store) = self.meter.store()
         {
             let key = values_key(&self.job.name, at.region, at.step);
             let ended = serde_json::to_string(&ValueList::<[String; 0]> {
@@ -327,7 +327,7 @@ impl JobRun<'_> {
     /// written pages hold for a fan-out after it.
     async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
         let values = plan.unlisted().filter(|v| !v.is_empty());
-        let (Some(store), Some(values)) = (self.store, values) else {
+        let (Some(store), Some(values)) = (self.meter.store(), values) else {
             return;
         };
         if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {

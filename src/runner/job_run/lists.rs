@@ -36,7 +36,6 @@ impl JobRun<'_> {
                 Ok(values) => loaded.push(Some(values)),
                 Err(StoreError::Unavailable(e)) => {
                     self.store_unreachable_at_start(&e)?;
-                    self.store = None;
                     *cursor = Cursor::default();
                     return Ok(());
                 }
@@ -71,7 +70,7 @@ impl JobRun<'_> {
         at: &BatchAt,
         unsent: usize,
     ) -> std::result::Result<Option<Vec<String>>, StoreError> {
-        let Some(store) = self.store else {
+        let Some(store) = self.meter.store() else {
             return Ok(None);
         };
         let key = values_key(&self.job.name, region, step);

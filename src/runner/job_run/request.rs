@@ -8,12 +8,13 @@ use std::borrow::Cow;
 
 use tracing::{debug, info, warn};
 
-use super::{Charged, JobRun, PageAnswer};
+use super::{JobRun, PageAnswer};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Fill, Step, redact};
 use crate::ledger::{Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
+use crate::runner::meter::Charged;
 use crate::runner::output::{SecretOutsideStrings, mask_page};
 use crate::runner::upstream::{self, Answer, Attempts, Next, Reported};
 use crate::{Error, Result};
@@ -66,7 +67,9 @@ impl JobRun<'_> {
                     at,
                     receipt,
                     remaining,
-                } => (at, receipt, remaining),
+                    ..
+                } => (Some(at), Some(receipt), remaining),
+                Charged::Unmetered => (None, None, Vec::new()),
                 Charged::Stop(stop) => {
                     self.stop(stop);
                     return Ok(Fetched::Stopped);
@@ -140,7 +143,7 @@ impl JobRun<'_> {
         };
         if let Some(receipt) = receipt {
             self.settle(step, receipt, &reported.actuals).await;
-            self.upstream_counts(step, &reported, remaining).await;
+            self.meter.upstream_counts(step, &reported, remaining).await;
         }
         Some(answer)
     }
