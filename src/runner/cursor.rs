@@ -11,14 +11,33 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Secret, redact};
 
-/// A position in a job's work: the region, step and page to do next.
+/// Where a job is: its round's first region not yet served, where that
+/// region is, and the regions after it already started or served.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
     /// The number of the latest run that wrote a page (output file names carry it).
     pub run: u64,
     /// The region to serve next (empty for a job without regions).
     pub region: String,
+    /// Where in its steps (stored as the cursor's own fields).
+    #[serde(flatten)]
+    pub place: Place,
+    /// Regions of this round after `region` that a run with requests in
+    /// flight side by side (`concurrency`) had already started or served
+    /// when it stopped: the next run resumes each where it was, so no page
+    /// already written is fetched again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ahead: Vec<Ahead>,
+}
+
+/// Where one region's walk of the job's steps is: the step and page to do
+/// next, with what a fan-out there needs. The one position type of the
+/// cursor's region, of a region ahead of it and of where a run starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    #[serde(default)]
     pub step: usize,
+    #[serde(default)]
     pub page: u32,
     /// The page token that `page` needs, when `page > 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,41 +74,51 @@ pub struct Cursor {
     /// Kept in the store rather than read again from the page files: a
     /// run on another host has no files, and a page once written may be
     /// taken away by whoever consumes the folder.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "numbered"
+    )]
     pub found_ahead: BTreeMap<u32, Vec<String>>,
-    /// Regions of this round after `region` that a run with requests in
-    /// flight side by side (`concurrency`) had already started or served
-    /// when it stopped: the next run resumes each where it was, so no page
-    /// already written is fetched again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ahead: Vec<Ahead>,
+}
+
+/// A map by batch number, read from JSON's string keys (`{"5": …}`): a
+/// flattened struct is read through serde's buffer, which hands a map key
+/// over as the string it is, and a `u32` key would refuse it.
+fn numbered<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<u32, Vec<String>>, D::Error> {
+    let by_text = BTreeMap::<String, Vec<String>>::deserialize(d)?;
+    by_text
+        .into_iter()
+        .map(|(k, v)| {
+            k.parse()
+                .map(|k| (k, v))
+                .map_err(|_| serde::de::Error::custom(format!("not a batch number: {k}")))
+        })
+        .collect()
+}
+
+impl Place {
+    /// At a fan-out step: how many of its values are not yet sent.
+    pub fn values_left(&self) -> Option<usize> {
+        match (&self.batch, &self.batch_at) {
+            (Some(values), _) => Some(values.len()),
+            (None, Some(at)) => Some(at.left),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A region past the cursor's one, in the round: served (`done`), or where
-/// it resumes (the fields mean what [`Cursor`]'s do).
+/// it resumes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ahead {
     pub region: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub done: bool,
-    #[serde(default)]
-    pub step: usize,
-    #[serde(default)]
-    pub page: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_at: Option<BatchAt>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub written: Vec<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_size: Option<u32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub found: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub found_ahead: BTreeMap<u32, Vec<String>>,
+    #[serde(flatten)]
+    pub place: Place,
 }
 
 impl Ahead {
@@ -98,15 +127,7 @@ impl Ahead {
         Self {
             region: cursor.region.clone(),
             done: false,
-            step: cursor.step,
-            page: cursor.page,
-            token: cursor.token.clone(),
-            batch: cursor.batch.clone(),
-            batch_at: cursor.batch_at.clone(),
-            written: cursor.written.clone(),
-            batch_size: cursor.batch_size,
-            found: cursor.found.clone(),
-            found_ahead: cursor.found_ahead.clone(),
+            place: cursor.place.clone(),
         }
     }
 }
@@ -132,17 +153,9 @@ impl Cursor {
             regions.iter().position(|r| *r == self.region)
         };
         match index {
-            Some(index) if self.step < steps => Start {
+            Some(index) if self.place.step < steps => Start {
                 index,
-                step: self.step,
-                page: self.page,
-                token: self.token.clone(),
-                batch: self.batch.clone(),
-                batch_at: self.batch_at.clone(),
-                written: self.written.clone(),
-                batch_size: self.batch_size,
-                found: self.found.clone(),
-                found_ahead: self.found_ahead.clone(),
+                place: self.place.clone(),
             },
             Some(index) => Start {
                 index,
@@ -168,18 +181,10 @@ impl Cursor {
                     return Some((index, None));
                 }
                 // A step gone from the file restarts the region.
-                let start = if a.step < steps {
+                let start = if a.place.step < steps {
                     Start {
                         index,
-                        step: a.step,
-                        page: a.page,
-                        token: a.token.clone(),
-                        batch: a.batch.clone(),
-                        batch_at: a.batch_at.clone(),
-                        written: a.written.clone(),
-                        batch_size: a.batch_size,
-                        found: a.found.clone(),
-                        found_ahead: a.found_ahead.clone(),
+                        place: a.place.clone(),
                     }
                 } else {
                     Start {
@@ -193,45 +198,20 @@ impl Cursor {
     }
 }
 
-/// The first position of a run.
+/// The first position of a run: the index of its region, and its place.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Start {
     pub index: usize,
-    pub step: usize,
-    pub page: u32,
-    pub token: Option<String>,
-    pub batch: Option<Vec<String>>,
-    pub batch_at: Option<BatchAt>,
-    pub written: Vec<u32>,
-    pub batch_size: Option<u32>,
-    pub found: Vec<String>,
-    pub found_ahead: BTreeMap<u32, Vec<String>>,
+    pub place: Place,
 }
 
 impl Start {
-    /// At a fan-out step: how many of its values are not yet sent.
-    pub fn values_left(&self) -> Option<usize> {
-        match (&self.batch, &self.batch_at) {
-            (Some(values), _) => Some(values.len()),
-            (None, Some(at)) => Some(at.left),
-            (None, None) => None,
-        }
-    }
-
     /// This start as a cursor of run `run` at `region`.
     pub fn at(&self, run: u64, region: &str) -> Cursor {
         Cursor {
             run,
             region: region.to_string(),
-            step: self.step,
-            page: self.page,
-            token: self.token.clone(),
-            batch: self.batch.clone(),
-            batch_at: self.batch_at.clone(),
-            written: self.written.clone(),
-            batch_size: self.batch_size,
-            found: self.found.clone(),
-            found_ahead: self.found_ahead.clone(),
+            place: self.place.clone(),
             ahead: Vec::new(),
         }
     }
@@ -277,12 +257,16 @@ pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
     // A region ahead whose token carries the secret, in any encoding,
     // restarts its step rather than put the key in the store.
     for a in &mut stored.ahead {
-        if a.token.as_ref().is_some_and(|t| redact(t, &[secret]) != *t) {
-            (a.page, a.token) = (0, None);
+        if a.place
+            .token
+            .as_ref()
+            .is_some_and(|t| redact(t, &[secret]) != *t)
+        {
+            (a.place.page, a.place.token) = (0, None);
         }
     }
     let mut offsets = Vec::new();
-    if let Some(token) = &cursor.token
+    if let Some(token) = &cursor.place.token
         && !secret.expose().is_empty()
     {
         let mut masked = String::with_capacity(token.len());
@@ -295,9 +279,9 @@ pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
         }
         masked.push_str(rest);
         if redact(&masked, &[secret]) == masked {
-            stored.token = Some(masked);
+            stored.place.token = Some(masked);
         } else {
-            (stored.page, stored.token) = (0, None);
+            (stored.place.page, stored.place.token) = (0, None);
             offsets.clear();
         }
     }
@@ -318,7 +302,7 @@ pub fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
     let Some(offsets) = json.get("secret_at").and_then(|v| v.as_array()) else {
         return Some(cursor);
     };
-    let token = cursor.token.take().unwrap_or_default();
+    let token = cursor.place.token.take().unwrap_or_default();
     let mut out = String::with_capacity(token.len());
     let mut from = 0;
     for at in offsets.iter().map(|o| o.as_u64().map(|o| o as usize)) {
@@ -329,13 +313,13 @@ pub fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
                 from = at + 3;
             }
             _ => {
-                cursor.page = 0;
+                cursor.place.page = 0;
                 return Some(cursor);
             }
         }
     }
     out.push_str(&token[from..]);
-    cursor.token = Some(out);
+    cursor.place.token = Some(out);
     Some(cursor)
 }
 
@@ -352,14 +336,22 @@ mod tests {
         let c = Cursor {
             run: 3,
             region: "GB".into(),
-            step: 1,
-            page: 2,
-            token: Some("T".into()),
+            place: Place {
+                step: 1,
+                page: 2,
+                token: Some("T".into()),
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         let s = c.start(&regions(), 2);
         assert_eq!(
-            (s.index, s.step, s.page, s.token.as_deref()),
+            (
+                s.index,
+                s.place.step,
+                s.place.page,
+                s.place.token.as_deref()
+            ),
             (1, 1, 2, Some("T"))
         );
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
@@ -369,15 +361,21 @@ mod tests {
     fn a_region_or_step_gone_from_the_file_restarts_cleanly() {
         let gone = Cursor {
             region: "FR".into(),
-            step: 1,
-            page: 2,
+            place: Place {
+                step: 1,
+                page: 2,
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         assert_eq!(gone.start(&regions(), 2), Start::default());
         let fewer_steps = Cursor {
             region: "DE".into(),
-            step: 3,
-            page: 2,
+            place: Place {
+                step: 3,
+                page: 2,
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         assert_eq!(
@@ -396,28 +394,37 @@ mod tests {
         let cursor = Cursor {
             run: 2,
             region: "US".into(),
-            step: 0,
-            page: 3,
-            token: Some("***K3y/next?key=K3y".into()),
+            place: Place {
+                step: 0,
+                page: 3,
+                token: Some("***K3y/next?key=K3y".into()),
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         let (stored, text) = cursor_text(&cursor, &secret);
-        assert_eq!(stored.token.as_deref(), Some("******/next?key=***"));
+        assert_eq!(stored.place.token.as_deref(), Some("******/next?key=***"));
         assert!(!text.contains("K3y"), "{text}");
         assert_eq!(read_cursor(&text, &secret), Some(cursor.clone()));
         // Without the secret inside, the cursor is stored as it always was.
         let plain = Cursor {
-            token: Some("CAUQ3".into()),
+            place: Place {
+                token: Some("CAUQ3".into()),
+                ..cursor.place.clone()
+            },
             ..cursor.clone()
         };
         assert_eq!(cursor_text(&plain, &secret).1, plain.encode());
         // Another encoding cannot be put back: the step restarts.
         let encoded = Cursor {
-            token: Some("next?key=K%33y".into()),
+            place: Place {
+                token: Some("next?key=K%33y".into()),
+                ..cursor.place
+            },
             ..cursor
         };
         let (stored, text) = cursor_text(&encoded, &secret);
-        assert_eq!((stored.page, stored.token), (0, None));
+        assert_eq!((stored.place.page, stored.place.token), (0, None));
         assert!(!text.contains("K%33y"), "{text}");
     }
 
@@ -427,8 +434,11 @@ mod tests {
         let ahead = |region: &str, done: bool, token: Option<&str>| Ahead {
             region: region.into(),
             done,
-            page: u32::from(token.is_some()),
-            token: token.map(String::from),
+            place: Place {
+                page: u32::from(token.is_some()),
+                token: token.map(String::from),
+                ..Place::default()
+            },
             ..Ahead::default()
         };
         let cursor = Cursor {
@@ -443,14 +453,22 @@ mod tests {
         let (stored, text) = cursor_text(&cursor, &secret);
         assert!(!text.contains("K3y"), "{text}");
         assert_eq!(
-            (stored.ahead[1].page, stored.ahead[1].token.as_ref()),
+            (
+                stored.ahead[1].place.page,
+                stored.ahead[1].place.token.as_ref()
+            ),
             (0, None)
         );
         let back = read_cursor(&text, &secret).unwrap();
         let starts = back.ahead_starts(&regions(), 1);
         let got: Vec<_> = starts
             .iter()
-            .map(|(i, s)| (*i, s.as_ref().map(|s| (s.page, s.token.as_deref()))))
+            .map(|(i, s)| {
+                (
+                    *i,
+                    s.as_ref().map(|s| (s.place.page, s.place.token.as_deref())),
+                )
+            })
             .collect();
         // FR is no longer a region; DE served; US restarts its step.
         assert_eq!(got, [(2, None), (0, Some((0, None)))]);
@@ -467,10 +485,13 @@ mod tests {
         // A cursor saved before the field existed reads and writes back as it was.
         let old = r#"{"run":2,"region":"US","step":1,"page":3,"batch":["a"],"written":[5],"batch_size":10}"#;
         let c = Cursor::decode(old).unwrap();
-        assert!(c.found_ahead.is_empty());
+        assert!(c.place.found_ahead.is_empty());
         assert_eq!(c.encode(), old);
         let c = Cursor {
-            found_ahead: BTreeMap::from([(5, vec!["x".to_string()])]),
+            place: Place {
+                found_ahead: BTreeMap::from([(5, vec!["x".to_string()])]),
+                ..c.place
+            },
             ..c
         };
         assert!(
@@ -488,7 +509,7 @@ mod tests {
         let back = Cursor::decode(&first.encode()).unwrap();
         let starts = back.ahead_starts(&regions(), 2);
         let start = starts[0].1.as_ref().unwrap();
-        assert_eq!(start.found_ahead, c.found_ahead);
-        assert_eq!(start.at(2, "US").found_ahead, c.found_ahead);
+        assert_eq!(start.place.found_ahead, c.place.found_ahead);
+        assert_eq!(start.at(2, "US").place.found_ahead, c.place.found_ahead);
     }
 }

@@ -222,14 +222,14 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             Some(c) if c.region.is_empty() => {
                 format!(
                     "resumes at step {} page {} (after run {})",
-                    c.step, c.page, c.run
+                    c.place.step, c.place.page, c.run
                 )
             }
             Some(c) => format!(
                 "resumes at {} step {} page {} (after run {})",
                 printable(&c.region),
-                c.step,
-                c.page,
+                c.place.step,
+                c.place.page,
                 c.run
             ),
         };

@@ -50,7 +50,7 @@ use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
 use crate::ledger::Ledger;
-use crate::runner::cursor::{ValueList, values_key};
+use crate::runner::cursor::{Place, ValueList, values_key};
 use crate::runner::page_scan;
 use crate::runner::paginate::Next;
 
@@ -213,9 +213,12 @@ impl JobRun<'_> {
         let values = w.found.take();
         match self.job.steps.get(at.step + 1) {
             Some(next) => {
-                let mut c = at.cursor(at.region, at.step + 1, 0, None);
+                let mut c = at.cursor(Place {
+                    step: at.step + 1,
+                    ..Place::default()
+                });
                 if next.for_each.is_some() {
-                    c.batch = Some(values.clone());
+                    c.place.batch = Some(values.clone());
                     w.pending = Some(values);
                 }
                 Slot::At(c)

@@ -19,11 +19,16 @@ impl JobRun<'_> {
     /// or another walk's, cannot say the values: they are LOST (the run
     /// exits 1) and that fan-out is skipped for its region this round.
     pub(super) async fn load_lists(&mut self, cursor: &mut Cursor) -> Result<()> {
-        let here = (&cursor.region, cursor.step, cursor.page, &cursor.written);
-        let mut spots = vec![(here, cursor.batch_size, cursor.batch_at.clone())];
+        let here = (
+            &cursor.region,
+            cursor.place.step,
+            cursor.place.page,
+            &cursor.place.written,
+        );
+        let mut spots = vec![(here, cursor.place.batch_size, cursor.place.batch_at.clone())];
         for a in &cursor.ahead {
-            let here = (&a.region, a.step, a.page, &a.written);
-            spots.push((here, a.batch_size, a.batch_at.clone()));
+            let here = (&a.region, a.place.step, a.place.page, &a.place.written);
+            spots.push((here, a.place.batch_size, a.place.batch_at.clone()));
         }
         let mut loaded = Vec::new();
         for ((region, step, page, written), size, at) in spots {
@@ -52,9 +57,9 @@ impl JobRun<'_> {
             Some(None) => (*batch, *at) = (Some(Vec::new()), None),
             None => {}
         };
-        put(&mut cursor.batch, &mut cursor.batch_at);
+        put(&mut cursor.place.batch, &mut cursor.place.batch_at);
         for a in &mut cursor.ahead {
-            put(&mut a.batch, &mut a.batch_at);
+            put(&mut a.place.batch, &mut a.place.batch_at);
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use std::cell::{Cell, RefCell};
 use tracing::{info, warn};
 
 use self::round::{Round, Slot};
-use super::cursor::{Cursor, cursor_text, read_cursor};
+use super::cursor::{Cursor, Place, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::meter::Meter;
 use super::output;
@@ -66,8 +66,14 @@ struct Walker {
     pending: Option<Vec<String>>,
 }
 
-/// A page's body, what it holds at the pagination's pointer, its `Link`.
-type PageAnswer = (Vec<u8>, Option<Found>, Option<String>);
+/// A page as the upstream answered it.
+struct PageAnswer {
+    body: Vec<u8>,
+    /// What it holds at the pagination's pointer.
+    found: Option<Found>,
+    /// Its `Link` header.
+    link: Option<String>,
+}
 
 /// Where a walk is: its region (and its place in the round), step and run.
 struct Position<'r> {
@@ -78,14 +84,13 @@ struct Position<'r> {
 }
 
 impl Position<'_> {
-    fn cursor(&self, region: &str, step: usize, page: u32, token: Option<String>) -> Cursor {
+    /// A cursor of this walk's run and region, at `place`.
+    fn cursor(&self, place: Place) -> Cursor {
         Cursor {
             run: self.run,
-            region: region.to_string(),
-            step,
-            page,
-            token,
-            ..Cursor::default()
+            region: self.region.to_string(),
+            place,
+            ahead: Vec::new(),
         }
     }
 }
@@ -305,7 +310,7 @@ impl<'a> JobRun<'a> {
             (round.cursor(), round.version())
         };
         let (stored, text) = cursor_text(&cursor, &self.cred.secret);
-        if stored.page != cursor.page {
+        if stored.place.page != cursor.place.page {
             warn!(
                 job = self.job.name,
                 "the next page's token carries the credential's secret in an encoding that cannot be stored masked: \

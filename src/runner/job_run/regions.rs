@@ -46,7 +46,7 @@ impl JobRun<'_> {
         info!(
             job = job.name,
             "run {run} starts at {}{also}",
-            describe_position(regions[start.index], start.step, start.page)
+            describe_position(regions[start.index], start.place.step, start.place.page)
         );
         Round::new(run, order.collect(), start, ahead)
     }
@@ -102,7 +102,7 @@ impl JobRun<'_> {
             found: fan_out::Found::default(),
             pending: None,
         };
-        let first_step = start.as_ref().map_or(0, |s| s.step);
+        let first_step = start.as_ref().map_or(0, |s| s.place.step);
         for (s, step) in self.job.steps.iter().enumerate().skip(first_step) {
             let at = Position {
                 region: &region,
@@ -131,16 +131,24 @@ impl JobRun<'_> {
     ) -> Result<Walk> {
         // What the pages written before the cursor found for the next step.
         w.found
-            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
-        let page = resumed.map_or(0, |s| s.page);
+            .reset(resumed.map(|s| s.place.found.clone()).unwrap_or_default());
+        let page = resumed.map_or(0, |s| s.place.page);
         if let Some(f) = &step.for_each {
             // The values not yet sent: the cursor's, or those the step
             // before found in this run.
             let plan = match resumed {
-                Some(s) => s.batch.clone().map(|values| {
-                    let found = s.found_ahead.clone();
-                    let list = s.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
-                    Batches::resume(values, page, &s.written, found, s.batch_size, f.batch, list)
+                Some(s) => s.place.batch.clone().map(|values| {
+                    let found = s.place.found_ahead.clone();
+                    let list = s.place.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
+                    Batches::resume(
+                        values,
+                        page,
+                        &s.place.written,
+                        found,
+                        s.place.batch_size,
+                        f.batch,
+                        list,
+                    )
                 }),
                 None => w.pending.take().map(|values| {
                     Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, None)
@@ -148,7 +156,7 @@ impl JobRun<'_> {
             };
             self.fan_out(w, step, at, page, plan).await
         } else {
-            let token = resumed.and_then(|s| s.token.clone());
+            let token = resumed.and_then(|s| s.place.token.clone());
             self.walk(w, step, at, page, token).await
         }
     }

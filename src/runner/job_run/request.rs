@@ -21,7 +21,7 @@ use crate::{Error, Result};
 
 /// What a page's request came to.
 pub(super) enum Fetched {
-    /// A page: its body, what it holds at the pagination's pointer, its `Link`.
+    /// A page.
     Page(PageAnswer),
     /// The upstream refused this request for itself (`true`: a 400, 404,
     /// 410 or 422), or answered what can never be a page: why, the request
@@ -87,7 +87,9 @@ impl JobRun<'_> {
                 return Ok(Fetched::Stopped);
             };
             match attempts.next(answer) {
-                Next::Page { body, found, link } => return Ok(Fetched::Page((body, found, link))),
+                Next::Page { body, found, link } => {
+                    return Ok(Fetched::Page(PageAnswer { body, found, link }));
+                }
                 Next::QuotaSpent {
                     status,
                     reason,

@@ -121,6 +121,7 @@ impl Round {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::cursor::Place;
 
     fn round() -> Round {
         let regions = ["GB", "DE", "US", "FR"].map(String::from).to_vec();
@@ -130,8 +131,11 @@ mod tests {
     fn at(region: &str, page: u32) -> Cursor {
         Cursor {
             region: region.into(),
-            page,
-            token: Some(format!("T{page}")),
+            place: Place {
+                page,
+                token: Some(format!("T{page}")),
+                ..Place::default()
+            },
             ..Cursor::default()
         }
     }
@@ -145,21 +149,27 @@ mod tests {
         r.set(2, Slot::At(at("US", 2)));
         r.set(0, Slot::At(at("GB", 1)));
         let c = r.cursor();
-        assert_eq!((c.run, c.region.as_str(), c.page), (7, "GB", 1));
+        assert_eq!((c.run, c.region.as_str(), c.place.page), (7, "GB", 1));
         let ahead: Vec<(&str, bool, u32)> = c
             .ahead
             .iter()
-            .map(|a| (a.region.as_str(), a.done, a.page))
+            .map(|a| (a.region.as_str(), a.done, a.place.page))
             .collect();
         assert_eq!(ahead, [("DE", true, 0), ("US", false, 2)]);
         // GB served: DE too, so US is the earliest; FR never started.
         r.set(0, Slot::Done);
         let c = r.cursor();
-        assert_eq!((c.region.as_str(), c.page, c.ahead.len()), ("US", 2, 0));
+        assert_eq!(
+            (c.region.as_str(), c.place.page, c.ahead.len()),
+            ("US", 2, 0)
+        );
         r.set(2, Slot::Done);
         r.set(3, Slot::Done);
         let c = r.cursor();
-        assert_eq!((c.region.as_str(), c.page, c.ahead.len()), ("GB", 0, 0));
+        assert_eq!(
+            (c.region.as_str(), c.place.page, c.ahead.len()),
+            ("GB", 0, 0)
+        );
     }
 
     #[test]

@@ -9,10 +9,10 @@ use tracing::{error, warn};
 
 use super::request::{Fetched, Written};
 use super::round::Slot;
-use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
+use super::{JobRun, PageAnswer, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
 use crate::config::{Fill, PageKind, Step, redact};
-use crate::runner::cursor::Cursor;
+use crate::runner::cursor::Place;
 use crate::runner::output::PageName;
 use crate::runner::paginate::{self, Next};
 
@@ -89,10 +89,13 @@ impl JobRun<'_> {
                 self.save(at.slot, after).await;
                 return Ok(Walk::Done);
             };
-            let resume = Cursor {
+            let resume = at.cursor(Place {
+                step: at.step,
+                page: page + 1,
+                token: Some(t.clone()),
                 found: w.found.values().to_vec(),
-                ..at.cursor(at.region, at.step, page + 1, Some(t.clone()))
-            };
+                ..Place::default()
+            });
             self.save(at.slot, Slot::At(resume)).await;
             page += 1;
             token = Some(t);
@@ -181,21 +184,22 @@ impl JobRun<'_> {
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
         let given = token.is_some() || step.for_each.is_some() || uses_region(step);
-        let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
-            Fetched::Page(page) => {
-                // (answered: the key and the request are good, whether
-                // or not the page can be written)
-                self.first_refused.set(0);
-                if step.for_each.is_some() {
-                    self.batch_answered(at, true);
+        let PageAnswer { body, found, link } =
+            match self.request_page(step, fill, &url, given).await? {
+                Fetched::Page(page) => {
+                    // (answered: the key and the request are good, whether
+                    // or not the page can be written)
+                    self.first_refused.set(0);
+                    if step.for_each.is_some() {
+                        self.batch_answered(at, true);
+                    }
+                    page
                 }
-                page
-            }
-            Fetched::Stopped => return Ok(None),
-            Fetched::Refused(why, for_itself) => {
-                return self.refused(step, at, token, page, &why, for_itself).await;
-            }
-        };
+                Fetched::Stopped => return Ok(None),
+                Fetched::Refused(why, for_itself) => {
+                    return self.refused(step, at, token, page, &why, for_itself).await;
+                }
+            };
         let name = PageName {
             job: &self.job.name,
             run: at.run,
