@@ -9,7 +9,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Secret, redact};
+use super::Key;
+
+mod stored;
+
+pub use self::stored::{cursor_text, read_cursor};
 
 /// Where a job is: its round's first region not yet served, where that
 /// region is, and the regions after it already started or served.
@@ -17,8 +21,10 @@ use crate::config::{Secret, redact};
 pub struct Cursor {
     /// The number of the latest run that wrote a page (output file names carry it).
     pub run: u64,
-    /// The region to serve next (empty for a job without regions).
-    pub region: String,
+    /// The key to serve next (empty for a job without regions); stored as
+    /// `region`, as it always was.
+    #[serde(rename = "region")]
+    pub key: Key,
     /// Where in its steps (stored as the cursor's own fields).
     #[serde(flatten)]
     pub place: Place,
@@ -114,7 +120,8 @@ impl Place {
 /// it resumes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ahead {
-    pub region: String,
+    #[serde(rename = "region")]
+    pub key: Key,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub done: bool,
     #[serde(flatten)]
@@ -125,7 +132,7 @@ impl Ahead {
     /// Where `cursor`'s region resumes, as an entry of another's `ahead`.
     pub fn of(cursor: &Cursor) -> Self {
         Self {
-            region: cursor.region.clone(),
+            key: cursor.key.clone(),
             done: false,
             place: cursor.place.clone(),
         }
@@ -142,15 +149,15 @@ impl Cursor {
         serde_json::to_string(self).expect("a cursor always serializes")
     }
 
-    /// Where a run starts: the index of the cursor's region in `regions`
+    /// Where a run starts: the index of the cursor's key in `keys`
     /// (the list may have changed since: a region no longer listed restarts
     /// the round at the first region), and whether the saved step and page
     /// still apply.
-    pub fn start(&self, regions: &[String], steps: usize) -> Start {
-        let index = if regions.is_empty() {
+    pub fn start(&self, keys: &[Key], steps: usize) -> Start {
+        let index = if keys.is_empty() {
             Some(0)
         } else {
-            regions.iter().position(|r| *r == self.region)
+            keys.iter().position(|r| *r == self.key)
         };
         match index {
             Some(index) if self.place.step < steps => Start {
@@ -166,17 +173,17 @@ impl Cursor {
     }
 
     /// The regions of [`Cursor::ahead`] that still apply, by their index
-    /// in `regions`: `None` when served this round, else where each
+    /// in `keys`: `None` when served this round, else where each
     /// resumes. None at all when the cursor's own region is gone (the
     /// round restarts) or the job has no regions.
-    pub fn ahead_starts(&self, regions: &[String], steps: usize) -> Vec<(usize, Option<Start>)> {
-        if !regions.contains(&self.region) {
+    pub fn ahead_starts(&self, keys: &[Key], steps: usize) -> Vec<(usize, Option<Start>)> {
+        if !keys.contains(&self.key) {
             return Vec::new();
         }
         self.ahead
             .iter()
             .filter_map(|a| {
-                let index = regions.iter().position(|r| *r == a.region)?;
+                let index = keys.iter().position(|r| *r == a.key)?;
                 if a.done {
                     return Some((index, None));
                 }
@@ -207,10 +214,10 @@ pub struct Start {
 
 impl Start {
     /// This start as a cursor of run `run` at `region`.
-    pub fn at(&self, run: u64, region: &str) -> Cursor {
+    pub fn at(&self, run: u64, key: &str) -> Cursor {
         Cursor {
             run,
-            region: region.to_string(),
+            key: key.to_string(),
             place: self.place.clone(),
             ahead: Vec::new(),
         }
@@ -239,88 +246,11 @@ pub struct ValueList<V = Vec<String>> {
 /// kept where cursors are, under a name no job has (`:` is in none). One
 /// list a region and step: a walk's list is emptied once it is done, and
 /// the next walk's takes its place.
-pub fn values_key(job: &str, region: &str, step: usize) -> String {
+pub fn values_key(job: &str, key: &str, step: usize) -> String {
     format!(
         "{job}:values:{}:s{step}",
-        crate::page_name::encode_region(region)
+        crate::page_name::encode_region(key)
     )
-}
-
-/// A cursor as the store keeps it, and its text. A page token that carries
-/// the secret (an upstream that echoes the key in its next-page link) is
-/// kept masked, each occurrence `***` and its byte offsets in `secret_at`,
-/// so `status` never shows the key and [`read_cursor`] puts it back. One
-/// that carries it in another encoding (percent-encoded, …) cannot be put
-/// back exactly: the cursor then points at the start of the step.
-pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
-    let mut stored = cursor.clone();
-    // A region ahead whose token carries the secret, in any encoding,
-    // restarts its step rather than put the key in the store.
-    for a in &mut stored.ahead {
-        if a.place
-            .token
-            .as_ref()
-            .is_some_and(|t| redact(t, &[secret]) != *t)
-        {
-            (a.place.page, a.place.token) = (0, None);
-        }
-    }
-    let mut offsets = Vec::new();
-    if let Some(token) = &cursor.place.token
-        && !secret.expose().is_empty()
-    {
-        let mut masked = String::with_capacity(token.len());
-        let mut rest = token.as_str();
-        while let Some(at) = rest.find(secret.expose()) {
-            masked.push_str(&rest[..at]);
-            offsets.push(masked.len());
-            masked.push_str("***");
-            rest = &rest[at + secret.expose().len()..];
-        }
-        masked.push_str(rest);
-        if redact(&masked, &[secret]) == masked {
-            stored.place.token = Some(masked);
-        } else {
-            (stored.place.page, stored.place.token) = (0, None);
-            offsets.clear();
-        }
-    }
-    if offsets.is_empty() {
-        let text = stored.encode();
-        return (stored, text);
-    }
-    let mut json = serde_json::to_value(&stored).expect("a cursor always serializes");
-    json["secret_at"] = serde_json::json!(offsets);
-    (stored, json.to_string())
-}
-
-/// A stored cursor, its page token unmasked (see [`cursor_text`]); one whose
-/// mask does not fit its token restarts its step.
-pub fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
-    let mut cursor = Cursor::decode(text)?;
-    let json: serde_json::Value = serde_json::from_str(text).ok()?;
-    let Some(offsets) = json.get("secret_at").and_then(|v| v.as_array()) else {
-        return Some(cursor);
-    };
-    let token = cursor.place.token.take().unwrap_or_default();
-    let mut out = String::with_capacity(token.len());
-    let mut from = 0;
-    for at in offsets.iter().map(|o| o.as_u64().map(|o| o as usize)) {
-        match at {
-            Some(at) if at >= from && token.get(at..at + 3) == Some("***") => {
-                out.push_str(&token[from..at]);
-                out.push_str(secret.expose());
-                from = at + 3;
-            }
-            _ => {
-                cursor.place.page = 0;
-                return Some(cursor);
-            }
-        }
-    }
-    out.push_str(&token[from..]);
-    cursor.place.token = Some(out);
-    Some(cursor)
 }
 
 #[cfg(test)]
@@ -335,7 +265,7 @@ mod tests {
     fn resumes_at_the_saved_region_step_and_page() {
         let c = Cursor {
             run: 3,
-            region: "GB".into(),
+            key: "GB".into(),
             place: Place {
                 step: 1,
                 page: 2,
@@ -360,7 +290,7 @@ mod tests {
     #[test]
     fn a_region_or_step_gone_from_the_file_restarts_cleanly() {
         let gone = Cursor {
-            region: "FR".into(),
+            key: "FR".into(),
             place: Place {
                 step: 1,
                 page: 2,
@@ -370,7 +300,7 @@ mod tests {
         };
         assert_eq!(gone.start(&regions(), 2), Start::default());
         let fewer_steps = Cursor {
-            region: "DE".into(),
+            key: "DE".into(),
             place: Place {
                 step: 3,
                 page: 2,
@@ -386,98 +316,6 @@ mod tests {
             }
         );
         assert_eq!(Cursor::decode("not json"), None);
-    }
-
-    #[test]
-    fn a_token_that_carries_the_secret_is_stored_masked_and_read_back() {
-        let secret = Secret::new("K3y".into());
-        let cursor = Cursor {
-            run: 2,
-            region: "US".into(),
-            place: Place {
-                step: 0,
-                page: 3,
-                token: Some("***K3y/next?key=K3y".into()),
-                ..Place::default()
-            },
-            ..Cursor::default()
-        };
-        let (stored, text) = cursor_text(&cursor, &secret);
-        assert_eq!(stored.place.token.as_deref(), Some("******/next?key=***"));
-        assert!(!text.contains("K3y"), "{text}");
-        assert_eq!(read_cursor(&text, &secret), Some(cursor.clone()));
-        // Without the secret inside, the cursor is stored as it always was.
-        let plain = Cursor {
-            place: Place {
-                token: Some("CAUQ3".into()),
-                ..cursor.place.clone()
-            },
-            ..cursor.clone()
-        };
-        assert_eq!(cursor_text(&plain, &secret).1, plain.encode());
-        // Another encoding cannot be put back: the step restarts.
-        let encoded = Cursor {
-            place: Place {
-                token: Some("next?key=K%33y".into()),
-                ..cursor.place
-            },
-            ..cursor
-        };
-        let (stored, text) = cursor_text(&encoded, &secret);
-        assert_eq!((stored.place.page, stored.place.token), (0, None));
-        assert!(!text.contains("K%33y"), "{text}");
-    }
-
-    #[test]
-    fn regions_ahead_come_back_by_index_and_never_carry_the_secret() {
-        let secret = Secret::new("K3y".into());
-        let ahead = |region: &str, done: bool, token: Option<&str>| Ahead {
-            region: region.into(),
-            done,
-            place: Place {
-                page: u32::from(token.is_some()),
-                token: token.map(String::from),
-                ..Place::default()
-            },
-            ..Ahead::default()
-        };
-        let cursor = Cursor {
-            region: "GB".into(),
-            ahead: vec![
-                ahead("DE", true, None),
-                ahead("US", false, Some("next?key=K3y")),
-                ahead("FR", false, Some("CAUQ1")),
-            ],
-            ..Cursor::default()
-        };
-        let (stored, text) = cursor_text(&cursor, &secret);
-        assert!(!text.contains("K3y"), "{text}");
-        assert_eq!(
-            (
-                stored.ahead[1].place.page,
-                stored.ahead[1].place.token.as_ref()
-            ),
-            (0, None)
-        );
-        let back = read_cursor(&text, &secret).unwrap();
-        let starts = back.ahead_starts(&regions(), 1);
-        let got: Vec<_> = starts
-            .iter()
-            .map(|(i, s)| {
-                (
-                    *i,
-                    s.as_ref().map(|s| (s.place.page, s.place.token.as_deref())),
-                )
-            })
-            .collect();
-        // FR is no longer a region; DE served; US restarts its step.
-        assert_eq!(got, [(2, None), (0, Some((0, None)))]);
-        // The cursor's own region gone: the round restarts, nothing ahead.
-        let gone = Cursor {
-            region: "IT".into(),
-            ..back
-        };
-        assert!(gone.ahead_starts(&regions(), 1).is_empty());
     }
 
     #[test]
@@ -502,7 +340,7 @@ mod tests {
         assert_eq!(Cursor::decode(&c.encode()), Some(c.clone()));
         // It rides along for a region ahead too.
         let first = Cursor {
-            region: "GB".into(),
+            key: "GB".into(),
             ahead: vec![Ahead::of(&c)],
             ..Cursor::default()
         };

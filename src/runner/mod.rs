@@ -44,6 +44,14 @@ use crate::Result;
 use crate::config::{Config, Job};
 use crate::ledger::{Store, StoreError};
 
+/// A work key: what one walk of a job's steps is for. Its value fills
+/// `{region}` in the requests and names the walk's page files, cursor and
+/// fan-out lists. Today a region of the job's `regions` (or the one empty
+/// key of a job without); next, an input of a list (issue 25). The
+/// runner's one word for the concept; the configuration, the messages and
+/// the report keep the operator's word, "region".
+pub type Key = String;
+
 /// What every run of this process shares.
 pub struct RunContext<'a> {
     pub config: &'a Config,
@@ -81,7 +89,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         Err(e) => run.store_unreachable_at_start(e)?,
     }
 
-    let result = run.serve_regions().await;
+    let result = run.serve_keys().await;
     run.finish(result).await
 }
 

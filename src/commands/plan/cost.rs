@@ -468,7 +468,7 @@ jobs:
         let trending = job(&c, "trending");
         let cursor = Cursor {
             run: 4,
-            region: "GB".into(),
+            key: "GB".into(),
             place: Place {
                 step: 0,
                 page: 1,
@@ -486,7 +486,7 @@ jobs:
         assert_eq!(next_run(trending, Some(&cursor), &mut left, false), want);
         // At GB's second step: that one call, then all of US.
         let cursor = Cursor {
-            region: "GB".into(),
+            key: "GB".into(),
             place: Place {
                 step: 1,
                 page: 0,
@@ -508,7 +508,7 @@ jobs:
         let c = config();
         let trending = job(&c, "trending");
         let ahead = |done: bool, page: u32| Ahead {
-            region: "DE".into(),
+            key: "DE".into(),
             done,
             place: Place {
                 page,
@@ -518,14 +518,13 @@ jobs:
         };
         let cursor = |a: Ahead| Cursor {
             run: 4,
-            region: "GB".into(),
+            key: "GB".into(),
             place: Place {
                 page: 1,
                 token: Some("CAUQ1".into()),
                 ..Place::default()
             },
             ahead: vec![a],
-            ..Cursor::default()
         };
         // GB pages 1 and 2, DE served, then US: 5 calls, not 8.
         let mut left = remaining(&[("units", &[90, 30])]);

@@ -219,7 +219,7 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
     for (job, cursor) in &r.jobs {
         let at = match cursor {
             None => "has not run yet".to_string(),
-            Some(c) if c.region.is_empty() => {
+            Some(c) if c.key.is_empty() => {
                 format!(
                     "resumes at step {} page {} (after run {})",
                     c.place.step, c.place.page, c.run
@@ -227,7 +227,7 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             }
             Some(c) => format!(
                 "resumes at {} step {} page {} (after run {})",
-                printable(&c.region),
+                printable(&c.key),
                 c.place.step,
                 c.place.page,
                 c.run

@@ -220,7 +220,7 @@ mod tests {
 
     fn at() -> Position<'static> {
         Position {
-            region: "US",
+            key: "US",
             slot: 0,
             step: 1,
             run: 3,

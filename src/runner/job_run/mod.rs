@@ -2,7 +2,7 @@
 //! every region once, from the cursor on, wrapping around; per page, charge
 //! → call → write → save the cursor (one request: `request.rs`). Up to
 //! `concurrency` regions, and batches of a fan-out, are in flight side by
-//! side on this one task (`regions.rs`, `fan_out.rs`), within one limit
+//! side on this one task (`keys.rs`, `fan_out.rs`), within one limit
 //! ([`JobRun::permit`]), so the state they share lives in cells, never
 //! borrowed across an await.
 
@@ -25,8 +25,8 @@ use crate::{Error, Result};
 mod batches;
 mod charge;
 mod fan_out;
+mod keys;
 mod lists;
-mod regions;
 mod request;
 mod round;
 mod walk;
@@ -75,9 +75,9 @@ struct PageAnswer {
     link: Option<String>,
 }
 
-/// Where a walk is: its region (and its place in the round), step and run.
+/// Where a walk is: its key (and its place in the round), step and run.
 struct Position<'r> {
-    region: &'r str,
+    key: &'r str,
     slot: usize,
     step: usize,
     run: u64,
@@ -88,7 +88,7 @@ impl Position<'_> {
     fn cursor(&self, place: Place) -> Cursor {
         Cursor {
             run: self.run,
-            region: self.region.to_string(),
+            key: self.key.to_string(),
             place,
             ahead: Vec::new(),
         }
@@ -108,7 +108,7 @@ impl<'a> JobRun<'a> {
     /// The placeholders' values for a request of the step at `at`.
     fn fill<'f>(&'f self, at: &Position<'f>, page: u32, batch: &'f str) -> Fill<'f> {
         Fill {
-            region: at.region,
+            region: at.key,
             secret: &self.cred.secret,
             job: &self.job.name,
             step: at.step,
@@ -217,8 +217,8 @@ impl<'a> JobRun<'a> {
         Ok(())
     }
 
-    /// Serve every region once, from the cursor on, wrapping around.
-    pub(super) async fn serve_regions(&mut self) -> Result<()> {
+    /// Serve every key once, from the cursor on, wrapping around.
+    pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
         let mut cursor = match self.meter.store() {
             Some(store) => match store.load_cursor(&job.name).await {
@@ -369,10 +369,11 @@ impl<'a> JobRun<'a> {
     }
 }
 
-fn describe_position(region: &str, step: usize, page: u32) -> String {
-    if region.is_empty() {
+/// A walk's position as messages name it (a key is a "region" there).
+fn describe_position(key: &str, step: usize, page: u32) -> String {
+    if key.is_empty() {
         format!("step {step} page {page}")
     } else {
-        format!("region {region} step {step} page {page}")
+        format!("region {key} step {step} page {page}")
     }
 }
