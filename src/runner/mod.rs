@@ -10,10 +10,16 @@
 //! region's pages still in that order, and the cursor says where every
 //! region of the round is.
 //!
-//! Rooms: [`job_run`] (one run in progress: the region loop, charge, call,
-//! write; fan-out steps, `for_each`, in its `fan_out`; regions side by side
-//! in its `regions`, the round the cursor says in its `round`), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
-//! [`cursor`] (where a job resumes, kept without the secret), [`output`]
+//! What a walk is for is its [`Key`]: a region today, an input of a list
+//! next; the configuration's `{region}` fills with it.
+//!
+//! Rooms: [`job_run`] (one run in progress: the key loop, call, write;
+//! fan-out steps, `for_each`, in its `fan_out`; keys side by side in its
+//! `keys`, the round the cursor says in its `round`), [`meter`] (the run's
+//! metering: charge, settle, the upstream's counts and block, against the
+//! store), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
+//! [`cursor`] (where a job resumes, each key's [`Place`](cursor::Place),
+//! kept without the secret), [`output`]
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
 //! [`page_scan`] (what a page says of the next, without building it),
 //! [`paginate`] (every kind of pagination: page URLs and what comes next),

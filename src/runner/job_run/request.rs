@@ -50,18 +50,9 @@ impl JobRun<'_> {
             if self.halted() {
                 return Ok(Fetched::Stopped);
             }
-            let shown_target = attempts.shown();
             // Built before its charge: a request that can never be sent
-            // costs nothing (nor one whose URL the client cannot put on
-            // the wire: longer than a request line's 65,534 bytes, say).
-            let (method, target) = (attempts.method(), attempts.target());
-            let request = upstream::request(self.ctx.client, step, fill, method, target)
-                .and_then(|r| sendable(target).map(|()| r))
-                .map_err(|problem| Error::Upstream {
-                    job: self.job.name.clone(),
-                    url: crate::runner::report::cut(&shown_target, 200),
-                    problem,
-                })?;
+            // costs nothing.
+            let request = self.build(step, fill, &attempts)?;
             let (at, receipt, remaining) = match self.charge(step).await? {
                 Charged::Go {
                     at,
@@ -78,7 +69,9 @@ impl JobRun<'_> {
             debug!(
                 job = self.job.name,
                 attempt = attempts.attempt(),
-                "{method} {shown_target}"
+                "{} {}",
+                attempts.method(),
+                attempts.shown()
             );
             let Some(answer) = self
                 .exchange(step, fill, request, receipt.as_ref(), &remaining)
@@ -117,6 +110,25 @@ impl JobRun<'_> {
                 }
             }
         }
+    }
+
+    /// The request of the attempt `attempts` is at; an error when it can
+    /// never be sent (nor one whose URL the client cannot put on the wire:
+    /// longer than a request line's 65,534 bytes, say).
+    fn build(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        attempts: &Attempts<'_>,
+    ) -> Result<reqwest::Request> {
+        let (method, target) = (attempts.method(), attempts.target());
+        upstream::request(self.ctx.client, step, fill, method, target)
+            .and_then(|r| sendable(target).map(|()| r))
+            .map_err(|problem| Error::Upstream {
+                job: self.job.name.clone(),
+                url: crate::runner::report::cut(&attempts.shown(), 200),
+                problem,
+            })
     }
 
     /// Send one charged request and settle its charge; `None` when a stop
