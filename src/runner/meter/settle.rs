@@ -233,4 +233,46 @@ mod tests {
             assert_eq!(m.keep_estimates(step, "abandoned"), 1);
         });
     }
+
+    #[test]
+    fn an_upstream_count_below_the_ledgers_is_spent_by_others() {
+        let config = config(
+            "{ secret: { env: UNUSED }, upstream_headers: { units: { remaining: x-left } }, \
+             pools: { units: [ { limit: 10, per: 1h } ] } }",
+        );
+        let (_dir, store) = store();
+        let history = Mutex::new(History::in_memory());
+        let m = meter(&config, Some(&store), &history);
+        let step = &config.jobs[0].steps[0];
+        let says = |left: &str| Reported {
+            actuals: Vec::new(),
+            headers: Some(reqwest::header::HeaderMap::from_iter([(
+                reqwest::header::HeaderName::from_static("x-left"),
+                left.parse().unwrap(),
+            )])),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // 2 of 10 charged here; the upstream counts 8 left: as the
+            // ledger does, so nothing is recorded, and 2 more fit.
+            let Charged::Go { remaining, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            m.upstream_counts(step, &says("8"), &remaining).await;
+            let Charged::Go { remaining, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            // 4 charged here, the upstream counts 2 left: 4 spent by
+            // others, so the next charge of 2 fits and the one after not.
+            m.upstream_counts(step, &says("2"), &remaining).await;
+            assert!(matches!(m.charge(step).await.unwrap(), Charged::Go { .. }));
+            assert!(matches!(
+                m.charge(step).await.unwrap(),
+                Charged::Stop(crate::runner::Stop::QuotaSaidNo { .. })
+            ));
+        });
+    }
 }
