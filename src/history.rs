@@ -62,6 +62,15 @@ impl History {
         Self { path, seen }
     }
 
+    /// A history kept in memory only, never saved (unit tests).
+    #[cfg(test)]
+    pub(crate) fn in_memory() -> Self {
+        Self {
+            path: None,
+            seen: BTreeMap::new(),
+        }
+    }
+
     /// The charge serial this host last saw `store` report for `credential`
     /// (0: never): a store that reports fewer has lost the log.
     pub fn seen(&self, store: &str, credential: &str) -> u64 {

@@ -9,16 +9,41 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Secret, redact};
+use super::Key;
 
-/// A position in a job's work: the region, step and page to do next.
+mod stored;
+
+pub use self::stored::{cursor_text, read_cursor};
+
+/// Where a job is: its round's first region not yet served, where that
+/// region is, and the regions after it already started or served.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cursor {
     /// The number of the latest run that wrote a page (output file names carry it).
     pub run: u64,
-    /// The region to serve next (empty for a job without regions).
-    pub region: String,
+    /// The key to serve next (empty for a job without regions); stored as
+    /// `region`, as it always was.
+    #[serde(rename = "region")]
+    pub key: Key,
+    /// Where in its steps (stored as the cursor's own fields).
+    #[serde(flatten)]
+    pub place: Place,
+    /// Regions of this round after `region` that a run with requests in
+    /// flight side by side (`concurrency`) had already started or served
+    /// when it stopped: the next run resumes each where it was, so no page
+    /// already written is fetched again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ahead: Vec<Ahead>,
+}
+
+/// Where one region's walk of the job's steps is: the step and page to do
+/// next, with what a fan-out there needs. The one position type of the
+/// cursor's region, of a region ahead of it and of where a run starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    #[serde(default)]
     pub step: usize,
+    #[serde(default)]
     pub page: u32,
     /// The page token that `page` needs, when `page > 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,58 +80,61 @@ pub struct Cursor {
     /// Kept in the store rather than read again from the page files: a
     /// run on another host has no files, and a page once written may be
     /// taken away by whoever consumes the folder.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "numbered"
+    )]
     pub found_ahead: BTreeMap<u32, Vec<String>>,
-    /// Regions of this round after `region` that a run with requests in
-    /// flight side by side (`concurrency`) had already started or served
-    /// when it stopped: the next run resumes each where it was, so no page
-    /// already written is fetched again.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ahead: Vec<Ahead>,
+}
+
+/// A map by batch number, read from JSON's string keys (`{"5": …}`): a
+/// flattened struct is read through serde's buffer, which hands a map key
+/// over as the string it is, and a `u32` key would refuse it.
+fn numbered<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<u32, Vec<String>>, D::Error> {
+    let by_text = BTreeMap::<String, Vec<String>>::deserialize(d)?;
+    by_text
+        .into_iter()
+        .map(|(k, v)| {
+            k.parse()
+                .map(|k| (k, v))
+                .map_err(|_| serde::de::Error::custom(format!("not a batch number: {k}")))
+        })
+        .collect()
+}
+
+impl Place {
+    /// At a fan-out step: how many of its values are not yet sent.
+    pub fn values_left(&self) -> Option<usize> {
+        match (&self.batch, &self.batch_at) {
+            (Some(values), _) => Some(values.len()),
+            (None, Some(at)) => Some(at.left),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A region past the cursor's one, in the round: served (`done`), or where
-/// it resumes (the fields mean what [`Cursor`]'s do).
+/// it resumes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ahead {
-    pub region: String,
+    #[serde(rename = "region")]
+    pub key: Key,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub done: bool,
-    #[serde(default)]
-    pub step: usize,
-    #[serde(default)]
-    pub page: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_at: Option<BatchAt>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub written: Vec<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_size: Option<u32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub found: Vec<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub found_ahead: BTreeMap<u32, Vec<String>>,
+    #[serde(flatten)]
+    pub place: Place,
 }
 
 impl Ahead {
     /// Where `cursor`'s region resumes, as an entry of another's `ahead`.
     pub fn of(cursor: &Cursor) -> Self {
         Self {
-            region: cursor.region.clone(),
+            key: cursor.key.clone(),
             done: false,
-            step: cursor.step,
-            page: cursor.page,
-            token: cursor.token.clone(),
-            batch: cursor.batch.clone(),
-            batch_at: cursor.batch_at.clone(),
-            written: cursor.written.clone(),
-            batch_size: cursor.batch_size,
-            found: cursor.found.clone(),
-            found_ahead: cursor.found_ahead.clone(),
+            place: cursor.place.clone(),
         }
     }
 }
@@ -121,28 +149,20 @@ impl Cursor {
         serde_json::to_string(self).expect("a cursor always serializes")
     }
 
-    /// Where a run starts: the index of the cursor's region in `regions`
+    /// Where a run starts: the index of the cursor's key in `keys`
     /// (the list may have changed since: a region no longer listed restarts
     /// the round at the first region), and whether the saved step and page
     /// still apply.
-    pub fn start(&self, regions: &[String], steps: usize) -> Start {
-        let index = if regions.is_empty() {
+    pub fn start(&self, keys: &[Key], steps: usize) -> Start {
+        let index = if keys.is_empty() {
             Some(0)
         } else {
-            regions.iter().position(|r| *r == self.region)
+            keys.iter().position(|r| *r == self.key)
         };
         match index {
-            Some(index) if self.step < steps => Start {
+            Some(index) if self.place.step < steps => Start {
                 index,
-                step: self.step,
-                page: self.page,
-                token: self.token.clone(),
-                batch: self.batch.clone(),
-                batch_at: self.batch_at.clone(),
-                written: self.written.clone(),
-                batch_size: self.batch_size,
-                found: self.found.clone(),
-                found_ahead: self.found_ahead.clone(),
+                place: self.place.clone(),
             },
             Some(index) => Start {
                 index,
@@ -153,33 +173,25 @@ impl Cursor {
     }
 
     /// The regions of [`Cursor::ahead`] that still apply, by their index
-    /// in `regions`: `None` when served this round, else where each
+    /// in `keys`: `None` when served this round, else where each
     /// resumes. None at all when the cursor's own region is gone (the
     /// round restarts) or the job has no regions.
-    pub fn ahead_starts(&self, regions: &[String], steps: usize) -> Vec<(usize, Option<Start>)> {
-        if !regions.contains(&self.region) {
+    pub fn ahead_starts(&self, keys: &[Key], steps: usize) -> Vec<(usize, Option<Start>)> {
+        if !keys.contains(&self.key) {
             return Vec::new();
         }
         self.ahead
             .iter()
             .filter_map(|a| {
-                let index = regions.iter().position(|r| *r == a.region)?;
+                let index = keys.iter().position(|r| *r == a.key)?;
                 if a.done {
                     return Some((index, None));
                 }
                 // A step gone from the file restarts the region.
-                let start = if a.step < steps {
+                let start = if a.place.step < steps {
                     Start {
                         index,
-                        step: a.step,
-                        page: a.page,
-                        token: a.token.clone(),
-                        batch: a.batch.clone(),
-                        batch_at: a.batch_at.clone(),
-                        written: a.written.clone(),
-                        batch_size: a.batch_size,
-                        found: a.found.clone(),
-                        found_ahead: a.found_ahead.clone(),
+                        place: a.place.clone(),
                     }
                 } else {
                     Start {
@@ -193,45 +205,20 @@ impl Cursor {
     }
 }
 
-/// The first position of a run.
+/// The first position of a run: the index of its region, and its place.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Start {
     pub index: usize,
-    pub step: usize,
-    pub page: u32,
-    pub token: Option<String>,
-    pub batch: Option<Vec<String>>,
-    pub batch_at: Option<BatchAt>,
-    pub written: Vec<u32>,
-    pub batch_size: Option<u32>,
-    pub found: Vec<String>,
-    pub found_ahead: BTreeMap<u32, Vec<String>>,
+    pub place: Place,
 }
 
 impl Start {
-    /// At a fan-out step: how many of its values are not yet sent.
-    pub fn values_left(&self) -> Option<usize> {
-        match (&self.batch, &self.batch_at) {
-            (Some(values), _) => Some(values.len()),
-            (None, Some(at)) => Some(at.left),
-            (None, None) => None,
-        }
-    }
-
     /// This start as a cursor of run `run` at `region`.
-    pub fn at(&self, run: u64, region: &str) -> Cursor {
+    pub fn at(&self, run: u64, key: &str) -> Cursor {
         Cursor {
             run,
-            region: region.to_string(),
-            step: self.step,
-            page: self.page,
-            token: self.token.clone(),
-            batch: self.batch.clone(),
-            batch_at: self.batch_at.clone(),
-            written: self.written.clone(),
-            batch_size: self.batch_size,
-            found: self.found.clone(),
-            found_ahead: self.found_ahead.clone(),
+            key: key.to_string(),
+            place: self.place.clone(),
             ahead: Vec::new(),
         }
     }
@@ -259,84 +246,11 @@ pub struct ValueList<V = Vec<String>> {
 /// kept where cursors are, under a name no job has (`:` is in none). One
 /// list a region and step: a walk's list is emptied once it is done, and
 /// the next walk's takes its place.
-pub fn values_key(job: &str, region: &str, step: usize) -> String {
+pub fn values_key(job: &str, key: &str, step: usize) -> String {
     format!(
         "{job}:values:{}:s{step}",
-        crate::page_name::encode_region(region)
+        crate::page_name::encode_region(key)
     )
-}
-
-/// A cursor as the store keeps it, and its text. A page token that carries
-/// the secret (an upstream that echoes the key in its next-page link) is
-/// kept masked, each occurrence `***` and its byte offsets in `secret_at`,
-/// so `status` never shows the key and [`read_cursor`] puts it back. One
-/// that carries it in another encoding (percent-encoded, …) cannot be put
-/// back exactly: the cursor then points at the start of the step.
-pub fn cursor_text(cursor: &Cursor, secret: &Secret) -> (Cursor, String) {
-    let mut stored = cursor.clone();
-    // A region ahead whose token carries the secret, in any encoding,
-    // restarts its step rather than put the key in the store.
-    for a in &mut stored.ahead {
-        if a.token.as_ref().is_some_and(|t| redact(t, &[secret]) != *t) {
-            (a.page, a.token) = (0, None);
-        }
-    }
-    let mut offsets = Vec::new();
-    if let Some(token) = &cursor.token
-        && !secret.expose().is_empty()
-    {
-        let mut masked = String::with_capacity(token.len());
-        let mut rest = token.as_str();
-        while let Some(at) = rest.find(secret.expose()) {
-            masked.push_str(&rest[..at]);
-            offsets.push(masked.len());
-            masked.push_str("***");
-            rest = &rest[at + secret.expose().len()..];
-        }
-        masked.push_str(rest);
-        if redact(&masked, &[secret]) == masked {
-            stored.token = Some(masked);
-        } else {
-            (stored.page, stored.token) = (0, None);
-            offsets.clear();
-        }
-    }
-    if offsets.is_empty() {
-        let text = stored.encode();
-        return (stored, text);
-    }
-    let mut json = serde_json::to_value(&stored).expect("a cursor always serializes");
-    json["secret_at"] = serde_json::json!(offsets);
-    (stored, json.to_string())
-}
-
-/// A stored cursor, its page token unmasked (see [`cursor_text`]); one whose
-/// mask does not fit its token restarts its step.
-pub fn read_cursor(text: &str, secret: &Secret) -> Option<Cursor> {
-    let mut cursor = Cursor::decode(text)?;
-    let json: serde_json::Value = serde_json::from_str(text).ok()?;
-    let Some(offsets) = json.get("secret_at").and_then(|v| v.as_array()) else {
-        return Some(cursor);
-    };
-    let token = cursor.token.take().unwrap_or_default();
-    let mut out = String::with_capacity(token.len());
-    let mut from = 0;
-    for at in offsets.iter().map(|o| o.as_u64().map(|o| o as usize)) {
-        match at {
-            Some(at) if at >= from && token.get(at..at + 3) == Some("***") => {
-                out.push_str(&token[from..at]);
-                out.push_str(secret.expose());
-                from = at + 3;
-            }
-            _ => {
-                cursor.page = 0;
-                return Some(cursor);
-            }
-        }
-    }
-    out.push_str(&token[from..]);
-    cursor.token = Some(out);
-    Some(cursor)
 }
 
 #[cfg(test)]
@@ -351,15 +265,23 @@ mod tests {
     fn resumes_at_the_saved_region_step_and_page() {
         let c = Cursor {
             run: 3,
-            region: "GB".into(),
-            step: 1,
-            page: 2,
-            token: Some("T".into()),
+            key: "GB".into(),
+            place: Place {
+                step: 1,
+                page: 2,
+                token: Some("T".into()),
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         let s = c.start(&regions(), 2);
         assert_eq!(
-            (s.index, s.step, s.page, s.token.as_deref()),
+            (
+                s.index,
+                s.place.step,
+                s.place.page,
+                s.place.token.as_deref()
+            ),
             (1, 1, 2, Some("T"))
         );
         assert_eq!(Cursor::decode(&c.encode()), Some(c));
@@ -368,16 +290,22 @@ mod tests {
     #[test]
     fn a_region_or_step_gone_from_the_file_restarts_cleanly() {
         let gone = Cursor {
-            region: "FR".into(),
-            step: 1,
-            page: 2,
+            key: "FR".into(),
+            place: Place {
+                step: 1,
+                page: 2,
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         assert_eq!(gone.start(&regions(), 2), Start::default());
         let fewer_steps = Cursor {
-            region: "DE".into(),
-            step: 3,
-            page: 2,
+            key: "DE".into(),
+            place: Place {
+                step: 3,
+                page: 2,
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         assert_eq!(
@@ -391,86 +319,17 @@ mod tests {
     }
 
     #[test]
-    fn a_token_that_carries_the_secret_is_stored_masked_and_read_back() {
-        let secret = Secret::new("K3y".into());
-        let cursor = Cursor {
-            run: 2,
-            region: "US".into(),
-            step: 0,
-            page: 3,
-            token: Some("***K3y/next?key=K3y".into()),
-            ..Cursor::default()
-        };
-        let (stored, text) = cursor_text(&cursor, &secret);
-        assert_eq!(stored.token.as_deref(), Some("******/next?key=***"));
-        assert!(!text.contains("K3y"), "{text}");
-        assert_eq!(read_cursor(&text, &secret), Some(cursor.clone()));
-        // Without the secret inside, the cursor is stored as it always was.
-        let plain = Cursor {
-            token: Some("CAUQ3".into()),
-            ..cursor.clone()
-        };
-        assert_eq!(cursor_text(&plain, &secret).1, plain.encode());
-        // Another encoding cannot be put back: the step restarts.
-        let encoded = Cursor {
-            token: Some("next?key=K%33y".into()),
-            ..cursor
-        };
-        let (stored, text) = cursor_text(&encoded, &secret);
-        assert_eq!((stored.page, stored.token), (0, None));
-        assert!(!text.contains("K%33y"), "{text}");
-    }
-
-    #[test]
-    fn regions_ahead_come_back_by_index_and_never_carry_the_secret() {
-        let secret = Secret::new("K3y".into());
-        let ahead = |region: &str, done: bool, token: Option<&str>| Ahead {
-            region: region.into(),
-            done,
-            page: u32::from(token.is_some()),
-            token: token.map(String::from),
-            ..Ahead::default()
-        };
-        let cursor = Cursor {
-            region: "GB".into(),
-            ahead: vec![
-                ahead("DE", true, None),
-                ahead("US", false, Some("next?key=K3y")),
-                ahead("FR", false, Some("CAUQ1")),
-            ],
-            ..Cursor::default()
-        };
-        let (stored, text) = cursor_text(&cursor, &secret);
-        assert!(!text.contains("K3y"), "{text}");
-        assert_eq!(
-            (stored.ahead[1].page, stored.ahead[1].token.as_ref()),
-            (0, None)
-        );
-        let back = read_cursor(&text, &secret).unwrap();
-        let starts = back.ahead_starts(&regions(), 1);
-        let got: Vec<_> = starts
-            .iter()
-            .map(|(i, s)| (*i, s.as_ref().map(|s| (s.page, s.token.as_deref()))))
-            .collect();
-        // FR is no longer a region; DE served; US restarts its step.
-        assert_eq!(got, [(2, None), (0, Some((0, None)))]);
-        // The cursor's own region gone: the round restarts, nothing ahead.
-        let gone = Cursor {
-            region: "IT".into(),
-            ..back
-        };
-        assert!(gone.ahead_starts(&regions(), 1).is_empty());
-    }
-
-    #[test]
     fn what_batches_written_ahead_found_is_kept_and_omitted_when_none() {
         // A cursor saved before the field existed reads and writes back as it was.
         let old = r#"{"run":2,"region":"US","step":1,"page":3,"batch":["a"],"written":[5],"batch_size":10}"#;
         let c = Cursor::decode(old).unwrap();
-        assert!(c.found_ahead.is_empty());
+        assert!(c.place.found_ahead.is_empty());
         assert_eq!(c.encode(), old);
         let c = Cursor {
-            found_ahead: BTreeMap::from([(5, vec!["x".to_string()])]),
+            place: Place {
+                found_ahead: BTreeMap::from([(5, vec!["x".to_string()])]),
+                ..c.place
+            },
             ..c
         };
         assert!(
@@ -481,14 +340,14 @@ mod tests {
         assert_eq!(Cursor::decode(&c.encode()), Some(c.clone()));
         // It rides along for a region ahead too.
         let first = Cursor {
-            region: "GB".into(),
+            key: "GB".into(),
             ahead: vec![Ahead::of(&c)],
             ..Cursor::default()
         };
         let back = Cursor::decode(&first.encode()).unwrap();
         let starts = back.ahead_starts(&regions(), 2);
         let start = starts[0].1.as_ref().unwrap();
-        assert_eq!(start.found_ahead, c.found_ahead);
-        assert_eq!(start.at(2, "US").found_ahead, c.found_ahead);
+        assert_eq!(start.place.found_ahead, c.place.found_ahead);
+        assert_eq!(start.at(2, "US").place.found_ahead, c.place.found_ahead);
     }
 }

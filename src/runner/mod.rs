@@ -10,10 +10,16 @@
 //! region's pages still in that order, and the cursor says where every
 //! region of the round is.
 //!
-//! Rooms: [`job_run`] (one run in progress: the region loop, charge, call,
-//! write; fan-out steps, `for_each`, in its `fan_out`; regions side by side
-//! in its `regions`, the round the cursor says in its `round`), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
-//! [`cursor`] (where a job resumes, kept without the secret), [`output`]
+//! What a walk is for is its [`Key`]: a region today, an input of a list
+//! next; the configuration's `{region}` fills with it.
+//!
+//! Rooms: [`job_run`] (one run in progress: the key loop, call, write;
+//! fan-out steps, `for_each`, in its `fan_out`; keys side by side in its
+//! `keys`, the round the cursor says in its `round`), [`meter`] (the run's
+//! metering: charge, settle, the upstream's counts and block, against the
+//! store), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
+//! [`cursor`] (where a job resumes, each key's [`Place`](cursor::Place),
+//! kept without the secret), [`output`]
 //! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
 //! [`page_scan`] (what a page says of the next, without building it),
 //! [`paginate`] (every kind of pagination: page URLs and what comes next),
@@ -24,6 +30,7 @@
 pub mod cursor;
 mod job_run;
 mod lock;
+mod meter;
 pub mod output;
 mod page_scan;
 mod paginate;
@@ -42,6 +49,14 @@ use self::lock::RunLock;
 use crate::Result;
 use crate::config::{Config, Job};
 use crate::ledger::{Store, StoreError};
+
+/// A work key: what one walk of a job's steps is for. Its value fills
+/// `{region}` in the requests and names the walk's page files, cursor and
+/// fan-out lists. Today a region of the job's `regions` (or the one empty
+/// key of a job without); next, an input of a list (issue 25). The
+/// runner's one word for the concept; the configuration, the messages and
+/// the report keep the operator's word, "region".
+pub type Key = String;
 
 /// What every run of this process shares.
 pub struct RunContext<'a> {
@@ -80,7 +95,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         Err(e) => run.store_unreachable_at_start(e)?,
     }
 
-    let result = run.serve_regions().await;
+    let result = run.serve_keys().await;
     run.finish(result).await
 }
 

@@ -210,8 +210,10 @@ impl JobReport {
             n => format!("{unmetered} ({n} OBSERVED: the ledger would have stopped them)"),
         };
         let resume = match &self.resume {
-            Some(c) if c.region.is_empty() => format!("step {} page {}", c.step, c.page),
-            Some(c) => format!("{} step {} page {}", c.region, c.step, c.page),
+            Some(c) if c.key.is_empty() => {
+                format!("step {} page {}", c.place.step, c.place.page)
+            }
+            Some(c) => format!("{} step {} page {}", c.key, c.place.step, c.place.page),
             None => "the first region".into(),
         };
         let failed = match self.failed_regions.len() {

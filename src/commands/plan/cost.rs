@@ -66,9 +66,9 @@ pub fn next_run(
             (_, Some(Some(s))) => Some(s),
             (_, None) => None,
         };
-        let first_step = from.map_or(0, |f| f.step);
+        let first_step = from.map_or(0, |f| f.place.step);
         for (s, step) in job.steps.iter().enumerate().skip(first_step) {
-            let pages = Pages::of(step, from.filter(|f| f.step == s));
+            let pages = Pages::of(step, from.filter(|f| f.place.step == s));
             if let Some(stop) = walk.step(regions[index], s, step, &pages) {
                 return stop;
             }
@@ -88,9 +88,12 @@ struct Pages {
 impl Pages {
     /// The pages of `step`, from the cursor's place when it is in it.
     fn of(step: &Step, at_cursor: Option<&Start>) -> Self {
-        let first_page = at_cursor.map_or(0, |f| f.page);
+        let first_page = at_cursor.map_or(0, |f| f.place.page);
         // A fan-out the cursor is inside of knows its values left.
-        let last = match (&step.for_each, at_cursor.and_then(|f| f.values_left())) {
+        let last = match (
+            &step.for_each,
+            at_cursor.and_then(|f| f.place.values_left()),
+        ) {
             (Some(f), Some(left)) => {
                 u64::from(first_page) + (left as u64).div_ceil(u64::from(f.batch))
             }
@@ -98,8 +101,8 @@ impl Pages {
         };
         // A batch an earlier run wrote out of order is not sent again.
         let written: Vec<u64> = match (&step.for_each, at_cursor) {
-            (Some(f), Some(c)) if c.batch_size == Some(f.batch) => {
-                c.written.iter().map(|&w| u64::from(w)).collect()
+            (Some(f), Some(c)) if c.place.batch_size == Some(f.batch) => {
+                c.place.written.iter().map(|&w| u64::from(w)).collect()
             }
             _ => Vec::new(),
         };
@@ -266,6 +269,7 @@ mod tests {
 
     use super::*;
     use crate::config::{Config, Secrets};
+    use crate::runner::cursor::Place;
 
     /// trending: 3 regions × 3 pages × 1 unit; music: 1 search, no regions;
     /// mixed: 2 regions × (2 pages of 1 unit, then 1 call of 2 units and 1
@@ -464,10 +468,13 @@ jobs:
         let trending = job(&c, "trending");
         let cursor = Cursor {
             run: 4,
-            region: "GB".into(),
-            step: 0,
-            page: 1,
-            token: Some("CAUQ1".into()),
+            key: "GB".into(),
+            place: Place {
+                step: 0,
+                page: 1,
+                token: Some("CAUQ1".into()),
+                ..Place::default()
+            },
             ..Cursor::default()
         };
         // GB pages 1 and 2, then DE, then US: 8 calls, not 9.
@@ -479,9 +486,12 @@ jobs:
         assert_eq!(next_run(trending, Some(&cursor), &mut left, false), want);
         // At GB's second step: that one call, then all of US.
         let cursor = Cursor {
-            region: "GB".into(),
-            step: 1,
-            page: 0,
+            key: "GB".into(),
+            place: Place {
+                step: 1,
+                page: 0,
+                ..Place::default()
+            },
             ..cursor
         };
         let mut left = remaining(&[("units", &[90, 30]), ("search", &[10])]);
@@ -498,19 +508,23 @@ jobs:
         let c = config();
         let trending = job(&c, "trending");
         let ahead = |done: bool, page: u32| Ahead {
-            region: "DE".into(),
+            key: "DE".into(),
             done,
-            page,
-            token: (page > 0).then(|| "CAUQ2".to_string()),
-            ..Ahead::default()
+            place: Place {
+                page,
+                token: (page > 0).then(|| "CAUQ2".to_string()),
+                ..Place::default()
+            },
         };
         let cursor = |a: Ahead| Cursor {
             run: 4,
-            region: "GB".into(),
-            page: 1,
-            token: Some("CAUQ1".into()),
+            key: "GB".into(),
+            place: Place {
+                page: 1,
+                token: Some("CAUQ1".into()),
+                ..Place::default()
+            },
             ahead: vec![a],
-            ..Cursor::default()
         };
         // GB pages 1 and 2, DE served, then US: 5 calls, not 8.
         let mut left = remaining(&[("units", &[90, 30])]);

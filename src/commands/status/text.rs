@@ -219,17 +219,17 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
     for (job, cursor) in &r.jobs {
         let at = match cursor {
             None => "has not run yet".to_string(),
-            Some(c) if c.region.is_empty() => {
+            Some(c) if c.key.is_empty() => {
                 format!(
                     "resumes at step {} page {} (after run {})",
-                    c.step, c.page, c.run
+                    c.place.step, c.place.page, c.run
                 )
             }
             Some(c) => format!(
                 "resumes at {} step {} page {} (after run {})",
-                printable(&c.region),
-                c.step,
-                c.page,
+                printable(&c.key),
+                c.place.step,
+                c.place.page,
                 c.run
             ),
         };

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Position;
-use crate::runner::cursor::{BatchAt, Cursor};
+use crate::runner::cursor::{BatchAt, Cursor, Place};
 
 /// The batches of one region's fan-out step not yet written.
 #[derive(Debug)]
@@ -196,15 +196,17 @@ impl Batches {
             ),
             None => (Some(self.values.clone()), None),
         };
-        Cursor {
+        at.cursor(Place {
+            step: at.step,
+            page: self.first,
+            token: None,
             batch,
             batch_at,
             batch_size: (!written.is_empty()).then_some(self.size as u32),
             written,
             found: found.to_vec(),
             found_ahead: self.found.clone(),
-            ..at.cursor(at.region, at.step, self.first, None)
-        }
+        })
     }
 }
 
@@ -218,7 +220,7 @@ mod tests {
 
     fn at() -> Position<'static> {
         Position {
-            region: "US",
+            key: "US",
             slot: 0,
             step: 1,
             run: 3,
@@ -234,14 +236,14 @@ mod tests {
         b.mark_written(5, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!(
-            (c.page, c.written.clone(), c.batch_size),
+            (c.place.page, c.place.written.clone(), c.place.batch_size),
             (2, vec![3, 5], Some(3))
         );
-        assert_eq!(c.batch.as_ref().unwrap().len(), 10);
+        assert_eq!(c.place.batch.as_ref().unwrap().len(), 10);
         b.mark_written(2, Vec::new());
         let c = b.cursor(&at(), &[]);
-        assert_eq!((c.page, c.written.clone()), (4, vec![5]));
-        assert_eq!(c.batch.unwrap(), ["v6", "v7", "v8", "v9"]);
+        assert_eq!((c.place.page, c.place.written.clone()), (4, vec![5]));
+        assert_eq!(c.place.batch.unwrap(), ["v6", "v7", "v8", "v9"]);
         // The next run from that cursor sends batch 4 only, with its values.
         let back = Batches::resume(
             values(10)[6..].to_vec(),
@@ -264,8 +266,11 @@ mod tests {
         let mut b = Batches::resume(values(5), 0, &[], BTreeMap::new(), None, 2, None);
         b.mark_written(0, Vec::new());
         let c = b.cursor(&at(), &[]);
-        assert_eq!((c.page, c.written.len(), c.batch_size), (1, 0, None));
-        assert_eq!(c.batch.unwrap(), ["v2", "v3", "v4"]);
+        assert_eq!(
+            (c.place.page, c.place.written.len(), c.place.batch_size),
+            (1, 0, None)
+        );
+        assert_eq!(c.place.batch.unwrap(), ["v2", "v3", "v4"]);
     }
 
     #[test]
@@ -290,11 +295,14 @@ mod tests {
         assert!(b.mark_written(2, found(2)).is_empty());
         assert!(b.mark_written(1, found(1)).is_empty());
         let c = b.cursor(&at(), &[]);
-        assert_eq!(c.found_ahead.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            c.place.found_ahead.keys().copied().collect::<Vec<_>>(),
+            [1, 2]
+        );
         // Batch 0 written: 0, 1, 2 come back in order; 3 is left.
         let row = b.mark_written(0, found(0));
         assert_eq!(row, [(0, found(0)), (1, found(1)), (2, found(2))]);
-        assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
+        assert!(b.cursor(&at(), &[]).place.found_ahead.is_empty());
         // From a saved cursor: batch 1 and 3 written ahead of 0.
         let saved = BTreeMap::from([(1, found(1)), (3, found(3))]);
         let mut b = Batches::resume(values(8), 0, &[1, 3], saved.clone(), Some(2), 2, None);
@@ -308,7 +316,7 @@ mod tests {
         assert_eq!(b.take_early(), ["f1", "shared", "f3", "shared"]);
         assert!(b.take_early().is_empty());
         assert_eq!(b.todo(), [0, 1]);
-        assert!(b.cursor(&at(), &[]).found_ahead.is_empty());
+        assert!(b.cursor(&at(), &[]).place.found_ahead.is_empty());
     }
 
     #[test]
@@ -324,20 +332,26 @@ mod tests {
             from,
             left,
         };
-        assert_eq!((c.batch, c.batch_at, c.page), (None, Some(at_l(6, 4)), 3));
+        assert_eq!(
+            (c.place.batch, c.place.batch_at, c.place.page),
+            (None, Some(at_l(6, 4)), 3)
+        );
         // Cut afresh (another batch size, batches written ahead): no longer
         // the list's end, so the cursor holds the values again until listed.
         let list = Some(("L".to_string(), 0));
         let mut b = Batches::resume(values(8), 0, &[1], BTreeMap::new(), Some(2), 3, list);
         assert_eq!(b.unlisted().map(<[String]>::len), Some(6));
         assert!(b.replaces_list(), "the saved cursor still points into L");
-        assert_eq!(b.cursor(&at(), &[]).batch.map(|v| v.len()), Some(6));
+        assert_eq!(b.cursor(&at(), &[]).place.batch.map(|v| v.len()), Some(6));
         b.listed("M".into());
         assert!(!b.replaces_list());
         b.mark_written(0, Vec::new());
         let c = b.cursor(&at(), &[]);
         assert_eq!(
-            (c.batch, c.batch_at.map(|a| (a.list, a.from, a.left))),
+            (
+                c.place.batch,
+                c.place.batch_at.map(|a| (a.list, a.from, a.left))
+            ),
             (None, Some(("M".into(), 3, 3)))
         );
     }

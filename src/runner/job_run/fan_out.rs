@@ -50,7 +50,7 @@ use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
 use crate::ledger::Ledger;
-use crate::runner::cursor::{ValueList, values_key};
+use crate::runner::cursor::{Place, ValueList, values_key};
 use crate::runner::page_scan;
 use crate::runner::paginate::Next;
 
@@ -142,7 +142,7 @@ impl JobRun<'_> {
                     job = self.job.name,
                     "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape): \
                      LOST for the next step, the others are kept",
-                    describe_position(at.region, at.step, page),
+                    describe_position(at.key, at.step, page),
                     f.from
                 );
                 values
@@ -154,7 +154,7 @@ impl JobRun<'_> {
                 warn!(
                     job = self.job.name,
                     "{}: not JSON ({e}): no values for the next step, LOST",
-                    describe_position(at.region, at.step, page)
+                    describe_position(at.key, at.step, page)
                 );
                 return;
             }
@@ -197,7 +197,7 @@ impl JobRun<'_> {
                 "{}: {left_out} value(s) at {} left out of the next step's fan-out \
                  (empty, a control character, `.` or `..`, over 8 KiB, the secret, or past its {} values: \
                  the previous step's most pages × for_each.per_page {})",
-                describe_position(at.region, at.step, page),
+                describe_position(at.key, at.step, page),
                 f.from,
                 f.max_values,
                 f.per_page
@@ -205,7 +205,7 @@ impl JobRun<'_> {
         }
     }
 
-    /// Where the next run starts once step `at.step` of `at.region` is
+    /// Where the next run starts once step `at.step` of `at.key` is
     /// done: the next step (with the values found for it, if it fans out)
     /// or, after the last step, the region served. The values also become
     /// the walk's [`Walker::pending`].
@@ -213,9 +213,12 @@ impl JobRun<'_> {
         let values = w.found.take();
         match self.job.steps.get(at.step + 1) {
             Some(next) => {
-                let mut c = at.cursor(at.region, at.step + 1, 0, None);
+                let mut c = at.cursor(Place {
+                    step: at.step + 1,
+                    ..Place::default()
+                });
                 if next.for_each.is_some() {
-                    c.batch = Some(values.clone());
+                    c.place.batch = Some(values.clone());
                     w.pending = Some(values);
                 }
                 Slot::At(c)
@@ -243,7 +246,7 @@ impl JobRun<'_> {
                 job = self.job.name,
                 "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
                  it is skipped for this region this round",
-                describe_position(at.region, at.step, page)
+                describe_position(at.key, at.step, page)
             );
             let resume = self.after_step(w, at);
             self.save(at.slot, resume).await;
@@ -293,20 +296,20 @@ impl JobRun<'_> {
         let resume = self.after_step(w, at);
         if self.save(at.slot, resume).await
             && listed
-            && let Some(store) = self.store
+            && let Some(store) = self.meter.store()
         {
-            let key = values_key(&self.job.name, at.region, at.step);
+            let stored_as = values_key(&self.job.name, at.key, at.step);
             let ended = serde_json::to_string(&ValueList::<[String; 0]> {
                 id: String::new(),
                 values: [],
             })
             .expect("an empty list serializes");
-            if let Err(e) = store.save_cursor(&key, &ended).await {
+            if let Err(e) = store.save_cursor(&stored_as, &ended).await {
                 // (the next walk of this step takes its place)
                 warn!(
                     job = self.job.name,
                     "{}: the fan-out's values stay in the store for now ({e})",
-                    describe_position(at.region, at.step, 0)
+                    describe_position(at.key, at.step, 0)
                 );
             }
         }
@@ -327,7 +330,7 @@ impl JobRun<'_> {
     /// written pages hold for a fan-out after it.
     async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
         let values = plan.unlisted().filter(|v| !v.is_empty());
-        let (Some(store), Some(values)) = (self.store, values) else {
+        let (Some(store), Some(values)) = (self.meter.store(), values) else {
             return;
         };
         if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {
@@ -339,13 +342,13 @@ impl JobRun<'_> {
             values,
         })
         .expect("strings always serialize");
-        let key = values_key(&self.job.name, at.region, at.step);
-        match store.save_cursor(&key, &text).await {
+        let stored_as = values_key(&self.job.name, at.key, at.step);
+        match store.save_cursor(&stored_as, &text).await {
             Ok(()) => plan.listed(id),
             Err(e) => warn!(
                 job = self.job.name,
                 "{}: the fan-out's values were not kept apart ({e}): the cursor holds them",
-                describe_position(at.region, at.step, 0)
+                describe_position(at.key, at.step, 0)
             ),
         }
     }
@@ -447,9 +450,9 @@ impl JobRun<'_> {
     /// (`why`): one error naming it, the region ends (the cursor moves
     /// past it), and the next run starts it afresh.
     async fn give_up(&self, at: &Position<'_>, why: &str) -> Walk {
-        let fan_out = match at.region {
+        let fan_out = match at.key {
             "" => format!("step {}", at.step),
-            region => format!("region {region} step {}", at.step),
+            key => format!("region {key} step {}", at.step),
         };
         error!(
             job = self.job.name,

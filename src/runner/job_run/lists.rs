@@ -19,24 +19,28 @@ impl JobRun<'_> {
     /// or another walk's, cannot say the values: they are LOST (the run
     /// exits 1) and that fan-out is skipped for its region this round.
     pub(super) async fn load_lists(&mut self, cursor: &mut Cursor) -> Result<()> {
-        let here = (&cursor.region, cursor.step, cursor.page, &cursor.written);
-        let mut spots = vec![(here, cursor.batch_size, cursor.batch_at.clone())];
+        let here = (
+            &cursor.key,
+            cursor.place.step,
+            cursor.place.page,
+            &cursor.place.written,
+        );
+        let mut spots = vec![(here, cursor.place.batch_size, cursor.place.batch_at.clone())];
         for a in &cursor.ahead {
-            let here = (&a.region, a.step, a.page, &a.written);
-            spots.push((here, a.batch_size, a.batch_at.clone()));
+            let here = (&a.key, a.place.step, a.place.page, &a.place.written);
+            spots.push((here, a.place.batch_size, a.place.batch_at.clone()));
         }
         let mut loaded = Vec::new();
-        for ((region, step, page, written), size, at) in spots {
+        for ((key, step, page, written), size, at) in spots {
             let Some(at) = at else {
                 loaded.push(None);
                 continue;
             };
             let unsent = unsent(&at, page, written, size);
-            match self.load_list(region, step, page, &at, unsent).await {
+            match self.load_list(key, step, page, &at, unsent).await {
                 Ok(values) => loaded.push(Some(values)),
                 Err(StoreError::Unavailable(e)) => {
                     self.store_unreachable_at_start(&e)?;
-                    self.store = None;
                     *cursor = Cursor::default();
                     return Ok(());
                 }
@@ -53,9 +57,9 @@ impl JobRun<'_> {
             Some(None) => (*batch, *at) = (Some(Vec::new()), None),
             None => {}
         };
-        put(&mut cursor.batch, &mut cursor.batch_at);
+        put(&mut cursor.place.batch, &mut cursor.place.batch_at);
         for a in &mut cursor.ahead {
-            put(&mut a.batch, &mut a.batch_at);
+            put(&mut a.place.batch, &mut a.place.batch_at);
         }
         Ok(())
     }
@@ -65,17 +69,17 @@ impl JobRun<'_> {
     /// walk's: its `unsent` values are counted LOST, and said.
     async fn load_list(
         &self,
-        region: &str,
+        key: &str,
         step: usize,
         page: u32,
         at: &BatchAt,
         unsent: usize,
     ) -> std::result::Result<Option<Vec<String>>, StoreError> {
-        let Some(store) = self.store else {
+        let Some(store) = self.meter.store() else {
             return Ok(None);
         };
-        let key = values_key(&self.job.name, region, step);
-        let list = store.load_cursor(&key).await?;
+        let stored_as = values_key(&self.job.name, key, step);
+        let list = store.load_cursor(&stored_as).await?;
         match list.and_then(|t| serde_json::from_str::<ValueList>(&t).ok()) {
             Some(mut l)
                 if l.id == at.list && at.from.checked_add(at.left) == Some(l.values.len()) =>
@@ -87,11 +91,11 @@ impl JobRun<'_> {
                 self.report.borrow_mut().values_lost += unsent as u64;
                 error!(
                     job = self.job.name,
-                    "{}: the fan-out's {unsent} value(s) not yet sent are gone from the store (their list {key} \
+                    "{}: the fan-out's {unsent} value(s) not yet sent are gone from the store (their list {stored_as} \
                      was deleted, or is another walk's: a store reset or replaced, a key removed by hand): \
                      LOST, the step is skipped for this region this round. The next run walks the region \
                      again from its first step, and finds and sends them afresh",
-                    describe_position(region, step, page)
+                    describe_position(key, step, page)
                 );
                 Ok(None)
             }

@@ -2,34 +2,33 @@
 //! every region once, from the cursor on, wrapping around; per page, charge
 //! → call → write → save the cursor (one request: `request.rs`). Up to
 //! `concurrency` regions, and batches of a fan-out, are in flight side by
-//! side on this one task (`regions.rs`, `fan_out.rs`), within one limit
+//! side on this one task (`keys.rs`, `fan_out.rs`), within one limit
 //! ([`JobRun::permit`]), so the state they share lives in cells, never
 //! borrowed across an await.
 
 use std::cell::{Cell, RefCell};
 
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use self::round::{Round, Slot};
-use super::cursor::{Cursor, cursor_text, read_cursor};
+use super::cursor::{Cursor, Place, cursor_text, read_cursor};
 use super::lock::RunLock;
+use super::meter::Meter;
 use super::output;
 use super::page_scan::Found;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, Job, StorePolicy};
 use crate::error::FailClosed;
-use crate::ledger::{Ledger, LockOutcome, Micros, Receipt, Remaining, Store, StoreError};
-use crate::timefmt::local_datetime;
+use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
 use crate::{Error, Result};
 
 mod batches;
 mod charge;
 mod fan_out;
+mod keys;
 mod lists;
-mod regions;
 mod request;
 mod round;
-mod settle;
 mod walk;
 
 /// The state of one run in progress.
@@ -38,13 +37,8 @@ pub(super) struct JobRun<'a> {
     job: &'a Job,
     cred: &'a Credential,
     report: RefCell<JobReport>,
-    /// `None` when the run goes unmetered (store unreachable, every endpoint fail_open).
-    store: Option<&'a Store>,
-    /// The credential's charge serial and time of the latest decision.
-    last_serial: Cell<Option<(u64, Micros)>>,
-    /// Whether this run compared the serial with the history yet.
-    history_checked: Cell<bool>,
-    warned_unmetered: Cell<bool>,
+    /// The store, the charges, settles and blocks.
+    meter: Meter<'a>,
     /// The run lock, while this run holds it.
     lock: Option<RunLock>,
     /// Where each region of the round is: what the cursor says.
@@ -72,26 +66,31 @@ struct Walker {
     pending: Option<Vec<String>>,
 }
 
-/// A page's body, what it holds at the pagination's pointer, its `Link`.
-type PageAnswer = (Vec<u8>, Option<Found>, Option<String>);
+/// A page as the upstream answered it.
+struct PageAnswer {
+    body: Vec<u8>,
+    /// What it holds at the pagination's pointer.
+    found: Option<Found>,
+    /// Its `Link` header.
+    link: Option<String>,
+}
 
-/// Where a walk is: its region (and its place in the round), step and run.
+/// Where a walk is: its key (and its place in the round), step and run.
 struct Position<'r> {
-    region: &'r str,
+    key: &'r str,
     slot: usize,
     step: usize,
     run: u64,
 }
 
 impl Position<'_> {
-    fn cursor(&self, region: &str, step: usize, page: u32, token: Option<String>) -> Cursor {
+    /// A cursor of this walk's run and region, at `place`.
+    fn cursor(&self, place: Place) -> Cursor {
         Cursor {
             run: self.run,
-            region: region.to_string(),
-            step,
-            page,
-            token,
-            ..Cursor::default()
+            key: self.key.to_string(),
+            place,
+            ahead: Vec::new(),
         }
     }
 }
@@ -105,24 +104,11 @@ enum Walk {
     Refused,
 }
 
-/// What the charge before a request said.
-enum Charged {
-    /// Send it; `at` and `receipt` when the ledger recorded it (not when
-    /// the run goes on unmetered).
-    Go {
-        at: Option<Micros>,
-        receipt: Option<Receipt>,
-        /// What the ledger said is left in every window, after this call.
-        remaining: Vec<Remaining>,
-    },
-    Stop(Stop),
-}
-
 impl<'a> JobRun<'a> {
     /// The placeholders' values for a request of the step at `at`.
     fn fill<'f>(&'f self, at: &Position<'f>, page: u32, batch: &'f str) -> Fill<'f> {
         Fill {
-            region: at.region,
+            region: at.key,
             secret: &self.cred.secret,
             job: &self.job.name,
             step: at.step,
@@ -157,10 +143,13 @@ impl<'a> JobRun<'a> {
                 values_lost: 0,
                 resume: None,
             }),
-            store: None,
-            last_serial: Cell::new(None),
-            history_checked: Cell::new(false),
-            warned_unmetered: Cell::new(false),
+            meter: Meter::new(
+                ctx.config.credential(job),
+                &job.name,
+                &ctx.store_id,
+                ctx.history,
+                &ctx.config.file,
+            ),
             lock: None,
             round: RefCell::new(Round::default()),
             saving: tokio::sync::Mutex::new(0),
@@ -182,7 +171,7 @@ impl<'a> JobRun<'a> {
 
     /// The run holds its lock: it charges in `store`.
     pub(super) fn hold(&mut self, store: &'a Store, lock: RunLock) {
-        self.store = Some(store);
+        self.meter.hold(store);
         self.lock = Some(lock);
     }
 
@@ -198,43 +187,11 @@ impl<'a> JobRun<'a> {
     /// give the lock back.
     pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
         self.clear_progress();
-        self.check_history();
+        self.meter.check_history();
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }
         served.map(|()| self.report.into_inner())
-    }
-
-    /// Compare the credential's charge serial, from the latest decision,
-    /// with what this host saw before: a store that forgot the log is
-    /// reported loudly at the run's first decision (before its request goes
-    /// out); later calls only keep the history up to date.
-    fn check_history(&self) {
-        let Some((serial, now)) = self.last_serial.get() else {
-            return;
-        };
-        let Some(store) = self.store else {
-            return;
-        };
-        let keep = self.cred.longest_window().as_micros() as Micros;
-        let mut history = self.ctx.history.lock().unwrap_or_else(|p| p.into_inner());
-        let key = store.identity(&self.ctx.store_id);
-        let lost = history.check(&key, &self.cred.name, serial, now, keep);
-        history.save();
-        let first = !self.history_checked.replace(true);
-        if let (Some(l), true) = (lost, first) {
-            error!(
-                job = self.job.name,
-                "LOG LOST: the store has forgotten credential {}'s log: it had recorded {} charges, it reported {} on {}. \
-                 The store now counts its pools as spent (LOG LOST per pool) until at most {}. {}.",
-                self.cred.name,
-                l.had,
-                l.found,
-                local_datetime(l.noticed_at),
-                local_datetime(l.noticed_at + keep),
-                store.lost_log_advice()
-            );
-        }
     }
 
     pub(super) fn store_unreachable_at_start(&mut self, why: &str) -> Result<()> {
@@ -256,19 +213,14 @@ impl<'a> JobRun<'a> {
                 }),
             });
         }
-        warn!(
-            job = self.job.name,
-            "UNMETERED RUN: the store {} is unreachable ({why}); every endpoint of this job is fail_open, so it runs without charges, without its lock and from its first region",
-            self.ctx.store_id
-        );
-        self.warned_unmetered.set(true);
+        self.meter.go_unmetered(why);
         Ok(())
     }
 
-    /// Serve every region once, from the cursor on, wrapping around.
-    pub(super) async fn serve_regions(&mut self) -> Result<()> {
+    /// Serve every key once, from the cursor on, wrapping around.
+    pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
-        let mut cursor = match self.store {
+        let mut cursor = match self.meter.store() {
             Some(store) => match store.load_cursor(&job.name).await {
                 Ok(text) => text
                     .as_deref()
@@ -276,7 +228,6 @@ impl<'a> JobRun<'a> {
                     .unwrap_or_default(),
                 Err(StoreError::Unavailable(e)) => {
                     self.store_unreachable_at_start(&e)?;
-                    self.store = None;
                     Cursor::default()
                 }
                 Err(e) => return Err(e.into()),
@@ -359,7 +310,7 @@ impl<'a> JobRun<'a> {
             (round.cursor(), round.version())
         };
         let (stored, text) = cursor_text(&cursor, &self.cred.secret);
-        if stored.page != cursor.page {
+        if stored.place.page != cursor.place.page {
             warn!(
                 job = self.job.name,
                 "the next page's token carries the credential's secret in an encoding that cannot be stored masked: \
@@ -367,7 +318,7 @@ impl<'a> JobRun<'a> {
             );
         }
         self.report.borrow_mut().resume = Some(stored);
-        if let Some(store) = self.store
+        if let Some(store) = self.meter.store()
             && let Err(e) = store.save_cursor(&self.job.name, &text).await
         {
             warn!(
@@ -418,10 +369,11 @@ impl<'a> JobRun<'a> {
     }
 }
 
-fn describe_position(region: &str, step: usize, page: u32) -> String {
-    if region.is_empty() {
+/// A walk's position as messages name it (a key is a "region" there).
+fn describe_position(key: &str, step: usize, page: u32) -> String {
+    if key.is_empty() {
         format!("step {step} page {page}")
     } else {
-        format!("region {region} step {step} page {page}")
+        format!("region {key} step {step} page {page}")
     }
 }

@@ -8,19 +8,20 @@ use std::borrow::Cow;
 
 use tracing::{debug, info, warn};
 
-use super::{Charged, JobRun, PageAnswer};
+use super::{JobRun, PageAnswer};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Fill, Step, redact};
 use crate::ledger::{Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
+use crate::runner::meter::Charged;
 use crate::runner::output::{SecretOutsideStrings, mask_page};
 use crate::runner::upstream::{self, Answer, Attempts, Next, Reported};
 use crate::{Error, Result};
 
 /// What a page's request came to.
 pub(super) enum Fetched {
-    /// A page: its body, what it holds at the pagination's pointer, its `Link`.
+    /// A page.
     Page(PageAnswer),
     /// The upstream refused this request for itself (`true`: a 400, 404,
     /// 410 or 422), or answered what can never be a page: why, the request
@@ -49,24 +50,17 @@ impl JobRun<'_> {
             if self.halted() {
                 return Ok(Fetched::Stopped);
             }
-            let shown_target = attempts.shown();
             // Built before its charge: a request that can never be sent
-            // costs nothing (nor one whose URL the client cannot put on
-            // the wire: longer than a request line's 65,534 bytes, say).
-            let (method, target) = (attempts.method(), attempts.target());
-            let request = upstream::request(self.ctx.client, step, fill, method, target)
-                .and_then(|r| sendable(target).map(|()| r))
-                .map_err(|problem| Error::Upstream {
-                    job: self.job.name.clone(),
-                    url: crate::runner::report::cut(&shown_target, 200),
-                    problem,
-                })?;
+            // costs nothing.
+            let request = self.build(step, fill, &attempts)?;
             let (at, receipt, remaining) = match self.charge(step).await? {
                 Charged::Go {
                     at,
                     receipt,
                     remaining,
-                } => (at, receipt, remaining),
+                    ..
+                } => (Some(at), Some(receipt), remaining),
+                Charged::Unmetered => (None, None, Vec::new()),
                 Charged::Stop(stop) => {
                     self.stop(stop);
                     return Ok(Fetched::Stopped);
@@ -75,7 +69,9 @@ impl JobRun<'_> {
             debug!(
                 job = self.job.name,
                 attempt = attempts.attempt(),
-                "{method} {shown_target}"
+                "{} {}",
+                attempts.method(),
+                attempts.shown()
             );
             let Some(answer) = self
                 .exchange(step, fill, request, receipt.as_ref(), &remaining)
@@ -84,7 +80,9 @@ impl JobRun<'_> {
                 return Ok(Fetched::Stopped);
             };
             match attempts.next(answer) {
-                Next::Page { body, found, link } => return Ok(Fetched::Page((body, found, link))),
+                Next::Page { body, found, link } => {
+                    return Ok(Fetched::Page(PageAnswer { body, found, link }));
+                }
                 Next::QuotaSpent {
                     status,
                     reason,
@@ -114,6 +112,25 @@ impl JobRun<'_> {
         }
     }
 
+    /// The request of the attempt `attempts` is at; an error when it can
+    /// never be sent (nor one whose URL the client cannot put on the wire:
+    /// longer than a request line's 65,534 bytes, say).
+    fn build(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        attempts: &Attempts<'_>,
+    ) -> Result<reqwest::Request> {
+        let (method, target) = (attempts.method(), attempts.target());
+        upstream::request(self.ctx.client, step, fill, method, target)
+            .and_then(|r| sendable(target).map(|()| r))
+            .map_err(|problem| Error::Upstream {
+                job: self.job.name.clone(),
+                url: crate::runner::report::cut(&attempts.shown(), 200),
+                problem,
+            })
+    }
+
     /// Send one charged request and settle its charge; `None` when a stop
     /// signal abandoned it in flight (its estimates kept, the stop recorded).
     async fn exchange(
@@ -140,7 +157,7 @@ impl JobRun<'_> {
         };
         if let Some(receipt) = receipt {
             self.settle(step, receipt, &reported.actuals).await;
-            self.upstream_counts(step, &reported, remaining).await;
+            self.meter.upstream_counts(step, &reported, remaining).await;
         }
         Some(answer)
     }

@@ -6,6 +6,7 @@
 //! after it that was started or served rides along in [`Cursor::ahead`].
 //! A stop or a kill then redoes at most the pages that were in flight.
 
+use crate::runner::Key;
 use crate::runner::cursor::{Ahead, Cursor, Start};
 
 /// Where one region of the round is.
@@ -20,26 +21,26 @@ pub(super) enum Slot {
     Done,
 }
 
-/// The regions of one run in round order (slot 0 is where it started).
+/// The keys (regions) of one run in round order (slot 0 is where it started).
 #[derive(Default)]
 pub(super) struct Round {
     run: u64,
-    regions: Vec<String>,
+    keys: Vec<Key>,
     slots: Vec<Slot>,
     /// How many times a slot changed: which state a cursor write carried.
     version: u64,
 }
 
 impl Round {
-    /// A round of `run` over `regions` (already in round order), the first
+    /// A round of `run` over `keys` (already in round order), the first
     /// from `first`, the others from `ahead` (slot, start; `None`: served).
     pub(super) fn new(
         run: u64,
-        regions: Vec<String>,
+        keys: Vec<Key>,
         first: Start,
         ahead: Vec<(usize, Option<Start>)>,
     ) -> Self {
-        let mut slots = vec![Slot::Waiting(None); regions.len()];
+        let mut slots = vec![Slot::Waiting(None); keys.len()];
         slots[0] = Slot::Waiting(Some(first));
         for (slot, start) in ahead {
             if slot > 0 && slot < slots.len() {
@@ -48,7 +49,7 @@ impl Round {
         }
         Self {
             run,
-            regions,
+            keys,
             slots,
             version: 0,
         }
@@ -58,8 +59,8 @@ impl Round {
         self.slots.len()
     }
 
-    pub(super) fn region(&self, slot: usize) -> &str {
-        &self.regions[slot]
+    pub(super) fn key(&self, slot: usize) -> &str {
+        &self.keys[slot]
     }
 
     pub(super) fn slot(&self, slot: usize) -> &Slot {
@@ -87,7 +88,7 @@ impl Round {
         cursor.ahead = (first + 1..self.slots.len())
             .filter_map(|i| match &self.slots[i] {
                 Slot::Done => Some(Ahead {
-                    region: self.regions[i].clone(),
+                    key: self.keys[i].clone(),
                     done: true,
                     ..Ahead::default()
                 }),
@@ -104,7 +105,7 @@ impl Round {
                 run: self.run,
                 ..c.clone()
             }),
-            Slot::Waiting(Some(s)) => Some(s.at(self.run, &self.regions[i])),
+            Slot::Waiting(Some(s)) => Some(s.at(self.run, &self.keys[i])),
             Slot::Waiting(None) | Slot::Done => None,
         }
     }
@@ -112,7 +113,7 @@ impl Round {
     fn fresh(&self, i: usize) -> Cursor {
         Cursor {
             run: self.run,
-            region: self.regions[i].clone(),
+            key: self.keys[i].clone(),
             ..Cursor::default()
         }
     }
@@ -121,6 +122,7 @@ impl Round {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runner::cursor::Place;
 
     fn round() -> Round {
         let regions = ["GB", "DE", "US", "FR"].map(String::from).to_vec();
@@ -129,9 +131,12 @@ mod tests {
 
     fn at(region: &str, page: u32) -> Cursor {
         Cursor {
-            region: region.into(),
-            page,
-            token: Some(format!("T{page}")),
+            key: region.into(),
+            place: Place {
+                page,
+                token: Some(format!("T{page}")),
+                ..Place::default()
+            },
             ..Cursor::default()
         }
     }
@@ -139,27 +144,27 @@ mod tests {
     #[test]
     fn the_cursor_is_the_earliest_region_not_served_with_the_others_ahead() {
         let mut r = round();
-        assert_eq!(r.cursor().region, "GB");
+        assert_eq!(r.cursor().key, "GB");
         assert!(r.cursor().ahead.is_empty());
         r.set(1, Slot::Done);
         r.set(2, Slot::At(at("US", 2)));
         r.set(0, Slot::At(at("GB", 1)));
         let c = r.cursor();
-        assert_eq!((c.run, c.region.as_str(), c.page), (7, "GB", 1));
+        assert_eq!((c.run, c.key.as_str(), c.place.page), (7, "GB", 1));
         let ahead: Vec<(&str, bool, u32)> = c
             .ahead
             .iter()
-            .map(|a| (a.region.as_str(), a.done, a.page))
+            .map(|a| (a.key.as_str(), a.done, a.place.page))
             .collect();
         assert_eq!(ahead, [("DE", true, 0), ("US", false, 2)]);
         // GB served: DE too, so US is the earliest; FR never started.
         r.set(0, Slot::Done);
         let c = r.cursor();
-        assert_eq!((c.region.as_str(), c.page, c.ahead.len()), ("US", 2, 0));
+        assert_eq!((c.key.as_str(), c.place.page, c.ahead.len()), ("US", 2, 0));
         r.set(2, Slot::Done);
         r.set(3, Slot::Done);
         let c = r.cursor();
-        assert_eq!((c.region.as_str(), c.page, c.ahead.len()), ("GB", 0, 0));
+        assert_eq!((c.key.as_str(), c.place.page, c.ahead.len()), ("GB", 0, 0));
     }
 
     #[test]

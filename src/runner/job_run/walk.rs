@@ -1,6 +1,6 @@
 //! One step's walk of one region's pages, in order: page k+1's request
 //! needs page k's answer (its token), so a region's pages never overlap;
-//! other regions run beside it (`regions.rs`). Per page: charge, call,
+//! other regions run beside it (`keys.rs`). Per page: charge, call,
 //! write, then the round's cursor is saved with this region's next page.
 
 use std::collections::HashSet;
@@ -9,10 +9,10 @@ use tracing::{error, warn};
 
 use super::request::{Fetched, Written};
 use super::round::Slot;
-use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
+use super::{JobRun, PageAnswer, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
 use crate::config::{Fill, PageKind, Step, redact};
-use crate::runner::cursor::Cursor;
+use crate::runner::cursor::Place;
 use crate::runner::output::PageName;
 use crate::runner::paginate::{self, Next};
 
@@ -28,7 +28,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
-                describe_position(at.region, at.step, page)
+                describe_position(at.key, at.step, page)
             );
         }
         fits
@@ -55,7 +55,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: the saved cursor is past this step's max_pages, {} (the file changed?): the step ends here",
-                describe_position(at.region, at.step, page),
+                describe_position(at.key, at.step, page),
                 step.max_pages()
             );
             let after = self.after_step(w, at);
@@ -89,10 +89,13 @@ impl JobRun<'_> {
                 self.save(at.slot, after).await;
                 return Ok(Walk::Done);
             };
-            let resume = Cursor {
+            let resume = at.cursor(Place {
+                step: at.step,
+                page: page + 1,
+                token: Some(t.clone()),
                 found: w.found.values().to_vec(),
-                ..at.cursor(at.region, at.step, page + 1, Some(t.clone()))
-            };
+                ..Place::default()
+            });
             self.save(at.slot, Slot::At(resume)).await;
             page += 1;
             token = Some(t);
@@ -111,7 +114,7 @@ impl JobRun<'_> {
         walked: &mut HashSet<String>,
     ) -> std::result::Result<Option<String>, ()> {
         let job = self.job;
-        let here = describe_position(at.region, at.step, page);
+        let here = describe_position(at.key, at.step, page);
         Ok(match next {
             Next::Follow(_) if step.max_pages() <= page + 1 => None,
             Next::Follow(t) if !walked.insert(t.clone()) => {
@@ -180,26 +183,27 @@ impl JobRun<'_> {
         page: u32,
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
-        let given = token.is_some() || step.for_each.is_some() || uses_region(step);
-        let (body, found, link) = match self.request_page(step, fill, &url, given).await? {
-            Fetched::Page(page) => {
-                // (answered: the key and the request are good, whether
-                // or not the page can be written)
-                self.first_refused.set(0);
-                if step.for_each.is_some() {
-                    self.batch_answered(at, true);
+        let given = token.is_some() || step.for_each.is_some() || uses_key(step);
+        let PageAnswer { body, found, link } =
+            match self.request_page(step, fill, &url, given).await? {
+                Fetched::Page(page) => {
+                    // (answered: the key and the request are good, whether
+                    // or not the page can be written)
+                    self.first_refused.set(0);
+                    if step.for_each.is_some() {
+                        self.batch_answered(at, true);
+                    }
+                    page
                 }
-                page
-            }
-            Fetched::Stopped => return Ok(None),
-            Fetched::Refused(why, for_itself) => {
-                return self.refused(step, at, token, page, &why, for_itself).await;
-            }
-        };
+                Fetched::Stopped => return Ok(None),
+                Fetched::Refused(why, for_itself) => {
+                    return self.refused(step, at, token, page, &why, for_itself).await;
+                }
+            };
         let name = PageName {
             job: &self.job.name,
             run: at.run,
-            region: at.region,
+            region: at.key,
             step: at.step,
             page,
         }
@@ -247,11 +251,11 @@ impl JobRun<'_> {
         // it refused the batches before it too and took none: then
         // the rest of the fan-out (`Next::Refused`) is skipped.
         if step.for_each.is_some() {
-            let batch = match at.region {
+            let batch = match at.key {
                 "" => format!("step {} batch {page}", at.step),
-                region => format!("{region} step {} batch {page}", at.step),
+                key => format!("{key} step {} batch {page}", at.step),
             };
-            self.report.borrow_mut().fail(at.region, batch.clone());
+            self.report.borrow_mut().fail(at.key, batch.clone());
             if self.batch_answered(at, false) {
                 return Ok(Some(Next::Refused(format!(
                     "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
@@ -276,7 +280,7 @@ impl JobRun<'_> {
     /// be refused, each charged, every tick).
     fn batch_answered(&self, at: &Position<'_>, taken: bool) -> bool {
         let mut refused = self.batches_refused.borrow_mut();
-        let (in_a_row, any_taken) = refused.entry((at.region.to_string(), at.step)).or_default();
+        let (in_a_row, any_taken) = refused.entry((at.key.to_string(), at.step)).or_default();
         if taken {
             (*in_a_row, *any_taken) = (0, true);
             return false;
@@ -302,7 +306,7 @@ impl JobRun<'_> {
         self.save(at.slot, Slot::Done).await;
         Err(crate::Error::Upstream {
             job: self.job.name.clone(),
-            url: describe_position(at.region, at.step, 0),
+            url: describe_position(at.key, at.step, 0),
             problem: format!(
                 "{why}; the first page of {n} regions in a row was refused, so the job stops \
                  (check the file and the key); the next run starts after them"
@@ -318,9 +322,9 @@ pub(super) const BATCHES_REFUSED: u32 = 2;
 /// Regions in a row whose first page is refused before the job stops.
 pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
 
-/// Whether a step's request depends on its region (URL, query, headers,
-/// body): a refusal of its first page may then be the region's alone.
-fn uses_region(step: &Step) -> bool {
+/// Whether a step's request depends on its key, `{region}` (URL, query,
+/// headers, body): a refusal of its first page may then be the key's alone.
+fn uses_key(step: &Step) -> bool {
     use crate::config::Placeholder::Region;
     step.url.uses(Region)
         || step.query.iter().any(|(_, t)| t.uses(Region))

@@ -1,12 +1,11 @@
-//! [`JobRun`]'s settling: after each answer, the costs a step reserved as
-//! estimates are settled to what the response says was spent (issue 13,
-//! part 1), or keep their estimates, and the run says why; and the
-//! upstream's own counts, where they are lower than the ledger's, are
-//! recorded as spent by others (part 2).
+//! The [`Meter`] after an answer: the costs a step reserved as estimates
+//! settled to what the response says was spent (issue 13, part 1), or
+//! kept at their estimates, and why; and the upstream's own counts, where
+//! they are lower than the ledger's, recorded as spent by others (part 2).
 
 use tracing::{debug, info, warn};
 
-use super::JobRun;
+use super::Meter;
 use crate::config::Step;
 use crate::ledger::{At, BlockEnd, Ledger, Receipt, Remaining, Settled};
 use crate::runner::quota_headers::upstream_counts;
@@ -14,11 +13,28 @@ use crate::runner::settle::Actual;
 use crate::runner::upstream::Reported;
 use crate::timefmt::local_datetime;
 
-impl JobRun<'_> {
+/// What a settle did to a call's estimates.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(in crate::runner) struct Settlement<'s> {
+    /// Per pool settled: its estimate, and what now stands for it.
+    pub spent: Vec<(&'s str, u64, u64)>,
+    /// Estimates that stay charged (each warned, with why).
+    pub kept: u64,
+}
+
+impl Meter<'_> {
     /// Settle the step's estimated costs of the call `receipt` names to the
     /// `actuals` its response gave (none: no response came).
-    pub(super) async fn settle(&self, step: &Step, receipt: &Receipt, actuals: &[Actual]) {
-        let Some(store) = self.store else { return };
+    pub(in crate::runner) async fn settle<'s>(
+        &self,
+        step: &'s Step,
+        receipt: &Receipt,
+        actuals: &[Actual],
+    ) -> Settlement<'s> {
+        let mut done = Settlement::default();
+        let Some(store) = self.store else {
+            return done;
+        };
         for (k, spec) in step.settle.iter().enumerate() {
             let actual = match actuals.get(k) {
                 Some(Actual::Units(n)) => *n,
@@ -27,7 +43,7 @@ impl JobRun<'_> {
                         Some(Actual::Unreadable(why)) => why.as_str(),
                         _ => "no response came",
                     };
-                    self.keep_estimate(step, &spec.pool, spec.estimate, why);
+                    done.kept += self.keep_estimate(step, &spec.pool, spec.estimate, why);
                     // (settled at the estimate: no longer reserved, as
                     // `status` shows those whose settle never came)
                     let cost = (spec.pool.as_str(), spec.estimate, spec.estimate);
@@ -44,7 +60,7 @@ impl JobRun<'_> {
             let spent = match settled {
                 Ok(Settled::Exact) => {
                     debug!(
-                        job = self.job.name,
+                        job = self.job,
                         "{}: {} settled from {} to {actual}",
                         step.endpoint,
                         spec.pool,
@@ -54,7 +70,7 @@ impl JobRun<'_> {
                 }
                 Ok(Settled::Late) => {
                     warn!(
-                        job = self.job.name,
+                        job = self.job,
                         "{}: {} spent {actual} against an estimate of {}, settled late (thousands of calls charged since): {}",
                         step.endpoint,
                         spec.pool,
@@ -69,38 +85,36 @@ impl JobRun<'_> {
                 }
                 Ok(Settled::Gone) => {
                     let why = "its charge is no longer in the log (lost, or past the retention)";
-                    self.keep_estimate(step, &spec.pool, spec.estimate, why);
+                    done.kept += self.keep_estimate(step, &spec.pool, spec.estimate, why);
                     continue;
                 }
                 Err(e) => {
                     let why = format!("the store did not take the settle: {e}");
-                    self.keep_estimate(step, &spec.pool, spec.estimate, &why);
+                    done.kept += self.keep_estimate(step, &spec.pool, spec.estimate, &why);
                     continue;
                 }
             };
-            let mut report = self.report.borrow_mut();
-            let units = report.units.entry(spec.pool.clone()).or_default();
-            *units = (*units + spent).saturating_sub(spec.estimate);
+            done.spent.push((spec.pool.as_str(), spec.estimate, spent));
         }
+        done
     }
 
-    /// Every settled cost of `step` keeps its estimate, for `why`.
-    pub(super) fn keep_estimates(&self, step: &Step, why: &str) {
-        for spec in &step.settle {
-            self.keep_estimate(step, &spec.pool, spec.estimate, why);
-        }
+    /// Every settled cost of `step` keeps its estimate, for `why`: how many.
+    pub(in crate::runner) fn keep_estimates(&self, step: &Step, why: &str) -> u64 {
+        step.settle
+            .iter()
+            .map(|spec| self.keep_estimate(step, &spec.pool, spec.estimate, why))
+            .sum()
     }
 
-    fn keep_estimate(&self, step: &Step, pool: &str, estimate: u64, why: &str) {
-        self.report.borrow_mut().estimates_kept += 1;
+    fn keep_estimate(&self, step: &Step, pool: &str, estimate: u64, why: &str) -> u64 {
         warn!(
-            job = self.job.name,
+            job = self.job,
             "{}: {why}: the estimate of {estimate} {pool} stays charged", step.endpoint
         );
+        1
     }
-}
 
-impl JobRun<'_> {
     /// The upstream's own counts in a response (`upstream_headers`): where
     /// one says fewer units remain than the ledger's own count left after
     /// this call (`remaining`, with the window's headroom), the difference
@@ -109,7 +123,7 @@ impl JobRun<'_> {
     /// store call, except in a pool whose cost `step` settles (the charge's
     /// `remaining` was counted at the estimate, the store counts the actual)
     /// or where the ledger counts others' units (the store clears them).
-    pub(super) async fn upstream_counts(
+    pub(in crate::runner) async fn upstream_counts(
         &self,
         step: &Step,
         reported: &Reported,
@@ -127,7 +141,7 @@ impl JobRun<'_> {
             };
             if count.limit.is_some_and(|l| l != w.limit) {
                 debug!(
-                    job = self.job.name,
+                    job = self.job,
                     "the upstream's count of {} is of another limit than the {} window's: not applied",
                     pool.name,
                     crate::timefmt::fmt_duration(w.per)
@@ -160,7 +174,7 @@ impl JobRun<'_> {
                 .await;
             match recorded {
                 Ok(o) if o.units > 0 => info!(
-                    job = self.job.name,
+                    job = self.job,
                     "the upstream counts {} {} remaining of {}: {} spent elsewhere, counted until {}",
                     count.remaining,
                     pool.name,
@@ -170,10 +184,95 @@ impl JobRun<'_> {
                 ),
                 Ok(_) => {}
                 Err(e) => warn!(
-                    job = self.job.name,
+                    job = self.job,
                     "the upstream's count of {} was not recorded: {e}", pool.name
                 ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::history::History;
+    use crate::runner::meter::Charged;
+    use crate::runner::meter::tests::{config, meter, store};
+
+    #[test]
+    fn a_settle_says_what_each_estimate_became_or_that_it_stays() {
+        let config =
+            config("{ secret: { env: UNUSED }, pools: { units: [ { limit: 100, per: 1h } ] } }");
+        let (_dir, store) = store();
+        let history = Mutex::new(History::in_memory());
+        let m = meter(&config, Some(&store), &history);
+        let step = &config.jobs[0].steps[1];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let Charged::Go { receipt, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            let settled = m.settle(step, &receipt, &[Actual::Units(3)]).await;
+            assert_eq!(
+                settled,
+                Settlement {
+                    spent: vec![("units", 5, 3)],
+                    kept: 0
+                }
+            );
+            let Charged::Go { receipt, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            let unread = [Actual::Unreadable("no X-Cost header".into())];
+            assert_eq!(m.settle(step, &receipt, &unread).await.kept, 1);
+            assert_eq!(m.keep_estimates(step, "abandoned"), 1);
+        });
+    }
+
+    #[test]
+    fn an_upstream_count_below_the_ledgers_is_spent_by_others() {
+        let config = config(
+            "{ secret: { env: UNUSED }, upstream_headers: { units: { remaining: x-left } }, \
+             pools: { units: [ { limit: 10, per: 1h } ] } }",
+        );
+        let (_dir, store) = store();
+        let history = Mutex::new(History::in_memory());
+        let m = meter(&config, Some(&store), &history);
+        let step = &config.jobs[0].steps[0];
+        let says = |left: &str| Reported {
+            actuals: Vec::new(),
+            headers: Some(reqwest::header::HeaderMap::from_iter([(
+                reqwest::header::HeaderName::from_static("x-left"),
+                left.parse().unwrap(),
+            )])),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // 2 of 10 charged here; the upstream counts 8 left: as the
+            // ledger does, so nothing is recorded, and 2 more fit.
+            let Charged::Go { remaining, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            m.upstream_counts(step, &says("8"), &remaining).await;
+            let Charged::Go { remaining, .. } = m.charge(step).await.unwrap() else {
+                panic!("not charged")
+            };
+            // 4 charged here, the upstream counts 2 left: 4 spent by
+            // others, so the next charge of 2 fits and the one after not.
+            m.upstream_counts(step, &says("2"), &remaining).await;
+            assert!(matches!(m.charge(step).await.unwrap(), Charged::Go { .. }));
+            assert!(matches!(
+                m.charge(step).await.unwrap(),
+                Charged::Stop(crate::runner::Stop::QuotaSaidNo { .. })
+            ));
+        });
     }
 }

@@ -1,5 +1,5 @@
-//! The round's regions side by side: up to the job's `concurrency` regions
-//! walked at once on this one task, started in round order (so the regions
+//! The round's keys ([`Key`](crate::runner::Key): its regions) side by
+//! side: up to the job's `concurrency` keys walked at once on this one task, started in round order (so the regions
 //! served longest ago still go first), each walking its steps and pages in
 //! order. A stop (a rejection, the upstream's own quota, a lost lock, a
 //! signal) starts no new region and sends no new request; the requests in
@@ -26,14 +26,15 @@ impl JobRun<'_> {
     /// ahead of it in their slots.
     pub(super) fn round_from(&self, cursor: &Cursor, run: u64) -> Round {
         let job = self.job;
-        let regions: Vec<&str> = if job.regions.is_empty() {
+        // (a job without regions has one key, the empty one)
+        let keys: Vec<&str> = if job.regions.is_empty() {
             vec![""]
         } else {
             job.regions.iter().map(String::as_str).collect()
         };
-        let n = regions.len();
+        let n = keys.len();
         let start = cursor.start(&job.regions, job.steps.len());
-        let order = (0..n).map(|i| regions[(start.index + i) % n].to_string());
+        let order = (0..n).map(|i| keys[(start.index + i) % n].to_string());
         let ahead: Vec<_> = cursor
             .ahead_starts(&job.regions, job.steps.len())
             .into_iter()
@@ -46,7 +47,7 @@ impl JobRun<'_> {
         info!(
             job = job.name,
             "run {run} starts at {}{also}",
-            describe_position(regions[start.index], start.step, start.page)
+            describe_position(keys[start.index], start.place.step, start.place.page)
         );
         Round::new(run, order.collect(), start, ahead)
     }
@@ -71,7 +72,7 @@ impl JobRun<'_> {
                     Slot::Waiting(start) => start.clone(),
                     Slot::At(_) => unreachable!("a region is started once"),
                 };
-                running.push(self.serve_region(slot, start, run));
+                running.push(self.serve_key(slot, start, run));
             }
             let Some(walked) = running.next().await else {
                 return Ok(());
@@ -81,8 +82,8 @@ impl JobRun<'_> {
             match walk {
                 Walk::Done => report.regions_done += 1,
                 Walk::Refused => {
-                    let region = self.round.borrow().region(slot).to_string();
-                    report.fail(&region, region.clone());
+                    let key = self.round.borrow().key(slot).to_string();
+                    report.fail(&key, key.clone());
                 }
                 Walk::Stopped => {}
             }
@@ -91,21 +92,21 @@ impl JobRun<'_> {
 
     /// One region's steps, from `start` (where an earlier run left it) or
     /// from its first step.
-    async fn serve_region(
+    async fn serve_key(
         &self,
         slot: usize,
         start: Option<Start>,
         run: u64,
     ) -> Result<(usize, Walk)> {
-        let region = self.round.borrow().region(slot).to_string();
+        let key = self.round.borrow().key(slot).to_string();
         let mut w = Walker {
             found: fan_out::Found::default(),
             pending: None,
         };
-        let first_step = start.as_ref().map_or(0, |s| s.step);
+        let first_step = start.as_ref().map_or(0, |s| s.place.step);
         for (s, step) in self.job.steps.iter().enumerate().skip(first_step) {
             let at = Position {
-                region: &region,
+                key: &key,
                 slot,
                 step: s,
                 run,
@@ -131,16 +132,24 @@ impl JobRun<'_> {
     ) -> Result<Walk> {
         // What the pages written before the cursor found for the next step.
         w.found
-            .reset(resumed.map(|s| s.found.clone()).unwrap_or_default());
-        let page = resumed.map_or(0, |s| s.page);
+            .reset(resumed.map(|s| s.place.found.clone()).unwrap_or_default());
+        let page = resumed.map_or(0, |s| s.place.page);
         if let Some(f) = &step.for_each {
             // The values not yet sent: the cursor's, or those the step
             // before found in this run.
             let plan = match resumed {
-                Some(s) => s.batch.clone().map(|values| {
-                    let found = s.found_ahead.clone();
-                    let list = s.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
-                    Batches::resume(values, page, &s.written, found, s.batch_size, f.batch, list)
+                Some(s) => s.place.batch.clone().map(|values| {
+                    let found = s.place.found_ahead.clone();
+                    let list = s.place.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
+                    Batches::resume(
+                        values,
+                        page,
+                        &s.place.written,
+                        found,
+                        s.place.batch_size,
+                        f.batch,
+                        list,
+                    )
                 }),
                 None => w.pending.take().map(|values| {
                     Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, None)
@@ -148,7 +157,7 @@ impl JobRun<'_> {
             };
             self.fan_out(w, step, at, page, plan).await
         } else {
-            let token = resumed.and_then(|s| s.token.clone());
+            let token = resumed.and_then(|s| s.place.token.clone());
             self.walk(w, step, at, page, token).await
         }
     }
