@@ -32,6 +32,7 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod history;
+pub mod inputs;
 pub mod ledger;
 pub mod logging;
 pub mod metrics;

@@ -12,6 +12,7 @@
 
 mod bounds;
 mod concurrency;
+mod inputs;
 pub(crate) mod per_run;
 mod raw;
 mod reset;
@@ -31,6 +32,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
+pub use self::inputs::{InputFormat, Inputs};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, InputFields, JsonTemplate, Placeholder, Template};
