@@ -129,8 +129,13 @@ pub struct Job {
     pub name: String,
     /// Index into [`Config::credentials`].
     pub credential: usize,
-    /// Empty when the job has no regions: it then runs its steps once.
+    /// Empty when the job has no regions: it then runs its steps once
+    /// (or once per input, with `inputs`).
     pub regions: Vec<String>,
+    /// The file of keys the job walks instead of regions.
+    pub inputs: Option<Inputs>,
+    /// `once: true` (only with `inputs`): each input done once, ever.
+    pub once: bool,
     pub steps: Vec<Step>,
     /// Absolute (a relative path is taken from the config file's folder).
     pub output: PathBuf,
