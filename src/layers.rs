@@ -8,16 +8,17 @@
 //! and store errors, and its stores) and page files' names; what every room
 //! above shows or fails with (times, log lines, the one error type); the
 //! configuration, which validates into the ledger's vocabulary, and the
-//! command line's types; this host's history of each log; one run of a
+//! command line's types; a job's inputs file, read as its configuration says; this host's history of each log; one run of a
 //! job; the commands, which take the command line's types. The binary
 //! (`main.rs`) is on top.
 
 /// The layers, lowest first.
 const LAYERS: &[&[&str]] = &[
     &["atomic_file", "metrics"],
-    &["ledger", "page_name", "inputs"],
+    &["ledger", "page_name"],
     &["timefmt", "logging", "error"],
     &["config", "cli"],
+    &["inputs"],
     &["history"],
     &["runner"],
     &["commands"],

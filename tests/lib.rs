@@ -8,6 +8,7 @@ mod bench;
 mod cli_charge;
 mod config_bounds;
 mod drills;
+mod inputs_config;
 mod ledger_concurrency;
 mod ledger_conformance;
 mod ledger_embedded_scale;

@@ -100,7 +100,17 @@ fn job(w: &mut String, job: &Job, cred: &Credential) {
         .map(|(p, u)| format!("{p} {u}"))
         .collect();
     let _ = writeln!(w, "\njob {} (credential {})", job.name, cred.name);
-    if job.regions.is_empty() {
+    if let Some(inputs) = &job.inputs {
+        let _ = writeln!(
+            w,
+            "  inputs: {inputs}{}",
+            if job.once {
+                ", each done once"
+            } else {
+                ", every input every run"
+            }
+        );
+    } else if job.regions.is_empty() {
         let _ = writeln!(w, "  no regions: the steps run once per run");
     } else {
         let _ = writeln!(
@@ -113,9 +123,11 @@ fn job(w: &mut String, job: &Job, cred: &Credential) {
     for (i, s) in job.steps.iter().enumerate() {
         step(w, i, s);
     }
+    // (a job with inputs: per input, the file's length is the run's)
     let _ = writeln!(
         w,
-        "  per run, at most: {calls} calls, spending {}",
+        "  per {}, at most: {calls} calls, spending {}",
+        if job.inputs.is_some() { "input" } else { "run" },
         units.join(", ")
     );
     let _ = writeln!(w, "  output: {}", job.output.display());

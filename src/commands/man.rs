@@ -80,14 +80,15 @@ fn extra_sections() -> String {
          .TP\n\\fBendpoints:\\fR NAME: { cost, on_store_error }\n\
          cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; \
          on_store_error: fail_closed (default) or fail_open\n\
-         .TP\n\\fBjobs:\\fR NAME: { credential, regions, steps, output, schedule }\n\
-         regions: the keys the job walks; steps: [ { endpoint, request: { url, method \
+         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, steps, output, schedule }\n\
+         regions: the keys the job walks; inputs: { file, key }, a .txt, .jsonl or .csv \
+         file of keys instead (once: true, each done once); steps: [ { endpoint, request: { url, method \
          (GET, POST, PUT), query, headers, body }, paginate: { token: POINTER, param: NAME \
          | link: next | next_url: POINTER | page: NAME, start: N, until_empty: POINTER \
          | offset: NAME, size: N, until_empty: POINTER; max_pages: N } } ]; \
          output: a folder (relative to the file's) of one JSON file per page; \
          schedule: every DURATION, for planning. Placeholders in requests: {region}, \
-         {secret}, {job}, {step}, {page}.\n",
+         {key}, {secret}, {job}, {step}, {page}, {batch}, {input.NAME}.\n",
     );
     s
 }

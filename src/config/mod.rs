@@ -12,6 +12,7 @@
 
 mod bounds;
 mod concurrency;
+mod inputs;
 pub(crate) mod per_run;
 mod raw;
 mod reset;
@@ -31,9 +32,10 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
+pub use self::inputs::{InputFormat, Inputs, csv_builder, csv_header};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
-pub use self::template::{Fill, JsonTemplate, Placeholder, Template};
+pub use self::template::{Fill, InputFields, JsonTemplate, Placeholder, Template};
 pub use self::upstream_headers::CountHeaders;
 use crate::ledger::{Pool, PoolCost, StoreLocation};
 use crate::{Error, Result};
@@ -127,8 +129,13 @@ pub struct Job {
     pub name: String,
     /// Index into [`Config::credentials`].
     pub credential: usize,
-    /// Empty when the job has no regions: it then runs its steps once.
+    /// Empty when the job has no regions: it then runs its steps once
+    /// (or once per input, with `inputs`).
     pub regions: Vec<String>,
+    /// The file of keys the job walks instead of regions.
+    pub inputs: Option<Inputs>,
+    /// `once: true` (only with `inputs`): each input done once, ever.
+    pub once: bool,
     pub steps: Vec<Step>,
     /// Absolute (a relative path is taken from the config file's folder).
     pub output: PathBuf,
@@ -227,6 +234,28 @@ pub enum ActualFrom {
 }
 
 impl Step {
+    /// Whether its request depends on the work key (`{region}`, `{key}` or
+    /// an `{input.NAME}` in its URL, query, headers or body): a refusal of
+    /// its first page may then be that key's alone.
+    pub fn uses_key(&self) -> bool {
+        self.url.uses_key()
+            || self.query.iter().any(|(_, t)| t.uses_key())
+            || self.headers.iter().any(|(_, t)| t.uses_key())
+            || self.body.as_ref().is_some_and(JsonTemplate::uses_key)
+    }
+
+    /// The `{input.NAME}` names its request uses (repeats kept).
+    pub fn input_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.url.input_names().collect();
+        for (_, t) in self.query.iter().chain(&self.headers) {
+            names.extend(t.input_names());
+        }
+        if let Some(b) = &self.body {
+            names.extend(b.input_names());
+        }
+        names
+    }
+
     /// Pages one walk of this step fetches at most (a fan-out step does not
     /// paginate: see [`Step::max_requests`]).
     pub fn max_pages(&self) -> u32 {

@@ -66,11 +66,20 @@ pub(super) struct RawEndpoint {
 pub(super) struct RawJob {
     pub(super) credential: String,
     pub(super) regions: Option<Vec<String>>,
+    pub(super) inputs: Option<RawInputs>,
+    pub(super) once: Option<bool>,
     pub(super) steps: Vec<RawStep>,
     pub(super) output: String,
     pub(super) schedule: Option<String>,
     /// Requests in flight at once (see `concurrency.rs`).
     pub(super) concurrency: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInputs {
+    pub(super) file: String,
+    pub(super) key: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -1,6 +1,7 @@
-//! Request templates: strings with placeholders (`{region}`, `{secret}`,
-//! `{job}`, `{step}`, `{page}`, and `{batch}` in a fan-out step), checked when the configuration loads and
-//! filled in for each request. `{{` and `}}` stand for literal braces.
+//! Request templates: strings with placeholders (`{region}`, `{key}`,
+//! `{secret}`, `{job}`, `{step}`, `{page}`, `{batch}` in a fan-out step and
+//! `{input.NAME}` in a job with `inputs`), checked when the configuration
+//! loads and filled in for each request. `{{` and `}}` stand for literal braces.
 //! A request body is a [`JsonTemplate`]: JSON whose strings are templates,
 //! filled value by value and serialized afterwards, so a region or secret
 //! with a quote or a backslash stays one JSON string. A request URL is
@@ -17,6 +18,9 @@ use super::Secret;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placeholder {
     Region,
+    /// The current work key: a region, or an input's key. Treated as
+    /// `{region}` is, URL rules included.
+    Key,
     Secret,
     Job,
     Step,
@@ -26,8 +30,9 @@ pub enum Placeholder {
 }
 
 impl Placeholder {
-    pub const ALL: [(&'static str, Placeholder); 6] = [
+    pub const ALL: [(&'static str, Placeholder); 7] = [
         ("region", Self::Region),
+        ("key", Self::Key),
         ("secret", Self::Secret),
         ("job", Self::Job),
         ("step", Self::Step),
@@ -48,6 +53,22 @@ impl Placeholder {
 enum Part {
     Text(String),
     Slot(Placeholder),
+    /// `{input.NAME}`: a field of the current input record, by its name as
+    /// written (a dotted path, or a CSV column).
+    Input(String),
+}
+
+/// The fields of an input record that the templates use, by their name as
+/// written after `input.` (see [`crate::inputs`]).
+pub type InputFields = std::collections::BTreeMap<String, serde_json::Value>;
+
+/// The text a field is put in a string as: a string as it is, any other
+/// value as its JSON (`7`, `true`, `null`, `{"a":1}`).
+fn field_text(v: &serde_json::Value) -> Cow<'_, str> {
+    match v {
+        serde_json::Value::String(s) => s.as_str().into(),
+        other => other.to_string().into(),
+    }
 }
 
 /// A parsed template string.
@@ -58,6 +79,8 @@ pub struct Template {
 
 /// The values a template is filled with.
 pub struct Fill<'a> {
+    /// The current work key: a region, or an input's key (`{region}` and
+    /// `{key}` both stand for it).
     pub region: &'a str,
     pub secret: &'a Secret,
     pub job: &'a str,
@@ -95,19 +118,11 @@ impl Template {
                             }
                         }
                     }
-                    let slot = Placeholder::ALL
-                        .iter()
-                        .find(|(n, _)| *n == name)
-                        .map(|(_, p)| *p)
-                        .ok_or_else(|| {
-                            format!(
-                                "unknown placeholder '{{{name}}}' (known: {{region}}, {{secret}}, {{job}}, {{step}}, {{page}}, {{batch}}; write {{{{ for a literal brace)"
-                            )
-                        })?;
+                    let slot = slot(&name)?;
                     if !text.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut text)));
                     }
-                    parts.push(Part::Slot(slot));
+                    parts.push(slot);
                 }
                 '}' => {
                     return Err(format!(
@@ -127,25 +142,91 @@ impl Template {
         self.parts.contains(&Part::Slot(p))
     }
 
+    /// Whether it depends on the work key: `{region}`, `{key}` or an
+    /// `{input.NAME}`.
+    pub fn uses_key(&self) -> bool {
+        self.parts.iter().any(|p| {
+            matches!(
+                p,
+                Part::Slot(Placeholder::Region | Placeholder::Key) | Part::Input(_)
+            )
+        })
+    }
+
+    /// The `{input.NAME}` names it uses, in order (repeats kept).
+    pub fn input_names(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Input(name) => Some(name.as_str()),
+            _ => None,
+        })
+    }
+
     /// The filled-in string, values as they are (for a request URL:
     /// [`Template::fill_url`]).
     pub fn fill(&self, fill: &Fill<'_>) -> String {
+        self.fill_with(fill, None)
+    }
+
+    /// [`Template::fill`] with an input record's fields for `{input.NAME}`
+    /// (a field not there, or no record: empty; validation and the reader
+    /// see that neither happens).
+    pub fn fill_with(&self, fill: &Fill<'_>, input: Option<&InputFields>) -> String {
         let mut out = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(t) => out.push_str(t),
                 Part::Slot(p) => out.push_str(&fill.value(*p)),
+                Part::Input(name) => out.push_str(&input_text(input, name)),
             }
         }
         out
     }
+
+    /// The one `{input.NAME}` the template is made of, nothing around it:
+    /// in a JSON body, such a string takes the field's JSON value.
+    fn whole_input(&self) -> Option<&str> {
+        match self.parts.as_slice() {
+            [Part::Input(name)] => Some(name),
+            _ => None,
+        }
+    }
+}
+
+/// A placeholder's name (between the braces) read.
+fn slot(name: &str) -> Result<Part, String> {
+    if let Some(field) = name.strip_prefix("input.") {
+        let ok = !field.is_empty() && field.split('.').all(|s| !s.is_empty());
+        return if ok {
+            Ok(Part::Input(field.to_string()))
+        } else {
+            Err(format!(
+                "'{{{name}}}': write {{input.NAME}}, NAME a field of the input record (a.b for a nested one, or a CSV column)"
+            ))
+        };
+    }
+    Placeholder::ALL
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, p)| Part::Slot(*p))
+        .ok_or_else(|| {
+            format!(
+                "unknown placeholder '{{{name}}}' (known: {{region}}, {{key}}, {{secret}}, {{job}}, {{step}}, {{page}}, {{batch}}, {{input.NAME}}; write {{{{ for a literal brace)"
+            )
+        })
+}
+
+/// A field's text, for `{input.NAME}` inside a string.
+fn input_text<'a>(input: Option<&'a InputFields>, name: &str) -> Cow<'a, str> {
+    input
+        .and_then(|f| f.get(name))
+        .map_or(Cow::Borrowed(""), field_text)
 }
 
 impl Fill<'_> {
     /// What `p` stands for.
     fn value(&self, p: Placeholder) -> Cow<'_, str> {
         match p {
-            Placeholder::Region => self.region.into(),
+            Placeholder::Region | Placeholder::Key => self.region.into(),
             Placeholder::Secret => self.secret.expose().into(),
             Placeholder::Job => self.job.into(),
             Placeholder::Step => self.step.to_string().into(),
@@ -203,34 +284,67 @@ impl JsonTemplate {
 
     /// Whether any string in it uses `p`.
     pub fn uses(&self, p: Placeholder) -> bool {
+        self.any(&|t| t.uses(p))
+    }
+
+    /// Whether any string in it depends on the work key
+    /// ([`Template::uses_key`]).
+    pub fn uses_key(&self) -> bool {
+        self.any(&Template::uses_key)
+    }
+
+    /// The `{input.NAME}` names its strings use, in order.
+    pub fn input_names(&self) -> Vec<&str> {
+        match self {
+            Self::Plain(_) => Vec::new(),
+            Self::Text(t) => t.input_names().collect(),
+            Self::List(items) => items.iter().flat_map(Self::input_names).collect(),
+            Self::Object(fields) => fields.iter().flat_map(|(_, v)| v.input_names()).collect(),
+        }
+    }
+
+    fn any(&self, f: &dyn Fn(&Template) -> bool) -> bool {
         match self {
             Self::Plain(_) => false,
-            Self::Text(t) => t.uses(p),
-            Self::List(items) => items.iter().any(|i| i.uses(p)),
-            Self::Object(fields) => fields.iter().any(|(_, v)| v.uses(p)),
+            Self::Text(t) => f(t),
+            Self::List(items) => items.iter().any(|i| i.any(f)),
+            Self::Object(fields) => fields.iter().any(|(_, v)| v.any(f)),
         }
     }
 
     /// The filled-in JSON text, object keys in the order written (a
     /// `serde_json::Map` would sort them).
     pub fn fill(&self, fill: &Fill<'_>) -> String {
+        self.fill_with(fill, None)
+    }
+
+    /// [`JsonTemplate::fill`] with an input record's fields: a string that
+    /// is one `{input.NAME}` and nothing else takes the field's JSON value
+    /// (a number stays a number, an object an object); inside a longer
+    /// string the field goes in as text ([`Template::fill_with`]).
+    pub fn fill_with(&self, fill: &Fill<'_>, input: Option<&InputFields>) -> String {
         let mut out = String::new();
-        self.write(fill, &mut out);
+        self.write(fill, input, &mut out);
         out
     }
 
-    fn write(&self, fill: &Fill<'_>, out: &mut String) {
+    fn write(&self, fill: &Fill<'_>, input: Option<&InputFields>, out: &mut String) {
         let json = |v: &serde_json::Value| serde_json::to_string(v).expect("JSON serializes");
         match self {
             Self::Plain(v) => out.push_str(&json(v)),
-            Self::Text(t) => out.push_str(&json(&t.fill(fill).into())),
+            Self::Text(t) => match (t.whole_input(), input) {
+                (Some(name), Some(fields)) if fields.contains_key(name) => {
+                    out.push_str(&json(&fields[name]));
+                }
+                _ => out.push_str(&json(&t.fill_with(fill, input).into())),
+            },
             Self::List(items) => {
                 out.push('[');
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
                         out.push(',');
                     }
-                    item.write(fill, out);
+                    item.write(fill, input, out);
                 }
                 out.push(']');
             }
@@ -242,7 +356,7 @@ impl JsonTemplate {
                     }
                     out.push_str(&json(&k.as_str().into()));
                     out.push(':');
-                    v.write(fill, out);
+                    v.write(fill, input, out);
                 }
                 out.push('}');
             }
@@ -257,6 +371,7 @@ impl std::fmt::Display for Template {
             match part {
                 Part::Text(t) => f.write_str(&t.replace('{', "{{").replace('}', "}}"))?,
                 Part::Slot(p) => write!(f, "{{{}}}", p.name())?,
+                Part::Input(name) => write!(f, "{{input.{name}}}")?,
             }
         }
         Ok(())
@@ -323,5 +438,77 @@ mod tests {
         let (at, why) = JsonTemplate::parse(&bad).unwrap_err();
         assert_eq!(at, ".a[1]");
         assert!(why.contains("unknown placeholder"), "{why}");
+    }
+
+    fn record() -> InputFields {
+        let v: serde_json::Value = serde_json::json!({
+            "prompt": "say \"hi\"",
+            "n": 7,
+            "meta.tags": ["a", "b"],
+            "obj": {"k": [1, 2]},
+            "none": null,
+        });
+        v.as_object().unwrap().clone().into_iter().collect()
+    }
+
+    #[test]
+    fn key_and_input_fields_are_filled_as_text() {
+        let t = Template::parse("{key}/{input.prompt}:{input.n}:{input.obj}:{input.none}").unwrap();
+        assert!(t.uses(Placeholder::Key) && t.uses_key());
+        assert_eq!(
+            t.input_names().collect::<Vec<_>>(),
+            ["prompt", "n", "obj", "none"]
+        );
+        let secret = Secret::new("K".into());
+        let fill = Fill {
+            region: "id-1",
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        };
+        let rec = record();
+        assert_eq!(
+            t.fill_with(&fill, Some(&rec)),
+            r#"id-1/say "hi":7:{"k":[1,2]}:null"#
+        );
+        // Shown as written, never a value.
+        assert_eq!(
+            t.to_string(),
+            "{key}/{input.prompt}:{input.n}:{input.obj}:{input.none}"
+        );
+        assert!(!Template::parse("{job}").unwrap().uses_key());
+        for bad in ["{input.}", "{input}", "{input.a..b}", "{input..a}"] {
+            let err = Template::parse(bad).unwrap_err();
+            assert!(err.contains("{input.NAME}"), "{bad}: {err}");
+        }
+        assert!(Template::parse("{input.a.b}").is_ok());
+    }
+
+    #[test]
+    fn a_whole_string_field_in_a_body_is_its_json_value() {
+        let yaml: serde_yaml::Value = serde_yaml::from_str(
+            r#"{ n: "{input.n}", o: "{input.obj}", z: "{input.none}", s: "{input.prompt}", in: "n={input.n} {input.obj}", k: "{key}", l: ["{input.meta.tags}"] }"#,
+        )
+        .unwrap();
+        let t = JsonTemplate::parse(&yaml).unwrap();
+        assert!(t.uses_key() && t.uses(Placeholder::Key));
+        let secret = Secret::new("K".into());
+        let fill = Fill {
+            region: "id\"1",
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        };
+        let rec = record();
+        let text = t.fill_with(&fill, Some(&rec));
+        assert_eq!(
+            text,
+            r#"{"n":7,"o":{"k":[1,2]},"z":null,"s":"say \"hi\"","in":"n=7 {\"k\":[1,2]}","k":"id\"1","l":[["a","b"]]}"#
+        );
+        serde_json::from_str::<serde_json::Value>(&text).unwrap();
     }
 }

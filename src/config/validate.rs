@@ -14,9 +14,10 @@ use serde_yaml::Value;
 use super::raw::*;
 use super::upstream_headers;
 use super::{
-    ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, Job, JsonTemplate, MAX_UNITS,
-    MAX_WINDOW, PageKind, Paginate, Placeholder, Secret, SecretSource, Secrets, SettledCost, Step,
-    StorePolicy, Template, UpstreamReset, units_too_large,
+    ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, InputFields, InputFormat, Inputs,
+    Job, JsonTemplate, MAX_UNITS, MAX_WINDOW, PageKind, Paginate, Placeholder, Secret,
+    SecretSource, Secrets, SettledCost, Step, StorePolicy, Template, UpstreamReset,
+    units_too_large,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
 use crate::timefmt::fmt_duration;
@@ -24,6 +25,7 @@ use crate::{Error, Result};
 
 mod cost;
 mod credential;
+mod inputs;
 mod job;
 mod paginate;
 mod request;
@@ -39,6 +41,13 @@ pub(super) struct Validator<'a> {
 /// One pool's part of a cost, as written: the pool (none: the credential's
 /// only one), its units, and where a settled cost's actual is read.
 type CostShape = (Option<String>, u64, Option<ActualFrom>);
+
+/// The work keys a job has, for the placeholders that stand for them.
+#[derive(Clone, Copy)]
+struct Keys {
+    regions: bool,
+    inputs: bool,
+}
 
 /// A resolved endpoint, before it meets a job's credential.
 struct EndpointSpec {

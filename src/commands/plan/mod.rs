@@ -46,6 +46,8 @@ pub async fn execute(
     args: &RunArgs,
 ) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
+    // (a plan of one call set per run would be wrong for a file of inputs)
+    super::run::inputs_not_yet_run(config, &jobs)?;
     let at = At::StoreClock;
     // The plan names the file an embedded store is in, and reads it only if
     // it exists: a dry run creates nothing.

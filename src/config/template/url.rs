@@ -6,11 +6,12 @@
 //! key) to `evil`, a region `../../admin` or a batch value `a#` changed the
 //! path or cut it.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::{Fill, Part, Placeholder, Template};
+use super::{Fill, InputFields, Part, Placeholder, Template, input_text};
 
 /// Everything but RFC 3986's unreserved characters (`A-Z a-z 0-9 - . _ ~`):
 /// safe in a userinfo, a path segment, a query component and a fragment,
@@ -57,6 +58,17 @@ impl Template {
     /// host, and a value that makes a path
     /// segment `.` or `..` (it would move the request to another path).
     pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
+        self.fill_url_with(fill, None)
+    }
+
+    /// [`Template::fill_url`] with an input record's fields for
+    /// `{input.NAME}` (each one segment in the path, as `{batch}` is;
+    /// `{key}` is treated as `{region}`).
+    pub fn fill_url_with(
+        &self,
+        fill: &Fill<'_>,
+        input: Option<&InputFields>,
+    ) -> Result<String, String> {
         // (URL parsers drop tabs and line breaks wherever they are, which
         // would move the parts the placeholders were put in)
         // (but the line break a YAML block scalar ends with: dropped here)
@@ -66,27 +78,36 @@ impl Template {
                 .trim_end_matches(['\n', '\r'])
                 .contains(['\t', '\n', '\r']),
             Part::Text(t) => t.contains(['\t', '\n', '\r']),
-            Part::Slot(_) => false,
+            Part::Slot(_) | Part::Input(_) => false,
         });
         if breaks {
             return Err("the URL holds a tab or a line break, which URL parsers drop".into());
         }
         let mut out = String::new();
-        let mut in_path: Vec<(Placeholder, Range<usize>)> = Vec::new();
+        let mut in_path: Vec<(Cow<'_, str>, Range<usize>)> = Vec::new();
         for (part, at) in self.parts.iter().zip(self.components()) {
-            let slot = match part {
+            // (its name, for errors: never its value)
+            let (name, value, is_key) = match part {
                 Part::Text(t) => {
                     out.push_str(t);
                     continue;
                 }
-                Part::Slot(p) => *p,
+                Part::Slot(p) => (
+                    Cow::Borrowed(p.name()),
+                    fill.value(*p),
+                    matches!(p, Placeholder::Region | Placeholder::Key),
+                ),
+                Part::Input(n) => (
+                    Cow::Owned(format!("input.{n}")),
+                    input_text(input, n),
+                    false,
+                ),
             };
-            let value = fill.value(slot);
             let start = out.len();
             match at {
                 // (not in the port: after a `:` of the authority)
                 Component::Host
-                    if slot == Placeholder::Region
+                    if is_key
                         && is_host_labels(&value)
                         && !out[out.rfind(['@', '/']).map_or(0, |i| i + 1)..].contains(':') =>
                 {
@@ -94,17 +115,15 @@ impl Template {
                 }
                 Component::Host => {
                     return Err(format!(
-                        "{{{}}} is in the URL's host, where a value would choose where the request (and the key) goes: only {{region}} may stand there, as host name labels (letters, digits, '-', separated by '.')",
-                        slot.name()
+                        "{{{name}}} is in the URL's host, where a value would choose where the request (and the key) goes: only {{region}} or {{key}} may stand there, as host name labels (letters, digits, '-', separated by '.')"
                     ));
                 }
                 Component::Scheme => {
                     return Err(format!(
-                        "{{{}}} is in the URL's scheme, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment (and {{region}} in the host)",
-                        slot.name()
+                        "{{{name}}} is in the URL's scheme, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment (and {{region}} or {{key}} in the host)"
                     ));
                 }
-                Component::Path if slot == Placeholder::Region => {
+                Component::Path if is_key => {
                     for (i, segment) in value.split('/').enumerate() {
                         if i > 0 {
                             out.push('/');
@@ -115,10 +134,10 @@ impl Template {
                 _ => out.extend(utf8_percent_encode(&value, COMPONENT)),
             }
             if at == Component::Path {
-                in_path.push((slot, start..out.len()));
+                in_path.push((name, start..out.len()));
             }
         }
-        for (slot, range) in in_path {
+        for (name, range) in in_path {
             // The segments the value is part of, with the text around it.
             // (`\` separates path segments too, in http(s) URLs)
             let from = out[..range.start].rfind(['/', '\\']).map_or(0, |i| i + 1);
@@ -127,8 +146,7 @@ impl Template {
                 .map_or(out.len(), |i| range.end + i);
             if out[from..to].split(['/', '\\']).any(is_dot_segment) {
                 return Err(format!(
-                    "after substitution, {{{}}} makes a path segment '.' or '..', which would move the request to another path",
-                    slot.name()
+                    "after substitution, {{{name}}} makes a path segment '.' or '..', which would move the request to another path"
                 ));
             }
         }
@@ -148,7 +166,7 @@ impl Template {
         for part in &self.parts {
             let t = match part {
                 Part::Text(t) => t,
-                Part::Slot(_) => {
+                Part::Slot(_) | Part::Input(_) => {
                     out.push(match state {
                         State::Scheme => Component::Scheme,
                         // (after `http:` and any slashes, the host begins)
@@ -374,5 +392,47 @@ mod tests {
             let err = fill_url(template, "US", "k", "").unwrap_err();
             assert!(err.contains("scheme"), "{template}: {err}");
         }
+    }
+
+    #[test]
+    fn key_is_treated_as_region_and_input_fields_as_one_segment() {
+        let secret = Secret::new("k".into());
+        let fill = |key| Fill {
+            region: key,
+            secret: &secret,
+            job: "j",
+            step: 0,
+            page: 0,
+            batch: "",
+        };
+        let rec: InputFields = [("id".to_string(), serde_json::json!("a/b?c#"))]
+            .into_iter()
+            .collect();
+        let url = |t: &str, key| {
+            Template::parse(t)
+                .unwrap()
+                .fill_url_with(&fill(key), Some(&rec))
+        };
+        // {key}: its `/` kept in the path, host labels allowed, as {region}.
+        let err = url("https://{key}.h/", "rust-lang/rust").unwrap_err();
+        assert!(err.starts_with("{key} is in the URL's host"), "{err}");
+        assert_eq!(
+            url("https://{key}.h/repos/{key}?k={key}", "eu-1").unwrap(),
+            "https://eu-1.h/repos/eu-1?k=eu-1"
+        );
+        assert_eq!(
+            url("https://h/repos/{key}/x", "rust-lang/rust").unwrap(),
+            "https://h/repos/rust-lang/rust/x"
+        );
+        let err = url("https://h/repos/{key}/x", "../admin").unwrap_err();
+        assert!(err.contains("{key} makes a path segment"), "{err}");
+        // {input.NAME}: one segment, encoded; never in the host.
+        assert_eq!(
+            url("https://h/v/{input.id}?q={input.id}", "x").unwrap(),
+            "https://h/v/a%2Fb%3Fc%23?q=a%2Fb%3Fc%23"
+        );
+        let err = url("https://{input.id}.h/", "x").unwrap_err();
+        assert!(err.contains("{input.id} is in the URL's host"), "{err}");
+        assert!(!err.contains("a/b"), "never the value: {err}");
     }
 }

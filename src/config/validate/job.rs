@@ -16,11 +16,25 @@ impl Validator<'_> {
         self.job_name(&at, &name)?;
         let credential = self.job_credential(&at, &raw.credential, credentials)?;
         let cred = &credentials[credential];
-        let has_regions = raw.regions.is_some();
+        let keys = Keys {
+            regions: raw.regions.is_some(),
+            inputs: raw.inputs.is_some(),
+        };
+        if keys.regions && keys.inputs {
+            return Err(self.err(
+                format!("{at}.inputs"),
+                "a job walks `regions` or `inputs`, not both: {key} stands for either",
+            ));
+        }
         let regions = self.job_regions(&at, raw.regions)?;
-        let steps = self.steps(&at, raw.steps, cred, endpoints, has_regions)?;
+        let steps = self.steps(&at, raw.steps, cred, endpoints, keys)?;
+        let inputs = raw
+            .inputs
+            .map(|i| self.inputs(&at, &name, i, &steps))
+            .transpose()?;
+        let once = self.once(&at, raw.once, inputs.is_some())?;
         self.file_names_fit(&at, &name, &regions, steps.len())?;
-        self.filled(&at, &name, &regions, &steps, cred)?;
+        self.filled(&at, &name, &regions, inputs.as_ref(), &steps, cred)?;
         if raw.output.trim().is_empty() {
             return Err(self.err(format!("{at}.output"), "must name a directory"));
         }
@@ -36,6 +50,8 @@ impl Validator<'_> {
             name,
             credential,
             regions,
+            inputs,
+            once,
             steps,
             output,
             schedule,
@@ -97,7 +113,7 @@ impl Validator<'_> {
         raw: Vec<RawStep>,
         cred: &Credential,
         endpoints: &[(String, EndpointSpec)],
-        has_regions: bool,
+        keys: Keys,
     ) -> Result<Vec<Step>> {
         if raw.is_empty() {
             return Err(self.err(format!("{at}.steps"), "a job needs at least one step"));
@@ -110,8 +126,7 @@ impl Validator<'_> {
         }
         let mut steps: Vec<Step> = Vec::new();
         for (i, s) in raw.into_iter().enumerate() {
-            let mut step =
-                self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, has_regions)?;
+            let mut step = self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, keys)?;
             if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
                 f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
             }
@@ -137,21 +152,30 @@ impl Validator<'_> {
     /// (the secret too, when it was read), for every region: the URL must
     /// parse and every header value be one HTTP allows, or the run would
     /// charge calls it can never send. The error names the field, never the
-    /// value (it may hold the secret).
+    /// value (it may hold the secret). An input's key and fields, read only
+    /// by the run, are tried as a plain word (`XX`, `x`): what a value
+    /// does is the run's to see, record by record.
     fn filled(
         &self,
         at: &str,
         job: &str,
         regions: &[String],
+        inputs: Option<&Inputs>,
         steps: &[Step],
         cred: &Credential,
     ) -> Result<()> {
-        let all = [String::new()];
+        let all = [String::from(if inputs.is_some() { "XX" } else { "" })];
         let regions = if regions.is_empty() {
             &all[..]
         } else {
             regions
         };
+        let probe: InputFields = inputs
+            .iter()
+            .flat_map(|i| &i.fields)
+            .map(|n| (n.clone(), serde_json::Value::from("x")))
+            .collect();
+        let probe = inputs.map(|_| &probe);
         for (i, step) in steps.iter().enumerate() {
             let at = format!("{at}.steps[{i}].request");
             for (r, region) in regions.iter().enumerate() {
@@ -165,7 +189,7 @@ impl Validator<'_> {
                 };
                 let with = |t: &Template| {
                     let mut what = String::from("after substitution");
-                    if t.uses(Placeholder::Region) {
+                    if t.uses(Placeholder::Region) || (t.uses_key() && inputs.is_none()) {
                         what.push_str(&format!(" for region {region}"));
                     }
                     if t.uses(Placeholder::Secret) {
@@ -174,8 +198,8 @@ impl Validator<'_> {
                     what
                 };
                 // A template without {region} is the same for every region.
-                if r == 0 || step.url.uses(Placeholder::Region) {
-                    let url = step.url.fill_url(&fill).map_err(|m| {
+                if r == 0 || step.url.uses_key() {
+                    let url = step.url.fill_url_with(&fill, probe).map_err(|m| {
                         self.err(format!("{at}.url"), format!("{}: {m}", with(&step.url)))
                     })?;
                     reqwest::Url::parse(&url).map_err(|e| {
@@ -186,10 +210,10 @@ impl Validator<'_> {
                     })?;
                 }
                 for (k, v) in &step.headers {
-                    if r > 0 && !v.uses(Placeholder::Region) {
+                    if r > 0 && !v.uses_key() {
                         continue;
                     }
-                    if reqwest::header::HeaderValue::from_str(&v.fill(&fill)).is_err() {
+                    if reqwest::header::HeaderValue::from_str(&v.fill_with(&fill, probe)).is_err() {
                         return Err(self.err(
                             format!("{at}.headers.{k}"),
                             format!(

@@ -18,20 +18,54 @@ impl Validator<'_> {
         }
     }
 
-    /// A template of the request at `field`: `{region}` only in a job
-    /// that has regions.
-    fn template(&self, field: String, s: &str, has_regions: bool) -> Result<Template> {
+    /// A template of the request at `field`, its keys checked
+    /// ([`Validator::key_use`]).
+    fn template(&self, field: String, s: &str, keys: Keys) -> Result<Template> {
         let t = Template::parse(s).map_err(|m| self.err(&field, m))?;
-        if t.uses(Placeholder::Region) && !has_regions {
-            return Err(self.err(field, "{region} is used but the job has no regions"));
-        }
+        let names: Vec<&str> = t.input_names().collect();
+        self.key_use(&field, &|p| t.uses(p), &names, keys)?;
         Ok(t)
     }
 
+    /// `{region}` only in a job with regions, `{input.NAME}` only in one
+    /// with inputs, `{key}` in either.
+    fn key_use(
+        &self,
+        field: &str,
+        uses: &dyn Fn(Placeholder) -> bool,
+        input_names: &[&str],
+        keys: Keys,
+    ) -> Result<()> {
+        if uses(Placeholder::Region) && !keys.regions {
+            let hint = if keys.inputs {
+                ": an input's key is {key}"
+            } else {
+                ""
+            };
+            return Err(self.err(
+                field,
+                format!("{{region}} is used but the job has no regions{hint}"),
+            ));
+        }
+        if uses(Placeholder::Key) && !keys.regions && !keys.inputs {
+            return Err(self.err(
+                field,
+                "{key} is used but the job has neither regions nor inputs",
+            ));
+        }
+        if let Some(name) = input_names.first().filter(|_| !keys.inputs) {
+            return Err(self.err(
+                field,
+                format!("{{input.{name}}} is used but the job has no inputs"),
+            ));
+        }
+        Ok(())
+    }
+
     /// The URL: a template that, filled in, is an http or https URL.
-    pub(super) fn url(&self, at: &str, raw: &str, has_regions: bool) -> Result<Template> {
+    pub(super) fn url(&self, at: &str, raw: &str, keys: Keys) -> Result<Template> {
         let field = format!("{at}.request.url");
-        let url = self.template(field.clone(), raw, has_regions)?;
+        let url = self.template(field.clone(), raw, keys)?;
         let probe = url
             .fill_url(&Fill {
                 region: "XX",
@@ -57,7 +91,7 @@ impl Validator<'_> {
         &self,
         at: &str,
         raw: OrderedMap<Value>,
-        has_regions: bool,
+        keys: Keys,
     ) -> Result<Vec<(String, Template)>> {
         let mut query = Vec::new();
         for (k, v) in raw.0 {
@@ -68,7 +102,7 @@ impl Validator<'_> {
                 Value::Bool(b) => b.to_string(),
                 _ => return Err(self.err(field, "expected a string, number or boolean")),
             };
-            query.push((k, self.template(field, &s, has_regions)?));
+            query.push((k, self.template(field, &s, keys)?));
         }
         Ok(query)
     }
@@ -78,7 +112,7 @@ impl Validator<'_> {
         &self,
         at: &str,
         raw: OrderedMap<String>,
-        has_regions: bool,
+        keys: Keys,
     ) -> Result<Vec<(String, Template)>> {
         let mut headers = Vec::new();
         for (k, v) in raw.0 {
@@ -86,7 +120,7 @@ impl Validator<'_> {
             if reqwest::header::HeaderName::from_bytes(k.as_bytes()).is_err() {
                 return Err(self.err(field, "not a valid header name"));
             }
-            headers.push((k, self.template(field, &v, has_regions)?));
+            headers.push((k, self.template(field, &v, keys)?));
         }
         Ok(headers)
     }
@@ -97,7 +131,7 @@ impl Validator<'_> {
         at: &str,
         raw: &Value,
         method: &reqwest::Method,
-        has_regions: bool,
+        keys: Keys,
     ) -> Result<JsonTemplate> {
         let field = format!("{at}.request.body");
         if method == reqwest::Method::GET {
@@ -108,9 +142,7 @@ impl Validator<'_> {
         }
         let t =
             JsonTemplate::parse(raw).map_err(|(path, m)| self.err(format!("{field}{path}"), m))?;
-        if t.uses(Placeholder::Region) && !has_regions {
-            return Err(self.err(field, "{region} is used but the job has no regions"));
-        }
+        self.key_use(&field, &|p| t.uses(p), &t.input_names(), keys)?;
         Ok(t)
     }
 }

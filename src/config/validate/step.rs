@@ -11,7 +11,7 @@ impl Validator<'_> {
         raw: RawStep,
         cred: &Credential,
         endpoints: &[(String, EndpointSpec)],
-        has_regions: bool,
+        keys: Keys,
     ) -> Result<Step> {
         let spec = self.endpoint(at, &raw.endpoint, endpoints)?;
         let (cost, settle) = self.step_cost(at, &raw.endpoint, spec, cred)?;
@@ -19,9 +19,9 @@ impl Validator<'_> {
         // the file is the one reported.
         let request = raw.request;
         let method = self.method(at, request.method.as_deref())?;
-        let url = self.url(at, &request.url, has_regions)?;
-        let query = self.query(at, request.query, has_regions)?;
-        let headers = self.headers(at, request.headers, has_regions)?;
+        let url = self.url(at, &request.url, keys)?;
+        let query = self.query(at, request.query, keys)?;
+        let headers = self.headers(at, request.headers, keys)?;
         let paginate = raw
             .paginate
             .map(|p| self.paginate(&format!("{at}.paginate"), p))
@@ -29,7 +29,7 @@ impl Validator<'_> {
         let body = request
             .body
             .as_ref()
-            .map(|v| self.body(at, v, &method, has_regions))
+            .map(|v| self.body(at, v, &method, keys))
             .transpose()?;
         let for_each = raw
             .for_each
