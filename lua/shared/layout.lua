@@ -10,5 +10,5 @@ local META, RECORD = '<ddddd', '<ddddddd'
 -- layouts hold a number of them that is not a multiple of 4, or a meta of
 -- four numbers: the scripts refuse them (OLDER_LAYOUT).
 local function layout(m)
-  return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
+  return m == 1 and '$FORMAT1' or '<' .. string.rep('d', $FIXED + $WIN * m)
 end
