@@ -18,6 +18,7 @@
 use std::sync::LazyLock;
 
 use super::keys::LOG_SEGMENT;
+use crate::ledger::calendar::{DAY_US, HOUR_US};
 use crate::ledger::{RESERVED, SETTLE_REACH};
 
 /// Calls per block of a pool's log: the index keeps one record per block.
@@ -30,11 +31,9 @@ pub const MINUTE_US: u64 = 60_000_000;
 /// passes it (`EXACT` in the scripts; the bound of every budget,
 /// `config::bounds::MAX_UNITS`).
 pub const EXACT: u64 = (1 << 53) - 1;
-/// An hour in µs: the most a calendar period runs over its length (a
-/// clock change).
-pub const HOUR_US: u64 = 3_600_000_000;
-/// A day in µs (calendar windows).
-pub const DAY_US: u64 = 86_400_000_000;
+/// Numbers in a block record of the index, before its (tag id, cost)
+/// pairs (`lua/charge.lua`; `RECORD` in the scripts).
+pub const RECORD_FIELDS: usize = 7;
 
 /// The fields of a pool's state (`pool:P`, described in `lua/charge.lua`)
 /// as the scripts index it unpacked (an array from 1), by the names the
@@ -73,12 +72,16 @@ pub const POOL_FIELDS: [(&str, u64); 17] = [
     ("META_FIELDS", 5),
 ];
 
-/// The value of the token `$name`: a field's number, or `FORMAT1`, the
-/// packed format of a pool state of one window.
+/// The value of the token `$name`: a field's number, or a packed format
+/// (little-endian doubles): `FORMAT1` a pool state of one window,
+/// `META_FORMAT` meta, `RECORD_FORMAT` an index record's numbers.
 fn token(name: &str) -> Option<String> {
-    if name == "FORMAT1" {
-        let n = field("FIXED") + field("WIN");
-        return Some(format!("<{}", "d".repeat(n as usize)));
+    let doubles = |n: u64| format!("<{}", "d".repeat(n as usize));
+    match name {
+        "FORMAT1" => return Some(doubles(field("FIXED") + field("WIN"))),
+        "META_FORMAT" => return Some(doubles(field("META_FIELDS"))),
+        "RECORD_FORMAT" => return Some(doubles(RECORD_FIELDS as u64)),
+        _ => {}
     }
     let (_, v) = POOL_FIELDS.iter().find(|(n, _)| *n == name)?;
     Some(v.to_string())
