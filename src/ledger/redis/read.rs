@@ -272,7 +272,7 @@ fn block(record: &Value) -> Result<(i64, LogBlock), StoreError> {
         ));
     };
     let fixed = 8 * super::RECORD_FIELDS;
-    if bytes.len() < fixed || (bytes.len() - fixed) % 16 != 0 {
+    if bytes.len() < fixed || !(bytes.len() - fixed).is_multiple_of(16) {
         return Err(StoreError::Reply("a block record of the wrong size".into()));
     }
     let f: Vec<f64> = bytes
