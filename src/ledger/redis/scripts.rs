@@ -273,6 +273,11 @@ mod tests {
                     "3600000000",
                     "86400000000",
                     "2 ^ 53",
+                    // (the packed formats of a one-window state and of
+                    // an index record: tokens, from POOL_FIELDS and
+                    // RECORD_FIELDS)
+                    "'<dddddddddddd'",
+                    "'<ddddddd'",
                 ] {
                     assert!(!line.contains(literal), "{literal} written in Lua: {line}");
                 }
