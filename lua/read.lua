@@ -35,7 +35,7 @@ local last, serial, retain, lost_all = 0, 0, 0, 0
 -- them: a meta of four numbers, a 'serial' field, a pool state of a number
 -- of fields that is not a multiple of 4, below).
 local older = redis.error_reply('OLDER_LAYOUT keys written by an older build')
-if g[1] and #g[1] ~= 40 then return older end
+if g[1] and #g[1] ~= 8 * $META_FIELDS then return older end
 local _
 if g[1] then last, serial, retain, _, lost_all = struct.unpack(META, g[1]) end
 if not g[1] and redis.call('HEXISTS', state, 'serial') == 1 then return older end
@@ -55,13 +55,13 @@ local function seg_len(key, k) return redis.call('LLEN', key .. ':' .. k) / ENTR
 for k = 1, n do
   local pv, lost = redis.call('HGET', state, ARGV[1 + k]), lost_all
   local head, tail, dead, others, others_until = 0, 0, 0, 0, 0
-  if pv and (#pv / 8) % 4 ~= 0 then return older end
-  if pv and #pv >= 64 then
+  if pv and (#pv / 8) % $WIN ~= 0 then return older end
+  if pv and #pv >= 8 * $FIXED then
     head, tail = struct.unpack('<dd', pv)
     -- (the expiry, loss time and dead mark, then others' units and until
     -- when, close the layout)
     local expires
-    expires, lost, dead, others, others_until = struct.unpack('<ddddd', pv, #pv - 39)
+    expires, lost, dead, others, others_until = struct.unpack('<ddddd', pv, #pv - 8 * ($FIXED - $EXPIRES + 1) + 1)
     lost = math.max(lost, lost_all)
     if expires > 0 and now >= expires then
       -- (past its expiry the log held nothing that counts: lua/charge.lua)

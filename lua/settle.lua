@@ -53,10 +53,10 @@ end
 
 local packed = call('HGET', KEYS[1], ARGV[1])
 -- (only this build's layout: a multiple of 4 fields, see charge.lua)
-if not packed or (#packed / 8) % 4 ~= 0 then return { 0 } end
+if not packed or (#packed / 8) % $WIN ~= 0 then return { 0 } end
 local fields = '<' .. string.rep('d', #packed / 8)
 local pv = { sunpack(fields, packed) }
-local head, tail, m = pv[1], pv[2], pv[3]
+local head, tail, m = pv[$HEAD], pv[$TAIL], pv[$M]
 if s < head or s >= tail then return { 0 } end
 
 -- Call c's entry: its key, its position, and the entry.
@@ -72,7 +72,7 @@ local key, pos, e = entry(s)
 local meta = call('HGET', KEYS[1], 'meta')
 local last, _, retain = 0, 0, 0
 if meta then last, _, retain = sunpack('<ddd', meta) end
-local cutoff = max(pv[6 + 4 * m], max(now, last) - max(retain, tonumber(ARGV[6])))
+local cutoff = max(pv[$WIN * m + $DEAD], max(now, last) - max(retain, tonumber(ARGV[6])))
 -- (a Late settle sent again after a lost reply finds its mark, below)
 if #e == ENTRY and e[4] == id .. 'L' then return { 2 } end
 if #e ~= ENTRY or e[4] ~= id or tonumber(e[1]) <= cutoff then return { 0 } end
@@ -96,8 +96,8 @@ if delta == 0 then return { result } end
 -- (The caller caps an actual at the pool's largest budget plus one, so
 -- this takes 2^53 units recorded in one window.)
 for w = 1, m do
-  if pv[4 * w + 2] <= s and pv[4 * w + 1] + delta > EXACT then
-    pv[5 + 4 * m] = max(now, last)
+  if pv[$WIN * w + $PTR] <= s and pv[$WIN * w + $SUM] + delta > EXACT then
+    pv[$WIN * m + $LOST] = max(now, last)
     call('HSET', KEYS[1], ARGV[1], spack(fields, unpack(pv, 1, #packed / 8)))
     return { 0 }
   end
@@ -107,7 +107,7 @@ call('LSET', key, pos + 1, tonumber(e[2]) + delta)
 -- Every window that still counts the entry (its oldest call is at or
 -- before it) moves its sum.
 for w = 1, m do
-  if pv[4 * w + 2] <= s then pv[4 * w + 1] = pv[4 * w + 1] + delta end
+  if pv[$WIN * w + $PTR] <= s then pv[$WIN * w + $SUM] = pv[$WIN * w + $SUM] + delta end
 end
 call('HSET', KEYS[1], ARGV[1], spack(fields, unpack(pv, 1, #packed / 8)))
 

@@ -23,12 +23,14 @@ repeat
   for i = 1, #r[2], 2 do
     local packed = r[2][i + 1]
     local n = #packed / 8
-    -- (this build's layout only: a multiple of 4 numbers, at least 8)
-    if n >= 8 and n % 4 == 0 then
+    -- (this build's layout only: a multiple of WIN numbers, at least FIXED)
+    if n >= $FIXED and n % $WIN == 0 then
       local layout = '<' .. string.rep('d', n)
       local pv = { struct.unpack(layout, packed) }
-      if pv[n - 1] ~= 0 or pv[n] ~= 0 then
-        pv[n - 1], pv[n] = 0, 0
+      -- (others' units and until when, past the windows)
+      local o, ou = n - $FIXED + $OTHERS, n - $FIXED + $OTHERS_UNTIL
+      if pv[o] ~= 0 or pv[ou] ~= 0 then
+        pv[o], pv[ou] = 0, 0
         redis.call('HSET', state, r[2][i], struct.pack(layout, unpack(pv, 1, n)))
       end
     end

@@ -8,7 +8,7 @@
 -- resends pay for the search.
 if resend then
   local pv, found, done = pools[1], false, false
-  local from, stop = pv[2], max(pv[1], pv[2] - RESEND)
+  local from, stop = pv[$TAIL], max(pv[$HEAD], pv[$TAIL] - RESEND)
   while not (found or done) and from > stop do
     local lo = max(stop, floor((from - 1) / BLOCK) * BLOCK)
     local e = calls(1, pv, lo, from)
@@ -38,7 +38,7 @@ if flag == 2 then
   local pv, rest = pools[1], cal_end
   local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
   local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
-  local others = limit - pv[4 * pv.lw + 1] - rem
+  local others = limit - pv[$WIN * pv.lw + $SUM] - rem
   if others > 0 then
     pv.others = others
     pv.others_until = at > 0 and at or now + (after >= 0 and after or pv.longest)
@@ -76,10 +76,10 @@ local lost_short = false -- (observe mode: a log found shorter than its state)
 a = 8 + npools
 for p = 1, npools do
   local pv = pools[p]
-  for w = 1, pv[3] do
-    local b = 4 * w
+  for w = 1, pv[$M] do
+    local b = $WIN * w
     local extra = w == pv.lw and pv.extra or 0
-    local need = pv[b + 1] + extra + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
+    local need = pv[b + $SUM] + extra + tonumber(ARGV[a]) - tonumber(ARGV[a + 2 * w + 1])
     local cal = cals[p][w]
     if need > 0 and cal then
       -- A calendar window frees its units at once, when its period ends
@@ -98,7 +98,7 @@ for p = 1, npools do
         at = now
         if mine > 0 then at = freed_at(p, pv, b, mine) end
         if at then at = math.max(at, pv.others_until) end
-        if at and need <= pv[b + 1] then
+        if at and need <= pv[b + $SUM] then
           local sooner = freed_at(p, pv, b, need)
           if sooner == nil or sooner < at then at = sooner end
         end
@@ -120,7 +120,7 @@ for p = 1, npools do
       end
     end
   end
-  a = a + 2 + 2 * pv[3]
+  a = a + 2 + 2 * pv[$M]
 end
 if worst_retry ~= nil and force then
   if not lost_short then observed = { worst_p, worst_w, worst_retry } end

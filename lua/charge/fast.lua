@@ -19,27 +19,30 @@
 -- captures costs ~450 instructions a call (made, closed, collected; the
 -- ten constants as upvalues cost 5k, BENCHMARKS.md, session 10), an
 -- argument a move. The general path's functions, closures over that
--- path's state, are not shared with it for the same reason.
+-- path's state, are not shared with it for the same reason; even the one
+-- step both do alike (the call appended, added to every window), shared
+-- as a function of its arguments, costs 1.3-2.2k instructions a call
+-- (BENCHMARKS.md, session 11).
 local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial,
                            ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
   local KEYS, ARGV, call = KEYS, ARGV, redis.call
   local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
-  if not v[1] or #v[1] ~= 40 or not v[3] then return end
+  if not v[1] or #v[1] ~= 8 * $META_FIELDS or not v[3] then return end
   -- (each pool's state, pv, holds past its packed fields its cost and
   -- then its windows' budgets, parsed once; fronts: those read to be
   -- kept, by pool, made when one is)
   local pvs, a, longest, fronts = {}, 8 + npools, horizon, nil
   for p = 1, npools do
     local packed, m, cost = v[3 + p], ARGV[a + 1] + 0, ARGV[a] + 0
-    if not packed or #packed ~= 8 * (8 + 4 * m) then return end
+    if not packed or #packed ~= 8 * ($FIXED + $WIN * m) then return end
     local pv = { sunpack(layout(m), packed) }
-    if pv[3] ~= m or pv[5 + 4 * m] ~= 0 or pv[8 + 4 * m] > now then return end
-    pv[9 + 4 * m] = cost
+    if pv[$M] ~= m or pv[$WIN * m + $LOST] ~= 0 or pv[$WIN * m + $OTHERS_UNTIL] > now then return end
+    pv[$WIN * m + $COST] = cost
     for w = 1, m do
       local len, budget = ARGV[a + 2 * w] + 0, ARGV[a + 2 * w + 1] + 0
-      if len <= 0 or pv[4 * w] ~= len or cost > budget then return end
+      if len <= 0 or pv[$WIN * w] ~= len or cost > budget then return end
       if len > longest then longest = len end
-      pv[9 + 4 * m + w] = budget
+      pv[$WIN * m + $BUDGET + w] = budget
     end
     pvs[p], a = pv, a + 2 + 2 * m
   end
@@ -49,19 +52,19 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   if expires == nil or expires < now + keep then return end
   a = 8 + npools
   for p = 1, npools do
-    local pv, m = pvs[p], pvs[p][3]
-    local cost = pv[9 + 4 * m]
-    local tail = pv[2]
-    if pv[4 + 4 * m] < now + keep or pv[4 + 4 * m] > expires then return end
+    local pv, m = pvs[p], pvs[p][$M]
+    local cost = pv[$WIN * m + $COST]
+    local tail = pv[$TAIL]
+    if pv[$WIN * m + $EXPIRES] < now + keep or pv[$WIN * m + $EXPIRES] > expires then return end
     -- (a list made, as a segment opens or an empty log restarts, or a
     -- block closed by this call: the general path's)
-    if tail % SEG == 0 or tail == pv[1] or (tail + 1) % BLOCK == 0 then return end
-    local dead_cut = max(now - visible, pv[6 + 4 * m])
+    if tail % SEG == 0 or tail == pv[$HEAD] or (tail + 1) % BLOCK == 0 then return end
+    local dead_cut = max(now - visible, pv[$WIN * m + $DEAD])
     local front = v[3 + npools + p]
     if front and #front ~= m * SLOT then front = nil end
     local oldest, lw, lwlen = nil, 1, 0
     for w = 1, m do
-      local b, len = 4 * w, pv[4 * w]
+      local b, len = $WIN * w, pv[$WIN * w]
       if len > lwlen then lw, lwlen = w, len end
       local cutoff = max(now - len, dead_cut)
       -- Slide, through the calls kept at the window's front, read from
@@ -73,13 +76,13 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
       local at, c0, cn, reads = (w - 1) * SLOT, 0, 0, 0
       local view, off = front, at -- (where calls [c0, c0 + cn) are packed)
       if front then c0, cn = sunpack('<dd', front, at + 1) end
-      while pv[b + 2] < tail and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
-        local ptr = pv[b + 2]
+      while pv[b + $PTR] < tail and (pv[b + $OLDEST] == 0 or pv[b + $OLDEST] <= cutoff) do
+        local ptr = pv[b + $PTR]
         if ptr < c0 or ptr >= c0 + cn then
           if reads == 2 then return end
           reads = reads + 1
           local k = floor(ptr / SEG)
-          local start, keep = max(pv[1], k * SEG), ptr + FRONT + REACH < tail
+          local start, keep = max(pv[$HEAD], k * SEG), ptr + FRONT + REACH < tail
           local to = min(tail, ptr + (keep and FRONT or 2), (k + 1) * SEG)
           local e = call('LRANGE', KEYS[1 + p] .. ':' .. k, (ptr - start) * ENTRY, (to - start) * ENTRY - 1)
           if #e ~= (to - ptr) * ENTRY then return end
@@ -95,18 +98,18 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
         end
         local t, c = sunpack('<dd', view, off + 17 + 16 * (ptr - c0))
         if t > cutoff then
-          pv[b + 3] = t
+          pv[b + $OLDEST] = t
         else
-          pv[b + 1], pv[b + 2], pv[b + 3] = pv[b + 1] - c, ptr + 1, 0
+          pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST] = pv[b + $SUM] - c, ptr + 1, 0
         end
       end
-      if pv[b + 1] + cost > pv[9 + 4 * m + w] then return end
-      if now - len <= dead_cut then oldest = pv[b + 2] end
+      if pv[b + $SUM] + cost > pv[$WIN * m + $BUDGET + w] then return end
+      if now - len <= dead_cut then oldest = pv[b + $PTR] end
     end
     -- (a trim due: the general path's)
-    if oldest and oldest > pv[1] then return end
-    if not oldest and ((tail + 1) % TRIM_EVERY == 0 or pv[4 * lw + 2] >= tail) then return end
-    pv[6 + 4 * m] = dead_cut
+    if oldest and oldest > pv[$HEAD] then return end
+    if not oldest and ((tail + 1) % TRIM_EVERY == 0 or pv[$WIN * lw + $PTR] >= tail) then return end
+    pv[$WIN * m + $DEAD] = dead_cut
     a = a + 2 + 2 * m
   end
   -- Record the call once per pool, and save.
@@ -115,33 +118,33 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   a = 8 + npools
   for p = 1, npools do
     local pv = pvs[p]
-    local m = pv[3]
-    local cost = pv[9 + 4 * m]
-    local k = floor(pv[2] / SEG)
+    local m = pv[$M]
+    local cost = pv[$WIN * m + $COST]
+    local k = floor(pv[$TAIL] / SEG)
     local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], ARGV[2])
-    pv[2] = pv[2] + 1
+    pv[$TAIL] = pv[$TAIL] + 1
     for w = 1, m do
-      local b = 4 * w
-      if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
-      pv[b + 1] = pv[b + 1] + cost
+      local b = $WIN * w
+      if pv[b + $PTR] == pv[$TAIL] - 1 then pv[b + $OLDEST] = now end -- the window was empty
+      pv[b + $SUM] = pv[b + $SUM] + cost
     end
-    if len ~= (pv[2] - max(pv[1], k * SEG)) * ENTRY then
+    if len ~= (pv[$TAIL] - max(pv[$HEAD], k * SEG)) * ENTRY then
       -- The log is not what the state says (as in the general path's
       -- record): started afresh, counted as spent for a while.
       call('UNLINK', KEYS[1 + p] .. ':' .. k, KEYS[1 + npools + p] .. ':' .. k)
-      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(0), pv[2], pv[2], 0, pv[4 + 4 * m], now, pv[6 + 4 * m],
-        pv[7 + 4 * m], pv[8 + 4 * m])
+      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(0), pv[$TAIL], pv[$TAIL], 0, pv[$WIN * m + $EXPIRES], now, pv[$WIN * m + $DEAD],
+        pv[$WIN * m + $OTHERS], pv[$WIN * m + $OTHERS_UNTIL])
       fronts = fronts or {}
       fronts[p] = ''
     else
-      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, 8 + 4 * m))
+      u[#u + 1], u[#u + 2] = ARGV[7 + p], spack(layout(m), unpack(pv, 1, $FIXED + $WIN * m))
     end
     if fronts and fronts[p] then u[#u + 1], u[#u + 2] = 'front:' .. ARGV[7 + p], fronts[p] end
-    for w = 1, m do reply[r + w] = pv[9 + 4 * m + w] - pv[4 * w + 1] end
+    for w = 1, m do reply[r + w] = pv[$WIN * m + $BUDGET + w] - pv[$WIN * w + $SUM] end
     r, a = r + m, a + 2 + 2 * m
   end
   call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
-  for p = 1, npools do reply[r + p] = pvs[p][2] - 1 end
+  for p = 1, npools do reply[r + p] = pvs[p][$TAIL] - 1 end
   reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
   -- (no others' units on this path: see the general path's reply)
   for p = 1, npools do reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = 0, 1 end

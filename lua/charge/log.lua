@@ -8,7 +8,7 @@
 -- quadruples.
 local function calls(p, pv, from, to)
   local k = floor(from / SEG)
-  local start = max(pv[1], k * SEG)
+  local start = max(pv[$HEAD], k * SEG)
   return call('LRANGE', log_seg(p, k), (from - start) * ENTRY, (to - start) * ENTRY - 1)
 end
 
@@ -30,7 +30,7 @@ end
 -- Pool p's index as this call sees it: the last complete block, and the
 -- length of each index segment read so far.
 local function index_of(pv)
-  if not pv.ix then pv.ix = { top = floor(pv[2] / BLOCK) - 1, len = {} } end
+  if not pv.ix then pv.ix = { top = floor(pv[$TAIL] / BLOCK) - 1, len = {} } end
   return pv.ix
 end
 
@@ -80,8 +80,8 @@ end
 -- left through the index. False when the log is shorter than the state says.
 local function slide(p, pv, b, cutoff)
   local n = 2
-  while pv[b + 2] < pv[2] and (pv[b + 3] == 0 or pv[b + 3] <= cutoff) do
-    local ptr = pv[b + 2]
+  while pv[b + $PTR] < pv[$TAIL] and (pv[b + $OLDEST] == 0 or pv[b + $OLDEST] <= cutoff) do
+    local ptr = pv[b + $PTR]
     if ptr % BLOCK == 0 then
       local a = ptr / BLOCK
       local _, last, cum, cost, _, _, o = record_of(p, pv, a)
@@ -90,25 +90,25 @@ local function slide(p, pv, b, cutoff)
         local j = search(p, pv, a + 1, index_of(pv).top, o, function(_, l) return l > cutoff end)
         local upto = j and through(p, pv, j - 1, o)
         if upto then
-          pv[b + 1] = pv[b + 1] - (upto - (cum - cost))
-          pv[b + 2], pv[b + 3], ptr = j * BLOCK, 0, j * BLOCK
+          pv[b + $SUM] = pv[b + $SUM] - (upto - (cum - cost))
+          pv[b + $PTR], pv[b + $OLDEST], ptr = j * BLOCK, 0, j * BLOCK
         end
       end
     end
-    if ptr < pv[2] then
+    if ptr < pv[$TAIL] then
       -- (a busy window sheds a call or two a charge: read two, then more)
-      local e = chunk(p, pv, ptr, pv[2], n)
+      local e = chunk(p, pv, ptr, pv[$TAIL], n)
       n = CHUNK
       if #e == 0 then return false end
-      pv[b + 3] = 0
+      pv[b + $OLDEST] = 0
       for j = 1, #e, ENTRY do
         local t = tonumber(e[j])
         if t > cutoff then
-          pv[b + 3] = t
+          pv[b + $OLDEST] = t
           return true
         end
-        pv[b + 1] = pv[b + 1] - tonumber(e[j + 1])
-        pv[b + 2] = pv[b + 2] + 1
+        pv[b + $SUM] = pv[b + $SUM] - tonumber(e[j + 1])
+        pv[b + $PTR] = pv[b + $PTR] + 1
       end
     end
   end
@@ -142,8 +142,8 @@ end
 -- the newest of the oldest calls that hold them leaves; nil when the log is
 -- shorter than the state says.
 local function freed_at(p, pv, b, need)
-  local freed, ptr, walk_to = 0, pv[b + 2], pv[b + 2]
-  while ptr < pv[2] do
+  local freed, ptr, walk_to = 0, pv[b + $PTR], pv[b + $PTR]
+  while ptr < pv[$TAIL] do
     if ptr % BLOCK == 0 and ptr >= walk_to then
       local a = ptr / BLOCK
       local _, _, cum, cost, _, _, o = record_of(p, pv, a)
@@ -156,8 +156,8 @@ local function freed_at(p, pv, b, need)
         walk_to = ptr + BLOCK -- (block j holds the call that frees enough)
       end
     end
-    if ptr < pv[2] then
-      local e = chunk(p, pv, ptr, pv[2])
+    if ptr < pv[$TAIL] then
+      local e = chunk(p, pv, ptr, pv[$TAIL])
       if #e == 0 then return nil end
       for j = 1, #e, ENTRY do
         freed = freed + tonumber(e[j + 1])

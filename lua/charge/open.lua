@@ -27,7 +27,7 @@ local last, serial, stored_retain, expires, lost_all = 0, 0, 0, nil, 0
 -- writing anything (a meta of four numbers, a build before 2026-11-23;
 -- log triples and a 'serial' field, before 2026-11-22; an older pool
 -- state, below).
-if v[1] and #v[1] ~= 40 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
+if v[1] and #v[1] ~= 8 * $META_FIELDS then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
 if v[1] then
   last, serial, stored_retain, expires, lost_all = sunpack(META, v[1])
 elseif call('HEXISTS', state, 'serial') == 1 then
@@ -49,7 +49,7 @@ if fast then return fast end
 -- (the general path: a pool state of an older build, a number of fields
 -- that is not a multiple of 4, is refused before anything is written)
 for p = 1, npools do
-  if v[3 + p] and #v[3 + p] % 32 ~= 0 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
+  if v[3 + p] and #v[3 + p] % (8 * $WIN) ~= 0 then return redis.error_reply('OLDER_LAYOUT keys written by an older build') end
 end
 
 -- (observe mode: the pool, window and retry of what would have refused it)

@@ -35,20 +35,20 @@ for p = 1, npools do
   -- (unpacked as stored: the configuration may have changed its windows;
   -- an older build's, charge/open.lua refused)
   if pv and pv ~= '' then
-    pv = pool_state(sunpack(layout((#pv / 8 - 8) / 4), pv))
+    pv = pool_state(sunpack(layout((#pv / 8 - $FIXED) / $WIN), pv))
     -- (the expiry, loss time, dead mark and others' units, past the windows)
-    local t = 4 * pv[3]
-    pv.expires, pv.lost, pv.dead = pv[t + 4], pv[t + 5], pv[t + 6]
-    pv.others, pv.others_until = pv[t + 7], pv[t + 8]
+    local t = $WIN * pv[$M]
+    pv.expires, pv.lost, pv.dead = pv[t + $EXPIRES], pv[t + $LOST], pv[t + $DEAD]
+    pv.others, pv.others_until = pv[t + $OTHERS], pv[t + $OTHERS_UNTIL]
   else
     pv = nil
   end
-  local fresh = not pv or pv[3] ~= m
+  local fresh = not pv or pv[$M] ~= m
   -- (the stored windows' longest reach: a pool whose longest grew renews
   -- every segment's expiry, made for the shorter)
   local plong_was = 0
-  for w = 1, pv and pv[3] or 0 do
-    local len = pv[4 * w]
+  for w = 1, pv and pv[$M] or 0 do
+    local len = pv[$WIN * w]
     if len < 0 then len = -len + HOUR end
     if len > plong_was then plong_was = len end
   end
@@ -66,16 +66,16 @@ for p = 1, npools do
     end
     if reach > longest then longest = reach end
     if reach > plong then plong, lw = reach, w end
-    if not fresh and pv[4 * w] ~= len then fresh = true end
+    if not fresh and pv[$WIN * w] ~= len then fresh = true end
   end
   -- (the pool's own loss is stored with it; a loss of the whole log, in meta)
   local expires_p, lost_p, dead_p = pv and pv.expires or 0, pv and pv.lost or 0, pv and pv.dead or 0
   local others_p, others_until_p = pv and pv.others or 0, pv and pv.others_until or 0
   -- A log past its expiry held only calls that count in no window: it
   -- starts afresh at its tail (its keys may not be gone yet).
-  if pv and expires_p > 0 and now >= expires_p and pv[2] > pv[1] then
-    restart(p, pv[2])
-    pv[1], fresh = pv[2], true
+  if pv and expires_p > 0 and now >= expires_p and pv[$TAIL] > pv[$HEAD] then
+    restart(p, pv[$TAIL])
+    pv[$HEAD], fresh = pv[$TAIL], true
   end
   -- (no window reaches back past the retention, nor past the dead mark;
   -- a calendar window counts its period's entries only)
@@ -95,8 +95,8 @@ for p = 1, npools do
     if fresh then
       local head, tail, skipped = 0, 0, false
       if pv then
-        head, tail = past_expired(p, pv[1], pv[2], cut_min), pv[2]
-        skipped = head > pv[1]
+        head, tail = past_expired(p, pv[$HEAD], pv[$TAIL], cut_min), pv[$TAIL]
+        skipped = head > pv[$HEAD]
       elseif call('EXISTS', log_seg(p, 0)) == 1 then
         -- No state, but a log: the state was lost alone (evicted). Where
         -- the log's live calls are is unknown: start afresh, counted as
@@ -116,16 +116,16 @@ for p = 1, npools do
       pv = pool_state(head, tail, m)
       local total = cost_between(p, pv, head, tail)
       for w = 1, m do
-        local b = 4 * w
-        pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = tonumber(ARGV[a + 2 * w]), total, head, 0
+        local b = $WIN * w
+        pv[b], pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST] = tonumber(ARGV[a + 2 * w]), total, head, 0
       end
     end
     if own then
       held = {}
-      for w in pairs(own) do held[w] = { pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3] } end
+      for w in pairs(own) do held[w] = { pv[$WIN * w + $SUM], pv[$WIN * w + $PTR], pv[$WIN * w + $OLDEST] } end
     end
     local ok = true
-    for w = 1, m do ok = slide(p, pv, 4 * w, cuts[w]) and ok end
+    for w = 1, m do ok = slide(p, pv, $WIN * w, cuts[w]) and ok end
     if ok or fresh then break end
     -- The log is shorter than the state says: count afresh (above).
     fresh = true

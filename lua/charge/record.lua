@@ -16,20 +16,20 @@ serial = serial + 1
 -- oldest's are unlinked with their index, UNLINKS at a time; then at most
 -- TRIM calls of the head's segment.
 local function trim(p, pv, oldest)
-  local kh, ko = floor(pv[1] / SEG), floor(oldest / SEG)
-  if oldest >= pv[2] then ko = floor((pv[2] - 1) / SEG) + 1 end
+  local kh, ko = floor(pv[$HEAD] / SEG), floor(oldest / SEG)
+  if oldest >= pv[$TAIL] then ko = floor((pv[$TAIL] - 1) / SEG) + 1 end
   if ko > kh then
     local keys, upto = {}, min(ko, kh + UNLINKS)
     for k = kh, upto - 1 do
       keys[#keys + 1], keys[#keys + 2] = log_seg(p, k), ix_seg(p, k)
     end
     call('UNLINK', unpack(keys))
-    pv[1] = min(pv[2], upto * SEG)
+    pv[$HEAD] = min(pv[$TAIL], upto * SEG)
   end
-  if oldest > pv[1] and floor(pv[1] / SEG) == ko then
-    local to = min(oldest, pv[1] + TRIM)
-    call('LTRIM', log_seg(p, ko), (to - pv[1]) * ENTRY, -1)
-    pv[1] = to
+  if oldest > pv[$HEAD] and floor(pv[$HEAD] / SEG) == ko then
+    local to = min(oldest, pv[$HEAD] + TRIM)
+    call('LTRIM', log_seg(p, ko), (to - pv[$HEAD]) * ENTRY, -1)
+    pv[$HEAD] = to
   end
   pv.ix = nil
 end
@@ -46,29 +46,29 @@ end
 for p = 1, npools do
   local pv = pools[p]
   local oldest
-  for w = 1, pv[3] do
-    if now - pv[4 * w] <= pv.dead_cut then oldest = pv[4 * w + 2] end
+  for w = 1, pv[$M] do
+    if now - pv[$WIN * w] <= pv.dead_cut then oldest = pv[$WIN * w + $PTR] end
   end
-  if oldest == nil and ((pv[2] + 1) % TRIM_EVERY == 0 or pv[4 * pv.lw + 2] >= pv[2]) then
-    local b = 7 + 4 * pv[3] -- scratch space past the packed fields
-    pv[b], pv[b + 1], pv[b + 2], pv[b + 3] = visible, 0, pv[1], 0
+  if oldest == nil and ((pv[$TAIL] + 1) % TRIM_EVERY == 0 or pv[$WIN * pv.lw + $PTR] >= pv[$TAIL]) then
+    local b = $WIN * pv[$M] + $SCRATCH -- (a scratch window: src/ledger/redis/scripts.rs)
+    pv[b], pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST] = visible, 0, pv[$HEAD], 0
     if not slide(p, pv, b, pv.dead_cut) then
       -- (the head's segment expired before a trim reached it: passed when
       -- the next one's first call is dead too, see past_expired; else the
       -- head stays, and the pool is found lost where it matters)
-      pv[b + 2] = past_expired(p, pv[1], pv[2], pv.dead_cut)
+      pv[b + $PTR] = past_expired(p, pv[$HEAD], pv[$TAIL], pv.dead_cut)
     end
-    oldest = pv[b + 2]
+    oldest = pv[b + $PTR]
   end
   pv.dead = pv.dead_cut
-  if oldest and oldest > pv[1] then trim(p, pv, oldest) end
+  if oldest and oldest > pv[$HEAD] then trim(p, pv, oldest) end
 end
 
 -- Append the record of pool p's block that the call just logged completed.
 local function append_record(p, pv)
-  local b = pv[2] / BLOCK - 1
+  local b = pv[$TAIL] / BLOCK - 1
   pv.ix = { top = b - 1, len = {} }
-  local e = calls(p, pv, max(pv[1], b * BLOCK), pv[2])
+  local e = calls(p, pv, max(pv[$HEAD], b * BLOCK), pv[$TAIL])
   local cost, by_tag, tags = 0, {}, {}
   for j = 1, #e, ENTRY do
     local c, t = tonumber(e[j + 1]), e[j + 2]
@@ -119,12 +119,12 @@ a = 8 + npools
 for p = 1, npools do
   local pv, cost = pools[p], tonumber(ARGV[a])
   -- (observe mode: a window that would pass EXACT counts as lost, above)
-  for w = 1, pv[3] do
-    if pv[4 * w + 1] + cost > EXACT then pv.lost, pv.rebuild = now, true end
+  for w = 1, pv[$M] do
+    if pv[$WIN * w + $SUM] + cost > EXACT then pv.lost, pv.rebuild = now, true end
   end
-  local len = call('RPUSH', log_seg(p, floor(pv[2] / SEG)), now_text, ARGV[a], tag_id, id)
-  pv[2] = pv[2] + 1
-  if len ~= (pv[2] - max(pv[1], floor((pv[2] - 1) / SEG) * SEG)) * ENTRY then
+  local len = call('RPUSH', log_seg(p, floor(pv[$TAIL] / SEG)), now_text, ARGV[a], tag_id, id)
+  pv[$TAIL] = pv[$TAIL] + 1
+  if len ~= (pv[$TAIL] - max(pv[$HEAD], floor((pv[$TAIL] - 1) / SEG) * SEG)) * ENTRY then
     -- The log is not what the state says (a key expired or was evicted
     -- since the slide above): count it afresh, and as spent for a while.
     pv.lost, pv.rebuild = now, true
@@ -138,21 +138,21 @@ for p = 1, npools do
     pv.renew_all = nil
   end
   if len == ENTRY then
-    local k, ms = floor((pv[2] - 1) / SEG), floor((pv.expires - now) / 1000)
+    local k, ms = floor((pv[$TAIL] - 1) / SEG), floor((pv.expires - now) / 1000)
     call('PEXPIRE', log_seg(p, k), ms)
-    if k > floor(pv[1] / SEG) then
+    if k > floor(pv[$HEAD] / SEG) then
       call('PEXPIRE', log_seg(p, k - 1), ms)
       call('PEXPIRE', ix_seg(p, k - 1), ms)
     end
   end
-  if pv[2] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
-  if string.sub(reserved, p, p) == '1' then add_reservation(p, pv, pv[2] - 1, cost) end
-  for w = 1, pv[3] do
-    local b = 4 * w
-    if pv[b + 2] == pv[2] - 1 then pv[b + 3] = now end -- the window was empty
-    pv[b + 1] = pv[b + 1] + cost
+  if pv[$TAIL] % BLOCK == 0 and not pv.rebuild then append_record(p, pv) end
+  if string.sub(reserved, p, p) == '1' then add_reservation(p, pv, pv[$TAIL] - 1, cost) end
+  for w = 1, pv[$M] do
+    local b = $WIN * w
+    if pv[b + $PTR] == pv[$TAIL] - 1 then pv[b + $OLDEST] = now end -- the window was empty
+    pv[b + $SUM] = pv[b + $SUM] + cost
   end
-  a = a + 2 + 2 * pv[3]
+  a = a + 2 + 2 * pv[$M]
 end
 
 save_state(retain)

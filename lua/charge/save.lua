@@ -8,12 +8,12 @@ local function remaining(reply, logged)
   local r, a = #reply, 8 + npools
   for p = 1, npools do
     local pv = pools[p]
-    for w = 1, pv[3] do
-      reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[4 * w + 1] - (w == pv.lw and pv.extra or 0)
+    for w = 1, pv[$M] do
+      reply[r + w] = tonumber(ARGV[a + 2 * w + 1]) - pv[$WIN * w + $SUM] - (w == pv.lw and pv.extra or 0)
     end
-    r, a = r + pv[3], a + 2 + 2 * pv[3]
+    r, a = r + pv[$M], a + 2 + 2 * pv[$M]
   end
-  for p = 1, npools do reply[r + p] = logged and pools[p][2] - 1 or -1 end
+  for p = 1, npools do reply[r + p] = logged and pools[p][$TAIL] - 1 or -1 end
   for k = 1, 3 do reply[r + npools + k] = observed[k] end
   for p = 1, npools do
     reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = pools[p].extra, pools[p].lw
@@ -24,8 +24,8 @@ end
 -- Renew the expiry of pool p's log and index, to pv.expires: their tail's
 -- segments, or with `all` every segment that still holds calls.
 local function renew(p, pv, all)
-  local ms, kt = floor((pv.expires - now) / 1000), floor((pv[2] - 1) / SEG)
-  for k = all and floor(pv[1] / SEG) or kt, kt do
+  local ms, kt = floor((pv.expires - now) / 1000), floor((pv[$TAIL] - 1) / SEG)
+  for k = all and floor(pv[$HEAD] / SEG) or kt, kt do
     call('PEXPIRE', log_seg(p, k), ms)
     call('PEXPIRE', ix_seg(p, k), ms)
   end
@@ -36,24 +36,24 @@ local u, n = {}, 0
 local function save_pools()
   for p = 1, npools do
     local pv = pools[p]
-    local m = pv[3]
+    local m = pv[$M]
     if pv.renew_all and not pv.rebuild then
       -- (a pool whose longest window grew: every segment, once)
       pv.expires = max(pv.expires, renew_to)
       renew(p, pv, true)
     end
-    pv[4 + 4 * m], pv[5 + 4 * m], pv[6 + 4 * m] = pv.expires, pv.lost, pv.dead
+    pv[$WIN * m + $EXPIRES], pv[$WIN * m + $LOST], pv[$WIN * m + $DEAD] = pv.expires, pv.lost, pv.dead
     -- (the general path keeps no front: the next fast charge reads it anew)
     u[n + 3], u[n + 4] = 'front:' .. ARGV[7 + p], ''
     u[n + 1] = ARGV[7 + p]
     if pv.rebuild then
       -- (a pool out of step with its log starts it afresh and keeps no
       -- windows: the next call counts them afresh)
-      restart(p, pv[2])
-      u[n + 2] = spack(layout(0), pv[2], pv[2], 0, pv.expires, pv.lost, pv.dead, pv.others, pv.others_until)
+      restart(p, pv[$TAIL])
+      u[n + 2] = spack(layout(0), pv[$TAIL], pv[$TAIL], 0, pv.expires, pv.lost, pv.dead, pv.others, pv.others_until)
     else
-      pv[7 + 4 * m], pv[8 + 4 * m] = pv.others, pv.others_until
-      u[n + 2] = spack(layout(m), unpack(pv, 1, 8 + 4 * m))
+      pv[$WIN * m + $OTHERS], pv[$WIN * m + $OTHERS_UNTIL] = pv.others, pv.others_until
+      u[n + 2] = spack(layout(m), unpack(pv, 1, $FIXED + $WIN * m))
     end
     n = n + 4
   end
@@ -86,8 +86,8 @@ local function save_slid()
     for p = 1, npools do
       local pv = pools[p]
       for w, h in pairs(pv.held or {}) do
-        local b = 4 * w
-        pv[b + 1], pv[b + 2], pv[b + 3], h[1], h[2], h[3] = h[1], h[2], h[3], pv[b + 1], pv[b + 2], pv[b + 3]
+        local b = $WIN * w
+        pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST], h[1], h[2], h[3] = h[1], h[2], h[3], pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST]
       end
     end
   end

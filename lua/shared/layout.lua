@@ -5,10 +5,10 @@
 -- meta: last decision time, charge serial, retain µs, expiry µs, when the
 -- whole log was lost. An index record: first and last call's time,
 -- cumulative cost, the block's cost, calls, the block's number, its origin.
-local META, RECORD = '<ddddd', '<ddddddd'
+local META, RECORD = '$META_FORMAT', '$RECORD_FORMAT'
 -- A pool:P field of this layout holds 8 + 4m numbers (m windows); older
 -- layouts hold a number of them that is not a multiple of 4, or a meta of
 -- four numbers: the scripts refuse them (OLDER_LAYOUT).
 local function layout(m)
-  return m == 1 and '<dddddddddddd' or '<' .. string.rep('d', 8 + 4 * m)
+  return m == 1 and '$FORMAT1' or '<' .. string.rep('d', $FIXED + $WIN * m)
 end

@@ -42,11 +42,16 @@ pub fn midnights(tz: Tz, t: Micros) -> [Micros; MIDNIGHTS] {
     std::array::from_fn(|k| midnight(tz, first + Days::new(k as u64)))
 }
 
+/// A day in µs (of UTC; a local day runs 23 to 25 hours).
+pub const DAY_US: Micros = 86_400_000_000;
+/// An hour in µs: the most a calendar period runs over its length (a
+/// clock change).
+pub const HOUR_US: Micros = 3_600_000_000;
+
 /// The period of length `per` µs that holds `now`, `[start, end)`, given
 /// the midnights around it; `None` when `now` is outside them.
 pub fn period_in(midnights: &[Micros], per: Micros, now: Micros) -> Option<(Micros, Micros)> {
-    const DAY: Micros = 86_400_000_000;
-    let last = (DAY / per - 1).max(0);
+    let last = (DAY_US / per - 1).max(0);
     midnights.windows(2).find_map(|day| {
         let (from, to) = (day[0], day[1]);
         (from <= now && now < to).then(|| {
@@ -65,7 +70,7 @@ pub fn period(tz: Tz, per: Micros, t: Micros) -> (Micros, Micros) {
 /// How long a period of length `per` µs can last: a day's last one can be
 /// an hour longer (25 h days).
 pub fn longest_period(per: Micros) -> Micros {
-    per + 3_600_000_000
+    per + HOUR_US
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ pub use self::keys::{
     state_key,
 };
 use self::scripts::SOURCES;
-pub use self::scripts::{BLOCK, source as script_source};
+pub use self::scripts::{BLOCK, ENTRY, RECORD_FIELDS, source as script_source};
 use self::wire::{array, clock_arg, int, text};
 
 use super::topology::{Conn, Topology};

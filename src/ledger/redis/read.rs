@@ -192,7 +192,12 @@ impl Reader<'_> {
         let mut at = from;
         while at < to {
             let end = (at + SLICE).min(to);
-            for t in self.slice("calls", at, end).await?.1.chunks(4) {
+            for t in self
+                .slice("calls", at, end)
+                .await?
+                .1
+                .chunks(super::ENTRY as usize)
+            {
                 let [time, cost, tag, _id] = t else {
                     return Err(StoreError::Reply("a log entry of the wrong size".into()));
                 };
@@ -266,7 +271,8 @@ fn block(record: &Value) -> Result<(i64, LogBlock), StoreError> {
             "a block record that is not a string".into(),
         ));
     };
-    if bytes.len() < 56 || bytes.len() % 16 != 8 {
+    let fixed = 8 * super::RECORD_FIELDS;
+    if bytes.len() < fixed || !(bytes.len() - fixed).is_multiple_of(16) {
         return Err(StoreError::Reply("a block record of the wrong size".into()));
     }
     let f: Vec<f64> = bytes
@@ -278,7 +284,7 @@ fn block(record: &Value) -> Result<(i64, LogBlock), StoreError> {
         last: f[1] as Micros,
         cost: f[3] as u64,
         calls: f[4] as u64,
-        by_tag: f[7..]
+        by_tag: f[super::RECORD_FIELDS..]
             .chunks_exact(2)
             .map(|t| (t[0] as u32, t[1] as u64))
             .collect(),

@@ -8,10 +8,17 @@
 //! `lua/shared/clock.lua` (for the charge, after its fast path's function).
 //! `lua/charge.lua` is long: its body is the parts of `lua/charge/`, in
 //! [`CHARGE_PARTS`] order.
+//!
+//! The fields of a pool's packed state are named in the scripts' text as
+//! `$NAME` tokens ([`POOL_FIELDS`]), replaced here by their numbers: a name
+//! then costs nothing when the script runs, where a local of the prelude
+//! would be an upvalue of every function that reads it (~450 instructions
+//! a call each, BENCHMARKS.md).
 
 use std::sync::LazyLock;
 
 use super::keys::LOG_SEGMENT;
+use crate::ledger::calendar::{DAY_US, HOUR_US};
 use crate::ledger::{RESERVED, SETTLE_REACH};
 
 /// Calls per block of a pool's log: the index keeps one record per block.
@@ -24,11 +31,89 @@ pub const MINUTE_US: u64 = 60_000_000;
 /// passes it (`EXACT` in the scripts; the bound of every budget,
 /// `config::bounds::MAX_UNITS`).
 pub const EXACT: u64 = (1 << 53) - 1;
-/// An hour in µs: the most a calendar period runs over its length (a
-/// clock change).
-pub const HOUR_US: u64 = 3_600_000_000;
-/// A day in µs (calendar windows).
-pub const DAY_US: u64 = 86_400_000_000;
+/// Numbers in a block record of the index, before its (tag id, cost)
+/// pairs (`lua/charge.lua`; `RECORD` in the scripts).
+pub const RECORD_FIELDS: usize = 7;
+
+/// The fields of a pool's state (`pool:P`, described in `lua/charge.lua`)
+/// as the scripts index it unpacked (an array from 1), by the names the
+/// scripts write as `$NAME`. Window w's fields start at `WIN * w` (its
+/// length there, then `SUM`, `PTR`, `OLDEST` past it); the pool's own
+/// after the last window at `WIN * m` plus `EXPIRES` .. `OTHERS_UNTIL`:
+/// `FIXED + WIN * m` numbers packed in all.
+pub const POOL_FIELDS: [(&str, u64); 17] = [
+    // the log's head and tail call numbers, the number of windows m
+    ("HEAD", 1),
+    ("TAIL", 2),
+    ("M", 3),
+    // numbers a window
+    ("WIN", 4),
+    // past a window's start (its length)
+    ("SUM", 1),
+    ("PTR", 2),
+    ("OLDEST", 3),
+    // past WIN * m
+    ("EXPIRES", 4),
+    ("LOST", 5),
+    ("DEAD", 6),
+    ("OTHERS", 7),
+    ("OTHERS_UNTIL", 8),
+    // the numbers besides the windows'
+    ("FIXED", 8),
+    // unpacked only, past WIN * m, the fast path's: the charge's cost,
+    // then window w's budget at BUDGET + w
+    ("COST", 9),
+    ("BUDGET", 9),
+    // a scratch window at WIN * m + SCRATCH (charge/record.lua's trim
+    // count; over others' two fields, which the general path keeps by
+    // name and writes back as it saves)
+    ("SCRATCH", 7),
+    // the numbers of meta (lua/shared/layout.lua: META)
+    ("META_FIELDS", 5),
+];
+
+/// The value of the token `$name`: a field's number, or a packed format
+/// (little-endian doubles): `FORMAT1` a pool state of one window,
+/// `META_FORMAT` meta, `RECORD_FORMAT` an index record's numbers.
+fn token(name: &str) -> Option<String> {
+    let doubles = |n: u64| format!("<{}", "d".repeat(n as usize));
+    match name {
+        "FORMAT1" => return Some(doubles(field("FIXED") + field("WIN"))),
+        "META_FORMAT" => return Some(doubles(field("META_FIELDS"))),
+        "RECORD_FORMAT" => return Some(doubles(RECORD_FIELDS as u64)),
+        _ => {}
+    }
+    let (_, v) = POOL_FIELDS.iter().find(|(n, _)| *n == name)?;
+    Some(v.to_string())
+}
+
+/// A field's number, by name.
+fn field(name: &str) -> u64 {
+    POOL_FIELDS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |f| f.1)
+}
+
+/// `text` with every `$NAME` token replaced by its value. A name it does
+/// not know panics: a script that would not compile (Lua has no `$`).
+fn expand(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 1..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..len];
+        let value = token(name).unwrap_or_else(|| panic!("a script names ${name}: no such field"));
+        out.push_str(&value);
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// What the scripts share, in front of every script: the constants, then
 /// the packed formats.
@@ -120,12 +205,33 @@ fn build(clock: Option<usize>, head: &str, body: &str) -> String {
         s.push_str(CLOCK_LUA);
     }
     s.push_str(body);
-    s
+    expand(&s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The named fields tile the packed state as `lua/charge.lua`
+    /// describes it, and a token becomes its number.
+    #[test]
+    fn the_pool_fields_tile_the_state() {
+        let f = field;
+        // (window 1 starts right after the count of windows, a window's
+        // fields fit in it, the pool's own follow the last window's)
+        assert_eq!(f("M") + 1, f("WIN"));
+        assert!(f("SUM") < f("PTR") && f("PTR") < f("OLDEST") && f("OLDEST") < f("WIN"));
+        assert_eq!(f("EXPIRES"), f("WIN"));
+        assert_eq!(f("OTHERS_UNTIL"), f("FIXED"));
+        assert_eq!(f("COST"), f("FIXED") + 1);
+        assert_eq!(expand("pv[$WIN * w + $SUM]"), "pv[4 * w + 1]");
+        assert_eq!(expand("'$FORMAT1', $M"), "'<dddddddddddd', 3");
+        for name in [
+            "charge", "block", "read", "read_log", "settle", "lock", "unblock",
+        ] {
+            assert!(!source(name).unwrap().contains('$'), "{name}");
+        }
+    }
 
     /// Each constant the scripts use comes from its Rust value, and is
     /// written in no script's own text.
@@ -167,6 +273,11 @@ mod tests {
                     "3600000000",
                     "86400000000",
                     "2 ^ 53",
+                    // (the packed formats of a one-window state and of
+                    // an index record: tokens, from POOL_FIELDS and
+                    // RECORD_FIELDS)
+                    "'<dddddddddddd'",
+                    "'<ddddddd'",
                 ] {
                     assert!(!line.contains(literal), "{literal} written in Lua: {line}");
                 }
