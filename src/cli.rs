@@ -86,6 +86,16 @@ pub enum Command {
         credential: String,
     },
 
+    /// Forget JOB's cursor and, for a once-job, which inputs are done and
+    /// which keys were seen: its next run starts afresh (pages stay)
+    Reset {
+        /// The job, as the configuration names it
+        job: String,
+        /// Do it (without it, say what would be forgotten and exit 2)
+        #[arg(long)]
+        yes: bool,
+    },
+
     /// Print the man page (roff) to stdout
     Man,
 

@@ -1,7 +1,8 @@
 //! Jobs with `inputs` (issue 25): `check` accepts one and says where its
 //! inputs come from; every mistake in `inputs`, `once` and the placeholders
 //! that read an input is a 78 naming the file and the field, nothing sent;
-//! and until the run walks inputs, `run` refuses such a job with 78.
+//! and until the planner plans inputs, `run --dry-run` refuses such a job
+//! with 78.
 
 use crate::common::deployment::Deployment;
 use crate::common::standin::Standin;
@@ -96,26 +97,21 @@ fn check_accepts_a_job_with_inputs_and_shows_its_source() {
 }
 
 #[test]
-fn run_refuses_a_job_with_inputs_until_it_walks_them() {
+fn dry_run_refuses_a_job_with_inputs_until_it_plans_them() {
     let up = Standin::start(&[]);
     let (d, _) = deployment(&up);
-    for args in [&["run"][..], &["run", "ids"], &["run", "--dry-run", "rows"]] {
+    for args in [&["run", "--dry-run"][..], &["run", "--dry-run", "rows"]] {
         let r = d.quota(args);
         assert_eq!(r.code, 78, "{args:?}: {r:?}");
         assert!(
-            r.stderr.contains("jobs.summaries.inputs")
-                || r.stderr.contains("inputs are not yet run"),
-            "{args:?}: {r:?}"
-        );
-        assert!(
-            r.stderr.contains("inputs are not yet run"),
+            r.stderr.contains("does not plan a job of inputs yet"),
             "{args:?}: {r:?}"
         );
     }
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
-    // A job without inputs in the same file still runs.
-    let r = d.quota(&["run", "trending"]);
-    assert_ne!(r.code, 78, "{r:?}");
+    // A job without inputs in the same file is planned.
+    let r = d.quota(&["run", "--dry-run", "trending"]);
+    assert_eq!(r.code, 0, "{r:?}");
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod check;
 pub mod context;
 pub mod man;
 pub mod plan;
+pub mod reset;
 pub mod run;
 pub mod status;
 pub mod table;
@@ -62,6 +63,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
                 file_mode_checked()?;
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 unblock::execute(&config, &store, credential).await
+            }
+            Command::Reset { ref job, yes } => {
+                file_mode_checked()?;
+                let (config, store) = configured(&cli, Secrets::Skip)?;
+                reset::execute(&config, &store, job, yes).await
             }
             Command::Check => {
                 let (config, store) = configured(&cli, Secrets::Read)?;

@@ -27,7 +27,6 @@ pub async fn execute(
     outcome: &mut RunOutcome,
 ) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
-    inputs_not_yet_run(config, &jobs)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
 
@@ -76,22 +75,6 @@ pub async fn execute(
         }
     }
     Ok(code)
-}
-
-/// A job with `inputs` is checked (`quota check`) but not yet run: the
-/// run loop does not walk inputs yet (issue 25), and walking it as a job
-/// without regions would send its steps once, `{key}` empty. Refused
-/// before the store or the network is touched, by `run` and `run --dry-run`.
-// TODO(issue 25): remove once the runner walks inputs.
-pub(crate) fn inputs_not_yet_run(config: &Config, jobs: &[&crate::config::Job]) -> Result<()> {
-    match jobs.iter().find(|j| j.inputs.is_some()) {
-        Some(job) => Err(Error::Config {
-            file: config.file.clone(),
-            field: format!("jobs.{}.inputs", job.name),
-            message: "inputs are not yet run: `quota check` accepts the job, `quota run` does not walk inputs yet".into(),
-        }),
-        None => Ok(()),
-    }
 }
 
 /// SIGTERM (systemd stopping the unit) and SIGINT (Ctrl-C) ask the run to

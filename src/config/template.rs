@@ -89,6 +89,8 @@ pub struct Fill<'a> {
     pub page: u32,
     /// A fan-out step's batch of values, joined (empty in other steps).
     pub batch: &'a str,
+    /// The current input's fields, for `{input.NAME}` (a job of inputs).
+    pub input: Option<&'a InputFields>,
 }
 
 impl Template {
@@ -164,7 +166,7 @@ impl Template {
     /// The filled-in string, values as they are (for a request URL:
     /// [`Template::fill_url`]).
     pub fn fill(&self, fill: &Fill<'_>) -> String {
-        self.fill_with(fill, None)
+        self.fill_with(fill, fill.input)
     }
 
     /// [`Template::fill`] with an input record's fields for `{input.NAME}`
@@ -315,7 +317,7 @@ impl JsonTemplate {
     /// The filled-in JSON text, object keys in the order written (a
     /// `serde_json::Map` would sort them).
     pub fn fill(&self, fill: &Fill<'_>) -> String {
-        self.fill_with(fill, None)
+        self.fill_with(fill, fill.input)
     }
 
     /// [`JsonTemplate::fill`] with an input record's fields: a string that
@@ -393,6 +395,7 @@ mod tests {
             step: 2,
             page: 4,
             batch: "a,b",
+            input: None,
         };
         assert_eq!(t.fill(&fill), "j/US?k=K&s=2&x={y}");
         assert_eq!(Template::parse("p{page}").unwrap().fill(&fill), "p4");
@@ -427,6 +430,7 @@ mod tests {
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         };
         let text = t.fill(&fill);
         serde_json::from_str::<serde_json::Value>(&text).unwrap();
@@ -467,6 +471,7 @@ mod tests {
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         };
         let rec = record();
         assert_eq!(
@@ -502,6 +507,7 @@ mod tests {
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         };
         let rec = record();
         let text = t.fill_with(&fill, Some(&rec));

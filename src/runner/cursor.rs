@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Key;
+use crate::inputs::done_part::{FileStamp, Tail};
 
 mod stored;
 
@@ -34,6 +35,41 @@ pub struct Cursor {
     /// already written is fetched again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ahead: Vec<Ahead>,
+    /// A job of inputs: where its first input not done starts in its file,
+    /// and what it keeps of the part done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<InputAt>,
+}
+
+/// Where a job of inputs is in its file: the first input not done (the
+/// cursor's key, when there is one) starts at `offset`, on `line`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputAt {
+    pub offset: u64,
+    pub line: u64,
+    /// Which walk of the file this is (a job that is not `once` walks it
+    /// again from the start each time it reaches the end): names the map
+    /// of keys seen in this walk.
+    #[serde(default)]
+    pub walk: u64,
+    /// Inputs done and skipped in this walk (a once-job's: ever).
+    #[serde(default)]
+    pub done: u64,
+    #[serde(default)]
+    pub skipped: u64,
+    /// A once-job: the chunks of the done part kept in the store, and the
+    /// records after them ([`crate::inputs::done_part`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub chunks: u64,
+    #[serde(default, skip_serializing_if = "Tail::is_empty")]
+    pub tail: Tail,
+    /// The file as the last run read it: the same file is not checked again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<FileStamp>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Where one region's walk of the job's steps is: the step and page to do
@@ -220,6 +256,7 @@ impl Start {
             key: key.to_string(),
             place: self.place.clone(),
             ahead: Vec::new(),
+            input: None,
         }
     }
 }

@@ -315,6 +315,7 @@ jobs:
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         };
         let url = super::super::paginate::page_url(step, &fill, None).unwrap();
         let built = request(&client, step, &fill, &step.method, &url).unwrap();

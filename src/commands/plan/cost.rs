@@ -525,6 +525,7 @@ jobs:
                 ..Place::default()
             },
             ahead: vec![a],
+            input: None,
         };
         // GB pages 1 and 2, DE served, then US: 5 calls, not 8.
         let mut left = remaining(&[("units", &[90, 30])]);

@@ -58,7 +58,7 @@ impl Template {
     /// host, and a value that makes a path
     /// segment `.` or `..` (it would move the request to another path).
     pub fn fill_url(&self, fill: &Fill<'_>) -> Result<String, String> {
-        self.fill_url_with(fill, None)
+        self.fill_url_with(fill, fill.input)
     }
 
     /// [`Template::fill_url`] with an input record's fields for
@@ -253,6 +253,7 @@ mod tests {
             step: 0,
             page: 0,
             batch,
+            input: None,
         };
         Template::parse(template).unwrap().fill_url(&fill)
     }
@@ -404,6 +405,7 @@ mod tests {
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         };
         let rec: InputFields = [("id".to_string(), serde_json::json!("a/b?c#"))]
             .into_iter()

@@ -186,6 +186,7 @@ impl Validator<'_> {
                     step: i,
                     page: 0,
                     batch: "",
+                    input: None,
                 };
                 let with = |t: &Template| {
                     let mut what = String::from("after substitution");

@@ -74,6 +74,7 @@ impl Validator<'_> {
                 step: 0,
                 page: 0,
                 batch: "",
+                input: None,
             })
             .map_err(|m| self.err(&field, m))?;
         match reqwest::Url::parse(&probe) {

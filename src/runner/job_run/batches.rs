@@ -221,6 +221,7 @@ mod tests {
     fn at() -> Position<'static> {
         Position {
             key: "US",
+            input: None,
             slot: 0,
             step: 1,
             run: 3,

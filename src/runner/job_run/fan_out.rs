@@ -221,7 +221,7 @@ impl JobRun<'_> {
                     c.place.batch = Some(values.clone());
                     w.pending = Some(values);
                 }
-                Slot::At(c)
+                Slot::At(Box::new(c))
             }
             None => Slot::Done,
         }
@@ -281,7 +281,7 @@ impl JobRun<'_> {
             }
             if !plan.is_done() {
                 let resume = plan.cursor(at, w.found.values());
-                self.save(at.slot, Slot::At(resume)).await;
+                self.save(at.slot, Slot::At(Box::new(resume))).await;
             }
         }
         self.fan_out_done(w, at, plan.is_listed()).await
@@ -333,7 +333,11 @@ impl JobRun<'_> {
         let (Some(store), Some(values)) = (self.meter.store(), values) else {
             return;
         };
-        if plan.replaces_list() && !self.save(at.slot, Slot::At(plan.cursor(at, found))).await {
+        if plan.replaces_list()
+            && !self
+                .save(at.slot, Slot::At(Box::new(plan.cursor(at, found))))
+                .await
+        {
             return;
         }
         let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
@@ -441,7 +445,7 @@ impl JobRun<'_> {
             (!plan.is_done()).then(|| plan.cursor(at, found.values()))
         };
         if let Some(resume) = resume {
-            self.save(at.slot, Slot::At(resume)).await;
+            self.save(at.slot, Slot::At(Box::new(resume))).await;
         }
         Ok(None)
     }

@@ -18,6 +18,7 @@ use super::round::{Round, Slot};
 use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
 use crate::Result;
 use crate::config::Step;
+use crate::runner::Key;
 use crate::runner::cursor::{Cursor, Start};
 
 impl JobRun<'_> {
@@ -52,39 +53,56 @@ impl JobRun<'_> {
         Round::new(run, order.collect(), start, ahead)
     }
 
-    /// Serve the round's regions, up to `concurrency` at once, until all
-    /// are served or the run stops. The first error ends the run at once
-    /// (the requests in flight are abandoned, their charges kept).
+    /// Serve the round's keys, up to `concurrency` at once, until all
+    /// are served or the run stops (a job of inputs reads its file as it
+    /// goes). The first error ends the run at once (the requests in flight
+    /// are abandoned, their charges kept).
     pub(super) async fn serve_round(&self, run: u64) -> Result<()> {
-        let n = self.round.borrow().len();
+        let inputs = self.feed.borrow().is_some();
         let mut next = 0;
         let mut running = FuturesUnordered::new();
         loop {
-            while running.len() < self.job.concurrency && next < n && !self.stopping() {
+            while running.len() < self.job.concurrency && !self.stopping() {
+                let (base, end) = {
+                    let round = self.round.borrow();
+                    (round.end() - round.window_len(), round.end())
+                };
+                // (inputs over when read have left the window at once)
+                next = next.max(base);
+                if next == end {
+                    if inputs && self.read_inputs().await? {
+                        continue;
+                    }
+                    break;
+                }
                 let slot = next;
                 next += 1;
                 let start = match self.round.borrow().slot(slot) {
                     Slot::Done => {
-                        // Served by an earlier run this round.
-                        self.report.borrow_mut().regions_done += 1;
+                        // Served by an earlier run this round (inputs:
+                        // counted when read).
+                        if !inputs {
+                            self.report.borrow_mut().regions_done += 1;
+                        }
                         continue;
                     }
+                    Slot::Skipped => continue,
                     Slot::Waiting(start) => start.clone(),
                     Slot::At(_) => unreachable!("a region is started once"),
                 };
                 running.push(self.serve_key(slot, start, run));
             }
             let Some(walked) = running.next().await else {
+                if inputs && !self.stopping() {
+                    self.inputs_walked().await;
+                }
                 return Ok(());
             };
-            let (slot, walk) = walked?;
+            let (key, walk) = walked?;
             let mut report = self.report.borrow_mut();
             match walk {
                 Walk::Done => report.regions_done += 1,
-                Walk::Refused => {
-                    let key = self.round.borrow().key(slot).to_string();
-                    report.fail(&key, key.clone());
-                }
+                Walk::Refused => report.fail(&key, key.clone()),
                 Walk::Stopped => {}
             }
         }
@@ -92,13 +110,11 @@ impl JobRun<'_> {
 
     /// One region's steps, from `start` (where an earlier run left it) or
     /// from its first step.
-    async fn serve_key(
-        &self,
-        slot: usize,
-        start: Option<Start>,
-        run: u64,
-    ) -> Result<(usize, Walk)> {
-        let key = self.round.borrow().key(slot).to_string();
+    async fn serve_key(&self, slot: usize, start: Option<Start>, run: u64) -> Result<(Key, Walk)> {
+        let (key, fields) = {
+            let round = self.round.borrow();
+            (round.key(slot).to_string(), round.fields(slot).cloned())
+        };
         let mut w = Walker {
             found: fan_out::Found::default(),
             pending: None,
@@ -107,6 +123,7 @@ impl JobRun<'_> {
         for (s, step) in self.job.steps.iter().enumerate().skip(first_step) {
             let at = Position {
                 key: &key,
+                input: fields.as_ref(),
                 slot,
                 step: s,
                 run,
@@ -114,10 +131,10 @@ impl JobRun<'_> {
             let resumed = start.as_ref().filter(|_| s == first_step);
             match self.serve_step(&mut w, step, &at, resumed).await? {
                 Walk::Done => {}
-                other => return Ok((slot, other)),
+                other => return Ok((key.clone(), other)),
             }
         }
-        Ok((slot, Walk::Done))
+        Ok((key, Walk::Done))
     }
 
     /// One step of one region, from its first page, or from the cursor's

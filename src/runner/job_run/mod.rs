@@ -17,7 +17,7 @@ use super::meter::Meter;
 use super::output;
 use super::page_scan::Found;
 use super::{JobReport, RunContext, Stop};
-use crate::config::{Credential, Fill, Job, StorePolicy};
+use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
 use crate::{Error, Result};
@@ -25,11 +25,14 @@ use crate::{Error, Result};
 mod batches;
 mod charge;
 mod fan_out;
+mod inputs;
 mod keys;
 mod lists;
 mod request;
 mod round;
 mod walk;
+
+pub(crate) use self::inputs::{done_map, seen_map};
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
@@ -43,6 +46,8 @@ pub(super) struct JobRun<'a> {
     lock: Option<RunLock>,
     /// Where each region of the round is: what the cursor says.
     round: RefCell<Round>,
+    /// A job of inputs: its file, read as the round needs more.
+    feed: RefCell<Option<inputs::Feed>>,
     /// One cursor write at a time, each the newest: the version of the
     /// round last written.
     saving: tokio::sync::Mutex<u64>,
@@ -75,9 +80,11 @@ struct PageAnswer {
     link: Option<String>,
 }
 
-/// Where a walk is: its key (and its place in the round), step and run.
+/// Where a walk is: its key (and its place in the round, and an input's
+/// fields), step and run.
 struct Position<'r> {
     key: &'r str,
+    input: Option<&'r InputFields>,
     slot: usize,
     step: usize,
     run: u64,
@@ -91,6 +98,7 @@ impl Position<'_> {
             key: self.key.to_string(),
             place,
             ahead: Vec::new(),
+            input: None,
         }
     }
 }
@@ -114,6 +122,7 @@ impl<'a> JobRun<'a> {
             step: at.step,
             page,
             batch,
+            input: at.input,
         }
     }
 
@@ -152,6 +161,7 @@ impl<'a> JobRun<'a> {
             ),
             lock: None,
             round: RefCell::new(Round::default()),
+            feed: RefCell::new(None),
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             first_refused: Cell::new(0),
@@ -280,7 +290,10 @@ impl<'a> JobRun<'a> {
             source,
         })?;
 
-        let round = self.round_from(&cursor, run_number);
+        let round = match &job.inputs {
+            Some(inputs) => self.inputs_round(inputs, &cursor, run_number).await?,
+            None => self.round_from(&cursor, run_number),
+        };
         let resume = Cursor {
             run: cursor.run,
             ..cursor_text(&round.cursor(), &self.cred.secret).0
@@ -301,14 +314,43 @@ impl<'a> JobRun<'a> {
             round.set(slot, state);
             round.version()
         };
+        self.write_cursor(version).await
+    }
+
+    /// Save the cursor of the round as it is (its place in a file of
+    /// inputs moved).
+    async fn save_round(&self) -> bool {
+        let version = self.round.borrow_mut().bump();
+        self.write_cursor(version).await
+    }
+
+    /// Write the cursor of the round as it is now, unless a write of
+    /// `version` or later was done. A once-job's done part grown by full
+    /// chunks is kept first: the cursor never counts a chunk the store
+    /// does not hold.
+    async fn write_cursor(&self, version: u64) -> bool {
         let mut saved = self.saving.lock().await;
         if *saved >= version {
             return true;
         }
-        let (cursor, now) = {
-            let round = self.round.borrow();
-            (round.cursor(), round.version())
+        let (cursor, now, chunks) = {
+            let mut round = self.round.borrow_mut();
+            let chunks = round
+                .window_mut()
+                .map(|w| std::mem::take(&mut w.chunks))
+                .unwrap_or_default();
+            (round.cursor(), round.version(), chunks)
         };
+        if let Err(e) = self.keep_chunks(&chunks).await {
+            warn!(
+                job = self.job.name,
+                "cannot keep the inputs done in the store (the next run may redo them): {e}"
+            );
+            if let Some(w) = self.round.borrow_mut().window_mut() {
+                w.chunks.splice(0..0, chunks);
+            }
+            return false;
+        }
         let (stored, text) = cursor_text(&cursor, &self.cred.secret);
         if stored.place.page != cursor.place.page {
             warn!(
@@ -329,6 +371,21 @@ impl<'a> JobRun<'a> {
         }
         *saved = now;
         true
+    }
+
+    async fn keep_chunks(
+        &self,
+        chunks: &[(u64, crate::inputs::done_part::Chunk)],
+    ) -> std::result::Result<(), StoreError> {
+        let Some(store) = self.meter.store() else {
+            return Ok(());
+        };
+        let map = inputs::done_map(self.job);
+        for (i, chunk) in chunks {
+            let text = serde_json::to_string(chunk).expect("a chunk always serializes");
+            store.map_put(&map, &format!("{i:012}"), &text).await?;
+        }
+        Ok(())
     }
 
     /// On a terminal, one line that says how far the run is (none under

@@ -5,30 +5,71 @@
 //! not yet served, at its earliest page not yet written, and every region
 //! after it that was started or served rides along in [`Cursor::ahead`].
 //! A stop or a kill then redoes at most the pages that were in flight.
+//!
+//! A job of inputs has no list to hold: its round is a window onto its file
+//! ([`Window`]), from the first input not done (the cursor's) to the last
+//! one read, at most a few times `concurrency` long. Inputs done at its
+//! front leave it, moving the cursor's place in the file past them.
 
+use std::collections::VecDeque;
+
+use crate::config::InputFields;
+use crate::inputs::Position as FilePosition;
+use crate::inputs::Span;
+use crate::inputs::done_part::{Chunk, Seen};
 use crate::runner::Key;
-use crate::runner::cursor::{Ahead, Cursor, Start};
+use crate::runner::cursor::{Ahead, Cursor, InputAt, Start};
 
-/// Where one region of the round is.
+/// Where one key of the round is.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) enum Slot {
     /// Not started by this run: from its first step, or from where an
     /// earlier run left it.
     Waiting(Option<Start>),
-    /// Started: the next run resumes it here.
-    At(Cursor),
+    /// Started: the next run resumes it here (boxed: a cursor is large).
+    At(Box<Cursor>),
     /// Served this round (or given up on, its error reported).
     Done,
+    /// An input not done at all: its record unreadable or its key repeated
+    /// (warned about and counted when it was read).
+    Skipped,
 }
 
-/// The keys (regions) of one run in round order (slot 0 is where it started).
+impl Slot {
+    fn is_over(&self) -> bool {
+        matches!(self, Slot::Done | Slot::Skipped)
+    }
+}
+
+/// The keys of one run in round order (slot 0 is where it started). Slots
+/// are numbered from the round's start; with inputs, the ones before
+/// `base` have left the window.
 #[derive(Default)]
 pub(super) struct Round {
     run: u64,
-    keys: Vec<Key>,
-    slots: Vec<Slot>,
+    /// The number of `keys[0]`'s slot.
+    base: usize,
+    keys: VecDeque<Key>,
+    slots: VecDeque<Slot>,
     /// How many times a slot changed: which state a cursor write carried.
     version: u64,
+    /// A job of inputs: the records in the window and the file around it.
+    window: Option<Window>,
+}
+
+/// A job of inputs' round: the records of its slots, in file order, and
+/// where the first of them starts.
+#[derive(Debug, Default)]
+pub(super) struct Window {
+    records: VecDeque<(Span, InputFields)>,
+    /// Where the first input not done starts (the file's end when every
+    /// input read is done): what the cursor saves.
+    pub(super) at: InputAt,
+    /// A once-job: the done part is kept ([`InputAt::tail`]).
+    once: bool,
+    /// Chunks of the done part filled since the last cursor write, to be
+    /// kept in the store before the cursor that counts them.
+    pub(super) chunks: Vec<(u64, Chunk)>,
 }
 
 impl Round {
@@ -49,45 +90,156 @@ impl Round {
         }
         Self {
             run,
-            keys,
-            slots,
+            base: 0,
+            keys: keys.into(),
+            slots: slots.into(),
             version: 0,
+            window: None,
         }
     }
 
-    pub(super) fn len(&self) -> usize {
+    /// A round of `run` over a file of inputs, from `at` (read as the
+    /// run goes: [`Round::push`]).
+    pub(super) fn of_inputs(run: u64, at: InputAt, once: bool) -> Self {
+        Self {
+            run,
+            window: Some(Window {
+                at,
+                once,
+                ..Window::default()
+            }),
+            ..Self::default()
+        }
+    }
+
+    /// The number after the last slot there is (with inputs: read so far).
+    pub(super) fn end(&self) -> usize {
+        self.base + self.slots.len()
+    }
+
+    /// Slots in the window (with regions: every one).
+    pub(super) fn window_len(&self) -> usize {
         self.slots.len()
     }
 
     pub(super) fn key(&self, slot: usize) -> &str {
-        &self.keys[slot]
+        &self.keys[slot - self.base]
     }
 
     pub(super) fn slot(&self, slot: usize) -> &Slot {
-        &self.slots[slot]
+        &self.slots[slot - self.base]
+    }
+
+    /// The fields of the input in `slot` (none with regions).
+    pub(super) fn fields(&self, slot: usize) -> Option<&InputFields> {
+        let w = self.window.as_ref()?;
+        w.records.get(slot.checked_sub(self.base)?).map(|(_, f)| f)
+    }
+
+    pub(super) fn window_mut(&mut self) -> Option<&mut Window> {
+        self.window.as_mut()
+    }
+
+    /// An input read from the file, at the end of the window.
+    pub(super) fn push(&mut self, key: Key, span: Span, fields: InputFields, state: Slot) {
+        if let Some(w) = &mut self.window {
+            if self.slots.is_empty() {
+                w.at.offset = span.start;
+                w.at.line = span.line;
+            }
+            w.records.push_back((span, fields));
+            self.keys.push_back(key);
+            self.slots.push_back(state);
+            self.version += 1;
+            self.leave_done();
+        }
+    }
+
+    /// The file has no more inputs after the window: where the next read
+    /// would start (the cursor's place once the window is empty).
+    pub(super) fn read_to(&mut self, next: FilePosition) {
+        if let Some(w) = &mut self.window
+            && self.slots.is_empty()
+        {
+            (w.at.offset, w.at.line) = (next.offset, next.line.max(1));
+        }
     }
 
     pub(super) fn set(&mut self, slot: usize, state: Slot) {
-        self.slots[slot] = state;
+        // (an input that left the window is over: nothing to change)
+        let Some(i) = slot.checked_sub(self.base) else {
+            return;
+        };
+        self.slots[i] = state;
         self.version += 1;
+        self.leave_done();
+    }
+
+    /// With inputs: those over at the window's front leave it, the place
+    /// in the file moving past them (and a once-job's done part growing).
+    fn leave_done(&mut self) {
+        let Some(w) = &mut self.window else { return };
+        while self.slots.front().is_some_and(Slot::is_over) {
+            let skipped = self.slots.pop_front() == Some(Slot::Skipped);
+            self.keys.pop_front();
+            self.base += 1;
+            let (span, _) = w.records.pop_front().expect("a record per slot");
+            let next = span.next();
+            (w.at.offset, w.at.line) = (next.offset, next.line);
+            if skipped {
+                w.at.skipped += 1;
+            } else {
+                w.at.done += 1;
+            }
+            if w.once {
+                let seen = Seen {
+                    line: span.line,
+                    start: span.start,
+                    end: span.end,
+                    hash: span.hash,
+                };
+                if let Some(chunk) = w.at.tail.push(seen) {
+                    w.chunks.push((w.at.chunks, chunk));
+                    w.at.chunks += 1;
+                }
+            }
+        }
+        if let Some((span, _)) = w.records.front() {
+            (w.at.offset, w.at.line) = (span.start, span.line);
+        }
+    }
+
+    /// A change the slots do not show (a place in the file): a version
+    /// for the cursor that says it.
+    pub(super) fn bump(&mut self) -> u64 {
+        self.version += 1;
+        self.version
     }
 
     pub(super) fn version(&self) -> u64 {
         self.version
     }
 
-    /// The cursor that says this round: the earliest region not served,
-    /// where it is, and the regions after it already started or served.
-    /// Once all are served, the region the round started from (the one
-    /// served longest ago when the next run starts).
+    /// The cursor that says this round: the earliest key not served,
+    /// where it is, and the keys after it already started or served.
+    /// Once all are served, the key the round started from (the one
+    /// served longest ago when the next run starts); with inputs, the
+    /// place in the file after the last one read.
     pub(super) fn cursor(&self) -> Cursor {
-        let Some(first) = self.slots.iter().position(|s| *s != Slot::Done) else {
-            return self.fresh(0);
+        let Some(first) = self.slots.iter().position(|s| !s.is_over()) else {
+            return match &self.window {
+                Some(w) => Cursor {
+                    run: self.run,
+                    input: Some(w.at.clone()),
+                    ..Cursor::default()
+                },
+                None => self.fresh(0),
+            };
         };
         let mut cursor = self.at(first).unwrap_or_else(|| self.fresh(first));
         cursor.ahead = (first + 1..self.slots.len())
             .filter_map(|i| match &self.slots[i] {
-                Slot::Done => Some(Ahead {
+                Slot::Done | Slot::Skipped => Some(Ahead {
                     key: self.keys[i].clone(),
                     done: true,
                     ..Ahead::default()
@@ -95,25 +247,27 @@ impl Round {
                 _ => self.at(i).map(|c| Ahead::of(&c)),
             })
             .collect();
+        cursor.input = self.window.as_ref().map(|w| w.at.clone());
         cursor
     }
 
-    /// Where slot `i` resumes, if it is anywhere but its first page.
+    /// Where slot `i` (of the window) resumes, if it is anywhere but its
+    /// first page.
     fn at(&self, i: usize) -> Option<Cursor> {
         match &self.slots[i] {
             Slot::At(c) => Some(Cursor {
                 run: self.run,
-                ..c.clone()
+                ..(**c).clone()
             }),
             Slot::Waiting(Some(s)) => Some(s.at(self.run, &self.keys[i])),
-            Slot::Waiting(None) | Slot::Done => None,
+            Slot::Waiting(None) | Slot::Done | Slot::Skipped => None,
         }
     }
 
     fn fresh(&self, i: usize) -> Cursor {
         Cursor {
             run: self.run,
-            key: self.keys[i].clone(),
+            key: self.keys.get(i).cloned().unwrap_or_default(),
             ..Cursor::default()
         }
     }
@@ -147,8 +301,8 @@ mod tests {
         assert_eq!(r.cursor().key, "GB");
         assert!(r.cursor().ahead.is_empty());
         r.set(1, Slot::Done);
-        r.set(2, Slot::At(at("US", 2)));
-        r.set(0, Slot::At(at("GB", 1)));
+        r.set(2, Slot::At(Box::new(at("US", 2))));
+        r.set(0, Slot::At(Box::new(at("GB", 1))));
         let c = r.cursor();
         assert_eq!((c.run, c.key.as_str(), c.place.page), (7, "GB", 1));
         let ahead: Vec<(&str, bool, u32)> = c
@@ -170,9 +324,9 @@ mod tests {
     #[test]
     fn a_saved_round_comes_back_as_it_was() {
         let mut r = round();
-        r.set(0, Slot::At(at("GB", 3)));
+        r.set(0, Slot::At(Box::new(at("GB", 3))));
         r.set(1, Slot::Done);
-        r.set(3, Slot::At(at("FR", 1)));
+        r.set(3, Slot::At(Box::new(at("FR", 1))));
         let saved = r.cursor();
         let regions = ["FR", "GB", "DE", "US"].map(String::from).to_vec();
         let first = saved.start(&regions, 1);

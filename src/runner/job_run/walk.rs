@@ -96,7 +96,7 @@ impl JobRun<'_> {
                 found: w.found.values().to_vec(),
                 ..Place::default()
             });
-            self.save(at.slot, Slot::At(resume)).await;
+            self.save(at.slot, Slot::At(Box::new(resume))).await;
             page += 1;
             token = Some(t);
         }
@@ -322,12 +322,9 @@ pub(super) const BATCHES_REFUSED: u32 = 2;
 /// Regions in a row whose first page is refused before the job stops.
 pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
 
-/// Whether a step's request depends on its key, `{region}` (URL, query,
-/// headers, body): a refusal of its first page may then be the key's alone.
+/// Whether a step's request depends on its key (`{region}`, `{key}`, an
+/// `{input.NAME}`: URL, query, headers, body): a refusal of its first page
+/// may then be the key's alone.
 fn uses_key(step: &Step) -> bool {
-    use crate::config::Placeholder::Region;
-    step.url.uses(Region)
-        || step.query.iter().any(|(_, t)| t.uses(Region))
-        || step.headers.iter().any(|(_, t)| t.uses(Region))
-        || step.body.as_ref().is_some_and(|b| b.uses(Region))
+    step.uses_key()
 }

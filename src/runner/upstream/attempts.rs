@@ -241,6 +241,7 @@ jobs:
             step: 0,
             page: 0,
             batch: "",
+            input: None,
         }
     }
 

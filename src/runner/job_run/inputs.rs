@@ -1,0 +1,351 @@
+//! A job of inputs: its file read into the round's window as the run
+//! needs more ([`Feed`]), each record checked against the keys this walk
+//! of the file has seen (the first of a repeated key wins), and, for a
+//! once-job, the part already done checked before the run goes on.
+//!
+//! The file is local and read through a buffer, a record at a time, on the
+//! run's task: a read is a copy from the page cache, shorter than a store
+//! round trip. Only the check of a done part, which reads it all, runs on
+//! a blocking thread.
+
+use std::collections::HashMap;
+
+use tracing::{info, warn};
+
+use super::JobRun;
+use super::round::{Round, Slot};
+use crate::config::{Inputs, Job};
+use crate::inputs::done_part::{self, Chunk, FileStamp, Seen};
+use crate::inputs::{Item, Position, Reader, SkipReason};
+use crate::ledger::{Ledger, StoreError};
+use crate::logging::printable;
+use crate::runner::Key;
+use crate::runner::cursor::{Cursor, InputAt, Start};
+use crate::{Error, Result};
+
+/// A job of inputs' file as this run reads it.
+pub(super) struct Feed {
+    reader: Reader,
+    /// Where the cursor's key resumes (the first input read, when its key
+    /// is the cursor's), and the keys ahead of it (`None`: done).
+    first: Option<(Key, Start)>,
+    ahead: HashMap<Key, Option<Start>>,
+    /// The file has no record after the last one read.
+    ended: bool,
+    /// Where the next read starts.
+    next: Position,
+    /// The keys this walk has seen and the line of each one's first record:
+    /// in the store, or here when the run has none (unmetered).
+    seen_map: String,
+    seen_here: HashMap<Key, u64>,
+}
+
+/// The store's name of the map of keys a walk of `job`'s file has seen:
+/// once-jobs have one walk.
+pub(crate) fn seen_map(job: &Job, walk: u64) -> String {
+    if job.once {
+        format!("{}:inputs:keys", job.name)
+    } else {
+        format!("{}:inputs:keys:{walk}", job.name)
+    }
+}
+
+/// The store's name of the map of a once-job's done part, chunk by chunk.
+pub(crate) fn done_map(job: &Job) -> String {
+    format!("{}:inputs:done", job.name)
+}
+
+/// How many inputs the window holds at most: a slow input at its front
+/// lets the others go on this far, and no further (the cursor carries the
+/// window: it stays small).
+fn window_cap(concurrency: usize) -> usize {
+    (4 * concurrency).max(64)
+}
+
+impl JobRun<'_> {
+    /// This run's round over the job's inputs, from the cursor's place in
+    /// the file. A once-job whose file is not the one the last run read has
+    /// its done part checked first: changed, the run stops (78).
+    pub(super) async fn inputs_round(
+        &self,
+        inputs: &Inputs,
+        cursor: &Cursor,
+        run: u64,
+    ) -> Result<Round> {
+        let job = self.job;
+        let mut at = cursor.input.clone().unwrap_or_default();
+        at.line = at.line.max(1);
+        let meta = std::fs::metadata(&inputs.file).map_err(|source| Error::Io {
+            what: "read the inputs of",
+            path: inputs.file.clone(),
+            source,
+        })?;
+        let stamp = FileStamp::of(&meta);
+        if job.once && at.stamp.as_ref() != Some(&stamp) && at.offset > 0 {
+            self.check_done_part(inputs, &at).await?;
+        }
+        at.stamp = Some(stamp);
+        let reader = Reader::open(
+            inputs,
+            Position {
+                offset: at.offset,
+                line: at.line,
+            },
+        )
+        .map_err(|source| Error::Io {
+            what: "read the inputs of",
+            path: inputs.file.clone(),
+            source,
+        })?
+        .refusing(&self.cred.secret);
+        let steps = job.steps.len();
+        let place = |p: &crate::runner::cursor::Place| Start {
+            index: 0,
+            place: if p.step < steps {
+                p.clone()
+            } else {
+                Default::default()
+            },
+        };
+        let first = (!cursor.key.is_empty()).then(|| (cursor.key.clone(), place(&cursor.place)));
+        let ahead = cursor
+            .ahead
+            .iter()
+            .map(|a| (a.key.clone(), (!a.done).then(|| place(&a.place))))
+            .collect();
+        info!(
+            job = job.name,
+            "run {run} starts at {} line {} ({} input(s) done{})",
+            inputs.file.display(),
+            at.line,
+            at.done,
+            if job.once {
+                ""
+            } else {
+                " in this walk of the file"
+            }
+        );
+        *self.feed.borrow_mut() = Some(Feed {
+            reader,
+            first,
+            ahead,
+            ended: false,
+            next: Position {
+                offset: at.offset,
+                line: at.line,
+            },
+            seen_map: seen_map(job, at.walk),
+            seen_here: HashMap::new(),
+        });
+        Ok(Round::of_inputs(run, at, job.once))
+    }
+
+    /// The done part of a once-job's file, as the store keeps it, against
+    /// the file now.
+    async fn check_done_part(&self, inputs: &Inputs, at: &InputAt) -> Result<()> {
+        let Some(store) = self.meter.store() else {
+            return Ok(());
+        };
+        let kept = store.map_read(&done_map(self.job)).await?;
+        let chunks: Vec<Chunk> = kept
+            .iter()
+            .take(at.chunks as usize)
+            .filter_map(|(_, v)| serde_json::from_str(v).ok())
+            .collect();
+        if chunks.len() as u64 != at.chunks {
+            warn!(
+                job = self.job.name,
+                "the store keeps {} of the {} chunks of {}'s done part (a store emptied by hand?): the part done is not checked",
+                chunks.len(),
+                at.chunks,
+                inputs.file.display()
+            );
+            return Ok(());
+        }
+        let (inputs2, tail) = (inputs.clone(), at.tail.clone());
+        let checked = tokio::task::spawn_blocking(move || {
+            let reader = Reader::open(&inputs2, Position::default())?;
+            let mut seen = reader.map_while(|item| item.ok()).map(|item| {
+                let s = item.span();
+                Seen {
+                    line: s.line,
+                    start: s.start,
+                    end: s.end,
+                    hash: s.hash,
+                }
+            });
+            Ok::<_, std::io::Error>(done_part::check(&chunks, &tail, &mut seen))
+        })
+        .await
+        .map_err(|e| Error::Io {
+            what: "check the inputs of",
+            path: inputs.file.clone(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(|source| Error::Io {
+            what: "check the inputs of",
+            path: inputs.file.clone(),
+            source,
+        })?;
+        checked.map_err(|changed| Error::Config {
+            file: inputs.file.clone(),
+            field: format!("line {}", changed.line),
+            message: format!(
+                "the part of the file job {} has done changed here since (edited, truncated or replaced): \
+                 its inputs are not done again, nor skipped, unless asked: `quota reset {} --yes` does every one again",
+                self.job.name, self.job.name
+            ),
+        })
+    }
+
+    /// Read inputs into the window while it has room. Whether it took any
+    /// (none: the file ended, or the window is full).
+    pub(super) async fn read_inputs(&self) -> Result<bool> {
+        let room =
+            window_cap(self.job.concurrency).saturating_sub(self.round.borrow().window_len());
+        let items = {
+            let mut feed = self.feed.borrow_mut();
+            let Some(feed) = feed.as_mut() else {
+                return Ok(false);
+            };
+            if feed.ended || room == 0 {
+                return Ok(false);
+            }
+            let mut items = Vec::new();
+            while items.len() < room {
+                match feed.reader.next() {
+                    Some(Ok(item)) => {
+                        feed.next = item.span().next();
+                        items.push(item);
+                    }
+                    Some(Err(source)) => {
+                        return Err(Error::Io {
+                            what: "read the inputs of",
+                            path: feed.reader.file().to_path_buf(),
+                            source,
+                        });
+                    }
+                    None => {
+                        feed.ended = true;
+                        break;
+                    }
+                }
+            }
+            items
+        };
+        let held = self.first_lines(&items).await?;
+        let mut round = self.round.borrow_mut();
+        let mut feed = self.feed.borrow_mut();
+        let feed = feed.as_mut().expect("a job of inputs has its feed");
+        let mut held = held.into_iter();
+        let took = !items.is_empty();
+        for item in items {
+            match item {
+                Item::Skip(skip) => {
+                    if skip.reason != SkipReason::Blank {
+                        warn!(job = self.job.name, "{skip}: skipped, not charged");
+                    }
+                    round.push(Key::new(), skip.span, Default::default(), Slot::Skipped);
+                }
+                Item::Record(r) => {
+                    let first = held.next().unwrap_or(r.span.line);
+                    if first != r.span.line {
+                        warn!(
+                            job = self.job.name,
+                            "{} line {}: key {} again (first on line {first}): skipped, not charged",
+                            feed.reader.file().display(),
+                            r.span.line,
+                            printable(&r.key)
+                        );
+                        round.push(r.key, r.span, r.fields, Slot::Skipped);
+                        continue;
+                    }
+                    let state = match feed.first.take() {
+                        Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
+                        _ => match feed.ahead.remove(&r.key) {
+                            Some(None) => Slot::Done,
+                            Some(Some(start)) => Slot::Waiting(Some(start)),
+                            None => Slot::Waiting(None),
+                        },
+                    };
+                    let mut report = self.report.borrow_mut();
+                    report.regions_total += 1;
+                    if state == Slot::Done {
+                        report.regions_done += 1;
+                    }
+                    round.push(r.key, r.span, r.fields, state);
+                }
+            }
+        }
+        if feed.ended {
+            round.read_to(feed.next);
+        }
+        Ok(took)
+    }
+
+    /// For each record of `items`, the line of the first record of its key
+    /// in this walk of the file (its own, unless the key is repeated).
+    async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
+        let entries: Vec<(String, String)> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Record(r) => Some((r.key.clone(), r.span.line.to_string())),
+                Item::Skip(_) => None,
+            })
+            .collect();
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let map = self.feed.borrow().as_ref().map(|f| f.seen_map.clone());
+        let map = map.unwrap_or_default();
+        if let Some(store) = self.meter.store() {
+            match store.map_put_new(&map, &entries).await {
+                Ok(held) => {
+                    return Ok(held.iter().map(|l| l.parse().unwrap_or(0)).collect());
+                }
+                Err(StoreError::Unavailable(e)) => warn!(
+                    job = self.job.name,
+                    "cannot keep the keys seen in the store ({e}): repeated keys are looked for in this run only"
+                ),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut feed = self.feed.borrow_mut();
+        let seen = &mut feed.as_mut().expect("a feed").seen_here;
+        Ok(entries
+            .iter()
+            .map(|(k, l)| *seen.entry(k.clone()).or_insert(l.parse().unwrap_or(0)))
+            .collect())
+    }
+
+    /// Every input of the file read and served: a job that is not `once`
+    /// walks it again from its start next time (the keys it saw forgotten);
+    /// a once-job stays at the end, where lines appended later are read.
+    pub(super) async fn inputs_walked(&self) {
+        let ended = self.feed.borrow().as_ref().is_some_and(|f| f.ended);
+        if !ended || self.job.once || self.round.borrow().window_len() > 0 {
+            return;
+        }
+        let walk = {
+            let mut round = self.round.borrow_mut();
+            let Some(w) = round.window_mut() else { return };
+            let walk = w.at.walk;
+            w.at = InputAt {
+                walk: walk + 1,
+                line: 1,
+                stamp: w.at.stamp.take(),
+                ..InputAt::default()
+            };
+            walk
+        };
+        self.save_round().await;
+        if let Some(store) = self.meter.store()
+            && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot forget the keys the last walk of the inputs saw: {e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Jobs of inputs, run (issue 25): each input of the file once, the
+//! keys' requests counted from the stand-in's log; lines appended later
+//! done by later runs; invalid records and repeated keys skipped, warned
+//! with file and line, uncharged; a once-job whose done part changed stops
+//! with 78 naming the file and the line, until `quota reset JOB --yes`;
+//! a kill -9 redoes at most `concurrency` inputs and skips none. In both
+//! stores.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::common::deployment::{Deployment, WIDE, embedded_store, kill, main_units, spawn};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
+use crate::common::wait_until;
+use crate::common::yaml::{Job, Step};
+
+/// A job `list` over `file` (`inputs: { file, key }`), `once` or not,
+/// `concurrency` at once: one videos.list call per input, its key as the
+/// region code, and for a .jsonl file `{input.p}` in the query.
+fn yaml(store: &str, base: &str, inputs: &str, once: bool, concurrency: usize) -> String {
+    let query = if inputs.contains(".jsonl") {
+        r#"{ part: snippet, regionCode: "{key}", q: "{input.p}", key: "{secret}" }"#
+    } else {
+        r#"{ part: snippet, regionCode: "{key}", key: "{secret}" }"#
+    };
+    main_units(store, WIDE)
+        .endpoint("videos.list", "{ units: 1 }")
+        .job(
+            Job::new("list", "main")
+                .set("inputs", inputs)
+                .set("once", &once.to_string())
+                .set("concurrency", &concurrency.to_string())
+                .step(
+                    Step::new("videos.list")
+                        .url(&format!("{base}/youtube/v3/videos"))
+                        .query(query),
+                ),
+        )
+        .render()
+}
+
+fn write(d: &Deployment, name: &str, text: &str) {
+    std::fs::write(d.path().join(name), text).unwrap();
+}
+
+/// How many requests the stand-in saw per key.
+fn per_key(up: &Standin) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    for s in up.seen() {
+        *n.entry(s.region).or_default() += 1;
+    }
+    n
+}
+
+fn keys(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("K{i}")).collect()
+}
+
+fn once_each(keys: &[String]) -> BTreeMap<String, usize> {
+    keys.iter().map(|k| (k.clone(), 1)).collect()
+}
+
+fn stores(d: &Deployment, redis: &Option<RedisServer>) -> String {
+    redis
+        .as_ref()
+        .map_or_else(|| embedded_store(d), RedisServer::url)
+}
+
+#[test]
+fn a_once_job_does_each_input_once_and_lines_appended_later_next_time() {
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let store = stores(&d, &redis);
+        // K0..K9, a blank line, then K3 again (line 12).
+        let mut text = keys(0..10).join("\n") + "\n\nK3\n";
+        write(&d, "ids.txt", &text);
+        d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 4));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
+        assert!(
+            r.stderr
+                .contains("ids.txt line 12: key K3 again (first on line 4)"),
+            "{r:?}"
+        );
+        assert_eq!(d.outputs("list").len(), 10);
+        let used = &d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"];
+        assert_eq!(used, 10, "the repeated key was not charged");
+
+        // Every input done: a run sends nothing and ends well.
+        let r = d.quota(&["run"]);
+        assert_eq!((r.code, up.seen().len()), (0, 10), "{r:?}");
+
+        // Lines appended: the next run does those alone (K5 again is a
+        // repeat even across runs).
+        text.push_str("K10\nK5\nK11\n");
+        write(&d, "ids.txt", &text);
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..12)), "{r:?}");
+        assert!(
+            r.stderr.contains("line 14: key K5 again (first on line 6)"),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn a_job_not_once_walks_every_input_every_run() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(&d, "ids.txt", &(keys(0..5).join("\n") + "\nK1\n"));
+    d.write(&yaml(
+        &embedded_store(&d),
+        &up.base(),
+        "{ file: ids.txt }",
+        false,
+        2,
+    ));
+    for run in 1..=2 {
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let want: BTreeMap<String, usize> = keys(0..5).into_iter().map(|k| (k, run)).collect();
+        assert_eq!(per_key(&up), want, "run {run}: {r:?}");
+        assert!(r.stderr.contains("line 6: key K1 again"), "{r:?}");
+    }
+}
+
+#[test]
+fn a_changed_done_part_stops_the_job_with_78_until_reset() {
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let store = stores(&d, &redis);
+        let file = d.path().join("ids.txt");
+        // 150 inputs: two full chunks of the done part and a tail.
+        let all = keys(0..150);
+        write(&d, "ids.txt", &(all.join("\n") + "\n"));
+        d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 4));
+        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(up.seen().len(), 150);
+
+        for (edit, line) in [(5usize, 6u64), (100, 101), (140, 141)] {
+            let mut changed = all.clone();
+            changed[edit] = format!("X{edit}");
+            write(&d, "ids.txt", &(changed.join("\n") + "\n"));
+            let r = d.quota(&["run"]);
+            assert_eq!(r.code, 78, "{r:?}");
+            assert!(r.stderr.contains(&file.display().to_string()), "{r:?}");
+            assert!(r.stderr.contains(&format!("line {line}")), "{r:?}");
+            assert!(r.stderr.contains("quota reset list --yes"), "{r:?}");
+        }
+        // Truncated: the first line missing is named.
+        write(&d, "ids.txt", &(all[..20].join("\n") + "\n"));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 78, "{r:?}");
+        assert!(r.stderr.contains("line 21"), "{r:?}");
+        assert_eq!(up.seen().len(), 150, "nothing sent");
+
+        // Back as it was: the job goes on (nothing left to do).
+        write(&d, "ids.txt", &(all.join("\n") + "\n"));
+        let r = d.quota(&["run"]);
+        assert_eq!((r.code, up.seen().len()), (0, 150), "{r:?}");
+
+        // Reset asks for --yes, then starts the list afresh.
+        let mut changed = all.clone();
+        changed[5] = "X5".into();
+        write(&d, "ids.txt", &(changed.join("\n") + "\n"));
+        let r = d.quota(&["reset", "list"]);
+        assert_eq!(r.code, 2, "{r:?}");
+        assert!(r.stderr.contains("--yes"), "{r:?}");
+        assert_eq!(d.quota(&["run"]).code, 78, "no reset without --yes");
+        let r = d.quota(&["reset", "list", "--yes"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let n = per_key(&up);
+        assert_eq!(
+            (n.len(), n["K6"], n["X5"], n["K5"]),
+            (151, 2, 1, 1),
+            "{r:?}"
+        );
+        // The new pages beside the old ones: none replaced.
+        assert_eq!(d.outputs("list").len(), 300);
+    }
+}
+
+#[test]
+fn invalid_records_are_skipped_uncharged_and_named_by_file_and_line() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(
+        &d,
+        "prompts.jsonl",
+        "{\"id\": \"A\", \"p\": \"x\"}\nnot json\n{\"p\": \"y\"}\n{\"id\": \"B\", \"p\": \"z\"}\n{\"id\": \"C\"}\n",
+    );
+    d.write(&yaml(
+        &embedded_store(&d),
+        &up.base(),
+        "{ file: prompts.jsonl, key: /id }",
+        true,
+        1,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(per_key(&up), once_each(&["A".into(), "B".into()]), "{r:?}");
+    let queries: BTreeSet<String> = up.seen().iter().filter_map(|s| s.query.clone()).collect();
+    for line in [2, 3, 5] {
+        assert!(
+            r.stderr.contains(&format!("prompts.jsonl line {line}: ")),
+            "line {line}: {r:?}"
+        );
+    }
+    let used = &d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"];
+    assert_eq!(used, 2, "{r:?} {queries:?}");
+}
+
+#[test]
+fn a_kill_9_redoes_at_most_concurrency_inputs_and_skips_none() {
+    for redis in [None, Some(RedisServer::start())] {
+        let slow = Standin::start(&["--delay", "150ms"]);
+        let d = Deployment::new("");
+        let store = stores(&d, &redis);
+        let all = keys(0..60);
+        write(&d, "ids.txt", &(all.join("\n") + "\n"));
+        d.write(&yaml(&store, &slow.base(), "{ file: ids.txt }", true, 4));
+        let mut victim = spawn(&mut d.cmd(&["run"]));
+        wait_until(Duration::from_secs(30), "20 inputs were never done", || {
+            d.outputs("list").len() >= 20
+        });
+        kill("-KILL", victim.id());
+        let status = victim.wait().unwrap();
+        assert!(!status.success(), "the run was killed: {status:?}");
+        let first = per_key(&slow);
+        assert!(first.len() < 60, "killed before the end: {first:?}");
+
+        let up = Standin::start(&[]);
+        d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 4));
+        let r = d.run_after_killed_lock();
+        assert_eq!(r.code, 0, "{r:?}");
+        let second = per_key(&up);
+        let both: BTreeSet<&String> = first.keys().chain(second.keys()).collect();
+        assert_eq!(both.len(), 60, "none skipped: {first:?} {second:?}");
+        let redone = first.keys().filter(|k| second.contains_key(*k)).count();
+        assert!(redone <= 4, "{redone} redone: {first:?} {second:?}");
+        assert!(second.values().all(|n| *n == 1), "{second:?}");
+    }
+}
