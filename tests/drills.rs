@@ -117,25 +117,31 @@ fn a_stalled_redis_stops_the_run_within_a_bounded_time() {
 
 #[test]
 fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
-    let up = Standin::start(&["--delay", "10s"]);
+    let up = Standin::start(&["--delay", "60s"]);
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US"], 1, &up.base());
+    // (2 s, not less: the timeout counts from the attempt's start, so a
+    // quota stalled that long on a loaded machine never sends it at all)
     let yaml = deployment_yaml("embedded:ledger.sqlite3", WIDE, "fail_closed", &[job]).replace(
         "timeout: 5s, connect_timeout: 2s, retries: 3",
-        "timeout: 500ms, connect_timeout: 2s, retries: 2",
+        "timeout: 2s, connect_timeout: 2s, retries: 2",
     );
     d.write(&yaml);
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("timed out, after 3 attempts"), "{r:?}");
+    // The stand-in logs a request once it has read it, in its own time:
+    // the last attempt's may reach its log after quota has given up on it
+    // and ended (seen as 2 under load).
+    up.wait_for(3);
     assert_eq!(
         up.seen().len(),
         3,
         "one try and two retries reached the upstream"
     );
     let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
-    // (Bounded by the timeouts, not the 10 s stall: the stand-in answers
-    // every request after 10 s, so "timed out" above is quota's own
+    // (Bounded by the timeouts, not the 60 s stall: the stand-in answers
+    // every request after 60 s, so "timed out" above is quota's own
     // timeout; no wall-clock bound asserted on a shared machine.)
     assert_eq!(used, 3, "each attempt was charged");
 }
