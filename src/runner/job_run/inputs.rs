@@ -8,7 +8,7 @@
 //! round trip. Only the check of a done part, which reads it all, runs on
 //! a blocking thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{info, warn};
 
@@ -38,6 +38,10 @@ pub(super) struct Feed {
     /// in the store, or here when the run has none (unmetered).
     seen_map: String,
     seen_here: HashMap<Key, u64>,
+    /// A once-job: inputs whose result is on disk though the cursor does not
+    /// say them done (a kill after the page, before the cursor; a store that
+    /// lost the cursor): not fetched again.
+    on_disk: HashSet<Key>,
 }
 
 /// The store's name of the map of keys a walk of `job`'s file has seen:
@@ -71,6 +75,7 @@ impl JobRun<'_> {
         inputs: &Inputs,
         cursor: &Cursor,
         run: u64,
+        highest_run: u64,
     ) -> Result<Round> {
         let job = self.job;
         let mut at = cursor.input.clone().unwrap_or_default();
@@ -136,6 +141,11 @@ impl JobRun<'_> {
             },
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
+            on_disk: if job.once {
+                self.results_on_disk(cursor, highest_run)
+            } else {
+                HashSet::new()
+            },
         });
         Ok(Round::of_inputs(run, at, job.once))
     }
@@ -260,13 +270,19 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let state = match feed.first.take() {
-                        Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
-                        _ => match feed.ahead.remove(&r.key) {
-                            Some(None) => Slot::Done,
-                            Some(Some(start)) => Slot::Waiting(Some(start)),
-                            None => Slot::Waiting(None),
-                        },
+                    let state = if feed.on_disk.remove(&r.key) {
+                        feed.first = None;
+                        feed.ahead.remove(&r.key);
+                        Slot::Done
+                    } else {
+                        match feed.first.take() {
+                            Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
+                            _ => match feed.ahead.remove(&r.key) {
+                                Some(None) => Slot::Done,
+                                Some(Some(start)) => Slot::Waiting(Some(start)),
+                                None => Slot::Waiting(None),
+                            },
+                        }
                     };
                     let mut report = self.report.borrow_mut();
                     report.regions_total += 1;
@@ -281,6 +297,69 @@ impl JobRun<'_> {
             round.read_to(feed.next);
         }
         Ok(took)
+    }
+
+    /// A once-job's inputs whose result is on disk but not done in the
+    /// cursor. With no place in the file at all (a new or emptied store)
+    /// while the folder holds pages of the job: every key with a page of
+    /// the last step. Else the inputs the cursor says in flight (at most
+    /// a window): those whose one page of a last step that sends one
+    /// request (no pages, no fan-out) a run since the cursor's wrote.
+    fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
+        let job = self.job;
+        let last = job.steps.len().saturating_sub(1);
+        if cursor.input.is_none() {
+            if highest_run == 0 {
+                return HashSet::new();
+            }
+            let Ok(dir) = std::fs::read_dir(&job.output) else {
+                return HashSet::new();
+            };
+            let keys: HashSet<Key> = dir
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name();
+                    let (_, key, step, _) = crate::page_name::parse(&job.name, name.to_str()?)?;
+                    (step == last).then_some(key)
+                })
+                .collect();
+            if !keys.is_empty() {
+                warn!(
+                    job = job.name,
+                    "the store has no place in the inputs for this job, but {} holds pages of {} input(s) (a new or emptied store?): those are not fetched again",
+                    job.output.display(),
+                    keys.len()
+                );
+            }
+            return keys;
+        }
+        let step = &job.steps[last];
+        if step.paginate.is_some() || step.for_each.is_some() || highest_run < cursor.run {
+            return HashSet::new();
+        }
+        let in_flight = std::iter::once((&cursor.key, &cursor.place)).chain(
+            cursor
+                .ahead
+                .iter()
+                .filter(|a| !a.done)
+                .map(|a| (&a.key, &a.place)),
+        );
+        in_flight
+            .filter(|(key, place)| !key.is_empty() && place.step == last && place.page == 0)
+            .filter(|(key, _)| {
+                (cursor.run.max(1)..=highest_run).any(|run| {
+                    let name = crate::page_name::PageName {
+                        job: &job.name,
+                        run,
+                        region: key,
+                        step: last,
+                        page: 0,
+                    };
+                    job.output.join(name.file_name()).exists()
+                })
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     /// For each record of `items`, the line of the first record of its key
