@@ -71,7 +71,7 @@ pub fn encode_region(region: &str) -> String {
 
 /// A page file's name read back: the run, region (decoded), step and page
 /// of a page of `job`, or `None` for any other file.
-pub fn parse<'n>(job: &str, name: &'n str) -> Option<(u64, String, usize, u32)> {
+pub fn parse(job: &str, name: &str) -> Option<(u64, String, usize, u32)> {
     let rest = name.strip_prefix(job)?.strip_prefix(".r")?;
     let rest = rest.strip_suffix(".json")?;
     let (run, rest) = rest.split_once('.')?;

@@ -42,6 +42,11 @@ pub(super) struct Feed {
     /// say them done (a kill after the page, before the cursor; a store that
     /// lost the cursor): not fetched again.
     on_disk: HashSet<Key>,
+    /// A once-job resumed: the runs since the cursor's, whose pages the
+    /// first inputs read (as many as a window: the most a run can have
+    /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
+    /// and how many inputs are still to be looked at.
+    recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
 }
 
 /// The store's name of the map of keys a walk of `job`'s file has seen:
@@ -146,6 +151,7 @@ impl JobRun<'_> {
             } else {
                 HashSet::new()
             },
+            recent: self.recent_runs(cursor, highest_run),
         });
         Ok(Round::of_inputs(run, at, job.once))
     }
@@ -270,7 +276,16 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let state = if feed.on_disk.remove(&r.key) {
+                    let recent = match &mut feed.recent {
+                        Some((runs, left)) if *left > 0 => {
+                            *left -= 1;
+                            Some(runs.clone())
+                        }
+                        _ => None,
+                    };
+                    // (a page of a one-request last step is the whole result)
+                    let written = recent.is_some_and(|runs| self.page_on_disk(&r.key, &runs));
+                    let state = if feed.on_disk.remove(&r.key) || written {
                         feed.first = None;
                         feed.ahead.remove(&r.key);
                         Slot::Done
@@ -299,12 +314,9 @@ impl JobRun<'_> {
         Ok(took)
     }
 
-    /// A once-job's inputs whose result is on disk but not done in the
-    /// cursor. With no place in the file at all (a new or emptied store)
+    /// A once-job with no place in its file at all (a new or emptied store)
     /// while the folder holds pages of the job: every key with a page of
-    /// the last step. Else the inputs the cursor says in flight (at most
-    /// a window): those whose one page of a last step that sends one
-    /// request (no pages, no fan-out) a run since the cursor's wrote.
+    /// the last step, taken as done.
     fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
         let job = self.job;
         let last = job.steps.len().saturating_sub(1);
@@ -333,33 +345,46 @@ impl JobRun<'_> {
             }
             return keys;
         }
-        let step = &job.steps[last];
-        if step.paginate.is_some() || step.for_each.is_some() || highest_run < cursor.run {
-            return HashSet::new();
-        }
-        let in_flight = std::iter::once((&cursor.key, &cursor.place)).chain(
-            cursor
-                .ahead
-                .iter()
-                .filter(|a| !a.done)
-                .map(|a| (&a.key, &a.place)),
-        );
-        in_flight
-            .filter(|(key, place)| !key.is_empty() && place.step == last && place.page == 0)
-            .filter(|(key, _)| {
-                (cursor.run.max(1)..=highest_run).any(|run| {
-                    let name = crate::page_name::PageName {
-                        job: &job.name,
-                        run,
-                        region: key,
-                        step: last,
-                        page: 0,
-                    };
-                    job.output.join(name.file_name()).exists()
-                })
-            })
-            .map(|(key, _)| key.clone())
-            .collect()
+        HashSet::new()
+    }
+
+    /// The runs whose pages a resumed once-job looks for, when its last
+    /// step sends one request per input (no pages, no fan-out), so that a
+    /// page is the input's whole result.
+    fn recent_runs(
+        &self,
+        cursor: &Cursor,
+        highest_run: u64,
+    ) -> Option<(std::ops::RangeInclusive<u64>, usize)> {
+        let job = self.job;
+        let step = job.steps.last()?;
+        let single = step.paginate.is_none() && step.for_each.is_none();
+        // (a place at the file's start with no key is a reset's: every
+        // input is done again, whatever pages are on disk)
+        let resumed = cursor
+            .input
+            .as_ref()
+            .is_some_and(|i| i.offset > 0 || !cursor.key.is_empty());
+        (job.once && single && resumed && highest_run >= cursor.run.max(1))
+            .then(|| (cursor.run.max(1)..=highest_run, window_cap(job.concurrency)))
+    }
+
+    /// Whether a page of `key`'s last step is on disk from one of the runs
+    /// `runs`: an input the cursor did not say done, whose page a run
+    /// killed before its cursor's save wrote.
+    fn page_on_disk(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
+        let job = self.job;
+        let last = job.steps.len().saturating_sub(1);
+        runs.clone().any(|run| {
+            let name = crate::page_name::PageName {
+                job: &job.name,
+                run,
+                region: key,
+                step: last,
+                page: 0,
+            };
+            job.output.join(name.file_name()).exists()
+        })
     }
 
     /// For each record of `items`, the line of the first record of its key
