@@ -69,6 +69,47 @@ pub fn encode_region(region: &str) -> String {
     out
 }
 
+/// A page file's name read back: the run, region (decoded), step and page
+/// of a page of `job`, or `None` for any other file.
+pub fn parse(job: &str, name: &str) -> Option<(u64, String, usize, u32)> {
+    let rest = name.strip_prefix(job)?.strip_prefix(".r")?;
+    let rest = rest.strip_suffix(".json")?;
+    let (run, rest) = rest.split_once('.')?;
+    let (rest, page) = rest.rsplit_once(".p")?;
+    let (region, step) = match rest.rsplit_once(".s") {
+        Some((region, step)) => (region, step),
+        None => ("", rest.strip_prefix('s')?),
+    };
+    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(run) || !all_digits(step) || !all_digits(page) {
+        return None;
+    }
+    Some((
+        run.parse().ok()?,
+        decode_region(region)?,
+        step.parse().ok()?,
+        page.parse().ok()?,
+    ))
+}
+
+/// The region [`encode_region`] encoded (`None`: not one of its names).
+pub fn decode_region(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = encoded.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +153,27 @@ mod tests {
         let mut sorted = names.clone();
         sorted.sort();
         assert_eq!(sorted, names, "p10 sorted before p2");
+    }
+
+    #[test]
+    fn a_page_name_reads_back_as_its_run_region_step_and_page() {
+        for region in ["US", "", "rust-lang/rust", "a.s1.p2", "日本 x%"] {
+            let name = PageName {
+                job: "list",
+                run: 42,
+                region,
+                step: 3,
+                page: 7,
+            }
+            .file_name();
+            assert_eq!(
+                parse("list", &name),
+                Some((42, region.to_string(), 3, 7)),
+                "{name}"
+            );
+        }
+        assert_eq!(parse("list", "other.r000001.US.s0.p000000.json"), None);
+        assert_eq!(parse("list", ".list~r000001.US.s0.p000000.json.tmp"), None);
+        assert_eq!(parse("li", "list.r000001.US.s0.p000000.json"), None);
     }
 }

@@ -246,5 +246,99 @@ fn a_kill_9_redoes_at_most_concurrency_inputs_and_skips_none() {
         let redone = first.keys().filter(|k| second.contains_key(*k)).count();
         assert!(redone <= 4, "{redone} redone: {first:?} {second:?}");
         assert!(second.values().all(|n| *n == 1), "{second:?}");
+        // Each input's result once on disk: an input whose page the killed
+        // run wrote, its cursor not yet saying so, is not fetched again.
+        assert_eq!(pages_per_key(&d), once_each(&all), "{r:?}");
     }
+}
+
+/// Page files of job `list` per key.
+fn pages_per_key(d: &Deployment) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    for name in d.outputs("list") {
+        if let Some((_, key, _, _)) = quota::page_name::parse("list", &name) {
+            *n.entry(key).or_default() += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn a_new_store_fetches_no_input_whose_page_is_on_disk() {
+    for redis in [None, Some((RedisServer::start(), RedisServer::start()))] {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let (first, second) = match &redis {
+            Some((a, b)) => (a.url(), b.url()),
+            None => (
+                embedded_store(&d),
+                format!("embedded:{}", d.path().join("new.sqlite3").display()),
+            ),
+        };
+        write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
+        d.write(&yaml(&first, &up.base(), "{ file: ids.txt }", true, 2));
+        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(up.seen().len(), 8);
+        // A new store (the old one lost, or moved from): two more lines come.
+        write(&d, "ids.txt", &(keys(0..10).join("\n") + "\n"));
+        d.write(&yaml(&second, &up.base(), "{ file: ids.txt }", true, 2));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(r.stderr.contains("holds pages of 8 input(s)"), "{r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
+        assert_eq!(pages_per_key(&d), once_each(&keys(0..10)));
+    }
+}
+
+#[test]
+fn a_page_the_cursor_missed_before_a_kill_is_not_fetched_again() {
+    let redis = RedisServer::start();
+    let slow = Standin::start(&["--delay", "150ms"]);
+    let d = Deployment::new("");
+    let all = keys(0..30);
+    write(&d, "ids.txt", &(all.join("\n") + "\n"));
+    d.write(&yaml(
+        &redis.url(),
+        &slow.base(),
+        "{ file: ids.txt }",
+        true,
+        4,
+    ));
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(Duration::from_secs(30), "5 pages never written", || {
+        pages_per_key(&d).len() >= 5
+    });
+    // The store stops answering: the answers in flight are written as
+    // pages, their cursor saves wait; one such page, then the kill.
+    kill("-STOP", redis.pid());
+    let at_stop = pages_per_key(&d).len();
+    wait_until(
+        Duration::from_secs(30),
+        "no page written after the stop",
+        || pages_per_key(&d).len() > at_stop,
+    );
+    kill("-KILL", victim.id());
+    victim.wait().unwrap();
+    kill("-CONT", redis.pid());
+    let written = pages_per_key(&d);
+
+    let up = Standin::start(&[]);
+    d.write(&yaml(
+        &redis.url(),
+        &up.base(),
+        "{ file: ids.txt }",
+        true,
+        4,
+    ));
+    let r = d.run_after_killed_lock();
+    assert_eq!(r.code, 0, "{r:?}");
+    let again: Vec<String> = per_key(&up)
+        .into_keys()
+        .filter(|k| written.contains_key(k))
+        .collect();
+    assert!(
+        again.is_empty(),
+        "fetched again though on disk: {again:?}: {r:?}"
+    );
+    assert_eq!(pages_per_key(&d), once_each(&all), "{r:?}");
 }

@@ -11,7 +11,7 @@ use super::context;
 use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{Ledger, LockOutcome, StoreLocation};
-use crate::runner::cursor::Cursor;
+use crate::runner::cursor::{Cursor, InputAt};
 use crate::runner::{done_map, seen_map};
 use crate::{Error, ExitStatus, Result};
 
@@ -66,8 +66,15 @@ async fn reset(
         .await?
         .and_then(|t| Cursor::decode(&t))
         .unwrap_or_default();
+    // A job of inputs at its file's start: a place, so that the next run
+    // does every input again rather than take the pages on disk as done
+    // (as after a store that lost its cursor).
     let fresh = Cursor {
         run: old.run,
+        input: job.inputs.as_ref().map(|_| InputAt {
+            line: 1,
+            ..InputAt::default()
+        }),
         ..Cursor::default()
     };
     store.save_cursor(name, &fresh.encode()).await?;

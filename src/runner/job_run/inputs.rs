@@ -8,7 +8,7 @@
 //! round trip. Only the check of a done part, which reads it all, runs on
 //! a blocking thread.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tracing::{info, warn};
 
@@ -38,6 +38,15 @@ pub(super) struct Feed {
     /// in the store, or here when the run has none (unmetered).
     seen_map: String,
     seen_here: HashMap<Key, u64>,
+    /// A once-job: inputs whose result is on disk though the cursor does not
+    /// say them done (a kill after the page, before the cursor; a store that
+    /// lost the cursor): not fetched again.
+    on_disk: HashSet<Key>,
+    /// A once-job resumed: the runs since the cursor's, whose pages the
+    /// first inputs read (as many as a window: the most a run can have
+    /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
+    /// and how many inputs are still to be looked at.
+    recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
 }
 
 /// The store's name of the map of keys a walk of `job`'s file has seen:
@@ -71,6 +80,7 @@ impl JobRun<'_> {
         inputs: &Inputs,
         cursor: &Cursor,
         run: u64,
+        highest_run: u64,
     ) -> Result<Round> {
         let job = self.job;
         let mut at = cursor.input.clone().unwrap_or_default();
@@ -136,6 +146,12 @@ impl JobRun<'_> {
             },
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
+            on_disk: if job.once {
+                self.results_on_disk(cursor, highest_run)
+            } else {
+                HashSet::new()
+            },
+            recent: self.recent_runs(cursor, highest_run),
         });
         Ok(Round::of_inputs(run, at, job.once))
     }
@@ -260,13 +276,28 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let state = match feed.first.take() {
-                        Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
-                        _ => match feed.ahead.remove(&r.key) {
-                            Some(None) => Slot::Done,
-                            Some(Some(start)) => Slot::Waiting(Some(start)),
-                            None => Slot::Waiting(None),
-                        },
+                    let recent = match &mut feed.recent {
+                        Some((runs, left)) if *left > 0 => {
+                            *left -= 1;
+                            Some(runs.clone())
+                        }
+                        _ => None,
+                    };
+                    // (a page of a one-request last step is the whole result)
+                    let written = recent.is_some_and(|runs| self.page_on_disk(&r.key, &runs));
+                    let state = if feed.on_disk.remove(&r.key) || written {
+                        feed.first = None;
+                        feed.ahead.remove(&r.key);
+                        Slot::Done
+                    } else {
+                        match feed.first.take() {
+                            Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
+                            _ => match feed.ahead.remove(&r.key) {
+                                Some(None) => Slot::Done,
+                                Some(Some(start)) => Slot::Waiting(Some(start)),
+                                None => Slot::Waiting(None),
+                            },
+                        }
                     };
                     let mut report = self.report.borrow_mut();
                     report.regions_total += 1;
@@ -281,6 +312,79 @@ impl JobRun<'_> {
             round.read_to(feed.next);
         }
         Ok(took)
+    }
+
+    /// A once-job with no place in its file at all (a new or emptied store)
+    /// while the folder holds pages of the job: every key with a page of
+    /// the last step, taken as done.
+    fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
+        let job = self.job;
+        let last = job.steps.len().saturating_sub(1);
+        if cursor.input.is_none() {
+            if highest_run == 0 {
+                return HashSet::new();
+            }
+            let Ok(dir) = std::fs::read_dir(&job.output) else {
+                return HashSet::new();
+            };
+            let keys: HashSet<Key> = dir
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name();
+                    let (_, key, step, _) = crate::page_name::parse(&job.name, name.to_str()?)?;
+                    (step == last).then_some(key)
+                })
+                .collect();
+            if !keys.is_empty() {
+                warn!(
+                    job = job.name,
+                    "the store has no place in the inputs for this job, but {} holds pages of {} input(s) (a new or emptied store?): those are not fetched again",
+                    job.output.display(),
+                    keys.len()
+                );
+            }
+            return keys;
+        }
+        HashSet::new()
+    }
+
+    /// The runs whose pages a resumed once-job looks for, when its last
+    /// step sends one request per input (no pages, no fan-out), so that a
+    /// page is the input's whole result.
+    fn recent_runs(
+        &self,
+        cursor: &Cursor,
+        highest_run: u64,
+    ) -> Option<(std::ops::RangeInclusive<u64>, usize)> {
+        let job = self.job;
+        let step = job.steps.last()?;
+        let single = step.paginate.is_none() && step.for_each.is_none();
+        // (a place at the file's start with no key is a reset's: every
+        // input is done again, whatever pages are on disk)
+        let resumed = cursor
+            .input
+            .as_ref()
+            .is_some_and(|i| i.offset > 0 || !cursor.key.is_empty());
+        (job.once && single && resumed && highest_run >= cursor.run.max(1))
+            .then(|| (cursor.run.max(1)..=highest_run, window_cap(job.concurrency)))
+    }
+
+    /// Whether a page of `key`'s last step is on disk from one of the runs
+    /// `runs`: an input the cursor did not say done, whose page a run
+    /// killed before its cursor's save wrote.
+    fn page_on_disk(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
+        let job = self.job;
+        let last = job.steps.len().saturating_sub(1);
+        runs.clone().any(|run| {
+            let name = crate::page_name::PageName {
+                job: &job.name,
+                run,
+                region: key,
+                step: last,
+                page: 0,
+            };
+            job.output.join(name.file_name()).exists()
+        })
     }
 
     /// For each record of `items`, the line of the first record of its key

@@ -291,7 +291,10 @@ impl<'a> JobRun<'a> {
         })?;
 
         let round = match &job.inputs {
-            Some(inputs) => self.inputs_round(inputs, &cursor, run_number).await?,
+            Some(inputs) => {
+                self.inputs_round(inputs, &cursor, run_number, prepared.highest_run)
+                    .await?
+            }
             None => self.round_from(&cursor, run_number),
         };
         let resume = Cursor {
