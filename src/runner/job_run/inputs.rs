@@ -49,6 +49,23 @@ pub(super) struct Feed {
     recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
 }
 
+impl Feed {
+    /// Up to `room` items from the file, none once it ended.
+    fn take(&mut self, room: usize) -> std::io::Result<Vec<Item>> {
+        let mut items = Vec::new();
+        while !self.ended && items.len() < room {
+            match self.reader.next().transpose()? {
+                Some(item) => {
+                    self.next = item.span().next();
+                    items.push(item);
+                }
+                None => self.ended = true,
+            }
+        }
+        Ok(items)
+    }
+}
+
 /// The store's name of the map of keys a walk of `job`'s file has seen:
 /// once-jobs have one walk.
 pub(crate) fn seen_map(job: &Job, walk: u64) -> String {
@@ -224,30 +241,11 @@ impl JobRun<'_> {
             let Some(feed) = feed.as_mut() else {
                 return Ok(false);
             };
-            if feed.ended || room == 0 {
-                return Ok(false);
-            }
-            let mut items = Vec::new();
-            while items.len() < room {
-                match feed.reader.next() {
-                    Some(Ok(item)) => {
-                        feed.next = item.span().next();
-                        items.push(item);
-                    }
-                    Some(Err(source)) => {
-                        return Err(Error::Io {
-                            what: "read the inputs of",
-                            path: feed.reader.file().to_path_buf(),
-                            source,
-                        });
-                    }
-                    None => {
-                        feed.ended = true;
-                        break;
-                    }
-                }
-            }
-            items
+            feed.take(room).map_err(|source| Error::Io {
+                what: "read the inputs of",
+                path: feed.reader.file().to_path_buf(),
+                source,
+            })?
         };
         let held = self.first_lines(&items).await?;
         let mut round = self.round.borrow_mut();
@@ -276,29 +274,7 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let recent = match &mut feed.recent {
-                        Some((runs, left)) if *left > 0 => {
-                            *left -= 1;
-                            Some(runs.clone())
-                        }
-                        _ => None,
-                    };
-                    // (a page of a one-request last step is the whole result)
-                    let written = recent.is_some_and(|runs| self.page_on_disk(&r.key, &runs));
-                    let state = if feed.on_disk.remove(&r.key) || written {
-                        feed.first = None;
-                        feed.ahead.remove(&r.key);
-                        Slot::Done
-                    } else {
-                        match feed.first.take() {
-                            Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
-                            _ => match feed.ahead.remove(&r.key) {
-                                Some(None) => Slot::Done,
-                                Some(Some(start)) => Slot::Waiting(Some(start)),
-                                None => Slot::Waiting(None),
-                            },
-                        }
-                    };
+                    let state = self.state_of(feed, &r.key);
                     let mut report = self.report.borrow_mut();
                     report.regions_total += 1;
                     if state == Slot::Done {
@@ -312,6 +288,33 @@ impl JobRun<'_> {
             round.read_to(feed.next);
         }
         Ok(took)
+    }
+
+    /// Where an input just read starts: done already (the cursor says so,
+    /// or its result is on disk), where the cursor says it is, or afresh.
+    fn state_of(&self, feed: &mut Feed, key: &str) -> Slot {
+        let recent = match &mut feed.recent {
+            Some((runs, left)) if *left > 0 => {
+                *left -= 1;
+                Some(runs.clone())
+            }
+            _ => None,
+        };
+        // (a page of a one-request last step is the whole result)
+        let written = recent.is_some_and(|runs| self.page_on_disk(key, &runs));
+        if feed.on_disk.remove(key) || written {
+            feed.first = None;
+            feed.ahead.remove(key);
+            return Slot::Done;
+        }
+        match feed.first.take() {
+            Some((first, start)) if first == key => Slot::Waiting(Some(start)),
+            _ => match feed.ahead.remove(key) {
+                Some(None) => Slot::Done,
+                Some(Some(start)) => Slot::Waiting(Some(start)),
+                None => Slot::Waiting(None),
+            },
+        }
     }
 
     /// A once-job with no place in its file at all (a new or emptied store)
