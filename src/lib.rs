@@ -14,9 +14,12 @@
 //!   its two stores (Redis, embedded SQLite). Redis runs the scripts of
 //!   `lua/` (`lua/charge/`: the charge's parts), each built at load behind
 //!   a prelude of the layout's constants from their Rust values.
+//! * [`inputs`]: a job's file of inputs read as a stream of records (key,
+//!   fields, where each lies), what a once-job keeps of the part it did, and
+//!   when the rest will be done.
 //! * [`runner`]: one run of a job: lock, cursor, charge, call, write; its
 //!   metering (charge, settle, block) a type of its own, the `Meter`, and
-//!   its work keys (a region today, an input of a list next) `runner::Key`.
+//!   its work keys (regions, or the inputs of a file) `runner::Key`.
 //! * [`history`]: what this host has seen of each credential's log, so a
 //!   store that forgot one is noticed.
 //! * [`atomic_file`]: files written so no reader sees part of one.
