@@ -342,3 +342,36 @@ fn a_page_the_cursor_missed_before_a_kill_is_not_fetched_again() {
     );
     assert_eq!(pages_per_key(&d), once_each(&all), "{r:?}");
 }
+
+#[test]
+fn a_once_job_pages_through_each_input_and_resumes_mid_input_after_a_stop() {
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&["--pages", "3"]);
+        let d = Deployment::new("");
+        let store = stores(&d, &redis);
+        write(&d, "ids.txt", &(keys(0..6).join("\n") + "\n"));
+        // 3 pages an input; a budget of 8 stops the first run mid-input.
+        let paged = |limit: &str| {
+            yaml(&store, &up.base(), "{ file: ids.txt }", true, 2)
+                .replace("limit: 1000, per: 1h", limit)
+                .replace(
+                    "key: \"{secret}\" }",
+                    "key: \"{secret}\" }\n        paginate: { token: /nextPageToken, param: pageToken, max_pages: 3 }",
+                )
+        };
+        d.write(&paged("limit: 8, per: 1h"));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        assert_eq!(up.seen().len(), 8, "{r:?}");
+        d.write(&paged("limit: 100, per: 1h"));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        // Every page of every input once: none redone, none skipped.
+        let pages: BTreeSet<(String, u32)> =
+            up.seen().iter().map(|s| (s.region.clone(), s.page)).collect();
+        assert_eq!((pages.len(), up.seen().len()), (18, 18), "{:?}", up.seen());
+        assert_eq!(d.outputs("list").len(), 18);
+        let r = d.quota(&["run"]);
+        assert_eq!((r.code, up.seen().len()), (0, 18), "{r:?}");
+    }
+}
