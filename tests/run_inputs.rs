@@ -367,11 +367,43 @@ fn a_once_job_pages_through_each_input_and_resumes_mid_input_after_a_stop() {
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         // Every page of every input once: none redone, none skipped.
-        let pages: BTreeSet<(String, u32)> =
-            up.seen().iter().map(|s| (s.region.clone(), s.page)).collect();
+        let pages: BTreeSet<(String, u32)> = up
+            .seen()
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect();
         assert_eq!((pages.len(), up.seen().len()), (18, 18), "{:?}", up.seen());
         assert_eq!(d.outputs("list").len(), 18);
         let r = d.quota(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 18), "{r:?}");
     }
+}
+
+#[test]
+fn a_touched_file_is_checked_once_and_not_again() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(&d, "ids.txt", &(keys(0..70).join("\n") + "\n"));
+    d.write(&yaml(
+        &embedded_store(&d),
+        &up.base(),
+        "{ file: ids.txt }",
+        true,
+        4,
+    ));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let r = d.quota(&["run"]);
+    assert!(
+        !r.stderr.contains("checking the"),
+        "same file, no check: {r:?}"
+    );
+    // The same text written again: a new stamp, one check, saved.
+    write(&d, "ids.txt", &(keys(0..70).join("\n") + "\n"));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("checking the 70 input(s) done"), "{r:?}");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("checking the"), "checked once: {r:?}");
+    assert_eq!(up.seen().len(), 70);
 }

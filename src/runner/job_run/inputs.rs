@@ -111,6 +111,9 @@ impl JobRun<'_> {
         if job.once && at.stamp.as_ref() != Some(&stamp) && at.offset > 0 {
             self.check_done_part(inputs, &at).await?;
         }
+        // (a file whose stamp changed is checked once: the new stamp is
+        // saved at once, even by a run with nothing to do)
+        let restamped = at.stamp.as_ref() != Some(&stamp);
         at.stamp = Some(stamp);
         let reader = Reader::open(
             inputs,
@@ -170,7 +173,11 @@ impl JobRun<'_> {
             },
             recent: self.recent_runs(cursor, highest_run),
         });
-        Ok(Round::of_inputs(run, at, job.once))
+        let mut round = Round::of_inputs(run, at, job.once);
+        if restamped {
+            round.bump();
+        }
+        Ok(round)
     }
 
     /// The done part of a once-job's file, as the store keeps it, against
@@ -195,6 +202,12 @@ impl JobRun<'_> {
             );
             return Ok(());
         }
+        info!(
+            job = self.job.name,
+            "{} is not the file the last run read: checking the {} input(s) done in it",
+            inputs.file.display(),
+            at.done + at.skipped
+        );
         let (inputs2, tail) = (inputs.clone(), at.tail.clone());
         let checked = tokio::task::spawn_blocking(move || {
             let reader = Reader::open(&inputs2, Position::default())?;

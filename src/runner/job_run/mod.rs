@@ -302,7 +302,12 @@ impl<'a> JobRun<'a> {
             ..cursor_text(&round.cursor(), &self.cred.secret).0
         };
         self.report.get_mut().resume = Some(resume);
+        let changed = round.version() > 0;
         *self.round.get_mut() = round;
+        if changed {
+            let version = self.round.get_mut().version();
+            self.write_cursor(version).await;
+        }
         self.serve_round(run_number).await
     }
 
