@@ -38,6 +38,35 @@ pub(super) struct Feed {
     /// in the store, or here when the run has none (unmetered).
     seen_map: String,
     seen_here: HashMap<Key, u64>,
+    /// Failed inputs to do again before the file's (`quota reset JOB
+    /// --failed`): their keys and places, in file order.
+    pub(super) retry: std::collections::VecDeque<(Key, Position)>,
+    /// Whether this run read any such (the map of them is forgotten once
+    /// all are over).
+    pub(super) retrying: bool,
+    /// Inputs this run recorded as failed, and whether any page was
+    /// answered: the first [`super::failed::INPUTS_REFUSED`] failed and
+    /// none answered stops the job.
+    pub(super) failed: u32,
+    pub(super) answered: bool,
+}
+
+impl Feed {
+    /// Where an input with `key`, just read, starts: where the cursor left
+    /// it (or done, ahead of it), else from its first step.
+    pub(super) fn state_of(&mut self, key: &str) -> Slot {
+        match self.first.take() {
+            Some((k, start)) if k == key => Slot::Waiting(Some(start)),
+            first => {
+                self.first = first;
+                match self.ahead.remove(key) {
+                    Some(None) => Slot::Done,
+                    Some(Some(start)) => Slot::Waiting(Some(start)),
+                    None => Slot::Waiting(None),
+                }
+            }
+        }
+    }
 }
 
 /// The store's name of the map of keys a walk of `job`'s file has seen:
@@ -85,6 +114,12 @@ impl JobRun<'_> {
             self.check_done_part(inputs, &at).await?;
         }
         at.stamp = Some(stamp);
+        if !job.once && at.offset == 0 && at.done == 0 && cursor.key.is_empty() {
+            // A new walk of the file, nothing in it done or started yet,
+            // does every input again: the last walk's failures are not
+            // this one's.
+            self.forget_failed().await;
+        }
         let reader = Reader::open(
             inputs,
             Position {
@@ -136,6 +171,10 @@ impl JobRun<'_> {
             },
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
+            retry: self.retries().await,
+            retrying: false,
+            failed: 0,
+            answered: false,
         });
         Ok(Round::of_inputs(run, at, job.once))
     }
@@ -203,6 +242,9 @@ impl JobRun<'_> {
     pub(super) async fn read_inputs(&self) -> Result<bool> {
         let room =
             window_cap(self.job.concurrency).saturating_sub(self.round.borrow().window_len());
+        if room > 0 && self.read_retries(room) {
+            return Ok(true);
+        }
         let items = {
             let mut feed = self.feed.borrow_mut();
             let Some(feed) = feed.as_mut() else {
@@ -260,14 +302,7 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let state = match feed.first.take() {
-                        Some((key, start)) if key == r.key => Slot::Waiting(Some(start)),
-                        _ => match feed.ahead.remove(&r.key) {
-                            Some(None) => Slot::Done,
-                            Some(Some(start)) => Slot::Waiting(Some(start)),
-                            None => Slot::Waiting(None),
-                        },
-                    };
+                    let state = feed.state_of(&r.key);
                     let mut report = self.report.borrow_mut();
                     report.regions_total += 1;
                     if state == Slot::Done {
