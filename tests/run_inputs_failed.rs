@@ -81,7 +81,7 @@ fn a_failed_input_is_recorded_not_retried_and_done_again_after_reset_failed() {
         assert_eq!(d.outputs("list").len(), 8, "{r:?}");
         assert!(
             r.stderr
-                .contains("(2 input(s) failed, listed by `quota status`)"),
+                .contains("regions done 8/10 (2 input(s) failed, listed by `quota status`)"),
             "{r:?}"
         );
         assert!(r.stderr.contains("input K3 (line 4) failed"), "{r:?}");

@@ -150,7 +150,11 @@ impl<'a> JobRun<'a> {
                 failed_in: Default::default(),
                 failed_inputs: 0,
                 unreadable_links: 0,
-                regions_total: job.regions.len().max(1),
+                // (a job of inputs counts them as it reads them)
+                regions_total: match job.inputs {
+                    Some(_) => 0,
+                    None => job.regions.len().max(1),
+                },
                 pages: 0,
                 values_lost: 0,
                 resume: None,
