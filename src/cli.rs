@@ -94,6 +94,10 @@ pub enum Command {
         /// Do it (without it, say what would be forgotten and exit 2)
         #[arg(long)]
         yes: bool,
+        /// Only have the next run do the job's failed inputs again (its
+        /// cursor and the inputs done are kept)
+        #[arg(long)]
+        failed: bool,
     },
 
     /// Print the man page (roff) to stdout

@@ -64,10 +64,14 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 unblock::execute(&config, &store, credential).await
             }
-            Command::Reset { ref job, yes } => {
+            Command::Reset {
+                ref job,
+                yes,
+                failed,
+            } => {
                 file_mode_checked()?;
                 let (config, store) = configured(&cli, Secrets::Skip)?;
-                reset::execute(&config, &store, job, yes).await
+                reset::execute(&config, &store, job, yes, failed).await
             }
             Command::Check => {
                 let (config, store) = configured(&cli, Secrets::Read)?;

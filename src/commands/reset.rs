@@ -3,7 +3,8 @@
 //! inputs, which inputs are done and which keys were seen: every input is
 //! done again, its new pages written beside the old ones. The way on after
 //! a once-job's done part changed (78), or to redo a list on purpose.
-//! Pages and rows stay where they are.
+//! Pages and rows stay where they are. `--failed`: only the failed inputs
+//! are done again, by the next run, before it goes on at its cursor.
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{Ledger, LockOutcome, StoreLocation};
 use crate::runner::cursor::{Cursor, InputAt};
-use crate::runner::{done_map, seen_map};
+use crate::runner::{done_map, failed_map, retry_map, seen_map};
 use crate::{Error, ExitStatus, Result};
 
 pub async fn execute(
@@ -20,17 +21,29 @@ pub async fn execute(
     location: &StoreLocation,
     name: &str,
     yes: bool,
+    failed: bool,
 ) -> Result<ExitStatus> {
     let job = config.select_jobs(&[name.to_string()])?[0];
     let store_name = context::store_name(location);
-    let what = if job.inputs.is_some() {
+    if failed && job.inputs.is_none() {
+        return Err(Error::Usage(format!(
+            "quota reset {name} --failed: job {name} has no inputs, so none failed"
+        )));
+    }
+    let what = if failed {
+        "which inputs failed (the next run does them again first; its cursor and the inputs done are kept)"
+    } else if job.inputs.is_some() {
         "its cursor, which inputs are done and which keys were seen"
     } else {
         "its cursor"
     };
     if !yes {
+        let (flag, after) = match failed {
+            true => (" --failed", ""),
+            false => ("", ": its next run starts afresh"),
+        };
         return Err(Error::Usage(format!(
-            "quota reset {name} forgets {what} in {store_name} (pages stay): its next run starts afresh; \
+            "quota reset {name}{flag} forgets {what} in {store_name} (pages stay){after}; \
              run it again with --yes to do it"
         )));
     }
@@ -48,12 +61,35 @@ pub async fn execute(
         );
         return Ok(ExitStatus::STOPPED);
     }
-    let reset = reset(&store, job, name).await;
+    let reset = match failed {
+        true => reset_failed(&store, job).await,
+        false => reset(&store, job, name).await.map(|()| 0),
+    };
     store.release_lock(name, &holder).await.map_err(err)?;
-    reset.map_err(err)?;
+    let n = reset.map_err(err)?;
+    if failed {
+        return emit(&format!(
+            "job {name}: {n} failed input(s) to do again in {store_name}; its next run does them first\n"
+        ));
+    }
     emit(&format!(
         "job {name}: forgot {what} in {store_name}; its next run starts afresh\n"
     ))
+}
+
+/// The failed inputs moved to the map of those the next run does again
+/// (with those a reset asked for before, not yet done): how many there are.
+async fn reset_failed(
+    store: &crate::ledger::Store,
+    job: &crate::config::Job,
+) -> std::result::Result<usize, crate::ledger::StoreError> {
+    let (failed, retry) = (failed_map(job), retry_map(job));
+    for (key, value) in store.map_read(&failed).await? {
+        store.map_put(&retry, &key, &value).await?;
+    }
+    store.map_forget(&failed).await?;
+    let pending = store.map_read(&retry).await?;
+    Ok(pending.iter().filter(|(_, v)| !v.is_empty()).count())
 }
 
 async fn reset(
@@ -82,6 +118,9 @@ async fn reset(
         let walk = old.input.map_or(0, |i| i.walk);
         store.map_forget(&seen_map(job, walk)).await?;
         store.map_forget(&done_map(job)).await?;
+        // (every input is done again: none is failed, nor to do again)
+        store.map_forget(&failed_map(job)).await?;
+        store.map_forget(&retry_map(job)).await?;
     }
     Ok(())
 }

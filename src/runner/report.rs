@@ -150,6 +150,9 @@ pub struct JobReport {
     /// The regions among [`Self::failed_regions`], each once (a region with
     /// several refused batches is one).
     pub failed_in: BTreeSet<String>,
+    /// Inputs whose first page the upstream refused for themselves,
+    /// recorded as failed (`quota status` lists them): the run exits 1.
+    pub failed_inputs: u64,
     /// Walks ended by a next link or token that cannot be read (a `Link`
     /// header, a token or URL in the page: warned each).
     pub unreadable_links: u64,
@@ -176,13 +179,18 @@ impl JobReport {
     /// Exit 0 when the job served every region, 75 when it stopped
     /// cleanly, 1 when a region failed (which outranks a clean stop).
     pub fn exit_code(&self) -> ExitStatus {
-        if !self.failed_regions.is_empty() || self.values_lost > 0 {
+        if self.failed() {
             ExitStatus::FAILURE
         } else if self.stop.is_some() {
             ExitStatus::STOPPED
         } else {
             ExitStatus::OK
         }
+    }
+
+    /// A region, batch or input failed, or fan-out values were lost.
+    fn failed(&self) -> bool {
+        !self.failed_regions.is_empty() || self.failed_inputs > 0 || self.values_lost > 0
     }
 
     /// The one summary line a run ends with.
@@ -227,6 +235,10 @@ impl JobReport {
                 format!(" ({n} FAILED: {}{more})", shown.join(", "))
             }
         };
+        let failed = match self.failed_inputs {
+            0 => failed,
+            n => format!("{failed} ({n} input(s) failed, listed by `quota status`)"),
+        };
         let failed = match self.unreadable_links {
             0 => failed,
             n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
@@ -250,7 +262,7 @@ impl JobReport {
 /// Log a job's summary line at the level its outcome deserves.
 pub fn log_summary(report: &JobReport) {
     match report.stop {
-        _ if !report.failed_regions.is_empty() || report.values_lost > 0 => {
+        _ if report.failed() => {
             error!("{}", report.summary())
         }
         None => info!("{}", report.summary()),

@@ -103,6 +103,11 @@ pub struct Options {
     #[arg(long, value_name = "REGION=BYTES")]
     pub long_tokens: Option<String>,
 
+    /// Answer 404 (notFound, charged) for region (or input key) REGION, as
+    /// an upstream does for an id it does not have (repeatable)
+    #[arg(long, value_name = "REGION")]
+    pub missing: Vec<String>,
+
     /// Wait this long before every answer
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub delay: Duration,

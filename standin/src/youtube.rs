@@ -203,6 +203,13 @@ fn respond(
                 error_body(403, m, "youtube.quota", "quotaExceeded"),
             )
         }
+    } else if state.opts.missing.iter().any(|m| m == region) {
+        let m = "The video identified by the <code>id</code> parameter could not be found.";
+        (
+            404,
+            vec![],
+            error_body(404, m, "youtube.video", "videoNotFound"),
+        )
     } else if number <= state.opts.fail_first {
         let m = "The service is currently unavailable.";
         (503, vec![], error_body(503, m, "global", "backendError"))

@@ -47,6 +47,17 @@ pub(super) struct Feed {
     /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
     /// and how many inputs are still to be looked at.
     recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
+    /// Failed inputs to do again before the file's (`quota reset JOB
+    /// --failed`): their keys and places, in file order.
+    pub(super) retry: std::collections::VecDeque<(Key, Position)>,
+    /// Whether this run read any such (the map of them is forgotten once
+    /// all are over).
+    pub(super) retrying: bool,
+    /// Inputs this run recorded as failed, and whether any page was
+    /// answered: the first [`super::failed::INPUTS_REFUSED`] failed and
+    /// none answered stops the job.
+    pub(super) failed: u32,
+    pub(super) answered: bool,
 }
 
 impl Feed {
@@ -63,6 +74,22 @@ impl Feed {
             }
         }
         Ok(items)
+    }
+
+    /// Where an input with `key`, just read, starts: where the cursor left
+    /// it (or done, ahead of it), else from its first step.
+    pub(super) fn state_of(&mut self, key: &str) -> Slot {
+        match self.first.take() {
+            Some((k, start)) if k == key => Slot::Waiting(Some(start)),
+            first => {
+                self.first = first;
+                match self.ahead.remove(key) {
+                    Some(None) => Slot::Done,
+                    Some(Some(start)) => Slot::Waiting(Some(start)),
+                    None => Slot::Waiting(None),
+                }
+            }
+        }
     }
 }
 
@@ -115,6 +142,12 @@ impl JobRun<'_> {
         // saved at once, even by a run with nothing to do)
         let restamped = at.stamp.as_ref() != Some(&stamp);
         at.stamp = Some(stamp);
+        if !job.once && at.offset == 0 && at.done == 0 && cursor.key.is_empty() {
+            // A new walk of the file, nothing in it done or started yet,
+            // does every input again: the last walk's failures are not
+            // this one's.
+            self.forget_failed().await;
+        }
         let reader = Reader::open(
             inputs,
             Position {
@@ -172,6 +205,10 @@ impl JobRun<'_> {
                 HashSet::new()
             },
             recent: self.recent_runs(cursor, highest_run),
+            retry: self.retries().await,
+            retrying: false,
+            failed: 0,
+            answered: false,
         });
         let mut round = Round::of_inputs(run, at, job.once);
         if restamped {
@@ -249,6 +286,9 @@ impl JobRun<'_> {
     pub(super) async fn read_inputs(&self) -> Result<bool> {
         let room =
             window_cap(self.job.concurrency).saturating_sub(self.round.borrow().window_len());
+        if room > 0 && self.read_retries(room) {
+            return Ok(true);
+        }
         let items = {
             let mut feed = self.feed.borrow_mut();
             let Some(feed) = feed.as_mut() else {
@@ -316,18 +356,13 @@ impl JobRun<'_> {
         // (a page of a one-request last step is the whole result)
         let written = recent.is_some_and(|runs| self.page_on_disk(key, &runs));
         if feed.on_disk.remove(key) || written {
-            feed.first = None;
+            if feed.first.as_ref().is_some_and(|(first, _)| first == key) {
+                feed.first = None;
+            }
             feed.ahead.remove(key);
             return Slot::Done;
         }
-        match feed.first.take() {
-            Some((first, start)) if first == key => Slot::Waiting(Some(start)),
-            _ => match feed.ahead.remove(key) {
-                Some(None) => Slot::Done,
-                Some(Some(start)) => Slot::Waiting(Some(start)),
-                None => Slot::Waiting(None),
-            },
-        }
+        feed.state_of(key)
     }
 
     /// A once-job with no place in its file at all (a new or emptied store)

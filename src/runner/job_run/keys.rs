@@ -94,11 +94,15 @@ impl JobRun<'_> {
             }
             let Some(walked) = running.next().await else {
                 if inputs && !self.stopping() {
+                    self.keep_retried(true).await;
                     self.inputs_walked().await;
                 }
                 return Ok(());
             };
             let (key, walk) = walked?;
+            if inputs {
+                self.keep_retried(false).await;
+            }
             let mut report = self.report.borrow_mut();
             match walk {
                 Walk::Done => report.regions_done += 1,

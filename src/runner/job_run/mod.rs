@@ -24,6 +24,7 @@ use crate::{Error, Result};
 
 mod batches;
 mod charge;
+mod failed;
 mod fan_out;
 mod inputs;
 mod keys;
@@ -32,6 +33,7 @@ mod request;
 mod round;
 mod walk;
 
+pub(crate) use self::failed::{failed_map, retry_map};
 pub(crate) use self::inputs::{done_map, seen_map};
 
 /// The state of one run in progress.
@@ -146,8 +148,13 @@ impl<'a> JobRun<'a> {
                 regions_done: 0,
                 failed_regions: Vec::new(),
                 failed_in: Default::default(),
+                failed_inputs: 0,
                 unreadable_links: 0,
-                regions_total: job.regions.len().max(1),
+                // (a job of inputs counts them as it reads them)
+                regions_total: match job.inputs {
+                    Some(_) => 0,
+                    None => job.regions.len().max(1),
+                },
                 pages: 0,
                 values_lost: 0,
                 resume: None,

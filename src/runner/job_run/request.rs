@@ -23,10 +23,11 @@ use crate::{Error, Result};
 pub(super) enum Fetched {
     /// A page.
     Page(PageAnswer),
-    /// The upstream refused this request for itself (`true`: a 400, 404,
-    /// 410 or 422), or answered what can never be a page: why, the request
-    /// named (redacted). Its region (or batch) ends; the others go on.
-    Refused(String, bool),
+    /// The upstream refused this request for itself (`Some`: a 400, 404,
+    /// 410 or 422, its status and excerpt), or answered what can never be
+    /// a page: why, the request named (redacted). Its region (or batch)
+    /// ends; the others go on.
+    Refused(String, Option<(u16, String)>),
     /// The run stopped cleanly.
     Stopped,
 }

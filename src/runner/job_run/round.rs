@@ -70,6 +70,13 @@ pub(super) struct Window {
     /// Chunks of the done part filled since the last cursor write, to be
     /// kept in the store before the cursor that counts them.
     pub(super) chunks: Vec<(u64, Chunk)>,
+    /// Failed inputs done again (`quota reset JOB --failed`) at the
+    /// window's front, read before any of the file's from the cursor on:
+    /// they were counted done when they failed, so their leaving moves
+    /// nothing.
+    retries: usize,
+    /// The keys of those that left the window since asked for.
+    pub(super) retried: Vec<Key>,
 }
 
 impl Round {
@@ -136,6 +143,12 @@ impl Round {
         w.records.get(slot.checked_sub(self.base)?).map(|(_, f)| f)
     }
 
+    /// Where the input in `slot` is in its file (none with regions).
+    pub(super) fn span(&self, slot: usize) -> Option<&Span> {
+        let w = self.window.as_ref()?;
+        w.records.get(slot.checked_sub(self.base)?).map(|(s, _)| s)
+    }
+
     pub(super) fn window_mut(&mut self) -> Option<&mut Window> {
         self.window.as_mut()
     }
@@ -147,6 +160,20 @@ impl Round {
                 w.at.offset = span.start;
                 w.at.line = span.line;
             }
+            w.records.push_back((span, fields));
+            self.keys.push_back(key);
+            self.slots.push_back(state);
+            self.version += 1;
+            self.leave_done();
+        }
+    }
+
+    /// A failed input to do again, read back from its place in the file:
+    /// before any input of the file from the cursor on.
+    pub(super) fn push_retry(&mut self, key: Key, span: Span, fields: InputFields, state: Slot) {
+        if let Some(w) = &mut self.window {
+            debug_assert_eq!(w.retries, self.slots.len(), "retries come first");
+            w.retries += 1;
             w.records.push_back((span, fields));
             self.keys.push_back(key);
             self.slots.push_back(state);
@@ -181,9 +208,14 @@ impl Round {
         let Some(w) = &mut self.window else { return };
         while self.slots.front().is_some_and(Slot::is_over) {
             let skipped = self.slots.pop_front() == Some(Slot::Skipped);
-            self.keys.pop_front();
+            let key = self.keys.pop_front().unwrap_or_default();
             self.base += 1;
             let (span, _) = w.records.pop_front().expect("a record per slot");
+            if w.retries > 0 {
+                w.retries -= 1;
+                w.retried.push(key);
+                continue;
+            }
             let next = span.next();
             (w.at.offset, w.at.line) = (next.offset, next.line);
             if skipped {
@@ -204,7 +236,7 @@ impl Round {
                 }
             }
         }
-        if let Some((span, _)) = w.records.front() {
+        if let Some((span, _)) = w.records.front().filter(|_| w.retries == 0) {
             (w.at.offset, w.at.line) = (span.start, span.line);
         }
     }

@@ -171,7 +171,7 @@ impl JobRun<'_> {
 
     /// Charge, call (retrying transient failures, each attempt charged) and
     /// write one page; what it says of the next. `None` when the run
-    /// stopped cleanly instead. `keep` keeps the page's values for a
+    /// stopped cleanly instead, or the input failed (recorded, over). `keep` keeps the page's values for a
     /// fan-out after this step.
     pub(super) async fn fetch_page(
         &self,
@@ -190,6 +190,7 @@ impl JobRun<'_> {
                     // (answered: the key and the request are good, whether
                     // or not the page can be written)
                     self.first_refused.set(0);
+                    self.input_answered();
                     if step.for_each.is_some() {
                         self.batch_answered(at, true);
                     }
@@ -197,7 +198,9 @@ impl JobRun<'_> {
                 }
                 Fetched::Stopped => return Ok(None),
                 Fetched::Refused(why, for_itself) => {
-                    return self.refused(step, at, token, page, &why, for_itself).await;
+                    return self
+                        .refused(step, at, token, page, &why, for_itself.as_ref())
+                        .await;
                 }
             };
         let name = PageName {
@@ -216,7 +219,7 @@ impl JobRun<'_> {
             Written::Refused(why) => {
                 let shown = crate::runner::report::cut(&redact(url.as_str(), &[fill.secret]), 200);
                 let why = format!("{shown}: {why}");
-                return self.refused(step, at, token, page, &why, false).await;
+                return self.refused(step, at, token, page, &why, None).await;
             }
         };
         // The values for a fan-out after this step, from a page written
@@ -235,8 +238,9 @@ impl JobRun<'_> {
     }
 
     /// A page (or batch) refused, by the upstream (`for_itself`: a 400,
-    /// 404, 410 or 422) or as it came (it can never be a page, or be
-    /// written): what the walk does next.
+    /// 404, 410 or 422, its status and excerpt) or as it came (it can
+    /// never be a page, or be written): what the walk does next (`None`:
+    /// the input failed, recorded and over, or the run stopped).
     async fn refused(
         &self,
         step: &Step,
@@ -244,7 +248,7 @@ impl JobRun<'_> {
         token: Option<&str>,
         page: u32,
         why: &str,
-        for_itself: bool,
+        for_itself: Option<&(u16, String)>,
     ) -> Result<Option<Next>> {
         // A batch the upstream rejects is skipped, named: the fan-out
         // goes on with the next (it takes this one as done), unless
@@ -267,8 +271,16 @@ impl JobRun<'_> {
             );
             return Ok(Some(Next::End(None)));
         }
-        // A page: its region ends here (the walk saves it as served).
-        if for_itself && token.is_none() {
+        // A page: its region ends here (the walk saves it as served). An
+        // input's first page refused for itself: the input failed (one id
+        // the upstream lacks, among many it has).
+        if let Some((status, excerpt)) = for_itself
+            && token.is_none()
+        {
+            if self.feed.borrow().is_some() {
+                self.input_failed(at, why, *status, excerpt).await?;
+                return Ok(None);
+            }
             self.first_page_refused(at, why).await?;
         }
         Ok(Some(Next::Refused(why.to_string())))

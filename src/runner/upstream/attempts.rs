@@ -41,8 +41,12 @@ pub enum Next {
     },
     /// This request ends, and with it only its region (or batch): why,
     /// naming the request (redacted). `for_itself`: the upstream refused
-    /// it for itself (see [`refused_for_itself`]).
-    Refused { why: String, for_itself: bool },
+    /// it for itself (see [`refused_for_itself`]), with this status and
+    /// excerpt of its answer (redacted).
+    Refused {
+        why: String,
+        for_itself: Option<(u16, String)>,
+    },
     /// The job stops: the problem, said of the page's own URL.
     Fail(String),
 }
@@ -165,7 +169,7 @@ impl<'a> Attempts<'a> {
             }
             Answer::Unusable(why) => Next::Refused {
                 why: format!("{}: {why}", cut(&shown)),
-                for_itself: false,
+                for_itself: None,
             },
             Answer::Refused { status, excerpt } if self.given && refused_for_itself(status) => {
                 Next::Refused {
@@ -173,7 +177,7 @@ impl<'a> Attempts<'a> {
                         "{}: the upstream refused the request with HTTP {status}: {excerpt}; not retried",
                         cut(&shown)
                     ),
-                    for_itself: true,
+                    for_itself: Some((status, excerpt)),
                 }
             }
             Answer::Refused { status, excerpt } => Next::Fail(format!(
@@ -424,7 +428,7 @@ jobs:
         };
         match attempts(&config, &fill, &own, true).next(refused()) {
             Next::Refused { why, for_itself } => {
-                assert!(for_itself);
+                assert_eq!(for_itself, Some((404, "not found".into())));
                 assert_eq!(
                     why,
                     "https://api.example.com/v3/videos?part=id&key=***: the upstream refused the request with HTTP 404: not found; not retried"
@@ -452,7 +456,7 @@ jobs:
         ));
         match attempts(&config, &fill, &own, true).next(Answer::Unusable("no body".into())) {
             Next::Refused { why, for_itself } => {
-                assert!(!for_itself);
+                assert_eq!(for_itself, None);
                 assert!(why.ends_with("key=***: no body"), "{why}");
             }
             other => panic!("{other:?}"),

@@ -1,0 +1,244 @@
+//! Failed inputs: an input whose first page the upstream refuses for
+//! itself (400, 404, 410, 422: an id it does not have) is recorded in the
+//! store's map `{job}:inputs:failed` (key -> line, offset, status and an
+//! excerpt of the answer) and is over: the run goes on and exits 1 at its
+//! end; a rerun does not do it again. `quota reset JOB --failed --yes`
+//! moves them to `{job}:inputs:retry`, which the next run reads back from
+//! their places in the file before going on at its cursor.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use tracing::{error, warn};
+
+use super::round::Slot;
+use super::{JobRun, Position, describe_position};
+use crate::config::Job;
+use crate::inputs::{Item, Position as FilePosition, Reader};
+use crate::ledger::Ledger;
+use crate::logging::printable;
+use crate::runner::Key;
+use crate::runner::report::cut;
+use crate::{Error, Result};
+
+/// Inputs of a run recorded as failed, none answered, before the job
+/// stops: every input refused is more likely a bad key or URL than ids
+/// the upstream lacks (a backfill has many of those, spread out).
+pub(super) const INPUTS_REFUSED: u32 = 10;
+
+/// How much of a refusal's answer a failed input keeps.
+const EXCERPT: usize = 200;
+
+/// The store's name of the map of `job`'s failed inputs.
+pub(crate) fn failed_map(job: &Job) -> String {
+    format!("{}:inputs:failed", job.name)
+}
+
+/// The store's name of the map of `job`'s failed inputs to do again.
+pub(crate) fn retry_map(job: &Job) -> String {
+    format!("{}:inputs:retry", job.name)
+}
+
+/// A failed input as the store keeps it.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Failed {
+    pub line: u64,
+    pub offset: u64,
+    pub status: u16,
+    pub excerpt: String,
+}
+
+impl JobRun<'_> {
+    /// The input at `at` refused for itself (`status`, `excerpt`, `why`):
+    /// recorded as failed and over; the job stops if it is the
+    /// [`INPUTS_REFUSED`]th of this run and none was answered.
+    pub(super) async fn input_failed(
+        &self,
+        at: &Position<'_>,
+        why: &str,
+        status: u16,
+        excerpt: &str,
+    ) -> Result<()> {
+        let job = self.job;
+        let span = self.round.borrow().span(at.slot).copied();
+        let (line, offset) = span.map_or((0, 0), |s| (s.line, s.start));
+        let failed = Failed {
+            line,
+            offset,
+            status,
+            excerpt: cut(excerpt, EXCERPT),
+        };
+        let text = serde_json::to_string(&failed).expect("a failed input serializes");
+        let kept = match self.meter.store() {
+            Some(store) => match store.map_put(&failed_map(job), at.key, &text).await {
+                Ok(()) => String::new(),
+                Err(e) => format!(" (cannot record it in the store: {e})"),
+            },
+            None => " (not recorded: the run has no store)".into(),
+        };
+        error!(
+            job = job.name,
+            "{why}; input {} (line {}) failed{kept}, the others go on",
+            printable(at.key),
+            line
+        );
+        self.report.borrow_mut().failed_inputs += 1;
+        self.save(at.slot, Slot::Done).await;
+        let (n, answered) = {
+            let mut feed = self.feed.borrow_mut();
+            let feed = feed.as_mut().expect("a job of inputs has its feed");
+            feed.failed += 1;
+            (feed.failed, feed.answered)
+        };
+        if answered || n < INPUTS_REFUSED {
+            return Ok(());
+        }
+        Err(Error::Upstream {
+            job: job.name.clone(),
+            url: describe_position(at.key, at.step, 0),
+            problem: format!(
+                "{why}; the first {n} inputs of this run were refused and none answered, so the job stops \
+                 (check the file and the key); they are recorded as failed: `quota reset {} --failed --yes` \
+                 has the next run do them again",
+                job.name
+            ),
+        })
+    }
+
+    /// The failed inputs, and those to do again, forgotten.
+    pub(super) async fn forget_failed(&self) {
+        let Some(store) = self.meter.store() else {
+            return;
+        };
+        for map in [failed_map(self.job), retry_map(self.job)] {
+            if let Err(e) = store.map_forget(&map).await {
+                warn!(
+                    job = self.job.name,
+                    "cannot forget the failed inputs of the last walk of the file: {e}"
+                );
+            }
+        }
+    }
+
+    /// A page answered: the key and the URL are good.
+    pub(super) fn input_answered(&self) {
+        if let Some(feed) = self.feed.borrow_mut().as_mut() {
+            feed.answered = true;
+        }
+    }
+
+    /// The failed inputs `quota reset JOB --failed` asked to do again, in
+    /// file order (those already done again have an empty value).
+    pub(super) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
+        let Some(store) = self.meter.store() else {
+            return VecDeque::new();
+        };
+        let kept = match store.map_read(&retry_map(self.job)).await {
+            Ok(kept) => kept,
+            Err(e) => {
+                warn!(
+                    job = self.job.name,
+                    "cannot read the failed inputs to do again ({e}): a later run does them"
+                );
+                return VecDeque::new();
+            }
+        };
+        let mut retry: Vec<(Key, FilePosition)> = kept
+            .into_iter()
+            .filter_map(|(key, v)| {
+                let f: Failed = serde_json::from_str(&v).ok()?;
+                let at = FilePosition {
+                    offset: f.offset,
+                    line: f.line,
+                };
+                Some((key, at))
+            })
+            .collect();
+        retry.sort_by_key(|(_, at)| at.offset);
+        retry.into()
+    }
+
+    /// Read up to `room` failed inputs to do again into the window, each
+    /// from its place in the file; whether any were left to read.
+    pub(super) fn read_retries(&self, room: usize) -> bool {
+        let Some(inputs) = self.job.inputs.as_ref() else {
+            return false;
+        };
+        let mut feed = self.feed.borrow_mut();
+        let Some(feed) = feed.as_mut() else {
+            return false;
+        };
+        if feed.retry.is_empty() {
+            return false;
+        }
+        feed.retrying = true;
+        let mut round = self.round.borrow_mut();
+        for _ in 0..room {
+            let Some((key, at)) = feed.retry.pop_front() else {
+                break;
+            };
+            let read = Reader::open(inputs, at)
+                .map(|r| r.refusing(&self.cred.secret))
+                .ok()
+                .and_then(|mut r| r.next())
+                .and_then(|item| item.ok());
+            match read {
+                Some(Item::Record(r)) if r.key == key && r.span.line == at.line => {
+                    let state = feed.state_of(&r.key);
+                    let mut report = self.report.borrow_mut();
+                    report.regions_total += 1;
+                    if state == Slot::Done {
+                        report.regions_done += 1;
+                    }
+                    round.push_retry(r.key, r.span, r.fields, state);
+                }
+                _ => {
+                    warn!(
+                        job = self.job.name,
+                        "{} line {}: the failed input {} is no longer there (the file changed): not done again",
+                        inputs.file.display(),
+                        at.line,
+                        printable(&key)
+                    );
+                    if let Some(w) = round.window_mut() {
+                        w.retried.push(key);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The failed inputs done again since the last call are no longer to
+    /// be done again; when every one is over, the map of them is forgotten.
+    pub(super) async fn keep_retried(&self, all_over: bool) {
+        let (retried, retrying) = {
+            let mut round = self.round.borrow_mut();
+            let retried = round
+                .window_mut()
+                .map(|w| std::mem::take(&mut w.retried))
+                .unwrap_or_default();
+            let feed = self.feed.borrow();
+            let retrying = feed.as_ref().is_some_and(|f| f.retrying);
+            (retried, retrying)
+        };
+        let Some(store) = self.meter.store().filter(|_| retrying) else {
+            return;
+        };
+        let map = retry_map(self.job);
+        for key in &retried {
+            if let Err(e) = store.map_put(&map, key, "").await {
+                warn!(
+                    job = self.job.name,
+                    "cannot note a failed input done again (the next run may do it again): {e}"
+                );
+            }
+        }
+        if all_over && let Err(e) = store.map_forget(&map).await {
+            warn!(
+                job = self.job.name,
+                "cannot forget the failed inputs done again (the next run skips them): {e}"
+            );
+        }
+    }
+}
