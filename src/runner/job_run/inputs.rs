@@ -29,7 +29,7 @@ pub(super) struct Feed {
     /// Where the cursor's key resumes (the first input read, when its key
     /// is the cursor's), and the keys ahead of it (`None`: done).
     first: Option<(Key, Start)>,
-    ahead: HashMap<Key, Option<Start>>,
+    ahead: Ahead,
     /// The file has no record after the last one read.
     ended: bool,
     /// Where the next read starts.
@@ -108,6 +108,32 @@ pub(crate) fn done_map(job: &Job) -> String {
     format!("{}:inputs:done", job.name)
 }
 
+/// The keys ahead of the cursor's, and where each resumes (`None`: done).
+type Ahead = HashMap<Key, Option<Start>>;
+
+/// Where the cursor's key resumes, and the keys ahead of it (`None`:
+/// done); a step gone from the file restarts its input.
+fn resume_points(
+    cursor: &Cursor,
+    steps: usize,
+) -> (Option<(Key, Start)>, Ahead) {
+    let place = |p: &crate::runner::cursor::Place| Start {
+        index: 0,
+        place: if p.step < steps {
+            p.clone()
+        } else {
+            Default::default()
+        },
+    };
+    let first = (!cursor.key.is_empty()).then(|| (cursor.key.clone(), place(&cursor.place)));
+    let ahead = cursor
+        .ahead
+        .iter()
+        .map(|a| (a.key.clone(), (!a.done).then(|| place(&a.place))))
+        .collect();
+    (first, ahead)
+}
+
 /// How many inputs the window holds at most: a slow input at its front
 /// lets the others go on this far, and no further (the cursor carries the
 /// window: it stays small).
@@ -148,34 +174,18 @@ impl JobRun<'_> {
             // this one's.
             self.forget_failed().await;
         }
-        let reader = Reader::open(
-            inputs,
-            Position {
-                offset: at.offset,
-                line: at.line,
-            },
-        )
-        .map_err(|source| Error::Io {
-            what: "read the inputs of",
-            path: inputs.file.clone(),
-            source,
-        })?
-        .refusing(&self.cred.secret);
-        let steps = job.steps.len();
-        let place = |p: &crate::runner::cursor::Place| Start {
-            index: 0,
-            place: if p.step < steps {
-                p.clone()
-            } else {
-                Default::default()
-            },
+        let at_place = Position {
+            offset: at.offset,
+            line: at.line,
         };
-        let first = (!cursor.key.is_empty()).then(|| (cursor.key.clone(), place(&cursor.place)));
-        let ahead = cursor
-            .ahead
-            .iter()
-            .map(|a| (a.key.clone(), (!a.done).then(|| place(&a.place))))
-            .collect();
+        let reader = Reader::open(inputs, at_place)
+            .map_err(|source| Error::Io {
+                what: "read the inputs of",
+                path: inputs.file.clone(),
+                source,
+            })?
+            .refusing(&self.cred.secret);
+        let (first, ahead) = resume_points(cursor, job.steps.len());
         info!(
             job = job.name,
             "run {run} starts at {} line {} ({} input(s) done{})",
@@ -193,10 +203,7 @@ impl JobRun<'_> {
             first,
             ahead,
             ended: false,
-            next: Position {
-                offset: at.offset,
-                line: at.line,
-            },
+            next: at_place,
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
             on_disk: if job.once {

@@ -234,23 +234,29 @@ impl<'a> JobRun<'a> {
         Ok(())
     }
 
+    /// The job's cursor as the store keeps it (none: from the start; the
+    /// store unreachable: as the job's policy says).
+    async fn load_cursor(&mut self) -> Result<Cursor> {
+        let Some(store) = self.meter.store() else {
+            return Ok(Cursor::default());
+        };
+        match store.load_cursor(&self.job.name).await {
+            Ok(text) => Ok(text
+                .as_deref()
+                .and_then(|t| read_cursor(t, &self.cred.secret))
+                .unwrap_or_default()),
+            Err(StoreError::Unavailable(e)) => {
+                self.store_unreachable_at_start(&e)?;
+                Ok(Cursor::default())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Serve every key once, from the cursor on, wrapping around.
     pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
-        let mut cursor = match self.meter.store() {
-            Some(store) => match store.load_cursor(&job.name).await {
-                Ok(text) => text
-                    .as_deref()
-                    .and_then(|t| read_cursor(t, &self.cred.secret))
-                    .unwrap_or_default(),
-                Err(StoreError::Unavailable(e)) => {
-                    self.store_unreachable_at_start(&e)?;
-                    Cursor::default()
-                }
-                Err(e) => return Err(e.into()),
-            },
-            None => Cursor::default(),
-        };
+        let mut cursor = self.load_cursor().await?;
         self.load_lists(&mut cursor).await?;
         // Leftovers are removed only while this run holds the job's lock:
         // an unmetered run (no lock) could be racing a run that has it.
