@@ -150,3 +150,31 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     );
     assert_eq!(up.seen().len(), 4, "a dry run sends nothing");
 }
+
+#[test]
+fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
+    let up = Standin::start(&[]);
+    // Under cron or systemd (stderr a pipe here): no bar.
+    let r = deployment(&up, 3).quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains(" inputs, "), "{r:?}");
+    // On a terminal (`script` gives the run a pseudo-terminal): the bar,
+    // its count of the file's inputs and its rate.
+    let d = deployment(&up, 3);
+    let cmd = format!(
+        "{} -c {} run",
+        crate::common::deployment::quota_bin().display(),
+        d.config().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("HOME", d.path())
+        .output()
+        .expect("script(1), from util-linux, gives the run a terminal");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(up.seen().len(), 6, "{text}");
+    assert!(text.contains("list: "), "{text:?}");
+    assert!(text.contains("/3 inputs, "), "{text:?}");
+    assert!(text.contains("/s, the rest in ~"), "{text:?}");
+}
