@@ -60,6 +60,10 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     let d = deployment(&up, 10);
 
     // Before any run (no store yet): all 10 left, 4 fit now.
+    let status = d.status_json();
+    let inputs = &status["credentials"][0]["jobs"][0]["inputs"];
+    assert_eq!((&inputs["done"], &inputs["left"]), (&json!(0), &json!(10)));
+    assert_eq!(inputs["done_in_seconds"], pace_seconds(10, 4), "{status}");
     let job = dry_run(&d);
     assert_eq!(job["inputs"]["done"], 0, "{job}");
     assert_eq!(job["inputs"]["left"], 10, "{job}");

@@ -36,3 +36,72 @@ pub fn next_run(job: &Job, left: u64, remaining: &mut Remaining, observe: bool) 
         left_after: left - inputs,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{Config, Secrets};
+
+    /// One call an input, spending 1 unit and 1 search.
+    const CONFIG: &str = r#"
+credentials:
+  main:
+    secret: { env: QUOTA_TEST_NEVER_SET }
+    pools:
+      units: [{ limit: 1000, per: 1d }, { limit: 100, per: 1h }]
+      search: [{ limit: 1000, per: 1h }]
+endpoints:
+  details.list: { cost: { units: 1, search: 1 } }
+jobs:
+  one:
+    credential: main
+    steps:
+      - endpoint: details.list
+        request: { url: "http://127.0.0.1:9/details" }
+    output: out/one
+"#;
+
+    fn remaining(of: &[((&str, usize), u64)]) -> Remaining {
+        of.iter()
+            .map(|((p, i), r)| ((p.to_string(), *i), *r))
+            .collect()
+    }
+
+    #[test]
+    fn the_next_run_does_what_the_tightest_window_of_any_pool_holds() {
+        let c = Config::parse(Path::new("quota.yaml"), CONFIG, Secrets::Skip).expect("valid");
+        let mut left = remaining(&[(("units", 0), 10), (("units", 1), 3), (("search", 0), 5)]);
+        let next = next_run(&c.jobs[0], 7, &mut left, false);
+        let want = NextRun::Inputs {
+            inputs: 3,
+            calls: 3,
+            left_after: 4,
+        };
+        assert_eq!(next, want);
+        // spent: the credential's later jobs see what is left
+        let after = remaining(&[(("units", 0), 7), (("units", 1), 0), (("search", 0), 2)]);
+        assert_eq!(left, after);
+        // fewer left than fit: all of them
+        let mut plenty = remaining(&[(("units", 0), 10), (("units", 1), 10), (("search", 0), 10)]);
+        assert_eq!(
+            next_run(&c.jobs[0], 2, &mut plenty, false),
+            NextRun::Inputs {
+                inputs: 2,
+                calls: 2,
+                left_after: 0
+            }
+        );
+        // observe mode: the ledger stops nothing
+        let mut none = remaining(&[(("units", 0), 0), (("units", 1), 0), (("search", 0), 0)]);
+        assert_eq!(
+            next_run(&c.jobs[0], 7, &mut none, true),
+            NextRun::Inputs {
+                inputs: 7,
+                calls: 7,
+                left_after: 0
+            }
+        );
+    }
+}

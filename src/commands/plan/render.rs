@@ -78,7 +78,7 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
         units.join(", ")
     );
     if let Some(i) = &j.inputs {
-        out.push_str(&inputs(i, now));
+        out.push_str(&inputs(i));
     }
     out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
     match &j.schedule {
@@ -91,20 +91,20 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
 }
 
 /// A job of inputs' progress: counts, and when the rest will be done.
-fn inputs(i: &InputsProgress, now: Micros) -> String {
-    let when = match (i.left, i.done_by_micros) {
-        (0, _) => "nothing left to do".to_string(),
-        (_, None) => "never: one input costs more than a window's budget".to_string(),
-        (_, Some(t)) => format!(
+fn inputs(i: &InputsProgress) -> String {
+    let when = match (i.left, i.done_by_micros, i.done_in_seconds) {
+        (0, _, _) => "nothing left to do".to_string(),
+        (_, Some(t), Some(secs)) => format!(
             "the rest done by {} (in {}) at the pace the budgets allow{}",
             local_datetime(t),
-            fmt_duration(Duration::from_micros((t - now).max(0) as u64)),
+            fmt_duration(Duration::from_secs(secs)),
             if i.cost_estimated {
                 ", settled costs counted at their estimate"
             } else {
                 ""
             }
         ),
+        _ => "never: one input costs more than a window's budget".to_string(),
     };
     format!(
         "    inputs: {} done, {} skipped, {} failed, {} left; {when}\n",

@@ -251,8 +251,7 @@ fn inputs_lines(out: &mut String, p: &InputsProgress, now: Micros) {
         (0, _) => "nothing left to do".to_string(),
         (_, None) => "never: one input costs more than a window's budget".to_string(),
         (_, Some(t)) => format!(
-            "the rest done by {} ({}) at the pace the budgets allow{}",
-            local_datetime(t),
+            "the rest done {} at the pace the budgets allow{}",
             when(t, now),
             if p.cost_estimated {
                 ", settled costs counted at their estimate"
