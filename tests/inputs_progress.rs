@@ -81,6 +81,12 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     // A run does 4 (the budget), then stops.
     let r = d.quota(&["run"]);
     assert_eq!(up.seen().len(), 4, "{r:?}");
+    // Its summary counts inputs, and says where in the file it resumes.
+    assert!(
+        r.stderr
+            .contains("; inputs done 4 (0 skipped); 4 pages written; next run starts at K4 (line 5) step 0 page 0"),
+        "{r:?}"
+    );
 
     let status = d.status_json();
     let inputs = &status["credentials"][0]["jobs"][0]["inputs"];
