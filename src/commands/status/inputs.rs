@@ -170,3 +170,69 @@ pub fn progress(
         done_by_micros: by,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Secrets};
+    use crate::ledger::{CredentialLog, summarize};
+
+    /// A once-job of 12 inputs, each a settled cost of 2,000 tokens at its
+    /// estimate, in a calendar day (UTC) of 10,000.
+    const CONFIG: &str = r#"
+credentials:
+  llm:
+    secret: { env: QUOTA_TEST_NEVER_SET }
+    pools:
+      tokens: [{ limit: 10000, per: 1d, aligned: UTC }]
+endpoints:
+  chat: { cost: { tokens: { estimate: 2000, actual: /usage/total_tokens } } }
+jobs:
+  summaries:
+    credential: llm
+    inputs: { file: ids.txt }
+    once: true
+    steps:
+      - endpoint: chat
+        request: { url: "http://127.0.0.1:9/chat/{key}" }
+    output: out/s
+"#;
+
+    #[test]
+    fn a_calendar_window_and_a_settled_cost_give_the_time_to_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..12).map(|i| format!("K{i}")).collect();
+        std::fs::write(dir.path().join("ids.txt"), keys.join("\n") + "\n").unwrap();
+        let file = dir.path().join("quota.yaml");
+        let config = Config::parse(&file, CONFIG, Secrets::Skip).expect("valid");
+        let cred = &config.credentials[0];
+        // 18:00 UTC: the day starts afresh in 6 hours.
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-25T18:00:00Z")
+            .unwrap()
+            .timestamp_micros();
+        let log = CredentialLog {
+            at,
+            serial: 0,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            retain: 0,
+            tags: Vec::new(),
+            pools: vec![Vec::new()],
+            lost: vec![0],
+            others: vec![Default::default()],
+            observed: vec![(0, 0)],
+            reserved: vec![Vec::new()],
+        };
+        let usage = summarize(&cred.name, &cred.pools, &log);
+        let p = progress(&config.jobs[0], None, Default::default(), &usage)
+            .unwrap()
+            .expect("a job of inputs");
+        assert_eq!((p.done, p.left), (0, 12));
+        assert!(p.cost_estimated);
+        assert_eq!(p.units_per_input, [("tokens".to_string(), 2000)].into());
+        // 5 inputs fit today, 5 tomorrow (which starts in 6 hours), the
+        // last 2 the day after, from its start.
+        assert_eq!(p.done_in_seconds, Some(30 * 3600));
+        assert_eq!(p.done_by.as_deref(), Some("2026-11-27T00:00:00Z"));
+    }
+}
