@@ -1,8 +1,7 @@
 //! Jobs with `inputs` (issue 25): `check` accepts one and says where its
 //! inputs come from; every mistake in `inputs`, `once` and the placeholders
 //! that read an input is a 78 naming the file and the field, nothing sent;
-//! and until the planner plans inputs, `run --dry-run` refuses such a job
-//! with 78.
+//! and `run --dry-run` plans such a job by the inputs left in its file.
 
 use crate::common::deployment::Deployment;
 use crate::common::standin::Standin;
@@ -97,19 +96,32 @@ fn check_accepts_a_job_with_inputs_and_shows_its_source() {
 }
 
 #[test]
-fn dry_run_refuses_a_job_with_inputs_until_it_plans_them() {
+fn dry_run_plans_each_job_of_inputs_by_the_inputs_left_in_its_file() {
     let up = Standin::start(&[]);
     let (d, _) = deployment(&up);
-    for args in [&["run", "--dry-run"][..], &["run", "--dry-run", "rows"]] {
-        let r = d.quota(args);
-        assert_eq!(r.code, 78, "{args:?}: {r:?}");
-        assert!(
-            r.stderr.contains("does not plan a job of inputs yet"),
-            "{args:?}: {r:?}"
+    let r = d.quota(&["run", "--dry-run", "--json"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let jobs = plan["credentials"][0]["jobs"].as_array().unwrap();
+    for (job, left) in [("summaries", 1), ("rows", 1), ("ids", 2)] {
+        let j = jobs.iter().find(|j| j["job"] == job).unwrap();
+        assert_eq!(j["inputs"]["left"], left, "{job}: {j}");
+        assert_eq!(
+            j["next_run"],
+            serde_json::json!({"outcome": "inputs", "inputs": left, "calls": left, "left_after": 0}),
+            "{job}: {j}"
         );
     }
+    let r = d.quota(&["run", "--dry-run", "ids"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("inputs: 0 done, 0 skipped, 0 failed, 2 left"),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains("does the 2 inputs left"), "{r:?}");
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
-    // A job without inputs in the same file is planned.
+    // A job without inputs in the same file is planned as before.
     let r = d.quota(&["run", "--dry-run", "trending"]);
     assert_eq!(r.code, 0, "{r:?}");
 }

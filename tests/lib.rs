@@ -9,6 +9,7 @@ mod cli_charge;
 mod config_bounds;
 mod drills;
 mod inputs_config;
+mod inputs_progress;
 mod ledger_concurrency;
 mod ledger_conformance;
 mod ledger_embedded_scale;

@@ -8,12 +8,14 @@
 //! [`openmetrics`] (rendering them).
 
 mod gather;
+pub(crate) mod inputs;
 mod json;
 mod openmetrics;
 mod text;
 
 pub use self::gather::read;
 use self::gather::{nothing_charged, select};
+pub use self::inputs::{Failure, InputsProgress};
 pub use self::json::{
     CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, StatusJson, WindowJson, to_json,
 };
@@ -38,6 +40,8 @@ pub struct CredentialReport {
     pub lost_advice: &'static str,
     /// (job, its saved cursor, if any)
     pub jobs: Vec<(String, Option<Cursor>)>,
+    /// Each job of inputs' progress, by job.
+    pub inputs: std::collections::BTreeMap<String, inputs::InputsProgress>,
 }
 
 pub async fn execute(

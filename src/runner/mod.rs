@@ -34,6 +34,7 @@ mod meter;
 pub mod output;
 mod page_scan;
 mod paginate;
+mod progress;
 mod query;
 mod quota_headers;
 mod report;

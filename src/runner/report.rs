@@ -217,13 +217,7 @@ impl JobReport {
             0 => unmetered,
             n => format!("{unmetered} ({n} OBSERVED: the ledger would have stopped them)"),
         };
-        let resume = match &self.resume {
-            Some(c) if c.key.is_empty() => {
-                format!("step {} page {}", c.place.step, c.place.page)
-            }
-            Some(c) => format!("{} step {} page {}", c.key, c.place.step, c.place.page),
-            None => "the first region".into(),
-        };
+        let resume = self.resume_at();
         let failed = match self.failed_regions.len() {
             0 => String::new(),
             n => {
@@ -244,7 +238,7 @@ impl JobReport {
             n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
         };
         format!(
-            "job {}: {why}; {} calls{unmetered}, spent {}; regions done {}/{}{failed}; {} pages written; next run starts at {resume}",
+            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written; next run starts at {resume}",
             self.job,
             self.calls,
             if units.is_empty() {
@@ -252,10 +246,33 @@ impl JobReport {
             } else {
                 units.join(", ")
             },
-            self.regions_done,
-            self.regions_total,
+            self.done(),
             self.pages,
         )
+    }
+
+    /// How far the job is: regions this run, or a job of inputs' inputs
+    /// as its cursor counts them (ever, for a once-job; in this walk of
+    /// its file, for one that is not).
+    fn done(&self) -> String {
+        match self.resume.as_ref().and_then(|c| c.input.as_ref()) {
+            Some(at) => format!("inputs done {} ({} skipped)", at.done, at.skipped),
+            None => format!("regions done {}/{}", self.regions_done, self.regions_total),
+        }
+    }
+
+    /// Where the next run starts (a job of inputs: with its line).
+    fn resume_at(&self) -> String {
+        let Some(c) = &self.resume else {
+            return "the first region".into();
+        };
+        let (step, page) = (c.place.step, c.place.page);
+        match (&c.input, c.key.is_empty()) {
+            (Some(at), true) => format!("line {} of its inputs", at.line.max(1)),
+            (Some(at), false) => format!("{} (line {}) step {step} page {page}", c.key, at.line),
+            (None, true) => format!("step {step} page {page}"),
+            (None, false) => format!("{} step {step} page {page}", c.key),
+        }
     }
 }
 

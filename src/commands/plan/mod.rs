@@ -16,6 +16,7 @@
 pub(crate) mod cost;
 #[cfg(test)]
 mod fixtures;
+mod inputs;
 mod model;
 mod pacing;
 mod render;
@@ -30,6 +31,8 @@ pub use self::model::{
 };
 pub use self::render::render;
 use self::schedule::Scheduled;
+use super::status::Failure;
+use super::status::inputs as status_inputs;
 use super::table::{Paint, emit};
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
@@ -46,8 +49,6 @@ pub async fn execute(
     args: &RunArgs,
 ) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
-    // (a plan of one call set per run would be wrong for a file of inputs)
-    not_planned_yet(config, &jobs)?;
     let at = At::StoreClock;
     // The plan names the file an embedded store is in, and reads it only if
     // it exists: a dry run creates nothing.
@@ -100,12 +101,14 @@ pub async fn build(
         }
         let mut log = None;
         let mut cursors = BTreeMap::new();
+        let mut failed = BTreeMap::new();
         if let (Some(store), None) = (store, &store_error) {
             match read(store, cred, &cred_jobs, at).await {
-                Ok((l, c)) => {
+                Ok((l, c, f)) => {
                     now = l.at;
                     log = Some(l);
                     cursors = c;
+                    failed = f;
                 }
                 Err(StoreError::Unavailable(e)) => store_error = Some(e),
                 Err(e) => return Err(e.into()),
@@ -124,7 +127,12 @@ pub async fn build(
             observed: vec![(0, 0); cred.pools.len()],
             reserved: vec![Vec::new(); cred.pools.len()],
         });
-        credentials.push(plan_credential(cred, &cred_jobs, &log, &cursors));
+        let got = Read {
+            log: &log,
+            cursors: &cursors,
+            failed,
+        };
+        credentials.push(plan_credential(cred, &cred_jobs, got)?);
     }
     let store_desc = super::context::store_name(location);
     Ok(Plan {
@@ -138,16 +146,33 @@ pub async fn build(
     })
 }
 
-/// The credential's log and its jobs' cursors, as they are now.
+/// What the store holds for a credential's jobs: their cursors, and the
+/// failures of each job of inputs.
+type Cursors = BTreeMap<String, Cursor>;
+type Failed = BTreeMap<String, (u64, Vec<Failure>)>;
+
+/// What the plan of one credential is made from.
+struct Read<'r> {
+    log: &'r CredentialLog,
+    cursors: &'r Cursors,
+    failed: Failed,
+}
+
+/// The credential's log, its jobs' cursors and failed inputs, as they are
+/// now.
 async fn read(
     store: &Store,
     cred: &Credential,
     jobs: &[&Job],
     at: At,
-) -> std::result::Result<(CredentialLog, BTreeMap<String, Cursor>), StoreError> {
+) -> std::result::Result<(CredentialLog, Cursors, Failed), StoreError> {
     let log = store.read(&cred.name, &cred.pools, at).await?;
     let mut cursors = BTreeMap::new();
+    let mut failed = BTreeMap::new();
     for j in jobs {
+        if j.inputs.is_some() {
+            failed.insert(j.name.clone(), status_inputs::failures(store, j).await?);
+        }
         if let Some(c) = store
             .load_cursor(&j.name)
             .await?
@@ -157,16 +182,16 @@ async fn read(
             cursors.insert(j.name.clone(), c);
         }
     }
-    Ok((log, cursors))
+    Ok((log, cursors, failed))
 }
 
 /// The plan of one credential's jobs, from its log and their cursors.
-fn plan_credential(
-    cred: &Credential,
-    jobs: &[&Job],
-    log: &CredentialLog,
-    cursors: &BTreeMap<String, Cursor>,
-) -> CredentialPlan {
+fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<CredentialPlan> {
+    let Read {
+        log,
+        cursors,
+        mut failed,
+    } = read;
     let usage = summarize(&cred.name, &cred.pools, log);
     let mut remaining = cost::Remaining::new();
     for p in &usage.pools {
@@ -178,11 +203,26 @@ fn plan_credential(
     let scheduled = schedule::scheduled(jobs);
     let mut job_plans = Vec::new();
     for job in jobs {
-        let next_run = match blocked {
-            Some(until) => NextRun::Blocked {
+        let cursor = cursors.get(&job.name);
+        let failures = failed.remove(&job.name).unwrap_or_default();
+        let progress =
+            status_inputs::progress(job, cursor, failures, &usage).map_err(|source| {
+                crate::Error::Io {
+                    what: "read the inputs of",
+                    path: job
+                        .inputs
+                        .as_ref()
+                        .map(|i| i.file.clone())
+                        .unwrap_or_default(),
+                    source,
+                }
+            })?;
+        let next_run = match (blocked, &progress) {
+            (Some(until), _) => NextRun::Blocked {
                 until: rfc3339(until),
             },
-            None => cost::next_run(job, cursors.get(&job.name), &mut remaining, cred.observe),
+            (None, Some(p)) => inputs::next_run(job, p.left, &mut remaining, cred.observe),
+            (None, None) => cost::next_run(job, cursor, &mut remaining, cred.observe),
         };
         job_plans.push(JobPlan {
             job: job.name.clone(),
@@ -192,6 +232,7 @@ fn plan_credential(
             schedule: job
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
+            inputs: progress,
         });
     }
     let pools = cred
@@ -203,12 +244,12 @@ fn plan_credential(
             pacing: pacing::propose(pool, cost::round(&pool.name, jobs)),
         })
         .collect();
-    CredentialPlan {
+    Ok(CredentialPlan {
         credential: cred.name.clone(),
         blocked_until: blocked.map(rfc3339),
         jobs: job_plans,
         pools,
-    }
+    })
 }
 
 /// How `job`, run every `every`, meets the credential's windows beside its
@@ -231,20 +272,5 @@ fn schedule_plan(
         windows: schedule::window_needs(&cred.pools, &units, every, scheduled),
         runs_out: simulate::runs_out(&cred.pools, &job.name, scheduled, log),
         fastest_every_seconds: schedule::fastest(&cred.pools, &job.name, &units, scheduled),
-    }
-}
-
-/// A job of inputs is run, but not yet planned: a plan of one set of
-/// calls per run would be wrong for a file of inputs, and its progress
-/// (done, left, when) is the plan it needs (issue 25, part 4).
-// TODO(issue 25): plan inputs: done, failed, left and the time to finish.
-fn not_planned_yet(config: &Config, jobs: &[&crate::config::Job]) -> Result<()> {
-    match jobs.iter().find(|j| j.inputs.is_some()) {
-        Some(job) => Err(crate::Error::Config {
-            file: config.file.clone(),
-            field: format!("jobs.{}.inputs", job.name),
-            message: "`run --dry-run` does not plan a job of inputs yet: `quota run` walks it, `quota check` shows what one input costs".into(),
-        }),
-        None => Ok(()),
     }
 }

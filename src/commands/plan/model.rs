@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::commands::status::InputsProgress;
+
 /// The whole plan: when it was made, against what, per credential.
 #[derive(Debug, Serialize)]
 pub struct Plan {
@@ -34,6 +36,10 @@ pub struct JobPlan {
     pub units_per_run: BTreeMap<String, u64>,
     pub next_run: NextRun,
     pub schedule: Option<SchedulePlan>,
+    /// A job of inputs: done, failed, left and when the rest will be done
+    /// (its `calls_per_run` and `units_per_run` are per input).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<InputsProgress>,
 }
 
 /// What the next run would do with what remains now.
@@ -50,6 +56,14 @@ pub enum NextRun {
         calls: u64,
         pool: String,
         per_seconds: u64,
+    },
+    /// A job of inputs: the next run does `inputs` of those left (as many
+    /// as fit what remains now), `calls` at most; `left_after` wait for
+    /// later runs.
+    Inputs {
+        inputs: u64,
+        calls: u64,
+        left_after: u64,
     },
     /// The credential is blocked: it would send nothing.
     Blocked { until: String },

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::model::{CredentialPlan, JobPlan, NextRun, Plan, PoolPlan, SchedulePlan};
+use crate::commands::status::InputsProgress;
 use crate::commands::table::Paint;
 use crate::ledger::Micros;
 use crate::timefmt::{fmt_duration, from_rfc3339, local_datetime, local_time};
@@ -70,11 +71,15 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
     let mut out = format!(
-        "  job {}: per run at most {}, spending {}\n",
+        "  job {}: per {} at most {}, spending {}\n",
         p.bold(&j.job),
+        if j.inputs.is_some() { "input" } else { "run" },
         count(j.calls_per_run, "call"),
         units.join(", ")
     );
+    if let Some(i) = &j.inputs {
+        out.push_str(&inputs(i));
+    }
     out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
     match &j.schedule {
         Some(s) => out.push_str(&schedule(s, p, now)),
@@ -83,6 +88,28 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
         }
     }
     out
+}
+
+/// A job of inputs' progress: counts, and when the rest will be done.
+fn inputs(i: &InputsProgress) -> String {
+    let when = match (i.left, i.done_by_micros, i.done_in_seconds) {
+        (0, _, _) => "nothing left to do".to_string(),
+        (_, Some(t), Some(secs)) => format!(
+            "the rest done by {} (in {}) at the pace the budgets allow{}",
+            local_datetime(t),
+            fmt_duration(Duration::from_secs(secs)),
+            if i.cost_estimated {
+                ", settled costs counted at their estimate"
+            } else {
+                ""
+            }
+        ),
+        _ => "never: one input costs more than a window's budget".to_string(),
+    };
+    format!(
+        "    inputs: {} done, {} skipped, {} failed, {} left; {when}\n",
+        i.done, i.skipped, i.failed, i.left
+    )
 }
 
 /// The verdict on the next run, coloured by how it ends.
@@ -104,6 +131,24 @@ fn next_run(next: &NextRun, p: Paint) -> String {
             region_before(region),
             count(*calls, "call"),
             secs(*per_seconds)
+        )),
+        NextRun::Inputs {
+            inputs,
+            calls,
+            left_after: 0,
+        } => p.green(&format!(
+            "does the {} left: fits what remains now ({} at most)",
+            count(*inputs, "input"),
+            count(*calls, "call")
+        )),
+        NextRun::Inputs {
+            inputs,
+            calls,
+            left_after,
+        } => p.yellow(&format!(
+            "does {} ({} at most), as many as fit what remains now; {left_after} left for later runs",
+            count(*inputs, "input"),
+            count(*calls, "call")
         )),
         NextRun::Blocked { until } => p.red(&format!(
             "sends nothing: blocked until {}",

@@ -2,11 +2,16 @@
 //! its jobs' cursors from the store, or empty ones for a store that does
 //! not exist yet; every format renders these same reports.
 
+use std::collections::BTreeMap;
+
+use tracing::warn;
+
 use super::CredentialReport;
+use super::inputs::{Failure, InputsProgress, progress};
 use crate::Result;
-use crate::config::{Config, Credential};
+use crate::config::{Config, Credential, Job};
 use crate::history::History;
-use crate::ledger::{At, CredentialLog, Ledger, Micros, Store, summarize};
+use crate::ledger::{At, CredentialLog, CredentialUsage, Ledger, Micros, Store, summarize};
 use crate::runner::cursor::Cursor;
 
 /// The reports of a store that does not exist yet: nothing charged,
@@ -32,19 +37,50 @@ pub(super) fn nothing_charged(
                 observed: vec![(0, 0); c.pools.len()],
                 reserved: vec![Vec::new(); c.pools.len()],
             };
+            let usage = summarize(&c.name, &c.pools, &empty);
+            let jobs: Vec<&Job> = config
+                .jobs
+                .iter()
+                .filter(|j| config.credential(j).name == c.name)
+                .collect();
+            let inputs = jobs
+                .iter()
+                .filter_map(|j| {
+                    let p = progress_or_warn(j, None, Default::default(), &usage)?;
+                    Some((j.name.clone(), p))
+                })
+                .collect();
             CredentialReport {
-                usage: summarize(&c.name, &c.pools, &empty),
+                usage,
                 lost: None,
                 lost_advice: "",
-                jobs: config
-                    .jobs
-                    .iter()
-                    .filter(|j| config.credential(j).name == c.name)
-                    .map(|j| (j.name.clone(), None))
-                    .collect(),
+                jobs: jobs.iter().map(|j| (j.name.clone(), None)).collect(),
+                inputs,
             }
         })
         .collect()
+}
+
+/// A job of inputs' progress; a file that cannot be read now is warned
+/// about (the report goes on: the run will say more).
+fn progress_or_warn(
+    job: &Job,
+    cursor: Option<&Cursor>,
+    failed: (u64, Vec<Failure>),
+    usage: &CredentialUsage,
+) -> Option<InputsProgress> {
+    match progress(job, cursor, failed, usage) {
+        Ok(p) => p,
+        Err(e) => {
+            let file = job.inputs.as_ref().map(|i| i.file.display().to_string());
+            warn!(
+                job = job.name,
+                "cannot read the inputs {} to count those left: {e}",
+                file.unwrap_or_default()
+            );
+            None
+        }
+    }
 }
 
 pub(super) fn select<'a>(config: &'a Config, name: Option<&str>) -> Result<Vec<&'a Credential>> {
@@ -69,19 +105,28 @@ pub async fn read(
         let keep = c.longest_window().as_micros() as Micros;
         let lost = history.check(store_id, &c.name, usage.charges_recorded, usage.at, keep);
         let mut jobs = Vec::new();
+        let mut inputs = BTreeMap::new();
         for job in config
             .jobs
             .iter()
             .filter(|j| config.credential(j).name == c.name)
         {
             let cursor = store.load_cursor(&job.name).await?;
-            jobs.push((job.name.clone(), cursor.as_deref().and_then(Cursor::decode)));
+            let cursor = cursor.as_deref().and_then(Cursor::decode);
+            if job.inputs.is_some() {
+                let failed = super::inputs::failures(store, job).await?;
+                if let Some(p) = progress_or_warn(job, cursor.as_ref(), failed, &usage) {
+                    inputs.insert(job.name.clone(), p);
+                }
+            }
+            jobs.push((job.name.clone(), cursor));
         }
         reports.push(CredentialReport {
             usage,
             lost,
             lost_advice: store.lost_log_advice(),
             jobs,
+            inputs,
         });
     }
     // Not saved: only a run, whose charges tell the store what this host

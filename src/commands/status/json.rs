@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{CredentialReport, StoreHeader};
+use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::history::LostLog;
 use crate::ledger::{CredentialUsage, USAGE_BUCKETS, WindowUsage};
 use crate::runner::cursor::Cursor;
@@ -98,6 +98,10 @@ pub struct JobJson {
     pub job: String,
     /// Where its next run starts; `null` if it never ran.
     pub cursor: Option<Cursor>,
+    /// A job of inputs: done, skipped, failed, left and when the rest will
+    /// be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inputs: Option<InputsProgress>,
 }
 
 /// Each window's RateLimit policy name, unique within the credential and
@@ -188,6 +192,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                         .map(|(job, cursor)| JobJson {
                             job: job.clone(),
                             cursor: cursor.clone(),
+                            inputs: r.inputs.get(job).cloned(),
                         })
                         .collect(),
                 }

@@ -15,6 +15,7 @@ pub fn render(reports: &[CredentialReport]) -> String {
     let mut families = credential_families(reports);
     families.extend(pool_families(reports));
     families.extend(window_families(reports));
+    families.extend(inputs_families(reports));
     let mut at = Family::new(
         "quota_status_timestamp",
         "When the store was read (its own clock), as Unix time.",
@@ -90,6 +91,42 @@ fn pool_families(reports: &[CredentialReport]) -> Vec<Family> {
         }
     }
     vec![lost, until, observed]
+}
+
+/// Each job of inputs' progress: inputs by state, and when the rest will
+/// be done (absent when never).
+fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
+    let mut inputs = Family::new(
+        "quota_job_inputs",
+        "A job of inputs' inputs by state: done (failed ones among them), failed, skipped, left.",
+        None,
+    );
+    let mut done_by = Family::new(
+        "quota_job_inputs_done_by_timestamp",
+        "When a job of inputs' inputs left will be done at the pace the budgets allow, as Unix time (an estimate).",
+        Some(MetricUnit::Seconds),
+    );
+    for r in reports {
+        for (job, p) in &r.inputs {
+            for (state, n) in [
+                ("done", p.done),
+                ("failed", p.failed),
+                ("skipped", p.skipped),
+                ("left", p.left),
+            ] {
+                inputs.push(&[("job", job.as_str()), ("state", state)], n);
+            }
+            if let Some(t) = p.done_by_micros {
+                done_by.push(&[("job", job.as_str())], unix_seconds(t));
+            }
+        }
+    }
+    // (no family at all without a job of inputs: the text stays as it was)
+    let families = [inputs, done_by];
+    families
+        .into_iter()
+        .filter(|f| !f.samples.is_empty())
+        .collect()
 }
 
 /// What each window family shows, and how to read it from a window.

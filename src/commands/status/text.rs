@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CredentialReport, StoreHeader};
+use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::commands::table::{Paint, Table, sparkline};
 use crate::ledger::{CredentialUsage, Micros, USAGE_BUCKETS};
 use crate::logging::printable;
@@ -234,6 +234,47 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             ),
         };
         out.push_str(&format!("  job {job} {at}\n"));
+        if let Some(p) = r.inputs.get(job) {
+            inputs_lines(out, p, u.at);
+        }
+    }
+}
+
+/// A job of inputs' progress: its counts, when the rest will be done, and
+/// its first failures.
+fn inputs_lines(out: &mut String, p: &InputsProgress, now: Micros) {
+    out.push_str(&format!(
+        "    inputs: {} done, {} skipped, {} failed, {} left\n",
+        p.done, p.skipped, p.failed, p.left
+    ));
+    let pace = match (p.left, p.done_by_micros) {
+        (0, _) => "nothing left to do".to_string(),
+        (_, None) => "never: one input costs more than a window's budget".to_string(),
+        (_, Some(t)) => format!(
+            "the rest done {} at the pace the budgets allow{}",
+            when(t, now),
+            if p.cost_estimated {
+                ", settled costs counted at their estimate"
+            } else {
+                ""
+            }
+        ),
+    };
+    out.push_str(&format!("    {pace}\n"));
+    for f in &p.failures {
+        out.push_str(&format!(
+            "    failed: {} (line {}): {} {}\n",
+            printable(&f.key),
+            f.line,
+            f.status,
+            printable(&f.excerpt)
+        ));
+    }
+    if p.failed > p.failures.len() as u64 {
+        out.push_str(&format!(
+            "    … and {} more failed\n",
+            p.failed - p.failures.len() as u64
+        ));
     }
 }
 

@@ -417,6 +417,24 @@ impl<'a> JobRun<'a> {
         }
         let r = self.report.borrow();
         let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
+        if let Some(inputs) = &self.job.inputs {
+            let mut round = self.round.borrow_mut();
+            let Some(at) = round.window_mut().map(|w| &w.at) else {
+                return;
+            };
+            let (done, offset, line) = (at.done + at.skipped, at.offset, at.line);
+            drop(round);
+            // Every item from the first input not done, the front of the
+            // window too: read once, on a terminal only.
+            let total = || {
+                let from = crate::inputs::Position { offset, line };
+                let items = crate::inputs::Reader::open(inputs, from)
+                    .map(|r| r.map_while(|i| i.ok()).count() as u64);
+                done + items.unwrap_or(0)
+            };
+            super::progress::inputs(&r.job, done, total, units.join(", "));
+            return;
+        }
         eprint!(
             "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
             r.job,
@@ -428,6 +446,9 @@ impl<'a> JobRun<'a> {
     }
 
     fn clear_progress(&self) {
+        if super::progress::clear(&self.job.name) {
+            return;
+        }
         if self.ctx.progress && self.report.borrow().pages > 0 {
             eprint!("\r\x1b[2K");
         }

@@ -1,0 +1,238 @@
+//! A job of inputs' progress, the operator's "end in sight": inputs done,
+//! skipped, failed (the first few listed) and left, and when the rest will
+//! be done at the pace the credential's windows allow
+//! ([`crate::inputs::pace`]). `status` (every format) and `run --dry-run`
+//! show the same numbers, read without writing anything.
+//!
+//! Done and skipped come from the cursor; left is counted by reading the
+//! rest of the file from the cursor's place (the part done is not read
+//! again); failed from the store's map of failed inputs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Inputs, Job};
+use crate::inputs::pace::{PoolNow, WindowNow, time_to_finish};
+use crate::inputs::{Item, Position, Reader};
+use crate::ledger::{CredentialUsage, Ledger, Micros, Store, StoreError};
+use crate::runner::cursor::Cursor;
+use crate::timefmt::rfc3339;
+
+/// How many failed inputs are listed (the count says how many there are).
+pub const FAILURES_LISTED: usize = 5;
+
+/// A job of inputs' progress (see the module's text).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InputsProgress {
+    /// Inputs done (failed ones among them): ever, for a once-job; in
+    /// this walk of the file for one that is not.
+    pub done: u64,
+    /// Records skipped (unreadable, a repeated key), uncharged.
+    pub skipped: u64,
+    pub failed: u64,
+    /// The first failed inputs, by line.
+    pub failures: Vec<Failure>,
+    /// Records after the cursor's place in the file, not yet done.
+    pub left: u64,
+    /// Units one input costs, per pool (the worst case: every page).
+    pub units_per_input: BTreeMap<String, u64>,
+    /// A settled cost is counted at its estimate: the time is an estimate
+    /// of an estimate.
+    pub cost_estimated: bool,
+    /// Seconds until the inputs left are done at the pace the windows
+    /// allow (`None`: never, an input costs more than a window holds).
+    pub done_in_seconds: Option<u64>,
+    pub done_by: Option<String>,
+    /// The same as Unix time (for the metric).
+    #[serde(skip)]
+    pub done_by_micros: Option<Micros>,
+}
+
+/// A failed input, as the run recorded it (its excerpt masked then).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default)]
+    pub line: u64,
+    #[serde(default)]
+    pub status: u16,
+    #[serde(default)]
+    pub excerpt: String,
+}
+
+/// The store's name of the map of a job's failed inputs (key → failure).
+pub fn failed_map(job: &Job) -> String {
+    format!("{}:inputs:failed", job.name)
+}
+
+/// The number of `job`'s failed inputs and the first [`FAILURES_LISTED`]
+/// of them by line.
+pub async fn failures(store: &Store, job: &Job) -> Result<(u64, Vec<Failure>), StoreError> {
+    let map = failed_map(job);
+    let n = store.map_len(&map).await?;
+    if n == 0 {
+        return Ok((0, Vec::new()));
+    }
+    let mut all: Vec<Failure> = store
+        .map_read(&map)
+        .await?
+        .into_iter()
+        .map(|(key, v)| Failure {
+            key,
+            ..serde_json::from_str(&v).unwrap_or_default()
+        })
+        .collect();
+    all.sort_by_key(|f| f.line);
+    all.truncate(FAILURES_LISTED);
+    Ok((n, all))
+}
+
+/// Records in `inputs` after the cursor's place (a job that never ran:
+/// all of them), less those a run with requests side by side already did.
+pub fn left(inputs: &Inputs, cursor: Option<&Cursor>) -> std::io::Result<u64> {
+    let at = cursor.and_then(|c| c.input.as_ref());
+    let from = at.map_or_else(Position::default, |a| Position {
+        offset: a.offset,
+        line: a.line.max(1),
+    });
+    let mut n = 0u64;
+    for item in Reader::open(inputs, from)? {
+        if let Item::Record(_) = item? {
+            n += 1;
+        }
+    }
+    Ok(n.saturating_sub(ahead_done(cursor)))
+}
+
+/// Inputs after the cursor's place that are done (in its `ahead`).
+fn ahead_done(cursor: Option<&Cursor>) -> u64 {
+    cursor.map_or(0, |c| c.ahead.iter().filter(|a| a.done).count() as u64)
+}
+
+/// Each pool `job` spends from as it stands in `usage`, with the units one
+/// input costs there.
+pub fn pools_now(job: &Job, usage: &CredentialUsage) -> Vec<PoolNow> {
+    job.units_per_run()
+        .into_iter()
+        .filter_map(|(pool, per_input)| {
+            let p = usage.pools.iter().find(|p| p.pool == pool)?;
+            let windows = p
+                .windows
+                .iter()
+                .map(|w| WindowNow {
+                    budget: w.budget,
+                    per: w.window.per,
+                    remaining: w.remaining,
+                    resets_in: w
+                        .window
+                        .span_at(usage.at)
+                        .1
+                        .map(|end| Duration::from_micros((end - usage.at).max(0) as u64)),
+                })
+                .collect();
+            Some(PoolNow { per_input, windows })
+        })
+        .collect()
+}
+
+/// `job`'s progress from its cursor, its failures and the credential's
+/// usage now. `None` for a job without inputs.
+pub fn progress(
+    job: &Job,
+    cursor: Option<&Cursor>,
+    failed: (u64, Vec<Failure>),
+    usage: &CredentialUsage,
+) -> std::io::Result<Option<InputsProgress>> {
+    let Some(inputs) = &job.inputs else {
+        return Ok(None);
+    };
+    let at = cursor.and_then(|c| c.input.clone()).unwrap_or_default();
+    let left = left(inputs, cursor)?;
+    let finish = time_to_finish(left, &pools_now(job, usage));
+    let by = finish.map(|d| {
+        usage
+            .at
+            .saturating_add(d.as_micros().min(i64::MAX as u128) as i64)
+    });
+    Ok(Some(InputsProgress {
+        done: at.done + ahead_done(cursor),
+        skipped: at.skipped,
+        failed: failed.0,
+        failures: failed.1,
+        left,
+        units_per_input: job.units_per_run().into_iter().collect(),
+        cost_estimated: job.steps.iter().any(|s| !s.settle.is_empty()),
+        done_in_seconds: finish.map(|d| d.as_secs_f64().ceil() as u64),
+        done_by: by.map(rfc3339),
+        done_by_micros: by,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Secrets};
+    use crate::ledger::{CredentialLog, summarize};
+
+    /// A once-job of 12 inputs, each a settled cost of 2,000 tokens at its
+    /// estimate, in a calendar day (UTC) of 10,000.
+    const CONFIG: &str = r#"
+credentials:
+  llm:
+    secret: { env: QUOTA_TEST_NEVER_SET }
+    pools:
+      tokens: [{ limit: 10000, per: 1d, aligned: UTC }]
+endpoints:
+  chat: { cost: { tokens: { estimate: 2000, actual: /usage/total_tokens } } }
+jobs:
+  summaries:
+    credential: llm
+    inputs: { file: ids.txt }
+    once: true
+    steps:
+      - endpoint: chat
+        request: { url: "http://127.0.0.1:9/chat/{key}" }
+    output: out/s
+"#;
+
+    #[test]
+    fn a_calendar_window_and_a_settled_cost_give_the_time_to_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..12).map(|i| format!("K{i}")).collect();
+        std::fs::write(dir.path().join("ids.txt"), keys.join("\n") + "\n").unwrap();
+        let file = dir.path().join("quota.yaml");
+        let config = Config::parse(&file, CONFIG, Secrets::Skip).expect("valid");
+        let cred = &config.credentials[0];
+        // 18:00 UTC: the day starts afresh in 6 hours.
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-25T18:00:00Z")
+            .unwrap()
+            .timestamp_micros();
+        let log = CredentialLog {
+            at,
+            serial: 0,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            retain: 0,
+            tags: Vec::new(),
+            pools: vec![Vec::new()],
+            lost: vec![0],
+            others: vec![Default::default()],
+            observed: vec![(0, 0)],
+            reserved: vec![Vec::new()],
+        };
+        let usage = summarize(&cred.name, &cred.pools, &log);
+        let p = progress(&config.jobs[0], None, Default::default(), &usage)
+            .unwrap()
+            .expect("a job of inputs");
+        assert_eq!((p.done, p.left), (0, 12));
+        assert!(p.cost_estimated);
+        assert_eq!(p.units_per_input, [("tokens".to_string(), 2000)].into());
+        // 5 inputs fit today, 5 tomorrow (which starts in 6 hours), the
+        // last 2 the day after, from its start.
+        assert_eq!(p.done_in_seconds, Some(30 * 3600));
+        assert_eq!(p.done_by.as_deref(), Some("2026-11-27T00:00:00Z"));
+    }
+}
