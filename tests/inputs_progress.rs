@@ -84,7 +84,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     // Its summary counts inputs, and says where in the file it resumes.
     assert!(
         r.stderr
-            .contains("; inputs done 4 (0 skipped); 4 pages written; next run starts at K4 (line 5) step 0 page 0"),
+            .contains("; inputs done 4, 0 skipped; 4 pages written; next run starts at K4 (line 5) step 0 page 0"),
         "{r:?}"
     );
 

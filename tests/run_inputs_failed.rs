@@ -80,8 +80,9 @@ fn a_failed_input_is_recorded_not_retried_and_done_again_after_reset_failed() {
         assert_eq!(per_key(&up), once, "{r:?}");
         assert_eq!(d.outputs("list").len(), 8, "{r:?}");
         assert!(
-            r.stderr
-                .contains("regions done 8/10 (2 input(s) failed, listed by `quota status`)"),
+            r.stderr.contains(
+                "inputs done 10, 0 skipped, 2 of them failed this run (listed by `quota status`)"
+            ),
             "{r:?}"
         );
         assert!(r.stderr.contains("input K3 (line 4) failed"), "{r:?}");

@@ -231,7 +231,7 @@ impl JobReport {
         };
         let failed = match self.failed_inputs {
             0 => failed,
-            n => format!("{failed} ({n} input(s) failed, listed by `quota status`)"),
+            n => format!("{failed}, {n} of them failed this run (listed by `quota status`)"),
         };
         let failed = match self.unreadable_links {
             0 => failed,
@@ -256,7 +256,7 @@ impl JobReport {
     /// its file, for one that is not).
     fn done(&self) -> String {
         match self.resume.as_ref().and_then(|c| c.input.as_ref()) {
-            Some(at) => format!("inputs done {} ({} skipped)", at.done, at.skipped),
+            Some(at) => format!("inputs done {}, {} skipped", at.done, at.skipped),
             None => format!("regions done {}/{}", self.regions_done, self.regions_total),
         }
     }

@@ -113,10 +113,7 @@ type Ahead = HashMap<Key, Option<Start>>;
 
 /// Where the cursor's key resumes, and the keys ahead of it (`None`:
 /// done); a step gone from the file restarts its input.
-fn resume_points(
-    cursor: &Cursor,
-    steps: usize,
-) -> (Option<(Key, Start)>, Ahead) {
+fn resume_points(cursor: &Cursor, steps: usize) -> (Option<(Key, Start)>, Ahead) {
     let place = |p: &crate::runner::cursor::Place| Start {
         index: 0,
         place: if p.step < steps {
