@@ -31,6 +31,7 @@ mod run_fan_out_parallel;
 mod run_files;
 mod run_inputs;
 mod run_inputs_failed;
+mod run_inputs_hostile;
 mod run_jobs;
 mod run_page_reading;
 mod run_pagination;

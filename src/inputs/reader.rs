@@ -221,7 +221,10 @@ fn json_record(
     let key = match value.pointer(key) {
         None | Some(Value::Null) => return Err(SkipReason::NoKey),
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
+        // (an integer exactly as written; any other number went through a
+        // float and may not be what the file says: two ids could merge)
+        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
+        Some(Value::Number(_)) => return Err(SkipReason::KeyNotExact),
         Some(_) => return Err(SkipReason::KeyNotText),
     };
     let mut out = InputFields::new();

@@ -37,7 +37,11 @@ pub(super) struct Feed {
     /// The keys this walk has seen and the line of each one's first record:
     /// in the store, or here when the run has none (unmetered).
     seen_map: String,
-    seen_here: HashMap<Key, u64>,
+    seen_here: HashMap<Key, String>,
+    /// This run's number, and the line it resumed at: entries of the keys
+    /// seen are told apart by them (see [`JobRun::first_lines`]).
+    run: u64,
+    resume_line: u64,
     /// A once-job: inputs whose result is on disk though the cursor does not
     /// say them done (a kill after the page, before the cursor; a store that
     /// lost the cursor): not fetched again.
@@ -108,6 +112,15 @@ pub(crate) fn done_map(job: &Job) -> String {
     format!("{}:inputs:done", job.name)
 }
 
+/// A key's entry in the map of keys seen: the line of its first record and
+/// the run that read it (an entry of an older build: its line, run 0).
+fn parse_entry(value: &str) -> (u64, u64) {
+    let mut parts = value.split(':');
+    let line = parts.next().and_then(|l| l.parse().ok()).unwrap_or(0);
+    let run = parts.next().and_then(|r| r.parse().ok()).unwrap_or(0);
+    (line, run)
+}
+
 /// The keys ahead of the cursor's, and where each resumes (`None`: done).
 type Ahead = HashMap<Key, Option<Start>>;
 
@@ -164,6 +177,29 @@ impl JobRun<'_> {
         // (a file whose stamp changed is checked once: the new stamp is
         // saved at once, even by a run with nothing to do)
         let restamped = at.stamp.as_ref() != Some(&stamp);
+        let mut cursor = cursor;
+        let fresh;
+        if !job.once && restamped && at.offset > 0 {
+            // A job not once whose file changed mid-walk: its place may be
+            // inside a line now. It walks the file afresh from its start.
+            warn!(
+                job = job.name,
+                "{} changed since the last run: this walk of it starts again at its first line",
+                inputs.file.display()
+            );
+            self.forget_seen(at.walk).await;
+            at = InputAt {
+                walk: at.walk + 1,
+                line: 1,
+                ..InputAt::default()
+            };
+            fresh = Cursor {
+                run: cursor.run,
+                input: Some(at.clone()),
+                ..Cursor::default()
+            };
+            cursor = &fresh;
+        }
         at.stamp = Some(stamp);
         if !job.once && at.offset == 0 && at.done == 0 && cursor.key.is_empty() {
             // A new walk of the file, nothing in it done or started yet,
@@ -203,6 +239,8 @@ impl JobRun<'_> {
             next: at_place,
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
+            run,
+            resume_line: at.line,
             on_disk: if job.once {
                 self.results_on_disk(cursor, highest_run)
             } else {
@@ -375,7 +413,13 @@ impl JobRun<'_> {
     fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
         let job = self.job;
         let last = job.steps.len().saturating_sub(1);
-        if cursor.input.is_none() {
+        // (a page is the whole result only when the last step sends one
+        // request per input: a paged one cut short would stay cut)
+        let single = job
+            .steps
+            .last()
+            .is_some_and(|s| s.paginate.is_none() && s.for_each.is_none());
+        if cursor.input.is_none() && single {
             if highest_run == 0 {
                 return HashSet::new();
             }
@@ -445,36 +489,97 @@ impl JobRun<'_> {
     /// For each record of `items`, the line of the first record of its key
     /// in this walk of the file (its own, unless the key is repeated).
     async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
+        let (map, run, resume_line) = match self.feed.borrow().as_ref() {
+            Some(f) => (f.seen_map.clone(), f.run, f.resume_line),
+            None => return Ok(Vec::new()),
+        };
+        // (a key's entry: the line of its first record, and the run that
+        // read it there)
         let entries: Vec<(String, String)> = items
             .iter()
             .filter_map(|i| match i {
-                Item::Record(r) => Some((r.key.clone(), r.span.line.to_string())),
+                Item::Record(r) => Some((r.key.clone(), format!("{}:{run}", r.span.line))),
                 Item::Skip(_) => None,
             })
             .collect();
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        let map = self.feed.borrow().as_ref().map(|f| f.seen_map.clone());
-        let map = map.unwrap_or_default();
-        if let Some(store) = self.meter.store() {
-            match store.map_put_new(&map, &entries).await {
-                Ok(held) => {
-                    return Ok(held.iter().map(|l| l.parse().unwrap_or(0)).collect());
+        let held = match self.meter.store() {
+            Some(store) => match store.map_put_new(&map, &entries).await {
+                Ok(held) => Some(held),
+                Err(StoreError::Unavailable(e)) => {
+                    warn!(
+                        job = self.job.name,
+                        "cannot keep the keys seen in the store ({e}): repeated keys are looked for in this run only"
+                    );
+                    None
                 }
-                Err(StoreError::Unavailable(e)) => warn!(
-                    job = self.job.name,
-                    "cannot keep the keys seen in the store ({e}): repeated keys are looked for in this run only"
-                ),
                 Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        let held = match held {
+            Some(held) => held,
+            None => {
+                let mut feed = self.feed.borrow_mut();
+                let seen = &mut feed.as_mut().expect("a feed").seen_here;
+                entries
+                    .iter()
+                    .map(|(k, v)| seen.entry(k.clone()).or_insert(v.clone()).clone())
+                    .collect()
+            }
+        };
+        // An entry an earlier run made past where this one resumed was
+        // read ahead, never done: the file may have changed there since,
+        // so it is this record's now (not a repeat); one of this run, or
+        // of the part done, is the key's first record.
+        let mut firsts = Vec::with_capacity(held.len());
+        let mut renewed = Vec::new();
+        let mut in_batch: HashMap<&str, u64> = HashMap::new();
+        for ((key, own), held) in entries.iter().zip(held) {
+            let own_line: u64 = own.split(':').next().unwrap_or("0").parse().unwrap_or(0);
+            if let Some(first) = in_batch.get(key.as_str()) {
+                firsts.push(*first);
+                continue;
+            }
+            let (line, by) = parse_entry(&held);
+            let stale = by != run && line >= resume_line;
+            let first = if line == own_line || stale {
+                if by != run {
+                    renewed.push((key.clone(), own.clone()));
+                }
+                own_line
+            } else {
+                line
+            };
+            in_batch.insert(key, first);
+            firsts.push(first);
+        }
+        if let Some(store) = self.meter.store() {
+            for (key, value) in &renewed {
+                if let Err(e) = store.map_put(&map, key, value).await {
+                    warn!(
+                        job = self.job.name,
+                        "cannot keep the keys seen in the store: {e}"
+                    );
+                    break;
+                }
             }
         }
-        let mut feed = self.feed.borrow_mut();
-        let seen = &mut feed.as_mut().expect("a feed").seen_here;
-        Ok(entries
-            .iter()
-            .map(|(k, l)| *seen.entry(k.clone()).or_insert(l.parse().unwrap_or(0)))
-            .collect())
+        Ok(firsts)
+    }
+
+    /// Forget the keys walk `walk` of a job not once saw.
+    async fn forget_seen(&self, walk: u64) {
+        if let Some(store) = self.meter.store()
+            && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot forget the keys the last walk of the inputs saw: {e}"
+            );
+        }
     }
 
     /// Every input of the file read and served: a job that is not `once`
@@ -498,13 +603,6 @@ impl JobRun<'_> {
             walk
         };
         self.save_round().await;
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
-        {
-            warn!(
-                job = self.job.name,
-                "cannot forget the keys the last walk of the inputs saw: {e}"
-            );
-        }
+        self.forget_seen(walk).await;
     }
 }
