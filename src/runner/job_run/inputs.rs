@@ -121,6 +121,51 @@ fn parse_entry(value: &str) -> (u64, u64) {
     (line, run)
 }
 
+/// For each entry (key, `LINE:RUN` of its record), given what the map held
+/// for it: the line of its key's first record, and the entries to renew
+/// (this record's, where the map held a read-ahead of an earlier run past
+/// where this run resumed, or its own line from another run).
+fn resolve_firsts(
+    entries: &[(String, String)],
+    held: Vec<String>,
+    run: u64,
+    resume_line: u64,
+) -> (Vec<u64>, Vec<(String, String)>) {
+    let mut firsts = Vec::with_capacity(held.len());
+    let mut renewed = Vec::new();
+    let mut in_batch: HashMap<&str, u64> = HashMap::new();
+    for ((key, own), held) in entries.iter().zip(held) {
+        let own_line: u64 = own.split(':').next().unwrap_or("0").parse().unwrap_or(0);
+        if let Some(first) = in_batch.get(key.as_str()) {
+            firsts.push(*first);
+            continue;
+        }
+        let (line, by) = parse_entry(&held);
+        let stale = by != run && line >= resume_line;
+        let first = if line == own_line || stale {
+            if by != run {
+                renewed.push((key.clone(), own.clone()));
+            }
+            own_line
+        } else {
+            line
+        };
+        in_batch.insert(key, first);
+        firsts.push(first);
+    }
+    (firsts, renewed)
+}
+
+/// What tells the inputs file from the one the last run read.
+fn stamp_of(inputs: &Inputs) -> Result<FileStamp> {
+    let meta = std::fs::metadata(&inputs.file).map_err(|source| Error::Io {
+        what: "read the inputs of",
+        path: inputs.file.clone(),
+        source,
+    })?;
+    Ok(FileStamp::of(&meta))
+}
+
 /// The keys ahead of the cursor's, and where each resumes (`None`: done).
 type Ahead = HashMap<Key, Option<Start>>;
 
@@ -165,41 +210,15 @@ impl JobRun<'_> {
         let job = self.job;
         let mut at = cursor.input.clone().unwrap_or_default();
         at.line = at.line.max(1);
-        let meta = std::fs::metadata(&inputs.file).map_err(|source| Error::Io {
-            what: "read the inputs of",
-            path: inputs.file.clone(),
-            source,
-        })?;
-        let stamp = FileStamp::of(&meta);
+        let stamp = stamp_of(inputs)?;
         if job.once && at.stamp.as_ref() != Some(&stamp) && at.offset > 0 {
             self.check_done_part(inputs, &at).await?;
         }
         // (a file whose stamp changed is checked once: the new stamp is
         // saved at once, even by a run with nothing to do)
         let restamped = at.stamp.as_ref() != Some(&stamp);
-        let mut cursor = cursor;
-        let fresh;
-        if !job.once && restamped && at.offset > 0 {
-            // A job not once whose file changed mid-walk: its place may be
-            // inside a line now. It walks the file afresh from its start.
-            warn!(
-                job = job.name,
-                "{} changed since the last run: this walk of it starts again at its first line",
-                inputs.file.display()
-            );
-            self.forget_seen(at.walk).await;
-            at = InputAt {
-                walk: at.walk + 1,
-                line: 1,
-                ..InputAt::default()
-            };
-            fresh = Cursor {
-                run: cursor.run,
-                input: Some(at.clone()),
-                ..Cursor::default()
-            };
-            cursor = &fresh;
-        }
+        let fresh = self.walk_afresh(inputs, &mut at, restamped, cursor).await;
+        let cursor = fresh.as_ref().unwrap_or(cursor);
         at.stamp = Some(stamp);
         if !job.once && at.offset == 0 && at.done == 0 && cursor.key.is_empty() {
             // A new walk of the file, nothing in it done or started yet,
@@ -257,6 +276,38 @@ impl JobRun<'_> {
             round.bump();
         }
         Ok(round)
+    }
+
+    /// A job not once whose file changed mid-walk: its place may be inside
+    /// a line now, so it walks the file afresh from its start (the cursor
+    /// it resumes from then, none of the old walk's keys in it).
+    async fn walk_afresh(
+        &self,
+        inputs: &Inputs,
+        at: &mut InputAt,
+        restamped: bool,
+        cursor: &Cursor,
+    ) -> Option<Cursor> {
+        if self.job.once || !restamped || at.offset == 0 {
+            return None;
+        }
+        warn!(
+            job = self.job.name,
+            "{} changed since the last run: this walk of it starts again at its first line",
+            inputs.file.display()
+        );
+        self.forget_seen(at.walk).await;
+        *at = InputAt {
+            walk: at.walk + 1,
+            line: 1,
+            stamp: at.stamp.take(),
+            ..InputAt::default()
+        };
+        Some(Cursor {
+            run: cursor.run,
+            input: Some(at.clone()),
+            ..Cursor::default()
+        })
     }
 
     /// The done part of a once-job's file, as the store keeps it, against
@@ -534,28 +585,7 @@ impl JobRun<'_> {
         // read ahead, never done: the file may have changed there since,
         // so it is this record's now (not a repeat); one of this run, or
         // of the part done, is the key's first record.
-        let mut firsts = Vec::with_capacity(held.len());
-        let mut renewed = Vec::new();
-        let mut in_batch: HashMap<&str, u64> = HashMap::new();
-        for ((key, own), held) in entries.iter().zip(held) {
-            let own_line: u64 = own.split(':').next().unwrap_or("0").parse().unwrap_or(0);
-            if let Some(first) = in_batch.get(key.as_str()) {
-                firsts.push(*first);
-                continue;
-            }
-            let (line, by) = parse_entry(&held);
-            let stale = by != run && line >= resume_line;
-            let first = if line == own_line || stale {
-                if by != run {
-                    renewed.push((key.clone(), own.clone()));
-                }
-                own_line
-            } else {
-                line
-            };
-            in_batch.insert(key, first);
-            firsts.push(first);
-        }
+        let (firsts, renewed) = resolve_firsts(&entries, held, run, resume_line);
         if let Some(store) = self.meter.store() {
             for (key, value) in &renewed {
                 if let Err(e) = store.map_put(&map, key, value).await {
