@@ -14,10 +14,11 @@ use tracing::{info, warn};
 
 use super::JobRun;
 use super::round::{Round, Slot};
+use super::seen::seen_map;
 use crate::config::{Inputs, Job};
 use crate::inputs::done_part::{self, Chunk, FileStamp, Seen};
 use crate::inputs::{Item, Position, Reader, SkipReason};
-use crate::ledger::{Ledger, StoreError};
+use crate::ledger::Ledger;
 use crate::logging::printable;
 use crate::runner::Key;
 use crate::runner::cursor::{Cursor, InputAt, Start};
@@ -36,12 +37,12 @@ pub(super) struct Feed {
     next: Position,
     /// The keys this walk has seen and the line of each one's first record:
     /// in the store, or here when the run has none (unmetered).
-    seen_map: String,
-    seen_here: HashMap<Key, String>,
+    pub(super) seen_map: String,
+    pub(super) seen_here: HashMap<Key, String>,
     /// This run's number, and the line it resumed at: entries of the keys
     /// seen are told apart by them (see [`JobRun::first_lines`]).
-    run: u64,
-    resume_line: u64,
+    pub(super) run: u64,
+    pub(super) resume_line: u64,
     /// A once-job: inputs whose result is on disk though the cursor does not
     /// say them done (a kill after the page, before the cursor; a store that
     /// lost the cursor): not fetched again.
@@ -97,63 +98,9 @@ impl Feed {
     }
 }
 
-/// The store's name of the map of keys a walk of `job`'s file has seen:
-/// once-jobs have one walk.
-pub(crate) fn seen_map(job: &Job, walk: u64) -> String {
-    if job.once {
-        format!("{}:inputs:keys", job.name)
-    } else {
-        format!("{}:inputs:keys:{walk}", job.name)
-    }
-}
-
 /// The store's name of the map of a once-job's done part, chunk by chunk.
 pub(crate) fn done_map(job: &Job) -> String {
     format!("{}:inputs:done", job.name)
-}
-
-/// A key's entry in the map of keys seen: the line of its first record and
-/// the run that read it (an entry of an older build: its line, run 0).
-fn parse_entry(value: &str) -> (u64, u64) {
-    let mut parts = value.split(':');
-    let line = parts.next().and_then(|l| l.parse().ok()).unwrap_or(0);
-    let run = parts.next().and_then(|r| r.parse().ok()).unwrap_or(0);
-    (line, run)
-}
-
-/// For each entry (key, `LINE:RUN` of its record), given what the map held
-/// for it: the line of its key's first record, and the entries to renew
-/// (this record's, where the map held a read-ahead of an earlier run past
-/// where this run resumed, or its own line from another run).
-fn resolve_firsts(
-    entries: &[(String, String)],
-    held: Vec<String>,
-    run: u64,
-    resume_line: u64,
-) -> (Vec<u64>, Vec<(String, String)>) {
-    let mut firsts = Vec::with_capacity(held.len());
-    let mut renewed = Vec::new();
-    let mut in_batch: HashMap<&str, u64> = HashMap::new();
-    for ((key, own), held) in entries.iter().zip(held) {
-        let own_line: u64 = own.split(':').next().unwrap_or("0").parse().unwrap_or(0);
-        if let Some(first) = in_batch.get(key.as_str()) {
-            firsts.push(*first);
-            continue;
-        }
-        let (line, by) = parse_entry(&held);
-        let stale = by != run && line >= resume_line;
-        let first = if line == own_line || stale {
-            if by != run {
-                renewed.push((key.clone(), own.clone()));
-            }
-            own_line
-        } else {
-            line
-        };
-        in_batch.insert(key, first);
-        firsts.push(first);
-    }
-    (firsts, renewed)
 }
 
 /// What tells the inputs file from the one the last run read.
@@ -535,81 +482,6 @@ impl JobRun<'_> {
             };
             job.output.join(name.file_name()).exists()
         })
-    }
-
-    /// For each record of `items`, the line of the first record of its key
-    /// in this walk of the file (its own, unless the key is repeated).
-    async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
-        let (map, run, resume_line) = match self.feed.borrow().as_ref() {
-            Some(f) => (f.seen_map.clone(), f.run, f.resume_line),
-            None => return Ok(Vec::new()),
-        };
-        // (a key's entry: the line of its first record, and the run that
-        // read it there)
-        let entries: Vec<(String, String)> = items
-            .iter()
-            .filter_map(|i| match i {
-                Item::Record(r) => Some((r.key.clone(), format!("{}:{run}", r.span.line))),
-                Item::Skip(_) => None,
-            })
-            .collect();
-        if entries.is_empty() {
-            return Ok(Vec::new());
-        }
-        let held = match self.meter.store() {
-            Some(store) => match store.map_put_new(&map, &entries).await {
-                Ok(held) => Some(held),
-                Err(StoreError::Unavailable(e)) => {
-                    warn!(
-                        job = self.job.name,
-                        "cannot keep the keys seen in the store ({e}): repeated keys are looked for in this run only"
-                    );
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            },
-            None => None,
-        };
-        let held = match held {
-            Some(held) => held,
-            None => {
-                let mut feed = self.feed.borrow_mut();
-                let seen = &mut feed.as_mut().expect("a feed").seen_here;
-                entries
-                    .iter()
-                    .map(|(k, v)| seen.entry(k.clone()).or_insert(v.clone()).clone())
-                    .collect()
-            }
-        };
-        // An entry an earlier run made past where this one resumed was
-        // read ahead, never done: the file may have changed there since,
-        // so it is this record's now (not a repeat); one of this run, or
-        // of the part done, is the key's first record.
-        let (firsts, renewed) = resolve_firsts(&entries, held, run, resume_line);
-        if let Some(store) = self.meter.store() {
-            for (key, value) in &renewed {
-                if let Err(e) = store.map_put(&map, key, value).await {
-                    warn!(
-                        job = self.job.name,
-                        "cannot keep the keys seen in the store: {e}"
-                    );
-                    break;
-                }
-            }
-        }
-        Ok(firsts)
-    }
-
-    /// Forget the keys walk `walk` of a job not once saw.
-    async fn forget_seen(&self, walk: u64) {
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
-        {
-            warn!(
-                job = self.job.name,
-                "cannot forget the keys the last walk of the inputs saw: {e}"
-            );
-        }
     }
 
     /// Every input of the file read and served: a job that is not `once`

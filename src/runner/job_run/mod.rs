@@ -31,10 +31,12 @@ mod keys;
 mod lists;
 mod request;
 mod round;
+mod seen;
 mod walk;
 
 pub(crate) use self::failed::{failed_map, retry_map};
-pub(crate) use self::inputs::{done_map, seen_map};
+pub(crate) use self::inputs::done_map;
+pub(crate) use self::seen::seen_map;
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
