@@ -29,6 +29,7 @@ mod run_fan_out;
 mod run_fan_out_parallel;
 mod run_files;
 mod run_inputs;
+mod run_inputs_scale;
 mod run_jobs;
 mod run_page_reading;
 mod run_pagination;
