@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Runs each example job of jobs/ (github.yaml, llm.yaml, graphql.yaml)
-# end to end on this machine: no network, no Redis, no real API key. Each
-# gets a freshly started stand-in (`quota-standin`, which imitates GitHub,
-# an OpenAI-compatible LLM API and a Shopify-style GraphQL API) and a copy
+# Runs each example job of jobs/ (github.yaml, llm.yaml, graphql.yaml,
+# backfill.yaml) end to end on this machine: no network, no Redis, no real
+# API key. Each gets a freshly started stand-in (`quota-standin`, which
+# imitates GitHub, an OpenAI-compatible LLM API, a Shopify-style GraphQL
+# API and YouTube) and a copy
 # of its job file pointed at it, with the embedded store, under
-# out/examples/NAME/; then one line says how it went. jobs/demo.sh is the
+# out/examples/NAME/ (beside the inputs files of jobs/); then one line says
+# how it went. A job of inputs done once (llm, backfill) is run a second
+# time, which sends nothing. jobs/demo.sh is the
 # README's quick start and stays as it is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +20,7 @@ port=18090
 base=http://127.0.0.1:$port
 
 # The secrets the examples read: the key the stand-in accepts.
-export GITHUB_TOKEN=demo-key OPENAI_API_KEY=demo-key SHOPIFY_TOKEN=demo-key
+export GITHUB_TOKEN=demo-key OPENAI_API_KEY=demo-key SHOPIFY_TOKEN=demo-key YT_API_KEY=demo-key
 
 rm -rf out/examples
 mkdir -p out/examples
@@ -43,18 +46,28 @@ example() {
         echo "store: embedded:ledger.sqlite3"
         sed -e "s|$origin|$base|g" -e "s|\.\./out/|out/|g" "jobs/$name.yaml"
     } > "$dir/quota.yaml"
+    cp jobs/*.jsonl jobs/*.txt "$dir/"   # inputs: { file } is read beside the config
     set +e
     "$quota" -c "$dir/quota.yaml" run > "$dir/run.out" 2> "$dir/run.err"
     local code=$?
     set -e
+    local first again=""
+    first=$(wc -l < "$dir/upstream.jsonl")
+    if [ "$code" -eq 0 ] && grep -q '^ *once: true' "$dir/quota.yaml"; then
+        set +e
+        "$quota" -c "$dir/quota.yaml" run > "$dir/again.out" 2> "$dir/again.err"
+        code=$?
+        set -e
+        again=", again: exit $code, $(($(wc -l < "$dir/upstream.jsonl") - first)) requests"
+    fi
     kill "$standin" 2>/dev/null || true
     wait "$standin" 2>/dev/null || true
     standin=
     local pages requests spent
     pages=$(find "$dir/out" -type f -name '*.json' ! -name '.*' 2>/dev/null | wc -l)
-    requests=$(wc -l < "$dir/upstream.jsonl")
+    requests=$first
     spent=$(grep -o 'spent [^;)]*' "$dir/run.err" | tail -n 1 || true)
-    echo "$name: exit $code, $requests requests to the stand-in, $pages pages, ${spent:-nothing spent} (log: $dir/run.err)"
+    echo "$name: exit $code, $requests requests to the stand-in, $pages pages, ${spent:-nothing spent}$again (log: $dir/run.err)"
     if [ "$code" -ne 0 ]; then
         cat "$dir/run.err" >&2
         failed=1
@@ -65,4 +78,5 @@ failed=0
 example github https://api.github.com --pages 3 --items 5 --github-used 1200
 example llm https://api.openai.com
 example graphql https://example-shop.myshopify.com --pages 3 --items 5
+example backfill https://www.googleapis.com --pages 1 --items 1
 exit "$failed"

@@ -32,6 +32,7 @@ mod run_files;
 mod run_inputs;
 mod run_inputs_failed;
 mod run_inputs_hostile;
+mod run_inputs_scale;
 mod run_jobs;
 mod run_page_reading;
 mod run_pagination;

@@ -1,5 +1,6 @@
-//! The example jobs of `jobs/` (`github.yaml`, `llm.yaml`, `graphql.yaml`),
-//! as shipped, run end to end against the stand-in (issue 13, part 6): the
+//! The example jobs of `jobs/` (`github.yaml`, `llm.yaml`, `graphql.yaml`,
+//! `backfill.yaml`), as shipped, run end to end against the stand-in (issue
+//! 13, part 6; the once-jobs of inputs, issue 25, part 5): the
 //! requests each sends, the pages it writes, the units it charges (settled,
 //! from `status --json`), its exit code, and that a budget too small for it
 //! stops it (75) and the next run resumes where it stopped. Also what the
@@ -40,6 +41,13 @@ fn example(
             .replace(&secret, "{ file: key }")
             .replace("../out/", "out/")
     )
+}
+
+/// `jobs/FILE` (an example's inputs) copied beside the deployment's config,
+/// where its `inputs: { file }` is read.
+fn inputs_beside(d: &Deployment, file: &str) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    std::fs::copy(format!("{root}/jobs/{file}"), d.path().join(file)).unwrap();
 }
 
 /// Units used in pool `pool`'s window of `per_seconds`, from `status --json`.
@@ -327,6 +335,7 @@ const LLM_REQUESTS: &str = "{ limit: 500, per: 1m, headroom: 10% }";
 const LLM_TOKENS: &str = "{ limit: 200000, per: 1m, headroom: 10% }";
 
 fn llm(d: &Deployment, up: &Standin, edits: &[(&str, &str)]) -> String {
+    inputs_beside(d, "prompts.jsonl");
     example(
         "llm",
         OPENAI,
@@ -383,6 +392,10 @@ fn the_llm_example_settles_tokens_to_what_each_answer_used() {
     assert_eq!(used(&d, "tokens", 60), want, "settled, not 5 x 400");
     assert_eq!(used(&d, "tokens", 86400), want);
     assert_eq!(used(&d, "requests", 60), 5);
+
+    // A once-job: every prompt is done, the next run sends nothing.
+    let r = d.quota(&["run"]);
+    assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
 }
 
 #[test]
@@ -394,19 +407,17 @@ fn the_llm_example_stops_on_a_small_request_budget_and_resumes() {
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(asked(&up.seen()), TOPICS[..2]);
 
-    // The next run starts at the 3rd topic and asks each once, wrapping
-    // around (guarantee 3).
+    // The next run starts at the 3rd prompt and asks the rest, each once
+    // ever: no wrapping around, and a third run sends nothing.
     d.write(&llm(&d, &up, &[]));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(
-        asked(&up.seen()[2..]),
-        [&TOPICS[2..], &TOPICS[..2]].concat()
-    );
-    assert_eq!(d.outputs("llm").len(), 7);
-    let rust_redis = tokens("rust") + tokens("redis");
-    assert_eq!(used(&d, "tokens", 60), 241 + rust_redis);
-    assert_eq!(used(&d, "requests", 60), 7);
+    assert_eq!(asked(&up.seen()[2..]), TOPICS[2..]);
+    assert_eq!(d.outputs("llm").len(), 5);
+    assert_eq!(used(&d, "tokens", 60), 241);
+    assert_eq!(used(&d, "requests", 60), 5);
+    let r = d.quota(&["run"]);
+    assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
 }
 
 #[test]
@@ -639,4 +650,91 @@ fn the_graphql_stand_in_checks_the_key_and_the_request() {
     }
     let (head, _) = http(&up, "POST", "/graphql?after=zz", &[json, token], query);
     assert!(head.starts_with("http/1.1 400"), "{head}");
+}
+
+// ---- The YouTube backfill ------------------------------------------------
+
+const GOOGLE: &str = "https://www.googleapis.com";
+const BACKFILL_HOUR: &str = "{ limit: 2000, per: 1h }";
+
+fn backfill(d: &Deployment, up: &Standin, edits: &[(&str, &str)]) -> String {
+    inputs_beside(d, "video_ids.txt");
+    example(
+        "backfill",
+        GOOGLE,
+        "YT_API_KEY",
+        &up.base(),
+        &embedded_store(d),
+        edits,
+    )
+}
+
+/// The ids of `jobs/video_ids.txt`, in order.
+fn video_ids() -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/jobs/video_ids.txt")).unwrap();
+    text.lines().map(String::from).collect()
+}
+
+/// The video id each request asked for (`id=`), and checks its shape.
+fn fetched(seen: &[Seen]) -> Vec<String> {
+    seen.iter()
+        .map(|s| {
+            assert_eq!((s.path.as_str(), s.status), ("/youtube/v3/videos", 200));
+            let url = format!("http://x/?{}", s.query.clone().unwrap_or_default());
+            let url = reqwest::Url::parse(&url).unwrap();
+            let q: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
+            assert_eq!(q["part"], "snippet,statistics", "{q:?}");
+            q["id"].clone()
+        })
+        .collect()
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+#[test]
+fn the_backfill_example_fetches_each_video_once_ever() {
+    let up = Standin::start(&["--pages", "1", "--items", "1"]);
+    let d = Deployment::new("");
+    d.write(&backfill(&d, &up, &[]));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let ids = video_ids();
+    assert_eq!(ids.len(), 300);
+    // Concurrency 4: each id once, in any order.
+    assert_eq!(sorted(fetched(&up.seen())), sorted(ids));
+    assert_eq!(d.outputs("video-details").len(), 300);
+    assert_eq!(used(&d, "units", 3600), 300);
+
+    let r = d.quota(&["run"]);
+    assert_eq!((r.code, up.seen().len()), (0, 300), "nothing left: {r:?}");
+}
+
+#[test]
+fn the_backfill_example_stops_on_its_pacing_window_and_the_next_tick_goes_on() {
+    let up = Standin::start(&["--pages", "1", "--items", "1"]);
+    let d = Deployment::new("");
+    d.write(&backfill(
+        &d,
+        &up,
+        &[(BACKFILL_HOUR, "{ limit: 120, per: 1h }")],
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    let first = fetched(&up.seen());
+    assert_eq!(first.len(), 120);
+
+    d.write(&backfill(&d, &up, &[]));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let all = fetched(&up.seen());
+    assert_eq!(
+        sorted(all),
+        sorted(video_ids()),
+        "each id once, none skipped"
+    );
+    assert_eq!(d.outputs("video-details").len(), 300);
 }
