@@ -9,63 +9,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::common::deployment::{Deployment, WIDE, embedded_store, kill, main_units, spawn};
+use crate::common::deployment::{Deployment, embedded_store, kill, spawn};
+use crate::common::inputs::{keys, once_each, per_key, stores, write, yaml};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
-use crate::common::yaml::{Job, Step};
-
-/// A job `list` over `file` (`inputs: { file, key }`), `once` or not,
-/// `concurrency` at once: one videos.list call per input, its key as the
-/// region code, and for a .jsonl file `{input.p}` in the query.
-fn yaml(store: &str, base: &str, inputs: &str, once: bool, concurrency: usize) -> String {
-    let query = if inputs.contains(".jsonl") {
-        r#"{ part: snippet, regionCode: "{key}", q: "{input.p}", key: "{secret}" }"#
-    } else {
-        r#"{ part: snippet, regionCode: "{key}", key: "{secret}" }"#
-    };
-    main_units(store, WIDE)
-        .endpoint("videos.list", "{ units: 1 }")
-        .job(
-            Job::new("list", "main")
-                .set("inputs", inputs)
-                .set("once", &once.to_string())
-                .set("concurrency", &concurrency.to_string())
-                .step(
-                    Step::new("videos.list")
-                        .url(&format!("{base}/youtube/v3/videos"))
-                        .query(query),
-                ),
-        )
-        .render()
-}
-
-fn write(d: &Deployment, name: &str, text: &str) {
-    std::fs::write(d.path().join(name), text).unwrap();
-}
-
-/// How many requests the stand-in saw per key.
-fn per_key(up: &Standin) -> BTreeMap<String, usize> {
-    let mut n = BTreeMap::new();
-    for s in up.seen() {
-        *n.entry(s.region).or_default() += 1;
-    }
-    n
-}
-
-fn keys(range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(|i| format!("K{i}")).collect()
-}
-
-fn once_each(keys: &[String]) -> BTreeMap<String, usize> {
-    keys.iter().map(|k| (k.clone(), 1)).collect()
-}
-
-fn stores(d: &Deployment, redis: &Option<RedisServer>) -> String {
-    redis
-        .as_ref()
-        .map_or_else(|| embedded_store(d), RedisServer::url)
-}
 
 #[test]
 fn a_once_job_does_each_input_once_and_lines_appended_later_next_time() {

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::common::deployment::{Deployment, WIDE, embedded_store, main_units};
+use crate::common::inputs::per_key;
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 use crate::common::yaml::{Job, Step};
@@ -33,15 +34,6 @@ fn yaml_once(store: &str, base: &str, concurrency: usize, once: bool) -> String 
                 ),
         )
         .render()
-}
-
-/// How many requests the stand-in saw per key.
-fn per_key(up: &Standin) -> BTreeMap<String, usize> {
-    let mut n = BTreeMap::new();
-    for s in up.seen() {
-        *n.entry(s.region).or_default() += 1;
-    }
-    n
 }
 
 /// The embedded store's map of the job's failed inputs, each value read.

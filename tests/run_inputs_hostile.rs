@@ -7,52 +7,14 @@ use std::collections::BTreeMap;
 
 use std::time::Duration;
 
-use crate::common::deployment::{Deployment, WIDE, embedded_store, kill, main_units, spawn};
+use crate::common::deployment::{Deployment, embedded_store, kill, spawn};
+use crate::common::inputs::{keys, per_key, write, yaml};
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
-use crate::common::yaml::{Job, Step};
-
-fn yaml(store: &str, base: &str, inputs: &str, once: bool, concurrency: usize) -> String {
-    let query = if inputs.contains(".jsonl") || inputs.contains(".csv") {
-        r#"{ part: snippet, regionCode: "{key}", q: "{input.p}", key: "{secret}" }"#
-    } else {
-        r#"{ part: snippet, regionCode: "{key}", key: "{secret}" }"#
-    };
-    main_units(store, WIDE)
-        .endpoint("videos.list", "{ units: 1 }")
-        .job(
-            Job::new("list", "main")
-                .set("inputs", inputs)
-                .set("once", &once.to_string())
-                .set("concurrency", &concurrency.to_string())
-                .step(
-                    Step::new("videos.list")
-                        .url(&format!("{base}/youtube/v3/videos"))
-                        .query(query),
-                ),
-        )
-        .render()
-}
 
 fn limited(y: String, limit: u32) -> String {
     y.replace("limit: 1000, per: 1h", &format!("limit: {limit}, per: 1h"))
-}
-
-fn write(d: &Deployment, name: &str, text: &str) {
-    std::fs::write(d.path().join(name), text).unwrap();
-}
-
-fn per_key(up: &Standin) -> BTreeMap<String, usize> {
-    let mut n = BTreeMap::new();
-    for s in up.seen() {
-        *n.entry(s.region).or_default() += 1;
-    }
-    n
-}
-
-fn keys(range: std::ops::Range<usize>) -> Vec<String> {
-    range.map(|i| format!("K{i}")).collect()
 }
 
 /// A once-job stopped by its quota has read ahead (its window) and put

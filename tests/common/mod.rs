@@ -9,6 +9,7 @@
 
 pub mod cluster;
 pub mod deployment;
+pub mod inputs;
 pub mod known;
 pub mod ledger;
 pub mod metered;
