@@ -206,7 +206,25 @@ impl TlsRedis {
         Self::start_with(ca, password, n, cluster, &[])
     }
 
+    /// `n` servers, started again on other ports when one does not come
+    /// up (a port taken between the probe and the bind, most likely), as
+    /// [`crate::common::redis::RedisServer::start_with`] does.
     fn start_with(ca: &TestCa, password: &str, n: usize, cluster: bool, extra: &[&str]) -> Self {
+        for _ in 0..5 {
+            if let Some(servers) = Self::try_start(ca, password, n, cluster, extra) {
+                return servers;
+            }
+        }
+        panic!("a TLS redis-server did not start on a free loopback port");
+    }
+
+    fn try_start(
+        ca: &TestCa,
+        password: &str,
+        n: usize,
+        cluster: bool,
+        extra: &[&str],
+    ) -> Option<Self> {
         let mut servers = TlsRedis {
             children: Vec::new(),
             ports: Vec::new(),
@@ -262,17 +280,18 @@ impl TlsRedis {
             servers.ports.push(port);
             servers._dirs.push(dir);
         }
-        wait_until(
-            Duration::from_secs(10),
-            "a TLS redis-server did not start",
-            || {
-                servers
-                    .ports
-                    .iter()
-                    .all(|p| servers.cli(ca, password, *p, &["PING"]) == "PONG")
-            },
-        );
-        servers
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !servers
+            .ports
+            .iter()
+            .all(|p| servers.cli(ca, password, *p, &["PING"]) == "PONG")
+        {
+            if std::time::Instant::now() > deadline {
+                return None; // (dropped: its servers killed)
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(servers)
     }
 
     fn cli(&self, ca: &TestCa, password: &str, port: u16, args: &[&str]) -> String {
