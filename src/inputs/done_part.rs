@@ -52,11 +52,8 @@ pub struct Tail {
     pub start: u64,
     #[serde(default)]
     pub end: u64,
-    /// As [`Chunk::each`].
-    #[serde(default)]
-    pub each: String,
-    /// The full records' hashes are not kept for the tail: the chunk's hash
-    /// is made when it fills, from these (the records' full hashes).
+    /// The records' hashes (once full, a chunk keeps one hash of them and
+    /// 16 bits of each).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hashes: Vec<u64>,
 }
@@ -78,14 +75,13 @@ impl Tail {
         }
         self.end = seen.end;
         self.hashes.push(seen.hash);
-        self.each.push_str(&format!("{:04x}", seen.hash as u16));
         (self.hashes.len() == CHUNK).then(|| {
             let chunk = Chunk {
                 line: self.line,
                 start: self.start,
                 end: self.end,
                 hash: combine(&self.hashes),
-                each: std::mem::take(&mut self.each),
+                each: each_of(&self.hashes),
             };
             *self = Tail {
                 line: seen.line + 1,
@@ -104,9 +100,11 @@ fn combine(hashes: &[u64]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
-fn each_of(seen: &[Seen]) -> String {
-    seen.iter()
-        .map(|s| format!("{:04x}", s.hash as u16))
+/// 16 bits of each hash, 4 hex digits each ([`Chunk::each`]).
+fn each_of(hashes: &[u64]) -> String {
+    hashes
+        .iter()
+        .map(|h| format!("{:04x}", *h as u16))
         .collect()
 }
 
@@ -136,13 +134,12 @@ pub fn check(
     }
     let got = take(records, tail.len());
     let matches = got.len() == tail.len()
-        && each_of(&got) == tail.each
         && got.iter().zip(&tail.hashes).all(|(s, h)| s.hash == *h)
         && got.last().is_none_or(|s| s.end == tail.end);
     if matches {
         Ok(())
     } else {
-        Err(first_change(&got, &tail.each, next_line))
+        Err(first_change(&got, &each_of(&tail.hashes), next_line))
     }
 }
 
