@@ -187,4 +187,28 @@ fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
     assert!(text.contains("list: "), "{text:?}");
     assert!(text.contains("/3 inputs, "), "{text:?}");
     assert!(text.contains("/s, the rest in ~"), "{text:?}");
+
+    // Stopped by its budget (4 of 10): the bar says when the rest will be
+    // done at the budgets' pace too, as `status` does. Each input costs a
+    // unit, so after each page 6 inputs are left beyond what fits now.
+    let d = deployment(&up, 10);
+    let cmd = format!(
+        "{} -c {} run",
+        crate::common::deployment::quota_bin().display(),
+        d.config().display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("HOME", d.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(75), "{text}");
+    let pace = format!("~{} at the budgets' pace", fmt(pace_seconds(6, 0)));
+    assert!(text.contains(&pace), "{pace}: {text:?}");
+}
+
+/// Seconds as the configuration writes a duration (`1h30m`).
+fn fmt(s: u64) -> String {
+    quota::timefmt::fmt_duration(std::time::Duration::from_secs(s))
 }

@@ -7,6 +7,9 @@
 
 use std::time::Duration;
 
+use crate::config::Job;
+use crate::ledger::CredentialUsage;
+
 /// A window of a pool the job spends from, as it stands now.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WindowNow {
@@ -24,6 +27,32 @@ pub struct WindowNow {
 pub struct PoolNow {
     pub per_input: u64,
     pub windows: Vec<WindowNow>,
+}
+
+/// Each pool `job` spends from as it stands in `usage`, with the units one
+/// input costs there.
+pub fn pools_now(job: &Job, usage: &CredentialUsage) -> Vec<PoolNow> {
+    job.units_per_run()
+        .into_iter()
+        .filter_map(|(pool, per_input)| {
+            let p = usage.pools.iter().find(|p| p.pool == pool)?;
+            let windows = p
+                .windows
+                .iter()
+                .map(|w| WindowNow {
+                    budget: w.budget,
+                    per: w.window.per,
+                    remaining: w.remaining,
+                    resets_in: w
+                        .window
+                        .span_at(usage.at)
+                        .1
+                        .map(|end| Duration::from_micros((end - usage.at).max(0) as u64)),
+                })
+                .collect();
+            Some(PoolNow { per_input, windows })
+        })
+        .collect()
 }
 
 /// How long until `left` inputs are done: the slowest window of any pool

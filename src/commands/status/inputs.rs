@@ -9,12 +9,11 @@
 //! again); failed from the store's map of failed inputs.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Inputs, Job};
-use crate::inputs::pace::{PoolNow, WindowNow, time_to_finish};
+use crate::inputs::pace::{pools_now, time_to_finish};
 use crate::inputs::{Item, Position, Reader};
 use crate::ledger::{CredentialUsage, Ledger, Micros, Store, StoreError};
 use crate::runner::cursor::Cursor;
@@ -110,32 +109,6 @@ pub fn left(inputs: &Inputs, cursor: Option<&Cursor>) -> std::io::Result<u64> {
 /// Inputs after the cursor's place that are done (in its `ahead`).
 fn ahead_done(cursor: Option<&Cursor>) -> u64 {
     cursor.map_or(0, |c| c.ahead.iter().filter(|a| a.done).count() as u64)
-}
-
-/// Each pool `job` spends from as it stands in `usage`, with the units one
-/// input costs there.
-pub fn pools_now(job: &Job, usage: &CredentialUsage) -> Vec<PoolNow> {
-    job.units_per_run()
-        .into_iter()
-        .filter_map(|(pool, per_input)| {
-            let p = usage.pools.iter().find(|p| p.pool == pool)?;
-            let windows = p
-                .windows
-                .iter()
-                .map(|w| WindowNow {
-                    budget: w.budget,
-                    per: w.window.per,
-                    remaining: w.remaining,
-                    resets_in: w
-                        .window
-                        .span_at(usage.at)
-                        .1
-                        .map(|end| Duration::from_micros((end - usage.at).max(0) as u64)),
-                })
-                .collect();
-            Some(PoolNow { per_input, windows })
-        })
-        .collect()
 }
 
 /// `job`'s progress from its cursor, its failures and the credential's

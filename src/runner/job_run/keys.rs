@@ -103,11 +103,18 @@ impl JobRun<'_> {
             if inputs {
                 self.keep_retried(false).await;
             }
-            let mut report = self.report.borrow_mut();
-            match walk {
-                Walk::Done => report.regions_done += 1,
-                Walk::Refused => report.fail(&key, key.clone()),
-                Walk::Stopped => {}
+            {
+                let mut report = self.report.borrow_mut();
+                match walk {
+                    Walk::Done => report.regions_done += 1,
+                    Walk::Refused => report.fail(&key, key.clone()),
+                    Walk::Stopped => {}
+                }
+            }
+            if inputs {
+                // (an input over: the count moved, and the budgets' pace
+                // is read from it)
+                self.progress().await;
             }
         }
     }

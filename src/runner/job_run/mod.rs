@@ -19,7 +19,8 @@ use super::page_scan::Found;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
-use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
+use crate::inputs::pace;
+use crate::ledger::{At, Ledger, LockOutcome, Store, StoreError};
 use crate::{Error, Result};
 
 mod batches;
@@ -64,6 +65,21 @@ pub(super) struct JobRun<'a> {
     /// Per region and fan-out step: batches refused in a row, and whether
     /// one was accepted in this run ([`walk::BATCHES_REFUSED`]).
     batches_refused: RefCell<std::collections::HashMap<(String, usize), (u32, bool)>>,
+    /// On a terminal, for a job of inputs: when the rest will be done at
+    /// the budgets' pace, as last read.
+    pace: RefCell<Pace>,
+}
+
+/// How often a run on a terminal reads the budgets' pace from the store.
+const PACE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When a job of inputs' rest will be done at the budgets' pace.
+#[derive(Default)]
+struct Pace {
+    /// When last read from the store.
+    read: Option<std::time::Instant>,
+    /// What it said (`None` inside: never).
+    finish: Option<Option<std::time::Duration>>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -175,6 +191,7 @@ impl<'a> JobRun<'a> {
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             first_refused: Cell::new(0),
             batches_refused: RefCell::default(),
+            pace: RefCell::default(),
         }
     }
 
@@ -411,19 +428,51 @@ impl<'a> JobRun<'a> {
         Ok(())
     }
 
-    /// On a terminal, one line that says how far the run is (none under
-    /// cron or systemd, where stderr is a file or the journal).
-    fn progress(&self) {
-        if !self.ctx.progress {
+    /// On a terminal, for a job of inputs as an input is over: the line,
+    /// and when the rest will be done at the budgets' pace (inputs in
+    /// flight, whose units are spent, still counted as left: at most
+    /// `concurrency` more than the rest, an estimate on the safe side).
+    async fn progress(&self) {
+        if let Some(left) = self.draw_progress() {
+            self.read_pace(left).await;
+        }
+    }
+
+    /// Read when `left` inputs will be done at the budgets' pace, at most
+    /// once per [`PACE_EVERY`] (a read of the credential's windows in the
+    /// store, as `status` makes): shown at the next page. None without a
+    /// store (the run is unmetered).
+    async fn read_pace(&self, left: u64) {
+        let last = self.pace.borrow().read;
+        if last.is_some_and(|t| t.elapsed() < PACE_EVERY) {
             return;
+        }
+        let Some(store) = self.meter.store() else {
+            return;
+        };
+        self.pace.borrow_mut().read = Some(std::time::Instant::now());
+        let usage = store
+            .usage(&self.cred.name, &self.cred.pools, At::StoreClock)
+            .await;
+        // (a failed read keeps the last time known; tried again later)
+        if let Ok(usage) = usage {
+            let finish = pace::time_to_finish(left, &pace::pools_now(self.job, &usage));
+            self.pace.borrow_mut().finish = Some(finish);
+        }
+    }
+
+    /// On a terminal, one line that says how far the run is (none under
+    /// cron or systemd, where stderr is a file or the journal); the inputs
+    /// left for a job of inputs.
+    fn draw_progress(&self) -> Option<u64> {
+        if !self.ctx.progress {
+            return None;
         }
         let r = self.report.borrow();
         let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
         if let Some(inputs) = &self.job.inputs {
             let mut round = self.round.borrow_mut();
-            let Some(at) = round.window_mut().map(|w| &w.at) else {
-                return;
-            };
+            let at = &round.window_mut()?.at;
             let (done, offset, line) = (at.done + at.skipped, at.offset, at.line);
             drop(round);
             // Every item from the first input not done, the front of the
@@ -434,8 +483,14 @@ impl<'a> JobRun<'a> {
                     .map(|r| r.map_while(|i| i.ok()).count() as u64);
                 done + items.unwrap_or(0)
             };
-            super::progress::inputs(&r.job, done, total, units.join(", "));
-            return;
+            let pace = self.pace.borrow().finish;
+            return Some(super::progress::inputs(
+                &r.job,
+                done,
+                total,
+                pace,
+                &units.join(", "),
+            ));
         }
         eprint!(
             "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
@@ -445,6 +500,7 @@ impl<'a> JobRun<'a> {
             r.calls,
             units.join(", ")
         );
+        None
     }
 
     fn clear_progress(&self) {

@@ -250,7 +250,7 @@ impl JobRun<'_> {
             ));
         };
         self.report.borrow_mut().pages += 1;
-        self.progress();
+        self.draw_progress();
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(Written::Page(body))
     }
