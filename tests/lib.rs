@@ -18,6 +18,7 @@ mod ledger_fast_path;
 mod ledger_metered;
 mod ledger_redis;
 mod ledger_redis_segments;
+mod ledger_shares;
 mod operator;
 mod operator_metrics;
 mod run_answers;

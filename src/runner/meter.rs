@@ -132,6 +132,7 @@ impl<'a> Meter<'a> {
             seen_serial: self.seen_serial(),
             observe: self.cred.observe,
             estimated: &estimated,
+            shares: None,
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {

@@ -126,6 +126,7 @@ pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> R
         // (an observe-mode credential records what does not fit, and says so)
         observe: request.cred.observe,
         estimated: &[],
+        shares: None,
     };
     loop {
         let decision = store
