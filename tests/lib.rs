@@ -6,6 +6,7 @@ mod common;
 
 mod bench;
 mod cli_charge;
+mod cli_shares;
 mod config_bounds;
 mod drills;
 mod inputs_config;

@@ -241,6 +241,15 @@ pub enum Held {
     Limit { share: String },
 }
 
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Reserve { share, units } => write!(f, "kept for {share}: {units} units"),
+            Self::Limit { share } => write!(f, "share {share} has taken its limit"),
+        }
+    }
+}
+
 /// The ledger's answer to a charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChargeDecision {
