@@ -202,6 +202,37 @@ async fn a_settle_moves_a_shares_units_with_its_pools(ledger: impl Ledger) {
     assert_eq!(used, [55, 5]);
 }
 
+async fn observe_mode_counts_the_calls_a_share_would_have_stopped(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let sh = shares(&[("trending", Amount::Units(60), None)], None);
+    let c = [cost(&units, 40)];
+    for at in [T0, T0 + S] {
+        let observe = Charge {
+            job: "backfill",
+            shares: Some(&sh),
+            observe: true,
+            ..charge("cred", &c)
+        };
+        let d = ledger.charge(&observe, At::Fixed(at)).await.unwrap();
+        let ChargeDecision::Allowed { observed, .. } = &d else {
+            panic!("{d:?}")
+        };
+        // The first fits; the second leaves less than trending's 60.
+        assert_eq!(
+            observed.as_ref().map(|o| o.pool.as_str()),
+            (at > T0).then_some("units")
+        );
+    }
+    let u = ledger
+        .usage("cred", &[units], At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    assert_eq!(
+        (u.pools[0].observed_rejections, u.pools[0].windows[0].used),
+        (1, 80)
+    );
+}
+
 /// The pool in which a store counts what trending spent of `units`.
 fn share_pool(units: &Pool) -> Pool {
     Pool {
@@ -219,6 +250,7 @@ macro_rules! shares_suite {
                 a_share_never_takes_more_than_its_limit,
                 lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one,
                 a_settle_moves_a_shares_units_with_its_pools,
+                observe_mode_counts_the_calls_a_share_would_have_stopped,
             );
         }
     };
