@@ -11,7 +11,8 @@
 #   - the classic sorted-set limiter that keeps one member per unit
 #     (ZREMRANGEBYSCORE, ZCARD and ZADD per window, in one script): the
 #     reference issue 14 names;
-# at cost 1 and cost 100, with one window (1 s: calls leave it all the
+# at cost 1 and cost 100, with one window (and the same charge on a
+# credential with three shares, issue 28) (1 s: calls leave it all the
 # time, so both designs do their sliding work) and with two (1 s and 1 h).
 # Budgets never run out: every call is admitted.
 #
@@ -67,6 +68,22 @@ sorted_args() { # COST LENGTH BUDGET [LENGTH BUDGET]
     args=("${#keys[@]}" "${keys[@]}" "$cost" __rand_int__ "$@")
 }
 
+# The same charge by a job without a share on a credential with three
+# shares (issue 28): the pool and each share's pool (cost 0, slid and read),
+# flag 16 (the general path), and each share's reserve of 10 units.
+charge_shares_args() { # COST LENGTH BUDGET
+    local cost=$1 s keys=() names=() layout=()
+    shift
+    for s in '' /a /b /c; do
+        keys+=("quota:{b}:log:units$s")
+        names+=("pool:units$s")
+        if [ -z "$s" ]; then layout+=("$cost" 1 "$@"); else layout+=(0 1 "$@"); fi
+    done
+    for s in '' /a /b /c; do keys+=("quota:{b}:index:units$s"); done
+    args=(9 'quota:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
+        'tag:bench	bench' 0 4 "${names[@]}" "${layout[@]}" 1 -1 3 2 10 3 10 4 10)
+}
+
 # measure NAME SCRIPT ARGS...: prints NAME, µs a call in Redis, calls/s.
 measure() {
     local name=$1 script=$2
@@ -97,6 +114,8 @@ for round in $(seq "$rounds"); do
         measure "charge.lua, cost $cost, one window" "$charge" "${args[@]}"
         sorted_args "$cost" "${one[@]}"
         measure "sorted set, cost $cost, one window" "$sorted_set" "${args[@]}"
+        charge_shares_args "$cost" "${one[@]}"
+        measure "charge.lua, cost $cost, one window, 3 shares" "$charge" "${args[@]}"
         charge_args "$cost" "${two[@]}"
         measure "charge.lua, cost $cost, two windows" "$charge" "${args[@]}"
         sorted_args "$cost" "${two[@]}"

@@ -39,6 +39,11 @@
 --              does (µs, or -1: the longest window)
 -- reserve:     or, for a charge with 8, a "0" or "1" per pool, in order: "1"
 --              where its cost is an estimate
+-- shares:      then, for a charge with 16 (shares, src/ledger/shares.rs),
+--              the number of the charge's own pools (the first), when a
+--              calendar period lends (hundredths of its length, -1: never),
+--              then per own pool: how many other shares, and per share its
+--              pool's number and its reserve per window
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest
@@ -105,8 +110,11 @@
 --                                                    then per pool the units of
 --                                                    others its remaining counts
 --                                                    and in which window
---   {0, now, serial, pool_no, window_no, retry_us}  rejected by that window; the
---                                                    call fits again in retry_us
+--   {0, now, serial, pool_no, window_no, retry_us, share_pool_no, kept}
+--                                                    rejected by that window; the
+--                                                    call fits again in retry_us;
+--                                                    a share's pool (0: none) kept
+--                                                    `kept` units of its reserve
 --   {2, now, serial, blocked_until_us, reason}       credential blocked upstream
 --   {3, now, serial, pool_no, lost_at, until}        the pool's log was lost at
 --                                                    lost_at: it counts as spent

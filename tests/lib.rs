@@ -6,6 +6,7 @@ mod common;
 
 mod bench;
 mod cli_charge;
+mod cli_shares;
 mod config_bounds;
 mod drills;
 mod inputs_config;
@@ -18,6 +19,7 @@ mod ledger_fast_path;
 mod ledger_metered;
 mod ledger_redis;
 mod ledger_redis_segments;
+mod ledger_shares;
 mod operator;
 mod operator_metrics;
 mod run_answers;

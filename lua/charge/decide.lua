@@ -122,12 +122,61 @@ for p = 1, npools do
   end
   a = a + 2 + 2 * pv[$M]
 end
+-- Shares (src/ledger/shares.rs), once every window fits: in every window
+-- of the charge's own pools, the units left after it must cover every
+-- other share's unused reserve (its reserve less its pool's window sum),
+-- except in a calendar window whose period has run its lending part. If
+-- not, it may fit when enough of the window has left (sliding), or at the
+-- lending point or the period's end; the share that keeps most is named.
+local kept_q, kept = 0, 0
+if shares and worst_retry == nil then
+  local sh = cal_end + (reserve and 1 or 0)
+  local nbase, lend = tonumber(ARGV[sh]), tonumber(ARGV[sh + 1])
+  local i = sh + 2
+  a = 8 + npools
+  for p = 1, nbase do
+    local pv, k, cost = pools[p], tonumber(ARGV[i]), tonumber(ARGV[a])
+    local m = pv[$M]
+    for w = 1, m do
+      local b, cal = $WIN * w, cals[p][w]
+      local lend_at = cal and lend >= 0 and cal[1] + floor((cal[2] - cal[1]) * lend / 10000)
+      if not (lend_at and now >= lend_at) then
+        local unused, most_q, most = 0, 0, 0
+        for r = 0, k - 1 do
+          local at_r = i + 1 + r * (1 + m)
+          local q = tonumber(ARGV[at_r])
+          local left = tonumber(ARGV[at_r + w]) - pools[q][b + $SUM]
+          if left > 0 then
+            unused = unused + left
+            if left > most then most_q, most = q, left end
+          end
+        end
+        local extra = w == pv.lw and pv.extra or 0
+        local need = pv[b + $SUM] + extra + cost + unused - tonumber(ARGV[a + 2 * w + 1])
+        if need > 0 then
+          local at
+          if cal then
+            at = cal[2]
+            if lend_at and lend_at < at then at = lend_at end
+          else
+            at = freed_at(p, pv, b, need) or now + pv[b]
+          end
+          if worst_retry == nil or at - now > worst_retry then
+            worst_p, worst_w, worst_retry, kept_q, kept = p, w, at - now, most_q, most
+          end
+        end
+      end
+    end
+    i = i + 1 + k * (1 + m)
+    a = a + 2 + 2 * m
+  end
+end
 if worst_retry ~= nil and force then
   if not lost_short then observed = { worst_p, worst_w, worst_retry } end
 elseif worst_retry ~= nil then
   -- The slid sums are exact; keep them so the next call starts here.
   save_slid()
-  return { 0, now, serial, worst_p, worst_w, worst_retry }
+  return { 0, now, serial, worst_p, worst_w, worst_retry, kept_q, kept }
 end
 if observed[1] > 0 then
   -- Observe mode: counted, with its time, for status.

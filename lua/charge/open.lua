@@ -9,7 +9,7 @@ local state = KEYS[1]
 
 local flag = ARGV[3] == '0' and 0 or tonumber(ARGV[3]) or 0
 local id, resend, horizon = ARGV[2], flag % 2 == 1, ARGV[4] + 0
-local force, reserve = floor(flag / 4) % 2 == 1, flag >= 8
+local force, reserve, shares = floor(flag / 4) % 2 == 1, floor(flag / 8) % 2 == 1, flag >= 16
 local tag_field, min_serial, npools = ARGV[5], ARGV[6] + 0, ARGV[7] + 0
 
 -- (then each pool's state field, then its front, for the fast path; one

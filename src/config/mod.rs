@@ -37,7 +37,7 @@ pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, InputFields, JsonTemplate, Placeholder, Template};
 pub use self::upstream_headers::CountHeaders;
-use crate::ledger::{Pool, PoolCost, StoreLocation};
+use crate::ledger::{Pool, PoolCost, Shares, StoreLocation};
 use crate::{Error, Result};
 
 /// The file used when neither `-c` nor `$QUOTA_CONFIG` names one.
@@ -99,6 +99,9 @@ pub struct Credential {
     /// that do not fit, and the ledger never stops a run.
     pub observe: bool,
     pub pools: Vec<Pool>,
+    /// Who may take what when jobs compete for the credential (issue 28):
+    /// empty without `shares`.
+    pub shares: Shares,
 }
 
 impl Credential {

@@ -43,6 +43,15 @@ pub(super) struct RawCredential {
     pub(super) upstream_headers: Option<Value>,
     pub(super) mode: Option<String>,
     pub(super) pools: OrderedMap<Vec<RawWindow>>,
+    pub(super) shares: Option<OrderedMap<RawShare>>,
+    pub(super) lend_after: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawShare {
+    pub(super) reserve: Option<Value>,
+    pub(super) limit: Option<Value>,
 }
 
 #[derive(Deserialize)]

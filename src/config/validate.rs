@@ -29,6 +29,7 @@ mod inputs;
 mod job;
 mod paginate;
 mod request;
+mod shares;
 mod step;
 mod values;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Micros, PoolCost};
+use super::{Micros, PoolCost, Shares};
 
 /// One call's charge: its cost in every pool it names, and who spends it.
 #[derive(Clone, Debug)]
@@ -31,6 +31,10 @@ pub struct Charge<'a> {
     ///
     /// [`Ledger::settle`]: super::Ledger::settle
     pub estimated: &'a [&'a str],
+    /// The credential's shares (issue 28): the charge spends as the share
+    /// named `job`, if there is one, and keeps every other share's unused
+    /// reserve. None: no shares.
+    pub shares: Option<&'a Shares>,
 }
 
 /// Which clock a decision reads.
@@ -227,6 +231,25 @@ pub struct Others {
     pub until: Micros,
 }
 
+/// Why a window that has units left refused a charge: shares (issue 28).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// The units left are kept for `share`'s unused reserve (`units` of it,
+    /// the largest of the reserves kept).
+    Reserve { share: String, units: u64 },
+    /// The charging job's share has taken its limit of the window.
+    Limit { share: String },
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Reserve { share, units } => write!(f, "kept for {share}: {units} units"),
+            Self::Limit { share } => write!(f, "share {share} has taken its limit"),
+        }
+    }
+}
+
 /// The ledger's answer to a charge.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChargeDecision {
@@ -251,6 +274,8 @@ pub enum ChargeDecision {
         pool: String,
         per: Duration,
         retry_after: Duration,
+        /// A refusal by shares: whose units the window keeps.
+        held: Option<Held>,
     },
     /// Nothing recorded: the credential is blocked until `until` (the upstream
     /// reported its own quota spent).

@@ -26,6 +26,7 @@ mod decision;
 mod embedded;
 mod error;
 mod redis;
+pub mod shares;
 mod store;
 pub mod topology;
 mod usage;
@@ -33,7 +34,7 @@ mod window;
 
 pub(crate) use self::decision::backoff_len;
 pub use self::decision::{
-    At, BlockEnd, Charge, ChargeDecision, LockOutcome, Others, Receipt, Remaining, Settled,
+    At, BlockEnd, Charge, ChargeDecision, Held, LockOutcome, Others, Receipt, Remaining, Settled,
     WouldRefuse,
 };
 pub use self::embedded::EmbeddedLedger;
@@ -43,6 +44,7 @@ pub use self::redis::{
     LOG_SEGMENT, RedisLedger, cursor_key, index_key, index_segment_key, lock_key, log_key,
     log_segment_key, script_source, state_key,
 };
+pub use self::shares::{Amount, Share, Shares};
 pub use self::store::{Store, StoreLocation, redact_url};
 pub use self::usage::{
     CredentialLog, CredentialUsage, LogBlock, LogEntry, LogLost, LogSegment, PoolUsage,

@@ -132,6 +132,7 @@ impl<'a> Meter<'a> {
             seen_serial: self.seen_serial(),
             observe: self.cred.observe,
             estimated: &estimated,
+            shares: Some(&self.cred.shares),
         };
         let decision = store.charge(&charge, At::StoreClock).await;
         if let Ok(d) = &decision {
@@ -171,11 +172,13 @@ impl<'a> Meter<'a> {
                 pool,
                 per,
                 retry_after,
+                held,
                 ..
             } => Charged::Stop(Stop::QuotaSaidNo {
                 pool,
                 per,
                 retry_after,
+                held,
             }),
             ChargeDecision::LogLost {
                 pool, since, until, ..

@@ -43,7 +43,7 @@ mod shutdown;
 pub mod upstream;
 
 pub(crate) use self::job_run::{done_map, failed_map, retry_map, seen_map};
-pub use self::report::{JobReport, Stop, log_error, log_summary};
+pub use self::report::{JobReport, Stop, held_text, log_error, log_summary};
 pub use self::shutdown::Shutdown;
 
 use self::job_run::JobRun;

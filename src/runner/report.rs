@@ -10,7 +10,7 @@ use tracing::{error, info, warn};
 use super::cursor::Cursor;
 use crate::Error;
 use crate::error::ExitStatus;
-use crate::ledger::Micros;
+use crate::ledger::{Held, Micros};
 use crate::timefmt::{fmt_duration, local_datetime};
 
 /// Why a run stopped before serving every region (all exit 75).
@@ -21,6 +21,9 @@ pub enum Stop {
         pool: String,
         per: Duration,
         retry_after: Duration,
+        /// Shares: the units left are another share's, or this job's
+        /// share is at its limit.
+        held: Option<Held>,
     },
     /// The credential is blocked (the upstream reported its quota spent).
     Blocked { until: Micros, reason: String },
@@ -45,6 +48,15 @@ pub enum Stop {
     Signal,
 }
 
+/// What a refused window is: full, or what is left in it is held for a
+/// share (issue 28: "kept for trending: 12 units").
+pub fn held_text(held: Option<&Held>) -> String {
+    match held {
+        None => "full".to_string(),
+        Some(h) => format!("not full, but {h}"),
+    }
+}
+
 impl fmt::Display for Stop {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -52,10 +64,12 @@ impl fmt::Display for Stop {
                 pool,
                 per,
                 retry_after,
+                held,
             } => write!(
                 f,
-                "the quota said no: the {} window of pool '{pool}' is full; units free up in {} (at {})",
+                "the quota said no: the {} window of pool '{pool}' is {}; units free up in {} (at {})",
                 fmt_duration(*per),
+                held_text(held.as_ref()),
                 fmt_duration(*retry_after),
                 local_time_in(*retry_after)
             ),

@@ -56,6 +56,7 @@ pub fn charge<'a>(credential: &'a str, cost: &'a [PoolCost]) -> Charge<'a> {
         seen_serial: 0,
         observe: false,
         estimated: &[],
+        shares: None,
     }
 }
 

@@ -133,6 +133,13 @@ impl Credential {
         self
     }
 
+    /// Any other field of the credential, as YAML text (`shares`,
+    /// `lend_after`, `mode`).
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.fields.push((key.into(), value.into()));
+        self
+    }
+
     /// Pool `name` with `windows`, each a flow map (see [`limit`]).
     pub fn pool<W: AsRef<str>>(mut self, name: &str, windows: &[W]) -> Self {
         let windows = windows.iter().map(|w| w.as_ref().to_string()).collect();

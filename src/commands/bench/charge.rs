@@ -149,6 +149,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                         seen_serial: 0,
                         observe: false,
                         estimated: &[],
+                        shares: None,
                     };
                     let mut inv = trivial.prepare_invoke();
                     ledger.charge_arguments(&charge, &mut inv);

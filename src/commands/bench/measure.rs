@@ -89,6 +89,7 @@ pub async fn charge_one(ledger: &RedisLedger, credential: &str, cost: &[PoolCost
         seen_serial: 0,
         observe: false,
         estimated: &[],
+        shares: None,
     };
     let decision = ledger.charge(&charge, At::StoreClock).await?;
     if !decision.is_allowed() {

@@ -95,6 +95,7 @@ impl<'a> Request<'a> {
                 )));
             }
         }
+        share_fits(config, cred, &spec.job, &cost)?;
         Ok(Self {
             cred,
             cost,
@@ -103,6 +104,33 @@ impl<'a> Request<'a> {
             wait: spec.wait,
         })
     }
+}
+
+/// A cost above the limit of `job`'s share in any window can never fit:
+/// a configuration error (78), as a cost above a budget is.
+fn share_fits(config: &Config, cred: &Credential, job: &str, cost: &[PoolCost]) -> Result<()> {
+    let Some((share, limit)) = (cred.shares.of(job)).and_then(|s| Some((s, s.limit?))) else {
+        return Ok(());
+    };
+    for c in cost {
+        for w in &c.pool.windows {
+            if c.units > limit.of(w.budget()) {
+                return Err(Error::Config {
+                    file: config.file.clone(),
+                    field: format!("--cost (credential {}, --job {job})", cred.name),
+                    message: format!(
+                        "{} units of pool {} can never fit: share {}'s limit is {} units of its {} window",
+                        c.units,
+                        c.pool.name,
+                        share.name,
+                        limit.of(w.budget()),
+                        crate::timefmt::fmt_window(w.per)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Charge `request`; with `--wait D`, while refused and the ledger says the
@@ -126,6 +154,7 @@ pub async fn decide(store: &Store, store_name: &str, request: &Request<'_>) -> R
         // (an observe-mode credential records what does not fit, and says so)
         observe: request.cred.observe,
         estimated: &[],
+        shares: Some(&request.cred.shares),
     };
     loop {
         let decision = store

@@ -38,10 +38,12 @@ fn reason(request: &Request<'_>, decision: &ChargeDecision) -> String {
             pool,
             per,
             retry_after,
+            held,
             ..
         } => format!(
-            "the {} window of pool '{pool}' is full; units free up in {} (at {})",
+            "the {} window of pool '{pool}' is {}; units free up in {} (at {})",
             fmt_window(*per),
+            crate::runner::held_text(held.as_ref()),
             fmt_wait(*retry_after),
             local_time(at + micros(*retry_after), *at)
         ),

@@ -61,6 +61,7 @@ impl Validator<'_> {
                 ));
             }
         };
+        let shares = self.shares(&at, raw.shares, raw.lend_after.as_ref(), &pools)?;
         Ok(Credential {
             name,
             secret,
@@ -69,6 +70,7 @@ impl Validator<'_> {
             upstream_headers,
             observe,
             pools,
+            shares,
         })
     }
 

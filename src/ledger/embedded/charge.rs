@@ -10,12 +10,14 @@ use rusqlite::{OptionalExtension, params};
 
 mod fit;
 
-use self::fit::{WindowSum, first_full_window, remaining, used_per_window};
+use self::fit::{WindowSum, first_full_window, remaining, reserves_kept, used_per_window};
 use super::log::{self, PoolLog};
 use super::{CredentialRow, credential_row, local_now};
 use crate::ledger::calendar;
+use crate::ledger::shares::Plan;
 use crate::ledger::{
-    At, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Receipt, StoreError, WouldRefuse, tag,
+    At, Charge, ChargeDecision, Held, IDEMPOTENCY_HORIZON, Micros, Receipt, StoreError,
+    WouldRefuse, tag,
 };
 
 /// An owned copy of a charge, to move into the blocking thread.
@@ -26,11 +28,35 @@ pub(super) struct OwnedCharge {
     id: Option<String>,
     seen_serial: u64,
     observe: bool,
+    /// Shares: the reserves to keep (see ledger::shares).
+    shares: Option<OwnedShares>,
+}
+
+/// A planned charge's reserves: how many of its pools are its own, when a
+/// calendar period lends, and per own pool (share pool, share, reserve per
+/// window) of every other share.
+pub(super) struct OwnedShares {
+    base: usize,
+    lend: i64,
+    rows: Vec<Vec<(usize, String, Vec<u64>)>>,
 }
 
 impl OwnedCharge {
-    pub(super) fn new(charge: &Charge<'_>) -> Self {
+    /// `charge` as planned (its cost `plan`'s, when it has shares).
+    pub(super) fn new(charge: &Charge<'_>, plan: Option<&Plan>) -> Self {
+        let shares = plan.map(|p| OwnedShares {
+            base: p.base,
+            lend: p.lend,
+            rows: (p.rows.iter())
+                .map(|rows| {
+                    (rows.iter())
+                        .map(|r| (r.sub, r.share.clone(), r.reserves.clone()))
+                        .collect()
+                })
+                .collect(),
+        });
         Self {
+            shares,
             credential: charge.credential.to_string(),
             cost: charge
                 .cost
@@ -115,7 +141,12 @@ pub(super) fn decide(
     match d.full_window(tx, &used)? {
         Fit::Refused(decision) => return Ok(decision),
         Fit::Observed(o) => observed = Some(o),
-        Fit::Fits => {}
+        // (shares: asked once every window fits, as in charge/decide.lua)
+        Fit::Fits => match d.reserves(tx, &used)? {
+            Fit::Refused(decision) => return Ok(decision),
+            Fit::Observed(o) => observed = Some(o),
+            Fit::Fits => {}
+        },
     }
     d.allow(tx, &used, observed)
 }
@@ -250,6 +281,38 @@ impl<'c> Decision<'c> {
             pool,
             per: Duration::from_micros(per as u64),
             retry_after: Duration::from_micros(retry.max(0) as u64),
+            held: None,
+        }))
+    }
+
+    /// Shares: the window whose units left are kept for other shares'
+    /// unused reserves, the one that keeps the call out longest, if any.
+    fn reserves(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        used: &[Vec<WindowSum>],
+    ) -> Result<Fit, StoreError> {
+        let (c, now) = (self.c, self.now);
+        let Some(sh) = c.shares.as_ref().filter(|_| !self.duplicate) else {
+            return Ok(Fit::Fits);
+        };
+        let kept = reserves_kept(tx, c, (sh.base, sh.lend, &sh.rows), (used, &self.logs), now)?;
+        let Some((p, k, retry, sub, units)) = kept else {
+            return Ok(Fit::Fits);
+        };
+        let (pool, per) = (c.cost[p].pool.clone(), c.cost[p].spans[k].0);
+        if c.observe {
+            return Ok(Fit::Observed((pool, Some(per), retry)));
+        }
+        let share = (sh.rows[p].iter().find(|r| r.0 == sub)).map_or(String::new(), |r| r.1.clone());
+        save_time(tx, &c.credential, now, self.lost_at)?;
+        Ok(Fit::Refused(ChargeDecision::Rejected {
+            at: now,
+            serial: self.row.serial,
+            pool,
+            per: Duration::from_micros(per as u64),
+            retry_after: Duration::from_micros(retry.max(0) as u64),
+            held: Some(Held::Reserve { share, units }),
         }))
     }
 

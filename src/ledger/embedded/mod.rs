@@ -26,7 +26,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Others, Pool, Receipt, Settled, StoreError, backoff_len, check_fits,
+    Micros, Others, Pool, Receipt, Settled, StoreError, backoff_len, check_fits, shares,
 };
 
 /// The ledger in a local SQLite file.
@@ -160,17 +160,32 @@ fn configured_per(charge: &Charge<'_>, per: Duration) -> Duration {
 impl Ledger for EmbeddedLedger {
     async fn charge(&self, charge: &Charge<'_>, at: At) -> Result<ChargeDecision, StoreError> {
         check_fits(charge.cost)?;
-        let owned = OwnedCharge::new(charge);
+        // (shares: the charge as planned, its share's pools added)
+        let plan = shares::plan(charge);
+        let planned;
+        let charge = match &plan {
+            Some(p) => {
+                planned = Charge {
+                    cost: &p.cost,
+                    ..charge.clone()
+                };
+                &planned
+            }
+            None => charge,
+        };
+        check_fits(charge.cost)?;
+        let owned = OwnedCharge::new(charge, plan.as_ref());
         let decision = self.transaction(move |tx| decide(tx, &owned, at)).await?;
         // The transaction reports windows by microseconds; give back the
         // configured durations so both stores answer identically.
-        Ok(match decision {
+        let decision = match decision {
             ChargeDecision::Rejected {
                 at,
                 serial,
                 pool,
                 per,
                 retry_after,
+                held,
             } => {
                 let per = configured_per(charge, per);
                 ChargeDecision::Rejected {
@@ -179,6 +194,7 @@ impl Ledger for EmbeddedLedger {
                     pool,
                     per,
                     retry_after,
+                    held,
                 }
             }
             ChargeDecision::Allowed {
@@ -200,6 +216,10 @@ impl Ledger for EmbeddedLedger {
                 }),
             },
             other => other,
+        };
+        Ok(match &plan {
+            Some(plan) => shares::answer(plan, decision),
+            None => decision,
         })
     }
 
@@ -269,27 +289,15 @@ impl Ledger for EmbeddedLedger {
         &self,
         credential: &str,
         receipt: &Receipt,
-        (pool, estimate, actual): (&str, u64, u64),
+        cost: (&str, u64, u64),
         at: At,
     ) -> Result<Settled, StoreError> {
-        let Some(row) = receipt.entry(pool) else {
-            return Ok(Settled::Gone);
-        };
-        let actual = receipt.recordable(pool, actual);
-        let (credential, pool) = (credential.to_string(), pool.to_string());
-        let charged = receipt.id as Micros;
-        self.transaction(move |tx| {
-            let now = clock(at, credential_row(tx, &credential)?.last);
-            log::settle(
-                tx,
-                &credential,
-                &pool,
-                (row, charged),
-                (estimate, actual),
-                now,
-            )
-        })
-        .await
+        // (a share's pool holds the same call: settled alike)
+        for sub in shares::settled_with(receipt, cost.0) {
+            self.settle_one(credential, receipt, (sub, cost.1, cost.2), at)
+                .await?;
+        }
+        self.settle_one(credential, receipt, cost, at).await
     }
 
     async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
@@ -443,6 +451,36 @@ impl Ledger for EmbeddedLedger {
         let names: Vec<String> = pools.iter().map(|p| p.name.clone()).collect();
         self.transaction_with(TransactionBehavior::Deferred, move |tx| {
             read::read(tx, &credential, &names, at)
+        })
+        .await
+    }
+}
+
+impl EmbeddedLedger {
+    /// Settle one pool's entry of a charge (see [`Ledger::settle`]).
+    async fn settle_one(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        (pool, estimate, actual): (&str, u64, u64),
+        at: At,
+    ) -> Result<Settled, StoreError> {
+        let Some(row) = receipt.entry(pool) else {
+            return Ok(Settled::Gone);
+        };
+        let actual = receipt.recordable(pool, actual);
+        let (credential, pool) = (credential.to_string(), pool.to_string());
+        let charged = receipt.id as Micros;
+        self.transaction(move |tx| {
+            let now = clock(at, credential_row(tx, &credential)?.last);
+            log::settle(
+                tx,
+                &credential,
+                &pool,
+                (row, charged),
+                (estimate, actual),
+                now,
+            )
         })
         .await
     }

@@ -11,10 +11,11 @@ use redis::Value;
 use super::RedisLedger;
 use super::keys::{index_key, log_key, state_key};
 use super::wire::{array, clock_arg, int, older_layout, text};
+use crate::ledger::shares::Plan;
 use crate::ledger::topology::Conn;
 use crate::ledger::{
-    At, BlockEnd, Charge, ChargeDecision, IDEMPOTENCY_HORIZON, Micros, Others, Pool, PoolCost,
-    Receipt, Remaining, StoreError, WouldRefuse, calendar, check_fits, tag,
+    At, BlockEnd, Charge, ChargeDecision, Held, IDEMPOTENCY_HORIZON, Micros, Others, Pool,
+    PoolCost, Receipt, Remaining, StoreError, WouldRefuse, calendar, check_fits, shares, tag,
 };
 
 impl RedisLedger {
@@ -23,14 +24,15 @@ impl RedisLedger {
     fn charge_invocation<'s>(
         &'s self,
         charge: &Charge<'_>,
-        id: u64,
-        resend: bool,
+        plan: Option<&Plan>,
+        (id, resend): (u64, bool),
         at: At,
     ) -> redis::ScriptInvocation<'s> {
         let mut inv = self.charge.prepare_invoke();
         let flag = u8::from(resend)
             + if charge.observe { 4 } else { 0 }
-            + if charge.estimated.is_empty() { 0 } else { 8 };
+            + if charge.estimated.is_empty() { 0 } else { 8 }
+            + if plan.is_some() { 16 } else { 0 };
         Self::charge_keys_and_args(charge, id, &flag.to_string(), at, &mut inv);
         if !charge.estimated.is_empty() {
             // (the pools reserved: "1" at the place of each, in pool order)
@@ -41,6 +43,20 @@ impl RedisLedger {
                 })
                 .collect();
             inv.arg(places);
+        }
+        if let Some(plan) = plan {
+            // (shares: the pools of its own, when calendar periods lend,
+            // then per own pool every other share's pool and reserves)
+            inv.arg(plan.base).arg(plan.lend);
+            for rows in &plan.rows {
+                inv.arg(rows.len());
+                for row in rows {
+                    inv.arg(row.sub + 1);
+                    for r in &row.reserves {
+                        inv.arg(*r);
+                    }
+                }
+            }
         }
         inv
     }
@@ -144,6 +160,34 @@ pub(super) async fn charge(
     at: At,
 ) -> Result<ChargeDecision, StoreError> {
     check_fits(charge.cost)?;
+    // (shares: the charge as planned, its share's pools added)
+    let plan = shares::plan(charge);
+    let planned;
+    let charge = match &plan {
+        Some(p) => {
+            planned = Charge {
+                cost: &p.cost,
+                ..charge.clone()
+            };
+            &planned
+        }
+        None => charge,
+    };
+    check_fits(charge.cost)?;
+    let decision = decide(ledger, charge, plan.as_ref(), at).await?;
+    Ok(match &plan {
+        Some(plan) => shares::answer(plan, decision),
+        None => decision,
+    })
+}
+
+/// Send a charge as planned, and read the decision.
+async fn decide(
+    ledger: &RedisLedger,
+    charge: &Charge<'_>,
+    plan: Option<&Plan>,
+    at: At,
+) -> Result<ChargeDecision, StoreError> {
     // Always send an id: a charge whose reply was lost is sent again under
     // the same id, flagged as a resend, and the script records it once.
     let (id, seen) = match charge.id {
@@ -157,7 +201,7 @@ pub(super) async fn charge(
     let reply: Value = ledger
         .retrying("charge", |c| async move {
             let resend = seen || attempts.fetch_add(1, Ordering::Relaxed) > 0;
-            let inv = &ledger.charge_invocation(charge, id, resend, at);
+            let inv = &ledger.charge_invocation(charge, plan, (id, resend), at);
             match c {
                 Conn::Sentinel(s) => s.confirmed(inv).await,
                 mut c => inv.invoke_async(&mut c).await,
@@ -172,12 +216,24 @@ pub(super) async fn charge(
         0 => {
             let pool = &charge.cost[int(&r[3])? as usize - 1].pool;
             let window = &pool.windows[int(&r[4])? as usize - 1];
+            // (shares: the pool of the largest reserve kept, and its units)
+            let kept = match (r.get(6).map(int).transpose()?, r.get(7)) {
+                (Some(sub), Some(units)) if sub > 0 => {
+                    let name = &charge.cost[sub as usize - 1].pool.name;
+                    Some(Held::Reserve {
+                        share: name.split_once('/').map_or("", |s| s.1).to_string(),
+                        units: int(units)?.max(0) as u64,
+                    })
+                }
+                _ => None,
+            };
             Ok(ChargeDecision::Rejected {
                 at: now,
                 serial,
                 pool: pool.name.clone(),
                 per: window.per,
                 retry_after: Duration::from_micros(int(&r[5])?.max(0) as u64),
+                held: kept,
             })
         }
         2 => Ok(ChargeDecision::Blocked {
@@ -298,6 +354,7 @@ pub(super) async fn upstream_remaining(
         seen_serial: 0,
         observe: false,
         estimated: &[],
+        shares: None,
     };
     let limit = pool.longest_window().map_or(0, |w| w.limit);
     let (reset_at, reset_after) = match reset {

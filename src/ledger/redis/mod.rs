@@ -64,7 +64,7 @@ use super::topology::{Conn, Topology};
 
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
-    Micros, Others, Pool, Receipt, Settled, StoreError, redact_url,
+    Micros, Others, Pool, Receipt, Settled, StoreError, redact_url, shares,
 };
 
 /// The ledger in one Redis server.
@@ -202,36 +202,15 @@ impl Ledger for RedisLedger {
         &self,
         credential: &str,
         receipt: &Receipt,
-        (pool, estimate, actual): (&str, u64, u64),
+        cost: (&str, u64, u64),
         at: At,
     ) -> Result<Settled, StoreError> {
-        let Some(call) = receipt.entry(pool) else {
-            return Ok(Settled::Gone);
-        };
-        let actual = receipt.recordable(pool, actual);
-        let mut inv = self.settle.prepare_invoke();
-        inv.key(state_key(credential))
-            .key(log_key(credential, pool))
-            .key(index_key(credential, pool))
-            .arg(format!("pool:{pool}"))
-            .arg(call)
-            .arg(receipt.id)
-            .arg(estimate)
-            .arg(actual)
-            .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
-            .arg(clock_arg(at));
-        let inv = &inv;
-        let reply: Value = self
-            .retrying(
-                "settle",
-                |mut c| async move { inv.invoke_async(&mut c).await },
-            )
-            .await?;
-        match int(&array(&reply)?[0])? {
-            1 => Ok(Settled::Exact),
-            2 => Ok(Settled::Late),
-            _ => Ok(Settled::Gone),
+        // (a share's pool holds the same call: settled alike)
+        for sub in shares::settled_with(receipt, cost.0) {
+            self.settle_one(credential, receipt, (sub, cost.1, cost.2), at)
+                .await?;
         }
+        self.settle_one(credential, receipt, cost, at).await
     }
 
     async fn unblock(&self, credential: &str) -> Result<Option<(Micros, String)>, StoreError> {
@@ -324,5 +303,44 @@ impl Ledger for RedisLedger {
 
     async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
         self.maps_forget(map).await
+    }
+}
+
+impl RedisLedger {
+    /// Settle one pool's entry of a charge (see [`Ledger::settle`]).
+    async fn settle_one(
+        &self,
+        credential: &str,
+        receipt: &Receipt,
+        (pool, estimate, actual): (&str, u64, u64),
+        at: At,
+    ) -> Result<Settled, StoreError> {
+        let Some(call) = receipt.entry(pool) else {
+            return Ok(Settled::Gone);
+        };
+        let actual = receipt.recordable(pool, actual);
+        let mut inv = self.settle.prepare_invoke();
+        inv.key(state_key(credential))
+            .key(log_key(credential, pool))
+            .key(index_key(credential, pool))
+            .arg(format!("pool:{pool}"))
+            .arg(call)
+            .arg(receipt.id)
+            .arg(estimate)
+            .arg(actual)
+            .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
+            .arg(clock_arg(at));
+        let inv = &inv;
+        let reply: Value = self
+            .retrying(
+                "settle",
+                |mut c| async move { inv.invoke_async(&mut c).await },
+            )
+            .await?;
+        match int(&array(&reply)?[0])? {
+            1 => Ok(Settled::Exact),
+            2 => Ok(Settled::Late),
+            _ => Ok(Settled::Gone),
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::super::log::{self, PoolLog};
 use super::{OwnedCharge, OwnedPoolCost};
-use crate::ledger::{Micros, Remaining, StoreError};
+use crate::ledger::{Micros, Remaining, StoreError, shares};
 
 /// One window's sum: the units used in it, and the running total just
 /// before its first entry.
@@ -104,6 +104,61 @@ pub(super) fn first_full_window(
             let retry = at - now;
             if worst.is_none_or(|w| retry > w.2) {
                 worst = Some((p, k, retry));
+            }
+        }
+    }
+    Ok(worst)
+}
+
+/// Per own pool of a charge with shares: (share pool, share, reserve per
+/// window) of every other share.
+type Rows = [Vec<(usize, String, Vec<u64>)>];
+
+/// A window that keeps a call out for other shares: (pool, window, µs until
+/// it may fit, the share pool of the largest reserve kept, its units).
+pub(super) type Kept = (usize, usize, Micros, usize, u64);
+
+/// Shares (issue 28), once every window fits: the window whose units left
+/// after the call do not cover every other share's unused reserve (a
+/// calendar window past its lending point covers none), the one that keeps
+/// the call out longest ([`Kept`]); as lua/charge/decide.lua.
+/// It may fit when enough of the window has left (sliding; optimistic, as
+/// others' calls may come first) or at the lending point or period's end.
+pub(super) fn reserves_kept(
+    tx: &rusqlite::Transaction<'_>,
+    c: &OwnedCharge,
+    (base, lend, rows): (usize, i64, &Rows),
+    (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
+    now: Micros,
+) -> Result<Option<Kept>, StoreError> {
+    let mut worst: Option<Kept> = None;
+    for (p, cost) in c.cost.iter().enumerate().take(base) {
+        for (k, &(len, budget)) in cost.windows.iter().enumerate() {
+            let (start, end) = cost.span(k, now);
+            let lend_at = end.and_then(|end| shares::lend_at(start + 1, end, lend));
+            if lend_at.is_some_and(|t| now >= t) {
+                continue;
+            }
+            let (mut unused, mut most) = (0, (0, 0));
+            for (sub, _, reserves) in &rows[p] {
+                let left = reserves[k].saturating_sub(used[*sub][k].used);
+                unused += left;
+                if left > most.1 {
+                    most = (*sub, left);
+                }
+            }
+            let spent = used[p][k].used + extra(cost, k, &logs[p], now) + cost.units;
+            let need = (spent + unused) as i64 - budget as i64;
+            if need <= 0 {
+                continue;
+            }
+            let at = match end {
+                Some(end) => lend_at.map_or(end, |t| t.min(end)),
+                None => log::reached_at(tx, &c.credential, &cost.pool, used[p][k].base + need)?
+                    .map_or(now + len, |at| at + len),
+            };
+            if worst.is_none_or(|w| at - now > w.2) {
+                worst = Some((p, k, at - now, most.0, most.1));
             }
         }
     }

@@ -1,0 +1,251 @@
+//! Shares of a credential (issue 28): a job's reserve (units of every window
+//! no one else may take) and limit (the most it may take of any window).
+//!
+//! What a share used in a window is kept the way every window's sum is: each
+//! share has, per pool `P`, a pool of its own, `P/SHARE` (a `/` is in no
+//! configured name), with `P`'s windows. A charge by a job with a share is
+//! charged to `P` and to its share's pool, whose budget is the share's limit;
+//! every other share's pool with a reserve is named at cost 0, so the same
+//! atomic step slides it to now and reads its sums (and logs a 0-unit entry,
+//! alike in both stores). No step walks the log. [`plan`] builds that charge
+//! once for both stores; each store then checks the reserves (after every
+//! window fits): in every window of every pool charged, the units left after
+//! the call must cover every other share's unused reserve, except in a
+//! calendar window whose period has run `lend_after`.
+
+use super::{Charge, ChargeDecision, Held, Pool, PoolCost, Window};
+
+/// A share's amount: units, or hundredths of a percent of each window's
+/// budget (rounded down, so that reserves of at most 100% in all never pass
+/// the budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Amount {
+    Units(u64),
+    Basis(u32),
+}
+
+impl Amount {
+    /// The units of a window of `budget` units.
+    pub fn of(self, budget: u64) -> u64 {
+        match self {
+            Self::Units(n) => n.min(budget),
+            Self::Basis(bp) => (u128::from(budget) * u128::from(bp) / 10_000) as u64,
+        }
+    }
+}
+
+/// One share: the job (or `--job` name) it is for, its reserve and limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Share {
+    pub name: String,
+    pub reserve: Amount,
+    pub limit: Option<Amount>,
+}
+
+/// A credential's shares, and when its calendar windows lend unused
+/// reserves to all (hundredths of a percent of the period; none: never).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shares {
+    pub list: Vec<Share>,
+    pub lend_after: Option<u32>,
+}
+
+impl Shares {
+    /// The share a charge by `job` spends as.
+    pub fn of(&self, job: &str) -> Option<&Share> {
+        self.list.iter().find(|s| s.name == job)
+    }
+}
+
+/// The pool that counts what `share` spent of `pool`.
+pub fn share_pool(pool: &str, share: &str) -> String {
+    format!("{pool}/{share}")
+}
+
+/// A charge with shares, as both stores send it: the pools to charge
+/// (the charge's own first, `base` of them, then its share's, then every
+/// other reserve's at cost 0), and per pool of the charge's own the reserves
+/// to keep.
+pub(crate) struct Plan {
+    pub cost: Vec<PoolCost>,
+    pub base: usize,
+    /// Hundredths of a percent of a calendar period after which it lends;
+    /// -1: never.
+    pub lend: i64,
+    /// Per pool of the charge's own, in order: every other share's reserve.
+    pub rows: Vec<Vec<Row>>,
+}
+
+/// Another share's reserve in one pool: the index of its pool in
+/// [`Plan::cost`], its name, and its reserve per window.
+pub(crate) struct Row {
+    pub sub: usize,
+    pub share: String,
+    pub reserves: Vec<u64>,
+}
+
+/// The windows of a share's pool: the pool's, each with the budget `of`
+/// gives (no headroom).
+fn windows_of(pool: &Pool, of: impl Fn(u64) -> u64) -> Vec<Window> {
+    (pool.windows.iter())
+        .map(|w| Window {
+            limit: of(w.budget()),
+            headroom: 0,
+            ..w.clone()
+        })
+        .collect()
+}
+
+/// The charge both stores send for `charge` (none: it has no shares to
+/// keep).
+pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
+    let shares = charge.shares.filter(|s| !s.list.is_empty())?;
+    let mut cost: Vec<PoolCost> = charge.cost.to_vec();
+    let mine = shares.of(charge.job);
+    if let Some(share) = mine {
+        for c in charge.cost {
+            let limit = share.limit.unwrap_or(Amount::Basis(10_000));
+            cost.push(PoolCost {
+                pool: Pool {
+                    name: share_pool(&c.pool.name, &share.name),
+                    windows: windows_of(&c.pool, |b| limit.of(b)),
+                },
+                units: c.units,
+            });
+        }
+    }
+    let mut rows: Vec<Vec<Row>> = charge.cost.iter().map(|_| Vec::new()).collect();
+    let others = (shares.list.iter()).filter(|s| Some(*s) != mine && s.reserve.of(u64::MAX) > 0);
+    for share in others {
+        for (p, c) in charge.cost.iter().enumerate() {
+            rows[p].push(Row {
+                sub: cost.len(),
+                share: share.name.clone(),
+                reserves: (c.pool.windows.iter())
+                    .map(|w| share.reserve.of(w.budget()))
+                    .collect(),
+            });
+            cost.push(PoolCost {
+                pool: Pool {
+                    name: share_pool(&c.pool.name, &share.name),
+                    windows: windows_of(&c.pool, |b| b),
+                },
+                units: 0,
+            });
+        }
+    }
+    Some(Plan {
+        cost,
+        base: charge.cost.len(),
+        lend: shares.lend_after.map_or(-1, i64::from),
+        rows,
+    })
+}
+
+/// When a calendar period [start, stop) starts lending (the same double
+/// arithmetic as lua/charge/decide.lua's, so both stores round alike).
+pub(crate) fn lend_at(start: i64, stop: i64, lend: i64) -> Option<i64> {
+    (lend >= 0).then(|| start + ((stop - start) as f64 * lend as f64 / 10_000.0).floor() as i64)
+}
+
+/// A store's decision on a planned charge, as the charge's caller sees it:
+/// only its own pools; a refusal by its share's pool is its pool's, at the
+/// share's limit.
+pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
+    let base_of = |name: &str| -> Option<(String, String)> {
+        let i = plan.cost.iter().position(|c| c.pool.name == name)?;
+        if i < plan.base {
+            return None;
+        }
+        let (pool, share) = name.split_once('/')?;
+        Some((pool.to_string(), share.to_string()))
+    };
+    match decision {
+        ChargeDecision::Rejected {
+            at,
+            serial,
+            pool,
+            per,
+            retry_after,
+            held,
+        } => {
+            let (pool, held) = match base_of(&pool) {
+                Some((base, share)) => (base, Some(Held::Limit { share })),
+                None => (pool, held),
+            };
+            ChargeDecision::Rejected {
+                at,
+                serial,
+                pool,
+                per,
+                retry_after,
+                held,
+            }
+        }
+        ChargeDecision::Allowed {
+            at,
+            serial,
+            duplicate,
+            mut remaining,
+            receipt,
+            mut observed,
+        } => {
+            remaining.retain(|r| !r.pool.contains('/'));
+            if let Some(o) = observed.as_mut()
+                && let Some((base, _)) = base_of(&o.pool)
+            {
+                o.pool = base;
+            }
+            ChargeDecision::Allowed {
+                at,
+                serial,
+                duplicate,
+                remaining,
+                receipt,
+                observed,
+            }
+        }
+        ChargeDecision::LogLost {
+            at,
+            serial,
+            pool,
+            since,
+            until,
+        } => ChargeDecision::LogLost {
+            at,
+            serial,
+            pool: base_of(&pool).map_or(pool, |(base, _)| base),
+            since,
+            until,
+        },
+        other => other,
+    }
+}
+
+/// The share pools a receipt of `pool` holds entries in: settled with it.
+pub(crate) fn settled_with<'r>(
+    receipt: &'r super::Receipt,
+    pool: &'r str,
+) -> impl Iterator<Item = &'r str> + 'r {
+    (receipt.entries.iter())
+        .map(|(name, _)| name.as_str())
+        .filter(move |name| name.split_once('/').is_some_and(|(p, _)| p == pool))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_round_down_and_units_stop_at_the_budget() {
+        assert_eq!(Amount::Basis(6_000).of(600), 360);
+        assert_eq!(Amount::Basis(3_333).of(100), 33);
+        assert_eq!(Amount::Units(50).of(30), 30);
+    }
+
+    #[test]
+    fn lending_starts_at_its_part_of_the_period() {
+        assert_eq!(lend_at(1_000, 2_000, 8_000), Some(1_800));
+        assert_eq!(lend_at(1_000, 2_000, -1), None);
+    }
+}

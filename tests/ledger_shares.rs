@@ -1,0 +1,279 @@
+//! Shares of a credential (issue 28) in the ledger, the same tests against
+//! both stores: a reserve held against a greedy neighbour, a share's limit,
+//! lending in a calendar window after its point and never in a sliding one,
+//! and a settle that moves a share's units with its pool's.
+
+use std::time::Duration;
+
+use quota::ledger::{
+    Amount, At, Charge, ChargeDecision, EmbeddedLedger, Held, Ledger, Pool, PoolCost, RedisLedger,
+    Share, Shares, Window,
+};
+
+use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, window};
+use crate::common::redis::RedisServer;
+
+/// A minute's start after T0 (T0 is 20 s into its minute).
+const M: i64 = T0 + 40 * S;
+
+fn shares(list: &[(&str, Amount, Option<Amount>)], lend_after: Option<u32>) -> Shares {
+    Shares {
+        list: (list.iter())
+            .map(|(name, reserve, limit)| Share {
+                name: name.to_string(),
+                reserve: *reserve,
+                limit: *limit,
+            })
+            .collect(),
+        lend_after,
+    }
+}
+
+async fn by(
+    ledger: &impl Ledger,
+    shares: &Shares,
+    job: &str,
+    cost: &[PoolCost],
+    at: i64,
+) -> ChargeDecision {
+    let c = Charge {
+        job,
+        shares: Some(shares),
+        ..charge("cred", cost)
+    };
+    ledger.charge(&c, At::Fixed(at)).await.expect("charge")
+}
+
+/// Who the refusal kept the units for, and when to retry.
+fn refusal(d: &ChargeDecision) -> (Option<Held>, Duration) {
+    match d {
+        ChargeDecision::Rejected {
+            held, retry_after, ..
+        } => (held.clone(), *retry_after),
+        other => panic!("expected rejected, got {other:?}"),
+    }
+}
+
+fn kept(share: &str, units: u64) -> Option<Held> {
+    Some(Held::Reserve {
+        share: share.into(),
+        units,
+    })
+}
+
+async fn a_reserve_is_held_against_a_greedy_neighbour(ledger: impl Ledger) {
+    // 100 units a minute; 60% kept for trending.
+    let units = pool("units", vec![window(60, 110, 10)]);
+    let sh = shares(&[("trending", Amount::Basis(6_000), None)], None);
+    let ten = [cost(&units, 10)];
+    for i in 0..4 {
+        let d = by(&ledger, &sh, "backfill", &ten, T0 + i * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    // 40 taken: 60 left, all of them trending's.
+    let d = by(&ledger, &sh, "backfill", &ten, T0 + 10 * S).await;
+    assert_eq!(refusal(&d), (kept("trending", 60), Duration::from_secs(50)));
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 20)], T0 + 11 * S).await;
+    assert!(d.is_allowed(), "trending takes its own: {d:?}");
+    let d = by(&ledger, &sh, "backfill", &ten, T0 + 12 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 40));
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 40)], T0 + 13 * S).await;
+    assert!(d.is_allowed(), "all of its reserve: {d:?}");
+    // The window is full: an ordinary refusal, no share named.
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 1)], T0 + 14 * S).await;
+    assert_eq!(refusal(&d).0, None);
+    // The backfill's first calls leave: their 10 units are anyone's.
+    let d = by(&ledger, &sh, "backfill", &ten, T0 + 60 * S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    // A charge without shares (none configured) takes what is left.
+    let d = ledger
+        .charge(&charge("cred", &ten), At::Fixed(T0 + 61 * S))
+        .await
+        .unwrap();
+    assert!(d.is_allowed(), "{d:?}");
+}
+
+async fn a_share_never_takes_more_than_its_limit(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0), window(10, 50, 0)]);
+    let sh = shares(
+        &[("search", Amount::Units(10), Some(Amount::Basis(3_000)))],
+        None,
+    );
+    let ten = [cost(&units, 10)];
+    // 30% of the minute's 100 units and of the 10 s window's 50 (15).
+    for i in 0..3 {
+        let d = by(&ledger, &sh, "search", &ten, T0 + i * 20 * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    let d = by(&ledger, &sh, "search", &ten, T0 + 41 * S).await;
+    assert_eq!(
+        refusal(&d),
+        (
+            Some(Held::Limit {
+                share: "search".into()
+            }),
+            Duration::from_secs(19)
+        )
+    );
+    match &d {
+        ChargeDecision::Rejected { pool, per, .. } => {
+            assert_eq!((pool.as_str(), per.as_secs()), ("units", 60));
+        }
+        _ => unreachable!(),
+    }
+    // Others take the rest, but for search's unused reserve: none is.
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 40)], T0 + 42 * S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    // The remaining it reports is the pool's, not the share's.
+    let d = by(&ledger, &sh, "search", &[cost(&units, 5)], T0 + 80 * S).await;
+    match d {
+        ChargeDecision::Allowed { remaining, .. } => {
+            assert_eq!(remaining.len(), 2);
+            assert!(remaining.iter().all(|r| r.pool == "units"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one(ledger: impl Ledger) {
+    let minute = Window {
+        aligned: Some(chrono_tz::UTC),
+        ..window(60, 100, 0)
+    };
+    let calendar = pool("cal", vec![minute]);
+    let sliding = pool("sliding", vec![window(60, 100, 0)]);
+    let sh = shares(&[("trending", Amount::Basis(6_000), None)], Some(8_000));
+    for p in [&calendar, &sliding] {
+        let d = by(&ledger, &sh, "backfill", &[cost(p, 40)], M + S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    // Before 80% of the minute: kept; the calendar window says when it lends.
+    let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 2 * S).await;
+    assert_eq!(refusal(&d), (kept("trending", 60), Duration::from_secs(46)));
+    // From 48 s into the minute, trending's unused reserve is open to all.
+    for _ in 0..6 {
+        let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 48 * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    // The next minute keeps it again.
+    let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 50)], M + 60 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 60));
+    // A sliding window never lends.
+    let d = by(&ledger, &sh, "backfill", &[cost(&sliding, 10)], M + 59 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 60));
+}
+
+async fn a_settle_moves_a_shares_units_with_its_pools(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let sh = shares(&[("trending", Amount::Units(50), None)], None);
+    let c = [cost(&units, 40)];
+    let estimated = ["units"];
+    let charge = Charge {
+        job: "trending",
+        shares: Some(&sh),
+        estimated: &estimated,
+        ..charge("cred", &c)
+    };
+    let d = ledger.charge(&charge, At::Fixed(T0)).await.unwrap();
+    let ChargeDecision::Allowed { receipt, .. } = d else {
+        panic!("{d:?}")
+    };
+    // Trending used 40 of its 50: 10 kept; the backfill may take 50.
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 51)], T0 + S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 10));
+    // Settled to 5: trending used 5, 45 kept, 50 left for the backfill.
+    ledger
+        .settle("cred", &receipt, ("units", 40, 5), At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 51)], T0 + 3 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 45));
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 50)], T0 + 3 * S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let u = ledger
+        .usage(
+            "cred",
+            &[units.clone(), share_pool(&units)],
+            At::Fixed(T0 + 4 * S),
+        )
+        .await
+        .unwrap();
+    let used: Vec<u64> = u.pools.iter().map(|p| p.windows[0].used).collect();
+    assert_eq!(used, [55, 5]);
+}
+
+async fn observe_mode_counts_the_calls_a_share_would_have_stopped(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let sh = shares(&[("trending", Amount::Units(60), None)], None);
+    let c = [cost(&units, 40)];
+    for at in [T0, T0 + S] {
+        let observe = Charge {
+            job: "backfill",
+            shares: Some(&sh),
+            observe: true,
+            ..charge("cred", &c)
+        };
+        let d = ledger.charge(&observe, At::Fixed(at)).await.unwrap();
+        let ChargeDecision::Allowed { observed, .. } = &d else {
+            panic!("{d:?}")
+        };
+        // The first fits; the second leaves less than trending's 60.
+        assert_eq!(
+            observed.as_ref().map(|o| o.pool.as_str()),
+            (at > T0).then_some("units")
+        );
+    }
+    let u = ledger
+        .usage("cred", &[units], At::Fixed(T0 + 2 * S))
+        .await
+        .unwrap();
+    assert_eq!(
+        (u.pools[0].observed_rejections, u.pools[0].windows[0].used),
+        (1, 80)
+    );
+}
+
+/// The pool in which a store counts what trending spent of `units`.
+fn share_pool(units: &Pool) -> Pool {
+    Pool {
+        name: quota::ledger::shares::share_pool(&units.name, "trending"),
+        ..units.clone()
+    }
+}
+
+macro_rules! shares_suite {
+    ($store:ident, $make:expr) => {
+        mod $store {
+            use super::*;
+            shares_suite!(@tests $make;
+                a_reserve_is_held_against_a_greedy_neighbour,
+                a_share_never_takes_more_than_its_limit,
+                lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one,
+                a_settle_moves_a_shares_units_with_its_pools,
+                observe_mode_counts_the_calls_a_share_would_have_stopped,
+            );
+        }
+    };
+    (@tests $make:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                #[allow(unused_variables)]
+                let (ledger, guard) = $make;
+                super::$name(ledger).await;
+            }
+        )*
+    };
+}
+
+shares_suite!(redis, {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+    (ledger, Box::new(server) as Box<dyn std::any::Any>)
+});
+
+shares_suite!(embedded, {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = EmbeddedLedger::open(&embedded_path(&dir)).expect("open");
+    (ledger, Box::new(dir) as Box<dyn std::any::Any>)
+});
