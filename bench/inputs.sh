@@ -21,8 +21,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-10000 1000000} STORES=${STORES:-embedded redis} CONCURRENCY=${CONCURRENCY:-16}
 
-cargo build --release --quiet --bins
-quota=$PWD/target/release/quota
+# (QUOTA=/path/to/quota: that build instead, nothing built)
+[ -n "${QUOTA:-}" ] || cargo build --release --quiet --bins
+quota=${QUOTA:-$PWD/target/release/quota}
 standin_bin=$PWD/target/release/quota-standin
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-inputs.XXXXXX")
 pids=()
