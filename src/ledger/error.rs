@@ -43,9 +43,10 @@ pub enum StoreError {
     /// staying locked past the busy timeout: that is [`StoreError::Unavailable`]).
     #[error("store error: embedded store: {0}")]
     Sql(rusqlite::Error),
-    /// The embedded store's worker thread died (a panic).
+    /// The embedded store's thread failed a transaction (a panic), or
+    /// has ended.
     #[error("store error: embedded store task failed: {0}")]
-    Worker(#[from] tokio::task::JoinError),
+    Worker(String),
 }
 
 /// SQLite's errors, except that a file still locked by another connection

@@ -3,7 +3,7 @@
 //! store file from another.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -164,7 +164,9 @@ impl EmbeddedLedger {
             })?;
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+            worker: Arc::new(super::worker::Worker::start(conn).map_err(|e| {
+                StoreError::Unavailable(format!("cannot start the store's thread: {e}"))
+            })?),
             path: path.to_path_buf(),
             identity: format!("embedded {} #{id}", canonical.display()),
         })

@@ -7,10 +7,11 @@
 //! answers to the same sequence of charges and clock readings.
 //!
 //! Rooms: [`file`] (opening the store), [`charge`] (a charge's decision),
-//! [`log`] (the log's running totals), [`read`] (usage reports).
+//! [`log`] (the log's running totals), [`read`] (usage reports), [`worker`]
+//! (the thread that runs the transactions).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod charge;
@@ -18,6 +19,7 @@ mod file;
 mod log;
 mod maps;
 mod read;
+mod worker;
 
 use self::charge::{OwnedCharge, clock, decide};
 pub(in crate::ledger) use self::file::BUSY_TIMEOUT;
@@ -32,7 +34,7 @@ use super::{
 /// The ledger in a local SQLite file.
 #[derive(Clone)]
 pub struct EmbeddedLedger {
-    conn: Arc<Mutex<Connection>>,
+    worker: Arc<worker::Worker>,
     path: PathBuf,
     /// What this host's history knows the store by: see [`Self::identity`].
     identity: String,
@@ -121,10 +123,12 @@ impl EmbeddedLedger {
             .await
     }
 
-    /// Run `f` in a blocking thread inside one transaction of `behavior`:
+    /// Run `f` on the store's thread inside one transaction of `behavior`:
     /// a read that writes nothing takes a deferred one, a snapshot that
     /// never holds the write lock (a status of a long log takes a few
     /// hundred ms, which no charge from another process should wait for).
+    /// Queued behind others, it runs inside a savepoint of their
+    /// immediate transaction instead ([`worker`]).
     async fn transaction_with<T, F>(
         &self,
         behavior: TransactionBehavior,
@@ -134,15 +138,7 @@ impl EmbeddedLedger {
         T: Send + 'static,
         F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
     {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
-            let tx = conn.transaction_with_behavior(behavior)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })
-        .await?
+        self.worker.run(behavior, f).await
     }
 }
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Where a run with N in flight loses time against the ideal (issue 25,
+# "Performance"): one `quota run` of CALLS regions x 1 page against the
+# stand-in answering in 100 ms and logging each request, for each build
+# given, at N in NS, with the pages and the store on disk (DISK, default a
+# folder under /tmp) and on tmpfs (SHM, default /dev/shm). Besides wall /
+# ideal: the time from the run's start to its first request, and the
+# per-slot overhead (request k's arrival less request k-N's plus 100 ms:
+# what a slot spends between an answer and its next request: the page
+# written and synced, the cursor saved, the next charge), with quota's CPU
+# time and context switches (perf stat).
+#
+#   bash bench/concurrency_spans.sh target/release/quota /path/to/old/quota
+#   CALLS=1280 NS="16 64" bash bench/concurrency_spans.sh target/release/quota
+#
+# Needs perf, python3 and release builds (given as arguments).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CALLS=${CALLS:-1280} NS=${NS:-64}
+standin_bin=$PWD/target/release/quota-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/quota-spans.XXXXXX")
+shm=$(mktemp -d "${SHM:-/dev/shm}/quota-spans.XXXXXX")
+trap 'rm -rf "$work" "$shm"' EXIT
+printf bench-key-1 > "$work/key"
+regions=$(seq -f 'R%g' 0 $((CALLS - 1)) | paste -sd, -)
+
+# one BIN N DIR: prints the row.
+one() {
+    local bin=$1 n=$2 dir=$3
+    rm -rf "$dir/out" "$dir"/ledger.db* "$work/up.jsonl"
+    "$standin_bin" --listen 127.0.0.1:0 --key bench-key-1 --pages 1 --items 1 \
+        --units 100000000 --delay 100ms --log "$work/up.jsonl" > "$work/standin.out" &
+    local sp=$!
+    for _ in $(seq 100); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
+    local up
+    up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
+    cat > "$work/quota.yaml" <<EOT
+store: embedded:$dir/ledger.db
+credentials:
+  main:
+    secret: { file: key }
+    pools:
+      units:
+        - { limit: 100000000, per: 1h }
+endpoints:
+  videos.list: { cost: { units: 1 } }
+jobs:
+  bench:
+    credential: main
+    regions: [$regions]
+    concurrency: $n
+    steps:
+      - endpoint: videos.list
+        request:
+          url: $up/youtube/v3/videos
+          query: { part: snippet, chart: mostPopular, regionCode: "{region}", key: "{secret}" }
+    output: $dir/out
+EOT
+    local s e
+    s=$(date +%s%6N)
+    perf stat -x, -e task-clock,context-switches -o "$work/stat" \
+        "$bin" --config "$work/quota.yaml" run > /dev/null 2>&1 || true
+    e=$(date +%s%6N)
+    kill "$sp"; wait "$sp" 2>/dev/null || true
+    python3 - "$s" "$e" "$n" "$work/up.jsonl" "$work/stat" "$bin" "$dir" <<'PY'
+import json, sys
+s, e, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+a = sorted(json.loads(l)["at_us"] for l in open(sys.argv[4]))
+stat = {l.split(",")[2]: float(l.split(",")[0]) for l in open(sys.argv[5]) if l[0].isdigit()}
+ideal = len(a) * 100 / n
+gaps = sorted(a[k] - (a[k - n] + 100000) for k in range(n, len(a)))
+pick = lambda q: gaps[int(q * (len(gaps) - 1))] / 1000
+print("| %-10s | %-5s | %2d | %5d | %7.2f s | %6.2f s | %5.2fx | %6.0f ms | %5.1f / %5.1f ms | %5.2f s | %6d |" % (
+    sys.argv[6].split("/")[-1][:10], "tmpfs" if sys.argv[7].startswith("/dev/shm") else "disk", n, len(a),
+    (e - s) / 1e6, ideal / 1000, (e - s) / 1000 / ideal, (a[0] - s) / 1000, pick(0.5), pick(0.9),
+    stat.get("task-clock", 0) / 1000, stat.get("context-switches", 0)))
+PY
+}
+
+echo "$CALLS calls (regions x 1 page), stand-in delay 100 ms, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo '| build      | pages |  N | calls |      wall |    ideal | ratio | 1st req | slot overhead p50 / p90 |  CPU | ctx sw |'
+echo '|------------|-------|----|-------|-----------|----------|-------|---------|-------------------------|------|--------|'
+for n in $NS; do
+    for bin in "$@"; do
+        one "$bin" "$n" "$work"
+        one "$bin" "$n" "$shm"
+    done
+done
+echo
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
