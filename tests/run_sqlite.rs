@@ -242,6 +242,32 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
         r.stderr.contains("jobs.trending.output.sqlite.path"),
         "{r:?}"
     );
+    // What the file says, checked as the rest of the file is.
+    for (output, field) in [
+        (
+            ROWS.replace("table: videos", "table: 1videos"),
+            "output.sqlite.table",
+        ),
+        (
+            ROWS.replace("items: /items/*", "items: items/*"),
+            "output.sqlite.items",
+        ),
+        (
+            ROWS.replace("key: /id", "key: /items/*/id"),
+            "output.sqlite.key",
+        ),
+        (
+            ROWS.replace("[/snippet/title]", "[/a/title, /b/title]"),
+            "output.sqlite.search[1]",
+        ),
+        ("{ folder: \"\" }".to_string(), "output.folder"),
+        ("{}".to_string(), "jobs.trending.output"),
+    ] {
+        d.write(&trending(&store, &up.base(), &["US"], &output));
+        let r = d.quota(&["check"]);
+        assert_eq!(r.code, 78, "{output}: {r:?}");
+        assert!(r.stderr.contains(field), "{output}: {r:?}");
+    }
 }
 
 /// A once-job of inputs whose rows (no page files) are in the table, run
