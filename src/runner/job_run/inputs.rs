@@ -425,11 +425,16 @@ impl JobRun<'_> {
             if !keys.is_empty() {
                 warn!(
                     job = job.name,
-                    "the store has no place in the inputs for this job, but {} of {} input(s) (a new or emptied store?): those are not fetched again",
-                    if job.output.is_some() {
-                        "the output holds pages or rows"
+                    "the store has no place in the inputs for this job, but {} holds {} of {} input(s) (a new or emptied store?): those are not fetched again",
+                    match (&job.output, &job.sqlite) {
+                        (Some(dir), _) => dir.display().to_string(),
+                        (None, Some(s)) => format!("table {} of {}", s.table, s.path.display()),
+                        (None, None) => String::new(),
+                    },
+                    if job.sqlite.is_some() {
+                        "pages or rows"
                     } else {
-                        "the table holds rows"
+                        "pages"
                     },
                     keys.len()
                 );

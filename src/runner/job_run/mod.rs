@@ -16,7 +16,7 @@ use super::lock::RunLock;
 use super::meter::Meter;
 use super::output;
 use super::page_scan::Found;
-use super::sink::{Sink, SinkError};
+use super::sink::Sink;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
@@ -32,6 +32,7 @@ mod keys;
 mod lists;
 mod request;
 mod round;
+mod rows;
 mod seen;
 mod walk;
 
@@ -342,52 +343,6 @@ impl<'a> JobRun<'a> {
             source,
         })?;
         Ok(prepared.highest_run)
-    }
-
-    /// Open the job's table (made if missing) before the first charge: a
-    /// table of another shape is the configuration's error (78).
-    async fn open_sink(&mut self, spec: &crate::config::SqliteOutput) -> Result<()> {
-        let (spec, name) = (spec.clone(), self.job.name.clone());
-        let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name))
-            .await
-            .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
-        let sink = opened.map_err(|e| self.sink_error(e))?;
-        self.sink = Some(std::sync::Arc::new(std::sync::Mutex::new(sink)));
-        Ok(())
-    }
-
-    /// The inputs with rows of this job in its table (none without one).
-    pub(super) fn inputs_with_rows(&self) -> std::collections::HashSet<String> {
-        let Some(sink) = &self.sink else {
-            return Default::default();
-        };
-        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-        sink.inputs_with_rows().unwrap_or_else(|e| {
-            warn!(
-                job = self.job.name,
-                "the inputs with rows could not be read: {e}"
-            );
-            Default::default()
-        })
-    }
-
-    /// A database that cannot take the rows, as the run's error: a table of
-    /// another shape is the configuration's (78), the rest I/O.
-    pub(super) fn sink_error(&self, e: SinkError) -> Error {
-        let spec = self.job.sqlite.as_ref();
-        let path = spec.map(|s| s.path.clone()).unwrap_or_default();
-        match e {
-            SinkError::Shape(message) => Error::Config {
-                file: self.ctx.config.file.clone(),
-                field: format!("jobs.{}.output.sqlite.table", self.job.name),
-                message: format!("{}: {message}", path.display()),
-            },
-            other => Error::Io {
-                what: "write rows in",
-                path,
-                source: std::io::Error::other(other.to_string()),
-            },
-        }
     }
 
     /// Region `slot` of the round is now at `state`: save the cursor that

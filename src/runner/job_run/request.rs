@@ -286,41 +286,6 @@ impl JobRun<'_> {
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(Written::Page(body))
     }
-
-    /// Count a page's rows; warn of items without a key (and a page that
-    /// is not JSON, which has none).
-    fn rows_written(
-        &self,
-        key: &str,
-        name: &str,
-        rows: rusqlite::Result<crate::runner::sink::PageRows>,
-    ) -> Result<()> {
-        let rows = rows.map_err(|e| self.sink_error(crate::runner::sink::SinkError::Db(e)))?;
-        if rows.not_json {
-            warn!(
-                job = self.job.name,
-                "{name}: the page is not JSON: no rows from it"
-            );
-        }
-        if rows.without_key > 0 {
-            let spec = self
-                .job
-                .sqlite
-                .as_ref()
-                .map(|s| s.key.as_str())
-                .unwrap_or("");
-            warn!(
-                job = self.job.name,
-                "{name}: {} item(s) of {key} without a key at {spec}: skipped", rows.without_key
-            );
-        }
-        let mut report = self.report.borrow_mut();
-        if let Some((n, skipped)) = report.rows.as_mut() {
-            *n += rows.rows;
-            *skipped += rows.without_key;
-        }
-        Ok(())
-    }
 }
 
 /// What became of a page sent to its file.
