@@ -3,8 +3,9 @@
 # API key. It builds quota and quota-standin, serves the stand-in for the
 # YouTube Data API on 127.0.0.1:18089, runs the trending job of
 # jobs/demo.yaml tick after tick (as a timer would) until the quota stops it
-# (exit 75), then shows `quota status` and the plan for the next runs. State
-# and pages go to out/demo/, which each demo starts afresh.
+# (exit 75), then shows `quota status`, the plan for the next runs and a
+# local full-text search over the rows the runs wrote. State, pages and rows
+# go to out/demo/, which each demo starts afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,3 +54,20 @@ echo "== quota run --dry-run"
 "$quota" -c "$config" run --dry-run
 echo
 echo "== $(ls out/demo/trending | wc -l) pages in out/demo/trending, $(wc -l < out/demo/upstream.jsonl) requests seen by the stand-in"
+
+# Ingest → local search: the rows the runs upserted into out/demo/videos.db,
+# found by their FTS5 index, no quota spent. sqlite3 if installed, else
+# Python's sqlite3 module.
+db=out/demo/videos.db
+sql() {
+    if command -v sqlite3 >/dev/null; then
+        sqlite3 "$db" "$1"
+    else
+        python3 -c 'import sqlite3, sys
+for row in sqlite3.connect(sys.argv[1]).execute(sys.argv[2]):
+    print("|".join(map(str, row)))' "$db" "$1"
+    fi
+}
+echo
+echo "== $(sql 'SELECT count(*) FROM videos') rows in $db; a local search for GB:"
+sql "SELECT v.key, json_extract(v.item, '$.snippet.title') FROM videos_search s JOIN videos v ON v.key = s.key WHERE videos_search MATCH 'GB' ORDER BY v.key LIMIT 5"

@@ -392,6 +392,22 @@ fn the_llm_example_settles_tokens_to_what_each_answer_used() {
     assert_eq!(used(&d, "tokens", 60), want, "settled, not 5 x 400");
     assert_eq!(used(&d, "tokens", 86400), want);
     assert_eq!(used(&d, "requests", 60), 5);
+    // One row per prompt, keyed by its id, with its answer.
+    let db = rusqlite::Connection::open(d.path().join("out/llm.db")).unwrap();
+    let rows: Vec<(String, String, i64)> = db
+        .prepare("SELECT key, input, json_extract(item, '$.usage.total_tokens') FROM summaries ORDER BY key")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut topics = TOPICS.to_vec();
+    topics.sort();
+    let want: Vec<(String, String, i64)> = topics
+        .iter()
+        .map(|t| (t.to_string(), t.to_string(), tokens(t) as i64))
+        .collect();
+    assert_eq!(rows, want);
 
     // A once-job: every prompt is done, the next run sends nothing.
     let r = d.quota(&["run"]);

@@ -8,6 +8,7 @@ use std::fmt::Write;
 
 use crate::config::{Config, Credential, Job, Step, StorePolicy};
 use crate::ledger::{StoreLocation, redact_url};
+use crate::runner::sink::SinkError;
 use crate::timefmt::fmt_duration;
 use crate::{Error, ExitStatus, Result};
 
@@ -20,10 +21,31 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
             field: format!("jobs.{}.output", job.name),
             message: format!(
                 "{}: cannot write in {}: {e}; a run would stop before its first call",
-                job.output.display(),
+                job.output
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display(),
                 dir.display()
             ),
         })?;
+        if let Some(spec) = &job.sqlite {
+            crate::runner::sink::check(spec).map_err(|e| Error::Config {
+                file: config.file.clone(),
+                field: format!(
+                    "jobs.{}.output.sqlite.{}",
+                    job.name,
+                    if matches!(e, SinkError::Shape(_)) {
+                        "table"
+                    } else {
+                        "path"
+                    }
+                ),
+                message: format!(
+                    "{}: {e}; a run would stop before its first call",
+                    spec.path.display()
+                ),
+            })?;
+        }
     }
     super::table::emit(&describe(config, store))
 }
@@ -130,7 +152,12 @@ fn job(w: &mut String, job: &Job, cred: &Credential) {
         if job.inputs.is_some() { "input" } else { "run" },
         units.join(", ")
     );
-    let _ = writeln!(w, "  output: {}", job.output.display());
+    if let Some(folder) = &job.output {
+        let _ = writeln!(w, "  output: {}", folder.display());
+    }
+    if let Some(s) = &job.sqlite {
+        let _ = writeln!(w, "  rows: {}", rows_at(s));
+    }
     if let Some(s) = job.schedule {
         let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));
     }
@@ -185,6 +212,31 @@ fn step(w: &mut String, i: usize, s: &Step) {
             StorePolicy::FailOpen => "fail_open",
         }
     );
+}
+
+/// Where a job's rows go: the database, its table and its full-text index.
+pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
+    let search = if s.search.is_empty() {
+        String::new()
+    } else {
+        let cols: Vec<&str> = s.search.iter().map(|(c, _)| c.as_str()).collect();
+        format!(", searched in {} ({})", s.search_table(), cols.join(", "))
+    };
+    format!(
+        "{} table {}, items {}, key {}{search}",
+        s.path.display(),
+        s.table,
+        if s.items.is_empty() {
+            "(the page)"
+        } else {
+            &s.items
+        },
+        if s.key.is_empty() {
+            "(the input's key)"
+        } else {
+            &s.key
+        }
+    )
 }
 
 #[cfg(test)]

@@ -86,7 +86,8 @@ fn extra_sections() -> String {
          (GET, POST, PUT), query, headers, body }, paginate: { token: POINTER, param: NAME \
          | link: next | next_url: POINTER | page: NAME, start: N, until_empty: POINTER \
          | offset: NAME, size: N, until_empty: POINTER; max_pages: N } } ]; \
-         output: a folder (relative to the file's) of one JSON file per page; \
+         output: a folder (relative to the file's) of one JSON file per page, or \
+         { folder, sqlite: { path, table, items, key, search } }, rows upserted into a SQLite table; \
          schedule: every DURATION, for planning. Placeholders in requests: {region}, \
          {key}, {secret}, {job}, {step}, {page}, {batch}, {input.NAME}.\n",
     );

@@ -13,6 +13,7 @@
 mod bounds;
 mod concurrency;
 mod inputs;
+mod output;
 pub(crate) mod per_run;
 mod raw;
 mod reset;
@@ -33,6 +34,7 @@ use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::inputs::{InputFormat, Inputs, csv_builder, csv_header};
+pub use self::output::{SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::template::{Fill, InputFields, JsonTemplate, Placeholder, Template};
@@ -140,8 +142,11 @@ pub struct Job {
     /// `once: true` (only with `inputs`): each input done once, ever.
     pub once: bool,
     pub steps: Vec<Step>,
-    /// Absolute (a relative path is taken from the config file's folder).
-    pub output: PathBuf,
+    /// The folder of page files (absolute: a relative path is taken from
+    /// the config file's folder); none: no page files (`output.sqlite` only).
+    pub output: Option<PathBuf>,
+    /// `output.sqlite`: rows upserted into a table.
+    pub sqlite: Option<SqliteOutput>,
     /// `every DURATION`, for planning.
     pub schedule: Option<Duration>,
     /// Requests of a run in flight at once (`concurrency`, default 1).
@@ -156,46 +161,55 @@ impl Job {
     /// and the process's capabilities all answer to. The error names the
     /// folder it probed.
     pub fn output_writable(&self) -> std::result::Result<(), (PathBuf, std::io::Error)> {
-        let mut dir = self.output.as_path();
-        while !dir.exists() {
-            // (a symbolic link to nothing: the run cannot make the folder
-            // through it, whatever its parent takes)
-            if dir.symlink_metadata().is_ok() {
-                return Err((
-                    dir.to_path_buf(),
-                    std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "a symbolic link to something that does not exist",
-                    ),
-                ));
-            }
-            match dir.parent() {
-                Some(p) if !p.as_os_str().is_empty() => dir = p,
-                _ => {
-                    dir = Path::new(".");
-                    break;
-                }
-            }
+        match &self.output {
+            Some(dir) => folder_writable(dir),
+            None => Ok(()),
         }
-        let fail = |e| (dir.to_path_buf(), e);
-        if !dir.is_dir() {
-            return Err(fail(std::io::Error::new(
-                std::io::ErrorKind::NotADirectory,
-                "not a directory",
-            )));
-        }
-        let probe = dir.join(format!(
-            ".quota-probe.{}.{:016x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&probe)
-            .map_err(fail)?;
-        std::fs::remove_file(&probe).map_err(fail)
     }
+}
+
+/// Whether `dir`, or the nearest folder above it that exists, takes a new
+/// file (see [`Job::output_writable`]).
+pub fn folder_writable(dir: &Path) -> std::result::Result<(), (PathBuf, std::io::Error)> {
+    let mut dir = dir;
+    while !dir.exists() {
+        // (a symbolic link to nothing: the run cannot make the folder
+        // through it, whatever its parent takes)
+        if dir.symlink_metadata().is_ok() {
+            return Err((
+                dir.to_path_buf(),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "a symbolic link to something that does not exist",
+                ),
+            ));
+        }
+        match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => dir = p,
+            _ => {
+                dir = Path::new(".");
+                break;
+            }
+        }
+    }
+    let fail = |e| (dir.to_path_buf(), e);
+    if !dir.is_dir() {
+        return Err(fail(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "not a directory",
+        )));
+    }
+    let probe = dir.join(format!(
+        ".quota-probe.{}.{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(fail)?;
+    std::fs::remove_file(&probe).map_err(fail)
 }
 
 /// One request template of a job, with its endpoint's cost resolved against

@@ -78,10 +78,29 @@ pub(super) struct RawJob {
     pub(super) inputs: Option<RawInputs>,
     pub(super) once: Option<bool>,
     pub(super) steps: Vec<RawStep>,
-    pub(super) output: String,
+    /// A folder (a string), or `{ folder, sqlite }`: see `validate/output.rs`.
+    pub(super) output: Value,
     pub(super) schedule: Option<String>,
     /// Requests in flight at once (see `concurrency.rs`).
     pub(super) concurrency: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOutput {
+    pub(super) folder: Option<String>,
+    pub(super) sqlite: Option<RawSqlite>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSqlite {
+    pub(super) path: String,
+    pub(super) table: String,
+    pub(super) items: Option<String>,
+    pub(super) key: Option<String>,
+    #[serde(default)]
+    pub(super) search: Vec<String>,
 }
 
 #[derive(Deserialize)]

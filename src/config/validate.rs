@@ -16,7 +16,7 @@ use super::upstream_headers;
 use super::{
     ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, InputFields, InputFormat, Inputs,
     Job, JsonTemplate, MAX_UNITS, MAX_WINDOW, PageKind, Paginate, Placeholder, Secret,
-    SecretSource, Secrets, SettledCost, Step, StorePolicy, Template, UpstreamReset,
+    SecretSource, Secrets, SettledCost, SqliteOutput, Step, StorePolicy, Template, UpstreamReset,
     units_too_large,
 };
 use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
@@ -27,6 +27,7 @@ mod cost;
 mod credential;
 mod inputs;
 mod job;
+mod output;
 mod paginate;
 mod request;
 mod shares;

@@ -40,6 +40,7 @@ mod quota_headers;
 mod report;
 mod settle;
 mod shutdown;
+pub mod sink;
 pub mod upstream;
 
 pub(crate) use self::job_run::{done_map, failed_map, retry_map, seen_map};

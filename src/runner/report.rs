@@ -172,6 +172,8 @@ pub struct JobReport {
     pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
+    /// `output.sqlite`: rows upserted, and items skipped for want of a key.
+    pub rows: Option<(u64, u64)>,
     /// Fan-out values found in pages that could not be read (a lone
     /// surrogate escape), or not yet sent when their stored list was
     /// gone: the run exits 1 and says so, never "finished".
@@ -252,7 +254,7 @@ impl JobReport {
             n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
         };
         format!(
-            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written; next run starts at {resume}",
+            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written{}; next run starts at {resume}",
             self.job,
             self.calls,
             if units.is_empty() {
@@ -262,6 +264,13 @@ impl JobReport {
             },
             self.done(),
             self.pages,
+            match self.rows {
+                None => String::new(),
+                Some((rows, 0)) => format!(", {rows} rows upserted"),
+                Some((rows, skipped)) => {
+                    format!(", {rows} rows upserted ({skipped} items without a key skipped)")
+                }
+            },
         )
     }
 

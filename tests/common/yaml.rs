@@ -225,6 +225,12 @@ impl Job {
         self
     }
 
+    /// Its `output`, as YAML text (default `out/NAME`).
+    pub fn output(mut self, output: &str) -> Self {
+        self.output = output.into();
+        self
+    }
+
     pub fn regions(self, regions: &[&str]) -> Self {
         self.set("regions", &format!("[{}]", regions.join(", ")))
     }

@@ -233,6 +233,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
+            rows: job.sqlite.as_ref().map(crate::commands::check::rows_at),
         });
     }
     let pools = cred

@@ -40,6 +40,9 @@ pub struct JobPlan {
     /// (its `calls_per_run` and `units_per_run` are per input).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inputs: Option<InputsProgress>,
+    /// `output.sqlite`: where the rows go (database, table, index).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<String>,
 }
 
 /// What the next run would do with what remains now.

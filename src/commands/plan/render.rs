@@ -80,6 +80,9 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
     if let Some(i) = &j.inputs {
         out.push_str(&inputs(i));
     }
+    if let Some(rows) = &j.rows {
+        out.push_str(&format!("    rows into {rows}\n"));
+    }
     out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
     match &j.schedule {
         Some(s) => out.push_str(&schedule(s, p, now)),

@@ -35,10 +35,7 @@ impl Validator<'_> {
         let once = self.once(&at, raw.once, inputs.is_some())?;
         self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, inputs.as_ref(), &steps, cred)?;
-        if raw.output.trim().is_empty() {
-            return Err(self.err(format!("{at}.output"), "must name a directory"));
-        }
-        let output = self.dir.join(&raw.output);
+        let (output, sqlite) = self.output(&at, raw.output)?;
         let schedule = raw
             .schedule
             .as_deref()
@@ -54,6 +51,7 @@ impl Validator<'_> {
             once,
             steps,
             output,
+            sqlite,
             schedule,
             concurrency,
         })

@@ -418,25 +418,24 @@ impl JobRun<'_> {
             .last()
             .is_some_and(|s| s.paginate.is_none() && s.for_each.is_none());
         if cursor.input.is_none() && single {
-            if highest_run == 0 {
-                return HashSet::new();
+            let mut keys = self.inputs_with_rows();
+            if let (Some(folder), true) = (&job.output, highest_run > 0) {
+                keys.extend(pages_of_last_step(&job.name, folder, last));
             }
-            let Ok(dir) = std::fs::read_dir(&job.output) else {
-                return HashSet::new();
-            };
-            let keys: HashSet<Key> = dir
-                .filter_map(|e| e.ok())
-                .filter_map(|e| {
-                    let name = e.file_name();
-                    let (_, key, step, _) = crate::page_name::parse(&job.name, name.to_str()?)?;
-                    (step == last).then_some(key)
-                })
-                .collect();
             if !keys.is_empty() {
                 warn!(
                     job = job.name,
-                    "the store has no place in the inputs for this job, but {} holds pages of {} input(s) (a new or emptied store?): those are not fetched again",
-                    job.output.display(),
+                    "the store has no place in the inputs for this job, but {} holds {} of {} input(s) (a new or emptied store?): those are not fetched again",
+                    match (&job.output, &job.sqlite) {
+                        (Some(dir), _) => dir.display().to_string(),
+                        (None, Some(s)) => format!("table {} of {}", s.table, s.path.display()),
+                        (None, None) => String::new(),
+                    },
+                    if job.sqlite.is_some() {
+                        "pages or rows"
+                    } else {
+                        "pages"
+                    },
                     keys.len()
                 );
             }
@@ -480,7 +479,9 @@ impl JobRun<'_> {
                 step: last,
                 page: 0,
             };
-            job.output.join(name.file_name()).exists()
+            job.output
+                .as_ref()
+                .is_some_and(|dir| dir.join(name.file_name()).exists())
         })
     }
 
@@ -507,4 +508,18 @@ impl JobRun<'_> {
         self.save_round().await;
         self.forget_seen(walk).await;
     }
+}
+
+/// The keys of `job`'s pages of step `last` in `folder`.
+fn pages_of_last_step(job: &str, folder: &std::path::Path, last: usize) -> HashSet<Key> {
+    let Ok(dir) = std::fs::read_dir(folder) else {
+        return HashSet::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name();
+            let (_, key, step, _) = crate::page_name::parse(job, name.to_str()?)?;
+            (step == last).then_some(key)
+        })
+        .collect()
 }

@@ -16,6 +16,7 @@ use super::lock::RunLock;
 use super::meter::Meter;
 use super::output;
 use super::page_scan::Found;
+use super::sink::Sink;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
@@ -32,6 +33,7 @@ mod keys;
 mod lists;
 mod request;
 mod round;
+mod rows;
 mod seen;
 mod walk;
 
@@ -68,6 +70,9 @@ pub(super) struct JobRun<'a> {
     /// On a terminal, for a job of inputs: when the rest will be done at
     /// the budgets' pace, as last read.
     pace: RefCell<Pace>,
+    /// `output.sqlite`: the job's table, open from the start of the round
+    /// (written on blocking threads, a page at a time).
+    sink: Option<std::sync::Arc<std::sync::Mutex<Sink>>>,
 }
 
 /// How often a run on a terminal reads the budgets' pace from the store.
@@ -174,6 +179,7 @@ impl<'a> JobRun<'a> {
                     None => job.regions.len().max(1),
                 },
                 pages: 0,
+                rows: job.sqlite.as_ref().map(|_| (0, 0)),
                 values_lost: 0,
                 resume: None,
             }),
@@ -192,6 +198,7 @@ impl<'a> JobRun<'a> {
             first_refused: Cell::new(0),
             batches_refused: RefCell::default(),
             pace: RefCell::default(),
+            sink: None,
         }
     }
 
@@ -277,54 +284,29 @@ impl<'a> JobRun<'a> {
         let job = self.job;
         let mut cursor = self.load_cursor().await?;
         self.load_lists(&mut cursor).await?;
-        // Leftovers are removed only while this run holds the job's lock:
-        // an unmetered run (no lock) could be racing a run that has it.
-        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
-        let prepared =
-            output::prepare(&job.output, &job.name, locked).map_err(|source| Error::Io {
-                what: "prepare the output folder",
-                path: job.output.clone(),
-                source,
-            })?;
-        if prepared.removed > 0 {
-            info!(
-                job = job.name,
-                "removed {} temporary file(s) a killed run left", prepared.removed
-            );
-        }
+        let highest_run = match &job.output {
+            Some(dir) => self.prepare_folder(dir, cursor.run)?,
+            None => 0,
+        };
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
-        let Some(run_number) = cursor.run.max(prepared.highest_run).checked_add(1) else {
+        let Some(run_number) = cursor.run.max(highest_run).checked_add(1) else {
             // (a stray file named as a page of the last run there can be)
             return Err(Error::Io {
                 what: "number this run's pages in",
-                path: job.output.clone(),
+                path: job.output.clone().unwrap_or_default(),
                 source: std::io::Error::other(format!(
-                    "a page there is of run {}, the last run number there can be: move it away",
-                    prepared.highest_run
+                    "a page there is of run {highest_run}, the last run number there can be: move it away"
                 )),
             });
         };
-        if prepared.highest_run > cursor.run {
-            warn!(
-                job = job.name,
-                "{} holds pages of run {} but the store's cursor says run {} (a new or reset store?): this run is run {run_number}, so no page is replaced",
-                job.output.display(),
-                prepared.highest_run,
-                cursor.run
-            );
+        if let Some(spec) = &job.sqlite {
+            self.open_sink(spec).await?;
         }
-        // A folder that takes no page would fail every page after its
-        // charge and its call: stop before the first.
-        job.output_writable().map_err(|(path, source)| Error::Io {
-            what: "write pages in",
-            path,
-            source,
-        })?;
 
         let round = match &job.inputs {
             Some(inputs) => {
-                self.inputs_round(inputs, &cursor, run_number, prepared.highest_run)
+                self.inputs_round(inputs, &cursor, run_number, highest_run)
                     .await?
             }
             None => self.round_from(&cursor, run_number),
@@ -341,6 +323,43 @@ impl<'a> JobRun<'a> {
             self.write_cursor(version).await;
         }
         self.serve_round(run_number).await
+    }
+
+    /// Make the output folder, remove what a killed run left there (only
+    /// while this run holds the job's lock: an unmetered run could be
+    /// racing a run that has it) and check it takes a file: the highest
+    /// run number of the job's pages there.
+    fn prepare_folder(&self, dir: &std::path::Path, cursor_run: u64) -> Result<u64> {
+        let job = self.job;
+        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
+        let prepared = output::prepare(dir, &job.name, locked).map_err(|source| Error::Io {
+            what: "prepare the output folder",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        if prepared.removed > 0 {
+            info!(
+                job = job.name,
+                "removed {} temporary file(s) a killed run left", prepared.removed
+            );
+        }
+        if prepared.highest_run > cursor_run {
+            warn!(
+                job = job.name,
+                "{} holds pages of run {} but the store's cursor says run {cursor_run} (a new or reset store?): this run is run {}, so no page is replaced",
+                dir.display(),
+                prepared.highest_run,
+                prepared.highest_run.saturating_add(1)
+            );
+        }
+        // A folder that takes no page would fail every page after its
+        // charge and its call: stop before the first.
+        job.output_writable().map_err(|(path, source)| Error::Io {
+            what: "write pages in",
+            path,
+            source,
+        })?;
+        Ok(prepared.highest_run)
     }
 
     /// Region `slot` of the round is now at `state`: save the cursor that

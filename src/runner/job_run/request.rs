@@ -17,6 +17,7 @@ use crate::runner::lock::RunLock;
 use crate::runner::meter::Charged;
 use crate::runner::output::{SecretOutsideStrings, mask_page};
 use crate::runner::upstream::{self, Answer, Attempts, Next, Reported};
+use crate::timefmt::rfc3339;
 use crate::{Error, Result};
 
 /// What a page's request came to.
@@ -181,13 +182,15 @@ impl JobRun<'_> {
     }
 
     /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has; its body back once written. On a
+    /// under a name no earlier page has, and (`output.sqlite`, a page of
+    /// the last step) its rows, committed; its body back once written. On a
     /// blocking thread: its fsyncs must not hold up the other regions
     /// walked on this task.
     pub(super) async fn write_page(
         &self,
         fill: &Fill<'_>,
         name: &str,
+        (key, step): (&str, usize),
         body: Vec<u8>,
     ) -> Result<Written> {
         let mode = file_mode().map_err(Error::Usage)?;
@@ -197,6 +200,19 @@ impl JobRun<'_> {
             name.to_string(),
         );
         let secret = fill.secret.clone();
+        // (rows are the results: the last step's pages, not the lists a
+        // fan-out reads its values from)
+        let sink = self
+            .sink
+            .clone()
+            .filter(|_| step + 1 == self.job.steps.len())
+            .map(|s| {
+                (
+                    s,
+                    key.to_string(),
+                    rfc3339(chrono::Utc::now().timestamp_micros()),
+                )
+            });
         let written = tokio::task::spawn_blocking(move || {
             // An upstream that echoes the key (in a next-page link, say) does
             // not get it into the page file: masked there like everywhere
@@ -205,16 +221,29 @@ impl JobRun<'_> {
             let masked = match mask_page(&text, &secret) {
                 Ok(Cow::Borrowed(_)) => None,
                 Ok(Cow::Owned(m)) => Some(m.into_bytes()),
-                Err(SecretOutsideStrings) => return (Ok(None), false, Vec::new()),
+                Err(SecretOutsideStrings) => return (Ok(None), None, false, Vec::new()),
             };
             let bytes = masked.as_deref().unwrap_or(&body);
-            let written = write_new(&dir, &job, &file, bytes, mode).map(Some);
-            (written, masked.is_some(), body)
+            let written = match &dir {
+                Some(dir) => write_new(dir, &job, &file, bytes, mode).map(Some),
+                None => Ok(Some(std::path::PathBuf::new())),
+            };
+            // The rows after the page file: committed before the cursor
+            // moves past the page, as the file is.
+            let rows = match (&written, sink) {
+                (Ok(_), Some((sink, key, at))) => {
+                    let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+                    Some(sink.write_page(&key, bytes, &at))
+                }
+                _ => None,
+            };
+            (written, rows, masked.is_some(), body)
         })
         .await;
-        let (written, masked, body) = written.unwrap_or_else(|e| {
+        let (written, rows, masked, body) = written.unwrap_or_else(|e| {
             (
                 Err(std::io::Error::other(format!("the writer failed: {e}"))),
+                None,
                 false,
                 Vec::new(),
             )
@@ -226,7 +255,7 @@ impl JobRun<'_> {
             );
         }
         let path = written.map_err(|source| {
-            let path = self.job.output.join(name);
+            let path = self.job.output.clone().unwrap_or_default().join(name);
             if source.kind() == std::io::ErrorKind::AlreadyExists {
                 Error::PageExists {
                     job: self.job.name.clone(),
@@ -249,6 +278,9 @@ impl JobRun<'_> {
                     .into(),
             ));
         };
+        if let Some(rows) = rows {
+            self.rows_written(key, name, rows)?;
+        }
         self.report.borrow_mut().pages += 1;
         self.draw_progress();
         debug!(job = self.job.name, "wrote {}", path.display());

@@ -211,7 +211,10 @@ impl JobRun<'_> {
             page,
         }
         .file_name();
-        let body = match self.write_page(fill, &name, body).await? {
+        let body = match self
+            .write_page(fill, &name, (at.key, at.step), body)
+            .await?
+        {
             Written::Page(body) => body,
             // Refused as a 2xx that can never be a page is: the same
             // page again if asked again at once (not for itself: the

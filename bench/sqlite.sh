@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Rows in SQLite (issue 26): one `quota run` of REGIONS x PAGES pages of 50
+# items against the stand-in at 0 ms, the pages written as files only, then
+# also as rows (`output.sqlite`) without and with a full-text index
+# (`search`), then as rows only. Per case the wall time (median of REPS runs,
+# each on a fresh store and database) and the rows per second the sink adds
+# (rows / the wall time over the files-only run); the sink's share is that
+# extra time over the whole run's.
+#
+#   bash bench/sqlite.sh                 # REGIONS=20 PAGES=50 REPS=3
+#   PROFILE=debug bash bench/sqlite.sh   # the debug build (no release build)
+#
+# Needs /usr/bin/time. Embedded store, in a folder under /tmp removed when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REGIONS=${REGIONS:-20} PAGES=${PAGES:-50} REPS=${REPS:-3} PROFILE=${PROFILE:-release}
+ITEMS=50
+if [ "$PROFILE" = release ]; then cargo build --release --quiet --bins; else cargo build --quiet --bins; fi
+quota=$PWD/target/$PROFILE/quota
+standin=$PWD/target/$PROFILE/quota-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/quota-sqlite.XXXXXX")
+"$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items $ITEMS \
+    --units 10000000 > "$work/standin.out" &
+standin_pid=$!
+trap 'kill "$standin_pid" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+for _ in $(seq 50); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
+up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
+printf bench-key-1 > "$work/key"
+regions=$(seq -f 'R%g' 0 $((REGIONS - 1)) | paste -sd, -)
+rows=$((REGIONS * PAGES * ITEMS))
+
+# config OUTPUT: the job, its `output` as given.
+config() {
+    cat > "$work/quota.yaml" <<YAML
+store: embedded:$work/ledger.db
+credentials:
+  main:
+    secret: { file: key }
+    pools:
+      units:
+        - { limit: 10000000, per: 1h }
+endpoints:
+  videos.list: { cost: { units: 1 } }
+jobs:
+  bench:
+    credential: main
+    regions: [$regions]
+    steps:
+      - endpoint: videos.list
+        request:
+          url: $up/youtube/v3/videos
+          query: { part: snippet, chart: mostPopular, regionCode: "{region}", key: "{secret}" }
+        paginate: { token: /nextPageToken, param: pageToken, max_pages: $PAGES }
+    output: $1
+YAML
+}
+
+# once: one run on a fresh store and database; prints its wall time.
+once() {
+    rm -rf "$work/out" "$work"/ledger.db*
+    /usr/bin/time -f '%e' -o "$work/time" "$quota" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" \
+        || { cat "$work/err" >&2; exit 1; }
+    tail -1 "$work/time"
+}
+median() {
+    for _ in $(seq "$REPS"); do once; done | sort -n | sed -n "$(((REPS + 1) / 2))p"
+}
+
+rows_out="sqlite: { path: out/rows.db, table: videos, items: /items/*, key: /id"
+echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, median of $REPS"
+config "out/pages"
+base=$(median)
+echo "files only: ${base} s"
+for case in "files + rows|{ folder: out/pages, $rows_out } }" \
+            "files + rows + search|{ folder: out/pages, $rows_out, search: [/snippet/title, /snippet/channelTitle] } }" \
+            "rows + search, no files|{ $rows_out, search: [/snippet/title, /snippet/channelTitle] } }"; do
+    config "${case#*|}"
+    wall=$(median)
+    extra=$(echo "$wall - $base" | bc -l)
+    awk -v n="${case%%|*}" -v w="$wall" -v e="$extra" -v r="$rows" 'BEGIN {
+        printf "%s: %.2f s, sink %+.2f s (%+.1f%% of the run)", n, w, e, 100 * e / w
+        if (e > 0) printf ", %.0f rows/s", r / e
+        printf "\n" }'
+done

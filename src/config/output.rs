@@ -1,0 +1,45 @@
+//! Where a job's results go: a folder of page files, rows in a SQLite
+//! table (`output.sqlite`), or both. Apart from the job because the run,
+//! `check` and the plan all read it.
+
+use std::path::PathBuf;
+
+/// `output.sqlite`: each page's items upserted as rows of `table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteOutput {
+    /// The database file (absolute: a relative path is taken from the
+    /// config file's folder).
+    pub path: PathBuf,
+    /// The table's name: letters, digits and `_`, not starting with a digit.
+    pub table: String,
+    /// Where a page's rows are: a JSON pointer whose `*` parts stand for
+    /// every element of an array (`/items/*`); `""` the whole page.
+    pub items: String,
+    /// The row's key: a JSON pointer inside the row; `""` the input's key
+    /// (the region's, for a job of regions).
+    pub key: String,
+    /// The full-text index `TABLE_search`: (column, pointer inside the
+    /// row) per field; empty: no index.
+    pub search: Vec<(String, String)>,
+}
+
+impl SqliteOutput {
+    /// The name of the full-text index's table.
+    pub fn search_table(&self) -> String {
+        format!("{}_search", self.table)
+    }
+}
+
+/// The parts of a JSON pointer (RFC 6901), `~1` and `~0` read back; none
+/// for `""`. `None` when it is neither `""` nor starts with `/`.
+pub fn pointer_parts(pointer: &str) -> Option<Vec<String>> {
+    if pointer.is_empty() {
+        return Some(Vec::new());
+    }
+    let rest = pointer.strip_prefix('/')?;
+    Some(
+        rest.split('/')
+            .map(|p| p.replace("~1", "/").replace("~0", "~"))
+            .collect(),
+    )
+}

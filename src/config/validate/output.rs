@@ -1,0 +1,126 @@
+//! A job's `output`: a folder (`output: PATH`, or `folder`) and/or rows in
+//! a SQLite table (`sqlite`). The database itself is `check`'s and the
+//! run's to open: this checks what the file says.
+
+use std::path::PathBuf;
+
+use super::*;
+use crate::config::pointer_parts;
+
+impl Validator<'_> {
+    /// The folder of page files (if any) and the SQLite table (if any).
+    pub(super) fn output(
+        &self,
+        at: &str,
+        raw: Value,
+    ) -> Result<(Option<PathBuf>, Option<SqliteOutput>)> {
+        let field = format!("{at}.output");
+        if let Value::String(folder) = &raw {
+            return Ok((Some(self.folder(&field, folder)?), None));
+        }
+        let raw: RawOutput = serde_yaml::from_value(raw).map_err(|e| {
+            self.err(
+                &field,
+                format!("expected a folder, or {{ folder, sqlite: {{ path, table, items, key, search }} }}: {e}"),
+            )
+        })?;
+        let folder = raw
+            .folder
+            .map(|f| self.folder(&format!("{field}.folder"), &f))
+            .transpose()?;
+        let sqlite = raw
+            .sqlite
+            .map(|s| self.sqlite(&format!("{field}.sqlite"), s))
+            .transpose()?;
+        if folder.is_none() && sqlite.is_none() {
+            return Err(self.err(
+                field,
+                "names neither a `folder` nor a `sqlite` table: the results would go nowhere",
+            ));
+        }
+        Ok((folder, sqlite))
+    }
+
+    fn folder(&self, field: &str, folder: &str) -> Result<PathBuf> {
+        if folder.trim().is_empty() {
+            return Err(self.err(field, "must name a directory"));
+        }
+        Ok(self.dir.join(folder))
+    }
+
+    fn sqlite(&self, at: &str, raw: RawSqlite) -> Result<SqliteOutput> {
+        if raw.path.trim().is_empty() {
+            return Err(self.err(format!("{at}.path"), "must name a database file"));
+        }
+        if !sql_name(&raw.table) || raw.table.to_ascii_lowercase().starts_with("sqlite_") {
+            return Err(self.err(
+                format!("{at}.table"),
+                format!(
+                    "'{}': a table's name is letters, digits and _, not starting with a digit or sqlite_",
+                    raw.table
+                ),
+            ));
+        }
+        let items = raw.items.unwrap_or_default();
+        self.pointer(&format!("{at}.items"), &items)?;
+        let key = raw.key.unwrap_or_default();
+        self.pointer(&format!("{at}.key"), &key)?;
+        if key.split('/').any(|p| p == "*") {
+            return Err(self.err(
+                format!("{at}.key"),
+                format!("'{key}': a row's key is one value: no `*` in it"),
+            ));
+        }
+        let mut search: Vec<(String, String)> = Vec::new();
+        for (i, p) in raw.search.into_iter().enumerate() {
+            let field = format!("{at}.search[{i}]");
+            self.pointer(&field, &p)?;
+            // (the column is the pointer's last part: `/snippet/title` is `title`)
+            let column = pointer_parts(&p)
+                .and_then(|parts| parts.last().cloned())
+                .unwrap_or_default();
+            if !sql_name(&column) || column == "key" || column.starts_with("rank") {
+                return Err(self.err(
+                    field,
+                    format!(
+                        "'{p}': the index's column is the pointer's last part, '{column}', which must be letters, digits and _ (not key or rank)"
+                    ),
+                ));
+            }
+            if search.iter().any(|(c, _)| c.eq_ignore_ascii_case(&column)) {
+                return Err(self.err(
+                    field,
+                    format!("'{p}': a second field whose column would be '{column}'"),
+                ));
+            }
+            search.push((column, p));
+        }
+        Ok(SqliteOutput {
+            path: self.dir.join(&raw.path),
+            table: raw.table,
+            items,
+            key,
+            search,
+        })
+    }
+
+    /// A JSON pointer: `""` or starting with `/`.
+    fn pointer(&self, field: &str, pointer: &str) -> Result<()> {
+        if pointer_parts(pointer).is_none() {
+            return Err(self.err(
+                field,
+                format!("'{pointer}': a JSON pointer is \"\" (the whole) or starts with /"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A name SQL takes unquoted: letters, digits and `_`, not starting with a digit.
+fn sql_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

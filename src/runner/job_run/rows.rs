@@ -1,0 +1,86 @@
+//! `output.sqlite` in a run: the job's table opened before the first
+//! charge, each page's rows counted, the inputs that have rows.
+
+use tracing::warn;
+
+use super::JobRun;
+use crate::runner::sink::{PageRows, Sink, SinkError};
+use crate::{Error, Result};
+
+impl JobRun<'_> {
+    /// Open the job's table (made if missing) before the first charge: a
+    /// table of another shape is the configuration's error (78).
+    pub(super) async fn open_sink(&mut self, spec: &crate::config::SqliteOutput) -> Result<()> {
+        let (spec, name) = (spec.clone(), self.job.name.clone());
+        let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name))
+            .await
+            .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
+        let sink = opened.map_err(|e| self.sink_error(e))?;
+        self.sink = Some(std::sync::Arc::new(std::sync::Mutex::new(sink)));
+        Ok(())
+    }
+
+    /// The inputs with rows of this job in its table (none without one).
+    pub(super) fn inputs_with_rows(&self) -> std::collections::HashSet<String> {
+        let Some(sink) = &self.sink else {
+            return Default::default();
+        };
+        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        sink.inputs_with_rows().unwrap_or_else(|e| {
+            warn!(
+                job = self.job.name,
+                "the inputs with rows could not be read: {e}"
+            );
+            Default::default()
+        })
+    }
+
+    /// A database that cannot take the rows, as the run's error: a table of
+    /// another shape is the configuration's (78), the rest I/O.
+    pub(super) fn sink_error(&self, e: SinkError) -> Error {
+        let spec = self.job.sqlite.as_ref();
+        let path = spec.map(|s| s.path.clone()).unwrap_or_default();
+        match e {
+            SinkError::Shape(message) => Error::Config {
+                file: self.ctx.config.file.clone(),
+                field: format!("jobs.{}.output.sqlite.table", self.job.name),
+                message: format!("{}: {message}", path.display()),
+            },
+            other => Error::Io {
+                what: "write rows in",
+                path,
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+
+    /// Count a page's rows; warn of items without a key (and a page that
+    /// is not JSON, which has none).
+    pub(super) fn rows_written(&self, key: &str, name: &str, rows: rusqlite::Result<PageRows>) -> Result<()> {
+        let rows = rows.map_err(|e| self.sink_error(SinkError::Db(e)))?;
+        if rows.not_json {
+            warn!(
+                job = self.job.name,
+                "{name}: the page is not JSON: no rows from it"
+            );
+        }
+        if rows.without_key > 0 {
+            let spec = self
+                .job
+                .sqlite
+                .as_ref()
+                .map(|s| s.key.as_str())
+                .unwrap_or("");
+            warn!(
+                job = self.job.name,
+                "{name}: {} item(s) of {key} without a key at {spec}: skipped", rows.without_key
+            );
+        }
+        let mut report = self.report.borrow_mut();
+        if let Some((n, skipped)) = report.rows.as_mut() {
+            *n += rows.rows;
+            *skipped += rows.without_key;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,407 @@
+//! Rows in SQLite (`output.sqlite`): each page's items upserted into the
+//! job's table (`key` primary key, `job`, `input`, `fetched_at`, `item`),
+//! a page's rows in one transaction, committed before the run moves its
+//! cursor, so a redone page writes the same rows again and nothing twice.
+//!
+//! The full-text index `TABLE_search` (FTS5) is maintained in the same
+//! transaction: its rowid is the xxh3 of the row's key, not the table's
+//! rowid, which `VACUUM` may renumber (the table's primary key is text);
+//! replacing a row replaces its entry. WAL mode, so readers read while a
+//! run writes; a busy timeout, so runs of several jobs sharing one database
+//! take turns rather than fail.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use serde_json::Value;
+
+use crate::config::{SqliteOutput, pointer_parts};
+
+/// How long a write waits for another writer (a run of another job on the
+/// same database, a reader checkpointing) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The table's columns, in order; `key` its primary key.
+const COLUMNS: [&str; 5] = ["key", "job", "input", "fetched_at", "item"];
+
+/// Why the database cannot take the job's rows.
+#[derive(Debug)]
+pub enum SinkError {
+    /// An existing table (or index) of another shape: what differs.
+    Shape(String),
+    Db(rusqlite::Error),
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for SinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Shape(s) => f.write_str(s),
+            Self::Db(e) => write!(f, "{e}"),
+            Self::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for SinkError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::Db(e)
+    }
+}
+
+/// What a page gave its table.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PageRows {
+    /// Rows upserted.
+    pub rows: u64,
+    /// Items without a key at `key`: skipped.
+    pub without_key: u64,
+    /// The page is not JSON: no rows.
+    pub not_json: bool,
+}
+
+/// A job's table, open for its run.
+pub struct Sink {
+    conn: Connection,
+    spec: SqliteOutput,
+    job: String,
+}
+
+impl Sink {
+    /// Open (or create) the database, its table and index, refusing a
+    /// table of another shape.
+    pub fn open(spec: &SqliteOutput, job: &str) -> Result<Self, SinkError> {
+        if let Some(dir) = spec.path.parent() {
+            std::fs::create_dir_all(dir).map_err(SinkError::Io)?;
+        }
+        let mut conn = connect(&spec.path, OpenFlags::default())?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        shape(&tx, spec, true)?;
+        tx.commit()?;
+        Ok(Self {
+            conn,
+            spec: spec.clone(),
+            job: job.to_string(),
+        })
+    }
+
+    /// Upsert one page's rows (`input`: the key of the input or region it
+    /// was fetched for) in one transaction, committed when this returns.
+    pub fn write_page(
+        &mut self,
+        input: &str,
+        page: &[u8],
+        fetched_at: &str,
+    ) -> rusqlite::Result<PageRows> {
+        let Ok(page) = serde_json::from_slice::<Value>(page) else {
+            return Ok(PageRows {
+                not_json: true,
+                ..PageRows::default()
+            });
+        };
+        let mut found = PageRows::default();
+        let (spec, job) = (&self.spec, &self.job);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let t = &spec.table;
+            let mut upsert = tx.prepare_cached(&format!(
+                "INSERT INTO \"{t}\" (key, job, input, fetched_at, item) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
+                 fetched_at = excluded.fetched_at, item = excluded.item"
+            ))?;
+            for item in items(&page, &spec.items) {
+                let Some(key) = row_key(item, &spec.key, input) else {
+                    found.without_key += 1;
+                    continue;
+                };
+                let text = item.to_string();
+                upsert.execute(params![key, job, input, fetched_at, text])?;
+                if !spec.search.is_empty() {
+                    index_row(&tx, spec, &key, item)?;
+                }
+                found.rows += 1;
+            }
+        }
+        tx.commit()?;
+        Ok(found)
+    }
+
+    /// The inputs with rows of this job in the table: a once-job whose
+    /// store lost its place takes them as done.
+    pub fn inputs_with_rows(&self) -> rusqlite::Result<HashSet<String>> {
+        let mut stmt = self.conn.prepare(&format!(
+            "SELECT DISTINCT input FROM \"{}\" WHERE job = ?1",
+            self.spec.table
+        ))?;
+        stmt.query_map([&self.job], |r| r.get::<_, String>(0))?
+            .collect()
+    }
+}
+
+/// `check`: whether the database can take the job's rows, creating
+/// nothing. An existing file is opened read-write and its table's shape
+/// read (a write transaction begun and rolled back, to know it takes
+/// writes); else its folder must take a new file.
+pub fn check(spec: &SqliteOutput) -> Result<(), SinkError> {
+    if !spec.path.exists() {
+        let dir = spec
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        return crate::config::folder_writable(dir).map_err(|(at, e)| {
+            SinkError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create a file in {}: {e}", at.display()),
+            ))
+        });
+    }
+    let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    shape(&tx, spec, false)?;
+    tx.rollback()?;
+    Ok(())
+}
+
+fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // (FULL: a committed page survives a power loss too, since the
+    // cursor that moves after it lives elsewhere)
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+/// The table and its index as `spec` wants them: made if missing (when
+/// `create`), refused if of another shape.
+fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
+    let t = &spec.table;
+    let have = columns(tx, t)?;
+    if have.is_empty() {
+        if create {
+            tx.execute_batch(&format!(
+                "CREATE TABLE \"{t}\" (key TEXT PRIMARY KEY NOT NULL, job TEXT NOT NULL, \
+                 input TEXT NOT NULL, fetched_at TEXT NOT NULL, item TEXT NOT NULL);"
+            ))?;
+        }
+    } else {
+        let want: Vec<(String, bool)> = COLUMNS
+            .iter()
+            .map(|c| (c.to_string(), *c == "key"))
+            .collect();
+        if have != want {
+            let names: Vec<&str> = have.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(SinkError::Shape(format!(
+                "table '{t}' exists with columns ({}), not the rows' ({}, key the primary key): name another table",
+                names.join(", "),
+                COLUMNS.join(", ")
+            )));
+        }
+    }
+    if create {
+        tx.execute_batch(&format!(
+            "CREATE INDEX IF NOT EXISTS \"{t}_job_input\" ON \"{t}\" (job, input);"
+        ))?;
+    }
+    search_shape(tx, spec, create)
+}
+
+/// The full-text index: made (and filled from the rows there) if missing,
+/// refused if its columns are not the fields `search` names, or if it
+/// exists while `search` names none (it would fall out of step).
+fn search_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
+    let s = spec.search_table();
+    let have: Vec<String> = columns(tx, &s)?.into_iter().map(|(n, _)| n).collect();
+    let want: Vec<String> = std::iter::once("key".to_string())
+        .chain(spec.search.iter().map(|(c, _)| c.clone()))
+        .collect();
+    if spec.search.is_empty() {
+        if have.is_empty() {
+            return Ok(());
+        }
+        return Err(SinkError::Shape(format!(
+            "the full-text index '{s}' exists but `search` names no field: rows written now would be missing from it; name its fields ({}) or drop it (DROP TABLE {s})",
+            have[1..].join(", ")
+        )));
+    }
+    if have.is_empty() {
+        if create {
+            let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+            tx.execute_batch(&format!(
+                "CREATE VIRTUAL TABLE \"{s}\" USING fts5(key UNINDEXED, {});",
+                cols.join(", ")
+            ))?;
+            fill_index(tx, spec)?;
+        }
+        return Ok(());
+    }
+    if have != want {
+        return Err(SinkError::Shape(format!(
+            "the full-text index '{s}' has columns ({}), `search` names ({}): drop it (DROP TABLE {s}) and the next run builds it again from the rows",
+            have.join(", "),
+            want.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Index every row already in the table (an index added to a table that
+/// has rows).
+fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare(&format!("SELECT key, item FROM \"{}\"", spec.table))?;
+    let rows: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (key, item) in rows {
+        let item: Value = serde_json::from_str(&item).unwrap_or(Value::Null);
+        index_row(tx, spec, &key, &item)?;
+    }
+    Ok(())
+}
+
+/// Replace the row's entry in the full-text index.
+fn index_row(
+    tx: &Transaction,
+    spec: &SqliteOutput,
+    key: &str,
+    item: &Value,
+) -> rusqlite::Result<()> {
+    let s = spec.search_table();
+    let id = index_id(key);
+    tx.prepare_cached(&format!("DELETE FROM \"{s}\" WHERE rowid = ?1"))?
+        .execute([id])?;
+    let marks: Vec<String> = (0..spec.search.len())
+        .map(|i| format!("?{}", i + 3))
+        .collect();
+    let mut insert = tx.prepare_cached(&format!(
+        "INSERT INTO \"{s}\" (rowid, key, {}) VALUES (?1, ?2, {})",
+        spec.search
+            .iter()
+            .map(|(c, _)| c.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        marks.join(", ")
+    ))?;
+    let texts: Vec<Option<String>> = spec
+        .search
+        .iter()
+        .map(|(_, p)| item.pointer(p).and_then(text_of))
+        .collect();
+    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &key];
+    for t in &texts {
+        values.push(t);
+    }
+    insert.execute(values.as_slice())?;
+    Ok(())
+}
+
+/// The index's rowid for a row: the xxh3 of its key, the same on every
+/// host and build.
+fn index_id(key: &str) -> i64 {
+    xxhash_rust::xxh3::xxh3_64(key.as_bytes()) as i64
+}
+
+/// The text a field gives the index: a string as it is, an array's
+/// strings one after the other, anything else as JSON.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        Value::Array(a) if a.iter().all(Value::is_string) => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        other => Some(other.to_string()),
+    }
+}
+
+/// The names and primary-key flags of a table's columns (none: no table).
+fn columns(tx: &Transaction, table: &str) -> rusqlite::Result<Vec<(String, bool)>> {
+    let mut stmt = tx.prepare("SELECT name, pk FROM pragma_table_info(?1) ORDER BY cid")?;
+    stmt.query_map([table], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? > 0)))?
+        .collect()
+}
+
+/// The items of a page at `pointer`, each `*` part every element of the
+/// array there (none where there is no array).
+pub fn items<'v>(page: &'v Value, pointer: &str) -> Vec<&'v Value> {
+    let mut at = vec![page];
+    for part in pointer_parts(pointer).unwrap_or_default() {
+        at = at
+            .into_iter()
+            .flat_map(|v| -> Vec<&Value> {
+                if part == "*" {
+                    return v.as_array().map(|a| a.iter().collect()).unwrap_or_default();
+                }
+                match v {
+                    Value::Object(m) => m.get(&part).into_iter().collect(),
+                    Value::Array(a) => part
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|i| a.get(i))
+                        .into_iter()
+                        .collect(),
+                    _ => Vec::new(),
+                }
+            })
+            .collect();
+    }
+    at
+}
+
+/// A row's key: the input's (`""`), else the string or number at the
+/// pointer; none when it holds neither.
+fn row_key(item: &Value, pointer: &str, input: &str) -> Option<String> {
+    if pointer.is_empty() {
+        return Some(input.to_string());
+    }
+    match item.pointer(pointer)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_take_every_element_at_a_star() {
+        let page: Value =
+            serde_json::from_str(r#"{"items":[{"id":"a"},{"id":"b"}],"x":[[1,2],[3]]}"#).unwrap();
+        assert_eq!(items(&page, "/items/*").len(), 2);
+        assert_eq!(items(&page, "/x/*/*").len(), 3);
+        assert_eq!(items(&page, "").len(), 1);
+        assert_eq!(items(&page, "/nothing/*").len(), 0);
+        assert_eq!(items(&page, "/items/1/id"), [&Value::from("b")]);
+        assert_eq!(
+            row_key(&page["items"][0], "/id", "US").as_deref(),
+            Some("a")
+        );
+        assert_eq!(row_key(&page, "", "US").as_deref(), Some("US"));
+        assert_eq!(row_key(&page, "/items", "US"), None);
+    }
+
+    #[test]
+    fn the_bundled_sqlite_has_fts5() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE VIRTUAL TABLE t USING fts5(a); INSERT INTO t VALUES ('rust lang');",
+        )
+        .unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM t WHERE t MATCH 'rust'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}

@@ -1,0 +1,317 @@
+//! `output.sqlite` (issue 26): rows upserted into a SQLite table, its FTS5
+//! index in step, read back here with rusqlite as a user's reader would.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::common::deployment::{
+    Deployment, WIDE, embedded_store, kill, main_units, spawn, videos_list,
+};
+use crate::common::inputs::{keys, once_each, per_key, write};
+use crate::common::standin::Standin;
+use crate::common::wait_until;
+use crate::common::yaml::{Job, Step};
+
+const ROWS: &str = "{ sqlite: { path: out/videos.db, table: videos, items: /items/*, key: /id, search: [/snippet/title] } }";
+
+/// Job `trending` over `regions`, 3 pages each, its rows as `output` says.
+fn trending(store: &str, base: &str, regions: &[&str], output: &str) -> String {
+    main_units(store, WIDE)
+        .endpoint("videos.list", "{ units: 1 }")
+        .job(
+            Job::new("trending", "main")
+                .regions(regions)
+                .step(videos_list(base, 3))
+                .output(output),
+        )
+        .render()
+}
+
+fn db(d: &Deployment) -> Connection {
+    Connection::open(d.path().join("out/videos.db")).unwrap()
+}
+
+/// Every row: key → (job, input, title).
+fn rows(c: &Connection) -> BTreeMap<String, (String, String, String)> {
+    let mut stmt = c
+        .prepare("SELECT key, job, input, item, fetched_at FROM videos")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let item: String = r.get(3)?;
+        let at: String = r.get(4)?;
+        assert!(
+            chrono::DateTime::parse_from_rfc3339(&at).is_ok(),
+            "fetched_at {at}"
+        );
+        let item: serde_json::Value = serde_json::from_str(&item).unwrap();
+        let title = item["snippet"]["title"].as_str().unwrap_or("").to_string();
+        Ok((r.get(0)?, (r.get(1)?, r.get(2)?, title)))
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// The keys the index finds for `word`.
+fn matched(c: &Connection, word: &str) -> BTreeSet<String> {
+    let mut stmt = c
+        .prepare("SELECT key FROM videos_search WHERE videos_search MATCH ?1")
+        .unwrap();
+    stmt.query_map([format!("\"{word}\"")], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// The index finds, for each word of every title, exactly the rows whose
+/// title holds it now.
+fn index_in_step(c: &Connection) {
+    let rows = rows(c);
+    let words: BTreeSet<String> = rows
+        .values()
+        .flat_map(|(_, _, t)| t.split([' ', '#']).filter(|w| !w.is_empty()))
+        .map(str::to_lowercase)
+        .collect();
+    for word in words {
+        let want: BTreeSet<String> = rows
+            .iter()
+            .filter(|(_, (_, _, t))| t.to_lowercase().split([' ', '#']).any(|w| w == word))
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(matched(c, &word), want, "MATCH {word}");
+    }
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM videos_search", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n as usize, rows.len(), "one index entry a row");
+}
+
+#[test]
+fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follows() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("30 rows upserted"), "{r:?}");
+    // sqlite only: no page files.
+    assert!(!d.path().join("out/trending").exists());
+    let c = db(&d);
+    let first = rows(&c);
+    assert_eq!(first.len(), 30);
+    assert!(
+        first
+            .iter()
+            .all(|(k, (job, input, _))| job == "trending" && k.starts_with(input.as_str()))
+    );
+    assert_eq!(matched(&c, "GB").len(), 15);
+    // The same pages again: the same rows, none twice.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(rows(&c).len(), 30);
+    index_in_step(&c);
+    // 3 items a page now: rows of the same key replaced (US01000 was
+    // "Trending US #6", now "#4"), the others kept, the index in step.
+    let up3 = Standin::start(&["--items", "3"]);
+    d.write(&trending(&store, &up3.base(), &["US", "GB"], ROWS));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let now = rows(&c);
+    assert_eq!(now.len(), 30);
+    assert_eq!(now["US01000"].2, "Trending US #4");
+    assert!(!matched(&c, "6").contains("US01000"));
+    assert!(matched(&c, "4").contains("US01000"));
+    index_in_step(&c);
+    // A key in every region: one row.
+    let shared = ROWS
+        .replace("table: videos", "table: channels")
+        .replace("key: /id", "key: /snippet/channelTitle");
+    d.write(&trending(&store, &up3.base(), &["US", "GB"], &shared));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM channels", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn a_run_killed_mid_run_then_rerun_leaves_every_row_once() {
+    // Second pages answer in 3 s: the kill lands while US's is in flight,
+    // its first page's rows committed.
+    let slow = Standin::start(&["--slow", "pageToken=CAUQ1=3s"]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    d.write(&trending(&store, &slow.base(), &["US", "GB", "DE"], ROWS));
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(Duration::from_secs(30), "page 2 never asked for", || {
+        slow.seen().iter().any(|s| s.page == 1)
+    });
+    kill("-KILL", victim.id());
+    victim.wait().unwrap();
+    let before = rows(&db(&d)).len();
+    assert_eq!(before, 5, "US's first page");
+
+    let up = Standin::start(&[]);
+    d.write(&trending(&store, &up.base(), &["US", "GB", "DE"], ROWS));
+    let r = d.run_after_killed_lock();
+    assert_eq!(r.code, 0, "{r:?}");
+    let c = db(&d);
+    let got: BTreeSet<String> = rows(&c).into_keys().collect();
+    let want: BTreeSet<String> = ["US", "GB", "DE"]
+        .iter()
+        .flat_map(|r| (0..3).flat_map(move |p| (0..5).map(move |i| format!("{r}{p:02}{i:03}"))))
+        .collect();
+    assert_eq!(got, want);
+    index_in_step(&c);
+}
+
+#[test]
+fn a_reader_holding_a_read_transaction_does_not_stop_a_run() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    d.write(&trending(&store, &up.base(), &["US"], ROWS));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let mut reader = db(&d);
+    let tx = reader.transaction().unwrap();
+    let n: i64 = tx
+        .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 15);
+    // A second region while the reader holds its snapshot.
+    d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let n: i64 = tx
+        .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 15, "the reader's snapshot");
+    tx.commit().unwrap();
+    let n: i64 = reader
+        .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 30);
+}
+
+#[test]
+fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    d.write(&trending(&store, &up.base(), &["US"], ROWS));
+    let r = d.quota(&["run", "--dry-run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("rows into")
+            && r.stdout.contains("videos.db table videos")
+            && r.stdout.contains("videos_search"),
+        "{r:?}"
+    );
+    std::fs::create_dir_all(d.path().join("out")).unwrap();
+    Connection::open(d.path().join("out/videos.db"))
+        .unwrap()
+        .execute_batch("CREATE TABLE videos (id TEXT PRIMARY KEY, title TEXT);")
+        .unwrap();
+    for cmd in ["check", "run"] {
+        let r = d.quota(&[cmd]);
+        assert_eq!(r.code, 78, "{cmd}: {r:?}");
+        for said in [
+            "quota.yaml",
+            "jobs.trending.output.sqlite.table",
+            "videos.db",
+            "(id, title)",
+        ] {
+            assert!(r.stderr.contains(said), "{cmd} must say {said}: {r:?}");
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing fetched");
+    // A path under a file: nothing can be created there.
+    std::fs::write(d.path().join("plain"), "").unwrap();
+    d.write(&trending(
+        &store,
+        &up.base(),
+        &["US"],
+        &ROWS.replace("out/videos.db", "plain/videos.db"),
+    ));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains("jobs.trending.output.sqlite.path"),
+        "{r:?}"
+    );
+    // What the file says, checked as the rest of the file is.
+    for (output, field) in [
+        (
+            ROWS.replace("table: videos", "table: 1videos"),
+            "output.sqlite.table",
+        ),
+        (
+            ROWS.replace("items: /items/*", "items: items/*"),
+            "output.sqlite.items",
+        ),
+        (
+            ROWS.replace("key: /id", "key: /items/*/id"),
+            "output.sqlite.key",
+        ),
+        (
+            ROWS.replace("[/snippet/title]", "[/a/title, /b/title]"),
+            "output.sqlite.search[1]",
+        ),
+        ("{ folder: \"\" }".to_string(), "output.folder"),
+        ("{}".to_string(), "jobs.trending.output"),
+    ] {
+        d.write(&trending(&store, &up.base(), &["US"], &output));
+        let r = d.quota(&["check"]);
+        assert_eq!(r.code, 78, "{output}: {r:?}");
+        assert!(r.stderr.contains(field), "{output}: {r:?}");
+    }
+}
+
+/// A once-job of inputs whose rows (no page files) are in the table, run
+/// against a new store: no input with rows is fetched again.
+#[test]
+fn a_new_store_fetches_no_input_that_has_rows() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let job = |store: &str| {
+        main_units(store, WIDE)
+            .endpoint("videos.list", "{ units: 1 }")
+            .job(
+                Job::new("list", "main")
+                    .set("inputs", "{ file: ids.txt }")
+                    .set("once", "true")
+                    .step(
+                        Step::new("videos.list")
+                            .url(&format!("{}/youtube/v3/videos", up.base()))
+                            .query(r#"{ part: snippet, regionCode: "{key}", maxResults: 1, key: "{secret}" }"#),
+                    )
+                    .output("{ sqlite: { path: out/rows.db, table: results } }"),
+            )
+            .render()
+    };
+    write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
+    d.write(&job(&embedded_store(&d)));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(up.seen().len(), 8);
+    write(&d, "ids.txt", &(keys(0..10).join("\n") + "\n"));
+    let new = format!("embedded:{}", d.path().join("new.sqlite3").display());
+    d.write(&job(&new));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
+    let c = Connection::open(d.path().join("out/rows.db")).unwrap();
+    let inputs: Vec<String> = c
+        .prepare("SELECT input FROM results ORDER BY key")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut want = keys(0..10);
+    want.sort();
+    assert_eq!(inputs, want, "one row an input, keyed by it");
+    assert!(!d.path().join("out/list").exists());
+}
