@@ -133,8 +133,14 @@ fn a_once_job_over_a_large_file_reads_only_what_it_needs() {
             assert_eq!(up.seen().len(), done, "run {run}: {r:?}");
             let sent = sent(&up);
             assert_eq!(sent.len(), done, "a key sent twice by run {run}");
-            assert!(sent.is_superset(&keys(0..done - IN_FLIGHT)), "run {run}: {sent:?}");
-            assert!(sent.is_subset(&keys(0..done + IN_FLIGHT)), "run {run}: {sent:?}");
+            assert!(
+                sent.is_superset(&keys(0..done - IN_FLIGHT)),
+                "run {run}: {sent:?}"
+            );
+            assert!(
+                sent.is_subset(&keys(0..done + IN_FLIGHT)),
+                "run {run}: {sent:?}"
+            );
             reads.push(read);
         }
         // The first run read the blank half and its 100 records, not the

@@ -64,6 +64,9 @@ pub(super) struct JobRun<'a> {
     /// Per region and fan-out step: batches refused in a row, and whether
     /// one was accepted in this run ([`walk::BATCHES_REFUSED`]).
     batches_refused: RefCell<std::collections::HashMap<(String, usize), (u32, bool)>>,
+    /// A job whose inputs go in batches: the slots of each batch in
+    /// flight, by its first slot (the one its walk saves).
+    input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -89,6 +92,9 @@ struct PageAnswer {
 struct Position<'r> {
     key: &'r str,
     input: Option<&'r InputFields>,
+    /// A batch of inputs: their keys, joined (`{batch}` outside a fan-out
+    /// step).
+    batch: Option<&'r str>,
     slot: usize,
     step: usize,
     run: u64,
@@ -125,7 +131,12 @@ impl<'a> JobRun<'a> {
             job: &self.job.name,
             step: at.step,
             page,
-            batch,
+            // (a fan-out step's own values, else a batch of inputs')
+            batch: if batch.is_empty() {
+                at.batch.unwrap_or_default()
+            } else {
+                batch
+            },
             input: at.input,
         }
     }
@@ -175,6 +186,7 @@ impl<'a> JobRun<'a> {
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             first_refused: Cell::new(0),
             batches_refused: RefCell::default(),
+            input_batches: RefCell::default(),
         }
     }
 
@@ -334,7 +346,18 @@ impl<'a> JobRun<'a> {
     async fn save(&self, slot: usize, state: Slot) -> bool {
         let version = {
             let mut round = self.round.borrow_mut();
-            round.set(slot, state);
+            match self.input_batches.borrow().get(&slot) {
+                // A batch of inputs is done, or failed, as one; it keeps
+                // no place of its own (a stop redoes it from its first
+                // step): its inputs stay not done until it is over.
+                Some(_) if matches!(state, Slot::At(_)) => return true,
+                Some(slots) => {
+                    for s in slots {
+                        round.set(*s, state.clone());
+                    }
+                }
+                None => round.set(slot, state),
+            }
             round.version()
         };
         self.write_cursor(version).await
