@@ -237,15 +237,19 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
         );
     }
     let text = yaml(&store, &up.base(), "5", 1, WIDE);
-    for (with, field) in [
-        (r#"regionCode: "{key}""#, "jobs.list.steps[0].request"),
-        (r#"regionCode: "{input.a}""#, "jobs.list.steps[0].request"),
-        (r#"regionCode: "all""#, "jobs.list.steps[0].request"),
+    let field = "jobs.list.steps[0].request";
+    for (with, why) in [
+        (r#"regionCode: "{batch}", q: "{key}""#, "ambiguous"),
+        (r#"regionCode: "{batch}", q: "{input.a}""#, "ambiguous"),
+        (r#"regionCode: "all""#, "uses {batch} nowhere"),
     ] {
         d.write(&text.replace(r#"regionCode: "{batch}""#, with));
         let r = d.quota(&["run"]);
         assert_eq!(r.code, 78, "{with}: {r:?}");
-        assert!(r.stderr.contains(field), "{with}: {r:?}");
+        assert!(
+            r.stderr.contains(field) && r.stderr.contains(why),
+            "{with}: {r:?}"
+        );
     }
     assert!(up.seen().is_empty(), "nothing sent");
 }
