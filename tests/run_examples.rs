@@ -718,7 +718,8 @@ fn the_backfill_example_fetches_each_video_once_ever_50_a_call() {
     assert_eq!(sent.len(), 6, "{sent:?}");
     let mut want: Vec<Vec<String>> = ids.chunks(50).map(<[String]>::to_vec).collect();
     let mut got = sent.clone();
-    (want.sort(), got.sort());
+    want.sort();
+    got.sort();
     assert_eq!(got, want, "each batch the file's next 50 ids");
     // One page a batch, holding one item per id asked.
     let pages = d.outputs("video-details");

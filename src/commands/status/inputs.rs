@@ -119,7 +119,7 @@ fn ahead_done(cursor: Option<&Cursor>) -> u64 {
 /// `units` a request over the `per_request` inputs it carries: a whole
 /// number when it divides, else a fraction.
 fn per_input(units: u64, per_request: u64) -> serde_json::Number {
-    if units % per_request == 0 {
+    if units.is_multiple_of(per_request) {
         (units / per_request).into()
     } else {
         serde_json::Number::from_f64(units as f64 / per_request as f64).unwrap_or_else(|| 0.into())
