@@ -79,4 +79,10 @@ example github https://api.github.com --pages 3 --items 5 --github-used 1200
 example llm https://api.openai.com
 example graphql https://example-shop.myshopify.com --pages 3 --items 5
 example backfill https://www.googleapis.com --pages 1 --items 1
+# The backfill sends its 300 ids 50 a call (inputs.batch): 6 requests.
+calls=$(wc -l < out/examples/backfill/upstream.jsonl)
+if [ "$calls" -ne 6 ]; then
+    echo "backfill: $calls requests to the stand-in, expected 6 (50 ids a call)" >&2
+    failed=1
+fi
 exit "$failed"

@@ -32,6 +32,7 @@ mod run_fan_out;
 mod run_fan_out_parallel;
 mod run_files;
 mod run_inputs;
+mod run_inputs_batch;
 mod run_inputs_failed;
 mod run_inputs_hostile;
 mod run_inputs_scale;

@@ -711,8 +711,16 @@ fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids
 }
 
+/// The ids of each request, from its `id=` (a comma-separated batch).
+fn batches(seen: &[Seen]) -> Vec<Vec<String>> {
+    fetched(seen)
+        .iter()
+        .map(|ids| ids.split(',').map(String::from).collect())
+        .collect()
+}
+
 #[test]
-fn the_backfill_example_fetches_each_video_once_ever() {
+fn the_backfill_example_fetches_each_video_once_ever_50_a_call() {
     let up = Standin::start(&["--pages", "1", "--items", "1"]);
     let d = Deployment::new("");
     d.write(&backfill(&d, &up, &[]));
@@ -720,13 +728,34 @@ fn the_backfill_example_fetches_each_video_once_ever() {
     assert_eq!(r.code, 0, "{r:?}");
     let ids = video_ids();
     assert_eq!(ids.len(), 300);
-    // Concurrency 4: each id once, in any order.
-    assert_eq!(sorted(fetched(&up.seen())), sorted(ids));
-    assert_eq!(d.outputs("video-details").len(), 300);
-    assert_eq!(used(&d, "units", 3600), 300);
+    // 50 ids a call (inputs.batch), 6 calls: each id once, the file's
+    // batches in any order (concurrency 4).
+    let sent = batches(&up.seen());
+    assert_eq!(sent.len(), 6, "{sent:?}");
+    let mut want: Vec<Vec<String>> = ids.chunks(50).map(<[String]>::to_vec).collect();
+    let mut got = sent.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "each batch the file's next 50 ids");
+    // One page a batch, holding one item per id asked.
+    let pages = d.outputs("video-details");
+    assert_eq!(pages.len(), 6);
+    for p in &pages {
+        let path = d.path().join("out/video-details").join(p);
+        let page: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        assert_eq!(page["items"].as_array().map(Vec::len), Some(50), "{p:?}");
+    }
+    assert_eq!(used(&d, "units", 3600), 6);
+    let progress = &d.status_json()["credentials"][0]["jobs"][0]["inputs"];
+    assert_eq!(
+        (progress["done"].as_u64(), progress["left"].as_u64()),
+        (Some(300), Some(0)),
+        "{progress}"
+    );
 
     let r = d.quota(&["run"]);
-    assert_eq!((r.code, up.seen().len()), (0, 300), "nothing left: {r:?}");
+    assert_eq!((r.code, up.seen().len()), (0, 6), "nothing left: {r:?}");
 }
 
 #[test]
@@ -736,21 +765,23 @@ fn the_backfill_example_stops_on_its_pacing_window_and_the_next_tick_goes_on() {
     d.write(&backfill(
         &d,
         &up,
-        &[(BACKFILL_HOUR, "{ limit: 120, per: 1h }")],
+        &[(BACKFILL_HOUR, "{ limit: 3, per: 1h }")],
     ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
-    let first = fetched(&up.seen());
-    assert_eq!(first.len(), 120);
+    let first = batches(&up.seen());
+    assert_eq!(first.len(), 3);
+    assert_eq!(first.concat().len(), 150);
 
     d.write(&backfill(&d, &up, &[]));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    let all = fetched(&up.seen());
+    let all = batches(&up.seen());
+    assert_eq!(all.len(), 6);
     assert_eq!(
-        sorted(all),
+        sorted(all.concat()),
         sorted(video_ids()),
         "each id once, none skipped"
     );
-    assert_eq!(d.outputs("video-details").len(), 300);
+    assert_eq!(d.outputs("video-details").len(), 6);
 }

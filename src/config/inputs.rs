@@ -52,6 +52,20 @@ pub struct Inputs {
     /// names (as a region's: at most 150, less beside a long job name);
     /// the reader skips a longer one.
     pub max_key: usize,
+    /// `batch: N`: N inputs a request, their keys in `{batch}` joined
+    /// with `join` (`None`: one input a request, `{key}`).
+    pub batch: Option<usize>,
+    pub join: String,
+}
+
+/// The most inputs a request carries (`inputs.batch`).
+pub const MAX_BATCH: i64 = 1000;
+
+impl Inputs {
+    /// Inputs a request carries: 1 unless batched.
+    pub fn per_request(&self) -> u64 {
+        self.batch.unwrap_or(1) as u64
+    }
 }
 
 impl std::fmt::Display for Inputs {
@@ -65,6 +79,9 @@ impl std::fmt::Display for Inputs {
         }
         if !self.fields.is_empty() {
             write!(f, ", fields {}", self.fields.join(", "))?;
+        }
+        if let Some(n) = self.batch {
+            write!(f, ", {n} a request joined by {:?}", self.join)?;
         }
         f.write_str(")")
     }

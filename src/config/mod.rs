@@ -33,7 +33,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
-pub use self::inputs::{InputFormat, Inputs, csv_builder, csv_header};
+pub use self::inputs::{InputFormat, Inputs, MAX_BATCH, csv_builder, csv_header};
 pub use self::output::{SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
@@ -251,6 +251,15 @@ pub enum ActualFrom {
 }
 
 impl Step {
+    /// Whether its request uses placeholder `p` (URL, query, headers or
+    /// body).
+    pub fn uses(&self, p: Placeholder) -> bool {
+        self.url.uses(p)
+            || self.query.iter().any(|(_, t)| t.uses(p))
+            || self.headers.iter().any(|(_, t)| t.uses(p))
+            || self.body.as_ref().is_some_and(|b| b.uses(p))
+    }
+
     /// Whether its request depends on the work key (`{region}`, `{key}` or
     /// an `{input.NAME}` in its URL, query, headers or body): a refusal of
     /// its first page may then be that key's alone.

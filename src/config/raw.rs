@@ -108,6 +108,8 @@ pub(super) struct RawSqlite {
 pub(super) struct RawInputs {
     pub(super) file: String,
     pub(super) key: Option<String>,
+    pub(super) batch: Option<i64>,
+    pub(super) join: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -15,7 +15,7 @@ use super::raw::*;
 use super::upstream_headers;
 use super::{
     ActualFrom, Config, Credential, Fill, ForEach, HttpSettings, InputFields, InputFormat, Inputs,
-    Job, JsonTemplate, MAX_UNITS, MAX_WINDOW, PageKind, Paginate, Placeholder, Secret,
+    Job, JsonTemplate, MAX_BATCH, MAX_UNITS, MAX_WINDOW, PageKind, Paginate, Placeholder, Secret,
     SecretSource, Secrets, SettledCost, SqliteOutput, Step, StorePolicy, Template, UpstreamReset,
     units_too_large,
 };
@@ -49,6 +49,9 @@ type CostShape = (Option<String>, u64, Option<ActualFrom>);
 struct Keys {
     regions: bool,
     inputs: bool,
+    /// `inputs.batch` given: `{batch}` is the inputs' keys outside a
+    /// fan-out step too.
+    batched: bool,
 }
 
 /// A resolved endpoint, before it meets a job's credential.

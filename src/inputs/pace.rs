@@ -30,7 +30,7 @@ pub struct PoolNow {
 }
 
 /// Each pool `job` spends from as it stands in `usage`, with the units one
-/// input costs there.
+/// request costs there (one input's, unless batched).
 pub fn pools_now(job: &Job, usage: &CredentialUsage) -> Vec<PoolNow> {
     job.units_per_run()
         .into_iter()

@@ -19,6 +19,8 @@ fn inputs(dir: &Path, name: &str, text: &[u8], key: &str, fields: &[&str]) -> In
         key: key.into(),
         fields: fields.iter().map(|f| f.to_string()).collect(),
         max_key: 150,
+        batch: None,
+        join: ",".into(),
     }
 }
 

@@ -10,6 +10,9 @@ use crate::config::Job;
 /// now (all of them in observe mode: the ledger stops nothing), spending
 /// their units from `remaining` so the credential's later jobs see less.
 pub fn next_run(job: &Job, left: u64, remaining: &mut Remaining, observe: bool) -> NextRun {
+    // (a request carries `batch` inputs: what remains is counted in
+    // requests, each the job's units per run)
+    let batch = job.inputs.as_ref().map_or(1, |i| i.per_request());
     let per_input = job.units_per_run();
     let fits = per_input
         .iter()
@@ -22,17 +25,22 @@ pub fn next_run(job: &Job, left: u64, remaining: &mut Remaining, observe: bool) 
         })
         .min()
         .unwrap_or(u64::MAX);
-    let inputs = if observe { left } else { left.min(fits) };
+    let inputs = if observe {
+        left
+    } else {
+        left.min(fits.saturating_mul(batch))
+    };
+    let requests = inputs.div_ceil(batch);
     for (pool, u) in &per_input {
         for ((p, _), r) in remaining.iter_mut() {
             if p == pool {
-                *r = r.saturating_sub(inputs.saturating_mul(*u));
+                *r = r.saturating_sub(requests.saturating_mul(*u));
             }
         }
     }
     NextRun::Inputs {
         inputs,
-        calls: inputs.saturating_mul(job.calls_per_run()),
+        calls: requests.saturating_mul(job.calls_per_run()),
         left_after: left - inputs,
     }
 }

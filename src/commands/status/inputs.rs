@@ -35,8 +35,12 @@ pub struct InputsProgress {
     pub failures: Vec<Failure>,
     /// Records after the cursor's place in the file, not yet done.
     pub left: u64,
-    /// Units one input costs, per pool (the worst case: every page).
-    pub units_per_input: BTreeMap<String, u64>,
+    /// Units one input costs, per pool (the worst case: every page): a
+    /// request's units over the inputs it carries (`inputs.batch`), so a
+    /// fraction when batched (`0.02`), else a whole number.
+    pub units_per_input: BTreeMap<String, serde_json::Number>,
+    /// Inputs a request carries (`inputs.batch`, else 1).
+    pub inputs_per_request: u64,
     /// A settled cost is counted at its estimate: the time is an estimate
     /// of an estimate.
     pub cost_estimated: bool,
@@ -111,6 +115,16 @@ fn ahead_done(cursor: Option<&Cursor>) -> u64 {
     cursor.map_or(0, |c| c.ahead.iter().filter(|a| a.done).count() as u64)
 }
 
+/// `units` a request over the `per_request` inputs it carries: a whole
+/// number when it divides, else a fraction.
+fn per_input(units: u64, per_request: u64) -> serde_json::Number {
+    if units.is_multiple_of(per_request) {
+        (units / per_request).into()
+    } else {
+        serde_json::Number::from_f64(units as f64 / per_request as f64).unwrap_or_else(|| 0.into())
+    }
+}
+
 /// `job`'s progress from its cursor, its failures and the credential's
 /// usage now. `None` for a job without inputs.
 pub fn progress(
@@ -124,7 +138,10 @@ pub fn progress(
     };
     let at = cursor.and_then(|c| c.input.clone()).unwrap_or_default();
     let left = left(inputs, cursor)?;
-    let finish = time_to_finish(left, &pools_now(job, usage));
+    // (the windows pace requests: a batch of inputs costs a request's
+    // units, so the inputs left take their batches' requests)
+    let per_request = inputs.per_request();
+    let finish = time_to_finish(left.div_ceil(per_request), &pools_now(job, usage));
     let by = finish.map(|d| {
         usage
             .at
@@ -136,7 +153,12 @@ pub fn progress(
         failed: failed.0,
         failures: failed.1,
         left,
-        units_per_input: job.units_per_run().into_iter().collect(),
+        units_per_input: job
+            .units_per_run()
+            .into_iter()
+            .map(|(pool, u)| (pool, per_input(u, per_request)))
+            .collect(),
+        inputs_per_request: per_request,
         cost_estimated: job.steps.iter().any(|s| !s.settle.is_empty()),
         done_in_seconds: finish.map(|d| d.as_secs_f64().ceil() as u64),
         done_by: by.map(rfc3339),
@@ -202,7 +224,10 @@ jobs:
             .expect("a job of inputs");
         assert_eq!((p.done, p.left), (0, 12));
         assert!(p.cost_estimated);
-        assert_eq!(p.units_per_input, [("tokens".to_string(), 2000)].into());
+        assert_eq!(
+            p.units_per_input,
+            [("tokens".to_string(), 2000.into())].into()
+        );
         // 5 inputs fit today, 5 tomorrow (which starts in 6 hours), the
         // last 2 the day after, from its start.
         assert_eq!(p.done_in_seconds, Some(30 * 3600));

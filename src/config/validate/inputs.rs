@@ -74,12 +74,15 @@ impl Validator<'_> {
             }
             (InputFormat::Csv, Some(k)) => k,
         };
+        let batch = self.inputs_batch(at, raw.batch, steps)?;
         let inputs = Inputs {
             file,
             format,
             key,
             fields,
             max_key: max_key(job, steps.len()),
+            batch,
+            join: raw.join.unwrap_or_else(|| ",".into()),
         };
         match format {
             InputFormat::Txt => self.no_fields(at, steps)?,
@@ -87,6 +90,38 @@ impl Validator<'_> {
             InputFormat::Csv => self.csv_header(at, &inputs, opened, steps)?,
         }
         Ok(inputs)
+    }
+
+    /// `inputs.batch: N` (1 to [`MAX_BATCH`]): N inputs a request, their
+    /// keys in `{batch}`. `{key}` and `{input.NAME}` would be one input's
+    /// among N: refused. The first step sends the batch (`{batch}` there),
+    /// or its requests would not carry the inputs at all.
+    fn inputs_batch(&self, at: &str, batch: Option<i64>, steps: &[Step]) -> Result<Option<usize>> {
+        let Some(n) = batch else { return Ok(None) };
+        if !(1..=MAX_BATCH).contains(&n) {
+            return Err(self.err(
+                format!("{at}.inputs.batch"),
+                format!("{n} is out of range: 1 to {MAX_BATCH} inputs a request"),
+            ));
+        }
+        for (i, s) in steps.iter().enumerate() {
+            if s.uses_key() {
+                return Err(self.err(
+                    format!("{at}.steps[{i}].request"),
+                    "{key} or {input.NAME} in a job whose inputs go in batches (inputs.batch): \
+                     a request carries several inputs, so one key or field is ambiguous; use {batch}, \
+                     the batch's keys joined",
+                ));
+            }
+        }
+        if !steps[0].uses(Placeholder::Batch) {
+            return Err(self.err(
+                format!("{at}.steps[0].request"),
+                "the job's inputs go in batches (inputs.batch) but its first step uses {batch} nowhere \
+                 (url, query, headers or body): its requests would not carry the inputs",
+            ));
+        }
+        Ok(Some(n as usize))
     }
 
     /// `once` (default false): only with `inputs`.

@@ -19,6 +19,7 @@ impl Validator<'_> {
         let keys = Keys {
             regions: raw.regions.is_some(),
             inputs: raw.inputs.is_some(),
+            batched: raw.inputs.as_ref().is_some_and(|i| i.batch.is_some()),
         };
         if keys.regions && keys.inputs {
             return Err(self.err(
@@ -183,7 +184,12 @@ impl Validator<'_> {
                     job,
                     step: i,
                     page: 0,
-                    batch: "",
+                    // (a batch of inputs is tried as a plain word too)
+                    batch: if inputs.is_some_and(|i| i.batch.is_some()) {
+                        "XX"
+                    } else {
+                        ""
+                    },
                     input: None,
                 };
                 let with = |t: &Template| {

@@ -37,7 +37,7 @@ impl Validator<'_> {
             .transpose()?;
         self.batch_use(
             at,
-            for_each.is_some(),
+            (for_each.is_some(), keys.batched),
             &url,
             &query,
             &headers,
@@ -207,11 +207,13 @@ impl Validator<'_> {
 
     /// `{batch}` is used in a step exactly when it fans out: without
     /// `for_each` it would always be empty, and a fan-out step that does
-    /// not use it would send the same request for every batch.
+    /// not use it would send the same request for every batch. In a job
+    /// whose inputs go in batches (`batched`), any step may use it (the
+    /// batch's keys; a fan-out step's own values there).
     fn batch_use(
         &self,
         at: &str,
-        fans_out: bool,
+        (fans_out, batched): (bool, bool),
         url: &Template,
         query: &[(String, Template)],
         headers: &[(String, Template)],
@@ -238,7 +240,7 @@ impl Validator<'_> {
             users.push(format!("{at}.request.body"));
         }
         match (fans_out, users.first()) {
-            (false, Some(field)) => Err(self.err(
+            (false, Some(field)) if !batched => Err(self.err(
                 field,
                 "{batch} is used but the step has no for_each: add for_each: { from: POINTER } to fan out over the previous step's values",
             )),

@@ -222,6 +222,7 @@ mod tests {
         Position {
             key: "US",
             input: None,
+            batch: None,
             slot: 0,
             step: 1,
             run: 3,

@@ -60,29 +60,57 @@ impl JobRun<'_> {
         excerpt: &str,
     ) -> Result<()> {
         let job = self.job;
-        let span = self.round.borrow().span(at.slot).copied();
-        let (line, offset) = span.map_or((0, 0), |s| (s.line, s.start));
-        let failed = Failed {
-            line,
-            offset,
-            status,
-            excerpt: cut(excerpt, EXCERPT),
+        // A batch of inputs refused: each of its inputs failed, with the
+        // batch's status and excerpt (which of them the upstream minded,
+        // if any one, its answer alone may say).
+        let slots = self
+            .input_batches
+            .borrow()
+            .get(&at.slot)
+            .cloned()
+            .unwrap_or_else(|| vec![at.slot]);
+        let inputs: Vec<(Key, u64, u64)> = {
+            let round = self.round.borrow();
+            slots
+                .iter()
+                .map(|s| {
+                    let span = round.span(*s);
+                    let (line, offset) = span.map_or((0, 0), |s| (s.line, s.start));
+                    (round.key(*s).to_string(), line, offset)
+                })
+                .collect()
         };
-        let text = serde_json::to_string(&failed).expect("a failed input serializes");
-        let kept = match self.meter.store() {
-            Some(store) => match store.map_put(&failed_map(job), at.key, &text).await {
-                Ok(()) => String::new(),
-                Err(e) => format!(" (cannot record it in the store: {e})"),
-            },
-            None => " (not recorded: the run has no store)".into(),
+        let mut kept = String::new();
+        for (key, line, offset) in &inputs {
+            let failed = Failed {
+                line: *line,
+                offset: *offset,
+                status,
+                excerpt: cut(excerpt, EXCERPT),
+            };
+            let text = serde_json::to_string(&failed).expect("a failed input serializes");
+            kept = match self.meter.store() {
+                Some(store) => match store.map_put(&failed_map(job), key, &text).await {
+                    Ok(()) => continue,
+                    Err(e) => format!(" (cannot record it in the store: {e})"),
+                },
+                None => " (not recorded: the run has no store)".into(),
+            };
+            break;
+        }
+        let line = inputs.first().map_or(0, |i| i.1);
+        let what = match inputs.len() {
+            1 => format!("input {} (line {line})", printable(at.key)),
+            n => format!(
+                "the batch of {n} inputs from {} (line {line}) on",
+                printable(at.key)
+            ),
         };
         error!(
             job = job.name,
-            "{why}; input {} (line {}) failed{kept}, the others go on",
-            printable(at.key),
-            line
+            "{why}; {what} failed{kept}, the others go on"
         );
-        self.report.borrow_mut().failed_inputs += 1;
+        self.report.borrow_mut().failed_inputs += inputs.len() as u64;
         self.save(at.slot, Slot::Done).await;
         let (n, answered) = {
             let mut feed = self.feed.borrow_mut();
@@ -93,11 +121,17 @@ impl JobRun<'_> {
         if answered || n < INPUTS_REFUSED {
             return Ok(());
         }
+        // (a batch counts once: the first requests all refused)
+        let what = if inputs.len() > 1 {
+            "batches of inputs"
+        } else {
+            "inputs"
+        };
         Err(Error::Upstream {
             job: job.name.clone(),
             url: describe_position(at.key, at.step, 0),
             problem: format!(
-                "{why}; the first {n} inputs of this run were refused and none answered, so the job stops \
+                "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
                  (check the file and the key); they are recorded as failed: `quota reset {} --failed --yes` \
                  has the next run do them again",
                 job.name

@@ -139,8 +139,10 @@ fn resume_points(cursor: &Cursor, steps: usize) -> (Option<(Key, Start)>, Ahead)
 /// How many inputs the window holds at most: a slow input at its front
 /// lets the others go on this far, and no further (the cursor carries the
 /// window: it stays small).
-fn window_cap(concurrency: usize) -> usize {
-    (4 * concurrency).max(64)
+fn window_cap(concurrency: usize, batch: Option<usize>) -> usize {
+    let cap = (4 * concurrency).max(64);
+    // (inputs in batches: room for every batch in flight and the next)
+    batch.map_or(cap, |b| cap.max((concurrency + 1) * b))
 }
 
 impl JobRun<'_> {
@@ -324,8 +326,9 @@ impl JobRun<'_> {
     /// Read inputs into the window while it has room. Whether it took any
     /// (none: the file ended, or the window is full).
     pub(super) async fn read_inputs(&self) -> Result<bool> {
-        let room =
-            window_cap(self.job.concurrency).saturating_sub(self.round.borrow().window_len());
+        let batch = self.job.inputs.as_ref().and_then(|i| i.batch);
+        let room = window_cap(self.job.concurrency, batch)
+            .saturating_sub(self.round.borrow().window_len());
         if room > 0 && self.read_retries(room) {
             return Ok(true);
         }
@@ -417,7 +420,10 @@ impl JobRun<'_> {
             .steps
             .last()
             .is_some_and(|s| s.paginate.is_none() && s.for_each.is_none());
-        if cursor.input.is_none() && single {
+        // (a page of a batch is named by its first input only, and so is
+        // its row: the others cannot be told, so none is taken as done)
+        let batched = job.inputs.as_ref().is_some_and(|i| i.batch.is_some());
+        if cursor.input.is_none() && single && !batched {
             let mut keys = self.inputs_with_rows();
             if let (Some(folder), true) = (&job.output, highest_run > 0) {
                 keys.extend(pages_of_last_step(&job.name, folder, last));
@@ -454,15 +460,22 @@ impl JobRun<'_> {
     ) -> Option<(std::ops::RangeInclusive<u64>, usize)> {
         let job = self.job;
         let step = job.steps.last()?;
-        let single = step.paginate.is_none() && step.for_each.is_none();
+        let batch = job.inputs.as_ref().and_then(|i| i.batch);
+        // (a batch's page is named by its first input only: see
+        // results_on_disk)
+        let single = step.paginate.is_none() && step.for_each.is_none() && batch.is_none();
         // (a place at the file's start with no key is a reset's: every
         // input is done again, whatever pages are on disk)
         let resumed = cursor
             .input
             .as_ref()
             .is_some_and(|i| i.offset > 0 || !cursor.key.is_empty());
-        (job.once && single && resumed && highest_run >= cursor.run.max(1))
-            .then(|| (cursor.run.max(1)..=highest_run, window_cap(job.concurrency)))
+        (job.once && single && resumed && highest_run >= cursor.run.max(1)).then(|| {
+            (
+                cursor.run.max(1)..=highest_run,
+                window_cap(job.concurrency, batch),
+            )
+        })
     }
 
     /// Whether a page of `key`'s last step is on disk from one of the runs

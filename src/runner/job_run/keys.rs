@@ -63,34 +63,10 @@ impl JobRun<'_> {
         let mut running = FuturesUnordered::new();
         loop {
             while running.len() < self.job.concurrency && !self.stopping() {
-                let (base, end) = {
-                    let round = self.round.borrow();
-                    (round.end() - round.window_len(), round.end())
-                };
-                // (inputs over when read have left the window at once)
-                next = next.max(base);
-                if next == end {
-                    if inputs && self.read_inputs().await? {
-                        continue;
-                    }
+                let Some((slots, start)) = self.next_to_serve(&mut next, inputs).await? else {
                     break;
-                }
-                let slot = next;
-                next += 1;
-                let start = match self.round.borrow().slot(slot) {
-                    Slot::Done => {
-                        // Served by an earlier run this round (inputs:
-                        // counted when read).
-                        if !inputs {
-                            self.report.borrow_mut().regions_done += 1;
-                        }
-                        continue;
-                    }
-                    Slot::Skipped => continue,
-                    Slot::Waiting(start) => start.clone(),
-                    Slot::At(_) => unreachable!("a region is started once"),
                 };
-                running.push(self.serve_key(slot, start, run));
+                running.push(self.serve_key(slots, start, run));
             }
             let Some(walked) = running.next().await else {
                 if inputs && !self.stopping() {
@@ -99,14 +75,14 @@ impl JobRun<'_> {
                 }
                 return Ok(());
             };
-            let (key, walk) = walked?;
+            let (key, walk, n) = walked?;
             if inputs {
                 self.keep_retried(false).await;
             }
             {
                 let mut report = self.report.borrow_mut();
                 match walk {
-                    Walk::Done => report.regions_done += 1,
+                    Walk::Done => report.regions_done += n,
                     Walk::Refused => report.fail(&key, key.clone()),
                     Walk::Stopped => {}
                 }
@@ -119,12 +95,100 @@ impl JobRun<'_> {
         }
     }
 
+    /// The next slot of the round to serve and where it starts (a job of
+    /// inputs reads more of its file as it needs); with inputs in batches,
+    /// the next batch's slots (fewer at the file's end), each from its
+    /// first step. `None`: nothing more to start now.
+    async fn next_to_serve(
+        &self,
+        next: &mut usize,
+        inputs: bool,
+    ) -> Result<Option<(Vec<usize>, Option<Start>)>> {
+        let batch = self.job.inputs.as_ref().and_then(|i| i.batch).unwrap_or(0);
+        let mut slots = Vec::new();
+        loop {
+            let (base, end) = {
+                let round = self.round.borrow();
+                (round.end() - round.window_len(), round.end())
+            };
+            // (inputs over when read have left the window at once)
+            *next = (*next).max(base);
+            if *next == end {
+                if inputs && slots.len() < batch.max(1) && self.read_inputs().await? {
+                    continue;
+                }
+                break;
+            }
+            if batch > 0 && slots.len() == batch {
+                break;
+            }
+            let slot = *next;
+            *next += 1;
+            let start = match self.round.borrow().slot(slot) {
+                Slot::Done => {
+                    // Served by an earlier run this round (inputs:
+                    // counted when read).
+                    if !inputs {
+                        self.report.borrow_mut().regions_done += 1;
+                    }
+                    continue;
+                }
+                Slot::Skipped => continue,
+                Slot::Waiting(start) => start.clone(),
+                Slot::At(_) => unreachable!("a region is started once"),
+            };
+            if batch == 0 {
+                return Ok(Some((vec![slot], start)));
+            }
+            // (a batch starts afresh: an earlier run kept no place in it)
+            slots.push(slot);
+        }
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        self.input_batches
+            .borrow_mut()
+            .insert(slots[0], slots.clone());
+        Ok(Some((slots, None)))
+    }
+
     /// One region's steps, from `start` (where an earlier run left it) or
-    /// from its first step.
-    async fn serve_key(&self, slot: usize, start: Option<Start>, run: u64) -> Result<(Key, Walk)> {
-        let (key, fields) = {
+    /// from its first step; or a batch of inputs' (`slots`), from its
+    /// first step. The key walked, how it ended, and how many inputs (or
+    /// regions) that was.
+    async fn serve_key(
+        &self,
+        slots: Vec<usize>,
+        start: Option<Start>,
+        run: u64,
+    ) -> Result<(Key, Walk, usize)> {
+        let slot = slots[0];
+        let walked = self.walk_key(slots, start, run).await;
+        // (a batch over, or the run ended: its slots are no longer needed)
+        self.input_batches.borrow_mut().remove(&slot);
+        walked
+    }
+
+    async fn walk_key(
+        &self,
+        slots: Vec<usize>,
+        start: Option<Start>,
+        run: u64,
+    ) -> Result<(Key, Walk, usize)> {
+        let slot = slots[0];
+        let n = slots.len();
+        let (key, fields, batch) = {
             let round = self.round.borrow();
-            (round.key(slot).to_string(), round.fields(slot).cloned())
+            let batch = self.input_batches.borrow().contains_key(&slot).then(|| {
+                let join = self.job.inputs.as_ref().map_or(",", |i| i.join.as_str());
+                let keys: Vec<&str> = slots.iter().map(|s| round.key(*s)).collect();
+                keys.join(join)
+            });
+            (
+                round.key(slot).to_string(),
+                round.fields(slot).cloned(),
+                batch,
+            )
         };
         let mut w = Walker {
             found: fan_out::Found::default(),
@@ -135,6 +199,7 @@ impl JobRun<'_> {
             let at = Position {
                 key: &key,
                 input: fields.as_ref(),
+                batch: batch.as_deref(),
                 slot,
                 step: s,
                 run,
@@ -142,10 +207,10 @@ impl JobRun<'_> {
             let resumed = start.as_ref().filter(|_| s == first_step);
             match self.serve_step(&mut w, step, &at, resumed).await? {
                 Walk::Done => {}
-                other => return Ok((key.clone(), other)),
+                other => return Ok((key.clone(), other, n)),
             }
         }
-        Ok((key, Walk::Done))
+        Ok((key, Walk::Done, n))
     }
 
     /// One step of one region, from its first page, or from the cursor's

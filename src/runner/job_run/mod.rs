@@ -73,6 +73,9 @@ pub(super) struct JobRun<'a> {
     /// `output.sqlite`: the job's table, open from the start of the round
     /// (written on blocking threads, a page at a time).
     sink: Option<std::sync::Arc<std::sync::Mutex<Sink>>>,
+    /// A job whose inputs go in batches: the slots of each batch in
+    /// flight, by its first slot (the one its walk saves).
+    input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
 }
 
 /// How often a run on a terminal reads the budgets' pace from the store.
@@ -110,6 +113,9 @@ struct PageAnswer {
 struct Position<'r> {
     key: &'r str,
     input: Option<&'r InputFields>,
+    /// A batch of inputs: their keys, joined (`{batch}` outside a fan-out
+    /// step).
+    batch: Option<&'r str>,
     slot: usize,
     step: usize,
     run: u64,
@@ -146,7 +152,12 @@ impl<'a> JobRun<'a> {
             job: &self.job.name,
             step: at.step,
             page,
-            batch,
+            // (a fan-out step's own values, else a batch of inputs')
+            batch: if batch.is_empty() {
+                at.batch.unwrap_or_default()
+            } else {
+                batch
+            },
             input: at.input,
         }
     }
@@ -199,6 +210,7 @@ impl<'a> JobRun<'a> {
             batches_refused: RefCell::default(),
             pace: RefCell::default(),
             sink: None,
+            input_batches: RefCell::default(),
         }
     }
 
@@ -370,7 +382,18 @@ impl<'a> JobRun<'a> {
     async fn save(&self, slot: usize, state: Slot) -> bool {
         let version = {
             let mut round = self.round.borrow_mut();
-            round.set(slot, state);
+            match self.input_batches.borrow().get(&slot) {
+                // A batch of inputs is done, or failed, as one; it keeps
+                // no place of its own (a stop redoes it from its first
+                // step): its inputs stay not done until it is over.
+                Some(_) if matches!(state, Slot::At(_)) => return true,
+                Some(slots) => {
+                    for s in slots {
+                        round.set(*s, state.clone());
+                    }
+                }
+                None => round.set(slot, state),
+            }
             round.version()
         };
         self.write_cursor(version).await
@@ -475,7 +498,10 @@ impl<'a> JobRun<'a> {
             .await;
         // (a failed read keeps the last time known; tried again later)
         if let Ok(usage) = usage {
-            let finish = pace::time_to_finish(left, &pace::pools_now(self.job, &usage));
+            // (in requests: a batch's carries several inputs)
+            let per_request = self.job.inputs.as_ref().and_then(|i| i.batch).unwrap_or(1);
+            let requests = left.div_ceil(per_request.max(1) as u64);
+            let finish = pace::time_to_finish(requests, &pace::pools_now(self.job, &usage));
             self.pace.borrow_mut().finish = Some(finish);
         }
     }

@@ -56,7 +56,12 @@ impl JobRun<'_> {
 
     /// Count a page's rows; warn of items without a key (and a page that
     /// is not JSON, which has none).
-    pub(super) fn rows_written(&self, key: &str, name: &str, rows: rusqlite::Result<PageRows>) -> Result<()> {
+    pub(super) fn rows_written(
+        &self,
+        key: &str,
+        name: &str,
+        rows: rusqlite::Result<PageRows>,
+    ) -> Result<()> {
         let rows = rows.map_err(|e| self.sink_error(SinkError::Db(e)))?;
         if rows.not_json {
             warn!(

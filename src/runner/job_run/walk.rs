@@ -183,7 +183,8 @@ impl JobRun<'_> {
         page: u32,
     ) -> Result<Option<Next>> {
         let url = paginate::page_url(step, fill, token)?;
-        let given = token.is_some() || step.for_each.is_some() || uses_key(step);
+        let given =
+            token.is_some() || step.for_each.is_some() || uses_key(step) || at.batch.is_some();
         let PageAnswer { body, found, link } =
             match self.request_page(step, fill, &url, given).await? {
                 Fetched::Page(page) => {
