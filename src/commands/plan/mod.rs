@@ -233,6 +233,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
+            conditional: job.steps.iter().any(|s| s.conditional.is_some()),
         });
     }
     let pools = cred

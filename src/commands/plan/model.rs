@@ -40,6 +40,10 @@ pub struct JobPlan {
     /// (its `calls_per_run` and `units_per_run` are per input).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inputs: Option<InputsProgress>,
+    /// A step is `conditional`: a call answered 304 costs its endpoint's
+    /// `not_modified`, so a run may cost less than planned.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub conditional: bool,
 }
 
 /// What the next run would do with what remains now.

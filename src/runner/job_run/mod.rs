@@ -7,6 +7,7 @@
 //! borrowed across an await.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
 use tracing::{info, warn};
 
@@ -24,6 +25,7 @@ use crate::{Error, Result};
 
 mod batches;
 mod charge;
+mod conditional;
 mod failed;
 mod fan_out;
 mod inputs;
@@ -34,6 +36,7 @@ mod round;
 mod seen;
 mod walk;
 
+pub(crate) use self::conditional::{conditional_map, not_modified_map};
 pub(crate) use self::failed::{failed_map, retry_map};
 pub(crate) use self::inputs::done_map;
 pub(crate) use self::seen::seen_map;
@@ -64,6 +67,8 @@ pub(super) struct JobRun<'a> {
     /// Per region and fan-out step: batches refused in a row, and whether
     /// one was accepted in this run ([`walk::BATCHES_REFUSED`]).
     batches_refused: RefCell<std::collections::HashMap<(String, usize), (u32, bool)>>,
+    /// The validators and incremental values the store keeps for the job.
+    kept: RefCell<conditional::Kept>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -82,6 +87,8 @@ struct PageAnswer {
     found: Option<Found>,
     /// Its `Link` header.
     link: Option<String>,
+    /// Its `ETag` and `Last-Modified`.
+    fresh: (Option<String>, Option<String>),
 }
 
 /// Where a walk is: its key (and its place in the round, and an input's
@@ -141,6 +148,8 @@ impl<'a> JobRun<'a> {
                 calls: 0,
                 unmetered: 0,
                 estimates_kept: 0,
+                not_modified: 0,
+                units_saved: BTreeMap::new(),
                 observed_rejections: 0,
                 units: job
                     .steps
@@ -175,6 +184,7 @@ impl<'a> JobRun<'a> {
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             first_refused: Cell::new(0),
             batches_refused: RefCell::default(),
+            kept: RefCell::default(),
         }
     }
 
@@ -207,6 +217,12 @@ impl<'a> JobRun<'a> {
     pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
         self.clear_progress();
         self.meter.check_history();
+        if let Err(e) = self.count_not_modified().await {
+            warn!(
+                job = self.job.name,
+                "cannot add this run's calls answered 304 to the counts `status` shows: {e}"
+            );
+        }
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }
@@ -259,6 +275,7 @@ impl<'a> JobRun<'a> {
     pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
         let mut cursor = self.load_cursor().await?;
+        self.load_kept().await;
         self.load_lists(&mut cursor).await?;
         // Leftovers are removed only while this run holds the job's lock:
         // an unmetered run (no lock) could be racing a run that has it.
