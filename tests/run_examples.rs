@@ -178,14 +178,18 @@ fn the_github_example_stops_on_a_small_budget_and_resumes_where_it_stopped() {
     assert_eq!(d.outputs("github-issues").len(), 4);
 
     // The next run starts at tokio's 2nd page and serves every repository
-    // once, wrapping around to rust-lang/rust (guarantee 3).
+    // once, wrapping around to rust-lang/rust (guarantee 3), whose page 1,
+    // unchanged since the first run (`conditional`), answers 304: nothing
+    // written, and its unit given back (`not_modified: 0`).
     d.write(&github(&d, &up, &[]));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let full = full_github_walk();
-    assert_eq!(walked(&up.seen()[4..]), [&full[4..], &full[..3]].concat());
-    assert_eq!(d.outputs("github-issues").len(), 12);
-    assert_eq!(used(&d, "requests", 3600), 12);
+    let seen = up.seen();
+    assert_eq!(walked(&seen[4..]), [&full[4..], &full[..1]].concat());
+    assert_eq!(seen.last().unwrap().status, 304);
+    assert_eq!(d.outputs("github-issues").len(), 9);
+    assert_eq!(used(&d, "requests", 3600), 9);
 }
 
 /// An answer whose reset is absurd (a century on, or a time in

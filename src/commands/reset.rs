@@ -13,7 +13,7 @@ use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{Ledger, LockOutcome, StoreLocation};
 use crate::runner::cursor::{Cursor, InputAt};
-use crate::runner::{done_map, failed_map, retry_map, seen_map};
+use crate::runner::{conditional_map, done_map, failed_map, retry_map, seen_map};
 use crate::{Error, ExitStatus, Result};
 
 pub async fn execute(
@@ -114,6 +114,8 @@ async fn reset(
         ..Cursor::default()
     };
     store.save_cursor(name, &fresh.encode()).await?;
+    // (afresh: every page asked in full, incremental steps from `initial`)
+    store.map_forget(&conditional_map(job)).await?;
     if job.inputs.is_some() {
         let walk = old.input.map_or(0, |i| i.walk);
         store.map_forget(&seen_map(job, walk)).await?;

@@ -42,6 +42,16 @@ pub struct CredentialReport {
     pub jobs: Vec<(String, Option<Cursor>)>,
     /// Each job of inputs' progress, by job.
     pub inputs: std::collections::BTreeMap<String, inputs::InputsProgress>,
+    /// Each job with a conditional step: its calls answered 304 and the
+    /// units they gave back, over its runs.
+    pub not_modified: std::collections::BTreeMap<String, NotModified>,
+}
+
+/// A job's calls answered 304 and the units they gave back, per pool.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct NotModified {
+    pub calls: u64,
+    pub units_saved: std::collections::BTreeMap<String, u64>,
 }
 
 pub async fn execute(

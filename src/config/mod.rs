@@ -230,6 +230,32 @@ pub struct Step {
     pub for_each: Option<ForEach>,
     /// The pools whose cost is an estimate, settled from the response.
     pub settle: Vec<SettledCost>,
+    /// `conditional: true`: each page's validators kept and sent back.
+    pub conditional: Option<Conditional>,
+    /// `incremental`: only what changed since the last complete walk.
+    pub incremental: Option<Incremental>,
+    /// The endpoint's `not_modified`: what a call answered 304 costs in
+    /// each of its pools (none: the full cost).
+    pub not_modified: Option<u64>,
+}
+
+/// `conditional: true` on a step (README, "Conditional requests").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conditional {
+    /// `on_not_modified: continue`: a 304 page walks on with the token
+    /// its last answer gave, instead of ending the step.
+    pub walk_on: bool,
+}
+
+/// `incremental: { from, param, initial }` on a step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incremental {
+    /// A JSON pointer, `*` matching every element of an array.
+    pub from: String,
+    /// The query parameter that carries the largest value seen.
+    pub param: String,
+    /// Sent before any value was seen (none: nothing sent then).
+    pub initial: Option<String>,
 }
 
 /// A pool's cost reserved as an estimate before the call and settled to

@@ -119,6 +119,17 @@ pub(super) struct RawStep {
     pub(super) request: RawRequest,
     pub(super) paginate: Option<RawPaginate>,
     pub(super) for_each: Option<RawForEach>,
+    pub(super) conditional: Option<bool>,
+    pub(super) on_not_modified: Option<String>,
+    pub(super) incremental: Option<RawIncremental>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIncremental {
+    pub(super) from: String,
+    pub(super) param: String,
+    pub(super) initial: Option<Value>,
 }
 
 #[derive(Deserialize)]

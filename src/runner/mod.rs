@@ -43,7 +43,9 @@ mod shutdown;
 pub mod sink;
 pub mod upstream;
 
-pub(crate) use self::job_run::{done_map, failed_map, retry_map, seen_map};
+pub(crate) use self::job_run::{
+    conditional_map, done_map, failed_map, not_modified_map, retry_map, seen_map,
+};
 pub use self::report::{JobReport, Stop, held_text, log_error, log_summary};
 pub use self::shutdown::Shutdown;
 

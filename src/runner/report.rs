@@ -153,6 +153,10 @@ pub struct JobReport {
     /// Settled costs that kept their estimate (the response did not say,
     /// or no response came).
     pub estimates_kept: u64,
+    /// Calls answered 304 (`conditional` steps).
+    pub not_modified: u64,
+    /// Units per pool those calls gave back (their endpoint's `not_modified`).
+    pub units_saved: BTreeMap<String, u64>,
     /// Observe mode: calls the ledger would have stopped, sent all the same.
     pub observed_rejections: u64,
     pub regions_done: usize,
@@ -232,6 +236,22 @@ impl JobReport {
         let unmetered = match self.observed_rejections {
             0 => unmetered,
             n => format!("{unmetered} ({n} OBSERVED: the ledger would have stopped them)"),
+        };
+        let unmetered = match self.not_modified {
+            0 => unmetered,
+            n => {
+                let saved: Vec<String> = self
+                    .units_saved
+                    .iter()
+                    .map(|(p, u)| format!("{p} {u}"))
+                    .collect();
+                let saved = if saved.is_empty() {
+                    "none".into()
+                } else {
+                    saved.join(", ")
+                };
+                format!("{unmetered} ({n} answered 304, not modified: units saved {saved})")
+            }
         };
         let resume = self.resume_at();
         let failed = match self.failed_regions.len() {

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use reqwest::Client;
+use reqwest::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH};
 
 mod attempts;
 mod body;
@@ -58,6 +59,8 @@ pub enum Answer {
     /// The request can never succeed as it is (a redirect to another
     /// origin, …): not retried. Redacted.
     Fatal(String),
+    /// 304 to a conditional request: the page is as it was.
+    NotModified,
 }
 
 /// The HTTP client every run uses.
@@ -145,6 +148,9 @@ pub async fn send(
 ) -> Answer {
     let secrets = [fill.secret];
     let (method, url) = (request.method().clone(), request.url().clone());
+    let conditional = [IF_NONE_MATCH, IF_MODIFIED_SINCE]
+        .iter()
+        .any(|h| request.headers().contains_key(h));
     let resp = match client.execute(request).await {
         Ok(r) => r,
         Err(e) => {
@@ -160,6 +166,11 @@ pub async fn send(
     let status = resp.status();
     reported.headers = Some(resp.headers().clone());
     reported.actuals = settle::actuals(&step.settle, resp.headers(), None);
+    // (only a request that asked for it: a 304 to any other is what it
+    // always was, a redirect without a Location)
+    if status == reqwest::StatusCode::NOT_MODIFIED && conditional {
+        return Answer::NotModified;
+    }
     if status.is_redirection() {
         return redirect::redirect(status, resp.headers(), &method, &url, &secrets);
     }

@@ -7,6 +7,12 @@
 //!   KEY`, a relative `Link` header with `rel="next"` (and `rel="last"`).
 //!   Under `OWNER` `away`, the next link points to another origin
 //!   (`localhost` instead of the address asked), with the request's query.
+//!   Each issue has an `updated_at`; `sort=updated` orders them newest
+//!   first, `since=TIME` keeps those updated then or later. Each page has
+//!   an `ETag`; `If-None-Match` with it answers 304, not counted against
+//!   the rate limit, as GitHub does. `POST /_standin/touch?repo=OWNER/REPO`
+//!   updates one issue of the repository (the next, round the repository's
+//!   issues), one second after the last update anywhere.
 //! * `/feed?region=R&cursor=N`: an absolute next URL at `/paging/next`.
 //! * `/rows?region=R&page=N` (pages from 1) or `&offset=N&limit=L`: the
 //!   items at `/data`, an empty array past the last.
@@ -53,7 +59,11 @@ pub fn answer(state: &State, request: &Request) -> Option<Answer> {
     let key_ok = key.as_deref() == Some(state.opts.key.as_str());
     let host = request.header("host").unwrap_or("127.0.0.1").to_string();
     let path = url.path();
-    let (region, page, answer) = if let Some(repo) = path
+    let (region, page, answer) = if path == "/_standin/touch" {
+        let repo = q.get("repo").cloned().unwrap_or_default();
+        let a = touch(state, &repo);
+        (repo, 0, a)
+    } else if let Some(repo) = path
         .strip_prefix("/repos/")
         .and_then(|r| r.strip_suffix("/issues"))
     {
@@ -61,7 +71,7 @@ pub fn answer(state: &State, request: &Request) -> Option<Answer> {
         (
             repo.to_string(),
             page,
-            issues(state, repo, page, &host, url),
+            issues(state, repo, page, &host, url, &q),
         )
     } else if path == "/feed" {
         let page = number(&q, "cursor", 0);
@@ -98,10 +108,12 @@ pub fn answer(state: &State, request: &Request) -> Option<Answer> {
     } else {
         return None;
     };
-    let answer = if !key_ok {
+    let answer = if path == "/_standin/touch" {
+        answer
+    } else if !key_ok {
         (401, vec![], json!({"message": "Bad credentials"}))
     } else if path.starts_with("/repos/") {
-        crate::examples::github(state, answer)
+        crate::examples::github(state, answer, request.header("if-none-match"))
     } else if path == "/chat" || path == "/v1/chat/completions" {
         crate::examples::llm(state, answer)
     } else {
@@ -136,11 +148,51 @@ fn items(state: &State, region: &str, first: u64, count: u64) -> Vec<serde_json:
         .collect()
 }
 
-/// GitHub's issues: an array body, the next page in the `Link` header.
-fn issues(state: &State, repo: &str, page: u64, host: &str, url: &url::Url) -> Answer {
+/// GitHub's issues: an array body, the next page in the `Link` header,
+/// an `ETag` of both.
+fn issues(
+    state: &State,
+    repo: &str,
+    page: u64,
+    host: &str,
+    url: &url::Url,
+    q: &HashMap<String, String>,
+) -> Answer {
     let per = u64::from(state.opts.items);
-    let body = json!(items(state, repo, (page.max(1) - 1) * per, per));
-    let last = u64::from(state.opts.pages);
+    let total = u64::from(state.opts.pages) * per;
+    let updated = state.counters.updated.lock().unwrap().get(repo).cloned();
+    let updated = updated.unwrap_or_default();
+    // (issue i: updated at EPOCH, or when it was last touched)
+    let mut all: Vec<(u64, u64)> = (0..total)
+        .map(|i| (i, updated.get(&i).copied().unwrap_or(0)))
+        .collect();
+    if q.get("sort").map(String::as_str) == Some("updated") {
+        all.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    }
+    if let Some(since) = q
+        .get("since")
+        .and_then(|s| humantime::parse_rfc3339_weak(s).ok())
+    {
+        let since = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        all.retain(|(_, at)| EPOCH + at >= since);
+    }
+    let first = ((page.max(1) - 1) * per) as usize;
+    let body: Vec<serde_json::Value> = all
+        .iter()
+        .skip(first)
+        .take(per as usize)
+        .map(|(i, at)| {
+            let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(EPOCH + at);
+            json!({
+                "id": format!("{repo}#{i}"),
+                "title": format!("item {i} of {repo}"),
+                "updated_at": humantime::format_rfc3339_seconds(time).to_string(),
+            })
+        })
+        .collect();
+    let last = (all.len() as u64).div_ceil(per).max(1);
     let mut links = Vec::new();
     if page < last {
         let query: Vec<String> = url
@@ -159,7 +211,45 @@ fn issues(state: &State, repo: &str, page: u64, host: &str, url: &url::Url) -> A
         links.push(format!("<{target}>; rel=\"next\""));
     }
     links.push(format!("</repos/{repo}/issues?page={last}>; rel=\"last\""));
-    (200, vec![("Link", links.join(", "))], body)
+    let links = links.join(", ");
+    let body = json!(body);
+    let etag = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (body.to_string(), &links).hash(&mut h);
+        format!("W/\"{:016x}\"", h.finish())
+    };
+    (200, vec![("Link", links), ("ETag", etag)], body)
+}
+
+/// The stand-in's GitHub issues were all last updated at this Unix time
+/// (2024-01-01T00:00:00Z), plus the seconds a touch says.
+const EPOCH: u64 = 1_704_067_200;
+
+/// Update one issue of `repo`: the next one round its issues, one second
+/// after the last update of any.
+fn touch(state: &State, repo: &str) -> Answer {
+    let total = u64::from(state.opts.pages) * u64::from(state.opts.items);
+    let mut all = state.counters.updated.lock().unwrap();
+    let at = all
+        .values()
+        .flat_map(|m| m.values())
+        .max()
+        .copied()
+        .unwrap_or(0)
+        + 1;
+    let issues = all.entry(repo.to_string()).or_default();
+    let touches = state
+        .counters
+        .touches
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let i = (issues.len() as u64 + touches) % total.max(1);
+    issues.insert(i, at);
+    (
+        200,
+        vec![],
+        json!({ "repo": repo, "issue": i, "updated_at_offset": at }),
+    )
 }
 
 /// A feed whose body names the next page's absolute URL.

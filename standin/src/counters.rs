@@ -3,7 +3,9 @@
 //! the shared [`crate::exchange::State`]; [`crate::examples`] counts with
 //! them and reports them the way each API does.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::Options;
@@ -42,6 +44,11 @@ pub struct Bucket {
 /// The upstreams' own counters (see the module's text).
 pub struct Counters {
     pub github: Mutex<Window>,
+    /// GitHub's issues touched: by repository, issue → seconds after the
+    /// stand-in's epoch it was last updated.
+    pub updated: Mutex<HashMap<String, HashMap<u64, u64>>>,
+    /// Touches so far (which issue the next touch updates).
+    pub touches: AtomicU64,
     pub llm: Mutex<Window>,
     pub graphql: Mutex<Bucket>,
 }
@@ -56,6 +63,8 @@ impl Counters {
                 used: opts.github_used,
                 tokens: 0,
             }),
+            updated: Mutex::default(),
+            touches: AtomicU64::new(0),
             llm: Mutex::new(Window {
                 start: now,
                 used: opts.llm_used_requests,

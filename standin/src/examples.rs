@@ -41,11 +41,34 @@ fn epoch(t: SystemTime) -> u64 {
 
 /// GitHub's count of an authenticated answer: its `X-RateLimit-*` headers
 /// added, or the 403 of a spent hour instead.
-pub fn github(state: &State, answer: Answer) -> Answer {
+pub fn github(state: &State, answer: Answer, if_none_match: Option<&str>) -> Answer {
     let limit = state.opts.github_limit;
     let now = SystemTime::now();
     let mut w = state.counters.github.lock().unwrap();
     w.roll(now, HOUR);
+    // (GitHub: a conditional request answered 304 does not count against
+    // the rate limit; its headers say the count as it stands)
+    let etag = answer
+        .1
+        .iter()
+        .find(|(k, _)| *k == "ETag")
+        .map(|(_, v)| v.as_str());
+    let unchanged = answer.0 == 200 && etag.is_some() && etag == if_none_match;
+    if unchanged && w.used < limit {
+        let reset = state
+            .opts
+            .github_reset
+            .unwrap_or_else(|| epoch(w.start + HOUR));
+        let headers = vec![
+            ("ETag", etag.unwrap_or_default().to_string()),
+            ("X-RateLimit-Limit", limit.to_string()),
+            ("X-RateLimit-Remaining", (limit - w.used).to_string()),
+            ("X-RateLimit-Reset", reset.to_string()),
+            ("X-RateLimit-Used", w.used.to_string()),
+            ("X-RateLimit-Resource", "core".to_string()),
+        ];
+        return (304, headers, serde_json::Value::Null);
+    }
     let reset = state
         .opts
         .github_reset

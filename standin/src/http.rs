@@ -103,6 +103,7 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         301 => "Moved Permanently",
         302 => "Found",
         303 => "See Other",
+        304 => "Not Modified",
         307 => "Temporary Redirect",
         308 => "Permanent Redirect",
         400 => "Bad Request",
@@ -112,7 +113,11 @@ async fn handle(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
         429 => "Too Many Requests",
         _ => "Service Unavailable",
     };
-    let body = crate::large::text(&state.opts, &request.target, status, &body);
+    // (a 304 has no body: RFC 9110 §15.4.5)
+    let body = match status {
+        304 => String::new(),
+        _ => crate::large::text(&state.opts, &request.target, status, &body),
+    };
     let (body, coding) = crate::odd::encode(state, body.into_bytes());
     let mut out = format!(
         "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n",

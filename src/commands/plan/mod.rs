@@ -234,6 +234,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
             rows: job.sqlite.as_ref().map(crate::commands::check::rows_at),
+            conditional: job.steps.iter().any(|s| s.conditional.is_some()),
         });
     }
     let pools = cred

@@ -43,6 +43,10 @@ pub struct JobPlan {
     /// `output.sqlite`: where the rows go (database, table, index).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rows: Option<String>,
+    /// A step is `conditional`: a call answered 304 costs its endpoint's
+    /// `not_modified`, so a run may cost less than planned.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub conditional: bool,
 }
 
 /// What the next run would do with what remains now.

@@ -83,6 +83,11 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
     if let Some(rows) = &j.rows {
         out.push_str(&format!("    rows into {rows}\n"));
     }
+    if j.conditional {
+        out.push_str(
+            "    conditional steps: a page answered 304 (unchanged) costs its endpoint's not_modified, so a run may cost less than planned\n",
+        );
+    }
     out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
     match &j.schedule {
         Some(s) => out.push_str(&schedule(s, p, now)),

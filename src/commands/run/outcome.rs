@@ -142,6 +142,15 @@ impl RunOutcome {
             "Units the job charged, per pool.",
             Some(MetricUnit::Units),
         );
+        let mut not_modified = gauge(
+            "quota_run_job_not_modified",
+            "Calls of the job answered 304 (not modified): nothing written.",
+        );
+        let mut saved = Family::new(
+            "quota_run_job_saved",
+            "Units the job's calls answered 304 gave back, per pool.",
+            Some(MetricUnit::Units),
+        );
         let mut pages = gauge("quota_run_job_pages_written", "Pages the job wrote.");
         let mut done = gauge(
             "quota_run_job_regions_done",
@@ -170,13 +179,28 @@ impl RunOutcome {
             for (pool, n) in &r.units {
                 units.push(&[("job", j.job.as_str()), ("pool", pool.as_str())], *n);
             }
+            not_modified.push(&job, r.not_modified);
+            for (pool, n) in &r.units_saved {
+                saved.push(&[("job", j.job.as_str()), ("pool", pool.as_str())], *n);
+            }
             pages.push(&job, r.pages);
             done.push(&job, r.regions_done as u64);
             total.push(&job, r.regions_total as u64);
             failed.push(&job, r.failed_in.len() as u64);
         }
         vec![
-            exit, took, reason, calls, unmetered, units, pages, done, total, failed,
+            exit,
+            took,
+            reason,
+            calls,
+            unmetered,
+            units,
+            not_modified,
+            saved,
+            pages,
+            done,
+            total,
+            failed,
         ]
     }
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use tracing::warn;
 
-use super::CredentialReport;
 use super::inputs::{Failure, InputsProgress, progress};
+use super::{CredentialReport, NotModified};
 use crate::Result;
 use crate::config::{Config, Credential, Job};
 use crate::history::History;
@@ -56,6 +56,11 @@ pub(super) fn nothing_charged(
                 lost_advice: "",
                 jobs: jobs.iter().map(|j| (j.name.clone(), None)).collect(),
                 inputs,
+                not_modified: jobs
+                    .iter()
+                    .filter(|j| conditional(j))
+                    .map(|j| (j.name.clone(), NotModified::default()))
+                    .collect(),
             }
         })
         .collect()
@@ -106,6 +111,7 @@ pub async fn read(
         let lost = history.check(store_id, &c.name, usage.charges_recorded, usage.at, keep);
         let mut jobs = Vec::new();
         let mut inputs = BTreeMap::new();
+        let mut not_modified = BTreeMap::new();
         for job in config
             .jobs
             .iter()
@@ -119,6 +125,9 @@ pub async fn read(
                     inputs.insert(job.name.clone(), p);
                 }
             }
+            if conditional(job) {
+                not_modified.insert(job.name.clone(), counts(store, job).await?);
+            }
             jobs.push((job.name.clone(), cursor));
         }
         reports.push(CredentialReport {
@@ -127,6 +136,7 @@ pub async fn read(
             lost_advice: store.lost_log_advice(),
             jobs,
             inputs,
+            not_modified,
         });
     }
     // Not saved: only a run, whose charges tell the store what this host
@@ -134,4 +144,29 @@ pub async fn read(
     // status noticed first would never reach the store, and the next run
     // would hand the forgotten budget out again.
     Ok(reports)
+}
+
+/// Whether a job has a conditional step (its 304s are counted).
+fn conditional(job: &Job) -> bool {
+    job.steps.iter().any(|s| s.conditional.is_some())
+}
+
+/// A job's calls answered 304 and the units they gave back, as its runs
+/// counted them in the store.
+async fn counts(store: &Store, job: &Job) -> Result<NotModified> {
+    let mut n = NotModified::default();
+    let map = crate::runner::not_modified_map(job);
+    for (field, value) in store.map_read(&map).await? {
+        let Ok(v) = value.parse::<u64>() else {
+            continue;
+        };
+        match field.strip_prefix("units ") {
+            Some(pool) => {
+                n.units_saved.insert(pool.to_string(), v);
+            }
+            None if field == "calls" => n.calls = v,
+            None => {}
+        }
+    }
+    Ok(n)
 }

@@ -102,6 +102,10 @@ pub struct JobJson {
     /// be done.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inputs: Option<InputsProgress>,
+    /// A job with a conditional step: its calls answered 304 and the
+    /// units they gave back, over its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_modified: Option<super::NotModified>,
 }
 
 /// Each window's RateLimit policy name, unique within the credential and
@@ -193,6 +197,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             job: job.clone(),
                             cursor: cursor.clone(),
                             inputs: r.inputs.get(job).cloned(),
+                            not_modified: r.not_modified.get(job).cloned(),
                         })
                         .collect(),
                 }

@@ -16,6 +16,7 @@ pub fn render(reports: &[CredentialReport]) -> String {
     families.extend(pool_families(reports));
     families.extend(window_families(reports));
     families.extend(inputs_families(reports));
+    families.extend(not_modified_families(reports));
     let mut at = Family::new(
         "quota_status_timestamp",
         "When the store was read (its own clock), as Unix time.",
@@ -124,6 +125,34 @@ fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
     // (no family at all without a job of inputs: the text stays as it was)
     let families = [inputs, done_by];
     families
+        .into_iter()
+        .filter(|f| !f.samples.is_empty())
+        .collect()
+}
+
+/// Each job with a conditional step: its calls answered 304, and the
+/// units they gave back, over its runs.
+fn not_modified_families(reports: &[CredentialReport]) -> Vec<Family> {
+    let mut calls = Family::new(
+        "quota_not_modified_total",
+        "A job's calls answered 304 (not modified), over its runs.",
+        None,
+    );
+    let mut saved = Family::new(
+        "quota_not_modified_saved",
+        "Units a job's calls answered 304 gave back, per pool, over its runs.",
+        Some(MetricUnit::Units),
+    );
+    for r in reports {
+        for (job, n) in &r.not_modified {
+            calls.push(&[("job", job.as_str())], n.calls);
+            for (pool, u) in &n.units_saved {
+                saved.push(&[("job", job.as_str()), ("pool", pool.as_str())], *u);
+            }
+        }
+    }
+    // (no family at all without a conditional step: the text stays as it was)
+    [calls, saved]
         .into_iter()
         .filter(|f| !f.samples.is_empty())
         .collect()

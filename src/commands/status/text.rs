@@ -234,6 +234,22 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             ),
         };
         out.push_str(&format!("  job {job} {at}\n"));
+        if let Some(n) = r.not_modified.get(job) {
+            let saved: Vec<String> = n
+                .units_saved
+                .iter()
+                .map(|(p, u)| format!("{p} {u}"))
+                .collect();
+            out.push_str(&format!(
+                "    answered 304 (not modified): {} calls, units saved: {}\n",
+                n.calls,
+                if saved.is_empty() {
+                    "none".into()
+                } else {
+                    saved.join(", ")
+                }
+            ));
+        }
         if let Some(p) = r.inputs.get(job) {
             inputs_lines(out, p, u.at);
         }

@@ -28,6 +28,9 @@ impl Validator<'_> {
                         .as_str()
                         .ok_or_else(|| self.err(field, "pool names are strings"))?
                         .to_string();
+                    if pool == NOT_MODIFIED {
+                        continue;
+                    }
                     let f = format!("{field}.{pool}");
                     let (u, actual) = match n {
                         Value::Mapping(_) => {
@@ -37,6 +40,9 @@ impl Validator<'_> {
                         _ => (units(f, n)?, None),
                     };
                     out.push((Some(pool), u, actual));
+                }
+                if out.is_empty() {
+                    return Err(self.err(field, "no pool's units beside not_modified"));
                 }
                 Ok(out)
             }
@@ -97,4 +103,35 @@ impl Validator<'_> {
         };
         Ok((estimate, actual))
     }
+
+    /// `not_modified: N` in a cost map: what a call answered 304 costs
+    /// in each pool of the cost, at most its units there.
+    pub(super) fn not_modified(
+        &self,
+        field: &str,
+        v: &Value,
+        cost: &[PoolCost],
+    ) -> Result<Option<u64>> {
+        let Some(n) = v.as_mapping().and_then(|m| m.get(NOT_MODIFIED)) else {
+            return Ok(None);
+        };
+        let f = format!("{field}.{NOT_MODIFIED}");
+        let n = match n.as_i64() {
+            Some(n) if n >= 0 => n as u64,
+            _ => return Err(self.err(f, "expected a whole number of units, 0 or more")),
+        };
+        if let Some(c) = cost.iter().find(|c| c.units < n) {
+            return Err(self.err(
+                f,
+                format!(
+                    "{n} is more than the call's cost in {} ({}): a 304 costs at most a call",
+                    c.pool.name, c.units
+                ),
+            ));
+        }
+        Ok(Some(n))
+    }
 }
+
+/// The key of a cost map that says what a 304 costs (not a pool).
+const NOT_MODIFIED: &str = "not_modified";

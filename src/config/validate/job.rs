@@ -126,6 +126,15 @@ impl Validator<'_> {
         let mut steps: Vec<Step> = Vec::new();
         for (i, s) in raw.into_iter().enumerate() {
             let mut step = self.step(&format!("{at}.steps[{i}]"), s, cred, endpoints, keys)?;
+            if let (Some(_), Some(prev)) = (&step.for_each, steps.last())
+                && prev.conditional.is_some()
+            {
+                return Err(self.err(
+                    format!("{at}.steps[{}].conditional", i - 1),
+                    "a page answered 304 has no values for the fan-out after it: \
+                     conditional belongs on a step no for_each takes values from",
+                ));
+            }
             if let (Some(f), Some(prev)) = (step.for_each.as_mut(), steps.last()) {
                 f.max_values = prev.max_requests().saturating_mul(u64::from(f.per_page));
             }

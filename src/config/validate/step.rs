@@ -15,6 +15,11 @@ impl Validator<'_> {
     ) -> Result<Step> {
         let spec = self.endpoint(at, &raw.endpoint, endpoints)?;
         let (cost, settle) = self.step_cost(at, &raw.endpoint, spec, cred)?;
+        let not_modified = self.not_modified(
+            &format!("endpoints.{}.cost", raw.endpoint),
+            &spec.cost,
+            &cost,
+        )?;
         // In the order a reader meets them, so that the first mistake in
         // the file is the one reported.
         let request = raw.request;
@@ -50,7 +55,20 @@ impl Validator<'_> {
                  page the previous step instead, or split the work into smaller batches",
             ));
         }
+        let conditional = self.conditional(
+            at,
+            (raw.conditional, raw.on_not_modified.as_deref()),
+            for_each.is_some(),
+            &method,
+        )?;
+        let incremental = raw
+            .incremental
+            .map(|i| self.incremental(&format!("{at}.incremental"), i, for_each.is_some()))
+            .transpose()?;
         Ok(Step {
+            conditional,
+            incremental,
+            not_modified,
             for_each,
             endpoint: raw.endpoint,
             cost,
@@ -62,6 +80,90 @@ impl Validator<'_> {
             body,
             paginate,
             settle,
+        })
+    }
+
+    /// `conditional: true` and `on_not_modified: end | continue`: on a
+    /// GET that is no fan-out (a batch is no resource kept between runs).
+    fn conditional(
+        &self,
+        at: &str,
+        (on, on_not_modified): (Option<bool>, Option<&str>),
+        fan_out: bool,
+        method: &reqwest::Method,
+    ) -> Result<Option<Conditional>> {
+        let walk_on = match on_not_modified {
+            None | Some("end") => false,
+            Some("continue") => true,
+            Some(other) => {
+                return Err(self.err(
+                    format!("{at}.on_not_modified"),
+                    format!("'{other}': expected end (the default) or continue"),
+                ));
+            }
+        };
+        if on != Some(true) {
+            if on_not_modified.is_some() {
+                return Err(self.err(
+                    format!("{at}.on_not_modified"),
+                    "only a step with conditional: true gets a 304",
+                ));
+            }
+            return Ok(None);
+        }
+        let field = format!("{at}.conditional");
+        if fan_out {
+            return Err(self.err(
+                field,
+                "a fan-out step's batches change from run to run: conditional belongs on a paged step",
+            ));
+        }
+        if *method != reqwest::Method::GET {
+            return Err(self.err(
+                field,
+                format!(
+                    "a {method} is not a read that can be answered 304: conditional needs a GET"
+                ),
+            ));
+        }
+        Ok(Some(Conditional { walk_on }))
+    }
+
+    /// `incremental: { from: POINTER, param: NAME, initial: VALUE }`.
+    fn incremental(&self, at: &str, raw: RawIncremental, fan_out: bool) -> Result<Incremental> {
+        if fan_out {
+            return Err(self.err(
+                at,
+                "a fan-out step's batches are the previous step's values: incremental belongs on a paged step",
+            ));
+        }
+        if !raw.from.starts_with('/') {
+            return Err(self.err(
+                format!("{at}.from"),
+                format!(
+                    "'{}' is not a JSON pointer: it starts with '/' (/*/updated_at)",
+                    raw.from
+                ),
+            ));
+        }
+        if raw.param.is_empty() || raw.param.contains(['{', '}']) {
+            return Err(self.err(format!("{at}.param"), "expected a query parameter's name"));
+        }
+        let initial = match raw.initial {
+            None => None,
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            Some(_) => {
+                return Err(self.err(
+                    format!("{at}.initial"),
+                    "expected a value to send (text, a time or a number)",
+                ));
+            }
+        };
+        Ok(Incremental {
+            from: raw.from,
+            param: raw.param,
+            initial,
         })
     }
 

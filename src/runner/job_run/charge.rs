@@ -48,6 +48,20 @@ impl JobRun<'_> {
         }
     }
 
+    /// A call answered 304: each pool's charge settled to the endpoint's
+    /// `not_modified` units, through the same settle as any actual (the
+    /// same log entry; a window's budget frees at once); counted.
+    pub(super) async fn settle_not_modified(&self, step: &Step, receipt: &Receipt, units: u64) {
+        let settled = self.meter.settle_to(step, receipt, units).await;
+        let mut report = self.report.borrow_mut();
+        for (pool, cost, spent) in settled.spent {
+            let given_back = cost.saturating_sub(spent);
+            let charged = report.units.entry(pool.to_string()).or_default();
+            *charged = charged.saturating_sub(given_back);
+            *report.units_saved.entry(pool.to_string()).or_default() += given_back;
+        }
+    }
+
     /// Every settled cost of `step` keeps its estimate, for `why`.
     pub(super) fn keep_estimates(&self, step: &Step, why: &str) {
         let kept = self.meter.keep_estimates(step, why);

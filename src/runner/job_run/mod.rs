@@ -7,6 +7,7 @@
 //! borrowed across an await.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 
 use tracing::{info, warn};
 
@@ -26,6 +27,7 @@ use crate::{Error, Result};
 
 mod batches;
 mod charge;
+mod conditional;
 mod failed;
 mod fan_out;
 mod inputs;
@@ -37,6 +39,7 @@ mod rows;
 mod seen;
 mod walk;
 
+pub(crate) use self::conditional::{conditional_map, not_modified_map};
 pub(crate) use self::failed::{failed_map, retry_map};
 pub(crate) use self::inputs::done_map;
 pub(crate) use self::seen::seen_map;
@@ -76,6 +79,8 @@ pub(super) struct JobRun<'a> {
     /// A job whose inputs go in batches: the slots of each batch in
     /// flight, by its first slot (the one its walk saves).
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
+    /// The validators and incremental values the store keeps for the job.
+    kept: RefCell<conditional::Kept>,
 }
 
 /// How often a run on a terminal reads the budgets' pace from the store.
@@ -106,6 +111,8 @@ struct PageAnswer {
     found: Option<Found>,
     /// Its `Link` header.
     link: Option<String>,
+    /// Its `ETag` and `Last-Modified`.
+    fresh: (Option<String>, Option<String>),
 }
 
 /// Where a walk is: its key (and its place in the round, and an input's
@@ -173,6 +180,8 @@ impl<'a> JobRun<'a> {
                 calls: 0,
                 unmetered: 0,
                 estimates_kept: 0,
+                not_modified: 0,
+                units_saved: BTreeMap::new(),
                 observed_rejections: 0,
                 units: job
                     .steps
@@ -211,6 +220,7 @@ impl<'a> JobRun<'a> {
             pace: RefCell::default(),
             sink: None,
             input_batches: RefCell::default(),
+            kept: RefCell::default(),
         }
     }
 
@@ -243,6 +253,12 @@ impl<'a> JobRun<'a> {
     pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
         self.clear_progress();
         self.meter.check_history();
+        if let Err(e) = self.count_not_modified().await {
+            warn!(
+                job = self.job.name,
+                "cannot add this run's calls answered 304 to the counts `status` shows: {e}"
+            );
+        }
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }
@@ -295,6 +311,7 @@ impl<'a> JobRun<'a> {
     pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
         let mut cursor = self.load_cursor().await?;
+        self.load_kept().await;
         self.load_lists(&mut cursor).await?;
         let highest_run = match &job.output {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,

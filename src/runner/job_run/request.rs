@@ -31,6 +31,8 @@ pub(super) enum Fetched {
     Refused(String, Option<(u16, String)>),
     /// The run stopped cleanly.
     Stopped,
+    /// 304 to a conditional request: the page is as it was.
+    NotModified,
 }
 
 impl JobRun<'_> {
@@ -48,13 +50,18 @@ impl JobRun<'_> {
         given: bool,
     ) -> Result<Fetched> {
         let mut attempts = Attempts::new(step, fill, url, given, &self.ctx.config.http);
+        let validators = self.validators(step, fill, url);
         loop {
             if self.halted() {
                 return Ok(Fetched::Stopped);
             }
             // Built before its charge: a request that can never be sent
             // costs nothing.
-            let request = self.build(step, fill, &attempts)?;
+            let mut request = self.build(step, fill, &attempts)?;
+            // (the validators are the page's own URL's: not a redirect hop's)
+            if let Some(v) = validators.as_ref().filter(|_| attempts.target() == url) {
+                ask_if_changed(&mut request, v);
+            }
             let (at, receipt, remaining) = match self.charge(step).await? {
                 Charged::Go {
                     at,
@@ -75,7 +82,7 @@ impl JobRun<'_> {
                 attempts.method(),
                 attempts.shown()
             );
-            let Some(answer) = self
+            let Some((answer, headers)) = self
                 .exchange(step, fill, request, receipt.as_ref(), &remaining)
                 .await
             else {
@@ -83,8 +90,15 @@ impl JobRun<'_> {
             };
             match attempts.next(answer) {
                 Next::Page { body, found, link } => {
-                    return Ok(Fetched::Page(PageAnswer { body, found, link }));
+                    let fresh = validators_of(headers.as_ref());
+                    return Ok(Fetched::Page(PageAnswer {
+                        body,
+                        found,
+                        link,
+                        fresh,
+                    }));
                 }
+                Next::NotModified => return Ok(Fetched::NotModified),
                 Next::QuotaSpent {
                     status,
                     reason,
@@ -142,7 +156,7 @@ impl JobRun<'_> {
         request: reqwest::Request,
         receipt: Option<&Receipt>,
         remaining: &[Remaining],
-    ) -> Option<Answer> {
+    ) -> Option<(Answer, Option<reqwest::header::HeaderMap>)> {
         self.report.borrow_mut().calls += 1;
         let mut reported = Reported::default();
         let max_body = self.ctx.config.http.max_body;
@@ -157,11 +171,18 @@ impl JobRun<'_> {
                 return None;
             }
         };
+        let unchanged = matches!(answer, Answer::NotModified);
+        if unchanged {
+            self.report.borrow_mut().not_modified += 1;
+        }
         if let Some(receipt) = receipt {
-            self.settle(step, receipt, &reported.actuals).await;
+            match step.not_modified.filter(|_| unchanged) {
+                Some(units) => self.settle_not_modified(step, receipt, units).await,
+                None => self.settle(step, receipt, &reported.actuals).await,
+            }
             self.meter.upstream_counts(step, &reported, remaining).await;
         }
-        Some(answer)
+        Some((answer, reported.headers))
     }
 
     /// Whether the run stops before another request is charged: stopped
@@ -305,4 +326,37 @@ pub(super) fn sendable(url: &reqwest::Url) -> std::result::Result<(), String> {
             url.as_str().len()
         )
     })
+}
+
+/// Ask for the page only if it changed since the answer `v` came from.
+fn ask_if_changed(request: &mut reqwest::Request, v: &super::conditional::Validators) {
+    use reqwest::header::{HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH};
+    let headers = request.headers_mut();
+    if let Some(etag) = v
+        .etag
+        .as_deref()
+        .and_then(|e| HeaderValue::from_str(e).ok())
+    {
+        headers.insert(IF_NONE_MATCH, etag);
+    } else if let Some(m) = v
+        .modified
+        .as_deref()
+        .and_then(|m| HeaderValue::from_str(m).ok())
+    {
+        // (RFC 9110 §13.1.3: ignored beside If-None-Match, so sent alone)
+        headers.insert(IF_MODIFIED_SINCE, m);
+    }
+}
+
+/// An answer's `ETag` and `Last-Modified`, as text.
+fn validators_of(headers: Option<&reqwest::header::HeaderMap>) -> (Option<String>, Option<String>) {
+    use reqwest::header::{ETAG, LAST_MODIFIED};
+    let get = |name| {
+        headers
+            .and_then(|h| h.get(name))
+            .and_then(|v: &reqwest::header::HeaderValue| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string)
+    };
+    (get(ETAG), get(LAST_MODIFIED))
 }

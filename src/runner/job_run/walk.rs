@@ -85,6 +85,7 @@ impl JobRun<'_> {
             };
             // Where the next run starts if this one stops now.
             let Some(t) = next else {
+                self.walk_complete(step, at, page).await;
                 let after = self.after_step(w, at);
                 self.save(at.slot, after).await;
                 return Ok(Walk::Done);
@@ -182,28 +183,40 @@ impl JobRun<'_> {
         at: &Position<'_>,
         page: u32,
     ) -> Result<Option<Next>> {
-        let url = paginate::page_url(step, fill, token)?;
+        let mut url = paginate::page_url(step, fill, token)?;
+        if let Some((param, value)) = self.since(step, at.key, at.step) {
+            with_param(&mut url, &param, &value);
+        }
         let given =
             token.is_some() || step.for_each.is_some() || uses_key(step) || at.batch.is_some();
-        let PageAnswer { body, found, link } =
-            match self.request_page(step, fill, &url, given).await? {
-                Fetched::Page(page) => {
-                    // (answered: the key and the request are good, whether
-                    // or not the page can be written)
-                    self.first_refused.set(0);
-                    self.input_answered();
-                    if step.for_each.is_some() {
-                        self.batch_answered(at, true);
-                    }
-                    page
+        let PageAnswer {
+            body,
+            found,
+            link,
+            fresh,
+        } = match self.request_page(step, fill, &url, given).await? {
+            Fetched::Page(page) => {
+                // (answered: the key and the request are good, whether
+                // or not the page can be written)
+                self.first_refused.set(0);
+                self.input_answered();
+                if step.for_each.is_some() {
+                    self.batch_answered(at, true);
                 }
-                Fetched::Stopped => return Ok(None),
-                Fetched::Refused(why, for_itself) => {
-                    return self
-                        .refused(step, at, token, page, &why, for_itself.as_ref())
-                        .await;
-                }
-            };
+                page
+            }
+            Fetched::Stopped => return Ok(None),
+            Fetched::NotModified => {
+                self.first_refused.set(0);
+                self.input_answered();
+                return Ok(Some(self.unchanged(step, fill)));
+            }
+            Fetched::Refused(why, for_itself) => {
+                return self
+                    .refused(step, at, token, page, &why, for_itself.as_ref())
+                    .await;
+            }
+        };
         let name = PageName {
             job: &self.job.name,
             run: at.run,
@@ -231,14 +244,14 @@ impl JobRun<'_> {
         if let Some(keep) = keep {
             self.collect_for_next(keep, at, page, &body);
         }
-        Ok(Some(paginate::next(
-            step,
-            fill,
-            &url,
-            token,
-            found,
-            link.as_deref(),
-        )))
+        self.saw(step, at, &body);
+        let next = paginate::next(step, fill, &url, token, found, link.as_deref());
+        let follow = match &next {
+            Next::Follow(t) => Some(t.as_str()),
+            _ => None,
+        };
+        self.keep_validators(step, fill, &url, fresh, follow).await;
+        Ok(Some(next))
     }
 
     /// A page (or batch) refused, by the upstream (`for_itself`: a 400,
@@ -343,4 +356,13 @@ pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
 /// may then be the key's alone.
 fn uses_key(step: &Step) -> bool {
     step.uses_key()
+}
+
+/// `url` with `param=value` in its query, unless it names `param` already
+/// (a next link the upstream gave carries it as it was sent).
+fn with_param(url: &mut reqwest::Url, param: &str, value: &str) {
+    if url.query_pairs().any(|(k, _)| k == param) {
+        return;
+    }
+    url.query_pairs_mut().append_pair(param, value);
 }

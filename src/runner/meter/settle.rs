@@ -99,6 +99,40 @@ impl Meter<'_> {
         done
     }
 
+    /// Settle every pool of the call `receipt` names to `units` (a call
+    /// answered 304, its endpoint's `not_modified`): what stands for each
+    /// now. A settle the store did not take keeps the full cost, said.
+    pub(in crate::runner) async fn settle_to<'s>(
+        &self,
+        step: &'s Step,
+        receipt: &Receipt,
+        units: u64,
+    ) -> Settlement<'s> {
+        let mut done = Settlement::default();
+        let Some(store) = self.store else {
+            return done;
+        };
+        for c in &step.cost {
+            let pool = c.pool.name.as_str();
+            let cost = (pool, c.units, units.min(c.units));
+            match store
+                .settle(&self.cred.name, receipt, cost, At::StoreClock)
+                .await
+            {
+                Ok(Settled::Exact) => done.spent.push((pool, c.units, cost.2)),
+                // (too far behind the newest: a refund is dropped)
+                Ok(Settled::Late | Settled::Gone) => {}
+                Err(e) => warn!(
+                    job = self.job,
+                    "{}: a 304's charge of {} {pool} stays (the store did not take its settle: {e})",
+                    step.endpoint,
+                    c.units
+                ),
+            }
+        }
+        done
+    }
+
     /// Every settled cost of `step` keeps its estimate, for `why`: how many.
     pub(in crate::runner) fn keep_estimates(&self, step: &Step, why: &str) -> u64 {
         step.settle

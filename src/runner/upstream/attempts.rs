@@ -49,6 +49,8 @@ pub enum Next {
     },
     /// The job stops: the problem, said of the page's own URL.
     Fail(String),
+    /// 304 to a conditional request: nothing new.
+    NotModified,
 }
 
 /// The attempts of one page's request: the request in hand (the page's
@@ -122,6 +124,7 @@ impl<'a> Attempts<'a> {
         let shown = self.shown();
         match answer {
             Answer::Page { body, found, link } => Next::Page { body, found, link },
+            Answer::NotModified => Next::NotModified,
             Answer::QuotaExhausted {
                 status,
                 reason,

@@ -1,0 +1,367 @@
+//! Spending less (issue 27): a `conditional` step's validators (`ETag`,
+//! `Last-Modified`) kept per key, step and page and sent back, so an
+//! unchanged page answers 304 and costs the endpoint's `not_modified`; an
+//! `incremental` step's largest value at its pointer, per key, sent as its
+//! parameter. Both live in one map of the job's in the store, so every
+//! host shares them; read once when a run starts (the run lock makes it
+//! the only writer), written as pages are.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+
+use super::{JobRun, Position};
+use crate::config::{Fill, Incremental, Job, Step, redact};
+use crate::ledger::{Ledger, StoreError};
+use crate::runner::paginate::Next;
+
+/// The store's name of a job's map of validators and incremental values.
+pub(crate) fn conditional_map(job: &Job) -> String {
+    format!("{}:conditional", job.name)
+}
+
+/// The store's name of a job's counts of calls answered 304, over its runs.
+pub(crate) fn not_modified_map(job: &Job) -> String {
+    format!("{}:not_modified", job.name)
+}
+
+/// One page's validators, as its last answer gave them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Validators {
+    /// A hash of the request's URL (the secret masked): another URL, the
+    /// same query in another order say, is another resource.
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified: Option<String>,
+    /// The next page's token the page gave (`on_not_modified: continue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// What the store holds for a job's conditional and incremental steps.
+#[derive(Default)]
+pub(super) struct Kept {
+    /// By [`page_field`].
+    pages: HashMap<String, Validators>,
+    /// By [`since_field`]: the value the next walk sends.
+    since: HashMap<String, String>,
+    /// By [`since_field`]: the largest value this run's walk has seen.
+    seen: HashMap<String, String>,
+    /// By [`since_field`]: walks whose last page answered 304 (the pages
+    /// after it keep their validators).
+    unchanged: HashSet<String>,
+}
+
+fn page_field(key: &str, step: usize, page: u32) -> String {
+    format!("page {step} {page} {key}")
+}
+
+fn since_field(key: &str, step: usize) -> String {
+    format!("since {step} {key}")
+}
+
+/// The URL's identity, the secret masked first: a hash, so that neither
+/// the URL nor the secret is kept.
+pub(super) fn url_id(url: &reqwest::Url, secret: &crate::config::Secret) -> String {
+    let shown = redact(url.as_str(), &[secret]);
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(shown.as_bytes()))
+}
+
+impl JobRun<'_> {
+    /// Whether the job has a step that keeps anything in the map.
+    fn keeps(&self) -> bool {
+        self.job
+            .steps
+            .iter()
+            .any(|s| s.conditional.is_some() || s.incremental.is_some())
+    }
+
+    /// Read what the store keeps for the job's conditional and incremental
+    /// steps (unreachable: nothing, said; the run asks unconditionally).
+    pub(super) async fn load_kept(&self) {
+        let Some(store) = self.meter.store().filter(|_| self.keeps()) else {
+            return;
+        };
+        let entries = match store.map_read(&conditional_map(self.job)).await {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(
+                    job = self.job.name,
+                    "cannot read the validators and incremental values ({e}): every request of this run asks in full"
+                );
+                return;
+            }
+        };
+        let mut kept = self.kept.borrow_mut();
+        for (field, value) in entries {
+            if field.starts_with("page ") {
+                if let Ok(v) = serde_json::from_str(&value) {
+                    kept.pages.insert(field, v);
+                }
+            } else if field.starts_with("since ") && !value.is_empty() {
+                kept.since.insert(field, value);
+            }
+        }
+    }
+
+    /// The validators to send with `url`, the page at `fill`: those its
+    /// last answer gave, when it was asked at this same URL.
+    pub(super) fn validators(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        url: &reqwest::Url,
+    ) -> Option<Validators> {
+        step.conditional.as_ref()?;
+        let kept = self.kept.borrow();
+        let v = kept
+            .pages
+            .get(&page_field(fill.region, fill.step, fill.page))?;
+        (v.url == url_id(url, fill.secret)).then(|| v.clone())
+    }
+
+    /// Keep a page's validators once it is written (before: a kill between
+    /// would leave a page never written answered 304 for good). A value
+    /// that holds the secret is not kept.
+    pub(super) async fn keep_validators(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        url: &reqwest::Url,
+        (etag, modified): (Option<String>, Option<String>),
+        next: Option<&str>,
+    ) {
+        if step.conditional.is_none() {
+            return;
+        }
+        let secret = fill.secret.expose();
+        let clean = |v: Option<String>| v.filter(|v| secret.is_empty() || !v.contains(secret));
+        let (etag, modified) = (clean(etag), clean(modified));
+        let field = page_field(fill.region, fill.step, fill.page);
+        self.kept
+            .borrow_mut()
+            .unchanged
+            .remove(&since_field(fill.region, fill.step));
+        if etag.is_none() && modified.is_none() {
+            // (nothing to send back: an older entry would only be stale)
+            if self.kept.borrow_mut().pages.remove(&field).is_some() {
+                self.put_kept(&field, "").await;
+            }
+            return;
+        }
+        let v = Validators {
+            url: url_id(url, fill.secret),
+            etag,
+            modified,
+            next: clean(next.map(str::to_string)),
+        };
+        let text = serde_json::to_string(&v).expect("validators always serialize");
+        self.kept.borrow_mut().pages.insert(field.clone(), v);
+        self.put_kept(&field, &text).await;
+    }
+
+    /// A page answered 304: what the walk does next. By default the step
+    /// ends (its first page unchanged, nothing is new); with
+    /// `on_not_modified: continue` it follows the token the page's last
+    /// answer gave.
+    pub(super) fn unchanged(&self, step: &Step, fill: &Fill<'_>) -> Next {
+        let mut kept = self.kept.borrow_mut();
+        kept.unchanged.insert(since_field(fill.region, fill.step));
+        let walk_on = step.conditional.as_ref().is_some_and(|c| c.walk_on);
+        let next = kept
+            .pages
+            .get(&page_field(fill.region, fill.step, fill.page))
+            .and_then(|v| v.next.clone())
+            .filter(|_| walk_on);
+        match next {
+            Some(t) => Next::Follow(t),
+            None => Next::End(None),
+        }
+    }
+
+    /// The validators of pages past `last`, where a walk of a step ended
+    /// on a page written, are of an older walk: forgotten (the map holds
+    /// the last walk's only).
+    async fn forget_past(&self, at: &Position<'_>, last: u32) {
+        let stale: Vec<String> = {
+            let mut kept = self.kept.borrow_mut();
+            let prefix = format!("page {} ", at.step);
+            let stale: Vec<String> = kept
+                .pages
+                .keys()
+                .filter(|f| {
+                    f.strip_prefix(&prefix)
+                        .and_then(|rest| rest.split_once(' '))
+                        .is_some_and(|(p, k)| {
+                            k == at.key && p.parse::<u32>().is_ok_and(|p| p > last)
+                        })
+                })
+                .cloned()
+                .collect();
+            for f in &stale {
+                kept.pages.remove(f);
+            }
+            stale
+        };
+        for f in stale {
+            self.put_kept(&f, "").await;
+        }
+    }
+
+    async fn put_kept(&self, field: &str, value: &str) {
+        let Some(store) = self.meter.store() else {
+            return;
+        };
+        if let Err(e) = store
+            .map_put(&conditional_map(self.job), field, value)
+            .await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot keep the validators and incremental values (the next run may ask in full): {e}"
+            );
+        }
+    }
+
+    /// The value an incremental step's requests of `key` carry: the
+    /// largest its last complete walk saw, or the step's `initial`.
+    pub(super) fn since(&self, step: &Step, key: &str, at_step: usize) -> Option<(String, String)> {
+        let inc = step.incremental.as_ref()?;
+        let kept = self.kept.borrow();
+        let value = kept
+            .since
+            .get(&since_field(key, at_step))
+            .cloned()
+            .or_else(|| inc.initial.clone())?;
+        Some((inc.param.clone(), value))
+    }
+
+    /// A page of an incremental step written: the largest value at its
+    /// pointer, kept for the end of the walk.
+    pub(super) fn saw(&self, step: &Step, at: &Position<'_>, body: &[u8]) {
+        let Some(inc) = &step.incremental else { return };
+        let Ok((values, _)) = crate::runner::page_scan::values(body, &inc.from) else {
+            return;
+        };
+        let secret = self.cred.secret.expose();
+        let largest = values
+            .into_iter()
+            .filter(|v| !v.is_empty() && (secret.is_empty() || !v.contains(secret)))
+            .reduce(|a, b| {
+                if compare(&b, &a) == Ordering::Greater {
+                    b
+                } else {
+                    a
+                }
+            });
+        let Some(largest) = largest else { return };
+        let mut kept = self.kept.borrow_mut();
+        let seen = kept.seen.entry(since_field(at.key, at.step)).or_default();
+        if seen.is_empty() || compare(&largest, seen) == Ordering::Greater {
+            *seen = largest;
+        }
+    }
+
+    /// The walk of `key`'s incremental step is complete: the largest value
+    /// it saw becomes the next walk's (never a smaller one). Only here: a
+    /// stop mid-walk keeps the value the walk started with, so the next
+    /// run asks again for all it had not written.
+    /// Also, unless its last page answered 304, the validators of pages
+    /// past `last` are forgotten.
+    pub(super) async fn walk_complete(&self, step: &Step, at: &Position<'_>, last: u32) {
+        let field = since_field(at.key, at.step);
+        let unchanged = self.kept.borrow_mut().unchanged.remove(&field);
+        if step.conditional.is_some() && !unchanged {
+            self.forget_past(at, last).await;
+        }
+        let Some(Incremental { .. }) = &step.incremental else {
+            return;
+        };
+        let advanced = {
+            let mut kept = self.kept.borrow_mut();
+            let Some(seen) = kept.seen.remove(&field) else {
+                return;
+            };
+            match kept.since.get(&field) {
+                Some(old) if compare(&seen, old) != Ordering::Greater => None,
+                _ => {
+                    kept.since.insert(field.clone(), seen.clone());
+                    Some(seen)
+                }
+            }
+        };
+        if let Some(value) = advanced {
+            self.put_kept(&field, &value).await;
+        }
+    }
+
+    /// Add this run's calls answered 304 and the units they gave back to
+    /// the job's counts in the store (what `status` shows).
+    pub(super) async fn count_not_modified(&self) -> Result<(), StoreError> {
+        let (calls, saved) = {
+            let r = self.report.borrow();
+            (r.not_modified, r.units_saved.clone())
+        };
+        let Some(store) = self.meter.store().filter(|_| calls > 0) else {
+            return Ok(());
+        };
+        let map = not_modified_map(self.job);
+        let mut counts: BTreeMap<String, u64> = store
+            .map_read(&map)
+            .await?
+            .into_iter()
+            .filter_map(|(f, v)| Some((f, v.parse().ok()?)))
+            .collect();
+        *counts.entry("calls".into()).or_default() += calls;
+        for (pool, n) in saved {
+            *counts.entry(format!("units {pool}")).or_default() += n;
+        }
+        for (field, n) in counts {
+            store.map_put(&map, &field, &n.to_string()).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Two values at an incremental pointer: as times when both are RFC 3339,
+/// as numbers when both are numbers, else as text.
+pub(super) fn compare(a: &str, b: &str) -> Ordering {
+    use chrono::DateTime;
+    if let (Ok(x), Ok(y)) = (
+        DateTime::parse_from_rfc3339(a),
+        DateTime::parse_from_rfc3339(b),
+    ) {
+        return x.cmp(&y);
+    }
+    if let (Ok(x), Ok(y)) = (a.parse::<i128>(), b.parse::<i128>()) {
+        return x.cmp(&y);
+    }
+    if let (Ok(x), Ok(y)) = (a.parse::<f64>(), b.parse::<f64>())
+        && x.is_finite()
+        && y.is_finite()
+    {
+        return x.partial_cmp(&y).unwrap_or(Ordering::Equal);
+    }
+    a.cmp(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_compare_as_times_numbers_or_text() {
+        // (as text "2024-05-01T10:00:00+02:00" > "2024-05-01T09:30:00Z"; as times it is earlier)
+        assert_eq!(
+            compare("2024-05-01T10:00:00+02:00", "2024-05-01T09:30:00Z"),
+            Ordering::Less
+        );
+        assert_eq!(compare("9", "10"), Ordering::Less);
+        assert_eq!(compare("2.5", "10"), Ordering::Less);
+        assert_eq!(compare("b", "a"), Ordering::Greater);
+    }
+}
