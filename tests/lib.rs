@@ -7,6 +7,7 @@ mod common;
 mod bench;
 mod cli_charge;
 mod config_bounds;
+mod contrib;
 mod drills;
 mod inputs_config;
 mod inputs_progress;
