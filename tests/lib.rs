@@ -8,6 +8,7 @@ mod bench;
 mod cli_charge;
 mod cli_shares;
 mod config_bounds;
+mod contrib;
 mod drills;
 mod inputs_config;
 mod inputs_progress;
