@@ -272,6 +272,74 @@ fn incremental_values_advance_only_after_a_complete_walk() {
     assert_eq!(two.2, "2024-01-01T00:00:01Z", "{next:?}");
 }
 
+/// A walk's validators go to the store when it ends, not page by page: a
+/// walk cut short (here by its budget; a kill alike) keeps none of its
+/// own, so a page written whose cursor was not saved is never answered
+/// 304 (which would end the walk before the pages after it).
+#[test]
+fn a_walk_cut_short_keeps_no_validators_of_its_own() {
+    use quota::ledger::{EmbeddedLedger, Ledger};
+    let up = Standin::start(&["--pages", "3", "--items", "2"]);
+    let d = Deployment::new("");
+    d.write(&yaml(&embedded_store(&d), &up.base(), 2, CONDITIONAL));
+    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(statuses(&up, 0).len(), 2, "two pages of a/one, then 75");
+    let kept = || {
+        let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let map = rt.block_on(ledger.map_read("issues:conditional")).unwrap();
+        map.into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(f, _)| f)
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(kept(), Vec::<String>::new(), "the cut walk kept validators");
+    // The walks ended: the validators of the pages each walk fetched (a/one
+    // resumed at its third page; a/two walked all three).
+    d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let mut fields = kept();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "page 0 0 a/two",
+            "page 0 1 a/two",
+            "page 0 2 a/one",
+            "page 0 2 a/two"
+        ]
+    );
+}
+
+/// A walk cut short by `max_pages` has not seen all that changed: its
+/// value does not advance (it would skip the pages past the cut for
+/// good), so the next run asks from the value it started with.
+#[test]
+fn a_walk_cut_by_max_pages_does_not_advance_its_value() {
+    let up = Standin::start(&["--pages", "3", "--items", "2"]);
+    let d = Deployment::new("");
+    let yaml = yaml(&embedded_store(&d), &up.base(), 100, INCREMENTAL)
+        .replace("max_pages: 5", "max_pages: 2");
+    assert!(yaml.contains("max_pages: 2"));
+    d.write(&yaml);
+    for run in 1..=2 {
+        let from = calls(&up).len();
+        assert_eq!(d.quota(&["run"]).code, 0, "run {run}");
+        let asked: Vec<(String, u32)> = calls(&up)[from..]
+            .iter()
+            .map(|s| (s.region.clone(), s.page))
+            .collect();
+        assert_eq!(asked.len(), 4, "run {run}: two pages of each: {asked:?}");
+        for s in &calls(&up)[from..] {
+            let q = s.query.clone().unwrap_or_default();
+            assert!(
+                q.contains("since=2020-01-01T00%3A00%3A00Z"),
+                "run {run}: {q}"
+            );
+        }
+    }
+}
+
 /// A run killed mid-walk, then a rerun: every change is on disk, the
 /// rerun asking from the value the killed walk started with.
 #[test]

@@ -251,5 +251,18 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
             "{with}: {r:?}"
         );
     }
+    // An incremental value is kept per key: a batch has none of its own.
+    let step = "      - endpoint: videos.list\n";
+    assert!(text.contains(step), "{text}");
+    let incremental = format!(
+        "{step}        incremental: {{ from: /items/*/id, param: since, initial: \"0\" }}\n"
+    );
+    d.write(&text.replace(step, &incremental));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains("jobs.list.steps[0].incremental") && r.stderr.contains("batches"),
+        "{r:?}"
+    );
     assert!(up.seen().is_empty(), "nothing sent");
 }

@@ -260,6 +260,14 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
             ROWS.replace("[/snippet/title]", "[/a/title, /b/title]"),
             "output.sqlite.search[1]",
         ),
+        // Keyed by the input where an input has several rows (items of
+        // an array, pages): each would replace the one before.
+        (ROWS.replace("key: /id", "key: \"\""), "output.sqlite.key"),
+        (
+            ROWS.replace("key: /id", "key: \"\"")
+                .replace("items: /items/*", "items: \"\""),
+            "output.sqlite.key",
+        ),
         ("{ folder: \"\" }".to_string(), "output.folder"),
         ("{}".to_string(), "jobs.trending.output"),
     ] {

@@ -37,6 +37,9 @@ impl Validator<'_> {
         self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, inputs.as_ref(), &steps, cred)?;
         let (output, sqlite) = self.output(&at, raw.output)?;
+        if let Some(sqlite) = &sqlite {
+            self.rows_keyed(&at, sqlite, &steps, keys.batched)?;
+        }
         let schedule = raw
             .schedule
             .as_deref()

@@ -41,6 +41,43 @@ impl Validator<'_> {
         Ok((folder, sqlite))
     }
 
+    /// Rows keyed by the input (`key: ""`) are one row per input: refused
+    /// where an input's results are more than one row, since each would
+    /// replace the one before and only the last would stay.
+    pub(super) fn rows_keyed(
+        &self,
+        at: &str,
+        sqlite: &SqliteOutput,
+        steps: &[Step],
+        batched: bool,
+    ) -> Result<()> {
+        if !sqlite.key.is_empty() {
+            return Ok(());
+        }
+        let last = steps.last();
+        let why = if sqlite.items.split('/').any(|p| p == "*") {
+            Some("`items` takes several rows from each page")
+        } else if last.is_some_and(|s| s.paginate.is_some()) {
+            Some("the last step has several pages per input")
+        } else if last.is_some_and(|s| s.for_each.is_some()) {
+            Some("the last step, a fan-out, has several batches per input")
+        } else if batched {
+            Some("each request carries a batch of inputs")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(self.err(
+                format!("{at}.output.sqlite.key"),
+                format!(
+                    "\"\" keys each row by its input, but {why}: each row would replace the one \
+                     before, leaving one; name a pointer inside the row that tells them apart (an id)"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn folder(&self, field: &str, folder: &str) -> Result<PathBuf> {
         if folder.trim().is_empty() {
             return Err(self.err(field, "must name a directory"));

@@ -61,6 +61,15 @@ impl Validator<'_> {
             for_each.is_some(),
             &method,
         )?;
+        if raw.incremental.is_some() && keys.batched {
+            // (the value is kept per key: a batch's is its first input's,
+            // and batches regroup when the file changes)
+            return Err(self.err(
+                format!("{at}.incremental"),
+                "a job of inputs in batches has no one key per request to keep a value for: \
+                 incremental needs one input a request (no `inputs.batch`)",
+            ));
+        }
         let incremental = raw
             .incremental
             .map(|i| self.incremental(&format!("{at}.incremental"), i, for_each.is_some()))

@@ -54,6 +54,12 @@ pub(super) struct Kept {
     /// By [`since_field`]: walks whose last page answered 304 (the pages
     /// after it keep their validators).
     unchanged: HashSet<String>,
+    /// By [`page_field`]: the validators of walks in progress, written to
+    /// the store when the walk ends ("": forget), not before: a walk cut
+    /// by a kill or a stop keeps none of its own, so the next run asks
+    /// its pages in full (a page written whose cursor was not would
+    /// otherwise answer 304 and end the walk, its later pages skipped).
+    pending: HashMap<String, String>,
 }
 
 fn page_field(key: &str, step: usize, page: u32) -> String {
@@ -124,10 +130,10 @@ impl JobRun<'_> {
         (v.url == url_id(url, fill.secret)).then(|| v.clone())
     }
 
-    /// Keep a page's validators once it is written (before: a kill between
-    /// would leave a page never written answered 304 for good). A value
-    /// that holds the secret is not kept.
-    pub(super) async fn keep_validators(
+    /// Keep a page's validators once it is written, for the store when
+    /// the walk ends ([`Kept::pending`]). A value that holds the secret is
+    /// not kept.
+    pub(super) fn keep_validators(
         &self,
         step: &Step,
         fill: &Fill<'_>,
@@ -138,8 +144,10 @@ impl JobRun<'_> {
         if step.conditional.is_none() {
             return;
         }
-        let secret = fill.secret.expose();
-        let clean = |v: Option<String>| v.filter(|v| secret.is_empty() || !v.contains(secret));
+        // (in any encoding the masker knows: percent-encoded in a next
+        // link, JSON-escaped, base64)
+        let masker = crate::config::Masker::new(&[fill.secret]);
+        let clean = |v: Option<String>| v.filter(|v| masker.find(v.as_bytes(), 0).is_none());
         let (etag, modified) = (clean(etag), clean(modified));
         let field = page_field(fill.region, fill.step, fill.page);
         self.kept
@@ -148,8 +156,9 @@ impl JobRun<'_> {
             .remove(&since_field(fill.region, fill.step));
         if etag.is_none() && modified.is_none() {
             // (nothing to send back: an older entry would only be stale)
-            if self.kept.borrow_mut().pages.remove(&field).is_some() {
-                self.put_kept(&field, "").await;
+            let mut kept = self.kept.borrow_mut();
+            if kept.pages.remove(&field).is_some() {
+                kept.pending.insert(field, String::new());
             }
             return;
         }
@@ -160,8 +169,9 @@ impl JobRun<'_> {
             next: clean(next.map(str::to_string)),
         };
         let text = serde_json::to_string(&v).expect("validators always serialize");
-        self.kept.borrow_mut().pages.insert(field.clone(), v);
-        self.put_kept(&field, &text).await;
+        let mut kept = self.kept.borrow_mut();
+        kept.pages.insert(field.clone(), v);
+        kept.pending.insert(field, text);
     }
 
     /// A page answered 304: what the walk does next. By default the step
@@ -180,6 +190,28 @@ impl JobRun<'_> {
         match next {
             Some(t) => Next::Follow(t),
             None => Next::End(None),
+        }
+    }
+
+    /// The validators of the walk of `at`'s key and step that ended, to
+    /// the store.
+    async fn keep_pending(&self, at: &Position<'_>) {
+        let prefix = format!("page {} ", at.step);
+        let mine = |f: &String| {
+            f.strip_prefix(&prefix)
+                .and_then(|rest| rest.split_once(' '))
+                .is_some_and(|(_, k)| k == at.key)
+        };
+        let fields: Vec<(String, String)> = {
+            let mut kept = self.kept.borrow_mut();
+            let fields: Vec<String> = kept.pending.keys().filter(|f| mine(f)).cloned().collect();
+            fields
+                .into_iter()
+                .filter_map(|f| kept.pending.remove_entry(&f))
+                .collect()
+        };
+        for (field, text) in fields {
+            self.put_kept(&field, &text).await;
         }
     }
 
@@ -247,10 +279,10 @@ impl JobRun<'_> {
         let Ok((values, _)) = crate::runner::page_scan::values(body, &inc.from) else {
             return;
         };
-        let secret = self.cred.secret.expose();
+        let masker = crate::config::Masker::new(&[&self.cred.secret]);
         let largest = values
             .into_iter()
-            .filter(|v| !v.is_empty() && (secret.is_empty() || !v.contains(secret)))
+            .filter(|v| !v.is_empty() && masker.find(v.as_bytes(), 0).is_none())
             .reduce(|a, b| {
                 if compare(&b, &a) == Ordering::Greater {
                     b
@@ -270,13 +302,24 @@ impl JobRun<'_> {
     /// it saw becomes the next walk's (never a smaller one). Only here: a
     /// stop mid-walk keeps the value the walk started with, so the next
     /// run asks again for all it had not written.
-    /// Also, unless its last page answered 304, the validators of pages
-    /// past `last` are forgotten.
-    pub(super) async fn walk_complete(&self, step: &Step, at: &Position<'_>, last: u32) {
+    /// Also its pages' validators go to the store and, unless its last
+    /// page answered 304, those of pages past `last` are forgotten.
+    /// `complete`: the walk reached the upstream's last page (or a 304
+    /// that ends it).
+    pub(super) async fn walk_complete(
+        &self,
+        step: &Step,
+        at: &Position<'_>,
+        last: u32,
+        complete: bool,
+    ) {
         let field = since_field(at.key, at.step);
         let unchanged = self.kept.borrow_mut().unchanged.remove(&field);
-        if step.conditional.is_some() && !unchanged {
-            self.forget_past(at, last).await;
+        if step.conditional.is_some() {
+            self.keep_pending(at).await;
+            if !unchanged {
+                self.forget_past(at, last).await;
+            }
         }
         let Some(Incremental { .. }) = &step.incremental else {
             return;
@@ -286,6 +329,12 @@ impl JobRun<'_> {
             let Some(seen) = kept.seen.remove(&field) else {
                 return;
             };
+            // (a walk cut short, by `max_pages`, a token going in circles
+            // or a next link that cannot be read, has not seen all that
+            // changed: its value would skip the rest for good)
+            if !complete {
+                return;
+            }
             match kept.since.get(&field) {
                 Some(old) if compare(&seen, old) != Ordering::Greater => None,
                 _ => {

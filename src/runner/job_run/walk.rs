@@ -76,6 +76,9 @@ impl JobRun<'_> {
             else {
                 return Ok(Walk::Stopped);
             };
+            // (the upstream's last page, or a 304 that ends the walk: not a
+            // walk cut short, whose incremental value must not advance)
+            let complete = matches!(next, Next::End(None));
             let next = match self.follow(step, at, page, next, &mut walked) {
                 Ok(next) => next,
                 Err(()) => {
@@ -85,9 +88,11 @@ impl JobRun<'_> {
             };
             // Where the next run starts if this one stops now.
             let Some(t) = next else {
-                self.walk_complete(step, at, page).await;
                 let after = self.after_step(w, at);
                 self.save(at.slot, after).await;
+                // (after the cursor: a kill between redoes the walk in
+                // full, from the old value, never skips)
+                self.walk_complete(step, at, page, complete).await;
                 return Ok(Walk::Done);
             };
             let resume = at.cursor(Place {
@@ -250,7 +255,7 @@ impl JobRun<'_> {
             Next::Follow(t) => Some(t.as_str()),
             _ => None,
         };
-        self.keep_validators(step, fill, &url, fresh, follow).await;
+        self.keep_validators(step, fill, &url, fresh, follow);
         Ok(Some(next))
     }
 
