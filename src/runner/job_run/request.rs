@@ -215,11 +215,6 @@ impl JobRun<'_> {
         body: Vec<u8>,
     ) -> Result<Written> {
         let mode = file_mode().map_err(Error::Usage)?;
-        let (dir, job, file) = (
-            self.job.output.clone(),
-            self.job.name.clone(),
-            name.to_string(),
-        );
         let secret = fill.secret.clone();
         // (rows are the results: the last step's pages, not the lists a
         // fan-out reads its values from)
@@ -234,33 +229,14 @@ impl JobRun<'_> {
                     rfc3339(chrono::Utc::now().timestamp_micros()),
                 )
             });
-        let written = tokio::task::spawn_blocking(move || {
-            // An upstream that echoes the key (in a next-page link, say) does
-            // not get it into the page file: masked there like everywhere
-            // else, inside strings only, so that the page stays JSON.
-            let text = String::from_utf8_lossy(&body);
-            let masked = match mask_page(&text, &secret) {
-                Ok(Cow::Borrowed(_)) => None,
-                Ok(Cow::Owned(m)) => Some(m.into_bytes()),
-                Err(SecretOutsideStrings) => return (Ok(None), None, false, Vec::new()),
-            };
-            let bytes = masked.as_deref().unwrap_or(&body);
-            let written = match &dir {
-                Some(dir) => write_new(dir, &job, &file, bytes, mode).map(Some),
-                None => Ok(Some(std::path::PathBuf::new())),
-            };
-            // The rows after the page file: committed before the cursor
-            // moves past the page, as the file is.
-            let rows = match (&written, sink) {
-                (Ok(_), Some((sink, key, at))) => {
-                    let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-                    Some(sink.write_page(&key, bytes, &at))
-                }
-                _ => None,
-            };
-            (written, rows, masked.is_some(), body)
-        })
-        .await;
+        let to = PageTo {
+            dir: self.job.output.clone(),
+            job: self.job.name.clone(),
+            file: name.to_string(),
+            mode,
+            sink,
+        };
+        let written = tokio::task::spawn_blocking(move || write_blocking(to, &secret, body)).await;
         let (written, rows, masked, body) = written.unwrap_or_else(|e| {
             (
                 Err(std::io::Error::other(format!("the writer failed: {e}"))),
@@ -275,21 +251,7 @@ impl JobRun<'_> {
                 "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
             );
         }
-        let path = written.map_err(|source| {
-            let path = self.job.output.clone().unwrap_or_default().join(name);
-            if source.kind() == std::io::ErrorKind::AlreadyExists {
-                Error::PageExists {
-                    job: self.job.name.clone(),
-                    path,
-                }
-            } else {
-                Error::Io {
-                    what: "write",
-                    path,
-                    source,
-                }
-            }
-        })?;
+        let path = written.map_err(|source| self.page_error(name, source))?;
         let Some(path) = path else {
             // As a page the upstream refuses for itself: asking again at
             // once gets the same page, so its region (or batch) ends.
@@ -307,6 +269,79 @@ impl JobRun<'_> {
         debug!(job = self.job.name, "wrote {}", path.display());
         Ok(Written::Page(body))
     }
+}
+
+impl JobRun<'_> {
+    /// A page file that could not be written, as the run reports it.
+    fn page_error(&self, name: &str, source: std::io::Error) -> Error {
+        let path = self.job.output.clone().unwrap_or_default().join(name);
+        if source.kind() == std::io::ErrorKind::AlreadyExists {
+            Error::PageExists {
+                job: self.job.name.clone(),
+                path,
+            }
+        } else {
+            Error::Io {
+                what: "write",
+                path,
+                source,
+            }
+        }
+    }
+}
+
+/// Where a page goes: its file (in `dir`, if the job has a folder) and,
+/// for a page of the last step with `output.sqlite`, its rows (the sink,
+/// the input's key, when fetched).
+struct PageTo {
+    dir: Option<std::path::PathBuf>,
+    job: String,
+    file: String,
+    mode: u32,
+    sink: Option<(SharedSink, String, String)>,
+}
+
+type SharedSink = std::sync::Arc<std::sync::Mutex<crate::runner::sink::Sink>>;
+
+/// On the writer's thread: the page file, then its rows; what was written
+/// (`None`: the secret outside a string, nothing written), the rows, and
+/// whether the secret was masked, with the body back.
+#[allow(clippy::type_complexity)]
+fn write_blocking(
+    to: PageTo,
+    secret: &crate::config::Secret,
+    body: Vec<u8>,
+) -> (
+    std::io::Result<Option<std::path::PathBuf>>,
+    Option<rusqlite::Result<crate::runner::sink::PageRows>>,
+    bool,
+    Vec<u8>,
+) {
+    // An upstream that echoes the key (in a next-page link, say) does
+    // not get it into the page file: masked there like everywhere
+    // else, inside strings only, so that the page stays JSON.
+    let text = String::from_utf8_lossy(&body);
+    let masked = match mask_page(&text, secret) {
+        Ok(Cow::Borrowed(_)) => None,
+        Ok(Cow::Owned(m)) => Some(m.into_bytes()),
+        Err(SecretOutsideStrings) => return (Ok(None), None, false, Vec::new()),
+    };
+    let bytes = masked.as_deref().unwrap_or(&body);
+    let written = match &to.dir {
+        Some(dir) => write_new(dir, &to.job, &to.file, bytes, to.mode).map(Some),
+        None => Ok(Some(std::path::PathBuf::new())),
+    };
+    // The rows after the page file: committed before the cursor
+    // moves past the page, as the file is.
+    let rows = match (&written, to.sink) {
+        (Ok(_), Some((sink, key, at))) => {
+            let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+            Some(sink.write_page(&key, bytes, &at))
+        }
+        _ => None,
+    };
+    let masked = masked.is_some();
+    (written, rows, masked, body)
 }
 
 /// What became of a page sent to its file.
