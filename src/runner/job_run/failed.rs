@@ -80,24 +80,7 @@ impl JobRun<'_> {
                 })
                 .collect()
         };
-        let mut kept = String::new();
-        for (key, line, offset) in &inputs {
-            let failed = Failed {
-                line: *line,
-                offset: *offset,
-                status,
-                excerpt: cut(excerpt, EXCERPT),
-            };
-            let text = serde_json::to_string(&failed).expect("a failed input serializes");
-            kept = match self.meter.store() {
-                Some(store) => match store.map_put(&failed_map(job), key, &text).await {
-                    Ok(()) => continue,
-                    Err(e) => format!(" (cannot record it in the store: {e})"),
-                },
-                None => " (not recorded: the run has no store)".into(),
-            };
-            break;
-        }
+        let kept = self.record_failed(&inputs, status, excerpt).await;
         let line = inputs.first().map_or(0, |i| i.1);
         let what = match inputs.len() {
             1 => format!("input {} (line {line})", printable(at.key)),
@@ -137,6 +120,33 @@ impl JobRun<'_> {
                 job.name
             ),
         })
+    }
+
+    /// Record each of `inputs` (key, line, offset) as failed in the store;
+    /// what to add to the log line when that could not be done.
+    async fn record_failed(
+        &self,
+        inputs: &[(Key, u64, u64)],
+        status: u16,
+        excerpt: &str,
+    ) -> String {
+        for (key, line, offset) in inputs {
+            let failed = Failed {
+                line: *line,
+                offset: *offset,
+                status,
+                excerpt: cut(excerpt, EXCERPT),
+            };
+            let text = serde_json::to_string(&failed).expect("a failed input serializes");
+            return match self.meter.store() {
+                Some(store) => match store.map_put(&failed_map(self.job), key, &text).await {
+                    Ok(()) => continue,
+                    Err(e) => format!(" (cannot record it in the store: {e})"),
+                },
+                None => " (not recorded: the run has no store)".into(),
+            };
+        }
+        String::new()
     }
 
     /// The failed inputs, and those to do again, forgotten.

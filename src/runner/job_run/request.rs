@@ -62,18 +62,8 @@ impl JobRun<'_> {
             if let Some(v) = validators.as_ref().filter(|_| attempts.target() == url) {
                 ask_if_changed(&mut request, v);
             }
-            let (at, receipt, remaining) = match self.charge(step).await? {
-                Charged::Go {
-                    at,
-                    receipt,
-                    remaining,
-                    ..
-                } => (Some(at), Some(receipt), remaining),
-                Charged::Unmetered => (None, None, Vec::new()),
-                Charged::Stop(stop) => {
-                    self.stop(stop);
-                    return Ok(Fetched::Stopped);
-                }
+            let Some((at, receipt, remaining)) = self.charge_attempt(step).await? else {
+                return Ok(Fetched::Stopped);
             };
             debug!(
                 job = self.job.name,
@@ -126,6 +116,26 @@ impl JobRun<'_> {
                 }
             }
         }
+    }
+
+    /// Charge one attempt of `step`: when (the ledger's time), its receipt
+    /// and what is left, each `None` unmetered; `None` when the run stops
+    /// instead (the quota said no, or the store is gone and the policy
+    /// says stop).
+    async fn charge_attempt(&self, step: &Step) -> Result<Option<Attempt>> {
+        Ok(match self.charge(step).await? {
+            Charged::Go {
+                at,
+                receipt,
+                remaining,
+                ..
+            } => Some((Some(at), Some(receipt), remaining)),
+            Charged::Unmetered => Some((None, None, Vec::new())),
+            Charged::Stop(stop) => {
+                self.stop(stop);
+                None
+            }
+        })
     }
 
     /// The request of the attempt `attempts` is at; an error when it can
@@ -343,6 +353,13 @@ fn write_blocking(
     let masked = masked.is_some();
     (written, rows, masked, body)
 }
+
+/// A charged attempt: the ledger's time, the receipt, what is left.
+type Attempt = (
+    Option<crate::ledger::Micros>,
+    Option<Receipt>,
+    Vec<Remaining>,
+);
 
 /// What became of a page sent to its file.
 pub(super) enum Written {
