@@ -96,6 +96,14 @@ fn windows_of(pool: &Pool, of: impl Fn(u64) -> u64) -> Vec<Window> {
         .collect()
 }
 
+/// `charge` as `plan` says: its share's pools added to its cost.
+pub(crate) fn planned<'a>(charge: &Charge<'a>, plan: &'a Plan) -> Charge<'a> {
+    Charge {
+        cost: &plan.cost,
+        ..charge.clone()
+    }
+}
+
 /// The charge both stores send for `charge` (none: it has no shares to
 /// keep).
 pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {

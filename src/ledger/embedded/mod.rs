@@ -158,17 +158,8 @@ impl Ledger for EmbeddedLedger {
         check_fits(charge.cost)?;
         // (shares: the charge as planned, its share's pools added)
         let plan = shares::plan(charge);
-        let planned;
-        let charge = match &plan {
-            Some(p) => {
-                planned = Charge {
-                    cost: &p.cost,
-                    ..charge.clone()
-                };
-                &planned
-            }
-            None => charge,
-        };
+        let planned = plan.as_ref().map(|p| shares::planned(charge, p));
+        let charge = planned.as_ref().unwrap_or(charge);
         check_fits(charge.cost)?;
         let owned = OwnedCharge::new(charge, plan.as_ref());
         let decision = self.transaction(move |tx| decide(tx, &owned, at)).await?;

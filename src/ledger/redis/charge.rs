@@ -162,17 +162,8 @@ pub(super) async fn charge(
     check_fits(charge.cost)?;
     // (shares: the charge as planned, its share's pools added)
     let plan = shares::plan(charge);
-    let planned;
-    let charge = match &plan {
-        Some(p) => {
-            planned = Charge {
-                cost: &p.cost,
-                ..charge.clone()
-            };
-            &planned
-        }
-        None => charge,
-    };
+    let planned = plan.as_ref().map(|p| shares::planned(charge, p));
+    let charge = planned.as_ref().unwrap_or(charge);
     check_fits(charge.cost)?;
     let decision = decide(ledger, charge, plan.as_ref(), at).await?;
     Ok(match &plan {
