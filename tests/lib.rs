@@ -45,6 +45,7 @@ mod run_requests;
 mod run_requests_urls;
 mod run_secrets;
 mod run_settle;
+mod run_shares;
 mod run_sqlite;
 mod run_stops;
 mod run_topologies;

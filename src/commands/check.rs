@@ -64,6 +64,7 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     };
     for c in &config.credentials {
         credential(w, c);
+        share_notes(w, config, c);
     }
     for job in &config.jobs {
         self::job(w, job, config.credential(job));
@@ -106,6 +107,21 @@ fn credential(w: &mut String, c: &Credential) {
                 win.aligned
                     .map(|tz| format!("  calendar: resets at midnight {tz}"))
                     .unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// A share that names no job of the file on its credential is allowed
+/// (scripts spend as it with `--job`), but may be a typo: said, not refused.
+fn share_notes(w: &mut String, config: &Config, c: &Credential) {
+    for s in &c.shares.list {
+        let on_c = |j: &&Job| j.name == s.name && config.credential(j).name == c.name;
+        if !config.jobs.iter().any(|j| on_c(&j)) {
+            let _ = writeln!(
+                w,
+                "  note: share {} names no job of this file on credential {}: only `quota charge`/`exec --job {}` spend as it",
+                s.name, c.name, s.name
             );
         }
     }

@@ -11,13 +11,15 @@ mod gather;
 pub(crate) mod inputs;
 mod json;
 mod openmetrics;
+pub(crate) mod shares;
 mod text;
 
 pub use self::gather::read;
 use self::gather::{nothing_charged, select};
 pub use self::inputs::{Failure, InputsProgress};
 pub use self::json::{
-    CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, StatusJson, WindowJson, to_json,
+    CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, ShareJson, StatusJson,
+    WindowJson, to_json,
 };
 pub use self::text::render;
 
@@ -45,6 +47,9 @@ pub struct CredentialReport {
     /// Each job with a conditional step: its calls answered 304 and the
     /// units they gave back, over its runs.
     pub not_modified: std::collections::BTreeMap<String, NotModified>,
+    /// Each share's reserve, used and what it can take, per pool and
+    /// window (empty without shares).
+    pub shares: Vec<shares::ShareUsage>,
 }
 
 /// A job's calls answered 304 and the units they gave back, per pool.

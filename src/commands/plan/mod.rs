@@ -33,6 +33,7 @@ pub use self::render::render;
 use self::schedule::Scheduled;
 use super::status::Failure;
 use super::status::inputs as status_inputs;
+use super::status::shares;
 use super::table::{Paint, emit};
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
@@ -100,13 +101,15 @@ pub async fn build(
             continue;
         }
         let mut log = None;
+        let mut shared = None;
         let mut cursors = BTreeMap::new();
         let mut failed = BTreeMap::new();
         if let (Some(store), None) = (store, &store_error) {
             match read(store, cred, &cred_jobs, at).await {
-                Ok((l, c, f)) => {
+                Ok(((l, s), c, f)) => {
                     now = l.at;
                     log = Some(l);
+                    shared = s;
                     cursors = c;
                     failed = f;
                 }
@@ -129,6 +132,7 @@ pub async fn build(
         });
         let got = Read {
             log: &log,
+            shared: shared.as_ref(),
             cursors: &cursors,
             failed,
         };
@@ -154,6 +158,8 @@ type Failed = BTreeMap<String, (u64, Vec<Failure>)>;
 /// What the plan of one credential is made from.
 struct Read<'r> {
     log: &'r CredentialLog,
+    /// What its shares used (their pools' log; `None`: nothing read).
+    shared: Option<&'r CredentialLog>,
     cursors: &'r Cursors,
     failed: Failed,
 }
@@ -165,8 +171,12 @@ async fn read(
     cred: &Credential,
     jobs: &[&Job],
     at: At,
-) -> std::result::Result<(CredentialLog, Cursors, Failed), StoreError> {
-    let log = store.read(&cred.name, &cred.pools, at).await?;
+) -> std::result::Result<((CredentialLog, Option<CredentialLog>), Cursors, Failed), StoreError> {
+    // (and its shares' pools, split off again: what each share used)
+    let mut pools = cred.pools.clone();
+    pools.extend(shares::pools_of(cred));
+    let log = store.read(&cred.name, &pools, at).await?;
+    let (log, shared) = shares::split_log(log, cred.pools.len());
     let mut cursors = BTreeMap::new();
     let mut failed = BTreeMap::new();
     for j in jobs {
@@ -182,17 +192,20 @@ async fn read(
             cursors.insert(j.name.clone(), c);
         }
     }
-    Ok((log, cursors, failed))
+    Ok(((log, Some(shared)), cursors, failed))
 }
 
 /// The plan of one credential's jobs, from its log and their cursors.
 fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<CredentialPlan> {
     let Read {
         log,
+        shared,
         cursors,
         mut failed,
     } = read;
     let usage = summarize(&cred.name, &cred.pools, log);
+    let share_pools = shares::pools_of(cred);
+    let shared = shared.map(|l| summarize(&cred.name, &share_pools, l).pools);
     let mut remaining = cost::Remaining::new();
     for p in &usage.pools {
         for (i, w) in p.windows.iter().enumerate() {
@@ -217,13 +230,22 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                     source,
                 }
             })?;
-        let next_run = match (blocked, &progress) {
-            (Some(until), _) => NextRun::Blocked {
-                until: rfc3339(until),
-            },
-            (None, Some(p)) => inputs::next_run(job, p.left, &mut remaining, cred.observe),
-            (None, None) => cost::next_run(job, cursor, &mut remaining, cred.observe),
-        };
+        let cap = shares::caps(
+            cred,
+            &job.name,
+            &usage.pools,
+            shared.as_deref().unwrap_or(&[]),
+            usage.at,
+        );
+        let next_run = within(&mut remaining, cap, |remaining| {
+            match (blocked, &progress) {
+                (Some(until), _) => NextRun::Blocked {
+                    until: rfc3339(until),
+                },
+                (None, Some(p)) => inputs::next_run(job, p.left, remaining, cred.observe),
+                (None, None) => cost::next_run(job, cursor, remaining, cred.observe),
+            }
+        });
         job_plans.push(JobPlan {
             job: job.name.clone(),
             calls_per_run: job.calls_per_run(),
@@ -252,6 +274,30 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
         jobs: job_plans,
         pools,
     })
+}
+
+/// `plan` of a job's next run within what it may take (`cap`, its share's;
+/// `None`: all that remains), what it took then taken from `remaining`
+/// for the jobs planned after it.
+fn within(
+    remaining: &mut cost::Remaining,
+    cap: Option<cost::Remaining>,
+    plan: impl FnOnce(&mut cost::Remaining) -> NextRun,
+) -> NextRun {
+    let Some(cap) = cap else {
+        return plan(remaining);
+    };
+    let mut mine = remaining.clone();
+    for (place, left) in &mut mine {
+        *left = (*left).min(cap.get(place).copied().unwrap_or(*left));
+    }
+    let before = mine.clone();
+    let next = plan(&mut mine);
+    for (place, left) in remaining.iter_mut() {
+        let took = |m: &cost::Remaining| m.get(place).copied().unwrap_or(0);
+        *left = left.saturating_sub(took(&before).saturating_sub(took(&mine)));
+    }
+    next
 }
 
 /// How `job`, run every `every`, meets the credential's windows beside its

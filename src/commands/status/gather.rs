@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use tracing::warn;
 
 use super::inputs::{Failure, InputsProgress, progress};
+use super::shares::ShareUsage;
 use super::{CredentialReport, NotModified};
 use crate::Result;
 use crate::config::{Config, Credential, Job};
@@ -38,6 +39,7 @@ pub(super) fn nothing_charged(
                 reserved: vec![Vec::new(); c.pools.len()],
             };
             let usage = summarize(&c.name, &c.pools, &empty);
+            let shares = super::shares::usage(c, &usage.pools, &[], usage.at);
             let jobs: Vec<&Job> = config
                 .jobs
                 .iter()
@@ -56,6 +58,7 @@ pub(super) fn nothing_charged(
                 lost_advice: "",
                 jobs: jobs.iter().map(|j| (j.name.clone(), None)).collect(),
                 inputs,
+                shares,
                 not_modified: jobs
                     .iter()
                     .filter(|j| conditional(j))
@@ -106,7 +109,7 @@ pub async fn read(
     let mut history = History::open(); // (read, compared, never saved)
     let mut reports = Vec::new();
     for c in credentials {
-        let usage = store.usage(&c.name, &c.pools, at).await?;
+        let (usage, shares) = usage_and_shares(store, c, at).await?;
         let keep = c.longest_window().as_micros() as Micros;
         let lost = history.check(store_id, &c.name, usage.charges_recorded, usage.at, keep);
         let mut jobs = Vec::new();
@@ -137,6 +140,7 @@ pub async fn read(
             jobs,
             inputs,
             not_modified,
+            shares,
         });
     }
     // Not saved: only a run, whose charges tell the store what this host
@@ -144,6 +148,29 @@ pub async fn read(
     // status noticed first would never reach the store, and the next run
     // would hand the forgotten budget out again.
     Ok(reports)
+}
+
+/// A credential's usage and its shares' figures, in one read of the store
+/// (its pools, then its share pools, which the usage then leaves out).
+async fn usage_and_shares(
+    store: &Store,
+    c: &Credential,
+    at: At,
+) -> Result<(CredentialUsage, Vec<ShareUsage>)> {
+    let mut pools = c.pools.clone();
+    pools.extend(super::shares::pools_of(c));
+    let mut usage = store.usage(&c.name, &pools, at).await?;
+    let read = usage.pools.split_off(c.pools.len());
+    // Observe mode: a call over a share's limit is counted by the store on
+    // the share's pool; it is a call of its pool all the same.
+    for (i, r) in read.iter().enumerate() {
+        if let Some(p) = usage.pools.get_mut(i % c.pools.len().max(1)) {
+            p.observed_rejections += r.observed_rejections;
+            p.observed_at = p.observed_at.max(r.observed_at);
+        }
+    }
+    let shares = super::shares::usage(c, &usage.pools, &read, usage.at);
+    Ok((usage, shares))
 }
 
 /// Whether a job has a conditional step (its 304s are counted).

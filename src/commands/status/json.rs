@@ -31,7 +31,24 @@ pub struct CredentialJson {
     /// Set when the store forgot this credential's log (see the README).
     pub log_lost: Option<LostLog>,
     pub pools: Vec<PoolJson>,
+    /// Per share, pool and window: its reserve, used and what it can take.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<ShareJson>,
     pub jobs: Vec<JobJson>,
+}
+
+/// One share's figures in one window (issue 28).
+#[derive(Serialize)]
+pub struct ShareJson {
+    pub share: String,
+    pub pool: String,
+    pub per_seconds: u64,
+    pub reserve: u64,
+    /// `null`: no limit.
+    pub limit: Option<u64>,
+    pub used: u64,
+    /// What a charge by the share can take now.
+    pub available: u64,
 }
 
 #[derive(Serialize)]
@@ -188,6 +205,17 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                     window_json(u, w, names[&(p.pool.as_str(), i)].clone())
                                 })
                                 .collect(),
+                        })
+                        .collect(),
+                    shares: (r.shares.iter())
+                        .map(|s| ShareJson {
+                            share: s.share.clone(),
+                            pool: s.pool.clone(),
+                            per_seconds: s.per.as_secs(),
+                            reserve: s.reserve,
+                            limit: s.limit,
+                            used: s.used,
+                            available: s.available,
                         })
                         .collect(),
                     jobs: r

@@ -17,6 +17,7 @@ pub fn render(reports: &[CredentialReport]) -> String {
     families.extend(window_families(reports));
     families.extend(inputs_families(reports));
     families.extend(not_modified_families(reports));
+    families.extend(share_families(reports));
     let mut at = Family::new(
         "quota_status_timestamp",
         "When the store was read (its own clock), as Unix time.",
@@ -153,6 +154,44 @@ fn not_modified_families(reports: &[CredentialReport]) -> Vec<Family> {
     }
     // (no family at all without a conditional step: the text stays as it was)
     [calls, saved]
+        .into_iter()
+        .filter(|f| !f.samples.is_empty())
+        .collect()
+}
+
+/// Each share's reserve, used and what it can take, per window (no family
+/// at all without shares: the text stays as it was).
+fn share_families(reports: &[CredentialReport]) -> Vec<Family> {
+    let mut families = [
+        ("quota_share_reserve", "Units of the window kept for the share."),
+        ("quota_share_used", "Units the share spent in the window now."),
+        (
+            "quota_share_available",
+            "Units a charge by the share can take of the window now: its limit left, and the window's units left less the other shares' unused reserves.",
+        ),
+    ]
+    .map(|(name, help)| Family::new(name, help, Some(MetricUnit::Units)));
+    for r in reports {
+        let names = policy_names(&r.usage);
+        for s in &r.shares {
+            // (the window's label, as the window families name it)
+            let Some(name) = names.get(&(s.pool.as_str(), s.index)) else {
+                continue;
+            };
+            let prefix = format!("{}-", s.pool);
+            let window = name.strip_prefix(&prefix).unwrap_or(name);
+            let labels = [
+                ("credential", r.usage.credential.as_str()),
+                ("pool", s.pool.as_str()),
+                ("window", window),
+                ("share", s.share.as_str()),
+            ];
+            for (family, v) in families.iter_mut().zip([s.reserve, s.used, s.available]) {
+                family.push(&labels, v);
+            }
+        }
+    }
+    families
         .into_iter()
         .filter(|f| !f.samples.is_empty())
         .collect()

@@ -33,6 +33,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
         notices(&mut out, r, p);
         out.push('\n');
         windows_table(&mut out, &r.usage, p);
+        shares_table(&mut out, r);
         usage_charts(&mut out, &r.usage);
         spent_and_jobs(&mut out, r);
     }
@@ -158,6 +159,35 @@ fn windows_table(out: &mut String, u: &CredentialUsage, p: Paint) {
         }
         out.push('\n');
     }
+}
+
+/// Each share's reserve, used and what it can take, per window (nothing
+/// without shares).
+fn shares_table(out: &mut String, r: &CredentialReport) {
+    if r.shares.is_empty() {
+        return;
+    }
+    let mut t = Table::default();
+    t.row(
+        [
+            "share", "pool", "window", "reserve", "limit", "used", "can take",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    for s in &r.shares {
+        t.row(vec![
+            s.share.clone(),
+            s.pool.clone(),
+            fmt_window(s.per),
+            s.reserve.to_string(),
+            s.limit.map_or("-".into(), |l| l.to_string()),
+            s.used.to_string(),
+            s.available.to_string(),
+        ]);
+    }
+    out.push_str("\n  shares:\n");
+    out.push_str(&t.render("  "));
 }
 
 /// A chart of usage over each of a credential's windows.
