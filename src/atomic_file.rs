@@ -1,7 +1,8 @@
 //! Writing a file so that no reader ever sees part of it: a hidden
 //! temporary file beside it, fsync, then the final name, then fsync of the
-//! folder. Page files (`runner::output`) and this host's history
-//! (`history`) both write this way.
+//! folder (one fsync for the names given at once: [`crate::folder_sync`]).
+//! Page files (`runner::output`) and this host's history (`history`) both
+//! write this way.
 //!
 //! A temporary file is named `.OWNER~NAME~RANDOM.tmp`: `OWNER` is the job
 //! whose page it is (or, for files that are no job's, something no job name
@@ -199,8 +200,9 @@ fn write(
         f.write_all(bytes)?;
         f.sync_all()?;
         publish(&tmp, &path)?;
-        // The new name itself is durable once the folder is synced.
-        File::open(dir)?.sync_all()
+        // The new name itself is durable once the folder is synced (by
+        // an fsync shared with the other writers of the folder).
+        crate::folder_sync::sync(dir)
     })();
     drop(f);
     let _ = fs::remove_file(&tmp);

@@ -39,6 +39,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+pub mod folder_sync;
 pub mod history;
 pub mod inputs;
 #[cfg(test)]

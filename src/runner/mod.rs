@@ -100,7 +100,16 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         Err(e) => run.store_unreachable_at_start(e)?,
     }
 
+    let synced = crate::folder_sync::counts();
     let result = run.serve_keys().await;
+    let (names, fsyncs) = crate::folder_sync::counts();
+    // (what the folder fsyncs shared by pages written at once saved)
+    tracing::debug!(
+        job = job.name,
+        "{} new name(s) made durable by {} folder fsync(s)",
+        names - synced.0,
+        fsyncs - synced.1
+    );
     run.finish(result).await
 }
 
