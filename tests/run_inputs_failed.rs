@@ -160,3 +160,81 @@ fn a_job_not_once_keeps_the_failures_of_its_last_walk_alone() {
     assert_eq!((r.code, up.seen().len()), (0, 3), "{r:?}");
     assert!(failed_map(&d).is_empty(), "{r:?}");
 }
+
+/// With many inputs in flight, the stop for ten refused lets the requests
+/// already charged finish and records each refusal: the units charged are
+/// the requests the upstream got, and the next run sends none of them
+/// again (the stop used to abandon them, charged, and the next run charged
+/// them once more).
+#[test]
+fn the_stop_for_refused_inputs_records_every_request_charged() {
+    let missing: Vec<String> = (0..60).map(|i| format!("K{i}")).collect();
+    let mut args: Vec<&str> = missing.iter().flat_map(|k| ["--missing", k]).collect();
+    args.extend(["--delay", "30ms"]);
+    let up = Standin::start(&args);
+    let d = Deployment::new("");
+    ids(&d, 60);
+    d.write(&yaml(&embedded_store(&d), &up.base(), 32));
+    let used = |d: &Deployment| {
+        d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"]
+            .as_u64()
+            .unwrap()
+    };
+    for run in 1..=2 {
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 1, "{r:?}");
+        assert!(
+            r.stderr
+                .contains("of this run were refused and none answered"),
+            "{r:?}"
+        );
+        let sent = up.seen().len();
+        assert!(
+            sent > 10,
+            "run {run}: more than 10 in flight: {sent}: {r:?}"
+        );
+        assert_eq!(used(&d), sent as u64, "run {run}: charged = sent: {r:?}");
+        assert_eq!(
+            failed_map(&d).len(),
+            sent,
+            "run {run}: each recorded: {r:?}"
+        );
+        let twice: Vec<_> = per_key(&up).into_iter().filter(|(_, n)| *n > 1).collect();
+        assert!(twice.is_empty(), "run {run}: sent twice: {twice:?}: {r:?}");
+    }
+}
+
+/// A key that cannot be put in the request (`..` as a path segment would
+/// move it to another path) fails that input, uncharged and named by its
+/// line; the inputs after it are done (it used to stop the job at that
+/// input on every run).
+#[test]
+fn an_input_whose_request_cannot_be_made_fails_alone() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    std::fs::write(d.path().join("ids.txt"), "k1\n..\nk2\na/../b\nk3\n").unwrap();
+    let yaml = yaml(&embedded_store(&d), &up.base(), 1)
+        .replace("/youtube/v3/videos", "/repos/{key}/issues");
+    assert!(yaml.contains("/repos/{key}/issues"), "{yaml}");
+    d.write(&yaml);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    let keys: Vec<String> = up.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(keys.len(), 3, "{keys:?} {r:?}");
+    assert!(r.stderr.contains("input .. (line 2) failed"), "{r:?}");
+    assert!(r.stderr.contains("input a/../b (line 4) failed"), "{r:?}");
+    let failed = failed_map(&d);
+    assert_eq!(failed.keys().collect::<Vec<_>>(), ["..", "a/../b"]);
+    assert_eq!(failed[".."]["status"], 0);
+    let status = d.quota(&["status"]);
+    assert!(
+        status
+            .stdout
+            .contains("failed: .. (line 2): its request cannot be made"),
+        "{status:?}"
+    );
+    let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
+    assert_eq!(used, 3, "only the requests sent are charged");
+    let r = d.quota(&["run"]);
+    assert_eq!((r.code, up.seen().len()), (0, 3), "{r:?}");
+}

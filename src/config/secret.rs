@@ -144,17 +144,26 @@ impl Masker {
                 continue;
             }
             needles.push(raw.to_vec());
+            // Hex, as an upstream's debug echo or a hash-like field may
+            // write the bytes (either case: letters match in any case).
+            needles.push(
+                raw.iter()
+                    .flat_map(|b| format!("{b:02x}").into_bytes())
+                    .collect(),
+            );
             needles.extend(base64_cores(raw));
         }
         let mut starts = [false; 256];
         for n in &needles {
-            starts[usize::from(n[0])] = true;
+            starts[usize::from(n[0].to_ascii_lowercase())] = true;
+            starts[usize::from(n[0].to_ascii_uppercase())] = true;
             if n[0] == b' ' {
                 starts[usize::from(b'+')] = true;
             }
         }
         starts[usize::from(b'%')] = true;
         starts[usize::from(b'\\')] = true;
+        starts[usize::from(b'&')] = true;
         Self { needles, starts }
     }
 
@@ -239,9 +248,10 @@ fn match_encoded(text: &[u8], needle: &[u8]) -> Option<usize> {
     reached.into_iter().max()
 }
 
-/// How many bytes at the start of `text` may stand for the byte `b`: as is,
-/// and each encoding that fits (at most three readings: a `%` as is, as
-/// `%25`, as `%2525`).
+/// How many bytes at the start of `text` may stand for the byte `b`: as is
+/// (an ASCII letter in either case: an upstream may lower-case what it
+/// echoes), and each encoding that fits (at most three readings: a `%` as
+/// is, as `%25`, as `%2525`; an `&` as is or as an HTML entity).
 fn match_byte(text: &[u8], b: u8) -> [Option<usize>; 3] {
     let hex = |t: &[u8]| -> Option<u8> {
         let h = std::str::from_utf8(t.get(..2)?).ok()?;
@@ -250,8 +260,9 @@ fn match_byte(text: &[u8], b: u8) -> [Option<usize>; 3] {
     let Some(&first) = text.first() else {
         return [None; 3];
     };
-    let as_is = (first == b).then_some(1);
+    let as_is = first.eq_ignore_ascii_case(&b).then_some(1);
     match first {
+        b'&' => [as_is, html_entity(text, b), None],
         b'+' if b == b' ' => [Some(1), None, None],
         b'%' => [
             as_is,
@@ -275,6 +286,32 @@ fn match_byte(text: &[u8], b: u8) -> [Option<usize>; 3] {
         }
         _ => [as_is, None, None],
     }
+}
+
+/// The length of the HTML character reference at the start of `text` that
+/// stands for the byte `b` (`&amp;`, `&#38;`, `&#x26;`: how an HTML error
+/// page echoes the URL it was asked for), if it is one.
+fn html_entity(text: &[u8], b: u8) -> Option<usize> {
+    let end = text.iter().take(12).position(|&c| c == b';')?;
+    let name = std::str::from_utf8(&text[1..end]).ok()?;
+    let value = match name.as_bytes() {
+        [b'#', b'x' | b'X', hex @ ..] => {
+            u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()
+        }
+        [b'#', dec @ ..] => std::str::from_utf8(dec).ok()?.parse::<u8>().ok(),
+        _ => match name {
+            "amp" => Some(b'&'),
+            "lt" => Some(b'<'),
+            "gt" => Some(b'>'),
+            "quot" => Some(b'"'),
+            "apos" => Some(b'\''),
+            "sol" => Some(b'/'),
+            "equals" => Some(b'='),
+            "plus" => Some(b'+'),
+            _ => None,
+        },
+    };
+    (value == Some(b) && b.is_ascii()).then_some(end + 1)
 }
 
 /// The runs of base64 characters that only `raw` decides, whatever comes
@@ -384,6 +421,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn hex_html_entities_and_a_lower_cased_echo_are_masked() {
+        let key = "S3cr+t/K=y&Z9 w~xQ";
+        let s = Secret::new(key.into());
+        let hex: String = key.bytes().map(|b| format!("{b:02x}")).collect();
+        let once: String = key.bytes().map(|b| format!("%{b:02X}")).collect();
+        for text in [
+            format!("k={hex};"),
+            format!("k={};", hex.to_uppercase()),
+            "k=S3cr+t/K=y&amp;Z9 w~xQ;".to_string(),
+            "k=S3cr+t&#x2F;K&#61;y&#38;Z9 w~xQ;".to_string(),
+            format!("k={};", once.to_lowercase()),
+            format!("k={};", key.to_lowercase()),
+        ] {
+            assert_eq!(redact(&text, &[&s]), "k=***;", "{text}");
+        }
+        assert_eq!(redact("a &amp; b", &[&s]), "a &amp; b");
     }
 
     #[test]

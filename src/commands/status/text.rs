@@ -308,11 +308,15 @@ fn inputs_lines(out: &mut String, p: &InputsProgress, now: Micros) {
     };
     out.push_str(&format!("    {pace}\n"));
     for f in &p.failures {
+        // (status 0: its request could not be made, so it was not sent)
+        let status = match f.status {
+            0 => String::new(),
+            s => format!("{s} "),
+        };
         out.push_str(&format!(
-            "    failed: {} (line {}): {} {}\n",
+            "    failed: {} (line {}): {status}{}\n",
             printable(&f.key),
             f.line,
-            f.status,
             printable(&f.excerpt)
         ));
     }

@@ -59,6 +59,58 @@ impl JobRun<'_> {
         status: u16,
         excerpt: &str,
     ) -> Result<()> {
+        let inputs = self.record_input_failed(at, why, status, excerpt).await;
+        let (n, answered) = {
+            let mut feed = self.feed.borrow_mut();
+            let feed = feed.as_mut().expect("a job of inputs has its feed");
+            feed.failed += 1;
+            (feed.failed, feed.answered)
+        };
+        if answered || n < INPUTS_REFUSED {
+            return Ok(());
+        }
+        // (a batch counts once: the first requests all refused)
+        let what = if inputs > 1 {
+            "batches of inputs"
+        } else {
+            "inputs"
+        };
+        let error = Error::Upstream {
+            job: self.job.name.clone(),
+            url: describe_position(at.key, at.step, 0),
+            problem: format!(
+                "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
+                 (check the file and the key); they are recorded as failed: `quota reset {} --failed --yes` \
+                 has the next run do them again",
+                self.job.name
+            ),
+        };
+        // Not at once: the requests in flight were charged, and their
+        // answers are recorded too (else the next run charges them again).
+        let mut feed = self.feed.borrow_mut();
+        let feed = feed.as_mut().expect("a job of inputs has its feed");
+        feed.stopping.get_or_insert(error);
+        Ok(())
+    }
+
+    /// An input whose request cannot be made from its key or fields (a
+    /// key `..` in a URL's path would move the request elsewhere):
+    /// recorded as failed (status 0: not sent) and over, uncharged; the
+    /// others go on (a key the file holds must not wedge the list).
+    pub(super) async fn input_unsendable(&self, at: &Position<'_>, why: &str) {
+        let why = format!("its request cannot be made ({why}), not sent");
+        self.record_input_failed(at, &why, 0, &why).await;
+    }
+
+    /// Record the input at `at` (or its batch) as failed and over, logged
+    /// and counted: how many inputs that was.
+    async fn record_input_failed(
+        &self,
+        at: &Position<'_>,
+        why: &str,
+        status: u16,
+        excerpt: &str,
+    ) -> usize {
         let job = self.job;
         // A batch of inputs refused: each of its inputs failed, with the
         // batch's status and excerpt (which of them the upstream minded,
@@ -95,31 +147,21 @@ impl JobRun<'_> {
         );
         self.report.borrow_mut().failed_inputs += inputs.len() as u64;
         self.save(at.slot, Slot::Done).await;
-        let (n, answered) = {
-            let mut feed = self.feed.borrow_mut();
-            let feed = feed.as_mut().expect("a job of inputs has its feed");
-            feed.failed += 1;
-            (feed.failed, feed.answered)
-        };
-        if answered || n < INPUTS_REFUSED {
-            return Ok(());
-        }
-        // (a batch counts once: the first requests all refused)
-        let what = if inputs.len() > 1 {
-            "batches of inputs"
-        } else {
-            "inputs"
-        };
-        Err(Error::Upstream {
-            job: job.name.clone(),
-            url: describe_position(at.key, at.step, 0),
-            problem: format!(
-                "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
-                 (check the file and the key); they are recorded as failed: `quota reset {} --failed --yes` \
-                 has the next run do them again",
-                job.name
-            ),
-        })
+        inputs.len()
+    }
+
+    /// The job stops for its inputs refused ([`JobRun::input_failed`]).
+    pub(super) fn inputs_refused(&self) -> bool {
+        self.feed
+            .borrow()
+            .as_ref()
+            .is_some_and(|f| f.stopping.is_some())
+    }
+
+    /// The error the job stops with for its inputs refused, once the
+    /// requests in flight are over.
+    pub(super) fn take_inputs_refused(&self) -> Option<Error> {
+        self.feed.borrow_mut().as_mut()?.stopping.take()
     }
 
     /// Record each of `inputs` (key, line, offset) as failed in the store;

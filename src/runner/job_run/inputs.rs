@@ -63,6 +63,10 @@ pub(super) struct Feed {
     /// none answered stops the job.
     pub(super) failed: u32,
     pub(super) answered: bool,
+    /// The job stops for the inputs refused: no request is charged after
+    /// it, those in flight finish (each refusal recorded), then the run
+    /// ends with this error.
+    pub(super) stopping: Option<crate::Error>,
 }
 
 impl Feed {
@@ -219,6 +223,7 @@ impl JobRun<'_> {
             retrying: false,
             failed: 0,
             answered: false,
+            stopping: None,
         });
         let mut round = Round::of_inputs(run, at, job.once);
         if restamped {

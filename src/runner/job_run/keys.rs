@@ -62,13 +62,17 @@ impl JobRun<'_> {
         let mut next = 0;
         let mut running = FuturesUnordered::new();
         loop {
-            while running.len() < self.job.concurrency && !self.stopping() {
+            while running.len() < self.job.concurrency && !self.stopping() && !self.inputs_refused()
+            {
                 let Some((slots, start)) = self.next_to_serve(&mut next, inputs).await? else {
                     break;
                 };
                 running.push(self.serve_key(slots, start, run));
             }
             let Some(walked) = running.next().await else {
+                if let Some(e) = self.take_inputs_refused() {
+                    return Err(e);
+                }
                 if inputs && !self.stopping() {
                     self.keep_retried(true).await;
                     self.inputs_walked().await;

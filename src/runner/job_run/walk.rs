@@ -10,11 +10,11 @@ use tracing::{error, warn};
 use super::request::{Fetched, Written};
 use super::round::Slot;
 use super::{JobRun, PageAnswer, Position, Walk, Walker, describe_position, fan_out};
-use crate::Result;
 use crate::config::{Fill, PageKind, Step, redact};
 use crate::runner::cursor::Place;
 use crate::runner::output::PageName;
 use crate::runner::paginate::{self, Next};
+use crate::{Error, Result};
 
 impl JobRun<'_> {
     /// Whether a walk can start at `page` with the cursor's `token`: one
@@ -188,7 +188,15 @@ impl JobRun<'_> {
         at: &Position<'_>,
         page: u32,
     ) -> Result<Option<Next>> {
-        let mut url = paginate::page_url(step, fill, token)?;
+        let mut url = match paginate::page_url(step, fill, token) {
+            Ok(url) => url,
+            // (the file's templates were checked: an input's values made it)
+            Err(Error::Http { message, .. }) if token.is_none() && self.feed.borrow().is_some() => {
+                self.input_unsendable(at, &message).await;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
         if let Some((param, value)) = self.since(step, at.key, at.step) {
             with_param(&mut url, &param, &value);
         }
