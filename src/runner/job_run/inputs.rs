@@ -397,7 +397,8 @@ impl JobRun<'_> {
             _ => None,
         };
         // (a page of a one-request last step is the whole result)
-        let written = recent.is_some_and(|runs| self.page_on_disk(key, &runs));
+        let written = recent
+            .is_some_and(|runs| self.page_on_disk(key, &runs) || self.rows_of_runs(key, &runs));
         if feed.on_disk.remove(key) || written {
             if feed.first.as_ref().is_some_and(|(first, _)| first == key) {
                 feed.first = None;
