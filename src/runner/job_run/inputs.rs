@@ -504,7 +504,16 @@ impl JobRun<'_> {
     /// a once-job stays at the end, where lines appended later are read.
     pub(super) async fn inputs_walked(&self) {
         let ended = self.feed.borrow().as_ref().is_some_and(|f| f.ended);
-        if !ended || self.job.once || self.round.borrow().window_len() > 0 {
+        if !ended || self.round.borrow().window_len() > 0 {
+            return;
+        }
+        if self.job.once {
+            // Lines read after the last input served (blank or skipped
+            // ones, or a file of nothing else) moved the place and the
+            // count of skipped without a save: saved now, so that the
+            // next run starts after them and the count says them.
+            let version = self.round.borrow().version();
+            self.write_cursor(version).await;
             return;
         }
         let walk = {
