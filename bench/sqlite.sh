@@ -15,8 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIONS=${REGIONS:-20} PAGES=${PAGES:-50} REPS=${REPS:-3} PROFILE=${PROFILE:-release}
 ITEMS=50
-if [ "$PROFILE" = release ]; then cargo build --release --quiet --bins; else cargo build --quiet --bins; fi
-quota=$PWD/target/$PROFILE/quota
+# (QUOTA=/path/to/quota: that build instead, nothing built)
+if [ -z "${QUOTA:-}" ]; then
+    if [ "$PROFILE" = release ]; then cargo build --release --quiet --bins; else cargo build --quiet --bins; fi
+fi
+quota=${QUOTA:-$PWD/target/$PROFILE/quota}
 standin=$PWD/target/$PROFILE/quota-standin
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-sqlite.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items $ITEMS \

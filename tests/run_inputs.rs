@@ -166,6 +166,33 @@ fn invalid_records_are_skipped_uncharged_and_named_by_file_and_line() {
 }
 
 #[test]
+fn blank_lines_are_skipped_and_counted_wherever_they_are() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    // Only blank lines: each skipped and counted, the next run after them.
+    write(&d, "ids.txt", "\n  \n\n");
+    d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 2));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("inputs done 0, 3 skipped"), "{r:?}");
+    assert!(
+        r.stderr.contains("next run starts at line 4 of its inputs"),
+        "{r:?}"
+    );
+    // Lines appended, blanks before, between and after keys: the same.
+    write(&d, "ids.txt", "\n  \n\n\nK0\n\nK1\n\n");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("inputs done 2, 6 skipped"), "{r:?}");
+    assert!(
+        r.stderr.contains("next run starts at line 9 of its inputs"),
+        "{r:?}"
+    );
+    assert_eq!(per_key(&up), once_each(&keys(0..2)), "{r:?}");
+}
+
+#[test]
 fn a_kill_9_redoes_at_most_concurrency_inputs_and_skips_none() {
     for redis in [None, Some(RedisServer::start())] {
         let slow = Standin::start(&["--delay", "150ms"]);

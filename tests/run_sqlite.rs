@@ -10,6 +10,7 @@ use crate::common::deployment::{
     Deployment, WIDE, embedded_store, kill, main_units, spawn, videos_list,
 };
 use crate::common::inputs::{keys, once_each, per_key, write};
+use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
 use crate::common::yaml::{Job, Step};
@@ -280,26 +281,85 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
 
 /// A once-job of inputs whose rows (no page files) are in the table, run
 /// against a new store: no input with rows is fetched again.
+/// A once-job over `ids.txt`, `concurrency` inputs at once, one row an
+/// input in table `results` of `out/rows.db`, no page files.
+fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
+    main_units(store, WIDE)
+        .endpoint("videos.list", "{ units: 1 }")
+        .job(
+            Job::new("list", "main")
+                .set("inputs", "{ file: ids.txt }")
+                .set("once", "true")
+                .set("concurrency", &concurrency.to_string())
+                .step(
+                    Step::new("videos.list")
+                        .url(&format!("{base}/youtube/v3/videos"))
+                        .query(r#"{ part: snippet, regionCode: "{key}", maxResults: 1, key: "{secret}" }"#),
+                )
+                .output("{ sqlite: { path: out/rows.db, table: results } }"),
+        )
+        .render()
+}
+
+/// The inputs with a row in `results` (none before the table is made).
+fn inputs_with_rows(d: &Deployment) -> BTreeMap<String, usize> {
+    let Ok(c) = Connection::open(d.path().join("out/rows.db")) else {
+        return BTreeMap::new();
+    };
+    let Ok(mut stmt) = c.prepare("SELECT input, count(*) FROM results GROUP BY input") else {
+        return BTreeMap::new();
+    };
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as usize)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_kill_9_of_a_rows_only_once_job_fetches_no_input_with_rows_again() {
+    let redis = RedisServer::start();
+    // K6 answers in 3 s, the others at once.
+    let slow = Standin::start(&["--slow", "=K6&=3s"]);
+    let d = Deployment::new("");
+    let all = keys(0..30);
+    write(&d, "ids.txt", &(all.join("\n") + "\n"));
+    d.write(&rows_only(&redis.url(), &slow.base(), 4));
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(Duration::from_secs(30), "K6 was never asked for", || {
+        slow.seen().iter().any(|s| s.region == "K6")
+    });
+    // The store stops answering while K6 is in flight: its rows are
+    // committed, the cursor's save after them waits; then the kill.
+    kill("-STOP", redis.pid());
+    wait_until(Duration::from_secs(30), "K6's row never written", || {
+        inputs_with_rows(&d).contains_key("K6")
+    });
+    kill("-KILL", victim.id());
+    victim.wait().unwrap();
+    kill("-CONT", redis.pid());
+    let written = inputs_with_rows(&d);
+    let first = per_key(&slow);
+
+    let up = Standin::start(&[]);
+    d.write(&rows_only(&redis.url(), &up.base(), 4));
+    let r = d.run_after_killed_lock();
+    assert_eq!(r.code, 0, "{r:?}");
+    let second = per_key(&up);
+    let again: Vec<&String> = second.keys().filter(|k| written.contains_key(*k)).collect();
+    assert!(
+        again.is_empty(),
+        "fetched again though it has rows: {again:?}: {r:?}"
+    );
+    let redone = second.keys().filter(|k| first.contains_key(*k)).count();
+    assert!(redone <= 4, "{redone} redone: {first:?} {second:?}");
+    assert_eq!(inputs_with_rows(&d), once_each(&all), "{r:?}");
+}
+
 #[test]
 fn a_new_store_fetches_no_input_that_has_rows() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
-    let job = |store: &str| {
-        main_units(store, WIDE)
-            .endpoint("videos.list", "{ units: 1 }")
-            .job(
-                Job::new("list", "main")
-                    .set("inputs", "{ file: ids.txt }")
-                    .set("once", "true")
-                    .step(
-                        Step::new("videos.list")
-                            .url(&format!("{}/youtube/v3/videos", up.base()))
-                            .query(r#"{ part: snippet, regionCode: "{key}", maxResults: 1, key: "{secret}" }"#),
-                    )
-                    .output("{ sqlite: { path: out/rows.db, table: results } }"),
-            )
-            .render()
-    };
+    let job = |store: &str| rows_only(store, &up.base(), 1);
     write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
     d.write(&job(&embedded_store(&d)));
     assert_eq!(d.quota(&["run"]).code, 0);

@@ -122,24 +122,66 @@ pub fn check(
     tail: &Tail,
     records: &mut impl Iterator<Item = Seen>,
 ) -> Result<(), Changed> {
-    let mut next_line = 1;
-    for chunk in chunks {
-        let got = take(records, CHUNK);
-        let hashes: Vec<u64> = got.iter().map(|s| s.hash).collect();
-        if got.len() == CHUNK && combine(&hashes) == chunk.hash && got[CHUNK - 1].end == chunk.end {
-            next_line = got[CHUNK - 1].line + 1;
-            continue;
+    let mut checker = Checker::default();
+    checker.chunks(chunks, records)?;
+    checker.tail(tail, records)
+}
+
+/// [`check`] a few chunks at a time, so that the chunks of a long done
+/// part are never all in memory: the chunks in order, each batch against
+/// the records that follow the last one's, then the tail.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// The line after the last record checked (a change found further
+    /// on may be a missing record: this line).
+    next_line: u64,
+}
+
+impl Checker {
+    /// The next `chunks` of the done part against the next records.
+    pub fn chunks(
+        &mut self,
+        chunks: &[Chunk],
+        records: &mut impl Iterator<Item = Seen>,
+    ) -> Result<(), Changed> {
+        for chunk in chunks {
+            let got = take(records, CHUNK);
+            let hashes: Vec<u64> = got.iter().map(|s| s.hash).collect();
+            if got.len() == CHUNK
+                && combine(&hashes) == chunk.hash
+                && got[CHUNK - 1].end == chunk.end
+            {
+                self.next_line = got[CHUNK - 1].line + 1;
+                continue;
+            }
+            return Err(first_change(
+                &got,
+                &chunk.each,
+                self.next_line.max(1).max(chunk.line),
+            ));
         }
-        return Err(first_change(&got, &chunk.each, next_line.max(chunk.line)));
-    }
-    let got = take(records, tail.len());
-    let matches = got.len() == tail.len()
-        && got.iter().zip(&tail.hashes).all(|(s, h)| s.hash == *h)
-        && got.last().is_none_or(|s| s.end == tail.end);
-    if matches {
         Ok(())
-    } else {
-        Err(first_change(&got, &each_of(&tail.hashes), next_line))
+    }
+
+    /// The tail, after every chunk, against the records that follow.
+    pub fn tail(
+        self,
+        tail: &Tail,
+        records: &mut impl Iterator<Item = Seen>,
+    ) -> Result<(), Changed> {
+        let got = take(records, tail.len());
+        let matches = got.len() == tail.len()
+            && got.iter().zip(&tail.hashes).all(|(s, h)| s.hash == *h)
+            && got.last().is_none_or(|s| s.end == tail.end);
+        if matches {
+            Ok(())
+        } else {
+            Err(first_change(
+                &got,
+                &each_of(&tail.hashes),
+                self.next_line.max(1),
+            ))
+        }
     }
 }
 

@@ -220,6 +220,15 @@ pub trait Ledger: Send + Sync {
         map: &str,
     ) -> impl Future<Output = Result<Vec<(String, String)>, StoreError>> + Send;
 
+    /// The values of `fields` of `map`, in their order (`None`: a field
+    /// the map does not hold): a part of a long map, read without the
+    /// rest.
+    fn map_get(
+        &self,
+        map: &str,
+        fields: &[String],
+    ) -> impl Future<Output = Result<Vec<Option<String>>, StoreError>> + Send;
+
     /// Forget `map` entirely.
     fn map_forget(&self, map: &str) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

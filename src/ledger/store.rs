@@ -240,6 +240,14 @@ impl Ledger for Store {
         each!(self, l => l.map_read(map))
     }
 
+    async fn map_get(
+        &self,
+        map: &str,
+        fields: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        each!(self, l => l.map_get(map, fields))
+    }
+
     async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
         each!(self, l => l.map_forget(map))
     }

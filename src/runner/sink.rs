@@ -14,7 +14,9 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use serde_json::Value;
 
 use crate::config::{SqliteOutput, pointer_parts};
@@ -67,33 +69,146 @@ pub struct Sink {
     conn: Connection,
     spec: SqliteOutput,
     job: String,
+    /// A once-job of inputs: `TABLE_runs` says which run wrote each
+    /// input's rows, as a page file's name does.
+    runs: bool,
+    sql: Sql,
+}
+
+/// The statements a page's rows take, made once (each is prepared once
+/// too, cached by the connection).
+struct Sql {
+    upsert: String,
+    runs: String,
+    /// The index: an entry's key and fields, its removal, its insertion.
+    entry: String,
+    remove: String,
+    insert: String,
+}
+
+impl Sql {
+    fn of(spec: &SqliteOutput) -> Self {
+        let (t, s) = (&spec.table, spec.search_table());
+        let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+        let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
+        Self {
+            upsert: format!(
+                "INSERT INTO \"{t}\" (key, job, input, fetched_at, item) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
+                 fetched_at = excluded.fetched_at, item = excluded.item"
+            ),
+            runs: format!(
+                "INSERT INTO \"{t}_runs\" (job, input, run) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(job, input) DO UPDATE SET run = excluded.run"
+            ),
+            entry: format!(
+                "SELECT key, {} FROM \"{s}\" WHERE rowid = ?1",
+                if cols.is_empty() {
+                    "NULL".to_string()
+                } else {
+                    cols.join(", ")
+                }
+            ),
+            remove: format!("DELETE FROM \"{s}\" WHERE rowid = ?1"),
+            insert: format!(
+                "INSERT INTO \"{s}\" (rowid, key, {}) VALUES (?1, ?2, {})",
+                cols.join(", "),
+                marks.join(", ")
+            ),
+        }
+    }
+}
+
+/// A row's entry in the full-text index: its rowid (the key's hash), key
+/// and the text of each field.
+#[derive(PartialEq, Eq)]
+struct Entry {
+    id: i64,
+    key: String,
+    texts: Vec<Option<String>>,
+}
+
+impl Entry {
+    fn of(spec: &SqliteOutput, key: String, item: &Value) -> Self {
+        Self {
+            id: index_id(&key),
+            texts: spec
+                .search
+                .iter()
+                .map(|(_, p)| item.pointer(p).and_then(text_of))
+                .collect(),
+            key,
+        }
+    }
 }
 
 impl Sink {
-    /// Open (or create) the database, its table and index, refusing a
+    /// Open (or create) the database, its table and index (and, `runs`,
+    /// the table of the run that wrote each input's rows), refusing a
     /// table of another shape.
-    pub fn open(spec: &SqliteOutput, job: &str) -> Result<Self, SinkError> {
+    pub fn open(spec: &SqliteOutput, job: &str, runs: bool) -> Result<Self, SinkError> {
         if let Some(dir) = spec.path.parent() {
             std::fs::create_dir_all(dir).map_err(SinkError::Io)?;
         }
         let mut conn = connect(&spec.path, OpenFlags::default())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         shape(&tx, spec, true)?;
+        if runs {
+            runs_shape(&tx, spec)?;
+        }
         tx.commit()?;
         Ok(Self {
             conn,
             spec: spec.clone(),
             job: job.to_string(),
+            runs,
+            sql: Sql::of(spec),
         })
     }
 
+    /// The highest run that wrote rows of this job's inputs (0: none): a
+    /// run is numbered after it, as after the pages in a folder.
+    pub fn highest_run(&self) -> rusqlite::Result<u64> {
+        if !self.runs {
+            return Ok(0);
+        }
+        let t = format!("{}_runs", self.spec.table);
+        self.conn.query_row(
+            &format!("SELECT coalesce(max(run), 0) FROM \"{t}\" WHERE job = ?1"),
+            [&self.job],
+            |r| r.get::<_, i64>(0).map(|n| n.max(0) as u64),
+        )
+    }
+
+    /// Whether one of `runs` wrote `input`'s rows: an input a run killed
+    /// before its cursor's save had done.
+    pub fn rows_of_runs(
+        &self,
+        input: &str,
+        runs: &std::ops::RangeInclusive<u64>,
+    ) -> rusqlite::Result<bool> {
+        if !self.runs {
+            return Ok(false);
+        }
+        let t = format!("{}_runs", self.spec.table);
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT run FROM \"{t}\" WHERE job = ?1 AND input = ?2"
+        ))?;
+        let run: Option<i64> = stmt
+            .query_row(params![self.job, input], |r| r.get(0))
+            .optional()?;
+        Ok(run.is_some_and(|r| r >= 0 && runs.contains(&(r as u64))))
+    }
+
     /// Upsert one page's rows (`input`: the key of the input or region it
-    /// was fetched for) in one transaction, committed when this returns.
+    /// was fetched for; `run`: the run writing them) in one transaction,
+    /// committed when this returns.
     pub fn write_page(
         &mut self,
         input: &str,
         page: &[u8],
         fetched_at: &str,
+        run: u64,
     ) -> rusqlite::Result<PageRows> {
         let Ok(page) = serde_json::from_slice::<Value>(page) else {
             return Ok(PageRows {
@@ -102,30 +217,30 @@ impl Sink {
             });
         };
         let mut found = PageRows::default();
-        let (spec, job) = (&self.spec, &self.job);
+        let (spec, job, sql) = (&self.spec, &self.job, &self.sql);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut entries = Vec::new();
         {
-            let t = &spec.table;
-            let mut upsert = tx.prepare_cached(&format!(
-                "INSERT INTO \"{t}\" (key, job, input, fetched_at, item) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
-                 fetched_at = excluded.fetched_at, item = excluded.item"
-            ))?;
+            let mut upsert = tx.prepare_cached(&sql.upsert)?;
             for item in items(&page, &spec.items) {
                 let Some(key) = row_key(item, &spec.key, input) else {
                     found.without_key += 1;
                     continue;
                 };
-                let text = item.to_string();
-                upsert.execute(params![key, job, input, fetched_at, text])?;
+                upsert.execute(params![key, job, input, fetched_at, item.to_string()])?;
                 if !spec.search.is_empty() {
-                    index_row(&tx, spec, &key, item)?;
+                    entries.push(Entry::of(spec, key, item));
                 }
                 found.rows += 1;
             }
+            if self.runs {
+                tx.prepare_cached(&sql.runs)?
+                    .execute(params![job, input, run as i64])?;
+            }
         }
+        index(&tx, sql, entries)?;
         tx.commit()?;
         Ok(found)
     }
@@ -211,6 +326,25 @@ fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), Sink
     search_shape(tx, spec, create)
 }
 
+/// `TABLE_runs`, made if missing: the run that last wrote each input's
+/// rows, refused if of another shape.
+fn runs_shape(tx: &Transaction, spec: &SqliteOutput) -> Result<(), SinkError> {
+    let t = format!("{}_runs", spec.table);
+    let have: Vec<String> = columns(tx, &t)?.into_iter().map(|(n, _)| n).collect();
+    if have.is_empty() {
+        tx.execute_batch(&format!(
+            "CREATE TABLE \"{t}\" (job TEXT NOT NULL, input TEXT NOT NULL, run INTEGER NOT NULL, \
+             PRIMARY KEY (job, input)) WITHOUT ROWID;"
+        ))?;
+    } else if have != ["job", "input", "run"] {
+        return Err(SinkError::Shape(format!(
+            "table '{t}' exists with columns ({}), not (job, input, run), which keeps the run that wrote each input's rows: name another table",
+            have.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// The full-text index: made (and filled from the rows there) if missing,
 /// refused if its columns are not the fields `search` names, or if it
 /// exists while `search` names none (it would fall out of step).
@@ -257,46 +391,57 @@ fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Result<()> {
     let rows: Vec<(String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    for (key, item) in rows {
-        let item: Value = serde_json::from_str(&item).unwrap_or(Value::Null);
-        index_row(tx, spec, &key, &item)?;
-    }
-    Ok(())
+    let entries = rows
+        .into_iter()
+        .map(|(key, item)| {
+            let item: Value = serde_json::from_str(&item).unwrap_or(Value::Null);
+            Entry::of(spec, key, &item)
+        })
+        .collect();
+    index(tx, &Sql::of(spec), entries)
 }
 
-/// Replace the row's entry in the full-text index.
-fn index_row(
-    tx: &Transaction,
-    spec: &SqliteOutput,
-    key: &str,
-    item: &Value,
-) -> rusqlite::Result<()> {
-    let s = spec.search_table();
-    let id = index_id(key);
-    tx.prepare_cached(&format!("DELETE FROM \"{s}\" WHERE rowid = ?1"))?
-        .execute([id])?;
-    let marks: Vec<String> = (0..spec.search.len())
-        .map(|i| format!("?{}", i + 3))
-        .collect();
-    let mut insert = tx.prepare_cached(&format!(
-        "INSERT INTO \"{s}\" (rowid, key, {}) VALUES (?1, ?2, {})",
-        spec.search
-            .iter()
-            .map(|(c, _)| c.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
-        marks.join(", ")
-    ))?;
-    let texts: Vec<Option<String>> = spec
-        .search
-        .iter()
-        .map(|(_, p)| item.pointer(p).and_then(text_of))
-        .collect();
-    let mut values: Vec<&dyn rusqlite::ToSql> = vec![&id, &key];
-    for t in &texts {
-        values.push(t);
+/// Put the rows' entries in the full-text index, each replacing the one
+/// its key had, in the order of their rowids: FTS5 writes out the terms
+/// it holds whenever a rowid comes lower than the last one, so in that
+/// order a page's entries are written out once, at the commit, not one
+/// by one (a hash's rowids come in no order). An entry whose key and
+/// fields are the index's already is left as it is (a row fetched again
+/// unchanged): FTS5's delete reads the old entry's text to take out its
+/// terms, and the insert adds them back.
+fn index(tx: &Transaction, sql: &Sql, mut entries: Vec<Entry>) -> rusqlite::Result<()> {
+    if entries.is_empty() {
+        return Ok(());
     }
-    insert.execute(values.as_slice())?;
+    // (stable: a key twice in a page keeps its last entry)
+    entries.sort_by_key(|e| e.id);
+    let mut kept = tx.prepare_cached(&sql.entry)?;
+    let mut remove = tx.prepare_cached(&sql.remove)?;
+    let mut insert = tx.prepare_cached(&sql.insert)?;
+    let n = entries[0].texts.len();
+    for e in entries {
+        let old = kept
+            .query_row([e.id], |r| {
+                Ok(Entry {
+                    id: e.id,
+                    key: r.get(0)?,
+                    texts: (1..=n).map(|i| r.get(i)).collect::<rusqlite::Result<_>>()?,
+                })
+            })
+            .optional()?;
+        match old {
+            Some(old) if old == e => continue,
+            Some(_) => {
+                remove.execute([e.id])?;
+            }
+            None => {}
+        }
+        let mut values: Vec<&dyn rusqlite::ToSql> = vec![&e.id, &e.key];
+        for t in &e.texts {
+            values.push(t);
+        }
+        insert.execute(values.as_slice())?;
+    }
     Ok(())
 }
 

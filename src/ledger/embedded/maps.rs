@@ -48,6 +48,22 @@ pub(super) fn read(tx: &Transaction, map: &str) -> Result<Vec<(String, String)>,
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
+pub(super) fn get(
+    tx: &Transaction,
+    map: &str,
+    fields: &[String],
+) -> Result<Vec<Option<String>>, StoreError> {
+    let mut get = tx.prepare_cached("SELECT value FROM job_map WHERE map = ?1 AND field = ?2")?;
+    let mut values = Vec::with_capacity(fields.len());
+    for field in fields {
+        values.push(
+            get.query_row(params![map, field], |r| r.get(0))
+                .optional()?,
+        );
+    }
+    Ok(values)
+}
+
 pub(super) fn forget(tx: &Transaction, map: &str) -> Result<(), StoreError> {
     tx.execute("DELETE FROM job_map WHERE map = ?1", [map])?;
     Ok(())

@@ -423,6 +423,18 @@ impl Ledger for EmbeddedLedger {
         .await
     }
 
+    async fn map_get(
+        &self,
+        map: &str,
+        fields: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        let (map, fields) = (map.to_string(), fields.to_vec());
+        self.transaction_with(TransactionBehavior::Deferred, move |tx| {
+            maps::get(tx, &map, &fields)
+        })
+        .await
+    }
+
     async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
         let map = map.to_string();
         self.transaction(move |tx| maps::forget(tx, &map)).await

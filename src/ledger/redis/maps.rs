@@ -128,6 +128,27 @@ impl RedisLedger {
         Ok(all)
     }
 
+    pub(super) async fn maps_get(
+        &self,
+        map: &str,
+        fields: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        if fields.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for field in fields {
+            pipe.cmd("HGET")
+                .arg(map_bucket_key(map, map_bucket(field)))
+                .arg(field);
+        }
+        let pipe = &pipe;
+        self.retrying("read a job's map", |mut c| async move {
+            pipe.query_async(&mut c).await
+        })
+        .await
+    }
+
     pub(super) async fn maps_forget(&self, map: &str) -> Result<(), StoreError> {
         let buckets = self.buckets(map).await?;
         let mut keys: Vec<String> = buckets.iter().map(|b| map_bucket_key(map, *b)).collect();

@@ -301,6 +301,14 @@ impl Ledger for RedisLedger {
         self.maps_read(map).await
     }
 
+    async fn map_get(
+        &self,
+        map: &str,
+        fields: &[String],
+    ) -> Result<Vec<Option<String>>, StoreError> {
+        self.maps_get(map, fields).await
+    }
+
     async fn map_forget(&self, map: &str) -> Result<(), StoreError> {
         self.maps_forget(map).await
     }

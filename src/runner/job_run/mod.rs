@@ -313,10 +313,14 @@ impl<'a> JobRun<'a> {
         let mut cursor = self.load_cursor().await?;
         self.load_kept().await;
         self.load_lists(&mut cursor).await?;
+        if let Some(spec) = &job.sqlite {
+            self.open_sink(spec).await?;
+        }
         let highest_run = match &job.output {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
-        };
+        }
+        .max(self.highest_run_of_rows()?);
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
         let Some(run_number) = cursor.run.max(highest_run).checked_add(1) else {
@@ -329,10 +333,6 @@ impl<'a> JobRun<'a> {
                 )),
             });
         };
-        if let Some(spec) = &job.sqlite {
-            self.open_sink(spec).await?;
-        }
-
         let round = match &job.inputs {
             Some(inputs) => {
                 self.inputs_round(inputs, &cursor, run_number, highest_run)

@@ -237,6 +237,7 @@ impl JobRun<'_> {
                     s,
                     key.to_string(),
                     rfc3339(chrono::Utc::now().timestamp_micros()),
+                    self.feed.borrow().as_ref().map_or(0, |f| f.run),
                 )
             });
         let to = PageTo {
@@ -308,7 +309,7 @@ struct PageTo {
     job: String,
     file: String,
     mode: u32,
-    sink: Option<(SharedSink, String, String)>,
+    sink: Option<(SharedSink, String, String, u64)>,
 }
 
 type SharedSink = std::sync::Arc<std::sync::Mutex<crate::runner::sink::Sink>>;
@@ -344,9 +345,9 @@ fn write_blocking(
     // The rows after the page file: committed before the cursor
     // moves past the page, as the file is.
     let rows = match (&written, to.sink) {
-        (Ok(_), Some((sink, key, at))) => {
+        (Ok(_), Some((sink, key, at, run))) => {
             let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-            Some(sink.write_page(&key, bytes, &at))
+            Some(sink.write_page(&key, bytes, &at, run))
         }
         _ => None,
     };

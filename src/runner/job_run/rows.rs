@@ -12,7 +12,9 @@ impl JobRun<'_> {
     /// table of another shape is the configuration's error (78).
     pub(super) async fn open_sink(&mut self, spec: &crate::config::SqliteOutput) -> Result<()> {
         let (spec, name) = (spec.clone(), self.job.name.clone());
-        let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name))
+        // (a once-job of inputs keeps which run wrote each input's rows)
+        let runs = self.job.once && self.job.inputs.is_some();
+        let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name, runs))
             .await
             .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
         let sink = opened.map_err(|e| self.sink_error(e))?;
@@ -32,6 +34,34 @@ impl JobRun<'_> {
                 "the inputs with rows could not be read: {e}"
             );
             Default::default()
+        })
+    }
+
+    /// The highest run that wrote rows of this job's inputs (0: none, or
+    /// no table).
+    pub(super) fn highest_run_of_rows(&self) -> Result<u64> {
+        let Some(sink) = &self.sink else {
+            return Ok(0);
+        };
+        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        sink.highest_run()
+            .map_err(|e| self.sink_error(SinkError::Db(e)))
+    }
+
+    /// Whether one of `runs` wrote rows of input `key` (see
+    /// [`Sink::rows_of_runs`]); a database that cannot say: not.
+    pub(super) fn rows_of_runs(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
+        let Some(sink) = &self.sink else {
+            return false;
+        };
+        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        sink.rows_of_runs(key, runs).unwrap_or_else(|e| {
+            warn!(
+                job = self.job.name,
+                "the rows of {} could not be read: {e}",
+                crate::logging::printable(key)
+            );
+            false
         })
     }
 
