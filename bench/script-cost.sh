@@ -17,6 +17,8 @@
 # Budgets never run out: every call is admitted.
 #
 #   bash bench/script-cost.sh [PORT] [ROUNDS]   (default 16399, 3; see bench/servers.sh)
+#   CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_S13=1] bash bench/script-cost.sh   (another build's
+#   script; the second for one built before session 13's shares layout)
 #
 # Every run FLUSHALLs that server: point it at a benchmark server only.
 set -euo pipefail
@@ -68,20 +70,31 @@ sorted_args() { # COST LENGTH BUDGET [LENGTH BUDGET]
     args=("${#keys[@]}" "${keys[@]}" "$cost" __rand_int__ "$@")
 }
 
-# The same charge by a job without a share on a credential with three
-# shares (issue 28): the pool and each share's pool (cost 0, slid and read),
-# flag 16 (the general path), and each share's reserve of 10 units.
+# The same charge on a credential with three shares (issue 28), a, b and
+# c, each keeping 10 units: by a job without a share (BY unset: the pool,
+# then each share's pool at cost 0, only read) or as share a (BY=a: the
+# pool, a's pool charged too, then b's and c's, only read), flag 16.
 charge_shares_args() { # COST LENGTH BUDGET
-    local cost=$1 s keys=() names=() layout=()
+    local cost=$1 s keys=() names=() layout=() own=() rows=()
     shift
-    for s in '' /a /b /c; do
+    if [ -n "${BY:-}" ]; then own=("/$BY"); fi
+    local others=()
+    for s in /a /b /c; do [ "$s" = "${own[0]:-}" ] || others+=("$s"); done
+    local all=('' "${own[@]}" "${others[@]}") n=2
+    for s in "${all[@]}"; do
         keys+=("quota:{b}:log:units$s")
         names+=("pool:units$s")
-        if [ -z "$s" ]; then layout+=("$cost" 1 "$@"); else layout+=(0 1 "$@"); fi
+        if [ -z "$s" ] || [ "$s" = "${own[0]:-}" ]; then layout+=("$cost" 1 "$@"); else layout+=(0 1 "$@"); fi
     done
-    for s in '' /a /b /c; do keys+=("quota:{b}:index:units$s"); done
-    args=(9 'quota:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
-        'tag:bench	bench' 0 4 "${names[@]}" "${layout[@]}" 1 -1 3 2 10 3 10 4 10)
+    for s in "${all[@]}"; do keys+=("quota:{b}:index:units$s"); done
+    n=$((1 + ${#own[@]}))
+    for ((s = n + 1; s <= ${#all[@]}; s++)); do rows+=("$s" 10); done
+    args=($((1 + 2 * ${#all[@]})) 'quota:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
+        'tag:bench	bench' 0 ${#all[@]} "${names[@]}" "${layout[@]}" 1 "$n" -1 ${#others[@]} "${rows[@]}")
+    # (a build before session 13 takes no count of the pools recorded)
+    if [ -n "${CHARGE_LUA_BEFORE_S13:-}" ]; then
+        args=("${args[@]:0:$((${#args[@]} - ${#rows[@]} - 3))}" -1 ${#others[@]} "${rows[@]}")
+    fi
 }
 
 # measure NAME SCRIPT ARGS...: prints NAME, µs a call in Redis, calls/s.
@@ -114,8 +127,10 @@ for round in $(seq "$rounds"); do
         measure "charge.lua, cost $cost, one window" "$charge" "${args[@]}"
         sorted_args "$cost" "${one[@]}"
         measure "sorted set, cost $cost, one window" "$sorted_set" "${args[@]}"
-        charge_shares_args "$cost" "${one[@]}"
+        BY= charge_shares_args "$cost" "${one[@]}"
         measure "charge.lua, cost $cost, one window, 3 shares" "$charge" "${args[@]}"
+        BY=a charge_shares_args "$cost" "${one[@]}"
+        measure "charge.lua, cost $cost, one window, as share a" "$charge" "${args[@]}"
         charge_args "$cost" "${two[@]}"
         measure "charge.lua, cost $cost, two windows" "$charge" "${args[@]}"
         sorted_args "$cost" "${two[@]}"

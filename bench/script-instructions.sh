@@ -9,6 +9,7 @@
 #
 #   bash bench/script-instructions.sh [CALLS]   (default 2000; needs valgrind)
 #   REDIS_SERVER=/path/to/redis-server BREAKDOWN=1 bash bench/script-instructions.sh
+#   SHARES=1 [CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_S13=1]] bash bench/script-instructions.sh
 #
 # BREAKDOWN=1 adds, under each row, where a call's instructions go inside
 # the server (inclusive counts of its functions). That needs a redis-server
@@ -35,7 +36,7 @@ trap 'redis-cli -p $port shutdown nosave >/dev/null 2>&1 || true; rm -rf "$work"
 # (the scripts and their arguments, as bench/script-cost.sh defines them)
 # shellcheck source=/dev/null
 eval "$(sed -n '/^skeleton=/,/^return {1, now}"$/p' "$here/bench/script-cost.sh")"
-eval "$(sed -n '/^charge_args()/,/^}$/p;/^sorted_args()/,/^}$/p' "$here/bench/script-cost.sh")"
+eval "$(sed -n '/^charge_args()/,/^}$/p;/^sorted_args()/,/^}$/p;/^charge_shares_args()/,/^}$/p' "$here/bench/script-cost.sh")"
 
 # drive SHA FROM N ARGS...: N calls, from one client (redis-benchmark).
 drive() {
@@ -120,6 +121,18 @@ day=(86400000000 1000000000000)
 # src/ledger/redis/scripts.rs; CHARGE_LUA=FILE measures another build's)
 charge=$(if [ -n "${CHARGE_LUA:-}" ]; then cat "$CHARGE_LUA"; else
     cd "$here" && cargo run -q --example lua_script -- charge; fi)
+# (SHARES=1: only a charge of cost 1 in one window without shares, then
+# on a credential with three shares by a job without one and as share a:
+# issue 28, bench/script-cost.sh)
+if [ -n "${SHARES:-}" ]; then
+    charge_args 1 "${one[@]}"
+    count "charge.lua, cost 1, one window" "$charge" "${args[@]}"
+    BY= charge_shares_args 1 "${one[@]}"
+    count "charge.lua, cost 1, one window, 3 shares" "$charge" "${args[@]}"
+    BY=a charge_shares_args 1 "${one[@]}"
+    count "charge.lua, cost 1, one window, as share a" "$charge" "${args[@]}"
+    exit 0
+fi
 charge_args 1 "${one[@]}"
 count "return 1 (the floor)" "return 1" "${args[@]}"
 count "skeleton: 4 calls, no logic" "$skeleton" "${args[@]}"

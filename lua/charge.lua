@@ -40,10 +40,12 @@
 -- reserve:     or, for a charge with 8, a "0" or "1" per pool, in order: "1"
 --              where its cost is an estimate
 -- shares:      then, for a charge with 16 (shares, src/ledger/shares.rs),
---              the number of the charge's own pools (the first), when a
---              calendar period lends (hundredths of its length, -1: never),
---              then per own pool: how many other shares, and per share its
---              pool's number and its reserve per window
+--              the number of the charge's own pools (the first), the
+--              number of pools recorded (the first; the rest, other shares'
+--              pools, are slid and read only: no entry, no fit, no trim),
+--              when a calendar period lends (hundredths of its length, -1:
+--              never), then per own pool: how many other shares, and per
+--              share its pool's number and its reserve per window
 --
 -- State fields (numbers packed as little-endian doubles, exact below 2^53):
 --   meta           last decision time, charge serial, retain µs (the longest

@@ -110,7 +110,8 @@ async fn a_share_never_takes_more_than_its_limit(ledger: impl Ledger) {
         refusal(&d),
         (
             Some(Held::Limit {
-                share: "search".into()
+                share: "search".into(),
+                units: 30,
             }),
             Duration::from_secs(19)
         )
@@ -233,6 +234,50 @@ async fn observe_mode_counts_the_calls_a_share_would_have_stopped(ledger: impl L
     );
 }
 
+async fn other_shares_pools_are_read_not_logged(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let sh = shares(
+        &[
+            ("trending", Amount::Units(30), None),
+            ("search", Amount::Units(10), None),
+        ],
+        None,
+    );
+    // (repeated charges: the store's common path, with shares)
+    for i in 0..5 {
+        let d = by(&ledger, &sh, "backfill", &[cost(&units, 10)], T0 + i * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    for i in 5..8 {
+        let d = by(&ledger, &sh, "trending", &[cost(&units, 2)], T0 + i * S).await;
+        assert!(d.is_allowed(), "{d:?}");
+    }
+    // 56 used: 44 left, of which trending's 24 and search's 10 are kept.
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 10)], T0 + 8 * S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 1)], T0 + 9 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 24));
+    let named = |share: &str| Pool {
+        name: quota::ledger::shares::share_pool("units", share),
+        ..units.clone()
+    };
+    let u = ledger
+        .usage(
+            "cred",
+            &[units.clone(), named("trending"), named("search")],
+            At::Fixed(T0 + 10 * S),
+        )
+        .await
+        .unwrap();
+    let w = |p: usize| &u.pools[p].windows[0];
+    assert_eq!((w(0).used, w(1).used, w(2).used), (66, 6, 0));
+    // Each share's pool holds its own calls only: no entry for a charge by
+    // another job, which only read it.
+    assert_eq!(w(1).by_job.keys().collect::<Vec<_>>(), ["trending"]);
+    assert_eq!(w(1).next_free_at, Some(T0 + 5 * S + 60 * S));
+    assert_eq!((w(2).next_free_at, w(2).by_job.len()), (None, 0));
+}
+
 /// The pool in which a store counts what trending spent of `units`.
 fn share_pool(units: &Pool) -> Pool {
     Pool {
@@ -277,3 +322,86 @@ shares_suite!(embedded, {
     let ledger = EmbeddedLedger::open(&embedded_path(&dir)).expect("open");
     (ledger, Box::new(dir) as Box<dyn std::any::Any>)
 });
+
+/// A settle of a share's charge moves the pool's entry and the share
+/// pool's in one step (one script in Redis; one transaction in the
+/// embedded store, by construction): no decision sees one moved and not
+/// the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shares_settle_is_one_step_in_redis() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+    let units = pool("units", vec![window(60, 100, 0)]);
+    let sh = shares(&[("trending", Amount::Units(50), None)], None);
+    let c = [cost(&units, 40)];
+    let estimated = ["units"];
+    let charge = Charge {
+        job: "trending",
+        shares: Some(&sh),
+        estimated: &estimated,
+        ..charge("cred", &c)
+    };
+    let mut receipts = Vec::new();
+    for at in [T0, T0 + S] {
+        match ledger.charge(&charge, At::Fixed(at)).await.unwrap() {
+            ChargeDecision::Allowed { receipt, .. } => receipts.push(receipt),
+            d => panic!("{d:?}"),
+        }
+    }
+    // (the first settle loads the script)
+    ledger
+        .settle("cred", &receipts[0], ("units", 40, 40), At::Fixed(T0 + S))
+        .await
+        .unwrap();
+    let calls = || {
+        let stats = server.cli(&["info", "commandstats"]);
+        (stats.lines())
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|l| l.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = calls();
+    ledger
+        .settle("cred", &receipts[1], ("units", 40, 5), At::Fixed(T0 + S))
+        .await
+        .unwrap();
+    assert_eq!(calls() - before, 1, "one script for both pools");
+    let u = ledger
+        .usage(
+            "cred",
+            &[units.clone(), share_pool(&units)],
+            At::Fixed(T0 + 2 * S),
+        )
+        .await
+        .unwrap();
+    let used: Vec<u64> = u.pools.iter().map(|p| p.windows[0].used).collect();
+    assert_eq!(used, [45, 45]);
+}
+
+/// Other shares' pools are read by a charge, never logged: the entries each
+/// store holds for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_shares_pools_hold_no_entries_in_redis() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+    other_shares_pools_are_read_not_logged(ledger).await;
+    let len = |share: &str| {
+        let key = format!("quota:{{cred}}:log:units/{share}:0");
+        server.cli(&["LLEN", &key]).trim().to_string()
+    };
+    // (trending's three calls, four items each)
+    assert_eq!((len("trending"), len("search")), ("12".into(), "0".into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_shares_pools_hold_no_entries_in_the_embedded_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = EmbeddedLedger::open(&embedded_path(&dir)).expect("open");
+    other_shares_pools_are_read_not_logged(ledger).await;
+    let db = rusqlite::Connection::open(embedded_path(&dir)).unwrap();
+    let rows = |share: &str| -> i64 {
+        let sql = "SELECT count(*) FROM log WHERE credential = 'cred' AND pool = ?1";
+        (db.query_row(sql, [format!("units/{share}")], |r| r.get(0))).unwrap()
+    };
+    assert_eq!((rows("trending"), rows("search")), (3, 0));
+}

@@ -74,7 +74,8 @@ end
 local worst_p, worst_w, worst_retry
 local lost_short = false -- (observe mode: a log found shorter than its state)
 a = 8 + npools
-for p = 1, npools do
+-- (other shares' pools, past nrec, are only read: they keep no call out)
+for p = 1, nrec do
   local pv = pools[p]
   for w = 1, pv[$M] do
     local b = $WIN * w
@@ -131,8 +132,8 @@ end
 local kept_q, kept = 0, 0
 if shares and worst_retry == nil then
   local sh = cal_end + (reserve and 1 or 0)
-  local nbase, lend = tonumber(ARGV[sh]), tonumber(ARGV[sh + 1])
-  local i = sh + 2
+  local nbase, lend = tonumber(ARGV[sh]), tonumber(ARGV[sh + 2])
+  local i = sh + 3
   a = 8 + npools
   for p = 1, nbase do
     local pv, k, cost = pools[p], tonumber(ARGV[i]), tonumber(ARGV[a])

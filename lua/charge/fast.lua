@@ -23,7 +23,7 @@
 -- step both do alike (the call appended, added to every window), shared
 -- as a function of its arguments, costs 1.3-2.2k instructions a call
 -- (BENCHMARKS.md, session 11).
-local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial,
+local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial, shares,
                            ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
   local KEYS, ARGV, call = KEYS, ARGV, redis.call
   local spack, sunpack, floor, min, max = struct.pack, struct.unpack, math.floor, math.min, math.max
@@ -50,15 +50,30 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
   local keep = retain + MINUTE
   -- (renewing any expiry is the general path's)
   if expires == nil or expires < now + keep then return end
+  -- (shares, past the pools' layouts: the pools recorded, the first nrec;
+  -- the rest, other shares' pools, are slid and read only)
+  local sh, nrec = a, npools
+  if shares then nrec = ARGV[a + 1] + 0 end
   a = 8 + npools
   for p = 1, npools do
     local pv, m = pvs[p], pvs[p][$M]
     local cost = pv[$WIN * m + $COST]
     local tail = pv[$TAIL]
-    if pv[$WIN * m + $EXPIRES] < now + keep or pv[$WIN * m + $EXPIRES] > expires then return end
+    if pv[$WIN * m + $EXPIRES] > expires then return end
+    if p > nrec then
+      -- (only read: a log past its expiry, or a window that reaches past
+      -- the retention (see the general path's save_slid), is the general
+      -- path's)
+      if tail > pv[$HEAD] and pv[$WIN * m + $EXPIRES] <= now then return end
+      for w = 1, m do
+        if pv[$WIN * w] > visible then return end
+      end
     -- (a list made, as a segment opens or an empty log restarts, or a
     -- block closed by this call: the general path's)
-    if tail % SEG == 0 or tail == pv[$HEAD] or (tail + 1) % BLOCK == 0 then return end
+    elseif pv[$WIN * m + $EXPIRES] < now + keep or tail % SEG == 0 or tail == pv[$HEAD]
+        or (tail + 1) % BLOCK == 0 then
+      return
+    end
     local dead_cut = max(now - visible, pv[$WIN * m + $DEAD])
     local front = v[3 + npools + p]
     if front and #front ~= m * SLOT then front = nil end
@@ -106,11 +121,34 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
       if pv[b + $SUM] + cost > pv[$WIN * m + $BUDGET + w] then return end
       if now - len <= dead_cut then oldest = pv[b + $PTR] end
     end
-    -- (a trim due: the general path's)
-    if oldest and oldest > pv[$HEAD] then return end
-    if not oldest and ((tail + 1) % TRIM_EVERY == 0 or pv[$WIN * lw + $PTR] >= tail) then return end
-    pv[$WIN * m + $DEAD] = dead_cut
+    -- (a trim due: the general path's; a pool only read trims nothing and
+    -- keeps its dead mark)
+    if p <= nrec then
+      if oldest and oldest > pv[$HEAD] then return end
+      if not oldest and ((tail + 1) % TRIM_EVERY == 0 or pv[$WIN * lw + $PTR] >= tail) then return end
+      pv[$WIN * m + $DEAD] = dead_cut
+    end
     a = a + 2 + 2 * m
+  end
+  -- Shares (the general path's charge/decide.lua): in every window of the
+  -- charge's own pools, the units left after it cover every other share's
+  -- unused reserve (sliding windows only here: none lends); if not, the
+  -- general path refuses.
+  if shares then
+    local i = sh + 3
+    for p = 1, ARGV[sh] + 0 do
+      local pv, k = pvs[p], ARGV[i] + 0
+      local m = pv[$M]
+      for w = 1, m do
+        local unused = 0
+        for r = i + 1, i + k * (1 + m), 1 + m do
+          local left = ARGV[r + w] - pvs[ARGV[r] + 0][$WIN * w + $SUM]
+          if left > 0 then unused = unused + left end
+        end
+        if pv[$WIN * w + $SUM] + pv[$WIN * m + $COST] + unused > pv[$WIN * m + $BUDGET + w] then return end
+      end
+      i = i + 1 + k * (1 + m)
+    end
   end
   -- Record the call once per pool, and save.
   serial = serial + 1
@@ -121,12 +159,16 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
     local m = pv[$M]
     local cost = pv[$WIN * m + $COST]
     local k = floor(pv[$TAIL] / SEG)
-    local len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], ARGV[2])
-    pv[$TAIL] = pv[$TAIL] + 1
-    for w = 1, m do
-      local b = $WIN * w
-      if pv[b + $PTR] == pv[$TAIL] - 1 then pv[b + $OLDEST] = now end -- the window was empty
-      pv[b + $SUM] = pv[b + $SUM] + cost
+    -- (a pool only read: its slid windows saved, nothing logged)
+    local len = p > nrec and (pv[$TAIL] - max(pv[$HEAD], k * SEG)) * ENTRY
+    if not len then
+      len = call('RPUSH', KEYS[1 + p] .. ':' .. k, now_text, ARGV[a], v[3], ARGV[2])
+      pv[$TAIL] = pv[$TAIL] + 1
+      for w = 1, m do
+        local b = $WIN * w
+        if pv[b + $PTR] == pv[$TAIL] - 1 then pv[b + $OLDEST] = now end -- the window was empty
+        pv[b + $SUM] = pv[b + $SUM] + cost
+      end
     end
     if len ~= (pv[$TAIL] - max(pv[$HEAD], k * SEG)) * ENTRY then
       -- The log is not what the state says (as in the general path's
@@ -144,7 +186,7 @@ local function fast_charge(v, now, now_text, npools, horizon, visible, expires, 
     r, a = r + m, a + 2 + 2 * m
   end
   call('HSET', KEYS[1], 'meta', spack(META, now, serial, retain, expires, 0), unpack(u))
-  for p = 1, npools do reply[r + p] = pvs[p][$TAIL] - 1 end
+  for p = 1, npools do reply[r + p] = p <= nrec and pvs[p][$TAIL] - 1 or -1 end
   reply[r + npools + 1], reply[r + npools + 2], reply[r + npools + 3] = 0, 0, 0
   -- (no others' units on this path: see the general path's reply)
   for p = 1, npools do reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = 0, 1 end

@@ -42,8 +42,8 @@ local visible = max(stored_retain, horizon) -- R, above
 if lost_all > 0 and lost_all + visible <= now then lost_all = 0 end
 if serial < min_serial then lost_all = now end
 
-local fast = flag == 0 and lost_all == 0 and blocked_until <= now
-  and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial,
+local fast = (flag == 0 or flag == 16) and lost_all == 0 and blocked_until <= now
+  and fast_charge(v, now, now_text, npools, horizon, visible, expires, serial, shares,
     ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
 if fast then return fast end
 -- (the general path: a pool state of an older build, a number of fields

@@ -154,3 +154,5 @@ for p = 1, npools do
   if pools[p].others_until - now + MINUTE > keep then keep = pools[p].others_until - now + MINUTE end
 end
 local renew_to = now + keep + floor(retain / 8)
+-- (shares: pools past the first nrec are other shares', only read)
+local nrec = shares and tonumber(ARGV[cal_end + (reserve and 1 or 0) + 1]) or npools

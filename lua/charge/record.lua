@@ -42,8 +42,9 @@ end
 -- calls (with the call that closes a block, which comes here anyway) or
 -- when the longest window is empty (a read of the log on every call of a
 -- busy pool costs more than the rest of the charge; calls not trimmed yet
--- are dead all the same).
-for p = 1, npools do
+-- are dead all the same). (Only pools recorded in: a pool only read keeps
+-- its dead mark, as in a decision that records nothing.)
+for p = 1, nrec do
   local pv = pools[p]
   local oldest
   for w = 1, pv[$M] do
@@ -114,9 +115,10 @@ local function add_reservation(p, pv, s, cost)
 end
 local reserved = reserve and ARGV[cal_end] or ''
 
--- Record the call once per pool and add its cost to every window.
+-- Record the call once per pool and add its cost to every window (other
+-- shares' pools, past nrec, last: only read).
 a = 8 + npools
-for p = 1, npools do
+for p = 1, nrec do
   local pv, cost = pools[p], tonumber(ARGV[a])
   -- (observe mode: a window that would pass EXACT counts as lost, above)
   for w = 1, pv[$M] do
@@ -155,6 +157,9 @@ for p = 1, npools do
   a = a + 2 + 2 * pv[$M]
 end
 
+-- (a pool only read keeps the windows it held, as save_slid does)
+swap(nrec + 1)
 save_state(retain)
+swap(nrec + 1)
 
 return remaining({ 1, now, serial, 0 }, true)

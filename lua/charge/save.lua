@@ -13,7 +13,7 @@ local function remaining(reply, logged)
     end
     r, a = r + pv[$M], a + 2 + 2 * pv[$M]
   end
-  for p = 1, npools do reply[r + p] = logged and pools[p][$TAIL] - 1 or -1 end
+  for p = 1, npools do reply[r + p] = logged and p <= nrec and pools[p][$TAIL] - 1 or -1 end
   for k = 1, 3 do reply[r + npools + k] = observed[k] end
   for p = 1, npools do
     reply[r + npools + 2 + 2 * p], reply[r + npools + 3 + 2 * p] = pools[p].extra, pools[p].lw
@@ -81,17 +81,18 @@ end
 -- moves the dead mark, and a retention lengthened before the pool's next
 -- one brings them back, as the embedded store and read.lua count them.
 -- (saved so, then slid back: this decision's reply counts as slid)
-local function save_slid()
-  local function swap()
-    for p = 1, npools do
-      local pv = pools[p]
-      for w, h in pairs(pv.held or {}) do
-        local b = $WIN * w
-        pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST], h[1], h[2], h[3] = h[1], h[2], h[3], pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST]
-      end
+-- (swap: the held windows of pools from `from` on, and back)
+local function swap(from)
+  for p = from, npools do
+    local pv = pools[p]
+    for w, h in pairs(pv.held or {}) do
+      local b = $WIN * w
+      pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST], h[1], h[2], h[3] = h[1], h[2], h[3], pv[b + $SUM], pv[b + $PTR], pv[b + $OLDEST]
     end
   end
-  swap()
+end
+local function save_slid()
+  swap(1)
   save_state(stored_retain)
-  swap()
+  swap(1)
 end

@@ -237,15 +237,16 @@ pub enum Held {
     /// The units left are kept for `share`'s unused reserve (`units` of it,
     /// the largest of the reserves kept).
     Reserve { share: String, units: u64 },
-    /// The charging job's share has taken its limit of the window.
-    Limit { share: String },
+    /// The charging job's share has taken its limit of the window
+    /// (`units`).
+    Limit { share: String, units: u64 },
 }
 
 impl std::fmt::Display for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Reserve { share, units } => write!(f, "kept for {share}: {units} units"),
-            Self::Limit { share } => write!(f, "share {share} has taken its limit"),
+            Self::Limit { share, units } => write!(f, "at the limit of {share}: {units} units"),
         }
     }
 }

@@ -6,8 +6,9 @@
 //! configured name), with `P`'s windows. A charge by a job with a share is
 //! charged to `P` and to its share's pool, whose budget is the share's limit;
 //! every other share's pool with a reserve is named at cost 0, so the same
-//! atomic step slides it to now and reads its sums (and logs a 0-unit entry,
-//! alike in both stores). No step walks the log. [`plan`] builds that charge
+//! atomic step slides it to now and reads its sums, without logging it
+//! (alike in both stores: as a pool of a decision that records nothing).
+//! No step walks the log. [`plan`] builds that charge
 //! once for both stores; each store then checks the reserves (after every
 //! window fits): in every window of every pool charged, the units left after
 //! the call must cover every other share's unused reserve, except in a
@@ -63,12 +64,16 @@ pub fn share_pool(pool: &str, share: &str) -> String {
 }
 
 /// A charge with shares, as both stores send it: the pools to charge
-/// (the charge's own first, `base` of them, then its share's, then every
-/// other reserve's at cost 0), and per pool of the charge's own the reserves
-/// to keep.
+/// (the charge's own first, `base` of them, then its share's, `charged` in
+/// all, then every other reserve's at cost 0, only read), and per pool of
+/// the charge's own the reserves to keep.
 pub(crate) struct Plan {
     pub cost: Vec<PoolCost>,
     pub base: usize,
+    /// The pools recorded: the rest are slid and read, never logged (no
+    /// 0-unit entry), nor checked for fit: a decision that records nothing
+    /// in them, as a refusal is for every pool.
+    pub charged: usize,
     /// Hundredths of a percent of a calendar period after which it lends;
     /// -1: never.
     pub lend: i64,
@@ -122,6 +127,7 @@ pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
             });
         }
     }
+    let charged = cost.len();
     let mut rows: Vec<Vec<Row>> = charge.cost.iter().map(|_| Vec::new()).collect();
     let others = (shares.list.iter()).filter(|s| Some(*s) != mine && s.reserve.of(u64::MAX) > 0);
     for share in others {
@@ -145,6 +151,7 @@ pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
     Some(Plan {
         cost,
         base: charge.cost.len(),
+        charged,
         lend: shares.lend_after.map_or(-1, i64::from),
         rows,
     })
@@ -160,13 +167,19 @@ pub(crate) fn lend_at(start: i64, stop: i64, lend: i64) -> Option<i64> {
 /// only its own pools; a refusal by its share's pool is its pool's, at the
 /// share's limit.
 pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
-    let base_of = |name: &str| -> Option<(String, String)> {
+    // (a share's pool: its base pool, the share, and the pool's index)
+    let base_of = |name: &str| -> Option<(String, String, usize)> {
         let i = plan.cost.iter().position(|c| c.pool.name == name)?;
         if i < plan.base {
             return None;
         }
         let (pool, share) = name.split_once('/')?;
-        Some((pool.to_string(), share.to_string()))
+        Some((pool.to_string(), share.to_string(), i))
+    };
+    // (the share's limit in the window of `per`)
+    let limit_of = |i: usize, per: std::time::Duration| -> u64 {
+        let windows = &plan.cost[i].pool.windows;
+        (windows.iter().find(|w| w.per == per)).map_or(0, |w| w.budget())
     };
     match decision {
         ChargeDecision::Rejected {
@@ -177,8 +190,14 @@ pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
             retry_after,
             held,
         } => {
+            // (only the charging job's own share has a limit here: another
+            // share's pool is only read, and names no limit)
             let (pool, held) = match base_of(&pool) {
-                Some((base, share)) => (base, Some(Held::Limit { share })),
+                Some((base, share, i)) if i < plan.charged => {
+                    let units = limit_of(i, per);
+                    (base, Some(Held::Limit { share, units }))
+                }
+                Some((base, _, _)) => (base, held),
                 None => (pool, held),
             };
             ChargeDecision::Rejected {
@@ -200,7 +219,7 @@ pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
         } => {
             remaining.retain(|r| !r.pool.contains('/'));
             if let Some(o) = observed.as_mut()
-                && let Some((base, _)) = base_of(&o.pool)
+                && let Some((base, _, _)) = base_of(&o.pool)
             {
                 o.pool = base;
             }
@@ -222,7 +241,7 @@ pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
         } => ChargeDecision::LogLost {
             at,
             serial,
-            pool: base_of(&pool).map_or(pool, |(base, _)| base),
+            pool: base_of(&pool).map_or(pool, |(base, _, _)| base),
             since,
             until,
         },
@@ -249,6 +268,95 @@ mod tests {
         assert_eq!(Amount::Basis(6_000).of(600), 360);
         assert_eq!(Amount::Basis(3_333).of(100), 33);
         assert_eq!(Amount::Units(50).of(30), 30);
+    }
+
+    /// A charge by `job` of 10 units of a pool of 100 a minute, and the
+    /// plan of it with trending (reserve 60) and search (limit 30).
+    fn planned_by(job: &str, test: impl FnOnce(&Plan)) {
+        let shares = Shares {
+            list: vec![
+                Share {
+                    name: "trending".into(),
+                    reserve: Amount::Units(60),
+                    limit: None,
+                },
+                Share {
+                    name: "search".into(),
+                    reserve: Amount::Units(0),
+                    limit: Some(Amount::Units(30)),
+                },
+            ],
+            lend_after: None,
+        };
+        let window = Window {
+            per: std::time::Duration::from_secs(60),
+            limit: 100,
+            headroom: 0,
+            aligned: None,
+        };
+        let cost = [PoolCost {
+            pool: Pool {
+                name: "units".into(),
+                windows: vec![window],
+            },
+            units: 10,
+        }];
+        let charge = Charge {
+            credential: "c",
+            cost: &cost,
+            endpoint: "",
+            job,
+            id: None,
+            seen_serial: 0,
+            observe: false,
+            estimated: &[],
+            shares: Some(&shares),
+        };
+        test(&plan(&charge).expect("a plan"));
+    }
+
+    fn refused_by(plan: &Plan, pool: &str) -> ChargeDecision {
+        answer(
+            plan,
+            ChargeDecision::Rejected {
+                at: 0,
+                serial: 0,
+                pool: pool.into(),
+                per: std::time::Duration::from_secs(60),
+                retry_after: std::time::Duration::ZERO,
+                held: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_refusal_names_the_limit_of_the_charging_share_only() {
+        let held = |d: &ChargeDecision| match d {
+            ChargeDecision::Rejected { pool, held, .. } => (pool.clone(), held.clone()),
+            other => panic!("{other:?}"),
+        };
+        planned_by("search", |plan| {
+            let d = refused_by(plan, "units/search");
+            let limit = Held::Limit {
+                share: "search".into(),
+                units: 30,
+            };
+            assert_eq!(held(&d), ("units".into(), Some(limit.clone())));
+            assert_eq!(limit.to_string(), "at the limit of search: 30 units");
+            // Trending's pool is only read: whatever it says names no limit
+            // of trending's.
+            assert_eq!(
+                held(&refused_by(plan, "units/trending")),
+                ("units".into(), None)
+            );
+        });
+        planned_by("backfill", |plan| {
+            assert_eq!((plan.base, plan.charged, plan.cost.len()), (1, 1, 2));
+            assert_eq!(
+                held(&refused_by(plan, "units/trending")),
+                ("units".into(), None)
+            );
+        });
     }
 
     #[test]

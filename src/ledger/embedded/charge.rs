@@ -30,6 +30,9 @@ pub(super) struct OwnedCharge {
     observe: bool,
     /// Shares: the reserves to keep (see ledger::shares).
     shares: Option<OwnedShares>,
+    /// The pools recorded, the first (the rest, other shares' pools, are
+    /// only read: see ledger::shares::Plan).
+    charged: usize,
 }
 
 /// A planned charge's reserves: how many of its pools are its own, when a
@@ -57,6 +60,7 @@ impl OwnedCharge {
         });
         Self {
             shares,
+            charged: plan.map_or(charge.cost.len(), |p| p.charged),
             credential: charge.credential.to_string(),
             cost: charge
                 .cost
@@ -454,7 +458,7 @@ fn record(
         units,
         estimated,
         ..
-    } in &c.cost
+    } in c.cost.iter().take(c.charged)
     {
         let row = log::append(tx, &c.credential, pool, now, (*units, *estimated), &c.tag)?;
         entries.push((pool.clone(), row));
@@ -487,7 +491,9 @@ fn prune(
     c: &OwnedCharge,
     cutoff: Micros,
 ) -> Result<(), StoreError> {
-    for p in &c.cost {
+    // (a pool only read keeps its dead mark, as in a decision that records
+    // nothing)
+    for p in c.cost.iter().take(c.charged) {
         log::prune(tx, &c.credential, &p.pool, cutoff)?;
     }
     Ok(())

@@ -279,11 +279,6 @@ impl Ledger for EmbeddedLedger {
         cost: (&str, u64, u64),
         at: At,
     ) -> Result<Settled, StoreError> {
-        // (a share's pool holds the same call: settled alike)
-        for sub in shares::settled_with(receipt, cost.0) {
-            self.settle_one(credential, receipt, (sub, cost.1, cost.2), at)
-                .await?;
-        }
         self.settle_one(credential, receipt, cost, at).await
     }
 
@@ -467,11 +462,23 @@ impl EmbeddedLedger {
         let Some(row) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        // (a share's pool holds the same call: settled in the same step,
+        // to an actual capped at its own budgets)
+        let subs: Vec<(String, i64, u64)> = (shares::settled_with(receipt, pool))
+            .filter_map(|sub| {
+                let row = receipt.entry(sub)?;
+                Some((sub.to_string(), row, receipt.recordable(sub, actual)))
+            })
+            .collect();
         let actual = receipt.recordable(pool, actual);
         let (credential, pool) = (credential.to_string(), pool.to_string());
         let charged = receipt.id as Micros;
         self.transaction(move |tx| {
             let now = clock(at, credential_row(tx, &credential)?.last);
+            for (sub, row, actual) in &subs {
+                let cost = (estimate, *actual);
+                log::settle(tx, &credential, sub, (*row, charged), cost, now)?;
+            }
             log::settle(
                 tx,
                 &credential,

@@ -45,9 +45,10 @@ impl RedisLedger {
             inv.arg(places);
         }
         if let Some(plan) = plan {
-            // (shares: the pools of its own, when calendar periods lend,
-            // then per own pool every other share's pool and reserves)
-            inv.arg(plan.base).arg(plan.lend);
+            // (shares: the pools of its own, the pools recorded, when
+            // calendar periods lend, then per own pool every other share's
+            // pool and reserves)
+            inv.arg(plan.base).arg(plan.charged).arg(plan.lend);
             for rows in &plan.rows {
                 inv.arg(rows.len());
                 for row in rows {

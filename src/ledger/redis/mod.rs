@@ -205,11 +205,6 @@ impl Ledger for RedisLedger {
         cost: (&str, u64, u64),
         at: At,
     ) -> Result<Settled, StoreError> {
-        // (a share's pool holds the same call: settled alike)
-        for sub in shares::settled_with(receipt, cost.0) {
-            self.settle_one(credential, receipt, (sub, cost.1, cost.2), at)
-                .await?;
-        }
         self.settle_one(credential, receipt, cost, at).await
     }
 
@@ -326,6 +321,7 @@ impl RedisLedger {
         let Some(call) = receipt.entry(pool) else {
             return Ok(Settled::Gone);
         };
+        let raw = actual;
         let actual = receipt.recordable(pool, actual);
         let mut inv = self.settle.prepare_invoke();
         inv.key(state_key(credential))
@@ -338,6 +334,16 @@ impl RedisLedger {
             .arg(actual)
             .arg(IDEMPOTENCY_HORIZON.as_micros() as u64)
             .arg(clock_arg(at));
+        // (a share's pool holds the same call: settled in the same step)
+        for sub in shares::settled_with(receipt, pool) {
+            if let Some(call) = receipt.entry(sub) {
+                inv.key(log_key(credential, sub))
+                    .key(index_key(credential, sub))
+                    .arg(format!("pool:{sub}"))
+                    .arg(call)
+                    .arg(receipt.recordable(sub, raw));
+            }
+        }
         let inv = &inv;
         let reply: Value = self
             .retrying(

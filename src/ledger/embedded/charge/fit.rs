@@ -61,7 +61,8 @@ pub(super) fn first_full_window(
     now: Micros,
 ) -> Result<Option<(usize, usize, Micros)>, StoreError> {
     let mut worst: Option<(usize, usize, Micros)> = None;
-    for (p, cost) in c.cost.iter().enumerate() {
+    // (other shares' pools are only read: they keep no call out)
+    for (p, cost) in c.cost.iter().enumerate().take(c.charged) {
         for (k, (len, budget)) in cost.windows.iter().enumerate() {
             let WindowSum { used, base } = used[p][k];
             let extra = extra(cost, k, &logs[p], now);
