@@ -162,7 +162,7 @@ fn every_mistake_in_inputs_exits_78_naming_file_and_field() {
             "file: folder.txt",
             &[
                 "jobs.ids.inputs.file",
-                "folder.txt: cannot read it: a directory",
+                "folder.txt: cannot read it: a directory, not a file",
             ],
         ),
         (
@@ -277,6 +277,39 @@ fn every_mistake_in_inputs_exits_78_naming_file_and_field() {
     );
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
     assert!(!d.path().join("state").exists(), "no store was opened");
+}
+
+/// An inputs file that is a FIFO or a device is refused like a folder, at
+/// every command that reads it: opening a FIFO waits for a writer and
+/// /dev/zero never ends, so each would hang (the probe's F-fifo).
+#[test]
+fn an_inputs_file_that_is_a_fifo_or_a_device_is_78_at_every_command() {
+    let up = Standin::start(&[]);
+    let (d, good) = deployment(&up);
+    let fifo = d.path().join("fifo.txt");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success(), "mkfifo {}", fifo.display());
+    std::os::unix::fs::symlink("/dev/zero", d.path().join("zero.txt")).unwrap();
+    for (name, what) in [
+        ("fifo.txt", "a FIFO (named pipe)"),
+        ("zero.txt", "a device"),
+    ] {
+        d.write(&good.replacen("file: ids.txt", &format!("file: {name}"), 1));
+        for cmd in [&["check"][..], &["status"], &["run", "--dry-run"], &["run"]] {
+            // (the timeout only ends a hang the test is about; never met)
+            let r = crate::common::deployment::run(
+                &mut d.cmd_via(&["timeout", "-s", "KILL", "60"], cmd),
+            );
+            assert_eq!(r.code, 78, "{name} {cmd:?}: {r:?}");
+            for want in ["jobs.ids.inputs.file", name, &format!("{what}, not a file")] {
+                assert!(
+                    r.stderr.contains(want),
+                    "{name} {cmd:?} says {want:?}: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
 }
 
 #[test]

@@ -135,6 +135,58 @@ fn a_changed_done_part_stops_the_job_with_78_until_reset() {
     }
 }
 
+/// A once-job whose done part changed is shown blocked by `status` (text,
+/// JSON, OpenMetrics) and `run --dry-run`, with file, line and the fix,
+/// not as "nothing left to do" while its every run exits 78 (the probe's
+/// F-status78).
+#[test]
+fn status_and_dry_run_show_a_changed_done_part_as_blocked_with_the_fix() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let all = keys(0..12);
+    write(&d, "ids.txt", &(all.join("\n") + "\n"));
+    d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 1));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let mut changed = all.clone();
+    changed[2] = "Y2".into();
+    write(&d, "ids.txt", &(changed.join("\n") + "\n"));
+    assert_eq!(d.quota(&["run"]).code, 78);
+    let file = d.path().join("ids.txt").display().to_string();
+    for args in [&["status"][..], &["run", "--dry-run"]] {
+        let r = d.quota(args);
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+        for said in [
+            "blocked: ",
+            &format!("{file} line 3"),
+            "quota reset list --yes",
+        ] {
+            assert!(r.stdout.contains(said), "{args:?} says {said:?}: {r:?}");
+        }
+        assert!(!r.stdout.contains("nothing left to do"), "{args:?}: {r:?}");
+    }
+    let json = d.status_json();
+    let blocked = &json["credentials"][0]["jobs"][0]["inputs"]["blocked"];
+    assert_eq!(
+        (&blocked["line"], &blocked["file"]),
+        (&3.into(), &file.clone().into()),
+        "{json}"
+    );
+    let metric = "quota_job_inputs_blocked{job=\"list\"}";
+    let r = d.quota(&["status", "--format", "openmetrics"]);
+    assert!(r.stdout.contains(&format!("{metric} 1")), "{r:?}");
+    // Put back, the job is not blocked.
+    write(&d, "ids.txt", &(all.join("\n") + "\n"));
+    let r = d.quota(&["status", "--format", "openmetrics"]);
+    assert!(r.stdout.contains(&format!("{metric} 0")), "{r:?}");
+    let r = d.quota(&["status"]);
+    assert!(
+        r.stdout.contains("nothing left to do") && !r.stdout.contains("blocked: "),
+        "{r:?}"
+    );
+    assert_eq!(up.seen().len(), 12);
+}
+
 #[test]
 fn invalid_records_are_skipped_uncharged_and_named_by_file_and_line() {
     let up = Standin::start(&[]);

@@ -221,6 +221,41 @@ fn a_refused_batch_fails_each_of_its_inputs_until_reset_failed() {
     }
 }
 
+/// A key that holds the `join` would reach the upstream as several keys
+/// (`x,y` as `x` and `y`): skipped uncharged, warned of by file and line,
+/// counted as skipped (the probe's F-join).
+#[test]
+fn a_key_holding_the_join_is_skipped_uncharged_with_a_warning() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(&d, "ids.txt", "K0\nK1,K2\nK3\nK4\n");
+    let store = crate::common::deployment::embedded_store(&d);
+    d.write(&yaml(&store, &up.base(), "2", 1, WIDE));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        sorted(sent(&up)),
+        sorted(vec![
+            keys(0..1).into_iter().chain(keys(3..4)).collect(),
+            keys(4..5)
+        ]),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("ids.txt line 2: the key holds the batch's join \",\""),
+        "{r:?}"
+    );
+    let used = &d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"];
+    assert_eq!(used, 2, "a unit a request, none for the skipped key");
+    let inputs = inputs_status(&d);
+    assert_eq!(
+        (&inputs["done"], &inputs["skipped"], &inputs["left"]),
+        (&json!(3), &json!(1), &json!(0)),
+        "{inputs}"
+    );
+}
+
 #[test]
 fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
     let up = Standin::start(&[]);
@@ -236,6 +271,14 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
             "batch {bad}: {r:?}"
         );
     }
+    // An empty join would run the keys together (K0,K1 sent as K0K1).
+    d.write(&yaml(&store, &up.base(), "5, join: ''", 1, WIDE));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 78, "{r:?}");
+    assert!(
+        r.stderr.contains("jobs.list.inputs.join") && r.stderr.contains("is empty"),
+        "{r:?}"
+    );
     let text = yaml(&store, &up.base(), "5", 1, WIDE);
     let field = "jobs.list.steps[0].request";
     for (with, why) in [

@@ -279,6 +279,88 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
     }
 }
 
+/// A database path that is no database (a folder, a file of noise) stops
+/// `run` as `check`: 78, the field named; one that is not a regular file
+/// (a FIFO here, as a device) is refused at `check` too (the probe's
+/// F-sqlite-exit).
+#[test]
+fn a_database_path_that_cannot_be_opened_is_78_at_run_as_at_check() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    std::fs::create_dir(d.path().join("adir")).unwrap();
+    std::fs::write(d.path().join("noise.db"), [0x5a_u8; 5000]).unwrap();
+    let fifo = d.path().join("fifo.db");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    for path in ["adir", "noise.db", "fifo.db"] {
+        let output = ROWS.replace("out/videos.db", path);
+        d.write(&trending(&store, &up.base(), &["US"], &output));
+        for cmd in ["check", "run"] {
+            // (the timeout only ends a hang the test is about; never met)
+            let r = crate::common::deployment::run(
+                &mut d.cmd_via(&["timeout", "-s", "KILL", "60"], &[cmd]),
+            );
+            assert_eq!(r.code, 78, "{path} {cmd}: {r:?}");
+            for said in ["jobs.trending.output.sqlite.path", path] {
+                assert!(r.stderr.contains(said), "{path} {cmd} says {said}: {r:?}");
+            }
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing fetched");
+}
+
+/// Jobs writing one table share its full-text index: two with another
+/// `search` are refused by `check` and `run` though no database exists yet
+/// to compare with (the probe's F-share-table).
+#[test]
+fn two_jobs_sharing_a_table_with_another_search_are_78_on_a_fresh_database() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let yaml = |b_rows: &str| {
+        main_units(&store, WIDE)
+            .endpoint("videos.list", "{ units: 1 }")
+            .job(
+                Job::new("a", "main")
+                    .regions(&["US"])
+                    .step(videos_list(&up.base(), 1))
+                    .output(ROWS),
+            )
+            .job(
+                Job::new("b", "main")
+                    .regions(&["GB"])
+                    .step(videos_list(&up.base(), 1))
+                    .output(b_rows),
+            )
+            .render()
+    };
+    let other = ROWS.replace("[/snippet/title]", "[/snippet/title, /n]");
+    let none = ROWS.replace(", search: [/snippet/title]", "");
+    for b_rows in [&other, &none] {
+        d.write(&yaml(b_rows));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{b_rows} {cmd}: {r:?}");
+            for said in [
+                "jobs.b.output.sqlite.search",
+                "as job a does",
+                "[/snippet/title]",
+            ] {
+                assert!(r.stderr.contains(said), "{cmd} says {said}: {r:?}");
+            }
+        }
+    }
+    assert!(!d.path().join("out/videos.db").exists(), "nothing made");
+    // The same `search` (and another table beside it) is fine.
+    d.write(&yaml(ROWS));
+    assert_eq!(d.quota(&["check"]).code, 0);
+    d.write(&yaml(&other.replace("table: videos", "table: more")));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(up.seen().len() == 2, "{:?}", up.seen());
+}
+
 /// A once-job of inputs whose rows (no page files) are in the table, run
 /// against a new store: no input with rows is fetched again.
 /// A once-job over `ids.txt`, `concurrency` inputs at once, one row an

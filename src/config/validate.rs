@@ -116,6 +116,7 @@ impl Validator<'_> {
         for (name, j) in raw.jobs.0 {
             jobs.push(self.job(name, j, &credentials, &endpoints)?);
         }
+        self.shared_tables(&jobs)?;
         // An endpoint no job uses still has its cost checked for shape.
         for (name, e) in &endpoints {
             self.cost_shape(&format!("endpoints.{name}.cost"), &e.cost)?;

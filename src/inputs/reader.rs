@@ -44,6 +44,8 @@ struct Rules {
     /// The secret a key must not carry (it would reach the store, page
     /// file names and warnings), if one was given.
     secret: Option<Masker>,
+    /// A batched job's `join`: a key holding it would be sent as several.
+    join: Option<String>,
 }
 
 enum Source {
@@ -60,6 +62,7 @@ impl Reader {
     }
 
     pub(super) fn open_with(inputs: &Inputs, at: Position, max_line: usize) -> io::Result<Self> {
+        regular_file(&std::fs::metadata(&inputs.file)?)?;
         let file = File::open(&inputs.file)?;
         let (mut columns, mut width) = (Vec::new(), 0);
         let source = match inputs.format {
@@ -89,6 +92,7 @@ impl Reader {
                 columns,
                 width,
                 secret: None,
+                join: inputs.batch.map(|_| inputs.join.clone()),
             },
             source,
             at_start: at.offset == 0,
@@ -184,7 +188,14 @@ impl Rules {
                     .and_then(|m| m.find(key.as_bytes(), 0))
                     .map(|_| SkipReason::KeySecret)
             };
+            let join = || {
+                self.join
+                    .as_ref()
+                    .filter(|j| !j.is_empty() && key.contains(j.as_str()))
+                    .map(|j| SkipReason::KeyHoldsJoin(j.clone()))
+            };
             key_problem(&key, self.max_key)
+                .or_else(join)
                 .or_else(secret)
                 .map_or(Ok((key, fields)), Err)
         });
@@ -262,6 +273,28 @@ fn csv_record(
         out.insert(name.clone(), Value::String(text(i + 1)?));
     }
     Ok((key, out))
+}
+
+/// An inputs file must be a regular file (a link to one too): a FIFO's
+/// open waits for a writer and a device (`/dev/zero`) never ends, so a run
+/// or `check` would hang; the error says what the path is instead.
+pub fn regular_file(meta: &std::fs::Metadata) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "of another kind"
+    };
+    Err(io::Error::other(format!("{what}, not a file")))
 }
 
 /// Why a key cannot be used, if it cannot: a region's rules (not empty, no

@@ -86,6 +86,9 @@ pub enum SkipReason {
     KeyNotExact,
     /// The key has a control or bidirectional character (a tab, U+202E…).
     KeyHidden,
+    /// The key holds the `join` of a batched job (`inputs.batch`): in
+    /// `{batch}` it would read as several keys.
+    KeyHoldsJoin(String),
     /// The key carries the credential's secret ([`super::Reader::refusing`]).
     KeySecret,
     /// The key is longer, once percent-encoded, than page file names allow.
@@ -116,6 +119,10 @@ impl fmt::Display for SkipReason {
             ),
             Self::KeyHidden => f.write_str(
                 "the key holds a control or bidirectional character (a tab, a line break, U+202E …)",
+            ),
+            Self::KeyHoldsJoin(j) => write!(
+                f,
+                "the key holds the batch's join {j:?}: in {{batch}} it would be sent as several keys"
             ),
             Self::KeySecret => f.write_str("the key carries the credential's secret"),
             Self::KeyTooLong { max } => write!(

@@ -150,6 +150,7 @@ impl Sink {
         if let Some(dir) = spec.path.parent() {
             std::fs::create_dir_all(dir).map_err(SinkError::Io)?;
         }
+        regular_or_absent(&spec.path)?;
         let mut conn = connect(&spec.path, OpenFlags::default())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         shape(&tx, spec, true)?;
@@ -275,11 +276,25 @@ pub fn check(spec: &SqliteOutput) -> Result<(), SinkError> {
             ))
         });
     }
+    regular_or_absent(&spec.path)?;
     let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     shape(&tx, spec, false)?;
     tx.rollback()?;
     Ok(())
+}
+
+/// A database is a regular file, or none yet: SQLite would take a device
+/// such as /dev/full (and make `/dev/full-journal` beside it).
+fn regular_or_absent(path: &Path) -> Result<(), SinkError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(SinkError::Io(std::io::Error::other(if m.is_dir() {
+            "a directory, not a database file"
+        } else {
+            "not a regular file (a device, FIFO or socket): not a database file"
+        }))),
+        _ => Ok(()),
+    }
 }
 
 fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {

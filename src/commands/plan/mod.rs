@@ -136,7 +136,16 @@ pub async fn build(
             cursors: &cursors,
             failed,
         };
-        credentials.push(plan_credential(cred, &cred_jobs, got)?);
+        let mut plan = plan_credential(cred, &cred_jobs, got)?;
+        if let (Some(store), None) = (store, &store_error) {
+            // (a once-job whose done part changed: its run stops at 78)
+            for (jp, job) in plan.jobs.iter_mut().zip(&cred_jobs) {
+                if let Some(i) = jp.inputs.as_mut() {
+                    i.blocked = status_inputs::blocked(store, job, cursors.get(&job.name)).await?;
+                }
+            }
+        }
+        credentials.push(plan);
     }
     let store_desc = super::context::store_name(location);
     Ok(Plan {

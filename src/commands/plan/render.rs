@@ -101,6 +101,11 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
 /// A job of inputs' progress: counts, and when the rest will be done.
 fn inputs(i: &InputsProgress) -> String {
     let when = match (i.left, i.done_by_micros, i.done_in_seconds) {
+        _ if i.blocked.is_some() => i
+            .blocked
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         (0, _, _) => "nothing left to do".to_string(),
         (_, Some(t), Some(secs)) => format!(
             "the rest done by {} (in {}) at the pace the budgets allow{}",

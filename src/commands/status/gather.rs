@@ -124,7 +124,8 @@ pub async fn read(
             let cursor = cursor.as_deref().and_then(Cursor::decode);
             if job.inputs.is_some() {
                 let failed = super::inputs::failures(store, job).await?;
-                if let Some(p) = progress_or_warn(job, cursor.as_ref(), failed, &usage) {
+                if let Some(mut p) = progress_or_warn(job, cursor.as_ref(), failed, &usage) {
+                    p.blocked = super::inputs::blocked(store, job, cursor.as_ref()).await?;
                     inputs.insert(job.name.clone(), p);
                 }
             }

@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Inputs, Job};
+use crate::inputs::done_part::FileStamp;
 use crate::inputs::pace::{pools_now, time_to_finish};
 use crate::inputs::{Item, Position, Reader};
 use crate::ledger::{CredentialUsage, Ledger, Micros, Store, StoreError};
-use crate::runner::cursor::Cursor;
+use crate::runner::{self, cursor::Cursor};
 use crate::timefmt::rfc3339;
 
 /// How many failed inputs are listed (the count says how many there are).
@@ -51,6 +52,65 @@ pub struct InputsProgress {
     /// The same as Unix time (for the metric).
     #[serde(skip)]
     pub done_by_micros: Option<Micros>,
+    /// A once-job whose done part changed in its file: its next run stops
+    /// (78) before its first call, whatever `left` says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocked: Option<Blocked>,
+}
+
+/// Why a once-job's next run stops before its first call, and the fix.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Blocked {
+    pub file: String,
+    /// The first line that changed in the part done.
+    pub line: u64,
+    pub reason: String,
+    pub fix: String,
+}
+
+impl std::fmt::Display for Blocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "blocked: {} line {}: {}; a run exits 78 until `{}`",
+            self.file, self.line, self.reason, self.fix
+        )
+    }
+}
+
+/// The run's own check of a once-job's done part, made only when the file
+/// is not the one the last run read (its stamp), so cheap when unchanged:
+/// where the part done changed, if it did. A file that cannot be read is
+/// `None` (the count of those left warns of it).
+pub async fn blocked(
+    store: &Store,
+    job: &Job,
+    cursor: Option<&Cursor>,
+) -> Result<Option<Blocked>, StoreError> {
+    let (Some(inputs), Some(at)) = (&job.inputs, cursor.and_then(|c| c.input.as_ref())) else {
+        return Ok(None);
+    };
+    let Ok(meta) = std::fs::metadata(&inputs.file) else {
+        return Ok(None);
+    };
+    if !runner::needs_check(job, at, &FileStamp::of(&meta)) {
+        return Ok(None);
+    }
+    let kept = store.map_read(&runner::done_map(job)).await?;
+    let Some(chunks) = runner::kept_chunks(&kept, at) else {
+        return Ok(None);
+    };
+    let Ok(Err(changed)) = runner::check_file(inputs, &chunks, &at.tail) else {
+        return Ok(None);
+    };
+    Ok(Some(Blocked {
+        file: inputs.file.display().to_string(),
+        line: changed.line,
+        reason:
+            "the part of the file the job has done changed here (edited, truncated or replaced)"
+                .into(),
+        fix: format!("quota reset {} --yes", job.name),
+    }))
 }
 
 /// A failed input, as the run recorded it (its excerpt masked then).
@@ -163,6 +223,7 @@ pub fn progress(
         done_in_seconds: finish.map(|d| d.as_secs_f64().ceil() as u64),
         done_by: by.map(rfc3339),
         done_by_micros: by,
+        blocked: None,
     }))
 }
 

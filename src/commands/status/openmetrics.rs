@@ -108,6 +108,11 @@ fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
         "When a job of inputs' inputs left will be done at the pace the budgets allow, as Unix time (an estimate).",
         Some(MetricUnit::Seconds),
     );
+    let mut blocked = Family::new(
+        "quota_job_inputs_blocked",
+        "1 when a once-job's done part changed in its file: its runs exit 78 until `quota reset JOB --yes`.",
+        None,
+    );
     for r in reports {
         for (job, p) in &r.inputs {
             for (state, n) in [
@@ -121,10 +126,11 @@ fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
             if let Some(t) = p.done_by_micros {
                 done_by.push(&[("job", job.as_str())], unix_seconds(t));
             }
+            blocked.push(&[("job", job.as_str())], u64::from(p.blocked.is_some()));
         }
     }
     // (no family at all without a job of inputs: the text stays as it was)
-    let families = [inputs, done_by];
+    let families = [inputs, done_by, blocked];
     families
         .into_iter()
         .filter(|f| !f.samples.is_empty())

@@ -294,6 +294,11 @@ fn inputs_lines(out: &mut String, p: &InputsProgress, now: Micros) {
         p.done, p.skipped, p.failed, p.left
     ));
     let pace = match (p.left, p.done_by_micros) {
+        _ if p.blocked.is_some() => p
+            .blocked
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
         (0, _) => "nothing left to do".to_string(),
         (_, None) => "never: one input costs more than a window's budget".to_string(),
         (_, Some(t)) => format!(

@@ -34,13 +34,11 @@ impl Validator<'_> {
                     ),
                 )
             })?;
-        let opened = std::fs::File::open(&file).and_then(|f| {
-            if f.metadata()?.is_dir() {
-                Err(std::io::Error::other("a directory, not a file"))
-            } else {
-                Ok(f)
-            }
-        });
+        // (the type first: opening a FIFO waits for a writer, forever; a
+        // device such as /dev/zero never ends)
+        let opened = std::fs::metadata(&file)
+            .and_then(|m| crate::inputs::regular_file(&m))
+            .and_then(|()| std::fs::File::open(&file));
         let opened = opened
             .map_err(|e| self.err(&field, format!("{}: cannot read it: {e}", file.display())))?;
         let fields: Vec<String> = steps
@@ -75,6 +73,12 @@ impl Validator<'_> {
             (InputFormat::Csv, Some(k)) => k,
         };
         let batch = self.inputs_batch(at, raw.batch, steps)?;
+        if raw.join.as_deref() == Some("") {
+            return Err(self.err(
+                format!("{at}.inputs.join"),
+                "is empty: the batch's keys would run together (a,b sent as ab); leave it out for ','",
+            ));
+        }
         let inputs = Inputs {
             file,
             format,

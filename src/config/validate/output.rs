@@ -78,6 +78,42 @@ impl Validator<'_> {
         }
     }
 
+    /// Jobs writing one table (one database path, one table name) share
+    /// its full-text index, so they must agree on `search`: else the first
+    /// to run makes the index its way and the other fails every run, even
+    /// where `check` found no database yet to compare with.
+    pub(super) fn shared_tables(&self, jobs: &[Job]) -> Result<()> {
+        let mut seen: Vec<(&str, &SqliteOutput)> = Vec::new();
+        for job in jobs {
+            let Some(s) = &job.sqlite else { continue };
+            let same = |o: &SqliteOutput| {
+                o.table.eq_ignore_ascii_case(&s.table) && same_file(&o.path, &s.path)
+            };
+            if let Some((first, o)) = seen.iter().find(|(_, o)| same(o))
+                && o.search != s.search
+            {
+                let cols = |o: &SqliteOutput| {
+                    let p: Vec<&str> = o.search.iter().map(|(_, p)| p.as_str()).collect();
+                    format!("[{}]", p.join(", "))
+                };
+                return Err(self.err(
+                    format!("jobs.{}.output.sqlite.search", job.name),
+                    format!(
+                        "{} writes table '{}' of {} as job {first} does, whose `search` is {} where this one's is {}: \
+                         jobs sharing a table share its full-text index, so give them the same `search` (or another table)",
+                        job.name,
+                        s.table,
+                        s.path.display(),
+                        cols(o),
+                        cols(s)
+                    ),
+                ));
+            }
+            seen.push((&job.name, s));
+        }
+        Ok(())
+    }
+
     fn folder(&self, field: &str, folder: &str) -> Result<PathBuf> {
         if folder.trim().is_empty() {
             return Err(self.err(field, "must name a directory"));
@@ -160,4 +196,15 @@ fn sql_name(name: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Whether two database paths are one file: by their words once `.` parts
+/// are dropped, or, where both exist, by what they resolve to.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let words = |p: &std::path::Path| -> PathBuf { p.components().collect() };
+    words(a) == words(b)
+        || matches!(
+            (a.canonicalize(), b.canonicalize()),
+            (Ok(x), Ok(y)) if x == y
+        )
 }

@@ -117,6 +117,43 @@ fn stamp_of(inputs: &Inputs) -> Result<FileStamp> {
     Ok(FileStamp::of(&meta))
 }
 
+/// The done part (`chunks`, then `tail`) against the file now: where it
+/// changed, if it did. The run's check, and `status`'s.
+pub(crate) fn check_file(
+    inputs: &Inputs,
+    chunks: &[Chunk],
+    tail: &done_part::Tail,
+) -> std::io::Result<std::result::Result<(), done_part::Changed>> {
+    let reader = Reader::open(inputs, Position::default())?;
+    let mut seen = reader.map_while(|item| item.ok()).map(|item| {
+        let s = item.span();
+        Seen {
+            line: s.line,
+            start: s.start,
+            end: s.end,
+            hash: s.hash,
+        }
+    });
+    Ok(done_part::check(chunks, tail, &mut seen))
+}
+
+/// Whether `at`'s done part must be checked before a run goes on: a
+/// once-job whose file is not the one the last run read.
+pub(crate) fn needs_check(job: &Job, at: &InputAt, stamp: &FileStamp) -> bool {
+    job.once && at.stamp.as_ref() != Some(stamp) && at.offset > 0
+}
+
+/// The chunks the store keeps of a once-job's done part (`None`: not all
+/// of them, a store emptied by hand: the part is not checked).
+pub(crate) fn kept_chunks(kept: &[(String, String)], at: &InputAt) -> Option<Vec<Chunk>> {
+    let chunks: Vec<Chunk> = kept
+        .iter()
+        .take(at.chunks as usize)
+        .filter_map(|(_, v)| serde_json::from_str(v).ok())
+        .collect();
+    (chunks.len() as u64 == at.chunks).then_some(chunks)
+}
+
 /// The keys ahead of the cursor's, and where each resumes (`None`: done).
 type Ahead = HashMap<Key, Option<Start>>;
 
@@ -199,7 +236,7 @@ impl JobRun<'_> {
         let mut at = cursor.input.clone().unwrap_or_default();
         at.line = at.line.max(1);
         let stamp = stamp_of(inputs)?;
-        if job.once && at.stamp.as_ref() != Some(&stamp) && at.offset > 0 {
+        if needs_check(job, &at, &stamp) {
             self.check_done_part(inputs, &at).await?;
         }
         // (a file whose stamp changed is checked once: the new stamp is

@@ -41,7 +41,7 @@ mod walk;
 
 pub(crate) use self::conditional::{conditional_map, not_modified_map};
 pub(crate) use self::failed::{failed_map, retry_map};
-pub(crate) use self::inputs::done_map;
+pub(crate) use self::inputs::{check_file, done_map, kept_chunks, needs_check};
 pub(crate) use self::seen::seen_map;
 
 /// The state of one run in progress.

@@ -17,7 +17,19 @@ impl JobRun<'_> {
         let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name, runs))
             .await
             .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
-        let sink = opened.map_err(|e| self.sink_error(e))?;
+        // (before the first charge, a database that cannot be opened is the
+        // configuration's error, as `check` says: 78, not a failed run)
+        let sink = opened.map_err(|e| match e {
+            SinkError::Shape(_) => self.sink_error(e),
+            other => Error::Config {
+                file: self.ctx.config.file.clone(),
+                field: format!("jobs.{}.output.sqlite.path", self.job.name),
+                message: format!(
+                    "{}: cannot open it for rows: {other}",
+                    spec_path(self.job.sqlite.as_ref()).display()
+                ),
+            },
+        })?;
         self.sink = Some(std::sync::Arc::new(std::sync::Mutex::new(sink)));
         Ok(())
     }
@@ -118,4 +130,8 @@ impl JobRun<'_> {
         }
         Ok(())
     }
+}
+
+fn spec_path(spec: Option<&crate::config::SqliteOutput>) -> std::path::PathBuf {
+    spec.map(|s| s.path.clone()).unwrap_or_default()
 }
