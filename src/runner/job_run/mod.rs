@@ -200,6 +200,7 @@ impl<'a> JobRun<'a> {
                 },
                 pages: 0,
                 rows: job.sqlite.as_ref().map(|_| (0, 0)),
+                pages_without_items: 0,
                 values_lost: 0,
                 resume: None,
             }),
@@ -316,6 +317,7 @@ impl<'a> JobRun<'a> {
         if let Some(spec) = &job.sqlite {
             self.open_sink(spec).await?;
         }
+        self.forget_kept_without_output(highest_run).await;
         let highest_run = match &job.output {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
