@@ -402,10 +402,17 @@ fn a_page_without_its_rows_is_not_taken_as_done() {
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     write(&d, "ids.txt", "K0\nK1\nK2\nK3\n");
-    // A writer holds the database: K2's page is written, its rows wait.
+    // K2 answers in 3 s; meanwhile a writer takes the database: K2's page
+    // is written, its rows wait for the lock.
+    let slow = Standin::start(&["--slow", "=K2&=3s"]);
+    let yaml = yaml.replace(&up.base(), &slow.base());
+    d.write(&yaml);
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(Duration::from_secs(30), "K2 was never asked for", || {
+        slow.seen().iter().any(|s| s.region == "K2")
+    });
     let holder = Connection::open(d.path().join("out/rows.db")).unwrap();
     holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
-    let mut victim = spawn(&mut d.cmd(&["run"]));
     wait_until(Duration::from_secs(30), "K2's page never written", || {
         (d.outputs("list").iter())
             .any(|p| p.contains(".K2.") && !p.starts_with('.') && p.ends_with(".json"))
@@ -416,7 +423,7 @@ fn a_page_without_its_rows_is_not_taken_as_done() {
     assert!(!inputs_with_rows(&d).contains_key("K2"), "the lock held");
 
     let again = Standin::start(&[]);
-    d.write(&yaml.replace(&up.base(), &again.base()));
+    d.write(&yaml.replace(&slow.base(), &again.base()));
     let r = d.run_after_killed_lock();
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&again), once_each(&keys(2..4)), "{r:?}");
