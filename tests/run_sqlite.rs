@@ -465,3 +465,76 @@ fn a_new_store_fetches_no_input_that_has_rows() {
     assert_eq!(inputs, want, "one row an input, keyed by it");
     assert!(!d.path().join("out/list").exists());
 }
+
+/// A once-job writing pages and rows: a page written whose rows a kill
+/// (here while a reader's lock kept them out) never committed is not
+/// taken as done from the page alone: the next run fetches that input
+/// again, and every input ends with its row.
+#[test]
+fn a_page_without_its_rows_is_not_taken_as_done() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(&d, "ids.txt", "K0\nK1\n");
+    let yaml = rows_only(&embedded_store(&d), &up.base(), 1).replace(
+        "{ sqlite: { path: out/rows.db",
+        "{ folder: out/list, sqlite: { path: out/rows.db",
+    );
+    assert!(yaml.contains("folder: out/list"), "{yaml}");
+    d.write(&yaml);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    write(&d, "ids.txt", "K0\nK1\nK2\nK3\n");
+    // K2 answers in 3 s; meanwhile a writer takes the database: K2's page
+    // is written, its rows wait for the lock.
+    let slow = Standin::start(&["--slow", "=K2&=3s"]);
+    let yaml = yaml.replace(&up.base(), &slow.base());
+    d.write(&yaml);
+    let mut victim = spawn(&mut d.cmd(&["run"]));
+    wait_until(Duration::from_secs(30), "K2 was never asked for", || {
+        slow.seen().iter().any(|s| s.region == "K2")
+    });
+    let holder = Connection::open(d.path().join("out/rows.db")).unwrap();
+    holder.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    wait_until(Duration::from_secs(30), "K2's page never written", || {
+        (d.outputs("list").iter())
+            .any(|p| p.contains(".K2.") && !p.starts_with('.') && p.ends_with(".json"))
+    });
+    kill("-KILL", victim.id());
+    victim.wait().unwrap();
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert!(!inputs_with_rows(&d).contains_key("K2"), "the lock held");
+
+    let again = Standin::start(&[]);
+    d.write(&yaml.replace(&slow.base(), &again.base()));
+    let r = d.run_after_killed_lock();
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(per_key(&again), once_each(&keys(2..4)), "{r:?}");
+    assert_eq!(inputs_with_rows(&d), once_each(&keys(0..4)), "{r:?}");
+}
+
+/// An `items` pointer that finds nothing in a page (not even an empty
+/// array) is said, per page, and counted in the summary: never a run
+/// that quietly keeps no rows.
+#[test]
+fn a_page_with_nothing_at_items_is_said_and_counted() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    write(&d, "ids.txt", "K0\nK1\n");
+    let yaml = rows_only(&embedded_store(&d), &up.base(), 1).replace(
+        "table: results }",
+        "table: results, items: /missing/*, key: /id }",
+    );
+    assert!(yaml.contains("/missing/*"), "{yaml}");
+    d.write(&yaml);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("nothing at /missing/* in the page of K0"),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("0 rows upserted, 2 page(s) with nothing at `items`"),
+        "{r:?}"
+    );
+}

@@ -178,6 +178,8 @@ pub struct JobReport {
     pub pages: u64,
     /// `output.sqlite`: rows upserted, and items skipped for want of a key.
     pub rows: Option<(u64, u64)>,
+    /// `output.sqlite`: pages with nothing at `items` (warned each).
+    pub pages_without_items: u64,
     /// Fan-out values found in pages that could not be read (a lone
     /// surrogate escape), or not yet sent when their stored list was
     /// gone: the run exits 1 and says so, never "finished".
@@ -274,7 +276,7 @@ impl JobReport {
             n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
         };
         format!(
-            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written{}; next run starts at {resume}",
+            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written{}{}; next run starts at {resume}",
             self.job,
             self.calls,
             if units.is_empty() {
@@ -290,6 +292,10 @@ impl JobReport {
                 Some((rows, skipped)) => {
                     format!(", {rows} rows upserted ({skipped} items without a key skipped)")
                 }
+            },
+            match self.pages_without_items {
+                0 => String::new(),
+                n => format!(", {n} page(s) with nothing at `items`"),
             },
         )
     }

@@ -62,6 +62,8 @@ pub struct PageRows {
     pub without_key: u64,
     /// The page is not JSON: no rows.
     pub not_json: bool,
+    /// Nothing in the page at `items` (not even an empty array): no rows.
+    pub no_items: bool,
 }
 
 /// A job's table, open for its run.
@@ -225,7 +227,11 @@ impl Sink {
         let mut entries = Vec::new();
         {
             let mut upsert = tx.prepare_cached(&sql.upsert)?;
-            for item in items(&page, &spec.items) {
+            let (items, missed) = items_found(&page, &spec.items);
+            // (a page with nothing at all at `items`: another shape than
+            // the file expects, said and counted, never silently no rows)
+            found.no_items = missed && items.is_empty();
+            for item in items {
                 let Some(key) = row_key(item, &spec.key, input) else {
                     found.without_key += 1;
                     continue;
@@ -244,6 +250,21 @@ impl Sink {
         index(&tx, sql, entries)?;
         tx.commit()?;
         Ok(found)
+    }
+
+    /// Whether the table holds any row of this job.
+    pub fn has_rows(&self) -> rusqlite::Result<bool> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT 1 FROM \"{}\" WHERE job = ?1 LIMIT 1",
+                    self.spec.table
+                ),
+                [&self.job],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|found| found.is_some())
     }
 
     /// The inputs with rows of this job in the table: a once-job whose
@@ -492,28 +513,37 @@ fn columns(tx: &Transaction, table: &str) -> rusqlite::Result<Vec<(String, bool)
 /// The items of a page at `pointer`, each `*` part every element of the
 /// array there (none where there is no array).
 pub fn items<'v>(page: &'v Value, pointer: &str) -> Vec<&'v Value> {
+    items_found(page, pointer).0
+}
+
+/// [`items`], and whether the pointer led nowhere somewhere (a name not
+/// there, a `*` at something not an array), as opposed to an empty array.
+fn items_found<'v>(page: &'v Value, pointer: &str) -> (Vec<&'v Value>, bool) {
     let mut at = vec![page];
+    let mut missed = false;
     for part in pointer_parts(pointer).unwrap_or_default() {
-        at = at
-            .into_iter()
-            .flat_map(|v| -> Vec<&Value> {
-                if part == "*" {
-                    return v.as_array().map(|a| a.iter().collect()).unwrap_or_default();
+        let mut next = Vec::new();
+        for v in at {
+            if part == "*" {
+                match v.as_array() {
+                    Some(a) => next.extend(a.iter()),
+                    None => missed = true,
                 }
-                match v {
-                    Value::Object(m) => m.get(&part).into_iter().collect(),
-                    Value::Array(a) => part
-                        .parse::<usize>()
-                        .ok()
-                        .and_then(|i| a.get(i))
-                        .into_iter()
-                        .collect(),
-                    _ => Vec::new(),
-                }
-            })
-            .collect();
+                continue;
+            }
+            let found = match v {
+                Value::Object(m) => m.get(&part),
+                Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
+                _ => None,
+            };
+            match found {
+                Some(x) => next.push(x),
+                None => missed = true,
+            }
+        }
+        at = next;
     }
-    at
+    (at, missed)
 }
 
 /// A row's key: the input's (`""`), else the string or number at the
@@ -541,6 +571,10 @@ mod tests {
         assert_eq!(items(&page, "/x/*/*").len(), 3);
         assert_eq!(items(&page, "").len(), 1);
         assert_eq!(items(&page, "/nothing/*").len(), 0);
+        assert!(items_found(&page, "/nothing/*").1);
+        assert!(items_found(&page, "/items/0/id/*").1);
+        let empty: Value = serde_json::from_str(r#"{"items":[]}"#).unwrap();
+        assert_eq!(items_found(&empty, "/items/*"), (vec![], false));
         assert_eq!(items(&page, "/items/1/id"), [&Value::from("b")]);
         assert_eq!(
             row_key(&page["items"][0], "/id", "US").as_deref(),

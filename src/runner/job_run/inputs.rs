@@ -485,8 +485,12 @@ impl JobRun<'_> {
             _ => None,
         };
         // (a page of a one-request last step is the whole result)
-        let written = recent
-            .is_some_and(|runs| self.page_on_disk(key, &runs) || self.rows_of_runs(key, &runs));
+        // (with a table, the rows are the result: a page written whose
+        // rows a kill or a locked database kept out is not done)
+        let written = recent.is_some_and(|runs| match self.job.sqlite {
+            Some(_) => self.rows_of_runs(key, &runs),
+            None => self.page_on_disk(key, &runs),
+        });
         if feed.on_disk.remove(key) || written {
             if feed.first.as_ref().is_some_and(|(first, _)| first == key) {
                 feed.first = None;
@@ -514,7 +518,7 @@ impl JobRun<'_> {
         let batched = job.inputs.as_ref().is_some_and(|i| i.batch.is_some());
         if cursor.input.is_none() && single && !batched {
             let mut keys = self.inputs_with_rows();
-            if let (Some(folder), true) = (&job.output, highest_run > 0) {
+            if let (Some(folder), true, None) = (&job.output, highest_run > 0, &job.sqlite) {
                 keys.extend(pages_of_last_step(&job.name, folder, last));
             }
             if !keys.is_empty() {

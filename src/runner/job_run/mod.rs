@@ -200,6 +200,7 @@ impl<'a> JobRun<'a> {
                 },
                 pages: 0,
                 rows: job.sqlite.as_ref().map(|_| (0, 0)),
+                pages_without_items: 0,
                 values_lost: 0,
                 resume: None,
             }),
@@ -316,11 +317,12 @@ impl<'a> JobRun<'a> {
         if let Some(spec) = &job.sqlite {
             self.open_sink(spec).await?;
         }
-        let highest_run = match &job.output {
+        let folder_run = match &job.output {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
-        }
-        .max(self.highest_run_of_rows()?);
+        };
+        self.forget_kept_without_output(folder_run).await;
+        let highest_run = folder_run.max(self.highest_run_of_rows()?);
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
         let Some(run_number) = cursor.run.max(highest_run).checked_add(1) else {

@@ -111,6 +111,13 @@ impl JobRun<'_> {
                 "{name}: the page is not JSON: no rows from it"
             );
         }
+        let items = self.job.sqlite.as_ref().map_or("", |s| s.items.as_str());
+        if rows.no_items {
+            warn!(
+                job = self.job.name,
+                "{name}: nothing at {items} in the page of {key} (not even an empty array): no rows from it"
+            );
+        }
         if rows.without_key > 0 {
             let spec = self
                 .job
@@ -128,6 +135,7 @@ impl JobRun<'_> {
             *n += rows.rows;
             *skipped += rows.without_key;
         }
+        report.pages_without_items += u64::from(rows.no_items);
         Ok(())
     }
 }
