@@ -3,7 +3,8 @@
 //! about the text of the source (what a file names with `crate::`), so this
 //! test reads that text.
 //!
-//! From the bottom: files written whole ([`crate::atomic_file`]) and the
+//! From the bottom: a folder's fsyncs shared by the names made at once
+//! ([`crate::folder_sync`]); files written whole ([`crate::atomic_file`]) and the
 //! OpenMetrics text; the ledger (its vocabulary of windows, pools, times
 //! and store errors, and its stores) and page files' names; what every room
 //! above shows or fails with (times, log lines, the one error type); the
@@ -14,6 +15,7 @@
 
 /// The layers, lowest first.
 const LAYERS: &[&[&str]] = &[
+    &["folder_sync"],
     &["atomic_file", "metrics"],
     &["ledger", "page_name"],
     &["timefmt", "logging", "error"],

@@ -547,3 +547,25 @@ pub enum Secrets {
     /// Left empty: for commands that never call the upstream.
     Skip,
 }
+
+/// An inputs file must be a regular file (a link to one too): a FIFO's
+/// open waits for a writer and a device (`/dev/zero`) never ends, so a run
+/// or `check` would hang; the error says what the path is instead.
+pub fn regular_file(meta: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "of another kind"
+    };
+    Err(std::io::Error::other(format!("{what}, not a file")))
+}

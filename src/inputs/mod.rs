@@ -21,7 +21,7 @@ pub mod pace;
 mod reader;
 mod record;
 
-pub use self::reader::{MAX_LINE, Reader, regular_file};
+pub use self::reader::{MAX_LINE, Reader};
 pub use self::record::{Item, Position, Record, Skip, SkipReason, Span};
 
 #[cfg(test)]

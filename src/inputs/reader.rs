@@ -62,7 +62,7 @@ impl Reader {
     }
 
     pub(super) fn open_with(inputs: &Inputs, at: Position, max_line: usize) -> io::Result<Self> {
-        regular_file(&std::fs::metadata(&inputs.file)?)?;
+        crate::config::regular_file(&std::fs::metadata(&inputs.file)?)?;
         let file = File::open(&inputs.file)?;
         let (mut columns, mut width) = (Vec::new(), 0);
         let source = match inputs.format {
@@ -273,28 +273,6 @@ fn csv_record(
         out.insert(name.clone(), Value::String(text(i + 1)?));
     }
     Ok((key, out))
-}
-
-/// An inputs file must be a regular file (a link to one too): a FIFO's
-/// open waits for a writer and a device (`/dev/zero`) never ends, so a run
-/// or `check` would hang; the error says what the path is instead.
-pub fn regular_file(meta: &std::fs::Metadata) -> io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    let what = if t.is_file() {
-        return Ok(());
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "of another kind"
-    };
-    Err(io::Error::other(format!("{what}, not a file")))
 }
 
 /// Why a key cannot be used, if it cannot: a region's rules (not empty, no

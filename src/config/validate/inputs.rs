@@ -37,7 +37,7 @@ impl Validator<'_> {
         // (the type first: opening a FIFO waits for a writer, forever; a
         // device such as /dev/zero never ends)
         let opened = std::fs::metadata(&file)
-            .and_then(|m| crate::inputs::regular_file(&m))
+            .and_then(|m| crate::config::regular_file(&m))
             .and_then(|()| std::fs::File::open(&file));
         let opened = opened
             .map_err(|e| self.err(&field, format!("{}: cannot read it: {e}", file.display())))?;
