@@ -425,37 +425,3 @@ fn conditional_and_incremental_mistakes_exit_78_naming_the_field() {
         ],
     );
 }
-
-/// The job's output gone (its folder emptied: moved, restored, made anew)
-/// while the store keeps its validators: they are forgotten, said, and
-/// the run asks in full, so the pages are written again (else every
-/// answer is a 304 and the folder stays empty for good).
-#[test]
-fn validators_are_forgotten_when_the_output_holds_nothing_of_the_job() {
-    let up = Standin::start(&["--pages", "2", "--items", "3"]);
-    let d = Deployment::new("");
-    d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    let r = d.quota(&["run"]);
-    assert_eq!((r.code, d.outputs("issues").len()), (0, 4), "{r:?}");
-    std::fs::remove_dir_all(d.path().join("out/issues")).unwrap();
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(
-        r.stderr
-            .contains("holds nothing of it, though the store keeps validators"),
-        "{r:?}"
-    );
-    assert_eq!(
-        statuses(&up, 4).iter().filter(|s| s.2 == 304).count(),
-        0,
-        "{r:?}"
-    );
-    assert_eq!(d.outputs("issues").len(), 4, "{r:?}");
-    // Kept again from those pages: the next run is all 304s.
-    let r = d.quota(&["run"]);
-    assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(
-        statuses(&up, 8),
-        [("a/one".into(), 1, 304), ("a/two".into(), 1, 304)]
-    );
-}

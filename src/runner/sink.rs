@@ -252,21 +252,6 @@ impl Sink {
         Ok(found)
     }
 
-    /// Whether the table holds any row of this job.
-    pub fn has_rows(&self) -> rusqlite::Result<bool> {
-        self.conn
-            .query_row(
-                &format!(
-                    "SELECT 1 FROM \"{}\" WHERE job = ?1 LIMIT 1",
-                    self.spec.table
-                ),
-                [&self.job],
-                |_| Ok(()),
-            )
-            .optional()
-            .map(|found| found.is_some())
-    }
-
     /// The inputs with rows of this job in the table: a once-job whose
     /// store lost its place takes them as done.
     pub fn inputs_with_rows(&self) -> rusqlite::Result<HashSet<String>> {

@@ -114,44 +114,6 @@ impl JobRun<'_> {
         }
     }
 
-    /// What the job kept is of results no longer there (a folder holding
-    /// no page of the job, a table no row of it: moved, restored, made
-    /// anew): its validators would have the upstream answer 304 for pages
-    /// we lack, forever, and its incremental values skip what we lack. So
-    /// they are forgotten, with a warning, and this run asks in full.
-    pub(super) async fn forget_kept_without_output(&self, highest_run: u64) {
-        let job = self.job;
-        {
-            let kept = self.kept.borrow();
-            if kept.pages.is_empty() && kept.since.is_empty() {
-                return;
-            }
-        }
-        let no_pages = job.output.is_some() && highest_run == 0;
-        let no_rows = self.sink.as_ref().is_some_and(|sink| {
-            let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-            sink.has_rows().is_ok_and(|has| !has)
-        });
-        if !no_pages && !no_rows {
-            return;
-        }
-        warn!(
-            job = job.name,
-            "the job's {} holds nothing of it, though the store keeps validators or incremental values for it (a new, moved or restored output?): they are forgotten and this run asks in full",
-            if no_pages { "folder" } else { "table" }
-        );
-        {
-            let mut kept = self.kept.borrow_mut();
-            kept.pages.clear();
-            kept.since.clear();
-        }
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.map_forget(&conditional_map(job)).await
-        {
-            warn!(job = job.name, "cannot forget them in the store: {e}");
-        }
-    }
-
     /// The validators to send with `url`, the page at `fill`: those its
     /// last answer gave, when it was asked at this same URL.
     pub(super) fn validators(
