@@ -9,11 +9,14 @@
 #
 #   bash bench/sqlite.sh                 # REGIONS=20 PAGES=50 REPS=3
 #   PROFILE=debug bash bench/sqlite.sh   # the debug build (no release build)
+#   DELAY=50ms REGIONS=10 PAGES=10 bash bench/sqlite.sh
+#                                        # an upstream that takes 50 ms a page
 #
 # Needs /usr/bin/time. Embedded store, in a folder under /tmp removed when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIONS=${REGIONS:-20} PAGES=${PAGES:-50} REPS=${REPS:-3} PROFILE=${PROFILE:-release}
+DELAY=${DELAY:-0ms}
 ITEMS=50
 # (QUOTA=/path/to/quota: that build instead, nothing built)
 if [ -z "${QUOTA:-}" ]; then
@@ -23,7 +26,7 @@ quota=${QUOTA:-$PWD/target/$PROFILE/quota}
 standin=$PWD/target/$PROFILE/quota-standin
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-sqlite.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items $ITEMS \
-    --units 10000000 > "$work/standin.out" &
+    --units 10000000 --delay "$DELAY" > "$work/standin.out" &
 standin_pid=$!
 trap 'kill "$standin_pid" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 for _ in $(seq 50); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
@@ -70,7 +73,7 @@ median() {
 }
 
 rows_out="sqlite: { path: out/rows.db, table: videos, items: /items/*, key: /id"
-echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, median of $REPS"
+echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, upstream $DELAY a page, median of $REPS"
 config "out/pages"
 base=$(median)
 echo "files only: ${base} s"
