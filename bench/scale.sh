@@ -13,6 +13,9 @@
 #             same N calls, beside the same run on an empty store.
 #
 #   bash bench/scale.sh [N ...]        # default: 10000 100000 1000000
+#   SCALE_SHARES=3 bash bench/scale.sh N   # the same, on a credential with
+#       three shares (issue 28: a, b and c, 10 units each kept), every call
+#       charged as share a: its pool and a's logged, b's and c's read
 #
 # Needs redis-server, redis-cli, python3 and a release build (it runs
 # `cargo build --release`). Uses port 16398 and a folder under /tmp; removes
@@ -55,6 +58,24 @@ r() { redis-cli -p $port "$@"; }
 T0=1800000000000000 # µs: the fixed clock the charges read
 # (the state, and the prefixes of the log's and the index's segments)
 keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units')
+# A charge's keys and arguments after its clock and id (charge.lua's
+# header), in one line: one pool, or with SCALE_SHARES the pool, a's pool
+# (both charged) and b's and c's (read only), flag 16, and the shares'
+# arguments: 1 pool of the charge's own, 2 recorded, never lends, 2 other
+# shares of 10 units.
+window='1 30000000 1000000000000'
+if [ -n "${SCALE_SHARES:-}" ]; then
+    head=(9 'quota:{scale}:state')
+    for s in '' /a /b /c; do head+=("quota:{scale}:log:units$s"); done
+    for s in '' /a /b /c; do head+=("quota:{scale}:index:units$s"); done
+    tail=(16 60000000 "tag:videos.list	scale" 0 4 pool:units pool:units/a pool:units/b pool:units/c
+        1 $window 1 $window 0 $window 0 $window 1 2 -1 2 3 10 4 10)
+    shares_yaml='    shares: { a: { reserve: 10 }, b: { reserve: 10 }, c: { reserve: 10 } }'
+else
+    head=(3 "${keys[@]}")
+    tail=(0 60000000 "tag:videos.list	scale" 0 1 pool:units 1 $window)
+    shares_yaml=
+fi
 export SCALE_KEY=bench-key-1
 
 # The longest SLOWLOG entry (µs) of a command matching $1, then reset.
@@ -87,15 +108,16 @@ for i, l in enumerate(lines):
             continue
         cmd = arg(lines[i + 3].split(")", 1)[1])
         if cmd == "EVALSHA" and i + 9 < len(lines):
-            print(us, "charge", (int(arg(lines[i + 9])) - t0) * n // 25_000_000)
+            # (the clock: after the script, the number of keys and the keys)
+            at = i + 6 + int(arg(lines[i + 5]))
+            print(us, "charge", (int(arg(lines[at])) - t0) * n // 25_000_000)
         else:
             print(us, cmd, " ".join(arg(x) for x in lines[i + 4:i + 7]))' "$1" "$T0" >> "$work/fill.slow"
 }
 
 # A charge of cost 1 at µs $1, as charge.lua's header documents its arguments.
 charge_at() {
-    r EVALSHA "$charge" 3 "${keys[@]}" "$1" "$RANDOM$RANDOM" 0 60000000 \
-        "tag:videos.list	scale" 0 1 pool:units 1 1 30000000 1000000000000 >/dev/null
+    r EVALSHA "$charge" "${head[@]}" "$1" "$RANDOM$RANDOM" "${tail[@]}" >/dev/null
 }
 
 # The configuration both stores are read with: credential `scale`, one pool
@@ -106,6 +128,7 @@ credentials:
     secret: { env: SCALE_KEY }
     pools:
       units: [{ limit: 1000000000000, per: 30s }]
+$shares_yaml
 endpoints:
   videos.list: { cost: { units: 1 } }
 jobs:
@@ -132,9 +155,10 @@ for n in "${sizes[@]}"; do
     # server's 1 GB query buffer; the slowest of each kept before the next)
     fill_us=0
     for ((from = 0; from < n; from += 1000000)); do
-        python3 - "$charge" "$T0" "$n" "$from" > "$work/fill.resp" <<'EOF'
+        python3 - "$charge" "$T0" "$n" "$from" "${#head[@]}" "${head[@]}" "${tail[@]}" > "$work/fill.resp" <<'EOF'
 import random, sys
 sha, t0, n, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+head, tail = sys.argv[6:6 + int(sys.argv[5])], sys.argv[6 + int(sys.argv[5]):]
 out = sys.stdout
 def cmd(*a):
     out.write("*%d\r\n" % len(a))
@@ -142,9 +166,7 @@ def cmd(*a):
         out.write("$%d\r\n%s\r\n" % (len(x.encode()), x))
 for i in range(start, min(n, start + 1_000_000)):
     t = t0 + i * 25_000_000 // n
-    cmd("EVALSHA", sha, 3, "quota:{scale}:state", "quota:{scale}:log:units",
-        "quota:{scale}:index:units", t, random.getrandbits(63), 0, 60_000_000,
-        "tag:videos.list\tscale", 0, 1, "pool:units", 1, 1, 30_000_000, 10**12)
+    cmd("EVALSHA", sha, *head, t, random.getrandbits(63), *tail)
 EOF
         r --pipe < "$work/fill.resp" >/dev/null
         # (the charges read a fixed clock that moves 25 s over the whole fill,
@@ -173,15 +195,17 @@ EOF
     db="$work/ledger-$n.sqlite3"
     "$quota" -c "$work/quota.yaml" --store "embedded:$db" run >/dev/null 2>&1 # the schema
     "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run >/dev/null 2>&1
-    python3 - "$db" "$n" <<'EOF'
+    python3 - "$db" "$n" "${SCALE_SHARES:-}" <<'EOF'
 import sqlite3, sys, time
 db, n = sys.argv[1], int(sys.argv[2])
 now = time.time_ns() // 1000
 c = sqlite3.connect(db)
 c.execute("DELETE FROM log")
-# cum: the pool's running total of costs, this row's included (cost 1 each).
-c.executemany("INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES ('scale', 'units', ?, 1, 'videos.list\tscale', ?)",
-              ((now - 25_000_000 + i * 25_000_000 // n, i + 1) for i in range(n)))
+# cum: the pool's running total of costs, this row's included (cost 1 each);
+# with shares, share a's pool holds the same calls.
+for pool in ['units'] + (['units/a'] if sys.argv[3] else []):
+    c.executemany("INSERT INTO log (credential, pool, at, cost, tag, cum) VALUES ('scale', ?, ?, 1, 'videos.list\tscale', ?)",
+                  ((pool, now - 25_000_000 + i * 25_000_000 // n, i + 1) for i in range(n)))
 c.execute("UPDATE credential SET serial = ?, retain = 60000000, last = ? WHERE name = 'scale'", (n, now))
 c.commit()
 EOF
