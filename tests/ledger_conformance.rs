@@ -619,6 +619,37 @@ async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl Ledger) {
     assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
     assert!(all.contains(&("k7".to_string(), "replaced".to_string())));
     assert!(all.contains(&("k2999".to_string(), "line 2999".to_string())));
+    // map_get: the asked fields' values in the asked order, a field the
+    // map does not hold as None, another map's field not taken for it.
+    let asked: Vec<String> = ["k2999", "absent", "k7", "k0", "k2999"]
+        .map(String::from)
+        .to_vec();
+    assert_eq!(
+        ledger.map_get("j:seen", &asked).await.unwrap(),
+        vec![
+            Some("line 2999".to_string()),
+            None,
+            Some("replaced".to_string()),
+            Some("line 0".to_string()),
+            Some("line 2999".to_string()),
+        ]
+    );
+    assert_eq!(
+        ledger.map_get("j:seen", &[]).await.unwrap(),
+        Vec::<Option<String>>::new()
+    );
+    assert_eq!(
+        ledger.map_get("nothing:here", &asked[..2]).await.unwrap(),
+        vec![None, None]
+    );
+    // A part of a long map: fields 1000..3000 in one call.
+    let part: Vec<String> = (1000..3000).map(|i| format!("k{i}")).collect();
+    let got = ledger.map_get("j:seen", &part).await.unwrap();
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, v)| v.as_deref() == Some(format!("line {}", i + 1000).as_str()))
+    );
     ledger.map_forget("j:seen").await.unwrap();
     assert_eq!(ledger.map_len("j:seen").await.unwrap(), 0);
     assert_eq!(
