@@ -88,6 +88,18 @@ fn reserves_above_a_budget_are_a_configuration_error() {
             "credentials.main.shares.search.reserve",
             "neither units nor a percentage",
         ),
+        // (whole, but past what a window counts: said so, not "not whole")
+        (
+            r#"{ search: { reserve: 9007199254740993 } }"#,
+            "credentials.main.shares.search.reserve",
+            "9007199254740993 units: above the most a window counts, 2^53 - 1",
+        ),
+        // (0.5% of 100 rounds down to nothing: every charge would be 78)
+        (
+            r#"{ search: { limit: "0.5%" } }"#,
+            "credentials.main.shares.search.limit",
+            "rounds down to 0 units of pool units's budget of 100",
+        ),
     ] {
         d.write(&config(&store, shares));
         let r = d.quota(&["check"]);
@@ -95,6 +107,24 @@ fn reserves_above_a_budget_are_a_configuration_error() {
         assert!(
             r.stderr.contains(field) && r.stderr.contains(says),
             "{shares}: {r:?}"
+        );
+    }
+    // lend_after is a part of a period, never units: said so whatever was
+    // written.
+    for lend in [r#""150%""#, "80", r#""soon""#] {
+        let main = Credential::new("main")
+            .pool("units", &[limit(100, "1h")])
+            .set("shares", SHARES)
+            .set("lend_after", lend);
+        d.write(&Config::new(&store).credential(main).render());
+        let r = d.quota(&["check"]);
+        assert_eq!(r.code, 78, "{lend}: {r:?}");
+        assert!(
+            r.stderr.contains("credentials.main.lend_after")
+                && r.stderr.contains(
+                    "expected a part of each calendar period, a percentage from 0% to 100%"
+                ),
+            "{lend}: {r:?}"
         );
     }
 }

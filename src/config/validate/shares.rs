@@ -16,15 +16,18 @@ impl Validator<'_> {
     ) -> Result<Shares> {
         let lend_after = match lend_after {
             None => None,
-            Some(v) => match self.amount(&format!("{at}.lend_after"), v)? {
-                Amount::Basis(bp) => Some(bp),
-                Amount::Units(_) => {
-                    return Err(self.err(
-                        format!("{at}.lend_after"),
-                        "a part of each calendar period, as a percentage (\"80%\")",
-                    ));
+            // (a part of a period, never units: its own message, not
+            // amount()'s "neither units nor a percentage")
+            Some(v) => {
+                let field = format!("{at}.lend_after");
+                match v {
+                    Value::String(_) => match self.amount(&field, v) {
+                        Ok(Amount::Basis(bp)) => Some(bp),
+                        _ => return Err(self.lend_after_err(&field, v)),
+                    },
+                    _ => return Err(self.lend_after_err(&field, v)),
                 }
-            },
+            }
         };
         let mut list = Vec::new();
         for (name, share) in raw.map(|r| r.0).unwrap_or_default() {
@@ -72,6 +75,19 @@ impl Validator<'_> {
                 ));
             }
             if let Some(limit) = s.limit.map(|l| l.of(budget))
+                && limit == 0
+            {
+                // (a percentage rounded down: every charge of the job
+                // would then be refused, run after run)
+                return Err(self.err(
+                    format!("{at}.shares.{}.limit", s.name),
+                    format!(
+                        "rounds down to 0 units of pool {}'s budget of {budget}: the job could never take anything",
+                        pool.name
+                    ),
+                ));
+            }
+            if let Some(limit) = s.limit.map(|l| l.of(budget))
                 && reserve > limit
             {
                 return Err(self.err(
@@ -93,13 +109,26 @@ impl Validator<'_> {
         Ok(())
     }
 
+    fn lend_after_err(&self, field: &str, v: &Value) -> Error {
+        let shown =
+            serde_yaml::to_string(v).map_or_else(|_| "this value".into(), |s| s.trim().to_string());
+        self.err(
+            field,
+            format!("{shown}: expected a part of each calendar period, a percentage from 0% to 100% (\"80%\")"),
+        )
+    }
+
     /// Units (`12`) or a percentage of each window's budget (`"60%"`, to a
     /// hundredth of a percent).
     fn amount(&self, field: &str, v: &Value) -> Result<Amount> {
         match v {
             Value::Number(n) => match n.as_u64() {
                 Some(n) if n <= MAX_UNITS => Ok(Amount::Units(n)),
-                _ => Err(self.err(field, format!("{n} is not a whole number of units ≥ 0"))),
+                Some(n) => Err(self.err(
+                    field,
+                    format!("{n} units: above the most a window counts, 2^53 - 1 ({MAX_UNITS})"),
+                )),
+                None => Err(self.err(field, format!("{n} is not a whole number of units ≥ 0"))),
             },
             Value::String(s) => {
                 let bp = (s.trim().strip_suffix('%'))
