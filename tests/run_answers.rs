@@ -212,6 +212,25 @@ fn a_byte_order_mark_before_json_is_dropped() {
     assert_eq!(page, PAGE);
 }
 
+/// A 304 to a request that sent no validator (no `conditional`) ends the
+/// job charged once, named as what it is, not as a redirect without a
+/// Location (probe's minor item).
+#[test]
+fn an_unsolicited_304_is_named_as_such() {
+    let (base, heads) = serving(|_| raw("304 Not Modified", &[], b""));
+    let d = api_deployment(&one_region_job("j", &format!("{base}/same")));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("HTTP 304 Not Modified to a request that sent no validator")
+            && !r.stderr.contains("Location"),
+        "{r:?}"
+    );
+    assert_eq!(heads.lock().unwrap().len(), 1, "{r:?}");
+    assert!(d.outputs("j").is_empty());
+}
+
 /// A Location with raw UTF-8 is followed, its bytes past ASCII
 /// percent-encoded as browsers do (as a Link header's are).
 #[test]

@@ -168,8 +168,17 @@ pub async fn send(
     reported.actuals = settle::actuals(&step.settle, resp.headers(), None);
     // (only a request that asked for it: a 304 to any other is what it
     // always was, a redirect without a Location)
-    if status == reqwest::StatusCode::NOT_MODIFIED && conditional {
-        return Answer::NotModified;
+    if status == reqwest::StatusCode::NOT_MODIFIED {
+        return if conditional {
+            Answer::NotModified
+        } else {
+            // (not a redirect problem, as "without a Location" read: the
+            // upstream says "unchanged" to a request that named no copy)
+            Answer::Fatal(
+                "HTTP 304 Not Modified to a request that sent no validator (no If-None-Match or If-Modified-Since): there is no page to keep"
+                    .into(),
+            )
+        };
     }
     if status.is_redirection() {
         return redirect::redirect(status, resp.headers(), &method, &url, &secrets);
