@@ -226,37 +226,61 @@ impl JobReport {
             None => "finished".to_string(),
             Some(s) => format!("stopped: {s}"),
         };
-        let unmetered = if self.unmetered > 0 {
-            format!(" ({} UNMETERED)", self.unmetered)
-        } else {
-            String::new()
-        };
-        let unmetered = match self.estimates_kept {
-            0 => unmetered,
-            n => format!("{unmetered} ({n} at their estimate)"),
-        };
-        let unmetered = match self.observed_rejections {
-            0 => unmetered,
-            n => format!("{unmetered} ({n} OBSERVED: the ledger would have stopped them)"),
-        };
-        let unmetered = match self.not_modified {
-            0 => unmetered,
-            n => {
-                let saved: Vec<String> = self
-                    .units_saved
-                    .iter()
-                    .map(|(p, u)| format!("{p} {u}"))
-                    .collect();
-                let saved = if saved.is_empty() {
-                    "none".into()
-                } else {
-                    saved.join(", ")
-                };
-                format!("{unmetered} ({n} answered 304, not modified: units saved {saved})")
-            }
-        };
-        let resume = self.resume_at();
-        let failed = match self.failed_regions.len() {
+        format!(
+            "job {}: {why}; {} calls{}, spent {}; {}{}; {} pages written{}; next run starts at {}",
+            self.job,
+            self.calls,
+            self.calls_notes(),
+            if units.is_empty() {
+                "none".into()
+            } else {
+                units.join(", ")
+            },
+            self.done(),
+            self.failed_notes(),
+            self.pages,
+            self.rows_notes(),
+            self.resume_at(),
+        )
+    }
+
+    /// After the calls: unmetered, at their estimate, observed, and 304s
+    /// with the units they saved.
+    fn calls_notes(&self) -> String {
+        let mut notes = String::new();
+        if self.unmetered > 0 {
+            notes += &format!(" ({} UNMETERED)", self.unmetered);
+        }
+        if self.estimates_kept > 0 {
+            notes += &format!(" ({} at their estimate)", self.estimates_kept);
+        }
+        if self.observed_rejections > 0 {
+            notes += &format!(
+                " ({} OBSERVED: the ledger would have stopped them)",
+                self.observed_rejections
+            );
+        }
+        if self.not_modified > 0 {
+            let saved: Vec<String> = (self.units_saved.iter())
+                .map(|(p, u)| format!("{p} {u}"))
+                .collect();
+            let saved = if saved.is_empty() {
+                "none".into()
+            } else {
+                saved.join(", ")
+            };
+            notes += &format!(
+                " ({} answered 304, not modified: units saved {saved})",
+                self.not_modified
+            );
+        }
+        notes
+    }
+
+    /// After how far the job is: regions failed (the first few named),
+    /// inputs failed, walks ended at a link that cannot be read.
+    fn failed_notes(&self) -> String {
+        let mut notes = match self.failed_regions.len() {
             0 => String::new(),
             n => {
                 let shown = &self.failed_regions[..n.min(FAILED_SHOWN)];
@@ -267,37 +291,38 @@ impl JobReport {
                 format!(" ({n} FAILED: {}{more})", shown.join(", "))
             }
         };
-        let failed = match self.failed_inputs {
-            0 => failed,
-            n => format!("{failed}, {n} of them failed this run (listed by `quota status`)"),
+        if self.failed_inputs > 0 {
+            notes += &format!(
+                ", {} of them failed this run (listed by `quota status`)",
+                self.failed_inputs
+            );
+        }
+        if self.unreadable_links > 0 {
+            notes += &format!(
+                " ({} ended at a next link or token that cannot be read)",
+                self.unreadable_links
+            );
+        }
+        notes
+    }
+
+    /// After the pages: the rows upserted (`output.sqlite`), items without
+    /// a key, pages with nothing at `items`.
+    fn rows_notes(&self) -> String {
+        let mut notes = match self.rows {
+            None => String::new(),
+            Some((rows, 0)) => format!(", {rows} rows upserted"),
+            Some((rows, skipped)) => {
+                format!(", {rows} rows upserted ({skipped} items without a key skipped)")
+            }
         };
-        let failed = match self.unreadable_links {
-            0 => failed,
-            n => format!("{failed} ({n} ended at a next link or token that cannot be read)"),
-        };
-        format!(
-            "job {}: {why}; {} calls{unmetered}, spent {}; {}{failed}; {} pages written{}{}; next run starts at {resume}",
-            self.job,
-            self.calls,
-            if units.is_empty() {
-                "none".into()
-            } else {
-                units.join(", ")
-            },
-            self.done(),
-            self.pages,
-            match self.rows {
-                None => String::new(),
-                Some((rows, 0)) => format!(", {rows} rows upserted"),
-                Some((rows, skipped)) => {
-                    format!(", {rows} rows upserted ({skipped} items without a key skipped)")
-                }
-            },
-            match self.pages_without_items {
-                0 => String::new(),
-                n => format!(", {n} page(s) with nothing at `items`"),
-            },
-        )
+        if self.pages_without_items > 0 {
+            notes += &format!(
+                ", {} page(s) with nothing at `items`",
+                self.pages_without_items
+            );
+        }
+        notes
     }
 
     /// How far the job is: regions this run, or a job of inputs' inputs
