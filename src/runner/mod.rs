@@ -32,6 +32,7 @@ mod job_run;
 mod lock;
 mod meter;
 pub mod output;
+mod output_id;
 mod page_scan;
 mod paginate;
 mod progress;

@@ -251,6 +251,7 @@ impl Deployment {
         let mut v: Vec<String> = std::fs::read_dir(self.dir.path().join("out").join(job))
             .map(|rd| {
                 rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('.'))
                     .collect()
             })
             .unwrap_or_default();

@@ -40,13 +40,24 @@ pub(super) struct Validators {
     /// The next page's token the page gave (`on_not_modified: continue`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next: Option<String>,
+    /// The id of the output the page was written to (none: kept before
+    /// outputs had ids), so a run whose output was replaced since forgets
+    /// what described the old one (`replaced.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
 }
 
 /// What the store holds for a job's conditional and incremental steps.
 #[derive(Default)]
 pub(super) struct Kept {
     /// By [`page_field`].
-    pages: HashMap<String, Validators>,
+    pub(super) pages: HashMap<String, Validators>,
+    /// By [`place_field`]: the id each place's output had at its last run.
+    pub(super) places: HashMap<String, String>,
+    /// The id of this run's output, which the validators it keeps name.
+    pub(super) output: Option<String>,
+    /// Whether the store's map was read (else nothing is compared).
+    pub(super) read: bool,
     /// By [`since_field`]: the value the next walk sends.
     since: HashMap<String, String>,
     /// By [`since_field`]: the largest value this run's walk has seen.
@@ -64,6 +75,12 @@ pub(super) struct Kept {
 
 fn page_field(key: &str, step: usize, page: u32) -> String {
     format!("page {step} {page} {key}")
+}
+
+/// A place that writes the job's output: this host and the configuration
+/// file (which says where the outputs are).
+pub(super) fn place_field(host: &str, config: &std::path::Path) -> String {
+    format!("output {host} {}", config.display())
 }
 
 fn since_field(key: &str, step: usize) -> String {
@@ -103,8 +120,11 @@ impl JobRun<'_> {
             }
         };
         let mut kept = self.kept.borrow_mut();
+        kept.read = true;
         for (field, value) in entries {
-            if field.starts_with("page ") {
+            if field.starts_with("output ") && !value.is_empty() {
+                kept.places.insert(field, value);
+            } else if field.starts_with("page ") {
                 if let Ok(v) = serde_json::from_str(&value) {
                     kept.pages.insert(field, v);
                 }
@@ -162,14 +182,15 @@ impl JobRun<'_> {
             }
             return;
         }
+        let mut kept = self.kept.borrow_mut();
         let v = Validators {
             url: url_id(url, fill.secret),
             etag,
             modified,
             next: clean(next.map(str::to_string)),
+            out: kept.output.clone(),
         };
         let text = serde_json::to_string(&v).expect("validators always serialize");
-        let mut kept = self.kept.borrow_mut();
         kept.pages.insert(field.clone(), v);
         kept.pending.insert(field, text);
     }
@@ -244,9 +265,10 @@ impl JobRun<'_> {
         }
     }
 
-    async fn put_kept(&self, field: &str, value: &str) {
+    /// Whether the store took it.
+    pub(super) async fn put_kept(&self, field: &str, value: &str) -> bool {
         let Some(store) = self.meter.store() else {
-            return;
+            return false;
         };
         if let Err(e) = store
             .map_put(&conditional_map(self.job), field, value)
@@ -256,7 +278,9 @@ impl JobRun<'_> {
                 job = self.job.name,
                 "cannot keep the validators and incremental values (the next run may ask in full): {e}"
             );
+            return false;
         }
+        true
     }
 
     /// The value an incremental step's requests of `key` carry: the

@@ -33,6 +33,7 @@ mod fan_out;
 mod inputs;
 mod keys;
 mod lists;
+mod replaced;
 mod request;
 mod round;
 mod rows;
@@ -321,6 +322,7 @@ impl<'a> JobRun<'a> {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
         };
+        self.forget_replaced_output(folder_run).await;
         let highest_run = folder_run.max(self.highest_run_of_rows()?);
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
