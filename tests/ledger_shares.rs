@@ -482,3 +482,49 @@ async fn other_shares_pools_hold_no_entries_in_the_embedded_store() {
     };
     assert_eq!((rows("trending"), rows("search")), (3, 0));
 }
+
+/// lua/charge/decide.lua's exact ceil(x y / z) in doubles, run by Redis,
+/// against integers: reserves near 2^53 and periods up to a month in µs,
+/// where a product in doubles would round (what the Rust side,
+/// `shares::held`, computes in u128).
+#[test]
+fn the_scripts_pace_is_exact_in_doubles() {
+    let decide = include_str!("../lua/charge/decide.lua");
+    let from = decide
+        .find("  local function mul_div_up")
+        .expect("mul_div_up");
+    let to = from + decide[from..].find("\n  end\n").expect("its end") + 7;
+    let script = format!(
+        "local fmod, floor = math.fmod, math.floor\n{}\nlocal out = {{}}\n\
+         for i = 1, #ARGV, 3 do out[#out + 1] = string.format('%.0f', \
+         mul_div_up(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))) end\n\
+         return out",
+        &decide[from..to]
+    );
+    let month = 31 * 86_400_000_000_u64;
+    let near = (1_u64 << 53) - 1;
+    let cases: Vec<(u64, u64, u64)> = vec![
+        (near, month - 1, month),
+        (near, month / 3, month),
+        (near - 12_345, 86_399_999_999, 86_400_000_000),
+        (365, 5_999_999, 60_000_000),
+        (1 << 52, 1, month),
+        (near, 0, month),
+        (123_456_789_012, 2_000_000_000_001, month + 7),
+    ];
+    let server = RedisServer::start();
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut cmd = ::redis::cmd("EVAL");
+    cmd.arg(script).arg(0);
+    for (x, y, z) in &cases {
+        cmd.arg(x).arg(y).arg(z);
+    }
+    let got: Vec<String> = cmd.query(&mut con).expect("eval");
+    for ((x, y, z), got) in cases.iter().zip(got) {
+        let want = (u128::from(*x) * u128::from(*y)).div_ceil(u128::from(*z));
+        assert_eq!(got, want.to_string(), "{x} x {y} / {z}");
+    }
+}
