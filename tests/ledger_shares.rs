@@ -151,17 +151,93 @@ async fn lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one(led
     // Before 80% of the minute: kept; the calendar window says when it lends.
     let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 2 * S).await;
     assert_eq!(refusal(&d), (kept("trending", 60), Duration::from_secs(46)));
-    // From 48 s into the minute, trending's unused reserve is open to all.
-    for _ in 0..6 {
+    // From 48 s into the minute, trending's reserve opens at its own pace:
+    // 12 s of 60 are left, so 12 of its 60 units stay kept.
+    for _ in 0..4 {
         let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 48 * S).await;
         assert!(d.is_allowed(), "{d:?}");
     }
+    let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 48 * S).await;
+    // (10 may be kept once 10 s are left after the instant)
+    assert_eq!(
+        refusal(&d),
+        (
+            kept("trending", 12),
+            Duration::from_micros(2 * S as u64 - 1)
+        )
+    );
     // The next minute keeps it again.
     let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 50)], M + 60 * S).await;
     assert_eq!(refusal(&d).0, kept("trending", 60));
     // A sliding window never lends.
     let d = by(&ledger, &sh, "backfill", &[cost(&sliding, 10)], M + 59 * S).await;
     assert_eq!(refusal(&d).0, kept("trending", 60));
+}
+
+/// After the lending point a share's reserve opens at its own pace: at
+/// 90% of the period a neighbour may take all but 10% of the reserve
+/// (rounded up), or what the share has left of it if less; at the period's
+/// last instant nothing is kept. Before the point all of it is.
+async fn a_reserve_opens_at_its_own_pace_after_the_lending_point(ledger: impl Ledger) {
+    let minute = Window {
+        aligned: Some(chrono_tz::UTC),
+        ..window(60, 1_000, 0)
+    };
+    let units = pool("units", vec![minute]);
+    // (10% of 365 is 36.5: 37 kept)
+    let sh = shares(&[("trending", Amount::Units(365), None)], Some(8_000));
+    let one = [cost(&units, 1)];
+    // Before 80% of the minute: all of the 265 unused kept; retry at the
+    // lending point, when only 73 are (12 s - 1 µs of 60 s: 72.99...).
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 100)], M + S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(&ledger, &sh, "backfill", &[cost(&units, 635)], M + 47 * S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(&ledger, &sh, "backfill", &one, M + 47 * S).await;
+    assert_eq!(refusal(&d), (kept("trending", 265), Duration::from_secs(1)));
+    // The next minute, at 90%: all but 37.
+    let next = M + 60 * S;
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 100)], next + S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(
+        &ledger,
+        &sh,
+        "backfill",
+        &[cost(&units, 863)],
+        next + 54 * S,
+    )
+    .await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(&ledger, &sh, "backfill", &one, next + 54 * S).await;
+    // (room for it once 36 are kept: 5,917,808 µs left, 365 x that / 60 s
+    // rounded up)
+    let retry = Duration::from_micros(82_191);
+    assert_eq!(refusal(&d), (kept("trending", 37), retry));
+    // And the one after: trending has used 340, 25 left of its reserve.
+    let last = M + 120 * S;
+    let d = by(&ledger, &sh, "trending", &[cost(&units, 340)], last + S).await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(
+        &ledger,
+        &sh,
+        "backfill",
+        &[cost(&units, 635)],
+        last + 54 * S,
+    )
+    .await;
+    assert!(d.is_allowed(), "{d:?}");
+    let d = by(&ledger, &sh, "backfill", &one, last + 54 * S).await;
+    assert_eq!(refusal(&d).0, kept("trending", 25));
+    // At the period's last instant nothing is kept: the window's last 25.
+    let d = by(
+        &ledger,
+        &sh,
+        "backfill",
+        &[cost(&units, 25)],
+        last + 60 * S - 1,
+    )
+    .await;
+    assert!(d.is_allowed(), "{d:?}");
 }
 
 async fn a_settle_moves_a_shares_units_with_its_pools(ledger: impl Ledger) {
@@ -294,6 +370,7 @@ macro_rules! shares_suite {
                 a_reserve_is_held_against_a_greedy_neighbour,
                 a_share_never_takes_more_than_its_limit,
                 lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one,
+                a_reserve_opens_at_its_own_pace_after_the_lending_point,
                 a_settle_moves_a_shares_units_with_its_pools,
                 observe_mode_counts_the_calls_a_share_would_have_stopped,
             );
@@ -404,4 +481,50 @@ async fn other_shares_pools_hold_no_entries_in_the_embedded_store() {
         (db.query_row(sql, [format!("units/{share}")], |r| r.get(0))).unwrap()
     };
     assert_eq!((rows("trending"), rows("search")), (3, 0));
+}
+
+/// lua/charge/decide.lua's exact ceil(x y / z) in doubles, run by Redis,
+/// against integers: reserves near 2^53 and periods up to a month in µs,
+/// where a product in doubles would round (what the Rust side,
+/// `shares::held`, computes in u128).
+#[test]
+fn the_scripts_pace_is_exact_in_doubles() {
+    let decide = include_str!("../lua/charge/decide.lua");
+    let from = decide
+        .find("  local function mul_div_up")
+        .expect("mul_div_up");
+    let to = from + decide[from..].find("\n  end\n").expect("its end") + 7;
+    let script = format!(
+        "local fmod, floor = math.fmod, math.floor\n{}\nlocal out = {{}}\n\
+         for i = 1, #ARGV, 3 do out[#out + 1] = string.format('%.0f', \
+         mul_div_up(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))) end\n\
+         return out",
+        &decide[from..to]
+    );
+    let month = 31 * 86_400_000_000_u64;
+    let near = (1_u64 << 53) - 1;
+    let cases: Vec<(u64, u64, u64)> = vec![
+        (near, month - 1, month),
+        (near, month / 3, month),
+        (near - 12_345, 86_399_999_999, 86_400_000_000),
+        (365, 5_999_999, 60_000_000),
+        (1 << 52, 1, month),
+        (near, 0, month),
+        (123_456_789_012, 2_000_000_000_001, month + 7),
+    ];
+    let server = RedisServer::start();
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut cmd = ::redis::cmd("EVAL");
+    cmd.arg(script).arg(0);
+    for (x, y, z) in &cases {
+        cmd.arg(x).arg(y).arg(z);
+    }
+    let got: Vec<String> = cmd.query(&mut con).expect("eval");
+    for ((x, y, z), got) in cases.iter().zip(got) {
+        let want = (u128::from(*x) * u128::from(*y)).div_ceil(u128::from(*z));
+        assert_eq!(got, want.to_string(), "{x} x {y} / {z}");
+    }
 }

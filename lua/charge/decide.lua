@@ -124,13 +124,50 @@ for p = 1, nrec do
   a = a + 2 + 2 * pv[$M]
 end
 -- Shares (src/ledger/shares.rs), once every window fits: in every window
--- of the charge's own pools, the units left after it must cover every
--- other share's unused reserve (its reserve less its pool's window sum),
--- except in a calendar window whose period has run its lending part. If
--- not, it may fit when enough of the window has left (sliding), or at the
--- lending point or the period's end; the share that keeps most is named.
+-- of the charge's own pools, the units left after it must cover what every
+-- other share still holds: its unused reserve (its reserve less its pool's
+-- window sum), and in a calendar window past its lending point no more
+-- than its reserve times the part of the period left after now (rounded
+-- up). If not, it may fit when enough of the window has left (sliding),
+-- or when enough has opened (calendar: at the latest, the period's end);
+-- the share that holds most is named. All exact in doubles: no product
+-- passes 2^53 (units can be near it, a period's length ~2^37 µs).
 local kept_q, kept = 0, 0
 if shares and worst_retry == nil then
+  local fmod = math.fmod
+  -- ceil(x * y / z) for 0 <= y < z < 2^52: x = qx z + rx (fmod is exact),
+  -- then rx y / z a bit of y at a time, remainders below 2z.
+  local function mul_div_up(x, y, z)
+    local rx, n = fmod(x, z), y
+    local q, r, bit = 0, 0, 1
+    while bit * 2 <= n do bit = bit * 2 end
+    while bit >= 1 do
+      q, r = q * 2, r * 2
+      if r >= z then q, r = q + 1, r - z end
+      if n >= bit then
+        n, r = n - bit, r + rx
+        if r >= z then q, r = q + 1, r - z end
+      end
+      bit = bit / 2
+    end
+    q = (x - rx) / z * y + q
+    return r > 0 and q + 1 or q
+  end
+  -- What the reserves of `rows` (reserve, unused) hold at `t` in the
+  -- period `cal`, lending from `lend_at` (false: never).
+  local function held(rows, cal, lend_at, t)
+    local sum, most, most_at = 0, 0, 0
+    for j = 1, #rows, 3 do
+      local h = rows[j + 1]
+      if lend_at and t >= lend_at then
+        local left = cal[2] - 1 - t
+        h = left > 0 and math.min(h, mul_div_up(rows[j], left, cal[2] - cal[1])) or 0
+      end
+      sum = sum + h
+      if h > most then most, most_at = h, rows[j + 2] end
+    end
+    return sum, most, most_at
+  end
   local sh = cal_end + (reserve and 1 or 0)
   local nbase, lend = tonumber(ARGV[sh]), tonumber(ARGV[sh + 2])
   local i = sh + 3
@@ -140,31 +177,45 @@ if shares and worst_retry == nil then
     local m = pv[$M]
     for w = 1, m do
       local b, cal = $WIN * w, cals[p][w]
-      local lend_at = cal and lend >= 0 and cal[1] + floor((cal[2] - cal[1]) * lend / 10000)
-      if not (lend_at and now >= lend_at) then
-        local unused, most_q, most = 0, 0, 0
-        for r = 0, k - 1 do
-          local at_r = i + 1 + r * (1 + m)
-          local q = tonumber(ARGV[at_r])
-          local left = tonumber(ARGV[at_r + w]) - pools[q][b + $SUM]
-          if left > 0 then
-            unused = unused + left
-            if left > most then most_q, most = q, left end
+      local lend_at = false
+      if cal and lend >= 0 then
+        -- (lend hundredths of a percent of the period, rounded down)
+        local len = cal[2] - cal[1]
+        local rl = fmod(len, 10000)
+        lend_at = cal[1] + (len - rl) / 10000 * lend + floor(rl * lend / 10000)
+      end
+      local rows = {}
+      for r = 0, k - 1 do
+        local at_r = i + 1 + r * (1 + m)
+        local q = tonumber(ARGV[at_r])
+        local reserve_w = tonumber(ARGV[at_r + w])
+        local left = reserve_w - pools[q][b + $SUM]
+        rows[#rows + 1], rows[#rows + 2], rows[#rows + 3] = reserve_w, left > 0 and left or 0, q
+      end
+      local extra = w == pv.lw and pv.extra or 0
+      local room = tonumber(ARGV[a + 2 * w + 1]) - pv[b + $SUM] - extra - cost
+      local unused, most, most_q = held(rows, cal, lend_at, now)
+      if unused > room then
+        local at
+        if cal then
+          -- The first instant at which what is held fits in the room left
+          -- (if no one else charges first): nothing is held at the end.
+          local lo, hi = now, cal[2]
+          if lend_at and lend_at > now then
+            lo = lend_at - 1
+            if lo >= hi then lo = hi - 1 end
           end
+          if not lend_at then lo = hi - 1 end
+          while hi - lo > 1 do
+            local mid = floor((lo + hi) / 2)
+            if held(rows, cal, lend_at, mid) <= room then hi = mid else lo = mid end
+          end
+          at = hi
+        else
+          at = freed_at(p, pv, b, unused - room) or now + pv[b]
         end
-        local extra = w == pv.lw and pv.extra or 0
-        local need = pv[b + $SUM] + extra + cost + unused - tonumber(ARGV[a + 2 * w + 1])
-        if need > 0 then
-          local at
-          if cal then
-            at = cal[2]
-            if lend_at and lend_at < at then at = lend_at end
-          else
-            at = freed_at(p, pv, b, need) or now + pv[b]
-          end
-          if worst_retry == nil or at - now > worst_retry then
-            worst_p, worst_w, worst_retry, kept_q, kept = p, w, at - now, most_q, most
-          end
+        if worst_retry == nil or at - now > worst_retry then
+          worst_p, worst_w, worst_retry, kept_q, kept = p, w, at - now, most_q, most
         end
       end
     end

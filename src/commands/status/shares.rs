@@ -8,7 +8,7 @@
 use serde::Serialize;
 
 use crate::config::Credential;
-use crate::ledger::shares::{lend_at, share_pool};
+use crate::ledger::shares::{Reserve, held, lend_at, share_pool};
 use std::collections::BTreeMap;
 
 use crate::ledger::{CredentialLog, Micros, Pool, PoolUsage, Shares, Window};
@@ -28,8 +28,9 @@ pub struct ShareUsage {
     pub limit: Option<u64>,
     pub used: u64,
     /// What a charge by the share can take now: the least of its limit
-    /// left and the window's units left less every other share's unused
-    /// reserve (none once a calendar window lends).
+    /// left and the window's units left less what every other share's
+    /// reserve holds (in a calendar window past its lending point, no more
+    /// than the reserve's pace: see the ledger's rule).
     pub available: u64,
 }
 
@@ -72,18 +73,18 @@ pub fn usage(
                 let budget = w.budget();
                 let used = used_of(c, read, s, p, k);
                 let limit = share.limit.map(|l| l.of(budget));
-                let others: u64 = if lends(shares, w, now) {
-                    0
-                } else {
-                    (shares.list.iter().enumerate())
-                        .filter(|&(t, _)| t != s)
-                        .map(|(t, o)| {
-                            o.reserve
-                                .of(budget)
-                                .saturating_sub(used_of(c, read, t, p, k))
-                        })
-                        .sum()
-                };
+                let others: u64 = (shares.list.iter().enumerate())
+                    .filter(|&(t, _)| t != s)
+                    .map(|(t, o)| {
+                        holds(
+                            shares,
+                            w,
+                            now,
+                            o.reserve.of(budget),
+                            used_of(c, read, t, p, k),
+                        )
+                    })
+                    .sum();
                 let left = limit.unwrap_or(budget).saturating_sub(used);
                 out.push(ShareUsage {
                     share: share.name.clone(),
@@ -107,30 +108,35 @@ pub fn unshared(c: &Credential, base: &[PoolUsage], read: &[PoolUsage], now: Mic
     let mut out = Vec::new();
     for (p, (pool, bu)) in c.pools.iter().zip(base).enumerate() {
         for (k, (w, wu)) in pool.windows.iter().zip(&bu.windows).enumerate() {
-            let kept: u64 = if lends(&c.shares, w, now) {
-                0
-            } else {
-                (c.shares.list.iter().enumerate())
-                    .map(|(s, o)| {
-                        o.reserve
-                            .of(w.budget())
-                            .saturating_sub(used_of(c, read, s, p, k))
-                    })
-                    .sum()
-            };
+            let kept: u64 = (c.shares.list.iter().enumerate())
+                .map(|(s, o)| {
+                    holds(
+                        &c.shares,
+                        w,
+                        now,
+                        o.reserve.of(w.budget()),
+                        used_of(c, read, s, p, k),
+                    )
+                })
+                .sum();
             out.push(wu.remaining.saturating_sub(kept));
         }
     }
     out
 }
 
-/// Whether window `w` lends every unused reserve at `now`: a calendar
-/// window past `lend_after` of its period (as the ledger decides).
-fn lends(shares: &Shares, w: &Window, now: Micros) -> bool {
+/// What a share's `reserve`, of which it `used` some, holds in window `w`
+/// at `now`: its unused reserve, in a calendar window past `lend_after` of
+/// its period no more than the reserve's pace (as the ledger decides).
+fn holds(shares: &Shares, w: &Window, now: Micros, reserve: u64, used: u64) -> u64 {
+    let unused = reserve.saturating_sub(used);
     let lend = shares.lend_after.map_or(-1, i64::from);
     match w.span_at(now) {
-        (start, Some(end)) => lend_at(start + 1, end, lend).is_some_and(|t| now >= t),
-        (_, None) => false,
+        (start, Some(end)) => {
+            let r = Reserve { reserve, unused };
+            held(r, (start + 1, end), lend_at(start + 1, end, lend), now)
+        }
+        (_, None) => unused,
     }
 }
 

@@ -248,16 +248,19 @@ impl Ledger for EmbeddedLedger {
     ) -> Result<Others, StoreError> {
         let (credential, name) = (credential.to_string(), pool.name.clone());
         let longest = pool.longest().as_micros() as Micros;
-        let limit = pool.longest_window().map_or(0, |w| w.limit);
+        let window = pool.longest_window().cloned();
+        let limit = window.as_ref().map_or(0, |w| w.limit);
         self.transaction(move |tx| {
             let row = credential_row(tx, &credential)?;
             let now = clock(at, row.last);
-            // The longest window as a charge slides it (charge.rs).
+            // The longest window as a charge slides it (charge.rs): a
+            // calendar window counts its period's calls only, as Redis's
+            // slid sum does.
+            let start = window.map_or(now - longest, |w| w.span_at(now).0);
             let visible = row.retain.max(IDEMPOTENCY_HORIZON.as_micros() as Micros);
-            let cutoff =
-                (now - longest)
-                    .max(now - visible)
-                    .max(log::dead_mark(tx, &credential, &name)?);
+            let cutoff = (start)
+                .max(now - visible)
+                .max(log::dead_mark(tx, &credential, &name)?);
             let until = reset.map_or(now + longest, |r| r.end_at(now));
             let others =
                 log::record_others(tx, &credential, &name, (cutoff, limit), remaining, until)?;

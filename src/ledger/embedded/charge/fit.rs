@@ -120,11 +120,12 @@ type Rows = [Vec<(usize, String, Vec<u64>)>];
 pub(super) type Kept = (usize, usize, Micros, usize, u64);
 
 /// Shares (issue 28), once every window fits: the window whose units left
-/// after the call do not cover every other share's unused reserve (a
-/// calendar window past its lending point covers none), the one that keeps
-/// the call out longest ([`Kept`]); as lua/charge/decide.lua.
-/// It may fit when enough of the window has left (sliding; optimistic, as
-/// others' calls may come first) or at the lending point or period's end.
+/// after the call do not cover what every other share holds (its unused
+/// reserve; past a calendar window's lending point, no more than its
+/// reserve's pace: [`shares::held`]), the one that keeps the call out
+/// longest ([`Kept`]); as lua/charge/decide.lua. It may fit when enough of
+/// the window has left (sliding; optimistic, as others' calls may come
+/// first) or when enough has opened ([`shares::opens_at`]).
 pub(super) fn reserves_kept(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
@@ -136,30 +137,36 @@ pub(super) fn reserves_kept(
     for (p, cost) in c.cost.iter().enumerate().take(base) {
         for (k, &(len, budget)) in cost.windows.iter().enumerate() {
             let (start, end) = cost.span(k, now);
-            let lend_at = end.and_then(|end| shares::lend_at(start + 1, end, lend));
-            if lend_at.is_some_and(|t| now >= t) {
-                continue;
-            }
-            let (mut unused, mut most) = (0, (0, 0));
-            for (sub, _, reserves) in &rows[p] {
-                let left = reserves[k].saturating_sub(used[*sub][k].used);
-                unused += left;
-                if left > most.1 {
-                    most = (*sub, left);
-                }
-            }
+            let period = end.map(|end| (start + 1, end));
+            let lend_at = period.and_then(|(s, e)| shares::lend_at(s, e, lend));
+            let reserves: Vec<shares::Reserve> = (rows[p].iter())
+                .map(|(sub, _, reserves)| shares::Reserve {
+                    reserve: reserves[k],
+                    unused: reserves[k].saturating_sub(used[*sub][k].used),
+                })
+                .collect();
             let spent = used[p][k].used + extra(cost, k, &logs[p], now) + cost.units;
-            let need = (spent + unused) as i64 - budget as i64;
-            if need <= 0 {
+            // (the fit before made sure the call fits the budget)
+            let room = budget.saturating_sub(spent);
+            let (held, j, most) = match period {
+                Some(period) => shares::held_all(&reserves, period, lend_at, now),
+                None => shares::held_all(&reserves, (0, 0), None, now),
+            };
+            if held <= room {
                 continue;
             }
-            let at = match end {
-                Some(end) => lend_at.map_or(end, |t| t.min(end)),
-                None => log::reached_at(tx, &c.credential, &cost.pool, used[p][k].base + need)?
-                    .map_or(now + len, |at| at + len),
+            let at = match period {
+                Some(period) => shares::opens_at(&reserves, period, lend_at, room, now),
+                None => log::reached_at(
+                    tx,
+                    &c.credential,
+                    &cost.pool,
+                    used[p][k].base + (held - room) as i64,
+                )?
+                .map_or(now + len, |at| at + len),
             };
             if worst.is_none_or(|w| at - now > w.2) {
-                worst = Some((p, k, at - now, most.0, most.1));
+                worst = Some((p, k, at - now, rows[p][j].0, most));
             }
         }
     }
