@@ -11,19 +11,29 @@
 #   PROFILE=debug bash bench/sqlite.sh   # the debug build (no release build)
 #   DELAY=50ms REGIONS=10 PAGES=10 bash bench/sqlite.sh
 #                                        # an upstream that takes 50 ms a page
+#   DELAY=100ms REGIONS=16 PAGES=64 CONCURRENCY=16 bash bench/sqlite.sh
+#                                        # 16 regions walked side by side
+#   QUOTA=/path/a VS=/path/b bash bench/sqlite.sh
+#                                        # two builds side by side: each run of
+#                                        # a case alternates a, b (a's first)
+#
+# At 0 ms a run does nothing but write its pages, so the "share" there is
+# the sink's throughput, not what it adds to a real run: measure that at
+# a realistic DELAY, with enough pages that creating the database does not
+# weigh.
 #
 # Needs /usr/bin/time. Embedded store, in a folder under /tmp removed when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIONS=${REGIONS:-20} PAGES=${PAGES:-50} REPS=${REPS:-3} PROFILE=${PROFILE:-release}
-DELAY=${DELAY:-0ms}
+DELAY=${DELAY:-0ms} CONCURRENCY=${CONCURRENCY:-1}
 ITEMS=50
 # (QUOTA=/path/to/quota: that build instead, nothing built)
 if [ -z "${QUOTA:-}" ]; then
     if [ "$PROFILE" = release ]; then cargo build --release --quiet --bins; else cargo build --quiet --bins; fi
 fi
 quota=${QUOTA:-$PWD/target/$PROFILE/quota}
-standin=$PWD/target/$PROFILE/quota-standin
+standin=${STANDIN:-$PWD/target/$PROFILE/quota-standin}
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-sqlite.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items $ITEMS \
     --units 10000000 --delay "$DELAY" > "$work/standin.out" &
@@ -51,6 +61,7 @@ jobs:
   bench:
     credential: main
     regions: [$regions]
+    concurrency: $CONCURRENCY
     steps:
       - endpoint: videos.list
         request:
@@ -61,30 +72,45 @@ jobs:
 YAML
 }
 
-# once: one run on a fresh store and database; prints its wall time.
+# once BUILD: one run on a fresh store and database; prints its wall time.
 once() {
     rm -rf "$work/out" "$work"/ledger.db*
-    /usr/bin/time -f '%e' -o "$work/time" "$quota" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" \
+    /usr/bin/time -f '%e' -o "$work/time" "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" \
         || { cat "$work/err" >&2; exit 1; }
     tail -1 "$work/time"
 }
-median() {
-    for _ in $(seq "$REPS"); do once; done | sort -n | sed -n "$(((REPS + 1) / 2))p"
+# walls: REPS runs of each build, alternating; prints each build's median.
+walls() {
+    : > "$work/a"; : > "$work/b"
+    for _ in $(seq "$REPS"); do
+        once "$quota" >> "$work/a"
+        [ -z "${VS:-}" ] || once "$VS" >> "$work/b"
+    done
+    for f in a b; do
+        [ -s "$work/$f" ] && sort -n "$work/$f" | sed -n "$(((REPS + 1) / 2))p"
+    done
 }
 
 rows_out="sqlite: { path: out/rows.db, table: videos, items: /items/*, key: /id"
-echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, upstream $DELAY a page, median of $REPS"
+echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, upstream $DELAY a page," \
+    "concurrency $CONCURRENCY, median of $REPS${VS:+; a: $quota, b: $VS}"
 config "out/pages"
-base=$(median)
-echo "files only: ${base} s"
+read -r -d '' base_a base_b < <(walls) || true
+echo "files only: ${base_a} s${VS:+ | b: ${base_b} s}"
 for case in "files + rows|{ folder: out/pages, $rows_out } }" \
             "files + rows + search|{ folder: out/pages, $rows_out, search: [/snippet/title, /snippet/channelTitle] } }" \
             "rows + search, no files|{ $rows_out, search: [/snippet/title, /snippet/channelTitle] } }"; do
     config "${case#*|}"
-    wall=$(median)
-    extra=$(echo "$wall - $base" | bc -l)
-    awk -v n="${case%%|*}" -v w="$wall" -v e="$extra" -v r="$rows" 'BEGIN {
-        printf "%s: %.2f s, sink %+.2f s (%+.1f%% of the run)", n, w, e, 100 * e / w
-        if (e > 0) printf ", %.0f rows/s", r / e
-        printf "\n" }'
+    read -r -d '' wall_a wall_b < <(walls) || true
+    line="${case%%|*}:"
+    for w in "a $wall_a $base_a" ${VS:+"b $wall_b $base_b"}; do
+        set -- $w
+        line+=$(awk -v b="$1" -v w="$2" -v base="$3" -v r="$rows" -v two="${VS:+1}" 'BEGIN {
+            e = w - base
+            if (two) printf " %s", b
+            printf " %.2f s, sink %+.2f s (%+.1f%% of the files-only run)", w, e, 100 * e / base
+            if (e > 0) printf ", %.0f rows/s", r / e
+            if (two && b == "a") printf " |" }')
+    done
+    echo "$line"
 done

@@ -47,6 +47,7 @@ mod run_secrets;
 mod run_settle;
 mod run_shares;
 mod run_sqlite;
+mod run_sqlite_files;
 mod run_stops;
 mod run_topologies;
 mod secret_loading;

@@ -18,24 +18,36 @@ use crate::common::yaml::{Job, Step};
 const ROWS: &str = "{ sqlite: { path: out/videos.db, table: videos, items: /items/*, key: /id, search: [/snippet/title] } }";
 
 /// Job `trending` over `regions`, 3 pages each, its rows as `output` says.
-fn trending(store: &str, base: &str, regions: &[&str], output: &str) -> String {
+pub(crate) fn trending(store: &str, base: &str, regions: &[&str], output: &str) -> String {
+    trending_at(store, base, regions, output, 1)
+}
+
+/// The same, `concurrency` regions walked side by side.
+fn trending_at(
+    store: &str,
+    base: &str,
+    regions: &[&str],
+    output: &str,
+    concurrency: usize,
+) -> String {
     main_units(store, WIDE)
         .endpoint("videos.list", "{ units: 1 }")
         .job(
             Job::new("trending", "main")
                 .regions(regions)
+                .set("concurrency", &concurrency.to_string())
                 .step(videos_list(base, 3))
                 .output(output),
         )
         .render()
 }
 
-fn db(d: &Deployment) -> Connection {
+pub(crate) fn db(d: &Deployment) -> Connection {
     Connection::open(d.path().join("out/videos.db")).unwrap()
 }
 
 /// Every row: key → (job, input, title).
-fn rows(c: &Connection) -> BTreeMap<String, (String, String, String)> {
+pub(crate) fn rows(c: &Connection) -> BTreeMap<String, (String, String, String)> {
     let mut stmt = c
         .prepare("SELECT key, job, input, item, fetched_at FROM videos")
         .unwrap();
@@ -68,7 +80,7 @@ fn matched(c: &Connection, word: &str) -> BTreeSet<String> {
 
 /// The index finds, for each word of every title, exactly the rows whose
 /// title holds it now.
-fn index_in_step(c: &Connection) {
+pub(crate) fn index_in_step(c: &Connection) {
     let rows = rows(c);
     let words: BTreeSet<String> = rows
         .values()
@@ -140,28 +152,31 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
 
 #[test]
 fn a_run_killed_mid_run_then_rerun_leaves_every_row_once() {
-    // Second pages answer in 3 s: the kill lands while US's is in flight,
-    // its first page's rows committed.
+    // Second pages answer in 3 s: the kill lands while they are in
+    // flight, the three regions' first pages (written at once, side by
+    // side, their rows committed together or not) committed.
     let slow = Standin::start(&["--slow", "pageToken=CAUQ1=3s"]);
     let d = Deployment::new("");
     let store = embedded_store(&d);
-    d.write(&trending(&store, &slow.base(), &["US", "GB", "DE"], ROWS));
+    let regions = ["US", "GB", "DE"];
+    d.write(&trending_at(&store, &slow.base(), &regions, ROWS, 3));
     let mut victim = spawn(&mut d.cmd(&["run"]));
     wait_until(Duration::from_secs(30), "page 2 never asked for", || {
-        slow.seen().iter().any(|s| s.page == 1)
+        let seen = slow.seen();
+        (regions.iter()).all(|r| seen.iter().any(|s| s.page == 1 && s.region == *r))
     });
     kill("-KILL", victim.id());
     victim.wait().unwrap();
     let before = rows(&db(&d)).len();
-    assert_eq!(before, 5, "US's first page");
+    assert_eq!(before, 15, "the first pages");
 
     let up = Standin::start(&[]);
-    d.write(&trending(&store, &up.base(), &["US", "GB", "DE"], ROWS));
+    d.write(&trending_at(&store, &up.base(), &regions, ROWS, 3));
     let r = d.run_after_killed_lock();
     assert_eq!(r.code, 0, "{r:?}");
     let c = db(&d);
     let got: BTreeSet<String> = rows(&c).into_keys().collect();
-    let want: BTreeSet<String> = ["US", "GB", "DE"]
+    let want: BTreeSet<String> = regions
         .iter()
         .flat_map(|r| (0..3).flat_map(move |p| (0..5).map(move |i| format!("{r}{p:02}{i:03}"))))
         .collect();
@@ -365,7 +380,7 @@ fn two_jobs_sharing_a_table_with_another_search_are_78_on_a_fresh_database() {
 /// against a new store: no input with rows is fetched again.
 /// A once-job over `ids.txt`, `concurrency` inputs at once, one row an
 /// input in table `results` of `out/rows.db`, no page files.
-fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
+pub(crate) fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
     main_units(store, WIDE)
         .endpoint("videos.list", "{ units: 1 }")
         .job(
@@ -384,7 +399,7 @@ fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
 }
 
 /// The inputs with a row in `results` (none before the table is made).
-fn inputs_with_rows(d: &Deployment) -> BTreeMap<String, usize> {
+pub(crate) fn inputs_with_rows(d: &Deployment) -> BTreeMap<String, usize> {
     let Ok(c) = Connection::open(d.path().join("out/rows.db")) else {
         return BTreeMap::new();
     };

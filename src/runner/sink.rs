@@ -21,6 +21,8 @@ use serde_json::Value;
 
 use crate::config::{SqliteOutput, pointer_parts};
 
+pub mod group;
+
 /// How long a write waits for another writer (a run of another job on the
 /// same database, a reader checkpointing) before it fails.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -64,6 +66,65 @@ pub struct PageRows {
     pub not_json: bool,
     /// Nothing in the page at `items` (not even an empty array): no rows.
     pub no_items: bool,
+}
+
+/// A page's rows made ready to write: parsed, keyed and serialized on the
+/// page's own thread, so that the writer that commits (for several pages
+/// at once, see [`group`]) only runs the statements.
+pub struct Prepared {
+    input: String,
+    fetched_at: String,
+    run: u64,
+    /// Each row's key and item (JSON text), in the page's order.
+    rows: Vec<(String, String)>,
+    entries: Vec<Entry>,
+    found: PageRows,
+}
+
+impl Prepared {
+    /// What the page gives the table (its rows, once written).
+    pub fn found(&self) -> PageRows {
+        self.found
+    }
+}
+
+/// `page`'s rows for `input` (the key of the input or region it was
+/// fetched for), fetched at `fetched_at` by run `run`.
+pub fn prepare(
+    spec: &SqliteOutput,
+    input: &str,
+    page: &[u8],
+    fetched_at: String,
+    run: u64,
+) -> Prepared {
+    let mut p = Prepared {
+        input: input.to_string(),
+        fetched_at,
+        run,
+        rows: Vec::new(),
+        entries: Vec::new(),
+        found: PageRows::default(),
+    };
+    let Ok(page) = serde_json::from_slice::<Value>(page) else {
+        p.found.not_json = true;
+        return p;
+    };
+    let (items, missed) = items_found(&page, &spec.items);
+    // (a page with nothing at all at `items`: another shape than the file
+    // expects, said and counted, never silently no rows)
+    p.found.no_items = missed && items.is_empty();
+    for item in items {
+        let Some(key) = row_key(item, &spec.key, input) else {
+            p.found.without_key += 1;
+            continue;
+        };
+        if !spec.search.is_empty() {
+            p.entries.push(Entry::of(spec, key.clone(), item));
+        }
+        p.rows.push((key, item.to_string()));
+        p.found.rows += 1;
+    }
+    p
 }
 
 /// A job's table, open for its run.
@@ -203,53 +264,51 @@ impl Sink {
         Ok(run.is_some_and(|r| r >= 0 && runs.contains(&(r as u64))))
     }
 
-    /// Upsert one page's rows (`input`: the key of the input or region it
-    /// was fetched for; `run`: the run writing them) in one transaction,
-    /// committed when this returns.
-    pub fn write_page(
-        &mut self,
-        input: &str,
-        page: &[u8],
-        fetched_at: &str,
-        run: u64,
-    ) -> rusqlite::Result<PageRows> {
-        let Ok(page) = serde_json::from_slice::<Value>(page) else {
-            return Ok(PageRows {
-                not_json: true,
-                ..PageRows::default()
-            });
-        };
-        let mut found = PageRows::default();
-        let (spec, job, sql) = (&self.spec, &self.job, &self.sql);
+    /// Upsert one page's rows, made ready by [`prepare`], in one
+    /// transaction, committed when this returns.
+    pub fn write_one(&mut self, page: &Prepared) -> rusqlite::Result<PageRows> {
+        self.write_group(std::slice::from_ref(page))
+            .map(|()| page.found)
+    }
+
+    /// Upsert several pages' rows in one transaction (one commit, one WAL
+    /// fsync for all), committed when this returns; the first error
+    /// fails them all, nothing of any written.
+    pub(crate) fn write_group(&mut self, pages: &[Prepared]) -> rusqlite::Result<()> {
+        // (a page that is not JSON has no rows, and marks no input done)
+        let pages: Vec<&Prepared> = pages.iter().filter(|p| !p.found.not_json).collect();
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let (job, sql, runs) = (&self.job, &self.sql, self.runs);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut entries = Vec::new();
         {
             let mut upsert = tx.prepare_cached(&sql.upsert)?;
-            let (items, missed) = items_found(&page, &spec.items);
-            // (a page with nothing at all at `items`: another shape than
-            // the file expects, said and counted, never silently no rows)
-            found.no_items = missed && items.is_empty();
-            for item in items {
-                let Some(key) = row_key(item, &spec.key, input) else {
-                    found.without_key += 1;
-                    continue;
-                };
-                upsert.execute(params![key, job, input, fetched_at, item.to_string()])?;
-                if !spec.search.is_empty() {
-                    entries.push(Entry::of(spec, key, item));
+            for p in &pages {
+                for (key, item) in &p.rows {
+                    upsert.execute(params![key, job, p.input, p.fetched_at, item])?;
                 }
-                found.rows += 1;
-            }
-            if self.runs {
-                tx.prepare_cached(&sql.runs)?
-                    .execute(params![job, input, run as i64])?;
+                if runs {
+                    tx.prepare_cached(&sql.runs)?
+                        .execute(params![job, p.input, p.run as i64])?;
+                }
             }
         }
-        index(&tx, sql, entries)?;
-        tx.commit()?;
-        Ok(found)
+        index(&tx, sql, pages.iter().flat_map(|p| &p.entries).collect())?;
+        tx.commit()
+    }
+
+    /// Whether the rows say which run wrote each input's (`TABLE_runs`):
+    /// then an input with rows is done, whatever its page file.
+    pub fn marks_inputs(&self) -> bool {
+        self.runs
+    }
+
+    /// The table's specification.
+    pub fn spec(&self) -> &SqliteOutput {
+        &self.spec
     }
 
     /// The inputs with rows of this job in the table: a once-job whose
@@ -412,14 +471,14 @@ fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Result<()> {
     let rows: Vec<(String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
-    let entries = rows
+    let entries: Vec<Entry> = rows
         .into_iter()
         .map(|(key, item)| {
             let item: Value = serde_json::from_str(&item).unwrap_or(Value::Null);
             Entry::of(spec, key, &item)
         })
         .collect();
-    index(tx, &Sql::of(spec), entries)
+    index(tx, &Sql::of(spec), entries.iter().collect())
 }
 
 /// Put the rows' entries in the full-text index, each replacing the one
@@ -430,11 +489,12 @@ fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Result<()> {
 /// fields are the index's already is left as it is (a row fetched again
 /// unchanged): FTS5's delete reads the old entry's text to take out its
 /// terms, and the insert adds them back.
-fn index(tx: &Transaction, sql: &Sql, mut entries: Vec<Entry>) -> rusqlite::Result<()> {
+fn index(tx: &Transaction, sql: &Sql, mut entries: Vec<&Entry>) -> rusqlite::Result<()> {
     if entries.is_empty() {
         return Ok(());
     }
-    // (stable: a key twice in a page keeps its last entry)
+    // (stable: a key twice in a page, or in pages written together,
+    // keeps its last entry, as the table keeps its last row)
     entries.sort_by_key(|e| e.id);
     let mut kept = tx.prepare_cached(&sql.entry)?;
     let mut remove = tx.prepare_cached(&sql.remove)?;
@@ -451,7 +511,7 @@ fn index(tx: &Transaction, sql: &Sql, mut entries: Vec<Entry>) -> rusqlite::Resu
             })
             .optional()?;
         match old {
-            Some(old) if old == e => continue,
+            Some(old) if &old == e => continue,
             Some(_) => {
                 remove.execute([e.id])?;
             }

@@ -17,7 +17,6 @@ use super::lock::RunLock;
 use super::meter::Meter;
 use super::output;
 use super::page_scan::Found;
-use super::sink::Sink;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
@@ -76,7 +75,7 @@ pub(super) struct JobRun<'a> {
     pace: RefCell<Pace>,
     /// `output.sqlite`: the job's table, open from the start of the round
     /// (written on blocking threads, a page at a time).
-    sink: Option<std::sync::Arc<std::sync::Mutex<Sink>>>,
+    sink: Option<std::sync::Arc<super::sink::group::Shared>>,
     /// A job whose inputs go in batches: the slots of each batch in
     /// flight, by its first slot (the one its walk saves).
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,

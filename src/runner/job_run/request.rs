@@ -312,9 +312,9 @@ struct PageTo {
     sink: Option<(SharedSink, String, String, u64)>,
 }
 
-type SharedSink = std::sync::Arc<std::sync::Mutex<crate::runner::sink::Sink>>;
+type SharedSink = std::sync::Arc<crate::runner::sink::group::Shared>;
 
-/// On the writer's thread: the page file, then its rows; what was written
+/// On the writer's thread: the page file and its rows; what was written
 /// (`None`: the secret outside a string, nothing written), the rows, and
 /// whether the secret was masked, with the body back.
 #[allow(clippy::type_complexity)]
@@ -338,21 +338,41 @@ fn write_blocking(
         Err(SecretOutsideStrings) => return (Ok(None), None, false, Vec::new()),
     };
     let bytes = masked.as_deref().unwrap_or(&body);
-    let written = match &to.dir {
+    let file = || match &to.dir {
         Some(dir) => write_new(dir, &to.job, &to.file, bytes, to.mode).map(Some),
         None => Ok(Some(std::path::PathBuf::new())),
     };
-    // The rows after the page file: committed before the cursor
-    // moves past the page, as the file is.
-    let rows = match (&written, to.sink) {
-        (Ok(_), Some((sink, key, at, run))) => {
-            let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-            Some(sink.write_page(&key, bytes, &at, run))
-        }
-        _ => None,
+    let Some((sink, key, at, run)) = &to.sink else {
+        return (file(), None, masked.is_some(), body);
     };
-    let masked = masked.is_some();
-    (written, rows, masked, body)
+    let page = crate::runner::sink::prepare(sink.spec(), key, bytes, at.clone(), *run);
+    // Both the file and the rows are durable before the page counts: the
+    // cursor moves only after this returns both written; a failure of
+    // either is the run's error, which stops it before the cursor moves,
+    // and the next run fetches the page again. So the two are written at
+    // once (the file's fsyncs and the rows' commit overlap): rows that
+    // committed beside a file that failed are written again by the redone
+    // page as upserts, the same keys, nothing twice. Except where the rows
+    // make an input done by themselves (a once-job of inputs: `TABLE_runs`
+    // says which run wrote them, and a kill before the cursor's save is
+    // resumed from it): there a file that failed must leave the input not
+    // done, so its rows come after the file, as before.
+    let (written, rows) = match &to.dir {
+        None => (file(), sink.write(page)),
+        Some(_) if sink.marks_inputs() => match file() {
+            Ok(path) => (Ok(path), sink.write(page)),
+            Err(e) => return (Err(e), None, masked.is_some(), body),
+        },
+        Some(_) => std::thread::scope(|s| {
+            let written = s.spawn(file);
+            let rows = sink.write(page);
+            let written = written
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the page file's writer failed")));
+            (written, rows)
+        }),
+    };
+    (written, Some(rows), masked.is_some(), body)
 }
 
 /// A charged attempt: the ledger's time, the receipt, what is left.

@@ -4,6 +4,7 @@
 use tracing::warn;
 
 use super::JobRun;
+use crate::runner::sink::group::Shared;
 use crate::runner::sink::{PageRows, Sink, SinkError};
 use crate::{Error, Result};
 
@@ -30,7 +31,7 @@ impl JobRun<'_> {
                 ),
             },
         })?;
-        self.sink = Some(std::sync::Arc::new(std::sync::Mutex::new(sink)));
+        self.sink = Some(std::sync::Arc::new(Shared::new(sink)));
         Ok(())
     }
 
@@ -39,7 +40,7 @@ impl JobRun<'_> {
         let Some(sink) = &self.sink else {
             return Default::default();
         };
-        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        let sink = sink.lock();
         sink.inputs_with_rows().unwrap_or_else(|e| {
             warn!(
                 job = self.job.name,
@@ -55,7 +56,7 @@ impl JobRun<'_> {
         let Some(sink) = &self.sink else {
             return Ok(0);
         };
-        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        let sink = sink.lock();
         sink.highest_run()
             .map_err(|e| self.sink_error(SinkError::Db(e)))
     }
@@ -66,7 +67,7 @@ impl JobRun<'_> {
         let Some(sink) = &self.sink else {
             return false;
         };
-        let sink = sink.lock().unwrap_or_else(|p| p.into_inner());
+        let sink = sink.lock();
         sink.rows_of_runs(key, runs).unwrap_or_else(|e| {
             warn!(
                 job = self.job.name,
