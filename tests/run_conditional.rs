@@ -739,3 +739,68 @@ fn check_and_dry_run_make_no_output_id() {
     assert_eq!(d.quota(&["run"]).code, 0);
     assert!(d.path().join("out/issues/.quota-output").exists());
 }
+
+/// Incremental values kept before outputs had ids (a bare value): taken
+/// as the output's when it holds pages of the job (`since=` still sent),
+/// else forgotten (asked from the start), as validators are.
+#[test]
+fn incremental_values_kept_before_outputs_had_ids() {
+    use quota::ledger::{EmbeddedLedger, Ledger};
+    let up = Standin::start(&["--pages", "2", "--items", "3"]);
+    touch(&up, "a/one");
+    let d = Deployment::new("");
+    let inc = "        incremental: { from: /*/updated_at, param: since }\n";
+    d.write(&yaml(&embedded_store(&d), &up.base(), 100, inc));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    // As an older quota kept them: bare values, no place's id.
+    let downgrade = || {
+        let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            for (f, v) in ledger.map_read("issues:conditional").await.unwrap() {
+                let new = if f.starts_with("since ") {
+                    // (bare already when it was never taken as an output's)
+                    serde_json::from_str::<serde_json::Value>(&v)
+                        .ok()
+                        .and_then(|j| j["value"].as_str().map(str::to_string))
+                        .unwrap_or(v)
+                } else {
+                    String::new()
+                };
+                ledger
+                    .map_put("issues:conditional", &f, &new)
+                    .await
+                    .unwrap();
+            }
+        });
+    };
+    downgrade();
+    std::fs::remove_file(d.path().join("out/issues/.quota-output")).unwrap();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("forgotten"), "{r:?}");
+    let epoch = "2024-01-01T00:00:00Z".to_string();
+    assert_eq!(
+        sinces(&up, 4),
+        [
+            ("a/one".into(), 1, "2024-01-01T00:00:01Z".into()),
+            ("a/two".into(), 1, epoch.clone()),
+            ("a/two".into(), 2, epoch.clone())
+        ],
+        "{r:?}"
+    );
+    // Lost before the upgrade: forgotten, asked from the start.
+    downgrade();
+    lose(&d, Output::Folder);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("its 0 validator(s) and 2 incremental value(s) are forgotten"),
+        "{r:?}"
+    );
+    let asked = sinces(&up, 7);
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(asked.iter().all(|s| s.2 == "-"), "{asked:?}");
+    assert_eq!(d.outputs("issues").len(), 4);
+}
