@@ -438,7 +438,12 @@ const DB: &str = "out/issues.db";
 
 /// `yaml` with the job writing to `output`.
 fn yaml_to(output: Output, store: &str, base: &str) -> String {
-    let y = yaml(store, base, 100, CONDITIONAL);
+    yaml_with(output, store, base, CONDITIONAL)
+}
+
+/// `yaml` with the job's step `extra` and writing to `output`.
+fn yaml_with(output: Output, store: &str, base: &str, extra: &str) -> String {
+    let y = yaml(store, base, 100, extra);
     match output {
         Output::Folder => y,
         Output::Sqlite => y.replace(
@@ -492,7 +497,7 @@ fn a_lost_output_is_fetched_again_in_full(output: Output, store: &str, d: &Deplo
     assert_eq!(r.code, 0, "{output:?} {r:?}");
     assert!(
         r.stderr.contains(
-            "the output of job issues was replaced since its last run here: its 4 validator(s) are forgotten, the pages are fetched in full"
+            "the output of job issues was replaced since its last run here: its 4 validator(s) and 0 incremental value(s) are forgotten, the pages are fetched in full"
         ),
         "{output:?} {r:?}"
     );
@@ -556,7 +561,8 @@ fn a_lost_output_forgets_only_its_own_validators() {
     let r = a.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        r.stderr.contains("its 3 validator(s) are forgotten"),
+        r.stderr
+            .contains("its 3 validator(s) and 0 incremental value(s) are forgotten"),
         "{r:?}"
     );
     // a/one's page 1 is B's (304: it is in B's folder); its page 2 and
@@ -576,6 +582,86 @@ fn a_lost_output_forgets_only_its_own_validators() {
         statuses(&up, 10),
         [("a/one".into(), 1, 304), ("a/two".into(), 1, 304)]
     );
+}
+
+/// (repository, page, `since=` value or "-") of each request from the
+/// `from`th on.
+fn sinces(up: &Standin, from: usize) -> Vec<(String, u32, String)> {
+    calls(up)[from..]
+        .iter()
+        .map(|s| {
+            let q = s.query.clone().unwrap_or_default();
+            let v = q
+                .split('&')
+                .find_map(|p| p.strip_prefix("since="))
+                .unwrap_or("-")
+                .replace("%3A", ":");
+            (s.region.clone(), s.page, v)
+        })
+        .collect()
+}
+
+/// The output of an incremental job lost between runs (F-304 as for
+/// validators): the next run forgets the values its walks saw, says so,
+/// asks from the start as a first run does (no `since=`) and writes the
+/// older items again (else only what changed since would be, for good);
+/// the run after that asks with `since=` again.
+fn a_lost_output_forgets_incremental_values(output: Output, store: &str, d: &Deployment) {
+    let up = Standin::start(&["--pages", "2", "--items", "3"]);
+    // (one issue of each newer than the rest: `since=` then asks for it only)
+    touch(&up, "a/one");
+    touch(&up, "a/two");
+    let inc = "        incremental: { from: /*/updated_at, param: since }\n";
+    d.write(&yaml_with(output, store, &up.base(), inc));
+    let all = match output {
+        Output::Folder => 4,
+        Output::Sqlite => 12,
+    };
+    let r = d.quota(&["run"]);
+    assert_eq!((r.code, written(d, output)), (0, all), "{output:?} {r:?}");
+    lose(d, output);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{output:?} {r:?}");
+    assert!(
+        r.stderr.contains(
+            "the output of job issues was replaced since its last run here: its 0 validator(s) and 2 incremental value(s) are forgotten"
+        ),
+        "{output:?} {r:?}"
+    );
+    let asked = sinces(&up, 4);
+    assert_eq!(asked.len(), 4, "{output:?} {asked:?}");
+    assert!(asked.iter().all(|s| s.2 == "-"), "{output:?} {asked:?}");
+    assert_eq!(written(d, output), all, "{output:?}");
+    // The values seen again, naming the new output: asked with since=.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{output:?} {r:?}");
+    assert!(!r.stderr.contains("forgotten"), "{output:?} {r:?}");
+    assert_eq!(
+        sinces(&up, 8),
+        [
+            ("a/one".into(), 1, "2024-01-01T00:00:01Z".into()),
+            ("a/two".into(), 1, "2024-01-01T00:00:02Z".into())
+        ],
+        "{output:?}"
+    );
+}
+
+#[test]
+fn a_lost_folder_forgets_incremental_values() {
+    let d = Deployment::new("");
+    a_lost_output_forgets_incremental_values(Output::Folder, &embedded_store(&d), &d);
+    let redis = RedisServer::start();
+    let d = Deployment::new("");
+    a_lost_output_forgets_incremental_values(Output::Folder, &redis.url(), &d);
+}
+
+#[test]
+fn a_lost_database_forgets_incremental_values() {
+    let d = Deployment::new("");
+    a_lost_output_forgets_incremental_values(Output::Sqlite, &embedded_store(&d), &d);
+    let redis = RedisServer::start();
+    let d = Deployment::new("");
+    a_lost_output_forgets_incremental_values(Output::Sqlite, &redis.url(), &d);
 }
 
 /// Validators kept before outputs had ids: a host whose output holds pages
@@ -652,4 +738,69 @@ fn check_and_dry_run_make_no_output_id() {
     assert!(!d.path().join("out/issues/.quota-output").exists());
     assert_eq!(d.quota(&["run"]).code, 0);
     assert!(d.path().join("out/issues/.quota-output").exists());
+}
+
+/// Incremental values kept before outputs had ids (a bare value): taken
+/// as the output's when it holds pages of the job (`since=` still sent),
+/// else forgotten (asked from the start), as validators are.
+#[test]
+fn incremental_values_kept_before_outputs_had_ids() {
+    use quota::ledger::{EmbeddedLedger, Ledger};
+    let up = Standin::start(&["--pages", "2", "--items", "3"]);
+    touch(&up, "a/one");
+    let d = Deployment::new("");
+    let inc = "        incremental: { from: /*/updated_at, param: since }\n";
+    d.write(&yaml(&embedded_store(&d), &up.base(), 100, inc));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    // As an older quota kept them: bare values, no place's id.
+    let downgrade = || {
+        let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            for (f, v) in ledger.map_read("issues:conditional").await.unwrap() {
+                let new = if f.starts_with("since ") {
+                    // (bare already when it was never taken as an output's)
+                    serde_json::from_str::<serde_json::Value>(&v)
+                        .ok()
+                        .and_then(|j| j["value"].as_str().map(str::to_string))
+                        .unwrap_or(v)
+                } else {
+                    String::new()
+                };
+                ledger
+                    .map_put("issues:conditional", &f, &new)
+                    .await
+                    .unwrap();
+            }
+        });
+    };
+    downgrade();
+    std::fs::remove_file(d.path().join("out/issues/.quota-output")).unwrap();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("forgotten"), "{r:?}");
+    let epoch = "2024-01-01T00:00:00Z".to_string();
+    assert_eq!(
+        sinces(&up, 4),
+        [
+            ("a/one".into(), 1, "2024-01-01T00:00:01Z".into()),
+            ("a/two".into(), 1, epoch.clone()),
+            ("a/two".into(), 2, epoch.clone())
+        ],
+        "{r:?}"
+    );
+    // Lost before the upgrade: forgotten, asked from the start.
+    downgrade();
+    lose(&d, Output::Folder);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("its 0 validator(s) and 2 incremental value(s) are forgotten"),
+        "{r:?}"
+    );
+    let asked = sinces(&up, 7);
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(asked.iter().all(|s| s.2 == "-"), "{asked:?}");
+    assert_eq!(d.outputs("issues").len(), 4);
 }

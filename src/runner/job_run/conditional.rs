@@ -47,6 +47,33 @@ pub(super) struct Validators {
     pub out: Option<String>,
 }
 
+/// An incremental step's value for a key, as the store keeps it (JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Since {
+    pub value: String,
+    /// The id of the output the walk that saw it wrote to (none: kept
+    /// before outputs had ids, as the bare value): a run whose output was
+    /// replaced since forgets it and asks from the start (`replaced.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
+}
+
+impl Since {
+    /// A stored value: this JSON, or a bare value kept before outputs had
+    /// ids.
+    fn parse(text: String) -> Self {
+        serde_json::from_str(&text).unwrap_or(Since {
+            value: text,
+            out: None,
+        })
+    }
+
+    pub(super) fn text(&self) -> String {
+        serde_json::to_string(self).expect("values always serialize")
+    }
+}
+
 /// What the store holds for a job's conditional and incremental steps.
 #[derive(Default)]
 pub(super) struct Kept {
@@ -59,7 +86,7 @@ pub(super) struct Kept {
     /// Whether the store's map was read (else nothing is compared).
     pub(super) read: bool,
     /// By [`since_field`]: the value the next walk sends.
-    since: HashMap<String, String>,
+    pub(super) since: HashMap<String, Since>,
     /// By [`since_field`]: the largest value this run's walk has seen.
     seen: HashMap<String, String>,
     /// By [`since_field`]: walks whose last page answered 304 (the pages
@@ -96,7 +123,7 @@ pub(super) fn url_id(url: &reqwest::Url, secret: &crate::config::Secret) -> Stri
 
 impl JobRun<'_> {
     /// Whether the job has a step that keeps anything in the map.
-    fn keeps(&self) -> bool {
+    pub(super) fn keeps(&self) -> bool {
         self.job
             .steps
             .iter()
@@ -129,7 +156,7 @@ impl JobRun<'_> {
                     kept.pages.insert(field, v);
                 }
             } else if field.starts_with("since ") && !value.is_empty() {
-                kept.since.insert(field, value);
+                kept.since.insert(field, Since::parse(value));
             }
         }
     }
@@ -291,7 +318,7 @@ impl JobRun<'_> {
         let value = kept
             .since
             .get(&since_field(key, at_step))
-            .cloned()
+            .map(|s| s.value.clone())
             .or_else(|| inc.initial.clone())?;
         Some((inc.param.clone(), value))
     }
@@ -360,10 +387,14 @@ impl JobRun<'_> {
                 return;
             }
             match kept.since.get(&field) {
-                Some(old) if compare(&seen, old) != Ordering::Greater => None,
+                Some(old) if compare(&seen, &old.value) != Ordering::Greater => None,
                 _ => {
-                    kept.since.insert(field.clone(), seen.clone());
-                    Some(seen)
+                    let since = Since {
+                        value: seen,
+                        out: kept.output.clone(),
+                    };
+                    kept.since.insert(field.clone(), since.clone());
+                    Some(since.text())
                 }
             }
         };

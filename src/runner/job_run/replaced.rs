@@ -1,7 +1,9 @@
-//! A conditional job's output replaced since its last run (probe finding
-//! F-304): lost, moved away, rebuilt. Its kept validators would have the
-//! upstream answer 304 for pages the new output lacks, run after run, and
-//! a 304 writes nothing. So each output has an id ([`output_id`]), each
+//! A conditional or incremental job's output replaced since its last run
+//! (probe finding F-304): lost, moved away, rebuilt. Its kept validators
+//! would have the upstream answer 304 for pages the new output lacks, run
+//! after run, and a 304 writes nothing; its incremental values would have
+//! it send only what changed since, the older items never written again.
+//! Incremental values name their output as validators do. So each output has an id ([`output_id`]), each
 //! validator names the output its page was written to, and the store
 //! keeps, per place (this host and configuration file), the id its output
 //! had: an id other than the one recorded means the output was replaced,
@@ -14,19 +16,80 @@
 use tracing::{info, warn};
 
 use super::JobRun;
-use super::conditional::place_field;
+use super::conditional::{Kept, place_field};
 use crate::runner::output_id;
 
+/// What the ids decide: the fields to forget (validators, incremental
+/// values) and those taken as this output's (their new text).
+#[derive(Default)]
+struct Decided {
+    pages: usize,
+    values: usize,
+    forget: Vec<String>,
+    adopt: Vec<(String, String)>,
+}
+
+/// Whether a kept entry naming `out` (none: kept before outputs had ids)
+/// is forgotten (`Some(false)`), taken as output `id`'s (`Some(true)`) or
+/// left (`None`); `recorded`: this place's old id, when it was replaced.
+fn decide(out: &Option<String>, recorded: Option<&String>, holds: bool) -> Option<bool> {
+    match out {
+        Some(out) if recorded == Some(out) => Some(false),
+        Some(_) => None,
+        None => Some(holds),
+    }
+}
+
+impl Kept {
+    /// Forget the entries of the replaced output, take those kept before
+    /// ids as `id`'s, in memory; what the store is to be told.
+    fn sort_out(&mut self, id: &str, recorded: Option<&String>, holds: bool) -> Decided {
+        let mut d = Decided::default();
+        for (field, v) in self.pages.iter_mut() {
+            match decide(&v.out, recorded, holds) {
+                Some(false) => {
+                    d.pages += 1;
+                    d.forget.push(field.clone());
+                }
+                Some(true) => {
+                    v.out = Some(id.to_string());
+                    let text = serde_json::to_string(v).expect("validators always serialize");
+                    d.adopt.push((field.clone(), text));
+                }
+                None => {}
+            }
+        }
+        for (field, v) in self.since.iter_mut() {
+            match decide(&v.out, recorded, holds) {
+                Some(false) => {
+                    d.values += 1;
+                    d.forget.push(field.clone());
+                }
+                Some(true) => {
+                    v.out = Some(id.to_string());
+                    d.adopt.push((field.clone(), v.text()));
+                }
+                None => {}
+            }
+        }
+        for f in &d.forget {
+            self.pages.remove(f);
+            self.since.remove(f);
+        }
+        d
+    }
+}
+
 impl JobRun<'_> {
-    /// This run's output id, recorded for this place; the validators of
-    /// the output it replaced forgotten, said once. Validators kept before
-    /// outputs had ids are taken as this output's when it holds pages (or
-    /// rows) of the job, else forgotten: an upgrade then neither refetches
-    /// on every host nor keeps a lost output's validators. `folder_run`:
-    /// the highest run of the job's pages in its folder.
+    /// This run's output id, recorded for this place; the validators and
+    /// incremental values of the output it replaced forgotten, said once.
+    /// Those kept before outputs had ids are taken as this output's when
+    /// it holds pages (or rows) of the job, else forgotten: an upgrade
+    /// then neither refetches on every host nor keeps a lost output's.
+    /// `folder_run`: the highest run of the job's pages in its folder.
     pub(super) async fn forget_replaced_output(&self, folder_run: u64) {
         let job = self.job;
-        if !job.steps.iter().any(|s| s.conditional.is_some())
+        if !self.keeps()
             || (job.output.is_none() && job.sqlite.is_none())
             || self.meter.store().is_none()
             || !self.kept.borrow().read
@@ -46,29 +109,16 @@ impl JobRun<'_> {
         let config = std::fs::canonicalize(&self.ctx.config.file)
             .unwrap_or_else(|_| self.ctx.config.file.clone());
         let place = place_field(&crate::runner::hostname(), &config);
-        let (replaced, forget, adopt) = {
+        let (replaced, d) = {
             let mut kept = self.kept.borrow_mut();
             kept.output = Some(id.clone());
             let recorded = kept.places.get(&place).filter(|r| **r != id).cloned();
-            let mut forget = Vec::new();
-            let mut adopt = Vec::new();
-            for (field, v) in kept.pages.iter_mut() {
-                match &v.out {
-                    Some(out) if recorded.as_ref() == Some(out) => forget.push(field.clone()),
-                    Some(_) => {}
-                    None if holds => {
-                        v.out = Some(id.clone());
-                        adopt.push((field.clone(), v.clone()));
-                    }
-                    None => forget.push(field.clone()),
-                }
-            }
-            for f in &forget {
-                kept.pages.remove(f);
-            }
-            (recorded.is_some(), forget, adopt)
+            (
+                recorded.is_some(),
+                kept.sort_out(&id, recorded.as_ref(), holds),
+            )
         };
-        if !forget.is_empty() {
+        if !d.forget.is_empty() {
             let why = if replaced {
                 "was replaced since its last run here"
             } else {
@@ -76,24 +126,24 @@ impl JobRun<'_> {
             };
             warn!(
                 job = job.name,
-                "the output of job {} {why}: its {} validator(s) are forgotten, the pages are fetched in full",
+                "the output of job {} {why}: its {} validator(s) and {} incremental value(s) are forgotten, the pages are fetched in full",
                 job.name,
-                forget.len()
+                d.pages,
+                d.values
             );
-        } else if !adopt.is_empty() {
+        } else if !d.adopt.is_empty() {
             info!(
                 job = job.name,
-                "{} validator(s) kept before outputs had ids are this output's",
-                adopt.len()
+                "{} validator(s) and incremental value(s) kept before outputs had ids are this output's",
+                d.adopt.len()
             );
         }
         let mut stored = true;
-        for f in &forget {
+        for f in &d.forget {
             stored &= self.put_kept(f, "").await;
         }
-        for (f, v) in &adopt {
-            let text = serde_json::to_string(v).expect("validators always serialize");
-            stored &= self.put_kept(f, &text).await;
+        for (f, text) in &d.adopt {
+            stored &= self.put_kept(f, text).await;
         }
         // (only once the store forgot them: else the next run, finding its
         // id recorded, would send the old output's validators again)
