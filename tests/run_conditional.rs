@@ -516,22 +516,24 @@ fn a_lost_output_is_fetched_again_in_full(output: Output, store: &str, d: &Deplo
     );
 }
 
-#[test]
-fn a_lost_folder_is_fetched_again_in_full() {
+/// `test` on the embedded store, then on a Redis, each with a fresh
+/// deployment.
+fn on_each_store(test: impl Fn(&str, &Deployment)) {
     let d = Deployment::new("");
-    a_lost_output_is_fetched_again_in_full(Output::Folder, &embedded_store(&d), &d);
+    test(&embedded_store(&d), &d);
     let redis = RedisServer::start();
     let d = Deployment::new("");
-    a_lost_output_is_fetched_again_in_full(Output::Folder, &redis.url(), &d);
+    test(&redis.url(), &d);
+}
+
+#[test]
+fn a_lost_folder_is_fetched_again_in_full() {
+    on_each_store(|store, d| a_lost_output_is_fetched_again_in_full(Output::Folder, store, d));
 }
 
 #[test]
 fn a_lost_database_is_fetched_again_in_full() {
-    let d = Deployment::new("");
-    a_lost_output_is_fetched_again_in_full(Output::Sqlite, &embedded_store(&d), &d);
-    let redis = RedisServer::start();
-    let d = Deployment::new("");
-    a_lost_output_is_fetched_again_in_full(Output::Sqlite, &redis.url(), &d);
+    on_each_store(|store, d| a_lost_output_is_fetched_again_in_full(Output::Sqlite, store, d));
 }
 
 /// Two hosts on one store, host A's output lost: A forgets the validators
@@ -648,20 +650,12 @@ fn a_lost_output_forgets_incremental_values(output: Output, store: &str, d: &Dep
 
 #[test]
 fn a_lost_folder_forgets_incremental_values() {
-    let d = Deployment::new("");
-    a_lost_output_forgets_incremental_values(Output::Folder, &embedded_store(&d), &d);
-    let redis = RedisServer::start();
-    let d = Deployment::new("");
-    a_lost_output_forgets_incremental_values(Output::Folder, &redis.url(), &d);
+    on_each_store(|store, d| a_lost_output_forgets_incremental_values(Output::Folder, store, d));
 }
 
 #[test]
 fn a_lost_database_forgets_incremental_values() {
-    let d = Deployment::new("");
-    a_lost_output_forgets_incremental_values(Output::Sqlite, &embedded_store(&d), &d);
-    let redis = RedisServer::start();
-    let d = Deployment::new("");
-    a_lost_output_forgets_incremental_values(Output::Sqlite, &redis.url(), &d);
+    on_each_store(|store, d| a_lost_output_forgets_incremental_values(Output::Sqlite, store, d));
 }
 
 /// Validators kept before outputs had ids: a host whose output holds pages

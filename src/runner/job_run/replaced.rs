@@ -45,39 +45,39 @@ impl Kept {
     /// ids as `id`'s, in memory; what the store is to be told.
     fn sort_out(&mut self, id: &str, recorded: Option<&String>, holds: bool) -> Decided {
         let mut d = Decided::default();
-        for (field, v) in self.pages.iter_mut() {
-            match decide(&v.out, recorded, holds) {
-                Some(false) => {
-                    d.pages += 1;
-                    d.forget.push(field.clone());
-                }
-                Some(true) => {
-                    v.out = Some(id.to_string());
-                    let text = serde_json::to_string(v).expect("validators always serialize");
-                    d.adopt.push((field.clone(), text));
-                }
-                None => {}
-            }
-        }
-        for (field, v) in self.since.iter_mut() {
-            match decide(&v.out, recorded, holds) {
-                Some(false) => {
-                    d.values += 1;
-                    d.forget.push(field.clone());
-                }
-                Some(true) => {
-                    v.out = Some(id.to_string());
-                    d.adopt.push((field.clone(), v.text()));
-                }
-                None => {}
-            }
-        }
-        for f in &d.forget {
-            self.pages.remove(f);
-            self.since.remove(f);
-        }
+        let at = (id, recorded, holds);
+        d.pages = sort_map(&mut self.pages, |v| &mut v.out, at, &mut d);
+        d.values = sort_map(&mut self.since, |v| &mut v.out, at, &mut d);
         d
     }
+}
+
+/// One map of kept entries (validators, or incremental values) sorted
+/// out as [`decide`] says: those forgotten removed and added to
+/// `d.forget`, those adopted renamed `id`'s and added to `d.adopt` as the
+/// store keeps them (JSON); how many were forgotten.
+fn sort_map<V: serde::Serialize>(
+    map: &mut std::collections::HashMap<String, V>,
+    out: fn(&mut V) -> &mut Option<String>,
+    (id, recorded, holds): (&str, Option<&String>, bool),
+    d: &mut Decided,
+) -> usize {
+    let before = d.forget.len();
+    for (field, v) in map.iter_mut() {
+        match decide(out(v), recorded, holds) {
+            Some(false) => d.forget.push(field.clone()),
+            Some(true) => {
+                *out(v) = Some(id.to_string());
+                let text = serde_json::to_string(v).expect("kept entries always serialize");
+                d.adopt.push((field.clone(), text));
+            }
+            None => {}
+        }
+    }
+    for f in &d.forget[before..] {
+        map.remove(f);
+    }
+    d.forget.len() - before
 }
 
 impl JobRun<'_> {
