@@ -69,20 +69,7 @@ impl Template {
         fill: &Fill<'_>,
         input: Option<&InputFields>,
     ) -> Result<String, String> {
-        // (URL parsers drop tabs and line breaks wherever they are, which
-        // would move the parts the placeholders were put in)
-        // (but the line break a YAML block scalar ends with: dropped here)
-        let last = self.parts.len().saturating_sub(1);
-        let breaks = self.parts.iter().enumerate().any(|(i, p)| match p {
-            Part::Text(t) if i == last => t
-                .trim_end_matches(['\n', '\r'])
-                .contains(['\t', '\n', '\r']),
-            Part::Text(t) => t.contains(['\t', '\n', '\r']),
-            Part::Slot(_) | Part::Input(_) => false,
-        });
-        if breaks {
-            return Err("the URL holds a tab or a line break, which URL parsers drop".into());
-        }
+        self.refuse_breaks()?;
         let mut out = String::new();
         let mut in_path: Vec<(Cow<'_, str>, Range<usize>)> = Vec::new();
         for (part, at) in self.parts.iter().zip(self.components()) {
@@ -104,54 +91,32 @@ impl Template {
                 ),
             };
             let start = out.len();
-            match at {
-                // (not in the port: after a `:` of the authority)
-                Component::Host
-                    if is_key
-                        && is_host_labels(&value)
-                        && !out[out.rfind(['@', '/']).map_or(0, |i| i + 1)..].contains(':') =>
-                {
-                    out.push_str(&value);
-                }
-                Component::Host => {
-                    return Err(format!(
-                        "{{{name}}} is in the URL's host, where a value would choose where the request (and the key) goes: only {{region}} or {{key}} may stand there, as host name labels (letters, digits, '-', separated by '.')"
-                    ));
-                }
-                Component::Scheme => {
-                    return Err(format!(
-                        "{{{name}}} is in the URL's scheme, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment (and {{region}} or {{key}} in the host)"
-                    ));
-                }
-                Component::Path if is_key => {
-                    for (i, segment) in value.split('/').enumerate() {
-                        if i > 0 {
-                            out.push('/');
-                        }
-                        out.extend(utf8_percent_encode(segment, COMPONENT));
-                    }
-                }
-                _ => out.extend(utf8_percent_encode(&value, COMPONENT)),
-            }
+            put_value(&mut out, at, &name, &value, is_key)?;
             if at == Component::Path {
                 in_path.push((name, start..out.len()));
             }
         }
-        for (name, range) in in_path {
-            // The segments the value is part of, with the text around it.
-            // (`\` separates path segments too, in http(s) URLs)
-            let from = out[..range.start].rfind(['/', '\\']).map_or(0, |i| i + 1);
-            let to = out[range.end..]
-                .find(['/', '\\', '?', '#'])
-                .map_or(out.len(), |i| range.end + i);
-            if out[from..to].split(['/', '\\']).any(is_dot_segment) {
-                return Err(format!(
-                    "after substitution, {{{name}}} makes a path segment '.' or '..', which would move the request to another path"
-                ));
-            }
-        }
+        refuse_dot_segments(&out, &in_path)?;
         out.truncate(out.trim_end_matches(['\n', '\r']).len());
         Ok(out)
+    }
+
+    /// URL parsers drop tabs and line breaks wherever they are, which
+    /// would move the parts the placeholders were put in (but the line
+    /// break a YAML block scalar ends with is dropped, not refused).
+    fn refuse_breaks(&self) -> Result<(), String> {
+        let last = self.parts.len().saturating_sub(1);
+        let breaks = self.parts.iter().enumerate().any(|(i, p)| match p {
+            Part::Text(t) if i == last => t
+                .trim_end_matches(['\n', '\r'])
+                .contains(['\t', '\n', '\r']),
+            Part::Text(t) => t.contains(['\t', '\n', '\r']),
+            Part::Slot(_) | Part::Input(_) => false,
+        });
+        if breaks {
+            return Err("the URL holds a tab or a line break, which URL parsers drop".into());
+        }
+        Ok(())
     }
 
     /// The part of the URL each placeholder sits in, in order (one per
@@ -237,6 +202,66 @@ fn is_dot_segment(segment: &str) -> bool {
         segment.to_ascii_lowercase().replace("%2e", ".").as_str(),
         "." | ".."
     )
+}
+
+/// Put `value` (of the placeholder `name`) into `out` as URL component
+/// `at` takes it, or say why it cannot stand there.
+fn put_value(
+    out: &mut String,
+    at: Component,
+    name: &str,
+    value: &str,
+    is_key: bool,
+) -> Result<(), String> {
+    match at {
+        // (not in the port: after a `:` of the authority)
+        Component::Host
+            if is_key
+                && is_host_labels(value)
+                && !out[out.rfind(['@', '/']).map_or(0, |i| i + 1)..].contains(':') =>
+        {
+            out.push_str(value);
+        }
+        Component::Host => {
+            return Err(format!(
+                "{{{name}}} is in the URL's host, where a value would choose where the request (and the key) goes: only {{region}} or {{key}} may stand there, as host name labels (letters, digits, '-', separated by '.')"
+            ));
+        }
+        Component::Scheme => {
+            return Err(format!(
+                "{{{name}}} is in the URL's scheme, where a value would choose where the request (and the key) goes: placeholders may stand in the userinfo, path, query and fragment (and {{region}} or {{key}} in the host)"
+            ));
+        }
+        Component::Path if is_key => {
+            for (i, segment) in value.split('/').enumerate() {
+                if i > 0 {
+                    out.push('/');
+                }
+                out.extend(utf8_percent_encode(segment, COMPONENT));
+            }
+        }
+        _ => out.extend(utf8_percent_encode(value, COMPONENT)),
+    }
+    Ok(())
+}
+
+/// A value in the path must not make a segment `.` or `..` with the text
+/// around it: that would move the request to another path.
+fn refuse_dot_segments(out: &str, in_path: &[(Cow<'_, str>, Range<usize>)]) -> Result<(), String> {
+    for (name, range) in in_path {
+        // The segments the value is part of, with the text around it.
+        // (`\` separates path segments too, in http(s) URLs)
+        let from = out[..range.start].rfind(['/', '\\']).map_or(0, |i| i + 1);
+        let to = out[range.end..]
+            .find(['/', '\\', '?', '#'])
+            .map_or(out.len(), |i| range.end + i);
+        if out[from..to].split(['/', '\\']).any(is_dot_segment) {
+            return Err(format!(
+                "after substitution, {{{name}}} makes a path segment '.' or '..', which would move the request to another path"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use reqwest::Url;
 use tracing::{error, warn};
 
 use super::request::{Fetched, Written};
@@ -188,18 +189,9 @@ impl JobRun<'_> {
         at: &Position<'_>,
         page: u32,
     ) -> Result<Option<Next>> {
-        let mut url = match paginate::page_url(step, fill, token) {
-            Ok(url) => url,
-            // (the file's templates were checked: an input's values made it)
-            Err(Error::Http { message, .. }) if token.is_none() && self.feed.borrow().is_some() => {
-                self.input_unsendable(at, &message).await;
-                return Ok(None);
-            }
-            Err(e) => return Err(e),
+        let Some(url) = self.page_request_url(step, fill, token, at).await? else {
+            return Ok(None);
         };
-        if let Some((param, value)) = self.since(step, at.key, at.step) {
-            with_param(&mut url, &param, &value);
-        }
         let given =
             token.is_some() || step.for_each.is_some() || uses_key(step) || at.batch.is_some();
         let PageAnswer {
@@ -265,6 +257,31 @@ impl JobRun<'_> {
         };
         self.keep_validators(step, fill, &url, fresh, follow);
         Ok(Some(next))
+    }
+
+    /// The URL of the page's request, with the incremental value kept
+    /// for it; `None` when an input's values make no request that can be
+    /// sent (the input recorded as failed).
+    async fn page_request_url(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        token: Option<&str>,
+        at: &Position<'_>,
+    ) -> Result<Option<Url>> {
+        let mut url = match paginate::page_url(step, fill, token) {
+            Ok(url) => url,
+            // (the file's templates were checked: an input's values made it)
+            Err(Error::Http { message, .. }) if token.is_none() && self.feed.borrow().is_some() => {
+                self.input_unsendable(at, &message).await;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some((param, value)) = self.since(step, at.key, at.step) {
+            with_param(&mut url, &param, &value);
+        }
+        Ok(Some(url))
     }
 
     /// A page (or batch) refused, by the upstream (`for_itself`: a 400,
