@@ -4,9 +4,10 @@
 //! cursor, so a redone page writes the same rows again and nothing twice.
 //!
 //! The full-text index `TABLE_search` (FTS5) is maintained in the same
-//! transaction: its rowid is the xxh3 of the row's key, not the table's
-//! rowid, which `VACUUM` may renumber (the table's primary key is text);
-//! replacing a row replaces its entry. WAL mode, so readers read while a
+//! transaction: its rowid is the xxh3 of the row's key (the next free one
+//! after it when two keys share a hash, the key in each entry telling them
+//! apart), not the table's rowid, which `VACUUM` may renumber (the table's
+//! primary key is text); replacing a row replaces its entry. WAL mode, so readers read while a
 //! run writes; a busy timeout, so runs of several jobs sharing one database
 //! take turns rather than fail.
 //!
