@@ -67,6 +67,13 @@ pub(crate) fn rows(c: &Connection) -> BTreeMap<String, (String, String, String)>
     .collect()
 }
 
+/// The summary line of job `job` in `r`'s log, from `job JOB:` on.
+pub(crate) fn summary<'r>(r: &'r crate::common::deployment::Ran, job: &str) -> &'r str {
+    let at = format!("job {job}: ");
+    let line = (r.stderr.lines().find(|l| l.contains(&at))).unwrap_or_else(|| panic!("{r:?}"));
+    &line[line.find(&at).unwrap()..]
+}
+
 /// The keys the index finds for `word`.
 fn matched(c: &Connection, word: &str) -> BTreeSet<String> {
     let mut stmt = c
@@ -109,7 +116,13 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stderr.contains("30 rows upserted"), "{r:?}");
+    // No folder: no "pages written"; every row's key new.
+    assert_eq!(
+        summary(&r, "trending"),
+        "job trending: finished; 6 calls, spent units 6; regions done 2/2; \
+         6 pages' rows committed to table videos, 30 rows upserted (30 new, 0 replaced); \
+         next run starts at US step 0 page 0"
+    );
     // sqlite only: no page files.
     assert!(!d.path().join("out/trending").exists());
     let c = db(&d);
@@ -124,6 +137,10 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     // The same pages again: the same rows, none twice.
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        summary(&r, "trending").contains(", 30 rows upserted (0 new, 30 replaced);"),
+        "{r:?}"
+    );
     assert_eq!(rows(&c).len(), 30);
     index_in_step(&c);
     // 3 items a page now: rows of the same key replaced (US01000 was
@@ -143,11 +160,30 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
         .replace("table: videos", "table: channels")
         .replace("key: /id", "key: /snippet/channelTitle");
     d.write(&trending(&store, &up3.base(), &["US", "GB"], &shared));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
     let n: i64 = c
         .query_row("SELECT count(*) FROM channels", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 1);
+    // 18 upserts of one key: said as such, not as 18 rows.
+    assert!(
+        summary(&r, "trending").contains(
+            "; 6 pages' rows committed to table channels, 18 rows upserted (1 new, 17 replaced);"
+        ),
+        "{r:?}"
+    );
+    // With a folder, the pages are files written, their rows beside.
+    let both = shared
+        .replace("table: channels", "table: both")
+        .replace("{ sqlite:", "{ folder: out/trending, sqlite:");
+    d.write(&trending(&store, &up3.base(), &["US"], &both));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        summary(&r, "trending").contains("; 3 pages written, 9 rows upserted (1 new, 8 replaced);"),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -547,9 +583,10 @@ fn a_page_with_nothing_at_items_is_said_and_counted() {
         r.stderr.contains("nothing at /missing/* in the page of K0"),
         "{r:?}"
     );
-    assert!(
-        r.stderr
-            .contains("0 rows upserted, 2 page(s) with nothing at `items`"),
-        "{r:?}"
+    assert_eq!(
+        summary(&r, "list"),
+        "job list: finished; 2 calls, spent units 2; inputs done 2, 0 skipped; \
+         2 pages' rows committed to table results, 0 rows upserted (0 new, 0 replaced), \
+         2 page(s) with nothing at `items`; next run starts at line 3 of its inputs"
     );
 }

@@ -61,6 +61,9 @@ impl From<rusqlite::Error> for SinkError {
 pub struct PageRows {
     /// Rows upserted.
     pub rows: u64,
+    /// Of those, rows whose key the table did not have (the rest replaced
+    /// the row of their key): known once the rows are written.
+    pub new: u64,
     /// Items without a key at `key`: skipped.
     pub without_key: u64,
     /// The page is not JSON: no rows.
@@ -84,6 +87,8 @@ pub struct Sink {
 /// too, cached by the connection).
 struct Sql {
     upsert: String,
+    /// Whether the table has a row of a key (before its upsert).
+    exists: String,
     runs: String,
     /// The index: an entry's key and fields, its removal, its insertion.
     entry: String,
@@ -102,6 +107,7 @@ impl Sql {
                  ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
                  fetched_at = excluded.fetched_at, item = excluded.item"
             ),
+            exists: format!("SELECT 1 FROM \"{t}\" WHERE key = ?1"),
             runs: format!(
                 "INSERT INTO \"{t}_runs\" (job, input, run) VALUES (?1, ?2, ?3) \
                  ON CONFLICT(job, input) DO UPDATE SET run = excluded.run"
@@ -186,18 +192,22 @@ impl Sink {
     /// Upsert one page's rows, made ready by [`prepare`], in one
     /// transaction, committed when this returns.
     pub fn write_one(&mut self, page: &Prepared) -> rusqlite::Result<PageRows> {
-        self.write_group(std::slice::from_ref(page))
-            .map(|()| page.found)
+        let mut found = self.write_group(std::slice::from_ref(page))?;
+        Ok(found.pop().unwrap_or(page.found))
     }
 
     /// Upsert several pages' rows in one transaction (one commit, one WAL
     /// fsync for all), committed when this returns; the first error
-    /// fails them all, nothing of any written.
-    pub(crate) fn write_group(&mut self, pages: &[Prepared]) -> rusqlite::Result<()> {
+    /// fails them all, nothing of any written. What each page gave, its
+    /// new rows counted.
+    pub(crate) fn write_group(&mut self, all: &[Prepared]) -> rusqlite::Result<Vec<PageRows>> {
+        let mut found: Vec<PageRows> = all.iter().map(Prepared::found).collect();
         // (a page that is not JSON has no rows, and marks no input done)
-        let pages: Vec<&Prepared> = pages.iter().filter(|p| !p.found.not_json).collect();
+        let pages: Vec<(usize, &Prepared)> = (all.iter().enumerate())
+            .filter(|(_, p)| !p.found.not_json)
+            .collect();
         if pages.is_empty() {
-            return Ok(());
+            return Ok(found);
         }
         let (job, sql, runs) = (&self.job, &self.sql, self.runs);
         let tx = self
@@ -205,8 +215,12 @@ impl Sink {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut upsert = tx.prepare_cached(&sql.upsert)?;
-            for p in &pages {
+            // (one lookup of the key a row, in the pages the upsert reads
+            // next: the summary's new and replaced rows, exact)
+            let mut exists = tx.prepare_cached(&sql.exists)?;
+            for (i, p) in &pages {
                 for (key, item) in &p.rows {
+                    found[*i].new += u64::from(!exists.exists([key])?);
                     upsert.execute(params![key, job, p.input, p.fetched_at, item])?;
                 }
                 if runs {
@@ -215,8 +229,13 @@ impl Sink {
                 }
             }
         }
-        index::index(&tx, sql, pages.iter().flat_map(|p| &p.entries).collect())?;
-        tx.commit()
+        index::index(
+            &tx,
+            sql,
+            pages.iter().flat_map(|(_, p)| &p.entries).collect(),
+        )?;
+        tx.commit()?;
+        Ok(found)
     }
 
     /// Whether the rows say which run wrote each input's (`TABLE_runs`):
