@@ -361,6 +361,63 @@ fn a_database_path_that_cannot_be_opened_is_78_at_run_as_at_check() {
     assert!(up.seen().is_empty(), "nothing fetched");
 }
 
+/// Charges in the embedded store's log at `ledger`.
+fn charges(ledger: &std::path::Path) -> i64 {
+    Connection::open(ledger)
+        .unwrap()
+        .query_row("SELECT count(*) FROM log", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A database that is the embedded store's file, by any spelling (as the
+/// store names it, `./`, `out/..`, a symlink, its `-wal`; the history
+/// beside the default store), is refused by `check` and `run`: 78 naming
+/// the file and field, nothing fetched or charged, nothing made there.
+#[test]
+fn a_database_that_is_the_embedded_store_s_file_is_78() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let ledger = d.path().join("ledger.sqlite3");
+    d.write(&trending(&store, &up.base(), &["US"], ROWS));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let charged = charges(&ledger);
+    assert_eq!(charged, 3);
+    std::os::unix::fs::symlink(&ledger, d.path().join("out/link.db")).unwrap();
+    let default = "state/quota/ledger.sqlite3";
+    for (store, path) in [
+        (store.as_str(), "ledger.sqlite3"),
+        (&store, "./ledger.sqlite3"),
+        (&store, "out/../ledger.sqlite3"),
+        (&store, "out/link.db"),
+        (&store, "ledger.sqlite3-wal"),
+        ("embedded", default),
+        ("embedded", "./state/quota/history.json"),
+    ] {
+        let output = ROWS.replace("out/videos.db", path);
+        d.write(&trending(store, &up.base(), &["US"], &output));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{path} {cmd}: {r:?}");
+            for said in ["quota.yaml", "jobs.trending.output.sqlite.path", path] {
+                assert!(r.stderr.contains(said), "{path} {cmd} says {said}: {r:?}");
+            }
+        }
+    }
+    assert_eq!(up.seen().len(), 3, "the first run's calls only");
+    assert_eq!(charges(&ledger), charged);
+    assert!(!d.path().join(default).exists(), "no default store made");
+    let tables: i64 = Connection::open(&ledger)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'videos%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "no rows' table in the ledger");
+}
+
 /// Jobs writing one table share its full-text index: two with another
 /// `search` are refused by `check` and `run` though no database exists yet
 /// to compare with (the probe's F-share-table).

@@ -22,6 +22,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 
 use crate::config::SqliteOutput;
 
+pub mod apart;
 pub mod group;
 mod index;
 mod prepare;
