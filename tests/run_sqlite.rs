@@ -67,6 +67,13 @@ pub(crate) fn rows(c: &Connection) -> BTreeMap<String, (String, String, String)>
     .collect()
 }
 
+/// The summary line of job `job` in `r`'s log, from `job JOB:` on.
+pub(crate) fn summary<'r>(r: &'r crate::common::deployment::Ran, job: &str) -> &'r str {
+    let at = format!("job {job}: ");
+    let line = (r.stderr.lines().find(|l| l.contains(&at))).unwrap_or_else(|| panic!("{r:?}"));
+    &line[line.find(&at).unwrap()..]
+}
+
 /// The keys the index finds for `word`.
 fn matched(c: &Connection, word: &str) -> BTreeSet<String> {
     let mut stmt = c
@@ -109,7 +116,13 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert!(r.stderr.contains("30 rows upserted"), "{r:?}");
+    // No folder: no "pages written"; every row's key new.
+    assert_eq!(
+        summary(&r, "trending"),
+        "job trending: finished; 6 calls, spent units 6; regions done 2/2; \
+         6 pages' rows committed to table videos, 30 rows upserted (30 new, 0 replaced); \
+         next run starts at US step 0 page 0"
+    );
     // sqlite only: no page files.
     assert!(!d.path().join("out/trending").exists());
     let c = db(&d);
@@ -124,6 +137,10 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     // The same pages again: the same rows, none twice.
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        summary(&r, "trending").contains(", 30 rows upserted (0 new, 30 replaced);"),
+        "{r:?}"
+    );
     assert_eq!(rows(&c).len(), 30);
     index_in_step(&c);
     // 3 items a page now: rows of the same key replaced (US01000 was
@@ -143,11 +160,30 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
         .replace("table: videos", "table: channels")
         .replace("key: /id", "key: /snippet/channelTitle");
     d.write(&trending(&store, &up3.base(), &["US", "GB"], &shared));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
     let n: i64 = c
         .query_row("SELECT count(*) FROM channels", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 1);
+    // 18 upserts of one key: said as such, not as 18 rows.
+    assert!(
+        summary(&r, "trending").contains(
+            "; 6 pages' rows committed to table channels, 18 rows upserted (1 new, 17 replaced);"
+        ),
+        "{r:?}"
+    );
+    // With a folder, the pages are files written, their rows beside.
+    let both = shared
+        .replace("table: channels", "table: both")
+        .replace("{ sqlite:", "{ folder: out/trending, sqlite:");
+    d.write(&trending(&store, &up3.base(), &["US"], &both));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        summary(&r, "trending").contains("; 3 pages written, 9 rows upserted (1 new, 8 replaced);"),
+        "{r:?}"
+    );
 }
 
 #[test]
@@ -323,6 +359,63 @@ fn a_database_path_that_cannot_be_opened_is_78_at_run_as_at_check() {
         }
     }
     assert!(up.seen().is_empty(), "nothing fetched");
+}
+
+/// Charges in the embedded store's log at `ledger`.
+fn charges(ledger: &std::path::Path) -> i64 {
+    Connection::open(ledger)
+        .unwrap()
+        .query_row("SELECT count(*) FROM log", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A database that is the embedded store's file, by any spelling (as the
+/// store names it, `./`, `out/..`, a symlink, its `-wal`; the history
+/// beside the default store), is refused by `check` and `run`: 78 naming
+/// the file and field, nothing fetched or charged, nothing made there.
+#[test]
+fn a_database_that_is_the_embedded_store_s_file_is_78() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let ledger = d.path().join("ledger.sqlite3");
+    d.write(&trending(&store, &up.base(), &["US"], ROWS));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let charged = charges(&ledger);
+    assert_eq!(charged, 3);
+    std::os::unix::fs::symlink(&ledger, d.path().join("out/link.db")).unwrap();
+    let default = "state/quota/ledger.sqlite3";
+    for (store, path) in [
+        (store.as_str(), "ledger.sqlite3"),
+        (&store, "./ledger.sqlite3"),
+        (&store, "out/../ledger.sqlite3"),
+        (&store, "out/link.db"),
+        (&store, "ledger.sqlite3-wal"),
+        ("embedded", default),
+        ("embedded", "./state/quota/history.json"),
+    ] {
+        let output = ROWS.replace("out/videos.db", path);
+        d.write(&trending(store, &up.base(), &["US"], &output));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{path} {cmd}: {r:?}");
+            for said in ["quota.yaml", "jobs.trending.output.sqlite.path", path] {
+                assert!(r.stderr.contains(said), "{path} {cmd} says {said}: {r:?}");
+            }
+        }
+    }
+    assert_eq!(up.seen().len(), 3, "the first run's calls only");
+    assert_eq!(charges(&ledger), charged);
+    assert!(!d.path().join(default).exists(), "no default store made");
+    let tables: i64 = Connection::open(&ledger)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'videos%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 0, "no rows' table in the ledger");
 }
 
 /// Jobs writing one table share its full-text index: two with another
@@ -547,9 +640,10 @@ fn a_page_with_nothing_at_items_is_said_and_counted() {
         r.stderr.contains("nothing at /missing/* in the page of K0"),
         "{r:?}"
     );
-    assert!(
-        r.stderr
-            .contains("0 rows upserted, 2 page(s) with nothing at `items`"),
-        "{r:?}"
+    assert_eq!(
+        summary(&r, "list"),
+        "job list: finished; 2 calls, spent units 2; inputs done 2, 0 skipped; \
+         2 pages' rows committed to table results, 0 rows upserted (0 new, 0 replaced), \
+         2 page(s) with nothing at `items`; next run starts at line 3 of its inputs"
     );
 }

@@ -13,6 +13,7 @@ use crate::timefmt::fmt_duration;
 use crate::{Error, ExitStatus, Result};
 
 pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
+    rows_apart(config, config.jobs.iter(), store)?;
     // What the configuration cannot say by itself: that each job can write
     // its pages (a run checks this too, before its first charge).
     for job in &config.jobs {
@@ -48,6 +49,26 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
         }
     }
     super::table::emit(&describe(config, store))
+}
+
+/// No job's database is one of the embedded store's files (by any
+/// spelling): `check`, and `run` before it opens the store.
+pub fn rows_apart<'j>(
+    config: &Config,
+    jobs: impl IntoIterator<Item = &'j Job>,
+    store: &StoreLocation,
+) -> Result<()> {
+    for job in jobs {
+        let Some(spec) = &job.sqlite else { continue };
+        if let Some(why) = crate::runner::sink::apart::store_file(&spec.path, store) {
+            return Err(Error::Config {
+                file: config.file.clone(),
+                field: format!("jobs.{}.output.sqlite.path", job.name),
+                message: format!("{} {why}", spec.path.display()),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The resolved configuration, as `quota check` prints it.

@@ -27,6 +27,8 @@ pub async fn execute(
     outcome: &mut RunOutcome,
 ) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
+    // (before the store is opened, or made, or charged)
+    super::check::rows_apart(config, jobs.iter().copied(), location)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
 

@@ -176,8 +176,10 @@ pub struct JobReport {
     pub unreadable_links: u64,
     pub regions_total: usize,
     pub pages: u64,
-    /// `output.sqlite`: rows upserted, and items skipped for want of a key.
-    pub rows: Option<(u64, u64)>,
+    /// The pages are written as files (a `folder`); else only as rows.
+    pub page_files: bool,
+    /// `output.sqlite`: what the pages gave the table.
+    pub rows: Option<RowCounts>,
     /// `output.sqlite`: pages with nothing at `items` (warned each).
     pub pages_without_items: u64,
     /// Fan-out values found in pages that could not be read (a lone
@@ -186,6 +188,18 @@ pub struct JobReport {
     pub values_lost: u64,
     /// Where the next run starts.
     pub resume: Option<Cursor>,
+}
+
+/// `output.sqlite`: what a run's pages gave their table.
+#[derive(Debug, Default)]
+pub struct RowCounts {
+    pub table: String,
+    /// Rows upserted (a key twice: two), and of them those whose key the
+    /// table did not have (the rest replaced the row of their key).
+    pub upserted: u64,
+    pub new: u64,
+    /// Items skipped for want of a key.
+    pub without_key: u64,
 }
 
 /// Failed entries the summary names; past them, how many more.
@@ -227,7 +241,7 @@ impl JobReport {
             Some(s) => format!("stopped: {s}"),
         };
         format!(
-            "job {}: {why}; {} calls{}, spent {}; {}{}; {} pages written{}; next run starts at {}",
+            "job {}: {why}; {} calls{}, spent {}; {}{}; {}{}; next run starts at {}",
             self.job,
             self.calls,
             self.calls_notes(),
@@ -238,7 +252,7 @@ impl JobReport {
             },
             self.done(),
             self.failed_notes(),
-            self.pages,
+            self.written(),
             self.rows_notes(),
             self.resume_at(),
         )
@@ -306,15 +320,33 @@ impl JobReport {
         notes
     }
 
-    /// After the pages: the rows upserted (`output.sqlite`), items without
-    /// a key, pages with nothing at `items`.
-    fn rows_notes(&self) -> String {
-        let mut notes = match self.rows {
-            None => String::new(),
-            Some((rows, 0)) => format!(", {rows} rows upserted"),
-            Some((rows, skipped)) => {
-                format!(", {rows} rows upserted ({skipped} items without a key skipped)")
+    /// The pages: files written, or (no `folder`) pages whose rows went
+    /// into the table, and nothing else.
+    fn written(&self) -> String {
+        match &self.rows {
+            Some(r) if !self.page_files => {
+                format!("{} pages' rows committed to table {}", self.pages, r.table)
             }
+            _ => format!("{} pages written", self.pages),
+        }
+    }
+
+    /// After the pages: the rows upserted (`output.sqlite`), new and
+    /// replacing the row of their key, items without a key, pages with
+    /// nothing at `items`.
+    fn rows_notes(&self) -> String {
+        let mut notes = match &self.rows {
+            None => String::new(),
+            Some(r) => format!(
+                ", {} rows upserted ({} new, {} replaced{})",
+                r.upserted,
+                r.new,
+                r.upserted.saturating_sub(r.new),
+                match r.without_key {
+                    0 => String::new(),
+                    n => format!("; {n} items without a key skipped"),
+                }
+            ),
         };
         if self.pages_without_items > 0 {
             notes += &format!(

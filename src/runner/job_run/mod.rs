@@ -199,7 +199,11 @@ impl<'a> JobRun<'a> {
                     None => job.regions.len().max(1),
                 },
                 pages: 0,
-                rows: job.sqlite.as_ref().map(|_| (0, 0)),
+                page_files: job.output.is_some(),
+                rows: (job.sqlite.as_ref()).map(|s| crate::runner::report::RowCounts {
+                    table: s.table.clone(),
+                    ..Default::default()
+                }),
                 pages_without_items: 0,
                 values_lost: 0,
                 resume: None,

@@ -132,9 +132,10 @@ impl JobRun<'_> {
             );
         }
         let mut report = self.report.borrow_mut();
-        if let Some((n, skipped)) = report.rows.as_mut() {
-            *n += rows.rows;
-            *skipped += rows.without_key;
+        if let Some(r) = report.rows.as_mut() {
+            r.upserted += rows.rows;
+            r.new += rows.new;
+            r.without_key += rows.without_key;
         }
         report.pages_without_items += u64::from(rows.no_items);
         Ok(())

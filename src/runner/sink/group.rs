@@ -119,10 +119,10 @@ impl Shared {
     fn commit(&self, pages: &[Prepared]) -> Vec<rusqlite::Result<PageRows>> {
         let mut sink = self.lock();
         let e = match sink.write_group(pages) {
-            Ok(()) => {
+            Ok(found) => {
                 self.commits.fetch_add(1, Ordering::Relaxed);
                 self.pages.fetch_add(pages.len() as u64, Ordering::Relaxed);
-                return pages.iter().map(|p| Ok(p.found())).collect();
+                return found.into_iter().map(Ok).collect();
             }
             Err(e) if pages.len() == 1 => return vec![Err(e)],
             Err(e) => e,
@@ -308,6 +308,31 @@ mod tests {
         assert_eq!(per.len(), 16);
         assert!(per.values().all(|n| *n == 3), "{per:?}");
         assert_eq!(indexed, 48);
+    }
+
+    /// Rows are new only where the table had no row of their key, also
+    /// for a key twice in one group: the summary's new and replaced.
+    #[test]
+    fn a_key_twice_in_one_group_is_new_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sink = Sink::open(&spec(dir.path()), "j", false).unwrap();
+        let body =
+            |title: &str| format!(r#"{{"items":[{{"id":"a","title":"{title}"}},{{"id":"b"}}]}}"#);
+        let page = |title: &str| {
+            prepare(
+                &spec(dir.path()),
+                "K",
+                body(title).as_bytes(),
+                "t".into(),
+                1,
+            )
+        };
+        let found = sink.write_group(&[page("one"), page("two")]).unwrap();
+        let news: Vec<(u64, u64)> = found.iter().map(|f| (f.rows, f.new)).collect();
+        assert_eq!(news, [(2, 2), (2, 0)]);
+        assert_eq!(sink.write_one(&page("three")).unwrap().new, 0);
+        let (per, indexed) = rows(dir.path());
+        assert_eq!((per["K"], indexed), (2, 2));
     }
 
     /// A page whose rows fail in a group fails alone: the others' rows

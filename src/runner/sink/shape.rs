@@ -1,0 +1,169 @@
+//! The database and its tables as a job wants them: opened (WAL, a busy
+//! timeout, full syncs), the table, `TABLE_runs` and the full-text index
+//! made if missing and refused if of another shape, and `check`'s look at
+//! all of it without creating anything. Apart from the rows because it
+//! runs once a run (or a `check`), not once a page.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use super::SinkError;
+use super::index::fill_index;
+use crate::config::SqliteOutput;
+
+/// How long a write waits for another writer (a run of another job on the
+/// same database, a reader checkpointing) before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The table's columns, in order; `key` its primary key.
+const COLUMNS: [&str; 5] = ["key", "job", "input", "fetched_at", "item"];
+
+/// `check`: whether the database can take the job's rows, creating
+/// nothing. An existing file is opened read-write and its table's shape
+/// read (a write transaction begun and rolled back, to know it takes
+/// writes); else its folder must take a new file.
+pub fn check(spec: &SqliteOutput) -> Result<(), SinkError> {
+    if !spec.path.exists() {
+        let dir = spec
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        return crate::config::folder_writable(dir).map_err(|(at, e)| {
+            SinkError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create a file in {}: {e}", at.display()),
+            ))
+        });
+    }
+    regular_or_absent(&spec.path)?;
+    let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    shape(&tx, spec, false)?;
+    tx.rollback()?;
+    Ok(())
+}
+
+/// A database is a regular file, or none yet: SQLite would take a device
+/// such as /dev/full (and make `/dev/full-journal` beside it).
+pub(super) fn regular_or_absent(path: &Path) -> Result<(), SinkError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(SinkError::Io(std::io::Error::other(if m.is_dir() {
+            "a directory, not a database file"
+        } else {
+            "not a regular file (a device, FIFO or socket): not a database file"
+        }))),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // (FULL: a committed page survives a power loss too, since the
+    // cursor that moves after it lives elsewhere)
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+/// The table and its index as `spec` wants them: made if missing (when
+/// `create`), refused if of another shape.
+pub(super) fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
+    let t = &spec.table;
+    let have = columns(tx, t)?;
+    if have.is_empty() {
+        if create {
+            tx.execute_batch(&format!(
+                "CREATE TABLE \"{t}\" (key TEXT PRIMARY KEY NOT NULL, job TEXT NOT NULL, \
+                 input TEXT NOT NULL, fetched_at TEXT NOT NULL, item TEXT NOT NULL);"
+            ))?;
+        }
+    } else {
+        let want: Vec<(String, bool)> = COLUMNS
+            .iter()
+            .map(|c| (c.to_string(), *c == "key"))
+            .collect();
+        if have != want {
+            let names: Vec<&str> = have.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(SinkError::Shape(format!(
+                "table '{t}' exists with columns ({}), not the rows' ({}, key the primary key): name another table",
+                names.join(", "),
+                COLUMNS.join(", ")
+            )));
+        }
+    }
+    if create {
+        tx.execute_batch(&format!(
+            "CREATE INDEX IF NOT EXISTS \"{t}_job_input\" ON \"{t}\" (job, input);"
+        ))?;
+    }
+    search_shape(tx, spec, create)
+}
+
+/// `TABLE_runs`, made if missing: the run that last wrote each input's
+/// rows, refused if of another shape.
+pub(super) fn runs_shape(tx: &Transaction, spec: &SqliteOutput) -> Result<(), SinkError> {
+    let t = format!("{}_runs", spec.table);
+    let have: Vec<String> = columns(tx, &t)?.into_iter().map(|(n, _)| n).collect();
+    if have.is_empty() {
+        tx.execute_batch(&format!(
+            "CREATE TABLE \"{t}\" (job TEXT NOT NULL, input TEXT NOT NULL, run INTEGER NOT NULL, \
+             PRIMARY KEY (job, input)) WITHOUT ROWID;"
+        ))?;
+    } else if have != ["job", "input", "run"] {
+        return Err(SinkError::Shape(format!(
+            "table '{t}' exists with columns ({}), not (job, input, run), which keeps the run that wrote each input's rows: name another table",
+            have.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The full-text index: made (and filled from the rows there) if missing,
+/// refused if its columns are not the fields `search` names, or if it
+/// exists while `search` names none (it would fall out of step).
+fn search_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
+    let s = spec.search_table();
+    let have: Vec<String> = columns(tx, &s)?.into_iter().map(|(n, _)| n).collect();
+    let want: Vec<String> = std::iter::once("key".to_string())
+        .chain(spec.search.iter().map(|(c, _)| c.clone()))
+        .collect();
+    if spec.search.is_empty() {
+        if have.is_empty() {
+            return Ok(());
+        }
+        return Err(SinkError::Shape(format!(
+            "the full-text index '{s}' exists but `search` names no field: rows written now would be missing from it; name its fields ({}) or drop it (DROP TABLE {s})",
+            have[1..].join(", ")
+        )));
+    }
+    if have.is_empty() {
+        if create {
+            let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+            tx.execute_batch(&format!(
+                "CREATE VIRTUAL TABLE \"{s}\" USING fts5(key UNINDEXED, {});",
+                cols.join(", ")
+            ))?;
+            fill_index(tx, spec)?;
+        }
+        return Ok(());
+    }
+    if have != want {
+        return Err(SinkError::Shape(format!(
+            "the full-text index '{s}' has columns ({}), `search` names ({}): drop it (DROP TABLE {s}) and the next run builds it again from the rows",
+            have.join(", "),
+            want.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The names and primary-key flags of a table's columns (none: no table).
+fn columns(tx: &Transaction, table: &str) -> rusqlite::Result<Vec<(String, bool)>> {
+    let mut stmt = tx.prepare("SELECT name, pk FROM pragma_table_info(?1) ORDER BY cid")?;
+    stmt.query_map([table], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? > 0)))?
+        .collect()
+}
