@@ -1,9 +1,9 @@
-//! A share's log at scale (issue 28, point 3): a call charged as a share
-//! is logged twice, in its pool's log and in the share's, so the work a
-//! charge does on logs is bounded across them, not per log: one trim
-//! budget a charge for both (lua/charge/record.lua; the embedded store's
-//! prune alike). Observed by what the store holds (list lengths, rows),
-//! never by time.
+//! A share's log at scale in Redis (issue 28, point 3): a call charged as
+//! a share is logged twice, in its pool's log and in the share's, so the
+//! work a charge does on logs is bounded across them, not per log: one
+//! trim budget a charge for both (lua/charge/record.lua), and a slide that
+//! reads no more of a log than it must (lua/charge/log.lua). Observed by
+//! what Redis holds and counts (list lengths, commands run), never by time.
 //!
 //! Logs are filled by pipelined EVALSHA with fixed times, with the
 //! arguments charge.lua's header documents (a charge through the ledger is
@@ -136,6 +136,89 @@ async fn a_charge_as_a_share_trims_one_budget_across_its_logs() {
         );
     }
     assert_eq!(held(&server, "units"), held(&server, "units/a"));
+}
+
+/// The sum of `pool`'s first window as its state holds it (pool:P, packed
+/// doubles: head, tail, window count, then per window its length and sum).
+fn window_sum(server: &RedisServer, pool: &str) -> u64 {
+    let mut con = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let field: Vec<u8> = ::redis::cmd("HGET")
+        .arg(state_key("cred"))
+        .arg(format!("pool:{pool}"))
+        .query(&mut con)
+        .unwrap();
+    f64::from_le_bytes(field[32..40].try_into().unwrap()) as u64
+}
+
+/// Redis's count of the list reads its scripts ran since the last call.
+fn list_reads(server: &RedisServer) -> u64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    (info.lines())
+        .filter(|l| l.starts_with("cmdstat_lrange:") || l.starts_with("cmdstat_lindex:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// 10,000 calls as share a within 10 s, then charges as a while they leave
+/// the 30 s window: half of them, all but the tail's block, all (the
+/// charges since still in it), then every call, older than the retention
+/// too. Each charge's units left are exact, in the pool's window and in
+/// a's as stored; and once every call before the tail's block has left, a
+/// charge reads each log's end only: at most five list reads a log, trim's
+/// count included (red before: 18, then 12 a log, the rest of the oldest
+/// block read 16 calls at a time and the index searched block by block).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_as_a_share_slides_both_logs_exactly_reading_their_ends() {
+    let server = RedisServer::start();
+    let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
+    let budget = 1_000_000_000;
+    let units = pool("units", vec![window(30, budget, 0)]);
+    let n = 10_000;
+    fill_as_a(&server, &units, n);
+    let shares = share_a();
+    let mut at: Vec<i64> = (0..n).map(|i| T0 + i * MS).collect();
+    for (k, now) in [35 * S, 39_990 * MS, 45 * S, 80 * S]
+        .into_iter()
+        .enumerate()
+    {
+        let now = T0 + now;
+        list_reads(&server);
+        let costs = [cost(&units, 1)];
+        let c = Charge {
+            job: "a",
+            shares: Some(&shares),
+            ..charge("cred", &costs)
+        };
+        let d = ledger.charge(&c, At::Fixed(now)).await.expect("charge");
+        let reads = list_reads(&server);
+        at.push(now);
+        let used = at.iter().filter(|&&t| t > now - 30 * S).count() as u64;
+        let ChargeDecision::Allowed { remaining, .. } = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(remaining[0].remaining, budget - used, "charge {k}");
+        assert_eq!(
+            (window_sum(&server, "units"), window_sum(&server, "units/a")),
+            (used, used),
+            "charge {k}: the windows as stored, the pool's and a's"
+        );
+        if k % 2 == 1 {
+            // (per log: the window's oldest calls, the last complete
+            // block's record, the tail's block; then the trim's count)
+            assert!(reads <= 2 * 5, "charge {k}: {reads} list reads");
+        }
+    }
 }
 
 /// The embedded store alike: 600 calls as share a, of which 400 have left
