@@ -17,10 +17,10 @@ serial = serial + 1
 -- segment. One budget a charge, UNLINKS segments and TRIM calls, for every
 -- log it records in (a charge as a share records in its pool's log and the
 -- share's: each trimmed on its own budget, such a charge did twice the
--- work). The logs take it in turn, from the one after the last served
--- (trim_from, kept in no state: from the charge's serial), so none waits
--- behind another's backlog for long; each charge appends one call a log
--- and a budget trims thousands, so every log still catches up.
+-- work). The logs take it in turn, the first chosen by the charge's serial
+-- (nothing stored), so none waits behind another's backlog for long; each
+-- charge appends one call a log and a budget trims thousands, so every log
+-- still catches up.
 local unlinks_left, trims_left = UNLINKS, TRIM
 local function trim(p, pv, oldest)
   local kh, ko = floor(pv[$HEAD] / SEG), floor(oldest / SEG)
