@@ -154,7 +154,9 @@
 -- the pool's last RESEND calls only (a charge not found is recorded again:
 -- counted twice, never forgotten). Calls that left the retention are
 -- trimmed TRIM at a time from the head's segment, and segments that left it
--- entirely are unlinked (freed off the main thread), UNLINKS at a time.
+-- entirely are unlinked (freed off the main thread), UNLINKS at a time: one
+-- budget a charge across the logs it records in (a charge as a share
+-- records in two).
 -- Renewing the expiry touches the tail's segment only, once per 1/8 of the
 -- retention: a segment gets its last expiry when the next one opens, and
 -- one that expired before its calls were trimmed held none that counts

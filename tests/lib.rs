@@ -21,6 +21,7 @@ mod ledger_metered;
 mod ledger_redis;
 mod ledger_redis_segments;
 mod ledger_shares;
+mod ledger_shares_scale;
 mod operator;
 mod operator_metrics;
 mod run_answers;

@@ -13,22 +13,31 @@ end
 serial = serial + 1
 
 -- Trim pool p (state pv) up to call `oldest`: whole segments before
--- oldest's are unlinked with their index, UNLINKS at a time; then at most
--- TRIM calls of the head's segment.
+-- oldest's are unlinked with their index; then calls of the head's
+-- segment. One budget a charge, UNLINKS segments and TRIM calls, for every
+-- log it records in (a charge as a share records in its pool's log and the
+-- share's: each trimmed on its own budget, such a charge did twice the
+-- work). The logs take it in turn, the first chosen by the charge's serial
+-- (nothing stored), so none waits behind another's backlog for long; each
+-- charge appends one call a log and a budget trims thousands, so every log
+-- still catches up.
+local unlinks_left, trims_left = UNLINKS, TRIM
 local function trim(p, pv, oldest)
   local kh, ko = floor(pv[$HEAD] / SEG), floor(oldest / SEG)
   if oldest >= pv[$TAIL] then ko = floor((pv[$TAIL] - 1) / SEG) + 1 end
-  if ko > kh then
-    local keys, upto = {}, min(ko, kh + UNLINKS)
+  if ko > kh and unlinks_left > 0 then
+    local keys, upto = {}, min(ko, kh + unlinks_left)
     for k = kh, upto - 1 do
       keys[#keys + 1], keys[#keys + 2] = log_seg(p, k), ix_seg(p, k)
     end
     call('UNLINK', unpack(keys))
+    unlinks_left = unlinks_left - (upto - kh)
     pv[$HEAD] = min(pv[$TAIL], upto * SEG)
   end
-  if oldest > pv[$HEAD] and floor(pv[$HEAD] / SEG) == ko then
-    local to = min(oldest, pv[$HEAD] + TRIM)
+  if oldest > pv[$HEAD] and floor(pv[$HEAD] / SEG) == ko and trims_left > 0 then
+    local to = min(oldest, pv[$HEAD] + trims_left)
     call('LTRIM', log_seg(p, ko), (to - pv[$HEAD]) * ENTRY, -1)
+    trims_left = trims_left - (to - pv[$HEAD])
     pv[$HEAD] = to
   end
   pv.ix = nil
@@ -44,7 +53,8 @@ end
 -- busy pool costs more than the rest of the charge; calls not trimmed yet
 -- are dead all the same). (Only pools recorded in: a pool only read keeps
 -- its dead mark, as in a decision that records nothing.)
-for p = 1, nrec do
+for i = 0, nrec - 1 do
+  local p = (serial + i) % nrec + 1
   local pv = pools[p]
   local oldest
   for w = 1, pv[$M] do

@@ -332,7 +332,7 @@ impl<'c> Decision<'c> {
         let (serial, entries) = if self.duplicate {
             (row.serial, Vec::new())
         } else {
-            prune(tx, c, now - self.visible)?;
+            prune(tx, c, now - self.visible, row.serial)?;
             forget_old_ids(tx, &c.credential, now)?;
             (row.serial + 1, record(tx, c, now)?)
         };
@@ -485,16 +485,25 @@ fn read_logs(
         .collect()
 }
 
-/// A recorded call's prune of each pool it names, at the retention's `cutoff`.
+/// A recorded call's prune of each pool it names, at the retention's
+/// `cutoff`: every pool's dead mark raised, and one batch of rows deleted
+/// in all, not one a pool (a charge as a share records in two logs), the
+/// pools taking it in turn from one chosen by the charge's `serial`, as
+/// lua/charge/record.lua's trim budget. A charge adds a row a pool and a
+/// batch deletes hundreds, so every log still keeps up.
 fn prune(
     tx: &rusqlite::Transaction<'_>,
     c: &OwnedCharge,
     cutoff: Micros,
+    serial: u64,
 ) -> Result<(), StoreError> {
     // (a pool only read keeps its dead mark, as in a decision that records
     // nothing)
-    for p in c.cost.iter().take(c.charged) {
-        log::prune(tx, &c.credential, &p.pool, cutoff)?;
+    let n = c.charged.min(c.cost.len());
+    let mut left = log::PRUNE_BATCH;
+    for i in 0..n {
+        let p = &c.cost[(serial as usize + i) % n];
+        left -= log::prune(tx, &c.credential, &p.pool, cutoff, left)?;
     }
     Ok(())
 }

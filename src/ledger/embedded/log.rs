@@ -12,8 +12,9 @@ use crate::ledger::{
     IDEMPOTENCY_HORIZON, Micros, Others, RESERVED, SETTLE_REACH, Settled, StoreError,
 };
 
-/// Most rows one charge deletes per pool (and ids per credential): enough to
-/// outpace any insertion rate, small enough to keep a charge within a few ms.
+/// Most rows one charge deletes in all the logs it records in (and ids per
+/// credential): enough to outpace any insertion rate (a row a log a
+/// charge), small enough to keep a charge within a few ms.
 pub(super) const PRUNE_BATCH: i64 = 256;
 
 /// The tables and indexes the running totals need, made after `migrate`.
@@ -129,14 +130,15 @@ pub(super) fn read(
 }
 
 /// Prune, for a recorded call: raise the pool's `dead` mark to `cutoff`
-/// (entries at or before it count in no window) and delete a batch of the
-/// oldest such rows.
+/// (entries at or before it count in no window) and delete at most `limit`
+/// of the oldest such rows; how many it deleted.
 pub(super) fn prune(
     tx: &Transaction<'_>,
     credential: &str,
     pool: &str,
     cutoff: Micros,
-) -> Result<(), StoreError> {
+    limit: i64,
+) -> Result<i64, StoreError> {
     let dead: Micros = tx
         .prepare_cached(
             "INSERT INTO log_pool (credential, pool, dead) VALUES (?1, ?2, ?3)
@@ -149,8 +151,9 @@ pub(super) fn prune(
         "DELETE FROM log WHERE rowid IN (SELECT rowid FROM log
          WHERE credential = ?1 AND pool = ?2 AND at <= ?3 ORDER BY at, rowid LIMIT ?4)",
     )?
-    .execute(params![credential, pool, dead, PRUNE_BATCH])?;
-    Ok(())
+    .execute(params![credential, pool, dead, limit.max(0)])
+    .map(|deleted| deleted as i64)
+    .map_err(Into::into)
 }
 
 /// The running total of the pool's newest row (0 when empty).

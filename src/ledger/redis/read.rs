@@ -1,6 +1,6 @@
 //! A usage report from Redis in bounded steps: `lua/read.lua` says what a
 //! credential's logs hold (call numbers, blocks the index may hold), then
-//! `lua/read_log.lua` returns slices of at most 1,024 calls or block
+//! `lua/read_log.lua` returns slices of at most 512 calls or block
 //! records, so no script runs long however long the log (issue 11: a
 //! million-call log once held Redis for 1.4 s in one read).
 //!
@@ -23,8 +23,11 @@ use crate::ledger::{
 
 /// Calls per block of the index (the scripts' `BLOCK`).
 const BLOCK: i64 = super::BLOCK as i64;
-/// The most calls or blocks one `read_log.lua` call returns.
-const SLICE: i64 = 1024;
+/// The most calls or blocks one `read_log.lua` call returns: half of what
+/// it accepts, as a slice of 1,024 block records was `status`'s slowest
+/// script at 10^6 calls (0.5 to 1.9 ms on a shared machine, near issue
+/// 11's 2 ms), and a share's log adds as many slices as its pool's.
+const SLICE: i64 = 512;
 
 /// What `read.lua` reports of one pool's log.
 struct PoolExtent {
