@@ -62,15 +62,7 @@ fn fill(server: &RedisServer, credential: &str, pool: &Pool, n: i64) -> Log {
 /// Log calls `from..to` as [`fill`] numbers them; the [`Log`] holds all of
 /// `0..to`.
 fn fill_from(server: &RedisServer, credential: &str, pool: &Pool, from: i64, n: i64) -> Log {
-    let mut con = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let sha: String = ::redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(quota::ledger::script_source("charge").unwrap())
-        .query(&mut con)
-        .unwrap();
+    let (mut con, sha) = server.with_charge_script();
     let log = Log {
         at: (0..n).map(|i| T0 + i * MS).collect(),
         cost: (0..n).map(|i| 1 + (i % 3) as u64).collect(),

@@ -38,15 +38,7 @@ fn share_a() -> Shares {
 /// Log `n` calls of cost 1 as share a of `units` (in its log and in a's),
 /// call `i` at `T0 + i` ms.
 fn fill_as_a(server: &RedisServer, units: &Pool, n: i64) {
-    let mut con = ::redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let sha: String = ::redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(quota::ledger::script_source("charge").unwrap())
-        .query(&mut con)
-        .unwrap();
+    let (mut con, sha) = server.with_charge_script();
     let a = format!("{}/a", units.name);
     for batch in (0..n).collect::<Vec<_>>().chunks(5000) {
         let mut pipe = ::redis::pipe();

@@ -354,7 +354,7 @@ fn a_database_path_that_cannot_be_opened_is_78_at_run_as_at_check() {
             );
             assert_eq!(r.code, 78, "{path} {cmd}: {r:?}");
             for said in ["jobs.trending.output.sqlite.path", path] {
-                assert!(r.stderr.contains(said), "{path} {cmd} says {said}: {r:?}");
+                assert!(r.stderr.contains(said), "{path} {cmd:?} says {said}: {r:?}");
             }
         }
     }
@@ -396,11 +396,11 @@ fn a_database_that_is_the_embedded_store_s_file_is_78() {
     ] {
         let output = ROWS.replace("out/videos.db", path);
         d.write(&trending(store, &up.base(), &["US"], &output));
-        for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
-            assert_eq!(r.code, 78, "{path} {cmd}: {r:?}");
+        for cmd in [&["check"][..], &["run"], &["run", "--dry-run"]] {
+            let r = d.quota(cmd);
+            assert_eq!(r.code, 78, "{path} {cmd:?}: {r:?}");
             for said in ["quota.yaml", "jobs.trending.output.sqlite.path", path] {
-                assert!(r.stderr.contains(said), "{path} {cmd} says {said}: {r:?}");
+                assert!(r.stderr.contains(said), "{path} {cmd:?} says {said}: {r:?}");
             }
         }
     }

@@ -79,6 +79,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
             }
             Command::Run(ref args) if args.dry_run => {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
+                // (a plan of rows going into the store's own file is no plan)
+                let jobs = config.select_jobs(&args.jobs)?;
+                check::rows_apart(&config, jobs.iter().copied(), &store)?;
                 plan::execute(&config, &store, args).await
             }
             Command::Run(ref args) => {

@@ -151,7 +151,10 @@ impl RunOutcome {
             "Units the job's calls answered 304 gave back, per pool.",
             Some(MetricUnit::Units),
         );
-        let mut pages = gauge("quota_run_job_pages_written", "Pages the job wrote.");
+        let mut pages = gauge(
+            "quota_run_job_pages_written",
+            "Pages the job wrote: as files, or as rows when it has no folder.",
+        );
         let mut done = gauge(
             "quota_run_job_regions_done",
             "Regions the job served to their end.",
