@@ -35,8 +35,8 @@ fn share_a() -> Shares {
     }
 }
 
-/// Log `n` calls of cost 1 as share a of `units` (in its log and in a's),
-/// call `i` at `T0 + i` ms.
+/// Log `n` calls as share a of `units` (in its log and in a's), call `i`
+/// at `T0 + i` ms, of [`fill_cost`]`(i)` units.
 fn fill_as_a(server: &RedisServer, units: &Pool, n: i64) {
     let (mut con, sha) = server.with_charge_script();
     let a = format!("{}/a", units.name);
@@ -56,7 +56,7 @@ fn fill_as_a(server: &RedisServer, units: &Pool, n: i64) {
                 .arg(format!("pool:{}", units.name))
                 .arg(format!("pool:{a}"));
             for _ in 0..2 {
-                cmd.arg(1).arg(units.windows.len());
+                cmd.arg(fill_cost(i)).arg(units.windows.len());
                 for w in &units.windows {
                     cmd.arg(w.per.as_micros() as u64).arg(w.budget());
                 }
@@ -66,6 +66,12 @@ fn fill_as_a(server: &RedisServer, units: &Pool, n: i64) {
         }
         let () = pipe.query(&mut con).unwrap();
     }
+}
+
+/// What [`fill_as_a`]'s call `i` costs: 1, 2 or 3 units, so that a sum
+/// read from the wrong field or call would show.
+fn fill_cost(i: i64) -> u64 {
+    1 + (i % 3) as u64
 }
 
 /// The calls segment 0 of `pool`'s log holds (4 items a call).
@@ -162,7 +168,7 @@ fn list_reads(server: &RedisServer) -> u64 {
         .sum()
 }
 
-/// 10,000 calls as share a within 10 s, then charges as a while they leave
+/// 10,000 calls of 1 to 3 units as share a within 10 s, then charges as a while they leave
 /// the 30 s window: half of them, all but the tail's block, all (the
 /// charges since still in it), then every call, older than the retention
 /// too. Each charge's units left are exact, in the pool's window and in
@@ -179,7 +185,7 @@ async fn a_charge_as_a_share_slides_both_logs_exactly_reading_their_ends() {
     let n = 10_000;
     fill_as_a(&server, &units, n);
     let shares = share_a();
-    let mut at: Vec<i64> = (0..n).map(|i| T0 + i * MS).collect();
+    let mut at: Vec<(i64, u64)> = (0..n).map(|i| (T0 + i * MS, fill_cost(i))).collect();
     for (k, now) in [35 * S, 39_990 * MS, 45 * S, 80 * S]
         .into_iter()
         .enumerate()
@@ -194,8 +200,11 @@ async fn a_charge_as_a_share_slides_both_logs_exactly_reading_their_ends() {
         };
         let d = ledger.charge(&c, At::Fixed(now)).await.expect("charge");
         let reads = list_reads(&server);
-        at.push(now);
-        let used = at.iter().filter(|&&t| t > now - 30 * S).count() as u64;
+        at.push((now, 1));
+        let used: u64 = (at.iter())
+            .filter(|&&(t, _)| t > now - 30 * S)
+            .map(|&(_, c)| c)
+            .sum();
         let ChargeDecision::Allowed { remaining, .. } = d else {
             panic!("{d:?}")
         };

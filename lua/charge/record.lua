@@ -18,9 +18,13 @@ serial = serial + 1
 -- log it records in (a charge as a share records in its pool's log and the
 -- share's: each trimmed on its own budget, such a charge did twice the
 -- work). The logs take it in turn, the first chosen by the charge's serial
--- (nothing stored), so none waits behind another's backlog for long; each
--- charge appends one call a log and a budget trims thousands, so every log
--- still catches up.
+-- (nothing stored). Not a strict alternation: a log without a window as
+-- long as the retention counts its dead calls only every TRIM_EVERY calls,
+-- and when a share's charges are its pool's only ones those counting
+-- charges fall on serials of one parity, so one log goes first each time
+-- and the other gets what is left. Still bounded: each charge appends one
+-- call a log and a budget trims thousands, so the first log's backlog is
+-- gone within a few turns and then the other's is trimmed.
 local unlinks_left, trims_left = UNLINKS, TRIM
 local function trim(p, pv, oldest)
   local kh, ko = floor(pv[$HEAD] / SEG), floor(oldest / SEG)

@@ -92,8 +92,18 @@ fn resolved(path: &Path, depth: u32) -> PathBuf {
     if let (Ok(to), Some(dir)) = (std::fs::read_link(&abs), abs.parent()) {
         return resolved(&dir.join(to), depth + 1);
     }
-    match (abs.parent(), abs.file_name()) {
-        (Some(dir), Some(name)) => resolved(dir, depth + 1).join(name),
+    // (the part that does not exist yet, a component at a time: a `..`
+    // after a folder not made yet takes out that folder once the part
+    // before it is resolved, as the kernel will once the folder is made,
+    // not the text before it, which may be a symlink)
+    let mut parts = abs.components();
+    match parts.next_back() {
+        Some(Component::Normal(name)) => resolved(parts.as_path(), depth).join(name),
+        Some(Component::ParentDir) => {
+            let mut dir = resolved(parts.as_path(), depth);
+            dir.pop();
+            dir
+        }
         _ => lexical(&abs),
     }
 }
@@ -152,6 +162,14 @@ mod tests {
         ] {
             assert_eq!(store_file(&d.join(path), &store), None, "{path}");
         }
+        // A `..` after a folder not made yet, behind a symlink: the kernel
+        // resolves it from where the symlink leads, not from its text.
+        std::fs::create_dir_all(d.join("x/y")).unwrap();
+        std::os::unix::fs::symlink(d.join("x/y"), d.join("deep")).unwrap();
+        let behind = d.join("deep/not-yet/../../ledger.sqlite3");
+        let deep = StoreLocation::Embedded(Some(d.join("x/ledger.sqlite3")));
+        assert!(store_file(&behind, &deep).is_some());
+        assert_eq!(store_file(&behind, &store), None);
         // A database whose own journal would be the ledger.
         let wal = StoreLocation::Embedded(Some(d.join("rows.db-wal")));
         assert!(store_file(&d.join("rows.db"), &wal).is_some());
