@@ -215,7 +215,7 @@ impl Iterator for DoneRecords {
 /// How many inputs the window holds at most: a slow input at its front
 /// lets the others go on this far, and no further (the cursor carries the
 /// window: it stays small).
-fn window_cap(concurrency: usize, batch: Option<usize>) -> usize {
+pub(super) fn window_cap(concurrency: usize, batch: Option<usize>) -> usize {
     let cap = (4 * concurrency).max(64);
     // (inputs in batches: room for every batch in flight and the next)
     batch.map_or(cap, |b| cap.max((concurrency + 1) * b))
@@ -501,96 +501,6 @@ impl JobRun<'_> {
         feed.state_of(key)
     }
 
-    /// A once-job with no place in its file at all (a new or emptied store)
-    /// while the folder holds pages of the job: every key with a page of
-    /// the last step, taken as done.
-    fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
-        let job = self.job;
-        let last = job.steps.len().saturating_sub(1);
-        // (a page is the whole result only when the last step sends one
-        // request per input: a paged one cut short would stay cut)
-        let single = job
-            .steps
-            .last()
-            .is_some_and(|s| s.paginate.is_none() && s.for_each.is_none());
-        // (a page of a batch is named by its first input only, and so is
-        // its row: the others cannot be told, so none is taken as done)
-        let batched = job.inputs.as_ref().is_some_and(|i| i.batch.is_some());
-        if cursor.input.is_none() && single && !batched {
-            let mut keys = self.inputs_with_rows();
-            if let (Some(folder), true, None) = (&job.output, highest_run > 0, &job.sqlite) {
-                keys.extend(pages_of_last_step(&job.name, folder, last));
-            }
-            if !keys.is_empty() {
-                warn!(
-                    job = job.name,
-                    "the store has no place in the inputs for this job, but {} holds {} of {} input(s) (a new or emptied store?): those are not fetched again",
-                    match (&job.output, &job.sqlite) {
-                        (Some(dir), _) => dir.display().to_string(),
-                        (None, Some(s)) => format!("table {} of {}", s.table, s.path.display()),
-                        (None, None) => String::new(),
-                    },
-                    if job.sqlite.is_some() {
-                        "pages or rows"
-                    } else {
-                        "pages"
-                    },
-                    keys.len()
-                );
-            }
-            return keys;
-        }
-        HashSet::new()
-    }
-
-    /// The runs whose pages a resumed once-job looks for, when its last
-    /// step sends one request per input (no pages, no fan-out), so that a
-    /// page is the input's whole result.
-    fn recent_runs(
-        &self,
-        cursor: &Cursor,
-        highest_run: u64,
-    ) -> Option<(std::ops::RangeInclusive<u64>, usize)> {
-        let job = self.job;
-        let step = job.steps.last()?;
-        let batch = job.inputs.as_ref().and_then(|i| i.batch);
-        // (a batch's page is named by its first input only: see
-        // results_on_disk)
-        let single = step.paginate.is_none() && step.for_each.is_none() && batch.is_none();
-        // (a place at the file's start with no key is a reset's: every
-        // input is done again, whatever pages are on disk)
-        let resumed = cursor
-            .input
-            .as_ref()
-            .is_some_and(|i| i.offset > 0 || !cursor.key.is_empty());
-        (job.once && single && resumed && highest_run >= cursor.run.max(1)).then(|| {
-            (
-                cursor.run.max(1)..=highest_run,
-                window_cap(job.concurrency, batch),
-            )
-        })
-    }
-
-    /// Whether a page of `key`'s last step is on disk from one of the runs
-    /// `runs`: an input the cursor did not say done, whose page a run
-    /// killed before its cursor's save wrote.
-    fn page_on_disk(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
-        let job = self.job;
-        let last = job.steps.len().saturating_sub(1);
-        runs.clone().any(|run| {
-            let name = crate::page_name::PageName {
-                job: &job.name,
-                run,
-                region: key,
-                step: last,
-                page: 0,
-            };
-            job.output
-                .as_ref()
-                .is_some_and(|dir| dir.join(name.file_name()).exists())
-        })
-    }
-
     /// Every input of the file read and served: a job that is not `once`
     /// walks it again from its start next time (the keys it saw forgotten);
     /// a once-job stays at the end, where lines appended later are read.
@@ -623,18 +533,4 @@ impl JobRun<'_> {
         self.save_round().await;
         self.forget_seen(walk).await;
     }
-}
-
-/// The keys of `job`'s pages of step `last` in `folder`.
-fn pages_of_last_step(job: &str, folder: &std::path::Path, last: usize) -> HashSet<Key> {
-    let Ok(dir) = std::fs::read_dir(folder) else {
-        return HashSet::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name();
-            let (_, key, step, _) = crate::page_name::parse(job, name.to_str()?)?;
-            (step == last).then_some(key)
-        })
-        .collect()
 }

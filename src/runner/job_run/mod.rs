@@ -32,6 +32,7 @@ mod fan_out;
 mod inputs;
 mod keys;
 mod lists;
+mod on_disk;
 mod replaced;
 mod request;
 mod round;
