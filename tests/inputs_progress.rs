@@ -103,7 +103,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for (key, line) in [("K3", 4), ("K1", 2)] {
         let failure = json!({"line": line, "status": 404, "excerpt": "not found"}).to_string();
-        rt.block_on(ledger.map_put("list:inputs:failed", key, &failure))
+        rt.block_on(ledger.map_put("list:inputs:failed", &[(key.into(), failure)]))
             .unwrap();
     }
     let status = d.status_json();

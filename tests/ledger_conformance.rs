@@ -609,11 +609,17 @@ async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl Ledger) {
         ledger.map_put_new("j:seen", &again).await.unwrap(),
         vec!["line 7".to_string(), "line 9001".to_string()]
     );
-    ledger.map_put("k:seen", "k7", "other").await.unwrap();
+    ledger
+        .map_put("k:seen", &[("k7".into(), "other".into())])
+        .await
+        .unwrap();
     assert_eq!(ledger.map_len("j:seen").await.unwrap(), 3001);
     assert_eq!(ledger.map_len("k:seen").await.unwrap(), 1);
     // map_put replaces; map_read gives every field once, by field.
-    ledger.map_put("j:seen", "k7", "replaced").await.unwrap();
+    ledger
+        .map_put("j:seen", &[("k7".into(), "replaced".into())])
+        .await
+        .unwrap();
     let all = ledger.map_read("j:seen").await.unwrap();
     assert_eq!(all.len(), 3001);
     assert!(all.windows(2).all(|w| w[0].0 < w[1].0));

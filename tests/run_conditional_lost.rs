@@ -267,7 +267,7 @@ fn validators_kept_before_outputs_had_ids() {
                     v.to_string()
                 };
                 ledger
-                    .map_put("issues:conditional", &f, &new)
+                    .map_put("issues:conditional", &[(f.clone(), new)])
                     .await
                     .unwrap();
             }
@@ -345,7 +345,7 @@ fn incremental_values_kept_before_outputs_had_ids() {
                     String::new()
                 };
                 ledger
-                    .map_put("issues:conditional", &f, &new)
+                    .map_put("issues:conditional", &[(f.clone(), new)])
                     .await
                     .unwrap();
             }

@@ -84,9 +84,8 @@ async fn reset_failed(
     job: &crate::config::Job,
 ) -> std::result::Result<usize, crate::ledger::StoreError> {
     let (failed, retry) = (failed_map(job), retry_map(job));
-    for (key, value) in store.map_read(&failed).await? {
-        store.map_put(&retry, &key, &value).await?;
-    }
+    let failed_inputs = store.map_read(&failed).await?;
+    store.map_put(&retry, &failed_inputs).await?;
     store.map_forget(&failed).await?;
     let pending = store.map_read(&retry).await?;
     Ok(pending.iter().filter(|(_, v)| !v.is_empty()).count())

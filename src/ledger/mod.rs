@@ -203,12 +203,13 @@ pub trait Ledger: Send + Sync {
         entries: &[(String, String)],
     ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
 
-    /// Set `field` of `map` to `value`, whatever it held.
+    /// Set each field of `entries` in `map` to its value, whatever it
+    /// held: in one store round trip (one transaction embedded, one
+    /// pipeline in Redis), however many.
     fn map_put(
         &self,
         map: &str,
-        field: &str,
-        value: &str,
+        entries: &[(String, String)],
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// How many fields `map` holds.

@@ -228,8 +228,8 @@ impl Ledger for Store {
         each!(self, l => l.map_put_new(map, entries))
     }
 
-    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
-        each!(self, l => l.map_put(map, field, value))
+    async fn map_put(&self, map: &str, entries: &[(String, String)]) -> Result<(), StoreError> {
+        each!(self, l => l.map_put(map, entries))
     }
 
     async fn map_len(&self, map: &str) -> Result<u64, StoreError> {

@@ -401,10 +401,18 @@ impl Ledger for EmbeddedLedger {
             .await
     }
 
-    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
-        let (map, field, value) = (map.to_string(), field.to_string(), value.to_string());
-        self.transaction(move |tx| maps::put(tx, &map, &field, &value))
-            .await
+    async fn map_put(&self, map: &str, entries: &[(String, String)]) -> Result<(), StoreError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let (map, entries) = (map.to_string(), entries.to_vec());
+        self.transaction(move |tx| {
+            for (field, value) in &entries {
+                maps::put(tx, &map, field, value)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn map_len(&self, map: &str) -> Result<u64, StoreError> {

@@ -279,7 +279,7 @@ mod tests {
         for i in 0..10 {
             let ledger = ledger.clone();
             queued.push(tokio::spawn(async move {
-                ledger.map_put("m", &format!("f{i}"), "v").await
+                ledger.map_put("m", &[(format!("f{i}"), "v".into())]).await
             }));
         }
         let failing = {

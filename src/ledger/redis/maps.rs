@@ -50,17 +50,21 @@ impl RedisLedger {
     pub(super) async fn maps_put(
         &self,
         map: &str,
-        field: &str,
-        value: &str,
+        entries: &[(String, String)],
     ) -> Result<(), StoreError> {
-        let b = map_bucket(field);
+        if entries.is_empty() {
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
-        pipe.cmd("SADD").arg(map_buckets_key(map)).arg(b).ignore();
-        pipe.cmd("HSET")
-            .arg(map_bucket_key(map, b))
-            .arg(field)
-            .arg(value)
+        let buckets: BTreeSet<u64> = entries.iter().map(|(f, _)| map_bucket(f)).collect();
+        pipe.cmd("SADD")
+            .arg(map_buckets_key(map))
+            .arg(buckets.into_iter().collect::<Vec<_>>())
             .ignore();
+        for (field, value) in entries {
+            let key = map_bucket_key(map, map_bucket(field));
+            pipe.cmd("HSET").arg(&key).arg(field).arg(value).ignore();
+        }
         let pipe = &pipe;
         self.retrying("keep a job's map", |mut c| async move {
             pipe.query_async::<()>(&mut c).await

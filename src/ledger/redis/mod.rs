@@ -284,8 +284,8 @@ impl Ledger for RedisLedger {
         self.maps_put_new(map, entries).await
     }
 
-    async fn map_put(&self, map: &str, field: &str, value: &str) -> Result<(), StoreError> {
-        self.maps_put(map, field, value).await
+    async fn map_put(&self, map: &str, entries: &[(String, String)]) -> Result<(), StoreError> {
+        self.maps_put(map, entries).await
     }
 
     async fn map_len(&self, map: &str) -> Result<u64, StoreError> {

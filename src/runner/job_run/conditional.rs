@@ -258,9 +258,8 @@ impl JobRun<'_> {
                 .filter_map(|f| kept.pending.remove_entry(&f))
                 .collect()
         };
-        for (field, text) in fields {
-            self.put_kept(&field, &text).await;
-        }
+        let fields: Vec<(String, String)> = fields.into_iter().collect();
+        self.put_kept(&fields).await;
     }
 
     /// The validators of pages past `last`, where a walk of a step ended
@@ -287,20 +286,17 @@ impl JobRun<'_> {
             }
             stale
         };
-        for f in stale {
-            self.put_kept(&f, "").await;
-        }
+        let stale: Vec<(String, String)> = stale.into_iter().map(|f| (f, String::new())).collect();
+        self.put_kept(&stale).await;
     }
 
-    /// Whether the store took it.
-    pub(super) async fn put_kept(&self, field: &str, value: &str) -> bool {
+    /// Keep `entries` (each a field and its value, `""` forgotten) in
+    /// the store in one round trip; whether it took them.
+    pub(super) async fn put_kept(&self, entries: &[(String, String)]) -> bool {
         let Some(store) = self.meter.store() else {
             return false;
         };
-        if let Err(e) = store
-            .map_put(&conditional_map(self.job), field, value)
-            .await
-        {
+        if let Err(e) = store.map_put(&conditional_map(self.job), entries).await {
             warn!(
                 job = self.job.name,
                 "cannot keep the validators and incremental values (the next run may ask in full): {e}"
@@ -399,7 +395,7 @@ impl JobRun<'_> {
             }
         };
         if let Some(value) = advanced {
-            self.put_kept(&field, &value).await;
+            self.put_kept(&[(field, value)]).await;
         }
     }
 
@@ -424,10 +420,11 @@ impl JobRun<'_> {
         for (pool, n) in saved {
             *counts.entry(format!("units {pool}")).or_default() += n;
         }
-        for (field, n) in counts {
-            store.map_put(&map, &field, &n.to_string()).await?;
-        }
-        Ok(())
+        let counts: Vec<(String, String)> = counts
+            .into_iter()
+            .map(|(f, n)| (f, n.to_string()))
+            .collect();
+        store.map_put(&map, &counts).await
     }
 }
 

@@ -181,7 +181,10 @@ impl JobRun<'_> {
             };
             let text = serde_json::to_string(&failed).expect("a failed input serializes");
             return match self.meter.store() {
-                Some(store) => match store.map_put(&failed_map(self.job), key, &text).await {
+                Some(store) => match store
+                    .map_put(&failed_map(self.job), &[(key.to_string(), text)])
+                    .await
+                {
                     Ok(()) => continue,
                     Err(e) => format!(" (cannot record it in the store: {e})"),
                 },
@@ -312,13 +315,14 @@ impl JobRun<'_> {
             return;
         };
         let map = retry_map(self.job);
-        for key in &retried {
-            if let Err(e) = store.map_put(&map, key, "").await {
-                warn!(
-                    job = self.job.name,
-                    "cannot note a failed input done again (the next run may do it again): {e}"
-                );
-            }
+        let done: Vec<(String, String)> = (retried.iter())
+            .map(|k| (k.to_string(), String::new()))
+            .collect();
+        if let Err(e) = store.map_put(&map, &done).await {
+            warn!(
+                job = self.job.name,
+                "cannot note a failed input done again (the next run may do it again): {e}"
+            );
         }
         if all_over && let Err(e) = store.map_forget(&map).await {
             warn!(

@@ -487,11 +487,13 @@ impl<'a> JobRun<'a> {
             return Ok(());
         };
         let map = inputs::done_map(self.job);
-        for (i, chunk) in chunks {
-            let text = serde_json::to_string(chunk).expect("a chunk always serializes");
-            store.map_put(&map, &format!("{i:012}"), &text).await?;
-        }
-        Ok(())
+        let entries: Vec<(String, String)> = (chunks.iter())
+            .map(|(i, chunk)| {
+                let text = serde_json::to_string(chunk).expect("a chunk always serializes");
+                (format!("{i:012}"), text)
+            })
+            .collect();
+        store.map_put(&map, &entries).await
     }
 
     /// On a terminal, for a job of inputs as an input is over: the line,

@@ -138,17 +138,15 @@ impl JobRun<'_> {
                 d.adopt.len()
             );
         }
-        let mut stored = true;
-        for f in &d.forget {
-            stored &= self.put_kept(f, "").await;
-        }
-        for (f, text) in &d.adopt {
-            stored &= self.put_kept(f, text).await;
-        }
+        let entries: Vec<(String, String)> = (d.forget.iter())
+            .map(|f| (f.clone(), String::new()))
+            .chain(d.adopt.iter().cloned())
+            .collect();
+        let stored = self.put_kept(&entries).await;
         // (only once the store forgot them: else the next run, finding its
         // id recorded, would send the old output's validators again)
         if stored && self.kept.borrow().places.get(&place) != Some(&id) {
-            self.put_kept(&place, &id).await;
+            self.put_kept(&[(place, id)]).await;
         }
     }
 

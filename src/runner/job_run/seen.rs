@@ -118,16 +118,13 @@ impl JobRun<'_> {
         // so it is this record's now (not a repeat); one of this run, or
         // of the part done, is the key's first record.
         let (firsts, renewed) = resolve_firsts(&entries, held, run, resume_line);
-        if let Some(store) = self.meter.store() {
-            for (key, value) in &renewed {
-                if let Err(e) = store.map_put(&map, key, value).await {
-                    warn!(
-                        job = self.job.name,
-                        "cannot keep the keys seen in the store: {e}"
-                    );
-                    break;
-                }
-            }
+        if let Some(store) = self.meter.store()
+            && let Err(e) = store.map_put(&map, &renewed).await
+        {
+            warn!(
+                job = self.job.name,
+                "cannot keep the keys seen in the store: {e}"
+            );
         }
         Ok(firsts)
     }
