@@ -112,6 +112,12 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         names - synced.0,
         fsyncs - synced.1
     );
+    if let Some((commits, pages)) = run.rows_committed() {
+        tracing::debug!(
+            job = job.name,
+            "{pages} page(s)' rows committed in {commits} transaction(s)"
+        );
+    }
     run.finish(result).await
 }
 

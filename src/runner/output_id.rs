@@ -13,18 +13,17 @@
 
 use std::io::ErrorKind;
 use std::path::Path;
-use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+// (the sink's: a run of another job may be writing the database)
+use super::sink::BUSY_TIMEOUT;
 
 /// The file in an output folder that holds its id.
 pub const FOLDER_FILE: &str = ".quota-output";
 
 /// The table in an output database that holds its id.
 pub const DB_TABLE: &str = "quota-output";
-
-/// (as the sink's: a run of another job may be writing the database)
-const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A new id: 128 random bits.
 fn new_id() -> String {

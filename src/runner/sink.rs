@@ -28,6 +28,8 @@ mod index;
 mod prepare;
 mod shape;
 
+pub(crate) use self::shape::BUSY_TIMEOUT;
+
 pub use prepare::{Prepared, prepare};
 pub use shape::check;
 use shape::{connect, regular_or_absent, runs_shape, shape};

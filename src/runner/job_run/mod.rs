@@ -241,6 +241,13 @@ impl<'a> JobRun<'a> {
     }
 
     /// The run holds its lock: it charges in `store`.
+    /// `output.sqlite`: `(commits, pages)`, the transactions that wrote
+    /// pages' rows so far and the pages they held (what the group commit
+    /// saves, logged at the run's end).
+    pub(super) fn rows_committed(&self) -> Option<(u64, u64)> {
+        self.sink.as_ref().map(|s| s.counts())
+    }
+
     pub(super) fn hold(&mut self, store: &'a Store, lock: RunLock) {
         self.meter.hold(store);
         self.lock = Some(lock);

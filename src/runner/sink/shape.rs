@@ -15,7 +15,7 @@ use crate::config::SqliteOutput;
 
 /// How long a write waits for another writer (a run of another job on the
 /// same database, a reader checkpointing) before it fails.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The table's columns, in order; `key` its primary key.
 const COLUMNS: [&str; 5] = ["key", "job", "input", "fetched_at", "item"];

@@ -148,10 +148,9 @@ pub(super) fn reserves_kept(
             let spent = used[p][k].used + extra(cost, k, &logs[p], now) + cost.units;
             // (the fit before made sure the call fits the budget)
             let room = budget.saturating_sub(spent);
-            let (held, j, most) = match period {
-                Some(period) => shares::held_all(&reserves, period, lend_at, now),
-                None => shares::held_all(&reserves, (0, 0), None, now),
-            };
+            // (no period, no lending: `lend_at` is None and the period unread)
+            let (held, j, most) =
+                shares::held_all(&reserves, period.unwrap_or_default(), lend_at, now);
             if held <= room {
                 continue;
             }
