@@ -174,7 +174,7 @@
 -- Built at load (src/ledger/redis/scripts.rs): Redis loads each script
 -- alone (EVALSHA has no include), so in front of this one come the
 -- layout's constants (BLOCK, SEG, IXSEG, ENTRY, REACH, RESERVED, EXACT,
--- MINUTE, DAY), formatted from their Rust values, the packed formats
+-- MINUTE, DAY, SAME_PERIOD), formatted from their Rust values, the packed formats
 -- (lua/shared/layout.lua: META, RECORD, layout(m)) and the clock
 -- (lua/shared/clock.lua: now, now_text); after it, its parts, each headed
 -- by what it holds, in the order they run:

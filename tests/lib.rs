@@ -31,6 +31,7 @@ mod run_concurrency_within;
 mod run_conditional;
 mod run_conditional_lost;
 mod run_config;
+mod run_counts;
 mod run_examples;
 mod run_fan_out;
 mod run_fan_out_parallel;

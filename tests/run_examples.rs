@@ -226,10 +226,10 @@ fn others_units_never_outlast_the_pools_longest_window() {
     assert_eq!(again.code, 75, "{again:?}");
 }
 
-/// A later answer that counts no more than the ledger clears the units
-/// the ledger counts as spent by others (issue 23, item 8): the charge's
-/// `remaining` includes them, so a count compared with it alone never
-/// reached the store.
+/// A later period's answer that counts no more than the ledger clears the
+/// units the ledger counts as spent by others (issue 23, item 8): the
+/// charge's `remaining` includes them, so a count compared with it alone
+/// never reached the store.
 #[test]
 fn a_later_higher_count_clears_others_units() {
     let d = Deployment::new("");
@@ -256,6 +256,12 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
         d.write(&text);
     };
     let window = || d.status_json()["credentials"][0]["pools"][0]["windows"][0].clone();
+    // (each stand-in's period has its own reset: the second a later one)
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let (first_reset, second_reset) = ((now + 1200).to_string(), (now + 2400).to_string());
     // Others spent 89 of the token's 100: the first answer says 10 remain.
     let up = Standin::start(&[
         "--pages",
@@ -264,6 +270,8 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
         "100",
         "--github-used",
         "89",
+        "--github-reset",
+        &first_reset,
     ]);
     yaml(&up);
     let r = d.quota(&["run"]);
@@ -275,9 +283,17 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
         "{w}"
     );
 
-    // The token's count reset early (or others' calls left it): 99 remain
-    // after the next call, more than the ledger's 100 - 2 - 89.
-    let up = Standin::start(&["--pages", "1", "--github-limit", "100"]);
+    // The token's count reset (a new period): 99 remain after the next
+    // call, more than the ledger's 100 - 2 - 89. Within the first period
+    // the same higher count would be a stale one (`run_counts`).
+    let up = Standin::start(&[
+        "--pages",
+        "1",
+        "--github-limit",
+        "100",
+        "--github-reset",
+        &second_reset,
+    ]);
     yaml(&up);
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");

@@ -34,14 +34,20 @@ end
 -- pool: what it counts beyond the ledger's own usage (in the pool's longest
 -- window, slid to now above) was spent by others, and counts as such until
 -- the upstream's count resets. Never less than the ledger's own count.
+-- Within one period (resets within SAME_PERIOD of each other) the units
+-- only grow: a lower count is a stale one (Others::after_count in
+-- src/ledger/decision.rs decides the same).
 if flag == 2 then
   local pv, rest = pools[1], cal_end
   local rem, limit = tonumber(ARGV[rest]), tonumber(ARGV[rest + 1])
   local at, after = tonumber(ARGV[rest + 2]), tonumber(ARGV[rest + 3])
-  local others = limit - pv[$WIN * pv.lw + $SUM] - rem
-  if others > 0 then
-    pv.others = others
-    pv.others_until = at > 0 and at or now + (after >= 0 and after or pv.longest)
+  local others = max(limit - pv[$WIN * pv.lw + $SUM] - rem, 0)
+  local untl = at > 0 and at or now + (after >= 0 and after or pv.longest)
+  local from_reset = at > 0 or after >= 0
+  if pv.others > 0 and pv.others_until > now and not (from_reset and untl > pv.others_until + SAME_PERIOD) then
+    if others >= pv.others then pv.others, pv.others_until = others, max(untl, pv.others_until) end
+  elseif others > 0 then
+    pv.others, pv.others_until = others, untl
   else
     pv.others, pv.others_until = 0, 0
   end

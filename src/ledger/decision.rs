@@ -231,6 +231,45 @@ pub struct Others {
     pub until: Micros,
 }
 
+/// How far apart two answers' resets may fall and still name one upstream
+/// period (µs; `SAME_PERIOD` in lua/charge/decide.lua): an instant written
+/// in whole seconds, against a `Date` in whole seconds, and the answer's
+/// travel, move each reading by up to about a second.
+pub const SAME_PERIOD_US: Micros = 2_000_000;
+
+impl Others {
+    /// What stands after the upstream counted `counted` units as spent by
+    /// others, until `until` (`from_reset`: its reset said so; otherwise a
+    /// window from now), at `now`. The upstream's counts win downward,
+    /// never upward (issue 36, item 11): within one period units spent by
+    /// others never come back, since a lower count than before is a stale
+    /// one (a cache, a lagging replica). They are cleared, or lowered,
+    /// only once their time has passed or a reset names a later period.
+    /// `lua/charge/decide.lua` (observe) decides the same.
+    pub fn after_count(self, counted: u64, until: Micros, from_reset: bool, now: Micros) -> Self {
+        let in_force = self.units > 0 && self.until > now;
+        let later_period = from_reset && until > self.until + SAME_PERIOD_US;
+        if !in_force || later_period {
+            return if counted > 0 {
+                Self {
+                    units: counted,
+                    until,
+                }
+            } else {
+                Self::default()
+            };
+        }
+        if counted >= self.units {
+            Self {
+                units: counted,
+                until: until.max(self.until),
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// Why a window that has units left refused a charge: shares (issue 28).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Held {
@@ -333,4 +372,61 @@ pub enum LockOutcome {
         holder: String,
         expires_in: Duration,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Micros = 1_000_000;
+
+    #[test]
+    fn others_units_only_grow_within_one_upstream_period() {
+        let reset = 3600 * S;
+        let none = Others::default();
+        // A count of 3 left of 60, again and again, one more call of ours
+        // each time: 56, then 55, 54 computed; 56 stands.
+        let first = none.after_count(56, reset, true, 10 * S);
+        assert_eq!(
+            first,
+            Others {
+                units: 56,
+                until: reset
+            }
+        );
+        let again = first.after_count(55, reset + S, true, 11 * S);
+        assert_eq!(again, first, "a stale count within the period");
+        assert_eq!(again.after_count(0, reset, true, 12 * S), first);
+        // A larger count within the period raises it.
+        assert_eq!(first.after_count(57, reset, true, 12 * S).units, 57);
+        // A later period, or the reset passed: the new count stands.
+        let later = first.after_count(3, reset + 60 * S, true, 13 * S);
+        assert_eq!(
+            later,
+            Others {
+                units: 3,
+                until: reset + 60 * S
+            }
+        );
+        assert_eq!(first.after_count(0, reset + 60 * S, true, 13 * S), none);
+        assert_eq!(
+            first.after_count(2, reset + 10 * S, true, reset + S).units,
+            2
+        );
+        // Without a reset: kept until a window has passed since seen.
+        let window = 3600 * S;
+        let seen = none.after_count(40, 10 * S + window, false, 10 * S);
+        let stale = seen.after_count(10, 20 * S + window, false, 20 * S);
+        assert_eq!(stale, seen);
+        let higher = seen.after_count(45, 20 * S + window, false, 20 * S);
+        assert_eq!(
+            higher,
+            Others {
+                units: 45,
+                until: 20 * S + window
+            }
+        );
+        let past = seen.after_count(10, 11 * S + 2 * window, false, 11 * S + window);
+        assert_eq!(past.units, 10);
+    }
 }

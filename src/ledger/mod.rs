@@ -34,8 +34,8 @@ mod window;
 
 pub(crate) use self::decision::backoff_len;
 pub use self::decision::{
-    At, BlockEnd, Charge, ChargeDecision, Held, LockOutcome, Others, Receipt, Remaining, Settled,
-    WouldRefuse,
+    At, BlockEnd, Charge, ChargeDecision, Held, LockOutcome, Others, Receipt, Remaining,
+    SAME_PERIOD_US, Settled, WouldRefuse,
 };
 pub use self::embedded::EmbeddedLedger;
 pub use self::error::StoreError;
@@ -101,7 +101,8 @@ pub trait Ledger: Send + Sync {
     /// longest window's limit), until `reset` (none: a window's length).
     /// What it counts beyond the ledger's own usage in that window was spent
     /// by others: recorded as such, counted by every later charge until the
-    /// reset. An upstream that counts no more than the ledger clears it.
+    /// reset. Within one period they only grow; a later period's count, or
+    /// one after their reset, replaces them ([`Others::after_count`]).
     /// Never raises a budget. Returns what is now recorded.
     fn upstream_remaining(
         &self,

@@ -326,15 +326,16 @@ pub(super) fn others(
 
 /// Record what the upstream says others spent in a pool (`lua/charge.lua`,
 /// observe): its count above the ledger's own in the longest window
-/// (`len`, `limit`), after `cutoff` (the window's start, the retention and
-/// the dead mark), until `until`; nothing when it counts no more.
+/// (`limit`), after `cutoff` (the window's start, the retention and the
+/// dead mark), until `until` (`from_reset`: the upstream's reset), as
+/// [`Others::after_count`] keeps it against what was recorded before.
 pub(super) fn record_others(
     tx: &Transaction<'_>,
-    credential: &str,
-    pool: &str,
+    (credential, pool): (&str, &str),
     (cutoff, limit): (Micros, u64),
     remaining: u64,
-    until: Micros,
+    (until, from_reset): (Micros, bool),
+    now: Micros,
 ) -> Result<Others, StoreError> {
     let newest: i64 = tx
         .prepare_cached(
@@ -345,15 +346,8 @@ pub(super) fn record_others(
         .optional()?
         .unwrap_or(0);
     let used = (newest - base(tx, credential, pool, cutoff)?).max(0);
-    let units = limit as i64 - used - remaining as i64;
-    let others = if units > 0 {
-        Others {
-            units: units as u64,
-            until,
-        }
-    } else {
-        Others::default()
-    };
+    let counted = (limit as i64 - used - remaining as i64).max(0) as u64;
+    let others = others(tx, credential, pool)?.after_count(counted, until, from_reset, now);
     tx.prepare_cached(
         "INSERT INTO log_pool (credential, pool, dead, others, others_until)
          VALUES (?1, ?2, ?5, ?3, ?4)

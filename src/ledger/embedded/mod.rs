@@ -262,8 +262,14 @@ impl Ledger for EmbeddedLedger {
                 .max(now - visible)
                 .max(log::dead_mark(tx, &credential, &name)?);
             let until = reset.map_or(now + longest, |r| r.end_at(now));
-            let others =
-                log::record_others(tx, &credential, &name, (cutoff, limit), remaining, until)?;
+            let others = log::record_others(
+                tx,
+                (&credential, &name),
+                (cutoff, limit),
+                remaining,
+                (until, reset.is_some()),
+                now,
+            )?;
             // (the decision's time, which later ones never go below, as in Redis)
             tx.execute(
                 "INSERT INTO credential (name, last) VALUES (?1, ?2)

@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 
 use super::keys::LOG_SEGMENT;
 use crate::ledger::calendar::{DAY_US, HOUR_US};
-use crate::ledger::{RESERVED, SETTLE_REACH};
+use crate::ledger::{RESERVED, SAME_PERIOD_US, SETTLE_REACH};
 
 /// Calls per block of a pool's log: the index keeps one record per block.
 pub const BLOCK: u64 = 128;
@@ -188,7 +188,8 @@ pub fn constants() -> String {
         "-- (the layout's constants, from src/ledger/redis/scripts.rs)\n\
          local BLOCK, SEG, IXSEG, ENTRY = {BLOCK}, {LOG_SEGMENT}, {ixseg}, {ENTRY}\n\
          local REACH, RESERVED, EXACT = {SETTLE_REACH}, {RESERVED}, {EXACT}\n\
-         local MINUTE, HOUR, DAY = {MINUTE_US}, {HOUR_US}, {DAY_US}\n",
+         local MINUTE, HOUR, DAY = {MINUTE_US}, {HOUR_US}, {DAY_US}\n\
+         local SAME_PERIOD = {SAME_PERIOD_US}\n",
         ixseg = LOG_SEGMENT / BLOCK,
     )
 }
