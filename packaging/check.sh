@@ -31,6 +31,10 @@ getent passwd quota >/dev/null || fail "postinst made no quota user"
 mkdir "$tmp/creds" && echo not-a-key >"$tmp/creds/yt"
 CREDENTIALS_DIRECTORY=$tmp/creds quota -c /etc/quota/quota.yaml check >/dev/null \
   || fail "the example /etc/quota/quota.yaml does not check"
+# (outside the unit, as its header says: the rest checked, the key named)
+env -u CREDENTIALS_DIRECTORY quota -c /etc/quota/quota.yaml check 2>"$tmp/unseen" >/dev/null \
+  || fail "the example does not check outside the unit"
+grep -q 'systemd credential yt' "$tmp/unseen" || fail "check outside the unit names no unseen key"
 
 # The installed units: verify (an instance of each template) and the
 # hardening of the repository's units (an exposure of 1.1: --threshold counts

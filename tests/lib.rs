@@ -24,6 +24,7 @@ mod ledger_shares;
 mod ledger_shares_scale;
 mod operator;
 mod operator_metrics;
+mod operator_package;
 mod run_answers;
 mod run_blocks;
 mod run_concurrency;

@@ -388,7 +388,15 @@ fn a_missing_configuration_file_is_78_and_quota_config_is_honoured() {
 fn a_secret_comes_from_the_systemd_credentials_directory() {
     let d =
         Deployment::new(&base("http://127.0.0.1:9").replace("{ file: key }", "{ credential: yt }"));
-    let r = d.quota(&["check"]);
+    // Outside the unit, `check` names the secret it could not see and
+    // checks the rest (exit 0); `run` never goes without its key (78).
+    let r = run(d.cmd(&["check"]).env_remove("CREDENTIALS_DIRECTORY"));
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("$CREDENTIALS_DIRECTORY is not set"),
+        "{r:?}"
+    );
+    let r = run(d.cmd(&["run"]).env_remove("CREDENTIALS_DIRECTORY"));
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr.contains("$CREDENTIALS_DIRECTORY is not set"),

@@ -2,7 +2,10 @@
 //! without touching the store or the network. Secrets are read (so a missing
 //! one fails here, not at 3 a.m.) but never printed; every request is filled
 //! in as it will be sent (its URL and headers checked), and each job's
-//! output folder must take a new file.
+//! output folder must take a new file. A systemd credential is the one
+//! secret `check` may not see: outside its unit (no
+//! `$CREDENTIALS_DIRECTORY`) it is named in a warning, and the rest is
+//! checked (exit 0).
 
 use std::fmt::Write;
 
@@ -11,9 +14,18 @@ use crate::ledger::{StoreLocation, redact_url};
 use crate::runner::sink::SinkError;
 use crate::timefmt::fmt_duration;
 use crate::{Error, ExitStatus, Result};
+use tracing::warn;
 
 pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
     rows_apart(config, config.jobs.iter(), store)?;
+    for c in unseen(config) {
+        warn!(
+            "credential {}: its secret, {}, was not checked: $CREDENTIALS_DIRECTORY is not set (outside its systemd unit); the rest of {} is checked. To check it too, run check in the unit's environment (README, systemd)",
+            c.name,
+            c.secret_source,
+            config.file.display()
+        );
+    }
     // What the configuration cannot say by itself: that each job can write
     // its pages (a run checks this too, before its first charge).
     for job in &config.jobs {
@@ -71,6 +83,12 @@ pub fn rows_apart<'j>(
     Ok(())
 }
 
+/// The credentials whose secret this process cannot see (a systemd
+/// credential outside its unit), so it went unchecked.
+fn unseen(config: &Config) -> impl Iterator<Item = &Credential> {
+    (config.credentials.iter()).filter(|c| c.secret_source.outside_its_unit())
+}
+
 /// The resolved configuration, as `quota check` prints it.
 pub fn describe(config: &Config, store: &StoreLocation) -> String {
     let mut out = String::new();
@@ -90,11 +108,17 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
     for job in &config.jobs {
         self::job(w, job, config.credential(job));
     }
+    let unseen = unseen(config).count();
     let _ = writeln!(
         w,
-        "\nok: {} credential(s), {} job(s)",
+        "\nok: {} credential(s), {} job(s){}",
         config.credentials.len(),
-        config.jobs.len()
+        config.jobs.len(),
+        if unseen > 0 {
+            format!("; {unseen} secret(s) not seen outside the unit, not checked")
+        } else {
+            String::new()
+        }
     );
     out
 }
@@ -104,8 +128,14 @@ pub fn describe(config: &Config, store: &StoreLocation) -> String {
 fn credential(w: &mut String, c: &Credential) {
     let _ = writeln!(
         w,
-        "\ncredential {}: secret from {} (present, not shown)",
-        c.name, c.secret_source
+        "\ncredential {}: secret from {} ({})",
+        c.name,
+        c.secret_source,
+        if c.secret_source.outside_its_unit() {
+            "NOT SEEN: $CREDENTIALS_DIRECTORY is not set outside the unit"
+        } else {
+            "present, not shown"
+        }
     );
     if let Some(r) = &c.upstream_reset {
         let _ = writeln!(

@@ -72,23 +72,33 @@ fn extra_sections() -> String {
          .TP\n\\fBhttp:\\fR { timeout, connect_timeout, retries, backoff, max_body }\n\
          per request: time limits, attempts after the first (each charged), the first \
          pause between them, the largest body read\n\
-         .TP\n\\fBcredentials:\\fR NAME: { secret, upstream_reset, pools }\n\
-         secret: { env: VAR } or { file: PATH }, never inline; upstream_reset: \
-         \\(dqHH:MM Area/City\\(dq, when the upstream's own quota resets; pools: \
-         POOL: [ { limit, per, headroom } ], a window's budget being limit less \
-         headroom (units, or a percentage rounded up)\n\
+         .TP\n\\fBcredentials:\\fR NAME: { secret, upstream_reset, upstream_headers, mode, pools, shares, lend_after }\n\
+         secret: { env: VAR }, { file: PATH } or { credential: NAME } (systemd's \
+         $CREDENTIALS_DIRECTORY/NAME; check outside the unit warns and checks the rest), never inline; \
+         upstream_reset: \\(dqHH:MM Area/City\\(dq, when the upstream's own quota resets; \
+         upstream_headers: github, ietf, openai or { POOL: { remaining, reset, limit } }, \
+         the upstream's own counts (within one of its periods they only ever lower what is left); \
+         mode: enforce (default) or observe; pools: \
+         POOL: [ { limit, per, headroom, aligned } ], a window's budget being limit less \
+         headroom (units, or a percentage rounded up), aligned: ZONE a calendar window; \
+         shares: { JOB: { reserve, limit } } in units or percentages of each budget; \
+         lend_after: \\(dq80%\\(dq, when in a calendar period unused reserves start to open\n\
          .TP\n\\fBendpoints:\\fR NAME: { cost, on_store_error }\n\
-         cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; \
+         cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; a pool's \
+         { estimate, actual } settled from the response; not_modified: N, what a 304 costs; \
          on_store_error: fail_closed (default) or fail_open\n\
-         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, steps, output, schedule }\n\
-         regions: the keys the job walks; inputs: { file, key }, a .txt, .jsonl or .csv \
+         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, steps, output, schedule, concurrency }\n\
+         regions: the keys the job walks; inputs: { file, key, batch, join }, a .txt, .jsonl or .csv \
          file of keys instead (once: true, each done once); steps: [ { endpoint, request: { url, method \
          (GET, POST, PUT), query, headers, body }, paginate: { token: POINTER, param: NAME \
          | link: next | next_url: POINTER | page: NAME, start: N, until_empty: POINTER \
-         | offset: NAME, size: N, until_empty: POINTER; max_pages: N } } ]; \
+         | offset: NAME, size: N, until_empty: POINTER; max_pages: N }, for_each: { from, batch, \
+         join, per_page }, conditional: true, on_not_modified, incremental: { from, param, \
+         initial } } ]; \
          output: a folder (relative to the file's) of one JSON file per page, or \
          { folder, sqlite: { path, table, items, key, search } }, rows upserted into a SQLite table; \
-         schedule: every DURATION, for planning. Placeholders in requests: {region}, \
+         schedule: every DURATION, for planning; concurrency: requests in flight at once (1 to 64). \
+         Placeholders in requests: {region}, \
          {key}, {secret}, {job}, {step}, {page}, {batch}, {input.NAME}.\n",
     );
     s
@@ -131,5 +141,44 @@ mod tests {
             assert!(s.contains(key), "{key} missing");
         }
         assert_eq!(roff_text(".x-y"), "\\&.x\\-y");
+    }
+
+    /// The man page's configuration part names every field of the README's
+    /// configuration table (the last part of its name: `lend_after` for
+    /// `credentials.NAME.lend_after`), and every source of a secret: a
+    /// field added to one and not the other fails here.
+    #[test]
+    fn the_configuration_part_knows_every_field_of_the_readmes_table() {
+        let readme = include_str!("../../README.md");
+        let section = readme
+            .split("\n## Configuration\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("README has a Configuration section");
+        let page = extra_sections();
+        let man = page
+            .split(".SH CONFIGURATION")
+            .nth(1)
+            .expect("a CONFIGURATION section");
+        let fields: Vec<&str> = section
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+            .map(|f| f.rsplit('.').next().unwrap_or(f))
+            .filter(|f| !f.chars().all(|c| c.is_ascii_uppercase()))
+            .collect();
+        assert!(fields.len() >= 20, "the table was not found: {fields:?}");
+        // (roff's font changes, \fB and \fR, are not part of a word)
+        let man = man.replace("\\fB", " ").replace("\\fR", " ");
+        let words: Vec<&str> = man
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        let missing: Vec<&&str> = fields.iter().filter(|f| !words.contains(f)).collect();
+        assert!(missing.is_empty(), "the man page lacks {missing:?}");
+        for source in ["{ env: VAR }", "{ file: PATH }", "{ credential: NAME }"] {
+            assert!(
+                man.contains(source),
+                "the man page lacks the secret {source}"
+            );
+        }
     }
 }

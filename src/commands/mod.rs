@@ -74,7 +74,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
                 reset::execute(&config, &store, job, yes, failed).await
             }
             Command::Check => {
-                let (config, store) = configured(&cli, Secrets::Read)?;
+                let (config, store) = configured(&cli, Secrets::ReadVisible)?;
                 check::execute(&config, &store)
             }
             Command::Run(ref args) if args.dry_run => {
@@ -114,6 +114,7 @@ fn configured(cli: &Cli, secrets: Secrets) -> Result<(Config, StoreLocation)> {
     let file = Config::path(cli.config.as_deref());
     let config = match secrets {
         Secrets::Read => Config::load(&file)?,
+        Secrets::ReadVisible => Config::load_visible(&file)?,
         Secrets::Skip => Config::load_without_secrets(&file)?,
     };
     let store = store_location(cli.store.as_deref(), &config)?;

@@ -419,6 +419,13 @@ impl Config {
         Self::parse(file, &Self::read(file)?, Secrets::Read)
     }
 
+    /// Read, parse and validate `file` as `run` would, except for the
+    /// secrets this process cannot see: a systemd credential outside its
+    /// unit (`check`).
+    pub fn load_visible(file: &Path) -> Result<Self> {
+        Self::parse(file, &Self::read(file)?, Secrets::ReadVisible)
+    }
+
     /// Read, parse and validate `file` for a command that never calls the
     /// upstream (`status`, `run --dry-run`): secrets are not read, so an
     /// operator can look without the key in their environment.
@@ -544,6 +551,10 @@ fn yaml_error(file: &Path, e: serde_yaml::Error, lines: Lines) -> Error {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Secrets {
     Read,
+    /// Read as `run` reads them, except a systemd credential outside its
+    /// unit ([`SecretSource::outside_its_unit`]), left empty: for `check`,
+    /// which says so and checks the rest.
+    ReadVisible,
     /// Left empty: for commands that never call the upstream.
     Skip,
 }

@@ -51,6 +51,14 @@ impl fmt::Display for SecretSource {
 }
 
 impl SecretSource {
+    /// A systemd credential read outside its unit: systemd sets
+    /// `$CREDENTIALS_DIRECTORY` for the unit's process only, so a command
+    /// run from a shell (`check`) cannot see it, and that is no error of
+    /// the configuration.
+    pub fn outside_its_unit(&self) -> bool {
+        matches!(self, Self::Credential(_)) && std::env::var_os("CREDENTIALS_DIRECTORY").is_none()
+    }
+
     /// Read the secret. A missing or empty one is an error whose message says
     /// where it was looked for (never what was found).
     pub fn read(&self, base: &Path) -> Result<Secret, String> {

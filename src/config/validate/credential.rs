@@ -11,7 +11,8 @@ impl Validator<'_> {
         self.name(&at, &name)?;
         let secret_source = self.secret_source(&format!("{at}.secret"), &raw.secret)?;
         let secret = match self.secrets {
-            Secrets::Read => secret_source
+            Secrets::ReadVisible if secret_source.outside_its_unit() => Secret::new(String::new()),
+            Secrets::Read | Secrets::ReadVisible => secret_source
                 .read(self.dir)
                 .map_err(|m| self.err(format!("{at}.secret"), m))?,
             Secrets::Skip => Secret::new(String::new()),
