@@ -188,10 +188,20 @@ pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledg
     let (minute, hour) = (&u.pools[0].windows[0], &u.pools[0].windows[1]);
     assert_eq!((minute.others, hour.others), (0, 90));
     assert_eq!((hour.used, hour.remaining), (11, 899));
-    // More remaining than the ledger's own count leaves: nothing by others,
-    // and never more than the budget.
+    // Within that period (the same reset, or none said) a higher count is
+    // a stale one: others' units never come back (issue 36, item 11).
+    for same in [reset, None] {
+        let kept = ledger
+            .upstream_remaining("settle", &requests, 5000, same, At::Fixed(T0 + 13 * S))
+            .await
+            .unwrap();
+        assert_eq!((kept.units, kept.until), (90, T0 + 600 * S), "{same:?}");
+    }
+    // In a later period, more remaining than the ledger's own count
+    // leaves: nothing by others, and never more than the budget.
+    let later = Some(BlockEnd::At(T0 + 700 * S));
     let none = ledger
-        .upstream_remaining("settle", &requests, 5000, None, At::Fixed(T0 + 13 * S))
+        .upstream_remaining("settle", &requests, 5000, later, At::Fixed(T0 + 13 * S))
         .await
         .unwrap();
     assert_eq!(none.units, 0);
