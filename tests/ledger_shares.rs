@@ -152,20 +152,15 @@ async fn lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one(led
     let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 2 * S).await;
     assert_eq!(refusal(&d), (kept("trending", 60), Duration::from_secs(46)));
     // From 48 s into the minute, trending's reserve opens at its own pace:
-    // 12 s of 60 are left, so 12 of its 60 units stay kept.
+    // 12 s of 60 are left (less the instant), so 11 of its 60 units stay
+    // kept (rounded down).
     for _ in 0..4 {
         let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 48 * S).await;
         assert!(d.is_allowed(), "{d:?}");
     }
     let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 10)], M + 48 * S).await;
-    // (10 may be kept once 10 s are left after the instant)
-    assert_eq!(
-        refusal(&d),
-        (
-            kept("trending", 12),
-            Duration::from_micros(2 * S as u64 - 1)
-        )
-    );
+    // (10 may be kept once less than 11 s are left after the instant)
+    assert_eq!(refusal(&d), (kept("trending", 11), Duration::from_secs(1)));
     // The next minute keeps it again.
     let d = by(&ledger, &sh, "backfill", &[cost(&calendar, 50)], M + 60 * S).await;
     assert_eq!(refusal(&d).0, kept("trending", 60));
@@ -176,19 +171,20 @@ async fn lending_after_its_point_in_a_calendar_window_never_in_a_sliding_one(led
 
 /// After the lending point a share's reserve opens at its own pace: at
 /// 90% of the period a neighbour may take all but 10% of the reserve
-/// (rounded up), or what the share has left of it if less; at the period's
-/// last instant nothing is kept. Before the point all of it is.
+/// (rounded down), or what the share has left of it if less; the last
+/// unit opens before the period's last instant, so a timer takes it
+/// (issue 36). Before the point all of it is kept.
 async fn a_reserve_opens_at_its_own_pace_after_the_lending_point(ledger: impl Ledger) {
     let minute = Window {
         aligned: Some(chrono_tz::UTC),
         ..window(60, 1_000, 0)
     };
     let units = pool("units", vec![minute]);
-    // (10% of 365 is 36.5: 37 kept)
+    // (10% of 365 is 36.5: 36 kept)
     let sh = shares(&[("trending", Amount::Units(365), None)], Some(8_000));
     let one = [cost(&units, 1)];
     // Before 80% of the minute: all of the 265 unused kept; retry at the
-    // lending point, when only 73 are (12 s - 1 µs of 60 s: 72.99...).
+    // lending point, when only 72 are (12 s - 1 µs of 60 s: 72.99...).
     let d = by(&ledger, &sh, "trending", &[cost(&units, 100)], M + S).await;
     assert!(d.is_allowed(), "{d:?}");
     let d = by(&ledger, &sh, "backfill", &[cost(&units, 635)], M + 47 * S).await;
@@ -203,16 +199,16 @@ async fn a_reserve_opens_at_its_own_pace_after_the_lending_point(ledger: impl Le
         &ledger,
         &sh,
         "backfill",
-        &[cost(&units, 863)],
+        &[cost(&units, 864)],
         next + 54 * S,
     )
     .await;
     assert!(d.is_allowed(), "{d:?}");
     let d = by(&ledger, &sh, "backfill", &one, next + 54 * S).await;
-    // (room for it once 36 are kept: 5,917,808 µs left, 365 x that / 60 s
-    // rounded up)
+    // (room for it once 35 are kept: 5,917,808 µs left, 365 x that / 60 s
+    // rounded down)
     let retry = Duration::from_micros(82_191);
-    assert_eq!(refusal(&d), (kept("trending", 37), retry));
+    assert_eq!(refusal(&d), (kept("trending", 36), retry));
     // And the one after: trending has used 340, 25 left of its reserve.
     let last = M + 120 * S;
     let d = by(&ledger, &sh, "trending", &[cost(&units, 340)], last + S).await;
@@ -228,13 +224,15 @@ async fn a_reserve_opens_at_its_own_pace_after_the_lending_point(ledger: impl Le
     assert!(d.is_allowed(), "{d:?}");
     let d = by(&ledger, &sh, "backfill", &one, last + 54 * S).await;
     assert_eq!(refusal(&d).0, kept("trending", 25));
-    // At the period's last instant nothing is kept: the window's last 25.
+    // 0.1 s before the period's end nothing is kept (365 x 0.0999999 s /
+    // 60 s rounds down to 0): the window's last 25 go to a timer's tick,
+    // not only to the period's last instant.
     let d = by(
         &ledger,
         &sh,
         "backfill",
         &[cost(&units, 25)],
-        last + 60 * S - 1,
+        last + 60 * S - S / 10,
     )
     .await;
     assert!(d.is_allowed(), "{d:?}");
@@ -491,13 +489,13 @@ async fn other_shares_pools_hold_no_entries_in_the_embedded_store() {
 fn the_scripts_pace_is_exact_in_doubles() {
     let decide = include_str!("../lua/charge/decide.lua");
     let from = decide
-        .find("  local function mul_div_up")
-        .expect("mul_div_up");
+        .find("  local function mul_div_down")
+        .expect("mul_div_down");
     let to = from + decide[from..].find("\n  end\n").expect("its end") + 7;
     let script = format!(
         "local fmod, floor = math.fmod, math.floor\n{}\nlocal out = {{}}\n\
          for i = 1, #ARGV, 3 do out[#out + 1] = string.format('%.0f', \
-         mul_div_up(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))) end\n\
+         mul_div_down(tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]))) end\n\
          return out",
         &decide[from..to]
     );
@@ -524,7 +522,7 @@ fn the_scripts_pace_is_exact_in_doubles() {
     }
     let got: Vec<String> = cmd.query(&mut con).expect("eval");
     for ((x, y, z), got) in cases.iter().zip(got) {
-        let want = (u128::from(*x) * u128::from(*y)).div_ceil(u128::from(*z));
+        let want = u128::from(*x) * u128::from(*y) / u128::from(*z);
         assert_eq!(got, want.to_string(), "{x} x {y} / {z}");
     }
 }

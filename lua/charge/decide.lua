@@ -134,16 +134,16 @@ end
 -- other share still holds: its unused reserve (its reserve less its pool's
 -- window sum), and in a calendar window past its lending point no more
 -- than its reserve times the part of the period left after now (rounded
--- up). If not, it may fit when enough of the window has left (sliding),
+-- down: the last unit opens before the period's last instant). If not, it may fit when enough of the window has left (sliding),
 -- or when enough has opened (calendar: at the latest, the period's end);
 -- the share that holds most is named. All exact in doubles: no product
 -- passes 2^53 (units can be near it, a period's length ~2^37 µs).
 local kept_q, kept = 0, 0
 if shares and worst_retry == nil then
   local fmod = math.fmod
-  -- ceil(x * y / z) for 0 <= y < z < 2^52: x = qx z + rx (fmod is exact),
-  -- then rx y / z a bit of y at a time, remainders below 2z.
-  local function mul_div_up(x, y, z)
+  -- floor(x * y / z) for 0 <= y < z < 2^52: x = qx z + rx (fmod is
+  -- exact), then rx y / z a bit of y at a time, remainders below 2z.
+  local function mul_div_down(x, y, z)
     local rx, n = fmod(x, z), y
     local q, r, bit = 0, 0, 1
     while bit * 2 <= n do bit = bit * 2 end
@@ -156,8 +156,7 @@ if shares and worst_retry == nil then
       end
       bit = bit / 2
     end
-    q = (x - rx) / z * y + q
-    return r > 0 and q + 1 or q
+    return (x - rx) / z * y + q
   end
   -- What the reserves of `rows` (reserve, unused) hold at `t` in the
   -- period `cal`, lending from `lend_at` (false: never).
@@ -167,7 +166,7 @@ if shares and worst_retry == nil then
       local h = rows[j + 1]
       if lend_at and t >= lend_at then
         local left = cal[2] - 1 - t
-        h = left > 0 and math.min(h, mul_div_up(rows[j], left, cal[2] - cal[1])) or 0
+        h = left > 0 and math.min(h, mul_div_down(rows[j], left, cal[2] - cal[1])) or 0
       end
       sum = sum + h
       if h > most then most, most_at = h, rows[j + 2] end

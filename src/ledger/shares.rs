@@ -175,15 +175,17 @@ pub(crate) struct Reserve {
 /// What a calendar window still holds of `r` at `t` in its period `[start,
 /// stop)`, lending from `lend_at`: before it, the whole unused reserve;
 /// after, no more than the reserve times the part of the period left
-/// after `t`, rounded up (what the share would still need at its
-/// reserve's own pace stays kept; at the period's last instant nothing
-/// is). Exact, as lua/charge/decide.lua's.
+/// after `t`, rounded down (what the share would still need at its
+/// reserve's own pace stays kept, and its last unit opens once less than
+/// a unit's share of the period is left, not at the period's last
+/// instant, which no timer hits: nothing is wasted). Exact, as
+/// lua/charge/decide.lua's.
 pub(crate) fn held(r: Reserve, (start, stop): (i64, i64), lend_at: Option<i64>, t: i64) -> u64 {
     match lend_at {
         Some(from) if t >= from => {
             let left = (stop - 1 - t).max(0) as u128;
             let len = (stop - start).max(1) as u128;
-            let pace = (u128::from(r.reserve) * left).div_ceil(len);
+            let pace = u128::from(r.reserve) * left / len;
             r.unused.min(pace as u64)
         }
         _ => r.unused,
@@ -457,21 +459,39 @@ mod tests {
             unused: 300,
         };
         let lend = lend_at(start, stop, 8_000);
-        // Before the point: all of it unused; at 90%, 10% of 360 rounded up
-        // (36: the instants left after now are one short of 10%).
+        // Before the point: all of it unused; at 90%, 10% of 360 rounded
+        // down (35: the instants left after now are one short of 10%).
         assert_eq!(held(r, (start, stop), lend, 47_999_999), 300);
-        assert_eq!(held(r, (start, stop), lend, 54_000_000), 36);
+        assert_eq!(held(r, (start, stop), lend, 54_000_000), 35);
         assert_eq!(held(r, (start, stop), lend, stop - 1), 0);
         assert_eq!(held(r, (start, stop), None, stop - 1), 300);
-        // Units near 2^53 and a long period: exact, rounded up.
+        // Units near 2^53 and a long period: exact, rounded down.
         let big = Reserve {
             reserve: (1 << 53) - 1,
             unused: 1 << 53,
         };
         let len = 31 * 86_400_000_000_i64;
         let t = len - 1 - len / 3;
-        let exact = (u128::from(big.reserve) * (len / 3) as u128).div_ceil(len as u128);
+        let exact = u128::from(big.reserve) * (len / 3) as u128 / len as u128;
         assert_eq!(held(big, (0, len), Some(0), t), exact as u64);
+    }
+
+    /// The whole reserve is open before the period ends (issue 36): 10
+    /// units over 20 s keep their last unit only while 2 s or more are
+    /// left, so a timer that ticks before the period's last instant takes
+    /// it (rounded up, it opened at that instant only: one unit a period
+    /// wasted).
+    #[test]
+    fn the_whole_reserve_is_open_before_the_period_ends() {
+        let r = Reserve {
+            reserve: 10,
+            unused: 10,
+        };
+        let period = (0, 20_000_000);
+        let lend = lend_at(0, 20_000_000, 5_000);
+        assert_eq!(held(r, period, lend, 20_000_000 - 1 - 2_000_000), 1);
+        assert_eq!(held(r, period, lend, 20_000_000 - 1 - 1_999_999), 0);
+        assert_eq!(opens_at(&[r], period, lend, 0, 10_000_000), 18_000_000);
     }
 
     #[test]
@@ -483,12 +503,13 @@ mod tests {
         }];
         let lend = lend_at(0, 60_000_000, 8_000);
         // Before the point, 60 held: with room for 12, not until 48 s,
-        // where 60 x (12 s - 1 µs) / 60 s rounds up to 12.
+        // where 60 x (12 s - 1 µs) / 60 s rounds down to 11.
         assert_eq!(opens_at(&rows, period, lend, 12, 1), 48_000_000);
-        // Room for 6: where 6 s are left after the instant.
-        assert_eq!(opens_at(&rows, period, lend, 6, 50_000_000), 53_999_999);
-        // No room: the period's last instant; not lending: its end.
-        assert_eq!(opens_at(&rows, period, lend, 0, 50_000_000), 59_999_999);
+        // Room for 6: where less than 7 s are left after the instant.
+        assert_eq!(opens_at(&rows, period, lend, 6, 50_000_000), 53_000_000);
+        // No room: where less than 1 s (a unit's part) is left, before the
+        // period's last instant; not lending: its end.
+        assert_eq!(opens_at(&rows, period, lend, 0, 50_000_000), 59_000_000);
         assert_eq!(opens_at(&rows, period, None, 30, 1), 60_000_000);
     }
 }
