@@ -24,7 +24,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-300}
 
+# (every cargo command before HOME changes below: rustup's default install
+# lives in ~/.rustup, and without it cargo cannot choose a toolchain)
 cargo build --release --quiet --bin quota
+charge_lua=$(cargo run -q --example lua_script -- charge)
 quota=$PWD/target/release/quota
 work=$(mktemp -d "${TMPDIR:-/tmp}/quota-charge-cli.XXXXXX")
 port=16399
@@ -50,7 +53,7 @@ q=("$quota" -c "$work/quota.yaml")
 # `quota charge bench --cost units=1` sends: the server's clock, a fresh
 # id, no resend, the 60 s horizon, tag "charge<TAB>cli", serial 0, pool
 # units at cost 1 with its one 1 h window and budget.
-sha=$(redis-cli -p $port SCRIPT LOAD "$(cargo run -q --example lua_script -- charge)")
+sha=$(redis-cli -p $port SCRIPT LOAD "$charge_lua")
 keys=('quota:{bench}:state' 'quota:{bench}:log:units' 'quota:{bench}:index:units')
 evalsha() {
     redis-cli -p $port EVALSHA "$sha" 3 "${keys[@]}" "" "$RANDOM$RANDOM$RANDOM" 0 60000000 \

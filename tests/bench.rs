@@ -72,3 +72,42 @@ fn bench_needs_a_redis_store() {
     assert_eq!(ran.code, 2, "{ran:?}");
     assert!(ran.stderr.contains("--store redis://"), "{ran:?}");
 }
+
+/// Every bench script runs from a fresh clone on a machine where rustup
+/// lives in `~/.rustup` (its default install): a script that sets `HOME`
+/// runs no cargo command after it, unless it keeps `RUSTUP_HOME` and
+/// `CARGO_HOME` (issue 36; `bench/charge_cli.sh` failed with "rustup could
+/// not choose a version of cargo").
+#[test]
+fn no_bench_script_runs_cargo_after_changing_home() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut scripts = 0;
+    for entry in std::fs::read_dir(format!("{root}/bench")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "sh") {
+            continue;
+        }
+        scripts += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let keeps_rustup = text.contains("RUSTUP_HOME") && text.contains("CARGO_HOME");
+        let mut home_set_at = None;
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split('#').next().unwrap_or_default();
+            let words: Vec<&str> = code.split_whitespace().collect();
+            if words.iter().any(|w| w.starts_with("HOME=")) {
+                home_set_at.get_or_insert(n + 1);
+            }
+            if let Some(at) = home_set_at
+                && !keeps_rustup
+            {
+                assert!(
+                    !code.contains("cargo "),
+                    "{}:{}: cargo after HOME changed at line {at}: {line}",
+                    path.display(),
+                    n + 1
+                );
+            }
+        }
+    }
+    assert!(scripts >= 10, "the bench scripts were not found");
+}
