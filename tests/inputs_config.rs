@@ -279,6 +279,54 @@ fn every_mistake_in_inputs_exits_78_naming_file_and_field() {
     assert!(!d.path().join("state").exists(), "no store was opened");
 }
 
+/// `{key}` in the host of a request that carries the secret lets a line
+/// of the inputs file choose the host that receives the key: 78 at
+/// `check` (and `run`), unless the job says `hosts_from_inputs: true`; a
+/// request without the secret may take its host from the key; a job of
+/// regions names its own hosts and takes no such flag.
+#[test]
+fn a_key_in_the_host_that_receives_the_secret_is_78_unless_the_job_allows_it() {
+    let up = Standin::start(&[]);
+    let (d, good) = deployment(&up);
+    let chat = format!("url: {}/v1/chat/{{key}}", up.base());
+    let in_host = "url: http://{key}.example/v1/chat";
+    d.assert_each_edit_exits_78(
+        &good,
+        &[
+            (
+                "key in the host of the secret's request",
+                &chat,
+                in_host,
+                &[
+                    "jobs.summaries.steps[0].request.url",
+                    "{key} is in the URL's host",
+                    "hosts_from_inputs: true",
+                ],
+            ),
+            (
+                "hosts_from_inputs on a job of regions",
+                "    regions: [US]\n",
+                "    regions: [US]\n    hosts_from_inputs: true\n",
+                &["jobs.trending.hosts_from_inputs", "needs `inputs`"],
+            ),
+        ],
+    );
+    let allowed = good.replacen(&chat, in_host, 1).replacen(
+        "    once: true\n",
+        "    once: true\n    hosts_from_inputs: true\n",
+        1,
+    );
+    d.write(&allowed);
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    // (rows sends no secret: its host may come from the key)
+    let rows = format!("url: {}/v1/rows/{{key}}", up.base());
+    d.write(&good.replacen(&rows, "url: http://{key}.example/v1/rows", 1));
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
+}
+
 /// An inputs file that is a FIFO or a device is refused like a folder, at
 /// every command that reads it: opening a FIFO waits for a writer and
 /// /dev/zero never ends, so each would hang (the probe's F-fifo).

@@ -87,9 +87,10 @@ fn extra_sections() -> String {
          cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; a pool's \
          { estimate, actual } settled from the response; not_modified: N, what a 304 costs; \
          on_store_error: fail_closed (default) or fail_open\n\
-         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, steps, output, schedule, concurrency }\n\
+         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, hosts_from_inputs, steps, output, schedule, concurrency }\n\
          regions: the keys the job walks; inputs: { file, key, batch, join }, a .txt, .jsonl or .csv \
-         file of keys instead (once: true, each done once); steps: [ { endpoint, request: { url, method \
+         file of keys instead (once: true, each done once; hosts_from_inputs: true, {key} may \
+         name the host a request with {secret} goes to); steps: [ { endpoint, request: { url, method \
          (GET, POST, PUT), query, headers, body }, paginate: { token: POINTER, param: NAME \
          | link: next | next_url: POINTER | page: NAME, start: N, until_empty: POINTER \
          | offset: NAME, size: N, until_empty: POINTER; max_pages: N }, for_each: { from, batch, \

@@ -77,6 +77,8 @@ pub(super) struct RawJob {
     pub(super) regions: Option<Vec<String>>,
     pub(super) inputs: Option<RawInputs>,
     pub(super) once: Option<bool>,
+    /// `{key}` may stand in a URL's host that receives the secret.
+    pub(super) hosts_from_inputs: Option<bool>,
     pub(super) steps: Vec<RawStep>,
     /// A folder (a string), or `{ folder, sqlite }`: see `validate/output.rs`.
     pub(super) output: Value,

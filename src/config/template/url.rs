@@ -101,6 +101,15 @@ impl Template {
         Ok(out)
     }
 
+    /// Whether `{key}` (or `{region}`) stands in the URL's host: the work
+    /// key then chooses where the request goes.
+    pub fn key_in_host(&self) -> bool {
+        (self.parts.iter().zip(self.components())).any(|(part, at)| {
+            at == Component::Host
+                && matches!(part, Part::Slot(Placeholder::Region | Placeholder::Key))
+        })
+    }
+
     /// URL parsers drop tabs and line breaks wherever they are, which
     /// would move the parts the placeholders were put in (but the line
     /// break a YAML block scalar ends with is dropped, not refused).

@@ -139,6 +139,38 @@ impl Validator<'_> {
         }
     }
 
+    /// `{key}` in a URL's host lets a line of the inputs file choose the
+    /// host that receives the secret: refused where the request carries
+    /// it, unless the job says `hosts_from_inputs: true` (the file is the
+    /// operator's own). (`{input.NAME}` never stands in a host: see
+    /// `Template::fill_url`.)
+    pub(super) fn hosts_from_inputs(
+        &self,
+        at: &str,
+        allowed: Option<bool>,
+        has_inputs: bool,
+        steps: &[Step],
+    ) -> Result<()> {
+        if allowed.is_some() && !has_inputs {
+            return Err(self.err(
+                format!("{at}.hosts_from_inputs"),
+                "hosts_from_inputs needs `inputs`: a job's own regions may always name hosts",
+            ));
+        }
+        if !has_inputs || allowed == Some(true) {
+            return Ok(());
+        }
+        for (i, s) in steps.iter().enumerate() {
+            if s.url.key_in_host() && s.uses(Placeholder::Secret) {
+                return Err(self.err(
+                    format!("{at}.steps[{i}].request.url"),
+                    "{key} is in the URL's host and the request carries {secret}: a line of the inputs file would choose the host that receives the key; set `hosts_from_inputs: true` on the job if every line of the file is yours to trust",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// A .txt record is its key alone: no `{input.NAME}` to fill.
     fn no_fields(&self, at: &str, steps: &[Step]) -> Result<()> {
         for (i, s) in steps.iter().enumerate() {

@@ -34,6 +34,7 @@ impl Validator<'_> {
             .map(|i| self.inputs(&at, &name, i, &steps))
             .transpose()?;
         let once = self.once(&at, raw.once, inputs.is_some())?;
+        self.hosts_from_inputs(&at, raw.hosts_from_inputs, inputs.is_some(), &steps)?;
         self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, inputs.as_ref(), &steps, cred)?;
         let (output, sqlite) = self.output(&at, raw.output)?;
