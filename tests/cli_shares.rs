@@ -257,6 +257,37 @@ fn check_notes_a_share_that_names_no_job() {
     );
 }
 
+/// `lend_after` on a credential of sliding windows only does nothing
+/// (sliding windows never lend): accepted, with a warning at `check`; a
+/// calendar window among them takes it without one (issue 36).
+#[test]
+fn check_warns_of_lend_after_without_a_calendar_window() {
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let warning =
+        "lend_after does nothing on credential main: none of its windows is a calendar one";
+    for (windows, warned) in [
+        (vec![limit(100, "1h")], true),
+        (
+            vec![
+                limit(100, "1h"),
+                "{ limit: 500, per: 24h, aligned: UTC }".to_string(),
+            ],
+            false,
+        ),
+    ] {
+        let main = Credential::new("main")
+            .pool("units", &windows)
+            .set("shares", SHARES)
+            .set("lend_after", "\"80%\"");
+        d.write(&Config::new(&store).credential(main).render());
+        let r = d.quota(&["check"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert_eq!(r.stderr.contains(warning), warned, "{windows:?}: {r:?}");
+        assert_eq!(r.stdout.contains(warning), warned, "{windows:?}: {r:?}");
+    }
+}
+
 /// Observe mode: calls a share's reserve or limit would have stopped go
 /// through, and are counted on the pool they were of.
 #[test]

@@ -54,4 +54,5 @@ mod run_sqlite;
 mod run_sqlite_files;
 mod run_stops;
 mod run_topologies;
+mod run_wording;
 mod secret_loading;

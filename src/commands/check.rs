@@ -165,7 +165,18 @@ fn credential(w: &mut String, c: &Credential) {
 
 /// A share that names no job of the file on its credential is allowed
 /// (scripts spend as it with `--job`), but may be a typo: said, not refused.
+/// So is `lend_after` on a credential of sliding windows only, which never
+/// lend: it does nothing there (warned, on stderr too).
 fn share_notes(w: &mut String, config: &Config, c: &Credential) {
+    let calendar = (c.pools.iter()).any(|p| p.windows.iter().any(|w| w.aligned.is_some()));
+    if c.shares.lend_after.is_some() && !calendar {
+        let text = format!(
+            "lend_after does nothing on credential {}: none of its windows is a calendar one (aligned: ZONE), and sliding windows never lend",
+            c.name
+        );
+        warn!("{text}");
+        let _ = writeln!(w, "  warning: {text}");
+    }
     for s in &c.shares.list {
         let on_c = |j: &&Job| j.name == s.name && config.credential(j).name == c.name;
         if !config.jobs.iter().any(|j| on_c(&j)) {

@@ -95,7 +95,7 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
     match &ctx.store {
         Ok(store) => match RunLock::take(store, &job.name, &holder, ctx.config.lock_ttl).await {
             Ok(Ok(lock)) => run.hold(store, lock),
-            Ok(Err(busy)) => return Ok(run.busy(busy)),
+            Ok(Err(busy)) => return Ok(run.busy(store, busy).await),
             Err(StoreError::Unavailable(e)) => run.store_unreachable_at_start(&e)?,
             Err(e) => return Err(e.into()),
         },

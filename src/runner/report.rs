@@ -188,6 +188,10 @@ pub struct JobReport {
     pub values_lost: u64,
     /// Where the next run starts.
     pub resume: Option<Cursor>,
+    /// A job of inputs not `once` that reached its file's end this run:
+    /// the inputs done and skipped in that walk of it (the cursor then
+    /// starts the next walk at line 1, its counts at 0).
+    pub walk_ended: Option<(u64, u64)>,
 }
 
 /// `output.sqlite`: what a run's pages gave their table.
@@ -359,8 +363,13 @@ impl JobReport {
 
     /// How far the job is: regions this run, or a job of inputs' inputs
     /// as its cursor counts them (ever, for a once-job; in this walk of
-    /// its file, for one that is not).
+    /// its file, for one that is not, or in the walk this run ended).
     fn done(&self) -> String {
+        if let Some((done, skipped)) = self.walk_ended {
+            return format!(
+                "inputs done {done}, {skipped} skipped (the whole file: its next walk starts over)"
+            );
+        }
         match self.resume.as_ref().and_then(|c| c.input.as_ref()) {
             Some(at) => format!("inputs done {}, {} skipped", at.done, at.skipped),
             None => format!("regions done {}/{}", self.regions_done, self.regions_total),

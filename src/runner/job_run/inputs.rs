@@ -522,6 +522,7 @@ impl JobRun<'_> {
             let mut round = self.round.borrow_mut();
             let Some(w) = round.window_mut() else { return };
             let walk = w.at.walk;
+            self.report.borrow_mut().walk_ended = Some((w.at.done, w.at.skipped));
             w.at = InputAt {
                 walk: walk + 1,
                 line: 1,

@@ -208,6 +208,7 @@ impl<'a> JobRun<'a> {
                 pages_without_items: 0,
                 values_lost: 0,
                 resume: None,
+                walk_ended: None,
             }),
             meter: Meter::new(
                 ctx.config.credential(job),
@@ -253,12 +254,27 @@ impl<'a> JobRun<'a> {
         self.lock = Some(lock);
     }
 
-    /// Another run holds the lock: this one stops before it starts.
-    pub(super) fn busy(self, busy: LockOutcome) -> JobReport {
+    /// Another run holds the lock: this one stops before it starts, and
+    /// says where the job is as its cursor in `store` says (read without
+    /// the lock: the holder may move it; a job of inputs without one is at
+    /// its first line), in the job's own words (inputs, or regions).
+    pub(super) async fn busy(self, store: &Store, busy: LockOutcome) -> JobReport {
         if let LockOutcome::Busy { holder, expires_in } = busy {
             self.stop(Stop::LockBusy { holder, expires_in });
         }
-        self.report.into_inner()
+        let stored = (store.load_cursor(&self.job.name).await.ok().flatten())
+            .and_then(|t| read_cursor(&t, &self.cred.secret));
+        let first_line = || Cursor {
+            input: Some(crate::runner::cursor::InputAt {
+                line: 1,
+                ..Default::default()
+            }),
+            ..Cursor::default()
+        };
+        let resume = stored.or_else(|| self.job.inputs.as_ref().map(|_| first_line()));
+        let mut report = self.report.into_inner();
+        report.resume = resume;
+        report
     }
 
     /// After the region loop: clear the progress line, update the history,
