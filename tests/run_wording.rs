@@ -2,13 +2,13 @@
 //! `once` that walked its whole file says how many inputs that walk did,
 //! not the fresh walk's 0; a run stopped by another run's lock says where
 //! the job is in its inputs (the cursor's line), not "regions done 0/0 …
-//! the first region".
+//! the first region"; a walk cut at `max_pages` is said.
 
 use std::time::Duration;
 
 use quota::ledger::{EmbeddedLedger, Ledger, LockOutcome};
 
-use crate::common::deployment::{Deployment, embedded_store};
+use crate::common::deployment::{Deployment, embedded_store, trending};
 use crate::common::inputs::{write, yaml};
 use crate::common::standin::Standin;
 
@@ -99,4 +99,40 @@ fn a_stop_for_a_busy_lock_in_a_job_of_inputs_says_where_its_inputs_are() {
     assert!(line.contains("; inputs done 3, 0 skipped;"), "{line}");
     assert!(line.contains("(line 4)"), "{line}");
     assert!(!line.contains("region"), "{line}");
+}
+
+/// A walk cut at `max_pages` while the upstream had more is said: a
+/// warning per key, and `(N walks cut at max_pages)` in the summary
+/// (issue 36, item 21); a walk whose last page is the max_pages-th is not
+/// cut.
+#[test]
+fn a_walk_cut_at_max_pages_is_warned_per_key_and_counted() {
+    let up = Standin::start(&["--pages", "3"]);
+    let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    for region in ["US", "GB"] {
+        assert!(
+            r.stderr.lines().any(|l| l.contains(region)
+                && l.contains(
+                    "the upstream has more pages, but this step's max_pages (2) is reached"
+                )),
+            "{region}: {r:?}"
+        );
+    }
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("job trending: "))
+        .unwrap();
+    assert!(
+        line.contains("regions done 2/2 (2 walks cut at max_pages);"),
+        "{line}"
+    );
+
+    let up = Standin::start(&["--pages", "2"]);
+    let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(!r.stderr.contains("max_pages"), "{r:?}");
 }

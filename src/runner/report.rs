@@ -174,6 +174,9 @@ pub struct JobReport {
     /// Walks ended by a next link or token that cannot be read (a `Link`
     /// header, a token or URL in the page: warned each).
     pub unreadable_links: u64,
+    /// Walks cut at their step's `max_pages` while the upstream had more
+    /// (warned each).
+    pub walks_cut: u64,
     pub regions_total: usize,
     pub pages: u64,
     /// The pages are written as files (a `folder`); else only as rows.
@@ -296,7 +299,8 @@ impl JobReport {
     }
 
     /// After how far the job is: regions failed (the first few named),
-    /// inputs failed, walks ended at a link that cannot be read.
+    /// inputs failed, walks ended at a link that cannot be read or cut at
+    /// `max_pages`.
     fn failed_notes(&self) -> String {
         let mut notes = match self.failed_regions.len() {
             0 => String::new(),
@@ -320,6 +324,9 @@ impl JobReport {
                 " ({} ended at a next link or token that cannot be read)",
                 self.unreadable_links
             );
+        }
+        if self.walks_cut > 0 {
+            notes += &format!(" ({} walks cut at max_pages)", self.walks_cut);
         }
         notes
     }

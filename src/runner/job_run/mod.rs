@@ -194,6 +194,7 @@ impl<'a> JobRun<'a> {
                 failed_in: Default::default(),
                 failed_inputs: 0,
                 unreadable_links: 0,
+                walks_cut: 0,
                 // (a job of inputs counts them as it reads them)
                 regions_total: match job.inputs {
                     Some(_) => 0,

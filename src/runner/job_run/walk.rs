@@ -123,7 +123,16 @@ impl JobRun<'_> {
         let job = self.job;
         let here = describe_position(at.key, at.step, page);
         Ok(match next {
-            Next::Follow(_) if step.max_pages() <= page + 1 => None,
+            Next::Follow(_) if step.max_pages() <= page + 1 => {
+                // (the upstream has more: said, never a silent truncation)
+                warn!(
+                    job = job.name,
+                    "{here}: the upstream has more pages, but this step's max_pages ({}) is reached: the walk is cut here (an incremental value does not advance); raise max_pages to fetch the rest",
+                    step.max_pages()
+                );
+                self.report.borrow_mut().walks_cut += 1;
+                None
+            }
             Next::Follow(t) if !walked.insert(t.clone()) => {
                 let shown = crate::runner::report::cut(&redact(&t, &[&self.cred.secret]), 80);
                 let what = match step.paginate.as_ref().map(|p| &p.kind) {
