@@ -4,7 +4,8 @@
 # "minute" for MINUTES simulated minutes (one run each, back to back), CHANGE
 # of them (5%) updated before each poll. Three jobs, each on a fresh store
 # and stand-in: plain, `conditional: true` (cost { requests: 1,
-# not_modified: 0 }), and conditional + `incremental` (since=). For each:
+# not_modified: 0 }, `on_not_modified: end`: the stand-in's pages are
+# sorted by update), and conditional + `incremental` (since=). For each:
 # units charged (status), calls sent, and whether every change was on disk
 # after the poll that followed it (no page missed).
 #
@@ -83,7 +84,9 @@ YAML
 
 bench plain ""
 bench conditional "        conditional: true
+        on_not_modified: end
 "
 bench incremental "        conditional: true
+        on_not_modified: end
         incremental: { from: /*/updated_at, param: since, initial: \"2024-01-01T00:00:00Z\" }
 "

@@ -43,6 +43,7 @@ mod run_inputs_failed;
 mod run_inputs_hostile;
 mod run_inputs_scale;
 mod run_jobs;
+mod run_not_modified;
 mod run_page_reading;
 mod run_pagination;
 mod run_requests;

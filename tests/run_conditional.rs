@@ -40,7 +40,8 @@ jobs:
     )
 }
 
-pub(crate) const CONDITIONAL: &str = "        conditional: true\n";
+/// (sorted by update: a 304 on page 1 ends the walk, the opt-in)
+pub(crate) const CONDITIONAL: &str = "        conditional: true\n        on_not_modified: end\n";
 const INCREMENTAL: &str = "        incremental: { from: /*/updated_at, param: since, initial: \"2020-01-01T00:00:00Z\" }\n";
 
 /// Units used in the `requests` pool's hour, from `status --json`.
@@ -398,14 +399,14 @@ fn conditional_and_incremental_mistakes_exit_78_naming_the_field() {
             ),
             (
                 "on_not_modified without conditional",
-                "conditional: true",
-                "on_not_modified: continue",
+                "        conditional: true\n",
+                "",
                 &["jobs.issues.steps[0].on_not_modified", "conditional: true"],
             ),
             (
                 "on_not_modified unknown",
-                "conditional: true",
-                "conditional: true\n        on_not_modified: skip",
+                "on_not_modified: end",
+                "on_not_modified: skip",
                 &["jobs.issues.steps[0].on_not_modified", "'skip'"],
             ),
             (

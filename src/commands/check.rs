@@ -281,15 +281,50 @@ fn step(w: &mut String, i: usize, s: &Step) {
         "  step {i}: {} {} {}{query}",
         s.endpoint, s.method, s.url
     );
+    // (a 304's cost: the endpoint's not_modified, at most the call's)
+    let not_modified = match (s.not_modified, &s.conditional) {
+        (Some(n), _) => format!(" (answered 304: {n} in each pool)"),
+        (None, Some(_)) => " (answered 304: the full cost; not_modified sets less)".into(),
+        (None, None) => String::new(),
+    };
     let _ = writeln!(
         w,
-        "          cost {} per call, {pages}, {}",
+        "          cost {} per call{not_modified}, {pages}, {}",
         cost.join(" + "),
         match s.on_store_error {
             StorePolicy::FailClosed => "fail_closed",
             StorePolicy::FailOpen => "fail_open",
         }
     );
+    spending_less(w, s);
+}
+
+/// What a step does to spend less (issue 36, item 23): its validators and
+/// what a 304 does (`on_not_modified`), its incremental value.
+fn spending_less(w: &mut String, s: &Step) {
+    if let Some(c) = &s.conditional {
+        let _ = writeln!(
+            w,
+            "          conditional: each page's ETag/Last-Modified sent back; on_not_modified: {}",
+            if c.walk_on {
+                "continue (a 304 walks on with the page's last token: every changed page is fetched)"
+            } else {
+                "end (a 304 ends the key's walk: right only for an API sorted newest first)"
+            }
+        );
+    }
+    if let Some(i) = &s.incremental {
+        let _ = writeln!(
+            w,
+            "          incremental: {}=the largest {} of the key's last complete walk{}",
+            i.param,
+            i.from,
+            i.initial
+                .as_ref()
+                .map(|v| format!(", {v:?} before any"))
+                .unwrap_or_else(|| ", nothing before any".into())
+        );
+    }
 }
 
 /// Where a job's rows go: the database, its table and its full-text index.

@@ -92,8 +92,12 @@ impl Validator<'_> {
         })
     }
 
-    /// `conditional: true` and `on_not_modified: end | continue`: on a
+    /// `conditional: true` and `on_not_modified: continue | end`: on a
     /// GET that is no fan-out (a batch is no resource kept between runs).
+    /// `continue` is the default (issue 36): a 304 on page 1 ends the walk
+    /// rightly only on an API sorted newest first, and elsewhere it left
+    /// changed pages after it stale; with `not_modified: 0` walking on
+    /// costs nothing but 304s. `end` is the opt-in for such APIs.
     fn conditional(
         &self,
         at: &str,
@@ -102,12 +106,14 @@ impl Validator<'_> {
         method: &reqwest::Method,
     ) -> Result<Option<Conditional>> {
         let walk_on = match on_not_modified {
-            None | Some("end") => false,
-            Some("continue") => true,
+            None | Some("continue") => true,
+            Some("end") => false,
             Some(other) => {
                 return Err(self.err(
                     format!("{at}.on_not_modified"),
-                    format!("'{other}': expected end (the default) or continue"),
+                    format!(
+                        "'{other}': expected continue (the default) or end (for an API sorted newest first)"
+                    ),
                 ));
             }
         };
