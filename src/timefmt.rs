@@ -28,6 +28,40 @@ pub fn fmt_wait(d: Duration) -> String {
     }
 }
 
+/// Below this, a wait until units free up is shown to the tenth of a
+/// second, and its instant too ([`fmt_retry`], [`clock_time`]).
+pub const PRECISE_BELOW: Duration = Duration::from_secs(10);
+
+/// A wait until units free up (a refusal's): [`fmt_duration`] from
+/// [`PRECISE_BELOW`] up; under it, to the tenth of a second, rounded up
+/// (`0.4s`, `2.5s`, `3s`): "in 1s (at 19:48:55)" when 0.4 s are left and
+/// the clock reads 19:48:55.55 reads as a clock gone wrong.
+pub fn fmt_retry(d: Duration) -> String {
+    if d >= PRECISE_BELOW {
+        return fmt_duration(d);
+    }
+    let tenths = d.as_nanos().div_ceil(100_000_000);
+    match (tenths / 10, tenths % 10) {
+        (0, 0) => "0s".into(),
+        (s, 0) => format!("{s}s"),
+        (s, t) => format!("{s}.{t}s"),
+    }
+}
+
+/// A local time of day, `HH:MM:SS`, with its tenth of a second when
+/// `precise` (`19:48:55.9`, cut, not rounded: never a later second).
+pub fn clock_time<Tz: TimeZone>(t: &DateTime<Tz>, precise: bool) -> String
+where
+    Tz::Offset: std::fmt::Display,
+{
+    let secs = t.format("%H:%M:%S").to_string();
+    if precise {
+        format!("{secs}.{}", t.timestamp_subsec_millis() / 100)
+    } else {
+        secs
+    }
+}
+
 /// A configured duration (a window's `per`) the way the configuration
 /// writes it, exactly to the millisecond (rounded up below it): `1h`,
 /// `1s500ms`, `250ms`. Never rounded to a different window.
@@ -98,6 +132,21 @@ pub fn from_rfc3339(rfc: &str) -> Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_short_wait_for_units_is_shown_to_the_tenth_of_a_second() {
+        let ms = Duration::from_millis;
+        assert_eq!(fmt_retry(ms(400)), "0.4s");
+        assert_eq!(fmt_retry(ms(450)), "0.5s");
+        assert_eq!(fmt_retry(ms(2_000)), "2s");
+        assert_eq!(fmt_retry(ms(9_910)), "10s");
+        assert_eq!(fmt_retry(Duration::from_micros(1)), "0.1s");
+        assert_eq!(fmt_retry(Duration::ZERO), "0s");
+        assert_eq!(fmt_retry(ms(10_400)), "11s");
+        let t = DateTime::from_timestamp_micros(71_335_950_000).unwrap(); // 19:48:55.95 UTC
+        assert_eq!(clock_time(&t, true), "19:48:55.9");
+        assert_eq!(clock_time(&t, false), "19:48:55");
+    }
 
     #[test]
     fn windows_are_shown_exactly() {

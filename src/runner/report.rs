@@ -11,7 +11,7 @@ use super::cursor::Cursor;
 use crate::Error;
 use crate::error::ExitStatus;
 use crate::ledger::{Held, Micros};
-use crate::timefmt::{fmt_duration, local_datetime};
+use crate::timefmt::{PRECISE_BELOW, clock_time, fmt_duration, fmt_retry, local_datetime};
 
 /// Why a run stopped before serving every region (all exit 75).
 #[derive(Clone, Debug, PartialEq)]
@@ -70,7 +70,7 @@ impl fmt::Display for Stop {
                 "the quota said no: the {} window of pool '{pool}' is {}; units free up in {} (at {})",
                 fmt_duration(*per),
                 held_text(held.as_ref()),
-                fmt_duration(*retry_after),
+                fmt_retry(*retry_after),
                 local_time_in(*retry_after)
             ),
             Self::Blocked { until, reason } => write!(
@@ -434,6 +434,41 @@ pub(super) fn local_time_in(d: Duration) -> String {
         .and_then(|d| chrono::Local::now().checked_add_signed(d))
         .map_or_else(
             || "beyond the calendar".to_string(),
-            |t| t.format("%H:%M:%S").to_string(),
+            |t| clock_time(&t, d < PRECISE_BELOW),
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal a fraction of a second from its end says so, and its
+    /// instant to the tenth (issue 36, item 24): not "in 1s (at
+    /// 19:48:55)" while the clock reads 19:48:55.55.
+    #[test]
+    fn a_refusal_under_a_few_seconds_says_its_wait_to_the_tenth() {
+        let stop = |ms| Stop::QuotaSaidNo {
+            pool: "units".into(),
+            per: Duration::from_secs(20),
+            retry_after: Duration::from_millis(ms),
+            held: None,
+        };
+        let text = stop(400).to_string();
+        let (_, tail) = text.split_once("units free up in ").unwrap();
+        let (wait, at) = tail.split_once(" (at ").unwrap();
+        assert_eq!(wait, "0.4s", "{text}");
+        let at = at.trim_end_matches(')');
+        // HH:MM:SS.t
+        assert!(
+            at.len() == 10
+                && at.as_bytes()[8] == b'.'
+                && at[9..].bytes().all(|b| b.is_ascii_digit()),
+            "{text}"
+        );
+        assert!(
+            stop(3_600_000)
+                .to_string()
+                .contains("units free up in 1h (at ")
+        );
+    }
 }

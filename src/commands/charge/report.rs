@@ -13,7 +13,9 @@ use super::{Outcome, Request};
 use crate::commands::table::emit;
 use crate::ledger::{At, ChargeDecision, Ledger, Micros, Store};
 use crate::runner::Stop;
-use crate::timefmt::{fmt_wait, fmt_window, local_time, rfc3339};
+use crate::timefmt::{
+    PRECISE_BELOW, clock_time, fmt_retry, fmt_wait, fmt_window, local_time, rfc3339,
+};
 use crate::{Error, ExitStatus, Result};
 
 /// The refusal, on stderr: why, and when the units free up.
@@ -44,8 +46,12 @@ fn reason(request: &Request<'_>, decision: &ChargeDecision) -> String {
             "the {} window of pool '{pool}' is {}; units free up in {} (at {})",
             fmt_window(*per),
             crate::runner::held_text(held.as_ref()),
-            fmt_wait(*retry_after),
-            local_time(at + micros(*retry_after), *at)
+            fmt_retry(*retry_after),
+            if *retry_after < PRECISE_BELOW {
+                precise_time(at + micros(*retry_after))
+            } else {
+                local_time(at + micros(*retry_after), *at)
+            }
         ),
         // (The reason is the store's text: another build may have stored
         // it raw.)
@@ -64,6 +70,14 @@ fn reason(request: &Request<'_>, decision: &ChargeDecision) -> String {
         }
         .to_string(),
     }
+}
+
+/// A local time of day to the tenth of a second (a wait under
+/// [`PRECISE_BELOW`] ends the same day, or the next: the time says which).
+fn precise_time(us: Micros) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| clock_time(&t.with_timezone(&chrono::Local), true))
+        .unwrap_or_else(|| us.to_string())
 }
 
 /// When a refused charge may fit, on the store's clock.
