@@ -9,12 +9,13 @@
 
 use std::fmt::Write;
 
+use tracing::warn;
+
 use crate::config::{Config, Credential, Job, Step, StorePolicy};
 use crate::ledger::{StoreLocation, redact_url};
 use crate::runner::sink::SinkError;
 use crate::timefmt::fmt_duration;
 use crate::{Error, ExitStatus, Result};
-use tracing::warn;
 
 pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
     rows_apart(config, config.jobs.iter(), store)?;

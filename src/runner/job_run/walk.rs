@@ -127,8 +127,13 @@ impl JobRun<'_> {
                 // (the upstream has more: said, never a silent truncation)
                 warn!(
                     job = job.name,
-                    "{here}: the upstream has more pages, but this step's max_pages ({}) is reached: the walk is cut here (an incremental value does not advance); raise max_pages to fetch the rest",
-                    step.max_pages()
+                    "{here}: the upstream has more pages, but this step's max_pages ({}) is reached: the walk is cut here{}; raise max_pages to fetch the rest",
+                    step.max_pages(),
+                    if step.incremental.is_some() {
+                        ", and its incremental value does not advance"
+                    } else {
+                        ""
+                    }
                 );
                 self.report.borrow_mut().walks_cut += 1;
                 None
