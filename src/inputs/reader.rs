@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::csv::Records;
+use super::csv::{Read, Records};
 use super::lines::Lines;
 use super::record::{Item, Position, Record, Skip, SkipReason, Span};
 use crate::config::{InputFields, InputFormat, Inputs, Masker, Secret, csv_header};
@@ -78,7 +78,7 @@ impl Reader {
                     columns.push(column(f)?);
                 }
                 width = header.len();
-                Source::Csv(Records::new(file, at)?)
+                Source::Csv(Records::new(file, at, max_line)?)
             }
             _ => Source::Lines(Lines::new(file, at, max_line)?),
         };
@@ -154,8 +154,15 @@ impl Reader {
         if std::mem::take(&mut self.at_start) && records.next_record()?.is_none() {
             return Ok(None); // (the header row, read apart)
         }
-        let Some((span, record)) = records.next_record()? else {
-            return Ok(None);
+        let (span, record) = match records.next_record()? {
+            None => return Ok(None),
+            Some(Read::Record(span, record)) => (span, record),
+            Some(Read::TooLong(span)) => {
+                return Ok(Some(self.rules.skipped(span, SkipReason::CsvTooLong)));
+            }
+            Some(Read::QuoteOpen(span)) => {
+                return Ok(Some(self.rules.skipped(span, SkipReason::QuoteOpen)));
+            }
         };
         let read = if record.len() != self.rules.width {
             Err(SkipReason::Width {

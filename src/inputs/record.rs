@@ -106,6 +106,12 @@ pub enum SkipReason {
     NotUtf8,
     /// A line longer than [`super::MAX_LINE`] bytes (not held in memory).
     TooLong,
+    /// A CSV record longer than [`super::MAX_LINE`] bytes: its first line
+    /// skipped, the next read.
+    CsvTooLong,
+    /// A CSV quoted field still open at the end of the file: the record's
+    /// first line skipped, the next read.
+    QuoteOpen,
 }
 
 impl fmt::Display for SkipReason {
@@ -138,6 +144,16 @@ impl fmt::Display for SkipReason {
             ),
             Self::NotUtf8 => f.write_str("not UTF-8"),
             Self::TooLong => write!(f, "longer than {} bytes", super::MAX_LINE),
+            Self::CsvTooLong => write!(
+                f,
+                "a record longer than {} bytes (a quoted field left open?): this line is skipped, \
+                 reading goes on at the next",
+                super::MAX_LINE
+            ),
+            Self::QuoteOpen => f.write_str(
+                "a quoted field is still open at the end of the file: this line is skipped, \
+                 reading goes on at the next",
+            ),
         }
     }
 }
