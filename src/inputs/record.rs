@@ -81,9 +81,6 @@ pub enum SkipReason {
     NoKey,
     /// The key's value is not a string or a number (`.jsonl`).
     KeyNotText,
-    /// The key is a number that is not an integer within 64 bits (read as
-    /// a float, it may not be the number written).
-    KeyNotExact,
     /// The key has a control or bidirectional character (a tab, U+202E…).
     KeyHidden,
     /// The key holds the `join` of a batched job (`inputs.batch`): in
@@ -120,9 +117,6 @@ impl fmt::Display for SkipReason {
             Self::Blank => f.write_str("an empty line"),
             Self::NoKey => f.write_str("no key"),
             Self::KeyNotText => f.write_str("the key is not a string or a number"),
-            Self::KeyNotExact => f.write_str(
-                "the key is a number that is not a 64-bit integer (it would be rounded): write it as a string",
-            ),
             Self::KeyHidden => f.write_str(
                 "the key holds a control or bidirectional character (a tab, a line break, U+202E …)",
             ),

@@ -24,6 +24,11 @@ fn inputs(dir: &Path, name: &str, text: &[u8], key: &str, fields: &[&str]) -> In
     }
 }
 
+/// A field's value as the reader keeps it.
+fn j(v: serde_json::Value) -> crate::config::JsonText {
+    crate::config::JsonText::of_raw(&v.to_string())
+}
+
 fn read(i: &Inputs, at: Position) -> Vec<Item> {
     Reader::open(i, at).unwrap().map(Result::unwrap).collect()
 }
@@ -122,15 +127,15 @@ fn jsonl_records_give_their_key_and_fields_or_a_skip() {
     assert!(k[7].starts_with("8!the key holds a control"), "{}", k[7]);
     assert_eq!(k[8], "9!no key");
     let Item::Record(a) = &items[0] else { panic!() };
-    assert_eq!(a.fields["meta.n"], json!(2));
-    assert_eq!(a.fields["meta.tags.1"], json!("y"));
-    assert_eq!(a.fields["prompt"], json!("hi"));
+    assert_eq!(a.fields["meta.n"], j(json!(2)));
+    assert_eq!(a.fields["meta.tags.1"], j(json!("y")));
+    assert_eq!(a.fields["prompt"], j(json!("hi")));
     // A number key is its text; null and an object are values.
     let Item::Record(b) = &items[1] else {
         panic!("{:?}", items[1])
     };
-    assert_eq!(b.fields["meta.n"], json!(null));
-    assert_eq!(b.fields["prompt"], json!({"role": "user"}));
+    assert_eq!(b.fields["meta.n"], j(json!(null)));
+    assert_eq!(b.fields["prompt"], j(json!({"role": "user"})));
 }
 
 #[test]
@@ -159,11 +164,11 @@ fn csv_records_keep_quoted_line_breaks_and_exact_offsets() {
         ]
     );
     let Item::Record(a) = &items[0] else { panic!() };
-    assert_eq!(a.fields["prompt"], json!("two\r\nlines, \"quoted\""));
-    assert_eq!(a.fields["n"], json!("1"));
+    assert_eq!(a.fields["prompt"], j(json!("two\r\nlines, \"quoted\"")));
+    assert_eq!(a.fields["n"], j(json!("1")));
     assert_eq!(a.span.next().line, 4);
     let Item::Record(d) = &items[4] else { panic!() };
-    assert_eq!(d.fields["prompt"], json!("last\nrecord"));
+    assert_eq!(d.fields["prompt"], j(json!("last\nrecord")));
     assert!(!d.span.ended);
     assert_eq!(
         csv_header(std::fs::File::open(&i.file).unwrap()).unwrap(),

@@ -149,34 +149,14 @@ pub fn raw_at<'a>(item: &'a str, pointer: &str) -> Option<&'a str> {
 /// (`123456789012345678901234` stays itself, never a double's rounding);
 /// none for any other kind, or a string that is not text.
 pub fn key_at(item: &str, pointer: &str) -> Option<String> {
-    let raw = raw_at(item, pointer)?;
-    match raw.as_bytes().first() {
-        Some(b'"') => serde_json::from_str::<String>(raw).ok(),
-        Some(b'-' | b'0'..=b'9') => Some(raw.to_string()),
-        _ => None,
-    }
+    crate::config::key_text(raw_at(item, pointer)?)
 }
 
 /// `raw` (one JSON value's text) without the whitespace between its
-/// tokens: everything else, numbers and escapes included, as written.
+/// tokens: everything else, numbers and escapes included, as written (the
+/// one rule of [`crate::config::compact`], an input's fields' too).
 pub fn compact(raw: &str) -> String {
-    let mut out = String::with_capacity(raw.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for c in raw.chars() {
-        if in_string {
-            out.push(c);
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
-            in_string = c == '"';
-            out.push(c);
-        }
-    }
-    out
+    crate::config::compact(raw)
 }
 
 /// A page's bytes as text, as its file is written: bytes that are not
@@ -306,10 +286,7 @@ impl<'a> Visitor<'a> for On<'_, 'a, '_> {
 
 /// An array index as RFC 6901 writes it: digits, no leading zero.
 fn index(segment: &str) -> Option<usize> {
-    if segment.starts_with('+') || (segment.starts_with('0') && segment.len() > 1) {
-        return None;
-    }
-    segment.parse().ok()
+    crate::config::json_index(segment)
 }
 
 /// Whether a raw key (quotes and escapes) is `segment`. A key that is not
