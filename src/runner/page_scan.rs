@@ -4,7 +4,8 @@
 //! `serde_json::Value` of it costs many times that: 1.4 GB for a page of
 //! 32 MB of small items). Every reader of a page goes through here (the
 //! page check, the next page's token, a settled cost's actual, a fan-out's
-//! values), so all read a page alike: a string holding a lone surrogate
+//! values, a table's rows: `src/page_readers.rs` checks that no other file
+//! parses a page into a tree), so all read a page alike: a string holding a lone surrogate
 //! escape (`"\ud800"`, text cut mid-emoji) or nesting of any depth is JSON
 //! to all of them; only a value at a pointer that cannot be read as text
 //! is left out, and counted, on its own (a next page's token so: the walk
