@@ -3,9 +3,11 @@
 //! rows in the runner's page reader), so that a number is what it says,
 //! `123456789012345678901234` never a double's `1.2345678901234568e23`
 //! (two ids made one row, one key refused, another id sent upstream).
-//! serde_json's `arbitrary_precision` would do it in a `Value`, but it
-//! changes every number the crate reads (a flattened struct's numbers stop
-//! reading: the saved cursor), so values are taken as their raw text.
+//! serde_json's `arbitrary_precision` would do it in a `Value`, but it is
+//! a switch for every user of serde_json in the build, dependencies too
+//! (a `Number` then compares as text: `1.0` is not `1.00`), and a `Value`
+//! is a tree, which no page may become: values are taken as their raw
+//! text instead, read where they are.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
