@@ -13,11 +13,6 @@ use crate::layers::{code, sources};
 /// what they parse is not a page body.
 const ALLOWED: &[(&str, &str)] = &[
     (
-        "inputs/reader.rs",
-        "a `.jsonl` input line (at most 16 MiB, `MAX_LINE`), checked whole for \
-         serde_json's message: a record of a file, not a page",
-    ),
-    (
         "runner/upstream/classify.rs",
         "an error answer's body, read only up to 64 KiB (`ERROR_BODY`) for its \
          reasons: never a page",

@@ -142,7 +142,7 @@ impl Records {
         let file = &self.rdr.get_ref().file;
         let (span, _) = Lines::new(file.try_clone()?, at, 0)?
             .next_line()?
-            .expect("a record's first line is in the file");
+            .ok_or_else(|| io::Error::other("the file got shorter while it was read"))?;
         *self = Self::new(file.try_clone()?, span.next(), self.max as usize)?;
         Ok(span)
     }

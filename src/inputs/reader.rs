@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::csv::{Read, Records};
 use super::lines::Lines;
@@ -235,14 +235,13 @@ fn json_record(
     key: &str,
     fields: &[String],
 ) -> Result<(String, InputFields), SkipReason> {
-    // (the line checked whole first, for serde_json's message: it names a
-    // line and column, never the text)
-    let value: Value =
+    // The line checked whole, never built as a tree (a line may be 16
+    // MiB): serde_json's message names a line and column, never the text.
+    let line: &RawValue =
         serde_json::from_str(text).map_err(|e| SkipReason::NotJson(e.to_string()))?;
-    if !value.is_object() {
+    if !line.get().starts_with('{') {
         return Err(SkipReason::NotObject);
     }
-    drop(value);
     let segments: Vec<String> = (key.split('/').skip(1))
         .map(|s| s.replace("~1", "/").replace("~0", "~"))
         .collect();
@@ -254,6 +253,11 @@ fn json_record(
     for name in fields {
         let v =
             raw_at(text, name.split('.')).ok_or_else(|| SkipReason::MissingField(name.clone()))?;
+        // (a string that is not text, a lone surrogate escape, could go
+        // upstream only as its escape)
+        if v.starts_with('"') && serde_json::from_str::<String>(v).is_err() {
+            return Err(SkipReason::FieldNotText(name.clone()));
+        }
         out.insert(name.clone(), JsonText::of_raw(v));
     }
     Ok((key, out))

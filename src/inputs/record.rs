@@ -92,6 +92,9 @@ pub enum SkipReason {
     KeyTooLong { max: usize },
     /// A field the templates use is not in the record.
     MissingField(String),
+    /// A field the templates use is a string that is not text (a lone
+    /// surrogate escape).
+    FieldNotText(String),
     /// A `.jsonl` line that is not JSON (serde_json's message, which
     /// names a line and column, never the text).
     NotJson(String),
@@ -130,6 +133,10 @@ impl fmt::Display for SkipReason {
                 "the key is longer than the {max} bytes (once percent-encoded) a page file name leaves it"
             ),
             Self::MissingField(name) => write!(f, "no field '{name}' ({{input.{name}}})"),
+            Self::FieldNotText(name) => write!(
+                f,
+                "field '{name}' ({{input.{name}}}) is a string that is not text (a lone surrogate escape)"
+            ),
             Self::NotJson(e) => write!(f, "not JSON: {e}"),
             Self::NotObject => f.write_str("not a JSON object"),
             Self::Width { expected, found } => write!(

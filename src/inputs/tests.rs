@@ -399,3 +399,32 @@ fn a_csv_record_past_the_cap_skips_its_line_and_the_next_is_read() {
         ["2:a", "3:b", "4:c", "5:d", "7:e"]
     );
 }
+
+/// Issue 36, item 8: a `.jsonl` line's key and fields are as the line
+/// writes them, read where they are (no tree of the line); a lone
+/// surrogate spoils only the value that holds it, as in a page.
+#[test]
+fn jsonl_keys_and_fields_are_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = concat!(
+        "{\"id\": 12345678901234567890123, \"p\": {\"n\": [1.50, -0]}}\n",
+        "{\"id\": \"b\", \"x\": \"cut \\ud800\", \"p\": 1E400}\n",
+        "{\"id\": \"c\", \"p\": \"cut \\ud800\"}\n",
+    );
+    let i = inputs(dir.path(), "p.jsonl", text.as_bytes(), "/id", &["p"]);
+    let items = read(&i, Position::default());
+    assert_eq!(
+        keys(&items),
+        [
+            "1:12345678901234567890123",
+            "2:b",
+            "3!field 'p' ({input.p}) is a string that is not text (a lone surrogate escape)"
+        ]
+    );
+    let field = |n: usize| match &items[n] {
+        Item::Record(r) => r.fields["p"].json().to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(field(0), r#"{"n":[1.50,-0]}"#);
+    assert_eq!(field(1), "1E400");
+}
