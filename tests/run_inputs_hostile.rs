@@ -151,6 +151,37 @@ fn a_jsonl_key_that_is_a_big_number_is_never_rounded() {
     );
 }
 
+/// A CSV quote left open (issue 36, item 6): `X,"unclosed` made every
+/// line after it one field ("inputs done 2", exit 0, the rest never
+/// fetched). Its line is skipped with a warning naming it; the rows after
+/// it are done.
+#[test]
+fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_done() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let all = keys(0..50);
+    let rows: String = all.iter().map(|k| format!("{k},p {k}\n")).collect();
+    write(&d, "p.csv", &format!("id,p\nX,\"unclosed\n{rows}"));
+    d.write(&yaml(
+        &embedded_store(&d),
+        &up.base(),
+        "{ file: p.csv, key: id }",
+        true,
+        1,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(
+        per_key(&up),
+        crate::common::inputs::once_each(&all),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("p.csv line 2: a quoted field is still open at the end of the file"),
+        "{r:?}"
+    );
+}
+
 /// A CSV file with a byte order mark, a quoted line break and CRLF, done
 /// in two runs (a quota stop between): each record once.
 #[test]
