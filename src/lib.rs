@@ -48,6 +48,8 @@ pub mod ledger;
 pub mod logging;
 pub mod metrics;
 pub mod page_name;
+#[cfg(test)]
+mod page_readers;
 pub mod runner;
 pub mod timefmt;
 

@@ -103,9 +103,10 @@ fn a_not_once_job_never_sends_a_piece_of_a_line_as_a_key() {
     );
 }
 
-/// `.jsonl` keys that are numbers past 2^64: serde_json reads them as
-/// f64, so two ids become one text (the second skipped as a repeat) and
-/// the key sent is not the id.
+/// `.jsonl` keys that are numbers past 2^64 (issue 36, item 8): read as a
+/// double, two ids became one text (the second skipped as a repeat); then
+/// they were refused. Keys and `{input.NAME}` values are the numbers as
+/// the file writes them, sent upstream so.
 #[test]
 fn a_jsonl_key_that_is_a_big_number_is_never_rounded() {
     let up = Standin::start(&[]);
@@ -113,7 +114,8 @@ fn a_jsonl_key_that_is_a_big_number_is_never_rounded() {
     write(
         &d,
         "p.jsonl",
-        "{\"id\": 12345678901234567890123, \"p\": \"a\"}\n{\"id\": 12345678901234567890124, \"p\": \"b\"}\n",
+        "{\"id\": 12345678901234567890123, \"p\": 98765432109876543210.50}\n\
+         {\"id\": 12345678901234567890124, \"p\": -0}\n{\"id\": 1E3, \"p\": \"c\"}\n",
     );
     d.write(&yaml(
         &embedded_store(&d),
@@ -124,16 +126,60 @@ fn a_jsonl_key_that_is_a_big_number_is_never_rounded() {
     ));
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    // Neither is rounded into the other: each is skipped, saying why.
-    assert!(up.seen().is_empty(), "{:?}", up.seen());
-    for line in [1, 2] {
-        assert!(
-            r.stderr.contains(&format!(
-                "p.jsonl line {line}: the key is a number that is not a 64-bit integer"
-            )),
-            "{r:?}"
-        );
-    }
+    let sent: Vec<(String, String)> = (up.seen().iter())
+        .map(|s| {
+            let url = reqwest::Url::parse(&format!("http://x/?{}", s.query.clone().unwrap()));
+            let q = url
+                .unwrap()
+                .query_pairs()
+                .find(|(k, _)| k == "q")
+                .unwrap()
+                .1
+                .into_owned();
+            (s.region.clone(), q)
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("12345678901234567890123", "98765432109876543210.50"),
+            ("12345678901234567890124", "-0"),
+            ("1E3", "c"),
+        ]
+        .map(|(k, q)| (k.to_string(), q.to_string())),
+        "{r:?}"
+    );
+}
+
+/// A CSV quote left open (issue 36, item 6): `X,"unclosed` made every
+/// line after it one field ("inputs done 2", exit 0, the rest never
+/// fetched). Its line is skipped with a warning naming it; the rows after
+/// it are done.
+#[test]
+fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_done() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let all = keys(0..50);
+    let rows: String = all.iter().map(|k| format!("{k},p {k}\n")).collect();
+    write(&d, "p.csv", &format!("id,p\nX,\"unclosed\n{rows}"));
+    d.write(&yaml(
+        &embedded_store(&d),
+        &up.base(),
+        "{ file: p.csv, key: id }",
+        true,
+        1,
+    ));
+    let r = d.quota(&["run"]);
+    assert_eq!(
+        per_key(&up),
+        crate::common::inputs::once_each(&all),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr
+            .contains("p.csv line 2: a quoted field is still open at the end of the file"),
+        "{r:?}"
+    );
 }
 
 /// A CSV file with a byte order mark, a quoted line break and CRLF, done

@@ -98,3 +98,70 @@ fn a_value_that_cannot_be_read_is_lost_alone_and_the_run_says_so() {
     assert!(r.stderr.contains("1 fan-out value(s) LOST"), "{r:?}");
     assert!(!r.stderr.contains("finished"), "{r:?}");
 }
+
+/// One step over `/ids`, its items rows of `out/ids.db` keyed at `/id/n`.
+fn rows_yaml(d: &Deployment, base: &str) -> String {
+    let ids = Step::new("ids")
+        .url(&format!("\"{base}/ids\""))
+        .query(r#"{ key: "{secret}" }"#)
+        .paginate("{ page: page, start: 1, until_empty: /items, max_pages: 3 }");
+    Config::new(&embedded_store(d))
+        .http("{ timeout: 20s, connect_timeout: 2s, retries: 0 }")
+        .credential(Credential::new("main").pool("units", &[limit(1000, "1h")]))
+        .endpoint("ids", "1")
+        .job(
+            Job::new("ids", "main").step(ids).output(
+                "{ sqlite: { path: out/ids.db, table: ids, items: /items/*, key: /id/n } }",
+            ),
+        )
+        .render()
+}
+
+/// The rows of `out/ids.db`, key and item, by key.
+fn rows(d: &Deployment) -> Vec<(String, String)> {
+    let db = rusqlite::Connection::open(d.path().join("out/ids.db")).unwrap();
+    let mut stmt = db
+        .prepare("SELECT key, item FROM ids ORDER BY key")
+        .unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Issue 36, item 12: the SQLite sink reads a page as every other reader
+/// does, one item at a time, so a page of 25 MB (`[0,0,…]` beside its
+/// items: about 32 bytes of tree a byte) is written to a table within the
+/// memory the folder's run takes (a tree of it needs several hundred MB).
+#[test]
+fn a_page_of_25_mb_is_written_to_sqlite_under_a_memory_limit() {
+    let up = Standin::start(&["--pages", "1", "--items", "4", "--large-page", "25000000"]);
+    let d = Deployment::new("");
+    d.write(&rows_yaml(&d, &up.base()));
+    // The data segment, as for the folder's run above.
+    let r = crate::common::deployment::run(
+        &mut d.cmd_via(&["prlimit", "--data=150000000", "--"], &["run"]),
+    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("finished"), "{r:?}");
+    let keys: Vec<String> = rows(&d).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["0", "2", "v1", "v3"], "{r:?}");
+}
+
+/// Issue 36, item 8: numbers past 64 bits are rows' keys and items as the
+/// page writes them: `123456789012345678901234` and `-0` are not a
+/// double's `1.2345678901234568e23` and `-0.0` (two ids a double makes
+/// one would be one row).
+#[test]
+fn numbers_past_64_bits_are_row_keys_and_items_as_written() {
+    let up = Standin::start(&["--pages", "1", "--items", "2", "--long-ids"]);
+    let d = Deployment::new("");
+    d.write(&rows_yaml(&d, &up.base()));
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let rows = rows(&d);
+    let got: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(got, ["-0", "0", "123456789012345678901234", "v1"], "{r:?}");
+    assert_eq!(rows[2].1, r#"{"id":{"n":123456789012345678901234}}"#);
+    assert_eq!(rows[0].1, r#"{"id":{"n":-0}}"#);
+}

@@ -13,6 +13,7 @@
 mod bounds;
 mod concurrency;
 mod inputs;
+mod json_text;
 mod output;
 pub(crate) mod per_run;
 mod raw;
@@ -34,6 +35,7 @@ use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::inputs::{InputFormat, Inputs, MAX_BATCH, csv_builder, csv_header};
+pub use self::json_text::{JsonText, compact, index as json_index, key_text, raw_at};
 pub use self::output::{SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};

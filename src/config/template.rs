@@ -60,15 +60,13 @@ enum Part {
 
 /// The fields of an input record that the templates use, by their name as
 /// written after `input.` (see [`crate::inputs`]).
-pub type InputFields = std::collections::BTreeMap<String, serde_json::Value>;
+/// Each a field's JSON text as the file writes it (a number exact).
+pub type InputFields = std::collections::BTreeMap<String, super::JsonText>;
 
 /// The text a field is put in a string as: a string as it is, any other
 /// value as its JSON (`7`, `true`, `null`, `{"a":1}`).
-fn field_text(v: &serde_json::Value) -> Cow<'_, str> {
-    match v {
-        serde_json::Value::String(s) => s.as_str().into(),
-        other => other.to_string().into(),
-    }
+fn field_text(v: &super::JsonText) -> Cow<'_, str> {
+    v.text()
 }
 
 /// A parsed template string.
@@ -336,7 +334,7 @@ impl JsonTemplate {
             Self::Plain(v) => out.push_str(&json(v)),
             Self::Text(t) => match (t.whole_input(), input) {
                 (Some(name), Some(fields)) if fields.contains_key(name) => {
-                    out.push_str(&json(&fields[name]));
+                    out.push_str(fields[name].json());
                 }
                 _ => out.push_str(&json(&t.fill_with(fill, input).into())),
             },
@@ -452,7 +450,9 @@ mod tests {
             "obj": {"k": [1, 2]},
             "none": null,
         });
-        v.as_object().unwrap().clone().into_iter().collect()
+        (v.as_object().unwrap().iter())
+            .map(|(k, v)| (k.clone(), super::super::JsonText::of_raw(&v.to_string())))
+            .collect()
     }
 
     #[test]
@@ -516,5 +516,14 @@ mod tests {
             r#"{"n":7,"o":{"k":[1,2]},"z":null,"s":"say \"hi\"","in":"n=7 {\"k\":[1,2]}","k":"id\"1","l":[["a","b"]]}"#
         );
         serde_json::from_str::<serde_json::Value>(&text).unwrap();
+        // A number past 64 bits goes as the file writes it, whole or in text.
+        let mut rec = rec;
+        let big = "123456789012345678901234";
+        rec.insert("n".into(), super::super::JsonText::of_raw(big));
+        let text = t.fill_with(&fill, Some(&rec));
+        assert!(
+            text.starts_with(&format!(r#"{{"n":{big},"#)) && text.contains(&format!("n={big} ")),
+            "{text}"
+        );
     }
 }

@@ -6,12 +6,14 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::csv::Records;
+use super::csv::{Read, Records};
 use super::lines::Lines;
 use super::record::{Item, Position, Record, Skip, SkipReason, Span};
-use crate::config::{InputFields, InputFormat, Inputs, Masker, Secret, csv_header};
+use crate::config::{
+    InputFields, InputFormat, Inputs, JsonText, Masker, Secret, csv_header, key_text, raw_at,
+};
 
 /// The longest `.txt` or `.jsonl` line held (16 MiB): a longer one is
 /// skipped ([`SkipReason::TooLong`]), read through without being kept.
@@ -78,7 +80,7 @@ impl Reader {
                     columns.push(column(f)?);
                 }
                 width = header.len();
-                Source::Csv(Records::new(file, at)?)
+                Source::Csv(Records::new(file, at, max_line)?)
             }
             _ => Source::Lines(Lines::new(file, at, max_line)?),
         };
@@ -154,8 +156,15 @@ impl Reader {
         if std::mem::take(&mut self.at_start) && records.next_record()?.is_none() {
             return Ok(None); // (the header row, read apart)
         }
-        let Some((span, record)) = records.next_record()? else {
-            return Ok(None);
+        let (span, record) = match records.next_record()? {
+            None => return Ok(None),
+            Some(Read::Record(span, record)) => (span, record),
+            Some(Read::TooLong(span)) => {
+                return Ok(Some(self.rules.skipped(span, SkipReason::CsvTooLong)));
+            }
+            Some(Read::QuoteOpen(span)) => {
+                return Ok(Some(self.rules.skipped(span, SkipReason::QuoteOpen)));
+            }
         };
         let read = if record.len() != self.rules.width {
             Err(SkipReason::Width {
@@ -218,42 +227,40 @@ impl Iterator for Reader {
     }
 }
 
-/// A `.jsonl` line's key (at the pointer) and fields (dotted paths).
+/// A `.jsonl` line's key (at the pointer) and fields (dotted paths), each
+/// taken as the line writes it ([`JsonText`]): a number is its text, so a
+/// 30-digit id is the key it says and goes upstream as written.
 fn json_record(
     text: &str,
     key: &str,
     fields: &[String],
 ) -> Result<(String, InputFields), SkipReason> {
-    let value: Value =
+    // The line checked whole, never built as a tree (a line may be 16
+    // MiB): serde_json's message names a line and column, never the text.
+    let line: &RawValue =
         serde_json::from_str(text).map_err(|e| SkipReason::NotJson(e.to_string()))?;
-    if !value.is_object() {
+    if !line.get().starts_with('{') {
         return Err(SkipReason::NotObject);
     }
-    let key = match value.pointer(key) {
-        None | Some(Value::Null) => return Err(SkipReason::NoKey),
-        Some(Value::String(s)) => s.clone(),
-        // (an integer exactly as written; any other number went through a
-        // float and may not be what the file says: two ids could merge)
-        Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
-        Some(Value::Number(_)) => return Err(SkipReason::KeyNotExact),
-        Some(_) => return Err(SkipReason::KeyNotText),
+    let segments: Vec<String> = (key.split('/').skip(1))
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let key = match raw_at(text, segments.iter().map(String::as_str)) {
+        None | Some("null") => return Err(SkipReason::NoKey),
+        Some(raw) => key_text(raw).ok_or(SkipReason::KeyNotText)?,
     };
     let mut out = InputFields::new();
     for name in fields {
-        let v = field_at(&value, name).ok_or_else(|| SkipReason::MissingField(name.clone()))?;
-        out.insert(name.clone(), v.clone());
+        let v =
+            raw_at(text, name.split('.')).ok_or_else(|| SkipReason::MissingField(name.clone()))?;
+        // (a string that is not text, a lone surrogate escape, could go
+        // upstream only as its escape)
+        if v.starts_with('"') && serde_json::from_str::<String>(v).is_err() {
+            return Err(SkipReason::FieldNotText(name.clone()));
+        }
+        out.insert(name.clone(), JsonText::of_raw(v));
     }
     Ok((key, out))
-}
-
-/// The value at a dotted path (`a.b`, `items.0.id`: a number indexes an
-/// array).
-fn field_at<'v>(value: &'v Value, path: &str) -> Option<&'v Value> {
-    path.split('.').try_fold(value, |v, part| match v {
-        Value::Object(m) => m.get(part),
-        Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
-        _ => None,
-    })
 }
 
 /// A CSV record's key and fields, by column (each a string).
@@ -270,7 +277,7 @@ fn csv_record(
     let key = text(0)?;
     let mut out = InputFields::new();
     for (i, name) in fields.iter().enumerate() {
-        out.insert(name.clone(), Value::String(text(i + 1)?));
+        out.insert(name.clone(), JsonText::string(&text(i + 1)?));
     }
     Ok((key, out))
 }

@@ -81,9 +81,6 @@ pub enum SkipReason {
     NoKey,
     /// The key's value is not a string or a number (`.jsonl`).
     KeyNotText,
-    /// The key is a number that is not an integer within 64 bits (read as
-    /// a float, it may not be the number written).
-    KeyNotExact,
     /// The key has a control or bidirectional character (a tab, U+202E…).
     KeyHidden,
     /// The key holds the `join` of a batched job (`inputs.batch`): in
@@ -95,6 +92,9 @@ pub enum SkipReason {
     KeyTooLong { max: usize },
     /// A field the templates use is not in the record.
     MissingField(String),
+    /// A field the templates use is a string that is not text (a lone
+    /// surrogate escape).
+    FieldNotText(String),
     /// A `.jsonl` line that is not JSON (serde_json's message, which
     /// names a line and column, never the text).
     NotJson(String),
@@ -106,6 +106,12 @@ pub enum SkipReason {
     NotUtf8,
     /// A line longer than [`super::MAX_LINE`] bytes (not held in memory).
     TooLong,
+    /// A CSV record longer than [`super::MAX_LINE`] bytes: its first line
+    /// skipped, the next read.
+    CsvTooLong,
+    /// A CSV quoted field still open at the end of the file: the record's
+    /// first line skipped, the next read.
+    QuoteOpen,
 }
 
 impl fmt::Display for SkipReason {
@@ -114,9 +120,6 @@ impl fmt::Display for SkipReason {
             Self::Blank => f.write_str("an empty line"),
             Self::NoKey => f.write_str("no key"),
             Self::KeyNotText => f.write_str("the key is not a string or a number"),
-            Self::KeyNotExact => f.write_str(
-                "the key is a number that is not a 64-bit integer (it would be rounded): write it as a string",
-            ),
             Self::KeyHidden => f.write_str(
                 "the key holds a control or bidirectional character (a tab, a line break, U+202E …)",
             ),
@@ -130,6 +133,10 @@ impl fmt::Display for SkipReason {
                 "the key is longer than the {max} bytes (once percent-encoded) a page file name leaves it"
             ),
             Self::MissingField(name) => write!(f, "no field '{name}' ({{input.{name}}})"),
+            Self::FieldNotText(name) => write!(
+                f,
+                "field '{name}' ({{input.{name}}}) is a string that is not text (a lone surrogate escape)"
+            ),
             Self::NotJson(e) => write!(f, "not JSON: {e}"),
             Self::NotObject => f.write_str("not a JSON object"),
             Self::Width { expected, found } => write!(
@@ -138,6 +145,16 @@ impl fmt::Display for SkipReason {
             ),
             Self::NotUtf8 => f.write_str("not UTF-8"),
             Self::TooLong => write!(f, "longer than {} bytes", super::MAX_LINE),
+            Self::CsvTooLong => write!(
+                f,
+                "a record longer than {} bytes (a quoted field left open?): this line is skipped, \
+                 reading goes on at the next",
+                super::MAX_LINE
+            ),
+            Self::QuoteOpen => f.write_str(
+                "a quoted field is still open at the end of the file: this line is skipped, \
+                 reading goes on at the next",
+            ),
         }
     }
 }

@@ -24,6 +24,11 @@ fn inputs(dir: &Path, name: &str, text: &[u8], key: &str, fields: &[&str]) -> In
     }
 }
 
+/// A field's value as the reader keeps it.
+fn j(v: serde_json::Value) -> crate::config::JsonText {
+    crate::config::JsonText::of_raw(&v.to_string())
+}
+
 fn read(i: &Inputs, at: Position) -> Vec<Item> {
     Reader::open(i, at).unwrap().map(Result::unwrap).collect()
 }
@@ -122,15 +127,15 @@ fn jsonl_records_give_their_key_and_fields_or_a_skip() {
     assert!(k[7].starts_with("8!the key holds a control"), "{}", k[7]);
     assert_eq!(k[8], "9!no key");
     let Item::Record(a) = &items[0] else { panic!() };
-    assert_eq!(a.fields["meta.n"], json!(2));
-    assert_eq!(a.fields["meta.tags.1"], json!("y"));
-    assert_eq!(a.fields["prompt"], json!("hi"));
+    assert_eq!(a.fields["meta.n"], j(json!(2)));
+    assert_eq!(a.fields["meta.tags.1"], j(json!("y")));
+    assert_eq!(a.fields["prompt"], j(json!("hi")));
     // A number key is its text; null and an object are values.
     let Item::Record(b) = &items[1] else {
         panic!("{:?}", items[1])
     };
-    assert_eq!(b.fields["meta.n"], json!(null));
-    assert_eq!(b.fields["prompt"], json!({"role": "user"}));
+    assert_eq!(b.fields["meta.n"], j(json!(null)));
+    assert_eq!(b.fields["prompt"], j(json!({"role": "user"})));
 }
 
 #[test]
@@ -159,11 +164,11 @@ fn csv_records_keep_quoted_line_breaks_and_exact_offsets() {
         ]
     );
     let Item::Record(a) = &items[0] else { panic!() };
-    assert_eq!(a.fields["prompt"], json!("two\r\nlines, \"quoted\""));
-    assert_eq!(a.fields["n"], json!("1"));
+    assert_eq!(a.fields["prompt"], j(json!("two\r\nlines, \"quoted\"")));
+    assert_eq!(a.fields["n"], j(json!("1")));
     assert_eq!(a.span.next().line, 4);
     let Item::Record(d) = &items[4] else { panic!() };
-    assert_eq!(d.fields["prompt"], json!("last\nrecord"));
+    assert_eq!(d.fields["prompt"], j(json!("last\nrecord")));
     assert!(!d.span.ended);
     assert_eq!(
         csv_header(std::fs::File::open(&i.file).unwrap()).unwrap(),
@@ -319,4 +324,107 @@ fn the_hash_streamed_is_xxh3_of_the_whole() {
         "{:#x}",
         xxh3_64(b"US")
     );
+}
+
+fn read_capped(i: &Inputs, max: usize) -> Vec<Item> {
+    Reader::open_with(i, Position::default(), max)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Issue 36, item 6: a quote left open at the end of the file is its
+/// first line skipped, said with its line; the rows after it are read (the
+/// crate alone made them all one field: "inputs done 2").
+#[test]
+fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("id,p\na,1\nX,\"unclosed\n");
+    for n in 0..1000 {
+        text.push_str(&format!("k{n},{n}\n"));
+    }
+    let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["p"]);
+    let items = read(&i, Position::default());
+    let open = "a quoted field is still open at the end of the file: this line is skipped, \
+                reading goes on at the next";
+    let got = keys(&items);
+    assert_eq!(got.len(), 1 + 1 + 1000, "{:?}", &got[..2]);
+    assert_eq!(
+        got[..3],
+        ["2:a".to_string(), format!("3!{open}"), "4:k0".into()]
+    );
+    assert_eq!(got[1001], "1003:k999");
+    let header = text.find('\n').unwrap() as u64 + 1;
+    assert_spans_exact(text.as_bytes(), header, &items);
+    // A resume after the skipped line reads what a whole read did.
+    assert_eq!(read(&i, items[1].span().next()), items[2..]);
+    // (a later quote would close the field, as for the crate) The last
+    // line open, with or without a line break after it.
+    for text in ["id,p\na,1\nlast,\"open", "id,p\na,1\nlast,\"open\r\n"] {
+        let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["p"]);
+        let items = read(&i, Position::default());
+        assert_eq!(keys(&items), ["2:a".to_string(), format!("3!{open}")]);
+        assert_spans_exact(text.as_bytes(), 5, &items);
+    }
+}
+
+/// Issue 36, item 14: a CSV record has the cap a `.txt` line has; past it
+/// (a quoted field of any length, closed or not) its first line is
+/// skipped, never held whole, and the next line read.
+#[test]
+fn a_csv_record_past_the_cap_skips_its_line_and_the_next_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "y".repeat(5000);
+    let text = format!("id,p\na,1\nb,\"{long}\"\nc,3\nd,\"{long}\nstill\"\ne,5\n");
+    let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["p"]);
+    let items = read_capped(&i, 1000);
+    let long_skip = "a record longer than 16777216 bytes (a quoted field left open?): \
+                     this line is skipped, reading goes on at the next";
+    assert_eq!(
+        keys(&items),
+        [
+            "2:a".to_string(),
+            format!("3!{long_skip}"),
+            "4:c".into(),
+            format!("5!{long_skip}"),
+            "6!1 field(s) where the header row has 2".into(),
+            "7:e".into(),
+        ]
+    );
+    let header = text.find('\n').unwrap() as u64 + 1;
+    assert_spans_exact(text.as_bytes(), header, &items);
+    // Under the cap the same file is read as the crate reads it.
+    assert_eq!(
+        keys(&read_capped(&i, 100_000)),
+        ["2:a", "3:b", "4:c", "5:d", "7:e"]
+    );
+}
+
+/// Issue 36, item 8: a `.jsonl` line's key and fields are as the line
+/// writes them, read where they are (no tree of the line); a lone
+/// surrogate spoils only the value that holds it, as in a page.
+#[test]
+fn jsonl_keys_and_fields_are_as_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = concat!(
+        "{\"id\": 12345678901234567890123, \"p\": {\"n\": [1.50, -0]}}\n",
+        "{\"id\": \"b\", \"x\": \"cut \\ud800\", \"p\": 1E400}\n",
+        "{\"id\": \"c\", \"p\": \"cut \\ud800\"}\n",
+    );
+    let i = inputs(dir.path(), "p.jsonl", text.as_bytes(), "/id", &["p"]);
+    let items = read(&i, Position::default());
+    assert_eq!(
+        keys(&items),
+        [
+            "1:12345678901234567890123",
+            "2:b",
+            "3!field 'p' ({input.p}) is a string that is not text (a lone surrogate escape)"
+        ]
+    );
+    let field = |n: usize| match &items[n] {
+        Item::Record(r) => r.fields["p"].json().to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(field(0), r#"{"n":[1.50,-0]}"#);
+    assert_eq!(field(1), "1E400");
 }

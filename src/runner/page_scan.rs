@@ -4,7 +4,8 @@
 //! `serde_json::Value` of it costs many times that: 1.4 GB for a page of
 //! 32 MB of small items). Every reader of a page goes through here (the
 //! page check, the next page's token, a settled cost's actual, a fan-out's
-//! values), so all read a page alike: a string holding a lone surrogate
+//! values, a table's rows: `src/page_readers.rs` checks that no other file
+//! parses a page into a tree), so all read a page alike: a string holding a lone surrogate
 //! escape (`"\ud800"`, text cut mid-emoji) or nesting of any depth is JSON
 //! to all of them; only a value at a pointer that cannot be read as text
 //! is left out, and counted, on its own (a next page's token so: the walk
@@ -68,9 +69,9 @@ pub enum Leaf {
 pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_json::Error> {
     let text = page_text(body);
     let path = pointer.map(segments).unwrap_or_default();
-    let mut at = Vec::new();
+    let mut at = Walked::default();
     walk_text(&text, &path, false, &mut at)?;
-    let Some(raw) = at.pop().filter(|_| pointer.is_some()) else {
+    let Some(raw) = at.at.pop().filter(|_| pointer.is_some()) else {
         return Ok(None);
     };
     if raw.get().starts_with('[') {
@@ -93,10 +94,10 @@ pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_j
 /// skipped.
 pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_json::Error> {
     let text = page_text(body);
-    let mut at = Vec::new();
+    let mut at = Walked::default();
     walk_text(&text, &segments(pointer), true, &mut at)?;
-    let (mut out, mut unreadable) = (Vec::with_capacity(at.len()), 0);
-    for raw in at {
+    let (mut out, mut unreadable) = (Vec::with_capacity(at.at.len()), 0);
+    for raw in at.at {
         match leaf(raw) {
             Leaf::Text(t) => out.push(t),
             Leaf::Number(_) => out.push(raw.get().to_string()),
@@ -113,9 +114,50 @@ pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_js
 /// `Value::pointer` reads it), if any.
 pub fn leaf_at(body: &[u8], pointer: &str) -> Result<Option<Leaf>, serde_json::Error> {
     let text = page_text(body);
-    let mut at = Vec::new();
+    let mut at = Walked::default();
     walk_text(&text, &segments(pointer), false, &mut at)?;
-    Ok(at.pop().map(leaf))
+    Ok(at.at.pop().map(leaf))
+}
+
+/// Each item of a page at `pointer` (`*` every element of an array, `""`
+/// the whole page), in document order, handed to `row` one at a time as
+/// its raw JSON text (numbers and escapes as the page writes them): the
+/// rows of a table. Whether the pointer led nowhere somewhere (a name not
+/// there, a `*` at something not an array), as opposed to an empty array.
+pub fn each_item(
+    body: &[u8],
+    pointer: &str,
+    mut row: impl FnMut(&str),
+) -> Result<bool, serde_json::Error> {
+    let text = page_text(body);
+    let mut at = Walked::default();
+    walk_text(&text, &segments(pointer), true, &mut at)?;
+    for raw in at.at {
+        row(raw.get());
+    }
+    Ok(at.missed)
+}
+
+/// The raw JSON text at `pointer` (no `*`) in `item`, one JSON value's
+/// text (an item [`each_item`] gave), if there is any.
+pub fn raw_at<'a>(item: &'a str, pointer: &str) -> Option<&'a str> {
+    let mut at = Walked::default();
+    walk_text(item, &segments(pointer), false, &mut at).ok()?;
+    at.at.pop().map(RawValue::get)
+}
+
+/// A key at `pointer` in `item`: a string as text, a number as written
+/// (`123456789012345678901234` stays itself, never a double's rounding);
+/// none for any other kind, or a string that is not text.
+pub fn key_at(item: &str, pointer: &str) -> Option<String> {
+    crate::config::key_text(raw_at(item, pointer)?)
+}
+
+/// `raw` (one JSON value's text) without the whitespace between its
+/// tokens: everything else, numbers and escapes included, as written (the
+/// one rule of [`crate::config::compact`], an input's fields' too).
+pub fn compact(raw: &str) -> String {
+    crate::config::compact(raw)
 }
 
 /// A page's bytes as text, as its file is written: bytes that are not
@@ -135,6 +177,16 @@ fn segments(pointer: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a walk along a path found: the values there (raw, borrowed from
+/// the page's text), and whether the path led nowhere somewhere (a name
+/// not there, an index past the end, a step into a value that is neither
+/// an object nor an array), as opposed to an empty array.
+#[derive(Default)]
+struct Walked<'a> {
+    at: Vec<&'a RawValue>,
+    missed: bool,
+}
+
 /// Read one JSON document, `text`, all of it, and push what is at `path`
 /// in it onto `out` (raw, borrowed from `text`): one pass that skips (and
 /// so checks) everything else, at any depth. Only the values on the path
@@ -144,7 +196,7 @@ fn walk_text<'a>(
     text: &'a str,
     path: &[String],
     star: bool,
-    out: &mut Vec<&'a RawValue>,
+    out: &mut Walked<'a>,
 ) -> serde_json::Result<()> {
     let mut de = serde_json::Deserializer::from_str(text);
     match (path.split_first(), text.trim_start().as_bytes().first()) {
@@ -162,8 +214,9 @@ fn walk_text<'a>(
         })?,
         (Some(_), _) => {
             IgnoredAny::deserialize(&mut de)?;
+            out.missed = true;
         }
-        (None, _) => out.push(<&RawValue>::deserialize(&mut de)?),
+        (None, _) => out.at.push(<&RawValue>::deserialize(&mut de)?),
     }
     de.end()
 }
@@ -173,7 +226,7 @@ struct On<'o, 'a, 'p> {
     first: &'p str,
     rest: &'p [String],
     star: bool,
-    out: &'o mut Vec<&'a RawValue>,
+    out: &'o mut Walked<'a>,
 }
 
 impl<'a> Visitor<'a> for On<'_, 'a, '_> {
@@ -184,12 +237,15 @@ impl<'a> Visitor<'a> for On<'_, 'a, '_> {
     }
 
     fn visit_map<A: MapAccess<'a>>(self, mut map: A) -> Result<(), A::Error> {
-        // A repeated key: the last one counts, as in a parsed tree.
+        // A repeated key: the last one counts, as in a parsed tree. A `*`
+        // (when it means every element) is no key: an object there is
+        // not the array the pointer expects.
+        let every = self.star && self.first == "*";
         let mut found = None;
         while let Some(key) = map.next_key::<&'a RawValue>()? {
-            if key_is(key.get(), self.first) {
+            if !every && key_is(key.get(), self.first) {
                 let value: &'a RawValue = map.next_value()?;
-                let mut here = Vec::new();
+                let mut here = Walked::default();
                 walk_text(value.get(), self.rest, self.star, &mut here)
                     .map_err(A::Error::custom)?;
                 found = Some(here);
@@ -197,7 +253,13 @@ impl<'a> Visitor<'a> for On<'_, 'a, '_> {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        self.out.extend(found.into_iter().flatten());
+        match found {
+            Some(here) => {
+                self.out.at.extend(here.at);
+                self.out.missed |= here.missed;
+            }
+            None => self.out.missed = true,
+        }
         Ok(())
     }
 
@@ -205,27 +267,27 @@ impl<'a> Visitor<'a> for On<'_, 'a, '_> {
         let every = self.star && self.first == "*";
         let index = index(self.first);
         let mut i = 0;
+        let mut reached = every;
         loop {
             if every || index == Some(i) {
                 let Some(value) = seq.next_element::<&'a RawValue>()? else {
                     break;
                 };
+                reached = true;
                 walk_text(value.get(), self.rest, self.star, self.out).map_err(A::Error::custom)?;
             } else if seq.next_element::<IgnoredAny>()?.is_none() {
                 break;
             }
             i += 1;
         }
+        self.out.missed |= !reached;
         Ok(())
     }
 }
 
 /// An array index as RFC 6901 writes it: digits, no leading zero.
 fn index(segment: &str) -> Option<usize> {
-    if segment.starts_with('+') || (segment.starts_with('0') && segment.len() > 1) {
-        return None;
-    }
-    segment.parse().ok()
+    crate::config::json_index(segment)
 }
 
 /// Whether a raw key (quotes and escapes) is `segment`. A key that is not

@@ -441,7 +441,7 @@ mod tests {
             batch: "",
             input: None,
         };
-        let rec: InputFields = [("id".to_string(), serde_json::json!("a/b?c#"))]
+        let rec: InputFields = [("id".to_string(), crate::config::JsonText::string("a/b?c#"))]
             .into_iter()
             .collect();
         let url = |t: &str, key| {

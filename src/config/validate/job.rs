@@ -185,7 +185,7 @@ impl Validator<'_> {
         let probe: InputFields = inputs
             .iter()
             .flat_map(|i| &i.fields)
-            .map(|n| (n.clone(), serde_json::Value::from("x")))
+            .map(|n| (n.clone(), crate::config::JsonText::string("x")))
             .collect();
         let probe = inputs.map(|_| &probe);
         for (i, step) in steps.iter().enumerate() {

@@ -4,10 +4,10 @@
 //! because the index has its own rowids and its own order of writing.
 
 use rusqlite::{OptionalExtension, Transaction};
-use serde_json::Value;
 
 use super::Sql;
 use crate::config::SqliteOutput;
+use crate::runner::page_scan;
 
 /// The width of the hash that places an entry: 64 bits, the whole xxh3
 /// (a narrower one only in tests, to make two keys share a hash).
@@ -22,18 +22,20 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    pub(super) fn of(spec: &SqliteOutput, key: String, item: &Value) -> Self {
+    /// `item`: the row's item, its JSON text (read at each field's
+    /// pointer on its own, never as a tree).
+    pub(super) fn of(spec: &SqliteOutput, key: String, item: &str) -> Self {
         Self::placed(spec, key, item, HOME_BITS)
     }
 
     /// The entry, its home a hash of `bits` bits.
-    fn placed(spec: &SqliteOutput, key: String, item: &Value, bits: u32) -> Self {
+    fn placed(spec: &SqliteOutput, key: String, item: &str, bits: u32) -> Self {
         Self {
             home: home_id(&key, bits),
             texts: spec
                 .search
                 .iter()
-                .map(|(_, p)| item.pointer(p).and_then(text_of))
+                .map(|(_, p)| page_scan::raw_at(item, p).and_then(text_of))
                 .collect(),
             key,
         }
@@ -49,10 +51,7 @@ pub(super) fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Res
         .collect::<rusqlite::Result<_>>()?;
     let entries: Vec<Entry> = rows
         .into_iter()
-        .map(|(key, item)| {
-            let item: Value = serde_json::from_str(&item).unwrap_or(Value::Null);
-            Entry::of(spec, key, &item)
-        })
+        .map(|(key, item)| Entry::of(spec, key, &item))
         .collect();
     index(tx, &Sql::of(spec), entries.iter().collect())
 }
@@ -132,19 +131,20 @@ fn home_id(key: &str, bits: u32) -> i64 {
     (if bits >= 64 { h } else { h & ((1 << bits) - 1) }) as i64
 }
 
-/// The text a field gives the index: a string as it is, an array's
-/// strings one after the other, anything else as JSON.
-fn text_of(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        Value::Array(a) if a.iter().all(Value::is_string) => Some(
-            a.iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" "),
+/// The text a field gives the index (`raw`: its JSON text): a string as
+/// it is, an array's strings one after the other, anything else as JSON
+/// (numbers as written).
+fn text_of(raw: &str) -> Option<String> {
+    match raw.as_bytes().first() {
+        Some(b'n') => None,
+        Some(b'"') => {
+            Some(serde_json::from_str::<String>(raw).unwrap_or_else(|_| page_scan::compact(raw)))
+        }
+        Some(b'[') => Some(
+            serde_json::from_str::<Vec<String>>(raw)
+                .map_or_else(|_| page_scan::compact(raw), |a| a.join(" ")),
         ),
-        other => Some(other.to_string()),
+        _ => Some(page_scan::compact(raw)),
     }
 }
 
@@ -184,7 +184,7 @@ mod tests {
         let tx = c.transaction().unwrap();
         let entries: Vec<Entry> = (entries.iter())
             .map(|(k, t)| {
-                let item = serde_json::json!({ "id": k, "title": t });
+                let item = serde_json::json!({ "id": k, "title": t }).to_string();
                 Entry::placed(&spec, k.to_string(), &item, 12)
             })
             .collect();

@@ -4,11 +4,10 @@
 //! at once, see [`super::group`]) only runs the statements. Apart from the
 //! sink because none of it touches the database.
 
-use serde_json::Value;
-
 use super::PageRows;
 use super::index::Entry;
-use crate::config::{SqliteOutput, pointer_parts};
+use crate::config::SqliteOutput;
+use crate::runner::page_scan;
 
 /// A page's rows made ready to write: parsed, keyed and serialized on the
 /// page's own thread, so that the writer that commits (for several pages
@@ -47,95 +46,98 @@ pub fn prepare(
         entries: Vec::new(),
         found: PageRows::default(),
     };
-    let Ok(page) = serde_json::from_slice::<Value>(page) else {
-        p.found.not_json = true;
-        return p;
-    };
-    let (items, missed) = items_found(&page, &spec.items);
-    // (a page with nothing at all at `items`: another shape than the file
-    // expects, said and counted, never silently no rows)
-    p.found.no_items = missed && items.is_empty();
-    for item in items {
+    // One streaming pass, as every reader of a page reads it: one item's
+    // text at a time, never a tree of the page (a tree costs many times
+    // the page's bytes).
+    let mut rows = |item: &str| {
         let Some(key) = row_key(item, &spec.key, input) else {
             p.found.without_key += 1;
-            continue;
+            return;
         };
         if !spec.search.is_empty() {
             p.entries.push(Entry::of(spec, key.clone(), item));
         }
-        p.rows.push((key, item.to_string()));
+        p.rows.push((key, page_scan::compact(item)));
         p.found.rows += 1;
+    };
+    match page_scan::each_item(page, &spec.items, &mut rows) {
+        // (a page with nothing at all at `items`: another shape than the
+        // file expects, said and counted, never silently no rows)
+        Ok(missed) => p.found.no_items = missed && p.found.rows == 0 && p.found.without_key == 0,
+        Err(_) => p.found.not_json = true,
     }
     p
 }
 
-/// The items of a page at `pointer`, each `*` part every element of the
-/// array there (none where there is no array), and whether the pointer led
-/// nowhere somewhere (a name not there, a `*` at something not an array),
-/// as opposed to an empty array.
-fn items_found<'v>(page: &'v Value, pointer: &str) -> (Vec<&'v Value>, bool) {
-    let mut at = vec![page];
-    let mut missed = false;
-    for part in pointer_parts(pointer).unwrap_or_default() {
-        let mut next = Vec::new();
-        for v in at {
-            if part == "*" {
-                match v.as_array() {
-                    Some(a) => next.extend(a.iter()),
-                    None => missed = true,
-                }
-                continue;
-            }
-            let found = match v {
-                Value::Object(m) => m.get(&part),
-                Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
-                _ => None,
-            };
-            match found {
-                Some(x) => next.push(x),
-                None => missed = true,
-            }
-        }
-        at = next;
-    }
-    (at, missed)
-}
-
-/// A row's key: the input's (`""`), else the string or number at the
-/// pointer; none when it holds neither.
-fn row_key(item: &Value, pointer: &str, input: &str) -> Option<String> {
+/// A row's key: the input's (`""`), else the string or number (as the
+/// page writes it) at the pointer in the item; none when it holds neither.
+fn row_key(item: &str, pointer: &str, input: &str) -> Option<String> {
     if pointer.is_empty() {
         return Some(input.to_string());
     }
-    match item.pointer(pointer)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
+    page_scan::key_at(item, pointer)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn spec(items: &str, key: &str) -> SqliteOutput {
+        SqliteOutput {
+            path: "rows.db".into(),
+            table: "t".into(),
+            items: items.into(),
+            key: key.into(),
+            search: Vec::new(),
+        }
+    }
+
+    fn rows(items: &str, key: &str, page: &str) -> (Vec<(String, String)>, PageRows) {
+        let p = prepare(&spec(items, key), "US", page.as_bytes(), "t".into(), 1);
+        (p.rows, p.found)
+    }
+
     #[test]
     fn items_take_every_element_at_a_star() {
-        let page: Value =
-            serde_json::from_str(r#"{"items":[{"id":"a"},{"id":"b"}],"x":[[1,2],[3]]}"#).unwrap();
-        assert_eq!(items_found(&page, "/items/*").0.len(), 2);
-        assert_eq!(items_found(&page, "/x/*/*").0.len(), 3);
-        assert_eq!(items_found(&page, "").0.len(), 1);
-        assert_eq!(items_found(&page, "/nothing/*").0.len(), 0);
-        assert!(items_found(&page, "/nothing/*").1);
-        assert!(items_found(&page, "/items/0/id/*").1);
-        let empty: Value = serde_json::from_str(r#"{"items":[]}"#).unwrap();
-        assert_eq!(items_found(&empty, "/items/*"), (vec![], false));
-        assert_eq!(items_found(&page, "/items/1/id").0, [&Value::from("b")]);
+        let page = r#"{"items":[{"id":"a"},{"id":"b"}],"x":[[1,2],[3]]}"#;
+        assert_eq!(rows("/items/*", "/id", page).0.len(), 2);
+        assert_eq!(rows("/x/*/*", "", page).0.len(), 3);
+        assert_eq!(rows("", "", page).0.len(), 1);
+        let (none, found) = rows("/nothing/*", "", page);
+        assert!(none.is_empty() && found.no_items);
+        assert!(rows("/items/0/id/*", "", page).1.no_items);
+        assert!(rows("/items/*", "", page).0.iter().all(|(k, _)| k == "US"));
+        let (empty, found) = rows("/items/*", "/id", r#"{"items":[]}"#);
+        assert!(empty.is_empty() && !found.no_items);
         assert_eq!(
-            row_key(&page["items"][0], "/id", "US").as_deref(),
-            Some("a")
+            rows("/items/1", "/id", page).0,
+            [("b".to_string(), r#"{"id":"b"}"#.to_string())]
         );
-        assert_eq!(row_key(&page, "", "US").as_deref(), Some("US"));
-        assert_eq!(row_key(&page, "/items", "US"), None);
+        assert_eq!(rows("/items/*", "/items", page).1.without_key, 2);
+        assert!(rows("/items/*", "/id", "{").1.not_json);
+    }
+
+    /// A row's key and item are the page's text: a number past 64 bits
+    /// stays itself (two ids that a double makes one stay two rows), the
+    /// item only loses the whitespace between its tokens.
+    #[test]
+    fn keys_and_items_keep_numbers_as_written() {
+        let page = r#"{"items":[ {"id": 123456789012345678901234, "v": [1.50, 1E3, -0]},
+            {"id":123456789012345678901235,"s":"a \"b\" \u00e9"} ]}"#;
+        let (got, found) = rows("/items/*", "/id", page);
+        assert_eq!(found.rows, 2);
+        assert_eq!(
+            got,
+            [
+                (
+                    "123456789012345678901234".to_string(),
+                    r#"{"id":123456789012345678901234,"v":[1.50,1E3,-0]}"#.to_string()
+                ),
+                (
+                    "123456789012345678901235".to_string(),
+                    r#"{"id":123456789012345678901235,"s":"a \"b\" \u00e9"}"#.to_string()
+                ),
+            ]
+        );
     }
 }
