@@ -34,6 +34,8 @@
 //! this library or of `quota`: `cargo install --path .` installs `quota`
 //! alone.
 
+#[cfg(test)]
+mod answers_table;
 pub mod atomic_file;
 pub mod cli;
 pub mod commands;

@@ -10,7 +10,7 @@ use crate::common::deployment::{api_deployment, one_region_job};
 
 /// A server whose answer to each request is `respond(request head)`,
 /// raw; the request heads it got, in order.
-fn serving(respond: fn(&str) -> Vec<u8>) -> (String, Arc<Mutex<Vec<String>>>) {
+pub(crate) fn serving(respond: fn(&str) -> Vec<u8>) -> (String, Arc<Mutex<Vec<String>>>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let heads = Arc::new(Mutex::new(Vec::new()));
@@ -36,7 +36,7 @@ fn serving(respond: fn(&str) -> Vec<u8>) -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 /// An answer: status line, extra header lines, body.
-fn raw(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
+pub(crate) fn raw(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n",
         body.len()
@@ -52,7 +52,7 @@ fn raw(status: &str, headers: &[&str], body: &[u8]) -> Vec<u8> {
 }
 
 /// The request path of a head (its query left out).
-fn path(head: &str) -> &str {
+pub(crate) fn path(head: &str) -> &str {
     let target = head.split(' ').nth(1).unwrap_or_default();
     target.split('?').next().unwrap_or_default()
 }

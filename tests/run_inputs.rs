@@ -432,3 +432,70 @@ fn a_touched_file_is_checked_once_and_not_again() {
     assert!(!r.stderr.contains("checking the"), "checked once: {r:?}");
     assert_eq!(up.seen().len(), 70);
 }
+
+/// A job not `once` whose tick's budget covers part of its file resumes
+/// its walk where it stopped when the file changed only after that place
+/// (lines appended, an identical copy renamed over it); when the part its
+/// walk has done changed, it walks the file again from the first line and
+/// says so: the run's log, `status` and `run --dry-run`.
+#[test]
+fn a_job_not_once_resumes_its_walk_unless_the_part_done_changed() {
+    for redis in [None, Some(RedisServer::start())] {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let store = stores(&d, &redis);
+        let config = |limit: u64| {
+            yaml(&store, &up.base(), "{ file: ids.txt }", false, 1)
+                .replace("limit: 1000, per: 1h", &format!("limit: {limit}, per: 1h"))
+        };
+        let all = keys(0..10);
+        write(&d, "ids.txt", &(all.join("\n") + "\n"));
+        d.write(&config(4));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..4)), "{r:?}");
+
+        // An identical copy renamed over it, then a line appended: the
+        // walk goes on at line 5.
+        let tmp = d.path().join("ids.tmp");
+        std::fs::copy(d.path().join("ids.txt"), &tmp).unwrap();
+        std::fs::rename(&tmp, d.path().join("ids.txt")).unwrap();
+        d.write(&config(6));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 75, "{r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..6)), "{r:?}");
+        write(&d, "ids.txt", &(keys(0..11).join("\n") + "\n"));
+        d.write(&config(100));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(r.stderr.contains("line 7"), "resumed at line 7: {r:?}");
+        assert_eq!(per_key(&up), once_each(&keys(0..11)), "{r:?}");
+
+        // The next walk, cut after 2 inputs; then line 2 changes: the
+        // walk starts again at line 1, said by the run, status and plan.
+        d.write(&config(13));
+        assert_eq!(d.quota(&["run"]).code, 75);
+        let mut changed = keys(0..11);
+        changed[1] = "Y1".into();
+        write(&d, "ids.txt", &(changed.join("\n") + "\n"));
+        let file = d.path().join("ids.txt").display().to_string();
+        for args in [&["status"][..], &["run", "--dry-run"]] {
+            let r = d.quota(args);
+            assert!(
+                r.stdout.contains(&format!(
+                    "restarts: {file} changed at line 2 since the last run"
+                )),
+                "{args:?}: {r:?}"
+            );
+        }
+        d.write(&config(200));
+        let r = d.quota(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("changed since the last run at line 2, in the part already done: this walk of it starts again at its first line"),
+            "{r:?}"
+        );
+        let seen = per_key(&up);
+        assert_eq!((seen["K0"], seen["Y1"], seen["K2"]), (3, 1, 2), "{seen:?}");
+    }
+}

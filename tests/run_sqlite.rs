@@ -469,6 +469,70 @@ fn two_jobs_sharing_a_table_with_another_search_are_78_on_a_fresh_database() {
     assert!(up.seen().len() == 2, "{:?}", up.seen());
 }
 
+/// One videos.list call a region, no pages after it.
+fn one_page(base: &str) -> Step {
+    Step::new("videos.list")
+        .url(&format!("{base}/youtube/v3/videos"))
+        .query(r#"{ part: snippet, chart: mostPopular, regionCode: "{region}", key: "{secret}" }"#)
+}
+
+/// Two jobs into one table with the default key (the input's or the
+/// region's) would replace each other's rows: `check` and `run` refuse it
+/// with 78, naming both jobs and the table; each naming its own `key`
+/// pointer, they may share it.
+#[test]
+fn two_jobs_sharing_a_table_by_the_default_key_are_78() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    let yaml = |a_rows: &str, b_rows: &str| {
+        main_units(&store, WIDE)
+            .endpoint("videos.list", "{ units: 1 }")
+            .job(
+                Job::new("a", "main")
+                    .regions(&["US"])
+                    .step(one_page(&up.base()))
+                    .output(a_rows),
+            )
+            .job(
+                Job::new("b", "main")
+                    .regions(&["US"])
+                    .step(one_page(&up.base()))
+                    .output(b_rows),
+            )
+            .render()
+    };
+    // (one row a page: the default key is the region's)
+    let default_key = ROWS
+        .replace(", key: /id", "")
+        .replace("items: /items/*", "items: \"\"");
+    for (a, b, field) in [
+        (ROWS, default_key.as_str(), "jobs.b.output.sqlite.key"),
+        (default_key.as_str(), ROWS, "jobs.a.output.sqlite.key"),
+        (
+            default_key.as_str(),
+            default_key.as_str(),
+            "jobs.b.output.sqlite.key",
+        ),
+    ] {
+        d.write(&yaml(a, b));
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{cmd}: {r:?}");
+            for said in [
+                field,
+                "jobs a and b both write table 'videos'",
+                "names no `key` pointer",
+            ] {
+                assert!(r.stderr.contains(said), "{cmd} says {said}: {r:?}");
+            }
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
+    d.write(&yaml(ROWS, ROWS));
+    assert_eq!(d.quota(&["check"]).code, 0);
+}
+
 /// A once-job of inputs whose rows (no page files) are in the table, run
 /// against a new store: no input with rows is fetched again.
 /// A once-job over `ids.txt`, `concurrency` inputs at once, one row an

@@ -105,6 +105,12 @@ pub struct Place {
     /// values not yet written afresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch_size: Option<u32>,
+    /// An incremental step's walk: the largest value its pages written so
+    /// far hold at the step's pointer; it becomes the key's value when the
+    /// walk completes, in whichever run that is. (Boxed: a place is in
+    /// every slot of a round.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest: Option<Box<String>>,
     /// Before a fan-out step: the values the pages of this step written
     /// so far hold for it, in order, without duplicates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

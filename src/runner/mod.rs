@@ -46,7 +46,7 @@ pub mod upstream;
 
 pub(crate) use self::job_run::{
     check_file, conditional_map, done_map, failed_map, kept_chunks, needs_check, not_modified_map,
-    retry_map, seen_map,
+    retry_map, seen_map, unrecorded,
 };
 pub use self::report::{JobReport, Stop, held_text, log_error, log_summary};
 pub use self::shutdown::Shutdown;

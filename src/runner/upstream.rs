@@ -9,12 +9,14 @@ use std::time::Duration;
 use reqwest::Client;
 use reqwest::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH};
 
+mod answers;
 mod attempts;
 mod body;
 mod classify;
 mod decode;
 mod redirect;
 
+pub use answers::{Does, TABLE as ANSWERS, bare_rate_limit};
 pub use attempts::{Attempts, MAX_REDIRECTS, Next};
 pub use redirect::same_origin;
 
@@ -43,8 +45,14 @@ pub enum Answer {
     /// 5xx, a network error, a timeout or an unreadable body: worth another
     /// (charged) attempt.
     Transient(String),
-    /// Any other 4xx: retrying will not help.
-    Refused { status: u16, excerpt: String },
+    /// Any other refusal: retrying will not help. `credential`: it is
+    /// about the credential (401, 407, a 403 with a reason about the key),
+    /// so every request would meet it.
+    Refused {
+        status: u16,
+        excerpt: String,
+        credential: bool,
+    },
     /// A 2xx that can never be a page (no body, HTML or XML, an encoding
     /// that cannot be decoded): asking again gets the same, so it is not
     /// retried, and only its region (or batch) ends. Redacted.
@@ -168,20 +176,23 @@ pub async fn send(
     reported.actuals = settle::actuals(&step.settle, resp.headers(), None);
     // (only a request that asked for it: a 304 to any other is what it
     // always was, a redirect without a Location)
-    if status == reqwest::StatusCode::NOT_MODIFIED {
-        return if conditional {
-            Answer::NotModified
-        } else {
-            // (not a redirect problem, as "without a Location" read: the
-            // upstream says "unchanged" to a request that named no copy)
-            Answer::Fatal(
+    match answers::status(status) {
+        answers::Status::NotModified if conditional => return Answer::NotModified,
+        // (not a redirect problem, as "without a Location" read: the
+        // upstream says "unchanged" to a request that named no copy, a
+        // broken cache in front of it, say; asking again gets the same,
+        // so only its region or input ends, as a 2xx that can never be a
+        // page does)
+        answers::Status::NotModified => {
+            return Answer::Unusable(
                 "HTTP 304 Not Modified to a request that sent no validator (no If-None-Match or If-Modified-Since): there is no page to keep"
                     .into(),
-            )
-        };
-    }
-    if status.is_redirection() {
-        return redirect::redirect(status, resp.headers(), &method, &url, &secrets);
+            );
+        }
+        answers::Status::Redirect => {
+            return redirect::redirect(status, resp.headers(), &method, &url, &secrets);
+        }
+        answers::Status::Page | answers::Status::Refusal => {}
     }
     let quota = QuotaHeaders::read(resp.headers());
     let link = link(resp.headers());
@@ -189,8 +200,7 @@ pub async fn send(
         Ok(read) => read,
         Err(answer) => return answer,
     };
-    let never = status
-        .is_success()
+    let never = answers::is_page(status)
         .then(|| classify::never_json(status, encoding.as_deref(), &body, &secrets))
         .flatten();
     if let Some(headers) = reported

@@ -58,18 +58,31 @@ pub struct InputsProgress {
     pub blocked: Option<Blocked>,
 }
 
-/// Why a once-job's next run stops before its first call, and the fix.
+/// Why a once-job's next run stops before its first call, and the fix;
+/// or (`restarts`) why a job that is not once walks its file again from
+/// the first line.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Blocked {
     pub file: String,
-    /// The first line that changed in the part done.
+    /// The first line that changed in the part done (0: the cursor keeps
+    /// no record of it).
     pub line: u64,
     pub reason: String,
     pub fix: String,
+    /// Not blocked: the next run starts this walk of the file again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub restarts: bool,
 }
 
 impl std::fmt::Display for Blocked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.restarts {
+            return write!(
+                f,
+                "restarts: {} changed at line {} since the last run, in the part this walk has done: the next run walks it again from its first line",
+                self.file, self.line
+            );
+        }
         write!(
             f,
             "blocked: {} line {}: {}; a run exits 78 until `{}`",
@@ -96,6 +109,16 @@ pub async fn blocked(
     if !runner::needs_check(job, at, &FileStamp::of(&meta)) {
         return Ok(None);
     }
+    let restart = |line| Blocked {
+        file: inputs.file.display().to_string(),
+        line,
+        reason: "the part of the file this walk has done changed".into(),
+        fix: String::new(),
+        restarts: true,
+    };
+    if !job.once && runner::unrecorded(at) {
+        return Ok(Some(restart(0)));
+    }
     let kept = store.map_read(&runner::done_map(job)).await?;
     let Some(chunks) = runner::kept_chunks(&kept, at) else {
         return Ok(None);
@@ -103,6 +126,9 @@ pub async fn blocked(
     let Ok(Err(changed)) = runner::check_file(inputs, &chunks, &at.tail) else {
         return Ok(None);
     };
+    if !job.once {
+        return Ok(Some(restart(changed.line)));
+    }
     Ok(Some(Blocked {
         file: inputs.file.display().to_string(),
         line: changed.line,
@@ -110,6 +136,7 @@ pub async fn blocked(
             "the part of the file the job has done changed here (edited, truncated or replaced)"
                 .into(),
         fix: format!("quota reset {} --yes", job.name),
+        restarts: false,
     }))
 }
 

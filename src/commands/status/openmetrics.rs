@@ -126,7 +126,10 @@ fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
             if let Some(t) = p.done_by_micros {
                 done_by.push(&[("job", job.as_str())], unix_seconds(t));
             }
-            blocked.push(&[("job", job.as_str())], u64::from(p.blocked.is_some()));
+            blocked.push(
+                &[("job", job.as_str())],
+                u64::from(p.blocked.as_ref().is_some_and(|b| !b.restarts)),
+            );
         }
     }
     // (no family at all without a job of inputs: the text stays as it was)

@@ -89,6 +89,33 @@ impl Validator<'_> {
             let same = |o: &SqliteOutput| {
                 o.table.eq_ignore_ascii_case(&s.table) && same_file(&o.path, &s.path)
             };
+            // (with the default key, the input's or region's, two jobs
+            // over one list replace each other's rows, and a once-job
+            // then finds another's rows for its inputs and never fetches)
+            if let Some((first, o)) = seen.iter().find(|(_, o)| same(o))
+                && (o.key.is_empty() || s.key.is_empty())
+            {
+                let (field, which) = if s.key.is_empty() {
+                    (
+                        format!("jobs.{}.output.sqlite.key", job.name),
+                        job.name.as_str(),
+                    )
+                } else {
+                    (format!("jobs.{first}.output.sqlite.key"), *first)
+                };
+                return Err(self.err(
+                    field,
+                    format!(
+                        "jobs {first} and {} both write table '{}' of {}, and {which} names no `key` pointer: \
+                         with the default key (the input's or region's) their rows would replace each other's; \
+                         jobs may share a table only if each names its own `key` (a pointer inside the row, unique \
+                         across them), else give each job its own table",
+                        job.name,
+                        s.table,
+                        s.path.display(),
+                    ),
+                ));
+            }
             if let Some((first, o)) = seen.iter().find(|(_, o)| same(o))
                 && o.search != s.search
             {

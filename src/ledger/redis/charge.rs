@@ -202,8 +202,8 @@ async fn decide(
         .await
         .map_err(|e| older_layout(e, charge.credential))?;
     let r = array(&reply)?;
-    let (status, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);
-    match status {
+    let (outcome, now, serial) = (int(&r[0])?, int(&r[1])?, int(&r[2])? as u64);
+    match outcome {
         1 => allowed(charge, r, id, now, serial),
         0 => {
             let pool = &charge.cost[int(&r[3])? as usize - 1].pool;

@@ -206,6 +206,7 @@ impl Batches {
             written,
             found: found.to_vec(),
             found_ahead: self.found.clone(),
+            largest: None,
         })
     }
 }

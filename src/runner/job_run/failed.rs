@@ -1,5 +1,6 @@
 //! Failed inputs: an input whose first page the upstream refuses for
-//! itself (400, 404, 410, 422: an id it does not have) is recorded in the
+//! itself (any 4xx not about the credential: an id it does not have; or a
+//! 5xx or network error past its retries) is recorded in the
 //! store's map `{job}:inputs:failed` (key -> line, offset, status and an
 //! excerpt of the answer) and is over: the run goes on and exits 1 at its
 //! end; a rerun does not do it again. `quota reset JOB --failed --yes`

@@ -137,10 +137,17 @@ pub(crate) fn check_file(
     Ok(done_part::check(chunks, tail, &mut seen))
 }
 
-/// Whether `at`'s done part must be checked before a run goes on: a
-/// once-job whose file is not the one the last run read.
-pub(crate) fn needs_check(job: &Job, at: &InputAt, stamp: &FileStamp) -> bool {
-    job.once && at.stamp.as_ref() != Some(stamp) && at.offset > 0
+/// Whether `at`'s done part must be checked before a run goes on: a job
+/// whose file is not the one the last run read, with a part done (a
+/// once-job's changed stops it; a walk's changed starts it again).
+pub(crate) fn needs_check(_job: &Job, at: &InputAt, stamp: &FileStamp) -> bool {
+    at.stamp.as_ref() != Some(stamp) && at.offset > 0
+}
+
+/// Whether `at` keeps no record of the part of this walk done (a cursor
+/// saved before walks kept one): its place cannot be checked.
+pub(crate) fn unrecorded(at: &InputAt) -> bool {
+    at.chunks == 0 && at.tail.is_empty()
 }
 
 /// The chunks the store keeps of a once-job's done part (`None`: not all
@@ -236,13 +243,24 @@ impl JobRun<'_> {
         let mut at = cursor.input.clone().unwrap_or_default();
         at.line = at.line.max(1);
         let stamp = stamp_of(inputs)?;
-        if needs_check(job, &at, &stamp) {
-            self.check_done_part(inputs, &at).await?;
-        }
+        // (a once-job's part done that changed stops the run; a walk's
+        // starts again from the file's first line)
+        let changed = match needs_check(job, &at, &stamp) {
+            false => None,
+            true if job.once => {
+                let changed = self.check_done_part(inputs, &at).await?;
+                if let Some(changed) = changed {
+                    return Err(self.done_part_changed(inputs, changed));
+                }
+                None
+            }
+            true if unrecorded(&at) => Some(0),
+            true => self.check_done_part(inputs, &at).await?.map(|c| c.line),
+        };
         // (a file whose stamp changed is checked once: the new stamp is
         // saved at once, even by a run with nothing to do)
         let restamped = at.stamp.as_ref() != Some(&stamp);
-        let fresh = self.walk_afresh(inputs, &mut at, restamped, cursor).await;
+        let fresh = self.walk_afresh(inputs, &mut at, changed, cursor).await;
         let cursor = fresh.as_ref().unwrap_or(cursor);
         at.stamp = Some(stamp);
         if !job.once && at.offset == 0 && at.done == 0 && cursor.key.is_empty() {
@@ -297,30 +315,37 @@ impl JobRun<'_> {
             answered: false,
             stopping: None,
         });
-        let mut round = Round::of_inputs(run, at, job.once);
+        let mut round = Round::of_inputs(run, at);
         if restamped {
             round.bump();
         }
         Ok(round)
     }
 
-    /// A job not once whose file changed mid-walk: its place may be inside
-    /// a line now, so it walks the file afresh from its start (the cursor
-    /// it resumes from then, none of the old walk's keys in it).
+    /// A job not once whose file changed mid-walk in the part done
+    /// (`changed`: its first line that did, 0 when the cursor kept no
+    /// record of it): its place may be inside a line now, so it walks the
+    /// file afresh from its start (the cursor it resumes from then, none
+    /// of the old walk's keys in it). A file that changed only after the
+    /// part done (lines appended, an identical copy put in its place) is
+    /// walked on from the place.
     async fn walk_afresh(
         &self,
         inputs: &Inputs,
         at: &mut InputAt,
-        restamped: bool,
+        changed: Option<u64>,
         cursor: &Cursor,
     ) -> Option<Cursor> {
-        if self.job.once || !restamped || at.offset == 0 {
-            return None;
-        }
+        let line = changed.filter(|_| !self.job.once && at.offset > 0)?;
         warn!(
             job = self.job.name,
-            "{} changed since the last run: this walk of it starts again at its first line",
-            inputs.file.display()
+            "{} changed since the last run{}: this walk of it starts again at its first line (it was at line {})",
+            inputs.file.display(),
+            match line {
+                0 => " (the cursor keeps no record of the part done)".to_string(),
+                n => format!(" at line {n}, in the part already done"),
+            },
+            at.line
         );
         self.forget_seen(at.walk).await;
         *at = InputAt {
@@ -341,9 +366,13 @@ impl JobRun<'_> {
     /// batch checked before the next is read, so that memory does not grow
     /// with the part done (~330 bytes a chunk of 64 inputs: 5 MB at 10^6
     /// read at once).
-    async fn check_done_part(&self, inputs: &Inputs, at: &InputAt) -> Result<()> {
+    async fn check_done_part(
+        &self,
+        inputs: &Inputs,
+        at: &InputAt,
+    ) -> Result<Option<done_part::Changed>> {
         let Some(store) = self.meter.store() else {
-            return Ok(());
+            return Ok(None);
         };
         let io = |source| Error::Io {
             what: "check the inputs of",
@@ -379,7 +408,7 @@ impl JobRun<'_> {
                     at.chunks,
                     inputs.file.display()
                 );
-                return Ok(());
+                return Ok(None);
             };
             let checked;
             (records, checker, checked) = tokio::task::spawn_blocking(move || {
@@ -388,14 +417,18 @@ impl JobRun<'_> {
             })
             .await
             .map_err(|e| io(std::io::Error::other(e)))?;
-            checked.map_err(|changed| self.done_part_changed(inputs, changed))?;
+            if let Err(changed) = checked {
+                return Ok(Some(changed));
+            }
             from = to;
         }
         let tail = at.tail.clone();
-        tokio::task::spawn_blocking(move || checker.tail(&tail, &mut records))
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?
-            .map_err(|changed| self.done_part_changed(inputs, changed))
+        Ok(
+            tokio::task::spawn_blocking(move || checker.tail(&tail, &mut records))
+                .await
+                .map_err(|e| io(std::io::Error::other(e)))?
+                .err(),
+        )
     }
 
     /// The 78 of a done part that changed at `changed`.

@@ -255,6 +255,10 @@ impl JobRun<'_> {
             self.fan_out(w, step, at, page, plan).await
         } else {
             let token = resumed.and_then(|s| s.place.token.clone());
+            self.walk_starts(
+                at,
+                resumed.and_then(|s| s.place.largest.as_deref().cloned()),
+            );
             self.walk(w, step, at, page, token).await
         }
     }

@@ -42,7 +42,7 @@ mod walk;
 
 pub(crate) use self::conditional::{conditional_map, not_modified_map};
 pub(crate) use self::failed::{failed_map, retry_map};
-pub(crate) use self::inputs::{check_file, done_map, kept_chunks, needs_check};
+pub(crate) use self::inputs::{check_file, done_map, kept_chunks, needs_check, unrecorded};
 pub(crate) use self::seen::seen_map;
 
 /// The state of one run in progress.

@@ -24,8 +24,8 @@ use crate::{Error, Result};
 pub(super) enum Fetched {
     /// A page.
     Page(PageAnswer),
-    /// The upstream refused this request for itself (`Some`: a 400, 404,
-    /// 410 or 422, its status and excerpt), or answered what can never be
+    /// The upstream refused this request for itself (`Some`: its status, 0 when
+    /// none, and excerpt, as the table of answers says), or answered what can never be
     /// a page: why, the request named (redacted). Its region (or batch)
     /// ends; the others go on.
     Refused(String, Option<(u16, String)>),

@@ -65,8 +65,6 @@ pub(super) struct Window {
     /// Where the first input not done starts (the file's end when every
     /// input read is done): what the cursor saves.
     pub(super) at: InputAt,
-    /// A once-job: the done part is kept ([`InputAt::tail`]).
-    once: bool,
     /// Chunks of the done part filled since the last cursor write, to be
     /// kept in the store before the cursor that counts them.
     pub(super) chunks: Vec<(u64, Chunk)>,
@@ -107,12 +105,11 @@ impl Round {
 
     /// A round of `run` over a file of inputs, from `at` (read as the
     /// run goes: [`Round::push`]).
-    pub(super) fn of_inputs(run: u64, at: InputAt, once: bool) -> Self {
+    pub(super) fn of_inputs(run: u64, at: InputAt) -> Self {
         Self {
             run,
             window: Some(Window {
                 at,
-                once,
                 ..Window::default()
             }),
             ..Self::default()
@@ -223,7 +220,9 @@ impl Round {
             } else {
                 w.at.done += 1;
             }
-            if w.once {
+            // (every job of inputs: a once-job checks it when its file
+            // changes, one that is not resumes its walk if it is the same)
+            {
                 let seen = Seen {
                     line: span.line,
                     start: span.start,

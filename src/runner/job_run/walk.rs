@@ -48,6 +48,7 @@ impl JobRun<'_> {
         if !self.resumable(step, at, page, token.as_deref()) {
             (page, token) = (0, None);
             w.found.reset(Vec::new());
+            self.walk_starts(at, None);
         }
         // A cursor past the step's last page (`max_pages` lowered since):
         // the step is done, as the plan counts it; no page past the
@@ -101,6 +102,7 @@ impl JobRun<'_> {
                 page: page + 1,
                 token: Some(t.clone()),
                 found: w.found.values().to_vec(),
+                largest: self.walk_largest(at).map(Box::new),
                 ..Place::default()
             });
             self.save(at.slot, Slot::At(Box::new(resume))).await;
@@ -298,8 +300,8 @@ impl JobRun<'_> {
         Ok(Some(url))
     }
 
-    /// A page (or batch) refused, by the upstream (`for_itself`: a 400,
-    /// 404, 410 or 422, its status and excerpt) or as it came (it can
+    /// A page (or batch) refused, by the upstream (`for_itself`: its
+    /// status and excerpt, as the table of answers says) or as it came (it can
     /// never be a page, or be written): what the walk does next (`None`:
     /// the input failed, recorded and over, or the run stopped).
     async fn refused(

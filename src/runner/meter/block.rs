@@ -25,11 +25,8 @@ impl Meter<'_> {
         retry_after: Option<Duration>,
         charged_at: Option<Micros>,
     ) -> Micros {
-        // (a bare 429: no wait, no word of a spent daily quota, usually a
-        // short-term rate limit; see block_end)
-        let bare = status == 429
-            && retry_after.is_none()
-            && !["quotaExceeded", "dailyLimitExceeded"].contains(&reason);
+        // (see block_end)
+        let bare = crate::runner::upstream::bare_rate_limit(status, reason, retry_after);
         let end = self.block_end(charged_at, retry_after, bare);
         let mut until = end.estimate();
         if let Some(store) = self.store {

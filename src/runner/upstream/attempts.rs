@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use super::Answer;
+use super::answers::{self, Does};
 use crate::config::{Fill, HttpSettings, Step, redact};
 use crate::runner::page_scan::Found;
 
@@ -148,11 +149,14 @@ impl<'a> Attempts<'a> {
                 (self.method, self.target) = (method, to);
                 Next::Follow { note }
             }
-            Answer::Redirect { status, to, .. } => Next::Fail(format!(
-                "more than {MAX_REDIRECTS} redirects (the last, HTTP {status}, to {}): not followed",
-                self.redact(&to)
-            )),
-            Answer::Fatal(why) => Next::Fail(why),
+            Answer::Redirect { status, to, .. } => {
+                let why = format!(
+                    "more than {MAX_REDIRECTS} redirects (the last, HTTP {status}, to {}): not followed",
+                    self.redact(&to)
+                );
+                self.ends((status, why.clone()), why)
+            }
+            Answer::Fatal(why) => self.ends((0, why.clone()), why),
             Answer::Transient(why) if self.attempt < self.retries => {
                 let wait = cap(self.backoff, self.attempt).mul_f64((self.jitter)());
                 self.attempt += 1;
@@ -167,25 +171,50 @@ impl<'a> Attempts<'a> {
                 );
                 Next::Retry { wait, note }
             }
+            // (an input's own: the rest of the list goes on; a region's
+            // or batch's is most likely the upstream's, met by them all,
+            // and the cursor stays on it for the next tick)
             Answer::Transient(why) => {
-                Next::Fail(format!("{why}, after {} attempts", self.attempt + 1))
+                let why = format!("{why}, after {} attempts", self.attempt + 1);
+                if self.fill.input.is_some() {
+                    self.ends((0, why.clone()), why)
+                } else {
+                    Next::Fail(why)
+                }
             }
             Answer::Unusable(why) => Next::Refused {
                 why: format!("{}: {why}", cut(&shown)),
                 for_itself: None,
             },
-            Answer::Refused { status, excerpt } if self.given && refused_for_itself(status) => {
-                Next::Refused {
-                    why: format!(
-                        "{}: the upstream refused the request with HTTP {status}: {excerpt}; not retried",
-                        cut(&shown)
-                    ),
-                    for_itself: Some((status, excerpt)),
-                }
-            }
-            Answer::Refused { status, excerpt } => Next::Fail(format!(
-                "the upstream refused the request with HTTP {status}: {excerpt}"
+            Answer::Refused {
+                status,
+                excerpt,
+                credential: true,
+            } => Next::Fail(format!(
+                "the upstream refused the credential with HTTP {status}: {excerpt}"
             )),
+            Answer::Refused {
+                status,
+                excerpt,
+                credential: false,
+            } => {
+                let why = format!("the upstream refused the request with HTTP {status}: {excerpt}");
+                self.ends((status, excerpt), why)
+            }
+        }
+    }
+
+    /// The request in hand ends, as the table of answers says
+    /// ([`answers::ends`]): its key, when the request carries it (recorded
+    /// as failed for itself with `status` and an excerpt of the answer;
+    /// status 0: none said one), else the job, for `why`.
+    fn ends(&self, for_itself: (u16, String), why: String) -> Next {
+        match answers::ends(self.given) {
+            Does::EndsKey => Next::Refused {
+                why: format!("{}: {why}; not retried", cut(&self.shown())),
+                for_itself: Some(for_itself),
+            },
+            _ => Next::Fail(why),
         }
     }
 
@@ -205,16 +234,6 @@ fn cap(backoff: Duration, attempt: u32) -> Duration {
 /// A URL as a message names the request: at most 200 characters.
 fn cut(shown: &str) -> String {
     crate::runner::report::cut(shown, 200)
-}
-
-/// Whether a 4xx refuses the one request it answers rather than every
-/// request (401, 403 and the rest): 400, 404, 410, 422. When the request
-/// carries what the upstream gave (a page token, a next link, a batch of
-/// its values: an expired token, a batch it rejects), only that region or
-/// batch ends; one made from the file alone stops the job, as the file
-/// (or the key) is what to fix and every region would meet the same.
-pub fn refused_for_itself(status: u16) -> bool {
-    matches!(status, 400 | 404 | 410 | 422)
 }
 
 #[cfg(test)]
@@ -346,7 +365,7 @@ jobs:
     fn three_hops_are_followed_with_the_key_put_back_and_a_fourth_ends_the_job() {
         let (config, secret) = (config(), Secret::new("SEKRET".into()));
         let (fill, own) = (fill(&secret), url(PAGE));
-        let mut a = attempts(&config, &fill, &own, true);
+        let mut a = attempts(&config, &fill, &own, false);
         for n in 1..=3 {
             match a.next(hop(&format!("https://api.example.com/v{n}/videos?part=id"))) {
                 Next::Follow { note } => {
@@ -428,6 +447,7 @@ jobs:
         let refused = || Answer::Refused {
             status: 404,
             excerpt: "not found".into(),
+            credential: false,
         };
         match attempts(&config, &fill, &own, true).next(refused()) {
             Next::Refused { why, for_itself } => {
@@ -452,6 +472,7 @@ jobs:
         let unauthorized = Answer::Refused {
             status: 401,
             excerpt: String::new(),
+            credential: true,
         };
         assert!(matches!(
             attempts(&config, &fill, &own, true).next(unauthorized),
@@ -464,5 +485,75 @@ jobs:
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The table of answers, for a request that carries its key: whatever
+    /// is about the request alone ends its key, whatever is about the
+    /// credential ends the job; a 5xx past its retries ends an input (its
+    /// own) but not a region (the upstream's, most likely).
+    #[test]
+    fn what_ends_a_key_and_what_ends_the_job() {
+        let (config, secret) = (config(), Secret::new("SEKRET".into()));
+        let fields = crate::config::InputFields::default();
+        let (region, own) = (fill(&secret), url(PAGE));
+        let input = Fill {
+            input: Some(&fields),
+            ..fill(&secret)
+        };
+        let refused = |status, credential| Answer::Refused {
+            status,
+            excerpt: "no".into(),
+            credential,
+        };
+        for status in [403, 409, 413, 451] {
+            match attempts(&config, &region, &own, true).next(refused(status, false)) {
+                Next::Refused { for_itself, .. } => {
+                    assert_eq!(for_itself, Some((status, "no".into())));
+                }
+                other => panic!("{status}: {other:?}"),
+            }
+            assert!(matches!(
+                attempts(&config, &region, &own, false).next(refused(status, false)),
+                Next::Fail(_)
+            ));
+        }
+        assert!(matches!(
+            attempts(&config, &input, &own, true).next(refused(403, true)),
+            Next::Fail(_)
+        ));
+        let fatal = || Answer::Fatal("the host name does not exist".into());
+        assert!(matches!(
+            attempts(&config, &input, &own, true).next(fatal()),
+            Next::Refused {
+                for_itself: Some((0, _)),
+                ..
+            }
+        ));
+        assert!(matches!(
+            attempts(&config, &input, &own, false).next(fatal()),
+            Next::Fail(_)
+        ));
+        // Past its retries (`retries: 3`).
+        let past = |fill: &Fill<'_>| {
+            let mut a = attempts(&config, fill, &own, true);
+            for _ in 0..3 {
+                assert!(matches!(
+                    a.next(Answer::Transient("HTTP 500".into())),
+                    Next::Retry { .. }
+                ));
+            }
+            a.next(Answer::Transient("HTTP 500".into()))
+        };
+        match past(&input) {
+            Next::Refused { for_itself, why } => {
+                assert_eq!(for_itself, Some((0, "HTTP 500, after 4 attempts".into())));
+                assert!(
+                    why.ends_with("HTTP 500, after 4 attempts; not retried"),
+                    "{why}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(past(&region), Next::Fail(_)));
     }
 }

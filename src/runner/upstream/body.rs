@@ -4,7 +4,7 @@
 
 use reqwest::StatusCode;
 
-use super::{Answer, decode, describe};
+use super::{Answer, answers, decode, describe};
 use crate::config::Secret;
 
 /// How much of an error answer's body is read: enough for its reasons and
@@ -25,7 +25,8 @@ pub(super) async fn read(
 ) -> Result<(Vec<u8>, Option<String>), Answer> {
     // A page is read up to `max_body`, never past it; an error answer up
     // to what its reasons and excerpt need.
-    let limit = if status.is_success() {
+    let page = answers::is_page(status);
+    let limit = if page {
         max_body
     } else {
         max_body.min(ERROR_BODY)
@@ -34,24 +35,22 @@ pub(super) async fn read(
     // size then: `max_body` bounds what it decodes to)
     let declared = resp.content_length();
     let mut encoding = undecoded(resp.headers());
-    if status.is_success()
-        && let Some(n) = declared.filter(|n| *n > max_body)
-    {
+    if page && let Some(n) = declared.filter(|n| *n > max_body) {
         return Err(Answer::Fatal(too_big(status, max_body, Some(n))));
     }
     let body = match read_body(resp, limit).await {
         Ok((body, false)) => body,
-        Ok((_, true)) if status.is_success() => {
+        Ok((_, true)) if page => {
             return Err(Answer::Fatal(too_big(status, max_body, None)));
         }
         Ok((body, true)) => body,
-        Err(e) if status.is_success() && corrupt(&e) => {
+        Err(e) if page && corrupt(&e) => {
             return Err(Answer::Unusable(format!(
                 "HTTP {status} with a body that cannot be decoded ({}): not retried, since every attempt is charged and would get the same",
                 describe(&e, secrets)
             )));
         }
-        Err(e) if status.is_success() => return Err(Answer::Transient(describe(&e, secrets))),
+        Err(e) if page => return Err(Answer::Transient(describe(&e, secrets))),
         // An error answer is handled by its status, whatever its body: a
         // 429 whose body does not decode still blocks, a 404 is still
         // refused (retried, each attempt charged, it blocked nothing).
@@ -65,10 +64,10 @@ pub(super) async fn read(
             encoding = None;
             decoded
         }
-        Some(decode::Decoded::TooBig) if status.is_success() => {
+        Some(decode::Decoded::TooBig) if page => {
             return Err(Answer::Fatal(too_big(status, max_body, None)));
         }
-        Some(decode::Decoded::Failed(why)) if status.is_success() => {
+        Some(decode::Decoded::Failed(why)) if page => {
             return Err(Answer::Unusable(format!(
                 "HTTP {status} with a body that cannot be decoded ({why}): not retried, since every attempt is charged and would get the same"
             )));

@@ -4,13 +4,11 @@
 use reqwest::StatusCode;
 
 use super::Answer;
+use super::answers::{self, Refusal};
 use super::body::BOM;
 use crate::config::{Secret, redact};
 use crate::runner::page_scan::scan;
 use crate::runner::quota_headers::QuotaHeaders;
-
-/// Reasons in a 403 body that mean the upstream's own quota is spent.
-const QUOTA_REASONS: [&str; 3] = ["quotaExceeded", "dailyLimitExceeded", "rateLimitExceeded"];
 
 /// How long an error excerpt of a response body may be.
 const EXCERPT: usize = 300;
@@ -50,7 +48,7 @@ pub(super) fn classify(
     pointer: Option<&str>,
     secrets: &[&Secret],
 ) -> Answer {
-    if status.is_success() {
+    if answers::is_page(status) {
         return match scan(&body, pointer) {
             Ok(found) => Answer::Page {
                 body,
@@ -61,43 +59,32 @@ pub(super) fn classify(
         };
     }
     let json: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
-    let reasons: Vec<String> = json
-        .as_ref()
-        .and_then(|j| j.pointer("/error/errors"))
-        .and_then(|e| e.as_array())
-        .map(|errors| {
-            errors
-                .iter()
-                .filter_map(|e| e.get("reason").and_then(|r| r.as_str()).map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    let quota_reason = reasons.iter().find(|r| QUOTA_REASONS.contains(&r.as_str()));
-    // GitHub answers a spent quota with 403 and X-RateLimit-Remaining: 0.
-    let refused = status == StatusCode::FORBIDDEN || status == StatusCode::TOO_MANY_REQUESTS;
-    if status == StatusCode::TOO_MANY_REQUESTS
-        || (status == StatusCode::FORBIDDEN && quota_reason.is_some())
-        || (refused && quota.spent)
-    {
-        let reason = match quota_reason {
-            Some(r) => r.clone(),
-            None if quota.spent => "rate limit exceeded: no units remaining".into(),
-            None => "too many requests".into(),
-        };
-        return Answer::QuotaExhausted {
-            status: status.as_u16(),
-            reason,
-            retry_after: quota.wait,
-        };
-    }
-    if status.is_server_error() {
-        return Answer::Transient(format!("HTTP {status}"));
-    }
+    // Google's reasons, in both of its shapes: `error.errors[].reason`
+    // and `error.details[].reason`.
+    let reasons: Vec<String> = ["/error/errors", "/error/details"]
+        .iter()
+        .filter_map(|at| json.as_ref()?.pointer(at)?.as_array())
+        .flatten()
+        .filter_map(|e| e.get("reason").and_then(|r| r.as_str()).map(String::from))
+        .collect();
+    let credential = match answers::refusal(status, &reasons, quota.spent) {
+        Refusal::Quota(reason) => {
+            return Answer::QuotaExhausted {
+                status: status.as_u16(),
+                reason,
+                retry_after: quota.wait,
+            };
+        }
+        Refusal::Transient => return Answer::Transient(format!("HTTP {status}")),
+        Refusal::Credential => true,
+        Refusal::Request => false,
+    };
     let text = String::from_utf8_lossy(&body);
     let excerpt = crate::runner::report::cut(&redact(&text, secrets), EXCERPT);
     Answer::Refused {
         status: status.as_u16(),
         excerpt: excerpt.split_whitespace().collect::<Vec<_>>().join(" "),
+        credential,
     }
 }
 
@@ -180,7 +167,9 @@ mod tests {
             None,
             &[&secret()],
         ) {
-            Answer::Refused { status, excerpt } => {
+            Answer::Refused {
+                status, excerpt, ..
+            } => {
                 assert_eq!(status, 403);
                 assert!(excerpt.contains("key *** lacks access"), "{excerpt}");
             }

@@ -38,15 +38,7 @@ pub(super) fn redirect(
             from.origin().ascii_serialization()
         ));
     }
-    // What clients do: 303 (and 301/302 after a POST) switch to GET; 307 and
-    // 308 keep the method.
-    let method = match status {
-        StatusCode::SEE_OTHER => reqwest::Method::GET,
-        StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND if *method == reqwest::Method::POST => {
-            reqwest::Method::GET
-        }
-        _ => method.clone(),
-    };
+    let method = super::answers::redirect_method(status, method);
     Answer::Redirect {
         status: status.as_u16(),
         to,
