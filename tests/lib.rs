@@ -50,6 +50,7 @@ mod run_settle;
 mod run_shares;
 mod run_sqlite;
 mod run_sqlite_files;
+mod run_sqlite_guards;
 mod run_stops;
 mod run_topologies;
 mod secret_loading;

@@ -204,11 +204,7 @@ pub fn folder_writable(dir: &Path) -> std::result::Result<(), (PathBuf, std::io:
         std::process::id(),
         rand::random::<u64>()
     ));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(fail)?;
+    crate::atomic_file::create_exclusive(&probe, 0o600).map_err(fail)?;
     std::fs::remove_file(&probe).map_err(fail)
 }
 

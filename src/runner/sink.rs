@@ -18,7 +18,7 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::config::SqliteOutput;
 
@@ -138,11 +138,11 @@ impl Sink {
     /// the table of the run that wrote each input's rows), refusing a
     /// table of another shape.
     pub fn open(spec: &SqliteOutput, job: &str, runs: bool) -> Result<Self, SinkError> {
-        if let Some(dir) = spec.path.parent() {
-            std::fs::create_dir_all(dir).map_err(SinkError::Io)?;
-        }
         regular_or_absent(&spec.path)?;
-        let mut conn = connect(&spec.path, OpenFlags::default())?;
+        // (the file and its folders made with quota's modes, never
+        // SQLite's 0644 or the umask's 0777)
+        crate::atomic_file::create_database(&spec.path).map_err(SinkError::Io)?;
+        let mut conn = connect(&spec.path, crate::atomic_file::open_existing())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         shape(&tx, spec, true)?;
         if runs {
