@@ -4,15 +4,20 @@
 //! `run` would (Class 6), a database busy at a run's start a clean stop
 //! (Class 7).
 
+use std::io::{Read, Write};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::common::deployment::{Deployment, embedded_store, kill, spawn};
+use crate::common::deployment::{Deployment, api_deployment, embedded_store, kill, spawn};
+use crate::common::inputs::write;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
-use crate::run_sqlite::trending;
+use crate::common::yaml::{Job, Step};
+use crate::run_sqlite::{ROWS, rows_only, trending};
 
 /// The mode of a file, permission bits only.
 fn mode(path: &Path) -> u32 {
@@ -64,4 +69,170 @@ fn the_database_its_wal_and_shm_and_its_folders_take_quota_s_modes() {
         .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
         .unwrap();
     assert_eq!(rows, 5, "the first page's rows");
+}
+
+/// A server that answers every request with `body` (JSON, 200); the
+/// requests it got.
+fn serving(body: &'static str) -> (String, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = asked.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut head = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.fetch_add(1, Ordering::SeqCst);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    (base, asked)
+}
+
+/// An e-mail API's page: fields named as SQL's keywords.
+const MAIL: &str = r#"{"items":[
+  {"id":"m1","from":"alice@example.org","order":"first","group":"admins","select":"chosen","where":"paris"},
+  {"id":"m2","from":"bob@example.org","order":"second","group":"users","select":"skipped","where":"lyon"}]}"#;
+
+/// A deployment of job `mail` against `base`, its rows in table `table`
+/// of `out/mail.db`, its index over `search`.
+fn mail(base: &str, table: &str, search: &str) -> Deployment {
+    let job = Job::new("mail", "main")
+        .regions(&["GB"])
+        .step(Step::new("api").url(&format!("\"{base}/messages\"")))
+        .output(&format!(
+            "{{ sqlite: {{ path: out/mail.db, table: {table}, items: /items/*, key: /id, search: [{search}] }} }}"
+        ))
+        .to_string();
+    api_deployment(&job)
+}
+
+/// A search field named like an SQL keyword (`/from`: an e-mail API's)
+/// passed `check`, then every run charged, wrote its page and failed to
+/// store its rows. Every name is quoted now: the rows and the index are
+/// there, read back with SQL and FTS5's `MATCH`.
+#[test]
+fn search_fields_named_like_sql_keywords_are_columns_like_any_other() {
+    let (base, asked) = serving(MAIL);
+    let d = mail(&base, "select", "/from, /order, /group, /select, /where");
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let c = Connection::open(d.path().join("out/mail.db")).unwrap();
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM \"select\"", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+    let found = |column: &str, word: &str| -> Vec<String> {
+        let sql = format!("SELECT key FROM select_search WHERE \"{column}\" MATCH ?1 ORDER BY key");
+        let mut stmt = c.prepare(&sql).unwrap();
+        stmt.query_map([word], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(found("from", "alice"), ["m1"]);
+    assert_eq!(found("order", "second"), ["m2"]);
+    assert_eq!(found("group", "admins"), ["m1"]);
+    assert_eq!(found("select", "skipped"), ["m2"]);
+    assert_eq!(found("where", "lyon"), ["m2"]);
+    assert_eq!(found("select_search", "paris"), ["m1"], "the whole index");
+    // A run again finds the tables as it made them.
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(d.quota(&["check"]).code, 0);
+}
+
+/// `/Key`, `/Rank`, `/rowid` passed `check` and failed at `run` (78, an
+/// unclear message): FTS5 keeps those names, whatever their case. `check`
+/// refuses them, naming the file, the field and the name, and so does
+/// `run`, before anything is asked.
+#[test]
+fn fts5_s_reserved_names_are_refused_at_check_whatever_their_case() {
+    let (base, asked) = serving(MAIL);
+    for field in [
+        "/Key",
+        "/Rank",
+        "/rowid",
+        "/a/ROWID",
+        "/OID",
+        "/Mail_Search",
+    ] {
+        let d = mail(&base, "mail", &format!("/from, {field}"));
+        let column = field.rsplit('/').next().unwrap();
+        for cmd in ["check", "run"] {
+            let r = d.quota(&[cmd]);
+            assert_eq!(r.code, 78, "{field} {cmd}: {r:?}");
+            for said in [
+                "quota.yaml",
+                "jobs.mail.output.sqlite.search[1]",
+                &format!("'{column}'"),
+                "keeps for itself",
+            ] {
+                assert!(r.stderr.contains(said), "{field} {cmd} says {said}: {r:?}");
+            }
+        }
+        assert!(!d.path().join("out/mail.db").exists(), "{field}");
+    }
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+}
+
+/// `check` missed a `TABLE_runs` of another shape (a run refused it) and
+/// a plain table where the full-text index `TABLE_search` should be (a
+/// run wrote the index into it, and `MATCH` found nothing): `check` takes
+/// the look a run takes, and both refuse them (78), nothing fetched.
+#[test]
+fn check_refuses_what_run_would_a_runs_table_of_another_shape_and_a_plain_index() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    write(&d, "ids.txt", "K1\nK2\n");
+    d.write(&rows_only(&store, &up.base(), 1));
+    std::fs::create_dir_all(d.path().join("out")).unwrap();
+    Connection::open(d.path().join("out/rows.db"))
+        .unwrap()
+        .execute_batch("CREATE TABLE results_runs (job TEXT, input TEXT);")
+        .unwrap();
+    for cmd in ["check", "run"] {
+        let r = d.quota(&[cmd]);
+        assert_eq!(r.code, 78, "{cmd}: {r:?}");
+        for said in [
+            "quota.yaml",
+            "jobs.list.output.sqlite.table",
+            "results_runs",
+        ] {
+            assert!(r.stderr.contains(said), "{cmd} says {said}: {r:?}");
+        }
+    }
+
+    d.write(&trending(&store, &up.base(), &["US"], ROWS));
+    Connection::open(d.path().join("out/videos.db"))
+        .unwrap()
+        .execute_batch("CREATE TABLE videos_search (key TEXT, title TEXT);")
+        .unwrap();
+    for cmd in ["check", "run"] {
+        let r = d.quota(&[cmd]);
+        assert_eq!(r.code, 78, "{cmd}: {r:?}");
+        for said in [
+            "quota.yaml",
+            "jobs.trending.output.sqlite.table",
+            "'videos_search' is there but is not a full-text (FTS5) index",
+        ] {
+            assert!(r.stderr.contains(said), "{cmd} says {said}: {r:?}");
+        }
+    }
+    assert!(up.seen().is_empty(), "nothing fetched");
 }

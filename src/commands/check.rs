@@ -30,7 +30,7 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
             ),
         })?;
         if let Some(spec) = &job.sqlite {
-            crate::runner::sink::check(spec).map_err(|e| Error::Config {
+            crate::runner::sink::check(spec, job.rows_keep_runs()).map_err(|e| Error::Config {
                 file: config.file.clone(),
                 field: format!(
                     "jobs.{}.output.sqlite.{}",

@@ -166,6 +166,13 @@ impl Job {
             None => Ok(()),
         }
     }
+
+    /// Whether the job's rows keep `TABLE_runs`, the run that wrote each
+    /// input's rows (a once-job of inputs): what a run's open makes and
+    /// `check` looks at alike.
+    pub fn rows_keep_runs(&self) -> bool {
+        self.once && self.inputs.is_some()
+    }
 }
 
 /// Whether `dir`, or the nearest folder above it that exists, takes a new

@@ -32,7 +32,7 @@ pub(crate) use self::shape::BUSY_TIMEOUT;
 
 pub use prepare::{Prepared, prepare};
 pub use shape::check;
-use shape::{connect, regular_or_absent, runs_shape, shape};
+use shape::{connect, fit, regular_or_absent};
 
 /// Why the database cannot take the job's rows.
 #[derive(Debug)]
@@ -99,33 +99,42 @@ struct Sql {
     insert: String,
 }
 
+/// `name` as an SQL identifier, quoted: a field named like a keyword
+/// (`/from`, `/order`) is a column like any other. Names are letters,
+/// digits and `_` (the configuration's check), the doubling of `"` is
+/// for whatever else reaches here.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 impl Sql {
     fn of(spec: &SqliteOutput) -> Self {
-        let (t, s) = (&spec.table, spec.search_table());
-        let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+        let (t, s) = (ident(&spec.table), ident(&spec.search_table()));
+        let runs = ident(&format!("{}_runs", spec.table));
+        let cols: Vec<String> = spec.search.iter().map(|(c, _)| ident(c)).collect();
         let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
         Self {
             upsert: format!(
-                "INSERT INTO \"{t}\" (key, job, input, fetched_at, item) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
-                 fetched_at = excluded.fetched_at, item = excluded.item"
+                "INSERT INTO {t} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
+                 \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\""
             ),
-            exists: format!("SELECT 1 FROM \"{t}\" WHERE key = ?1"),
+            exists: format!("SELECT 1 FROM {t} WHERE \"key\" = ?1"),
             runs: format!(
-                "INSERT INTO \"{t}_runs\" (job, input, run) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT(job, input) DO UPDATE SET run = excluded.run"
+                "INSERT INTO {runs} (\"job\", \"input\", \"run\") VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(\"job\", \"input\") DO UPDATE SET \"run\" = excluded.\"run\""
             ),
             entry: format!(
-                "SELECT key, {} FROM \"{s}\" WHERE rowid = ?1",
+                "SELECT \"key\", {} FROM {s} WHERE rowid = ?1",
                 if cols.is_empty() {
                     "NULL".to_string()
                 } else {
                     cols.join(", ")
                 }
             ),
-            remove: format!("DELETE FROM \"{s}\" WHERE rowid = ?1"),
+            remove: format!("DELETE FROM {s} WHERE rowid = ?1"),
             insert: format!(
-                "INSERT INTO \"{s}\" (rowid, key, {}) VALUES (?1, ?2, {})",
+                "INSERT INTO {s} (rowid, \"key\", {}) VALUES (?1, ?2, {})",
                 cols.join(", "),
                 marks.join(", ")
             ),
@@ -144,10 +153,7 @@ impl Sink {
         crate::atomic_file::create_database(&spec.path).map_err(SinkError::Io)?;
         let mut conn = connect(&spec.path, crate::atomic_file::open_existing())?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        shape(&tx, spec, true)?;
-        if runs {
-            runs_shape(&tx, spec)?;
-        }
+        fit(&tx, spec, runs, true)?;
         tx.commit()?;
         Ok(Self {
             conn,
@@ -164,9 +170,9 @@ impl Sink {
         if !self.runs {
             return Ok(0);
         }
-        let t = format!("{}_runs", self.spec.table);
+        let t = ident(&format!("{}_runs", self.spec.table));
         self.conn.query_row(
-            &format!("SELECT coalesce(max(run), 0) FROM \"{t}\" WHERE job = ?1"),
+            &format!("SELECT coalesce(max(\"run\"), 0) FROM {t} WHERE \"job\" = ?1"),
             [&self.job],
             |r| r.get::<_, i64>(0).map(|n| n.max(0) as u64),
         )
@@ -182,9 +188,9 @@ impl Sink {
         if !self.runs {
             return Ok(false);
         }
-        let t = format!("{}_runs", self.spec.table);
+        let t = ident(&format!("{}_runs", self.spec.table));
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT run FROM \"{t}\" WHERE job = ?1 AND input = ?2"
+            "SELECT \"run\" FROM {t} WHERE \"job\" = ?1 AND \"input\" = ?2"
         ))?;
         let run: Option<i64> = stmt
             .query_row(params![self.job, input], |r| r.get(0))
@@ -256,8 +262,8 @@ impl Sink {
     /// store lost its place takes them as done.
     pub fn inputs_with_rows(&self) -> rusqlite::Result<HashSet<String>> {
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT DISTINCT input FROM \"{}\" WHERE job = ?1",
-            self.spec.table
+            "SELECT DISTINCT \"input\" FROM {} WHERE \"job\" = ?1",
+            ident(&self.spec.table)
         ))?;
         stmt.query_map([&self.job], |r| r.get::<_, String>(0))?
             .collect()

@@ -14,7 +14,7 @@ impl JobRun<'_> {
     pub(super) async fn open_sink(&mut self, spec: &crate::config::SqliteOutput) -> Result<()> {
         let (spec, name) = (spec.clone(), self.job.name.clone());
         // (a once-job of inputs keeps which run wrote each input's rows)
-        let runs = self.job.once && self.job.inputs.is_some();
+        let runs = self.job.rows_keep_runs();
         let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name, runs))
             .await
             .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
