@@ -236,3 +236,60 @@ fn check_refuses_what_run_would_a_runs_table_of_another_shape_and_a_plain_index(
     }
     assert!(up.seen().is_empty(), "nothing fetched");
 }
+
+/// Charges in the embedded store's log.
+fn charges(d: &Deployment) -> i64 {
+    Connection::open(d.path().join("ledger.sqlite3"))
+        .unwrap()
+        .query_row("SELECT count(*) FROM log", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A database another writer held at a run's start: the run waited the
+/// rows' 60 s and exited 78, "configuration error". It is a busy moment:
+/// 75 after the open's few seconds, saying who holds the lock (this test's
+/// process, which holds it), nothing charged; once free, the run goes on.
+#[test]
+fn a_database_locked_by_another_writer_at_the_start_is_75_saying_who() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    d.write(&trending(&embedded_store(&d), &up.base(), &["US"], ROWS));
+    assert_eq!(d.quota(&["run"]).code, 0);
+    let (asked, charged) = (up.seen().len(), charges(&d));
+    let db = d.path().join("out/videos.db");
+    let holder = Connection::open(&db).unwrap();
+    holder
+        .execute_batch("BEGIN IMMEDIATE; DELETE FROM videos WHERE key = 'none';")
+        .unwrap();
+    // (the lock is held: another writer cannot begin)
+    let other = Connection::open(&db).unwrap();
+    let e = other.execute_batch("BEGIN IMMEDIATE").unwrap_err();
+    assert_eq!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy),
+        "{e}"
+    );
+    drop(other);
+    let began = std::time::Instant::now();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(began.elapsed() < Duration::from_secs(30), "{r:?}");
+    let who = format!("process {}", std::process::id());
+    for said in ["videos.db", "is busy", &who, "holds its write lock"] {
+        assert!(r.stderr.contains(said), "says {said}: {r:?}");
+    }
+    assert!(!r.stderr.contains("configuration"), "{r:?}");
+    assert_eq!(
+        (up.seen().len(), charges(&d)),
+        (asked, charged),
+        "nothing charged or asked"
+    );
+    let r = d.quota(&["check"]);
+    assert_eq!(r.code, 75, "{r:?}");
+    assert!(r.stderr.contains(&who), "{r:?}");
+
+    holder.execute_batch("COMMIT").unwrap();
+    let r = d.quota(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(charges(&d) > charged);
+}

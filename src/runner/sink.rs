@@ -23,6 +23,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use crate::config::SqliteOutput;
 
 pub mod apart;
+mod busy;
 pub mod group;
 mod index;
 mod prepare;
@@ -41,6 +42,9 @@ pub enum SinkError {
     Shape(String),
     Db(rusqlite::Error),
     Io(std::io::Error),
+    /// Another writer held the database past the open's short wait: who
+    /// (`process PID (NAME)`, or `another process`).
+    Busy(String),
 }
 
 impl std::fmt::Display for SinkError {
@@ -49,6 +53,11 @@ impl std::fmt::Display for SinkError {
             Self::Shape(s) => f.write_str(s),
             Self::Db(e) => write!(f, "{e}"),
             Self::Io(e) => write!(f, "{e}"),
+            Self::Busy(holder) => write!(
+                f,
+                "busy: {holder} holds its write lock (waited {}s)",
+                busy::OPEN_BUSY_TIMEOUT.as_secs()
+            ),
         }
     }
 }
@@ -151,10 +160,15 @@ impl Sink {
         // (the file and its folders made with quota's modes, never
         // SQLite's 0644 or the umask's 0777)
         crate::atomic_file::create_database(&spec.path).map_err(SinkError::Io)?;
-        let mut conn = connect(&spec.path, crate::atomic_file::open_existing())?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        fit(&tx, spec, runs, true)?;
-        tx.commit()?;
+        let conn = busy::or_holder(&spec.path, || {
+            let mut conn = connect(&spec.path, crate::atomic_file::open_existing())?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            fit(&tx, spec, runs, true)?;
+            tx.commit()?;
+            // (the rows wait for other writers longer than the open did)
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            Ok(conn)
+        })?;
         Ok(Self {
             conn,
             spec: spec.clone(),

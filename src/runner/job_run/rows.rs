@@ -22,6 +22,11 @@ impl JobRun<'_> {
         // configuration's error, as `check` says: 78, not a failed run)
         let sink = opened.map_err(|e| match e {
             SinkError::Shape(_) => self.sink_error(e),
+            // (another writer's moment, not the configuration: 75)
+            SinkError::Busy(_) => Error::Busy(format!(
+                "{}: the results database is {e}; nothing was charged, the next run tries again",
+                spec_path(self.job.sqlite.as_ref()).display()
+            )),
             other => Error::Config {
                 file: self.ctx.config.file.clone(),
                 field: format!("jobs.{}.output.sqlite.path", self.job.name),

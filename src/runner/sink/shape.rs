@@ -40,11 +40,13 @@ pub fn check(spec: &SqliteOutput, runs: bool) -> Result<(), SinkError> {
         });
     }
     regular_or_absent(&spec.path)?;
-    let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    fit(&tx, spec, runs, false)?;
-    tx.rollback()?;
-    Ok(())
+    super::busy::or_holder(&spec.path, || {
+        let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        fit(&tx, spec, runs, false)?;
+        tx.rollback()?;
+        Ok(())
+    })
 }
 
 /// A database is a regular file, or none yet: SQLite would take a device
@@ -60,9 +62,11 @@ pub(super) fn regular_or_absent(path: &Path) -> Result<(), SinkError> {
     }
 }
 
+/// A connection to the database, WAL and full syncs, waiting for another
+/// writer as an open does ([`super::busy::OPEN_BUSY_TIMEOUT`]).
 pub(super) fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(super::busy::OPEN_BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // (FULL: a committed page survives a power loss too, since the
     // cursor that moves after it lives elsewhere)
