@@ -148,6 +148,34 @@ pub fn open_existing() -> rusqlite::OpenFlags {
         | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
 }
 
+/// Put the database of `conn` in WAL mode (which makes its `-wal` and
+/// `-shm`), waiting up to `within` for other processes: SQLite answers the
+/// switch `SQLITE_BUSY` at once while another connection holds the file,
+/// without its busy handler, so a new database opened by many processes at
+/// once (a burst of `quota charge`) failed one of them in about 25 bursts
+/// of 24. The error is SQLite's once `within` has passed.
+pub fn wal_mode(conn: &rusqlite::Connection, within: std::time::Duration) -> rusqlite::Result<()> {
+    let began = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e) if is_busy(&e) && began.elapsed() < within => {
+                std::thread::sleep(pause.min(within.saturating_sub(began.elapsed())));
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether SQLite said another connection holds the file.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 /// Write `bytes` to `dir/name` atomically, replacing any file of that name,
 /// with `mode` (less the umask); returns the final path. `owner` names the
 /// temporary file (see the module).

@@ -14,6 +14,7 @@ mod inputs_config;
 mod inputs_progress;
 mod ledger_concurrency;
 mod ledger_conformance;
+mod ledger_embedded_burst;
 mod ledger_embedded_scale;
 mod ledger_equivalence;
 mod ledger_fast_path;

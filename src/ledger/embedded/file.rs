@@ -118,7 +118,9 @@ impl EmbeddedLedger {
     /// Set up a connection to the store file at `path`.
     fn init(conn: Connection, path: &Path) -> Result<Self, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let began = std::time::Instant::now();
+        crate::atomic_file::wal_mode(&conn, BUSY_TIMEOUT)
+            .map_err(|e| crate::ledger::error::busy_after(e, began.elapsed()))?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
         // A store made before the loss time had no `lost_at`: add it.

@@ -26,18 +26,11 @@ pub(super) fn or_holder<T>(
     open: impl FnOnce() -> Result<T, SinkError>,
 ) -> Result<T, SinkError> {
     match open() {
-        Err(SinkError::Db(e)) if is_busy(&e) => Err(SinkError::Busy(
+        Err(SinkError::Db(e)) if crate::atomic_file::is_busy(&e) => Err(SinkError::Busy(
             write_lock_holder(path).unwrap_or_else(|| "another process".to_string()),
         )),
         other => other,
     }
-}
-
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }
 
 /// The process that holds the database's write lock, as `process PID

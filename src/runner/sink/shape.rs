@@ -67,7 +67,7 @@ pub(super) fn regular_or_absent(path: &Path) -> Result<(), SinkError> {
 pub(super) fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(super::busy::OPEN_BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    crate::atomic_file::wal_mode(&conn, super::busy::OPEN_BUSY_TIMEOUT)?;
     // (FULL: a committed page survives a power loss too, since the
     // cursor that moves after it lives elsewhere)
     conn.pragma_update(None, "synchronous", "FULL")?;
