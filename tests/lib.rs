@@ -41,6 +41,7 @@ mod run_inputs_batch;
 mod run_inputs_failed;
 mod run_inputs_hostile;
 mod run_inputs_scale;
+mod run_inputs_warnings;
 mod run_jobs;
 mod run_page_reading;
 mod run_pagination;
