@@ -24,6 +24,14 @@
 //! Two ways to give the file its name: [`write_atomically`] replaces what
 //! was there (the history), [`write_new`] never does (pages: a page file,
 //! once written, is never overwritten).
+//!
+//! This is the one place that makes files and folders: a SQLite database
+//! (the embedded ledger, a job's `output.sqlite`) is made here too, with
+//! its folders ([`create_database`]), and then opened without SQLite's
+//! `CREATE` ([`open_existing`]), so SQLite never makes one with its own
+//! 0644; its `-wal`, `-shm` and `-journal` take the database file's mode
+//! (SQLite sets it on them whatever the umask). `src/files_made.rs`
+//! fails the build's tests on a file or folder made anywhere else.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -114,6 +122,58 @@ pub fn create_folder(dir: &Path) -> std::io::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Make the SQLite database file `path` if nothing has that name yet, with
+/// [`file_mode`] (less the umask), and its missing folders with
+/// [`create_folder`]; a file that is there keeps its mode (the operator's
+/// choice, as a folder's). Open it afterwards with [`open_existing`].
+pub fn create_database(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_folder(dir)?;
+    }
+    let mode = file_mode().map_err(std::io::Error::other)?;
+    match create_exclusive(path, mode) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// SQLite's default flags without `SQLITE_OPEN_CREATE`: a database that
+/// is not there is an error, never a file SQLite makes with its own mode.
+pub fn open_existing() -> rusqlite::OpenFlags {
+    rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+        | rusqlite::OpenFlags::SQLITE_OPEN_URI
+        | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// Put the database of `conn` in WAL mode (which makes its `-wal` and
+/// `-shm`), waiting up to `within` for other processes: SQLite answers the
+/// switch `SQLITE_BUSY` at once while another connection holds the file,
+/// without its busy handler, so a new database opened by many processes at
+/// once (a burst of `quota charge`) failed one of them in about 25 bursts
+/// of 24. The error is SQLite's once `within` has passed.
+pub fn wal_mode(conn: &rusqlite::Connection, within: std::time::Duration) -> rusqlite::Result<()> {
+    let began = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(e) if is_busy(&e) && began.elapsed() < within => {
+                std::thread::sleep(pause.min(within.saturating_sub(began.elapsed())));
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether SQLite said another connection holds the file.
+pub fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Write `bytes` to `dir/name` atomically, replacing any file of that name,

@@ -152,6 +152,12 @@ pub enum Error {
     #[error("benchmark: {0}")]
     Benchmark(String),
 
+    /// Something a run needs is another process's for now (a results
+    /// database another writer holds at the run's start): nothing was
+    /// charged, the next tick tries again (75).
+    #[error("{0}")]
+    Busy(String),
+
     /// `quota exec` could not start its command (after the charge was made).
     #[error("cannot run {program}: {source} (its charge was made and stays recorded)")]
     CommandNotStarted {
@@ -186,6 +192,7 @@ impl Error {
         match self {
             Self::Config { .. } => ExitStatus::CONFIG,
             Self::Usage(_) => ExitStatus::USAGE,
+            Self::Busy(_) => ExitStatus::STOPPED,
             Self::StoreUnavailable { .. } => ExitStatus::UNAVAILABLE,
             Self::Store { source, .. } => match source {
                 StoreError::Unavailable(_) => ExitStatus::UNAVAILABLE,

@@ -41,6 +41,8 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod error;
+#[cfg(test)]
+mod files_made;
 pub mod folder_sync;
 pub mod history;
 pub mod inputs;

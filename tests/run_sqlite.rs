@@ -15,7 +15,7 @@ use crate::common::standin::Standin;
 use crate::common::wait_until;
 use crate::common::yaml::{Job, Step};
 
-const ROWS: &str = "{ sqlite: { path: out/videos.db, table: videos, items: /items/*, key: /id, search: [/snippet/title] } }";
+pub(crate) const ROWS: &str = "{ sqlite: { path: out/videos.db, table: videos, items: /items/*, key: /id, search: [/snippet/title] } }";
 
 /// Job `trending` over `regions`, 3 pages each, its rows as `output` says.
 pub(crate) fn trending(store: &str, base: &str, regions: &[&str], output: &str) -> String {

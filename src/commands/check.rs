@@ -43,21 +43,28 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
             ),
         })?;
         if let Some(spec) = &job.sqlite {
-            crate::runner::sink::check(spec).map_err(|e| Error::Config {
-                file: config.file.clone(),
-                field: format!(
-                    "jobs.{}.output.sqlite.{}",
-                    job.name,
-                    if matches!(e, SinkError::Shape(_)) {
-                        "table"
-                    } else {
-                        "path"
-                    }
-                ),
-                message: format!(
-                    "{}: {e}; a run would stop before its first call",
+            crate::runner::sink::check(spec, job.rows_keep_runs()).map_err(|e| match e {
+                // (busy is not wrong: 75, check again)
+                SinkError::Busy(_) => Error::Busy(format!(
+                    "{}: the results database is {e}: its tables could not be checked; check again",
                     spec.path.display()
-                ),
+                )),
+                e => Error::Config {
+                    file: config.file.clone(),
+                    field: format!(
+                        "jobs.{}.output.sqlite.{}",
+                        job.name,
+                        if matches!(e, SinkError::Shape(_)) {
+                            "table"
+                        } else {
+                            "path"
+                        }
+                    ),
+                    message: format!(
+                        "{}: {e}; a run would stop before its first call",
+                        spec.path.display()
+                    ),
+                },
             })?;
         }
     }

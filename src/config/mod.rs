@@ -168,6 +168,13 @@ impl Job {
             None => Ok(()),
         }
     }
+
+    /// Whether the job's rows keep `TABLE_runs`, the run that wrote each
+    /// input's rows (a once-job of inputs): what a run's open makes and
+    /// `check` looks at alike.
+    pub fn rows_keep_runs(&self) -> bool {
+        self.once && self.inputs.is_some()
+    }
 }
 
 /// Whether `dir`, or the nearest folder above it that exists, takes a new
@@ -206,11 +213,7 @@ pub fn folder_writable(dir: &Path) -> std::result::Result<(), (PathBuf, std::io:
         std::process::id(),
         rand::random::<u64>()
     ));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(fail)?;
+    crate::atomic_file::create_exclusive(&probe, 0o600).map_err(fail)?;
     std::fs::remove_file(&probe).map_err(fail)
 }
 

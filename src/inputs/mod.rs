@@ -9,7 +9,8 @@
 //! rules shared by every kind); [`done_part`] (what a once-job keeps of the
 //! part of its file already done, and the check that names the first line
 //! that changed); [`pace`] (when the rest will be done at the pace the
-//! budgets allow).
+//! budgets allow); [`warnings`] (how many of a kind of skipped record a
+//! run warns about one by one).
 //!
 //! Memory stays flat: a file is read through a fixed buffer, one record at
 //! a time; a line longer than [`MAX_LINE`] is skipped, not held.
@@ -20,6 +21,7 @@ mod lines;
 pub mod pace;
 mod reader;
 mod record;
+pub mod warnings;
 
 pub use self::reader::{MAX_LINE, Reader};
 pub use self::record::{Item, Position, Record, Skip, SkipReason, Span};

@@ -49,21 +49,31 @@ pub enum StoreError {
     Worker(String),
 }
 
-/// SQLite's errors, except that a file still locked by another connection
-/// when the busy timeout ran out (`SQLITE_BUSY`, `SQLITE_LOCKED`) is an
-/// outage: the store cannot answer now, so the endpoint's
-/// fail_closed/fail_open policy applies, as for an unreachable Redis.
+/// SQLite's errors, except that a file locked by another connection
+/// (`SQLITE_BUSY`, `SQLITE_LOCKED`) is an outage: the store cannot answer
+/// now, so the endpoint's fail_closed/fail_open policy applies, as for an
+/// unreachable Redis. Said without a wait: SQLite answers some of them at
+/// once, without its busy handler ([`busy_after`] says one that waited).
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
-        match e.sqlite_error_code() {
-            Some(DatabaseBusy | DatabaseLocked) => Self::Unavailable(format!(
-                "its file stayed locked by another writer past the {}s busy timeout: {e}",
-                BUSY_TIMEOUT.as_secs()
-            )),
-            _ => Self::Sql(e),
+        if crate::atomic_file::is_busy(&e) {
+            return Self::Unavailable(format!("its file is locked by another writer: {e}"));
         }
+        Self::Sql(e)
     }
+}
+
+/// SQLite's error `e` after the store waited `waited` for the file (the
+/// busy timeout, or a retried WAL switch): a lock is said to have stayed
+/// past the timeout only when that much time went by.
+pub(in crate::ledger) fn busy_after(e: rusqlite::Error, waited: std::time::Duration) -> StoreError {
+    if crate::atomic_file::is_busy(&e) && waited >= BUSY_TIMEOUT {
+        return StoreError::Unavailable(format!(
+            "its file stayed locked by another writer past the {}s busy timeout: {e}",
+            BUSY_TIMEOUT.as_secs()
+        ));
+    }
+    e.into()
 }
 
 /// Refuse a cost that can never fit, before asking any store.

@@ -89,7 +89,7 @@ fn mode() -> std::io::Result<u32> {
 /// The id of the database at `path` (which the sink has opened, so it
 /// exists), made if it has none, in one transaction.
 pub fn db_id(path: &Path) -> rusqlite::Result<String> {
-    let mut conn = Connection::open(path)?;
+    let mut conn = Connection::open_with_flags(path, crate::atomic_file::open_existing())?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(&format!(
@@ -120,7 +120,7 @@ pub fn db_id(path: &Path) -> rusqlite::Result<String> {
 
 /// Whether `table` of the database at `path` holds a row of `job`.
 pub fn db_has_rows(path: &Path, table: &str, job: &str) -> rusqlite::Result<bool> {
-    let conn = Connection::open(path)?;
+    let conn = Connection::open_with_flags(path, crate::atomic_file::open_existing())?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.query_row(
         &format!("SELECT 1 FROM \"{table}\" WHERE job = ?1 LIMIT 1"),
@@ -155,9 +155,15 @@ mod tests {
     fn a_database_keeps_its_id_and_a_rebuilt_one_gets_another() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("o.db");
+        crate::atomic_file::create_database(&path).unwrap();
         let first = db_id(&path).unwrap();
         assert_eq!(db_id(&path).unwrap(), first);
         std::fs::remove_file(&path).unwrap();
+        assert!(
+            db_id(&path).is_err(),
+            "a database removed is not made again"
+        );
+        crate::atomic_file::create_database(&path).unwrap();
         assert_ne!(db_id(&path).unwrap(), first);
     }
 }

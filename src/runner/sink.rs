@@ -18,11 +18,12 @@
 
 use std::collections::HashSet;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::config::SqliteOutput;
 
 pub mod apart;
+mod busy;
 pub mod group;
 mod index;
 mod prepare;
@@ -32,7 +33,7 @@ pub(crate) use self::shape::BUSY_TIMEOUT;
 
 pub use prepare::{Prepared, prepare};
 pub use shape::check;
-use shape::{connect, regular_or_absent, runs_shape, shape};
+use shape::{connect, fit, regular_or_absent};
 
 /// Why the database cannot take the job's rows.
 #[derive(Debug)]
@@ -41,6 +42,9 @@ pub enum SinkError {
     Shape(String),
     Db(rusqlite::Error),
     Io(std::io::Error),
+    /// Another writer held the database past the open's short wait: who
+    /// (`process PID (NAME)`, or `another process`).
+    Busy(String),
 }
 
 impl std::fmt::Display for SinkError {
@@ -49,6 +53,11 @@ impl std::fmt::Display for SinkError {
             Self::Shape(s) => f.write_str(s),
             Self::Db(e) => write!(f, "{e}"),
             Self::Io(e) => write!(f, "{e}"),
+            Self::Busy(holder) => write!(
+                f,
+                "busy: {holder} holds its write lock (waited {}s)",
+                busy::OPEN_BUSY_TIMEOUT.as_secs()
+            ),
         }
     }
 }
@@ -99,33 +108,42 @@ struct Sql {
     insert: String,
 }
 
+/// `name` as an SQL identifier, quoted: a field named like a keyword
+/// (`/from`, `/order`) is a column like any other. Names are letters,
+/// digits and `_` (the configuration's check), the doubling of `"` is
+/// for whatever else reaches here.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 impl Sql {
     fn of(spec: &SqliteOutput) -> Self {
-        let (t, s) = (&spec.table, spec.search_table());
-        let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+        let (t, s) = (ident(&spec.table), ident(&spec.search_table()));
+        let runs = ident(&format!("{}_runs", spec.table));
+        let cols: Vec<String> = spec.search.iter().map(|(c, _)| ident(c)).collect();
         let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
         Self {
             upsert: format!(
-                "INSERT INTO \"{t}\" (key, job, input, fetched_at, item) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT(key) DO UPDATE SET job = excluded.job, input = excluded.input, \
-                 fetched_at = excluded.fetched_at, item = excluded.item"
+                "INSERT INTO {t} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
+                 \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\""
             ),
-            exists: format!("SELECT 1 FROM \"{t}\" WHERE key = ?1"),
+            exists: format!("SELECT 1 FROM {t} WHERE \"key\" = ?1"),
             runs: format!(
-                "INSERT INTO \"{t}_runs\" (job, input, run) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT(job, input) DO UPDATE SET run = excluded.run"
+                "INSERT INTO {runs} (\"job\", \"input\", \"run\") VALUES (?1, ?2, ?3) \
+                 ON CONFLICT(\"job\", \"input\") DO UPDATE SET \"run\" = excluded.\"run\""
             ),
             entry: format!(
-                "SELECT key, {} FROM \"{s}\" WHERE rowid = ?1",
+                "SELECT \"key\", {} FROM {s} WHERE rowid = ?1",
                 if cols.is_empty() {
                     "NULL".to_string()
                 } else {
                     cols.join(", ")
                 }
             ),
-            remove: format!("DELETE FROM \"{s}\" WHERE rowid = ?1"),
+            remove: format!("DELETE FROM {s} WHERE rowid = ?1"),
             insert: format!(
-                "INSERT INTO \"{s}\" (rowid, key, {}) VALUES (?1, ?2, {})",
+                "INSERT INTO {s} (rowid, \"key\", {}) VALUES (?1, ?2, {})",
                 cols.join(", "),
                 marks.join(", ")
             ),
@@ -138,17 +156,19 @@ impl Sink {
     /// the table of the run that wrote each input's rows), refusing a
     /// table of another shape.
     pub fn open(spec: &SqliteOutput, job: &str, runs: bool) -> Result<Self, SinkError> {
-        if let Some(dir) = spec.path.parent() {
-            std::fs::create_dir_all(dir).map_err(SinkError::Io)?;
-        }
         regular_or_absent(&spec.path)?;
-        let mut conn = connect(&spec.path, OpenFlags::default())?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        shape(&tx, spec, true)?;
-        if runs {
-            runs_shape(&tx, spec)?;
-        }
-        tx.commit()?;
+        // (the file and its folders made with quota's modes, never
+        // SQLite's 0644 or the umask's 0777)
+        crate::atomic_file::create_database(&spec.path).map_err(SinkError::Io)?;
+        let conn = busy::or_holder(&spec.path, || {
+            let mut conn = connect(&spec.path, crate::atomic_file::open_existing())?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            fit(&tx, spec, runs, true)?;
+            tx.commit()?;
+            // (the rows wait for other writers longer than the open did)
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            Ok(conn)
+        })?;
         Ok(Self {
             conn,
             spec: spec.clone(),
@@ -164,9 +184,9 @@ impl Sink {
         if !self.runs {
             return Ok(0);
         }
-        let t = format!("{}_runs", self.spec.table);
+        let t = ident(&format!("{}_runs", self.spec.table));
         self.conn.query_row(
-            &format!("SELECT coalesce(max(run), 0) FROM \"{t}\" WHERE job = ?1"),
+            &format!("SELECT coalesce(max(\"run\"), 0) FROM {t} WHERE \"job\" = ?1"),
             [&self.job],
             |r| r.get::<_, i64>(0).map(|n| n.max(0) as u64),
         )
@@ -182,9 +202,9 @@ impl Sink {
         if !self.runs {
             return Ok(false);
         }
-        let t = format!("{}_runs", self.spec.table);
+        let t = ident(&format!("{}_runs", self.spec.table));
         let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT run FROM \"{t}\" WHERE job = ?1 AND input = ?2"
+            "SELECT \"run\" FROM {t} WHERE \"job\" = ?1 AND \"input\" = ?2"
         ))?;
         let run: Option<i64> = stmt
             .query_row(params![self.job, input], |r| r.get(0))
@@ -256,8 +276,8 @@ impl Sink {
     /// store lost its place takes them as done.
     pub fn inputs_with_rows(&self) -> rusqlite::Result<HashSet<String>> {
         let mut stmt = self.conn.prepare(&format!(
-            "SELECT DISTINCT input FROM \"{}\" WHERE job = ?1",
-            self.spec.table
+            "SELECT DISTINCT \"input\" FROM {} WHERE \"job\" = ?1",
+            ident(&self.spec.table)
         ))?;
         stmt.query_map([&self.job], |r| r.get::<_, String>(0))?
             .collect()

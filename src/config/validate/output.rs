@@ -179,11 +179,21 @@ impl Validator<'_> {
             let column = pointer_parts(&p)
                 .and_then(|parts| parts.last().cloned())
                 .unwrap_or_default();
-            if !sql_name(&column) || column == "key" || column.starts_with("rank") {
+            if !sql_name(&column) {
                 return Err(self.err(
                     field,
                     format!(
-                        "'{p}': the index's column is the pointer's last part, '{column}', which must be letters, digits and _ (not key or rank)"
+                        "'{p}': the index's column is the pointer's last part, '{column}', which must be letters, digits and _"
+                    ),
+                ));
+            }
+            if reserved_in_index(&column, &raw.table) {
+                return Err(self.err(
+                    field,
+                    format!(
+                        "'{p}': the index's column would be '{column}', a name the full-text (FTS5) index keeps for itself \
+                         (key, rank, rowid, oid, _rowid_ or the index's own name {}_search, in any case): point at the field through another name",
+                        raw.table
                     ),
                 ));
             }
@@ -214,6 +224,17 @@ impl Validator<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `column` cannot be a column of table `table`'s full-text index,
+/// whatever its case (SQL names are): `key` is the index's own column;
+/// FTS5 keeps `rank` (and refuses `rank…` as this crate always has) and
+/// `rowid` and its aliases, and a hidden column named as the index.
+fn reserved_in_index(column: &str, table: &str) -> bool {
+    let c = column.to_ascii_lowercase();
+    ["key", "rowid", "oid", "_rowid_"].contains(&c.as_str())
+        || c.starts_with("rank")
+        || c == format!("{table}_search").to_ascii_lowercase()
 }
 
 /// A name SQL takes unquoted: letters, digits and `_`, not starting with a digit.

@@ -85,26 +85,13 @@ impl EmbeddedLedger {
 
     /// Open (creating if needed) the store file at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            crate::atomic_file::create_folder(dir).map_err(|e| {
-                StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
-        // A new store file is made here, with quota's file mode (0640 unless
-        // QUOTA_FILE_MODE says otherwise, less the umask), not SQLite's 0644:
-        // SQLite gives its -wal and -shm files the same mode.
-        let mode = crate::atomic_file::file_mode().unwrap_or(crate::atomic_file::DEFAULT_FILE_MODE);
-        match crate::atomic_file::create_exclusive(path, mode) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                return Err(StoreError::Unavailable(format!(
-                    "cannot create {}: {e}",
-                    path.display()
-                )));
-            }
-        }
-        let conn = Connection::open(path)
+        // A new store file (and its folders) is made with quota's file mode
+        // (0640 unless QUOTA_FILE_MODE says otherwise, less the umask), not
+        // SQLite's 0644: SQLite gives its -wal and -shm files the same mode.
+        crate::atomic_file::create_database(path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", path.display()))
+        })?;
+        let conn = Connection::open_with_flags(path, crate::atomic_file::open_existing())
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
         Self::init(conn, path)
     }
@@ -122,12 +109,8 @@ impl EmbeddedLedger {
                 )));
             }
         }
-        // The default flags without SQLITE_OPEN_CREATE: a file removed
-        // since is an error, not a new store.
-        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
-            | rusqlite::OpenFlags::SQLITE_OPEN_URI
-            | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
+        // (a file removed since is an error, not a new store)
+        let conn = Connection::open_with_flags(path, crate::atomic_file::open_existing())
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
         Self::init(conn, path).map(Some)
     }
@@ -135,7 +118,9 @@ impl EmbeddedLedger {
     /// Set up a connection to the store file at `path`.
     fn init(conn: Connection, path: &Path) -> Result<Self, StoreError> {
         conn.busy_timeout(BUSY_TIMEOUT)?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let began = std::time::Instant::now();
+        crate::atomic_file::wal_mode(&conn, BUSY_TIMEOUT)
+            .map_err(|e| crate::ledger::error::busy_after(e, began.elapsed()))?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
         // A store made before the loss time had no `lost_at`: add it.

@@ -18,6 +18,7 @@ use std::thread::JoinHandle;
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use crate::ledger::StoreError;
+use crate::ledger::error::busy_after;
 
 /// The most transactions committed together: a bound on how long the
 /// first of them waits for its answer.
@@ -188,10 +189,12 @@ fn commit(
     commits: &AtomicU64,
 ) {
     let alone = works.len() == 1;
+    // (a lock is said to have outlasted the busy timeout only if it did)
+    let began = std::time::Instant::now();
     let tx = match conn.transaction_with_behavior(behavior) {
         Ok(tx) => tx,
         Err(e) => {
-            let e = StoreError::from(e);
+            let e = busy_after(e, began.elapsed());
             for w in works {
                 (w(Err(&e)).answer)(None);
             }
@@ -238,7 +241,7 @@ fn commit(
             commits.fetch_add(1, Ordering::Relaxed);
         })
     };
-    let e = result.err().map(StoreError::from);
+    let e = result.err().map(|e| busy_after(e, began.elapsed()));
     for s in sent {
         (s.answer)(e.as_ref());
     }

@@ -17,6 +17,7 @@ use super::round::{Round, Slot};
 use super::seen::seen_map;
 use crate::config::{Inputs, Job};
 use crate::inputs::done_part::{self, Checker, Chunk, FileStamp, Seen};
+use crate::inputs::warnings::{Kind, SkipWarnings};
 use crate::inputs::{Item, Position, Reader, SkipReason};
 use crate::ledger::Ledger;
 use crate::logging::printable;
@@ -35,6 +36,9 @@ pub(super) struct Feed {
     ended: bool,
     /// Where the next read starts.
     next: Position,
+    /// The skipped records warned about, and those only counted (said at
+    /// the run's end: [`JobRun::say_skip_totals`]).
+    warned: SkipWarnings,
     /// The keys this walk has seen and the line of each one's first record:
     /// in the store, or here when the run has none (unmetered).
     pub(super) seen_map: String,
@@ -299,6 +303,7 @@ impl JobRun<'_> {
             ahead,
             ended: false,
             next: at_place,
+            warned: SkipWarnings::default(),
             seen_map: seen_map(job, at.walk),
             seen_here: HashMap::new(),
             run,
@@ -444,6 +449,17 @@ impl JobRun<'_> {
         }
     }
 
+    /// The skipped records past those warned about one by one, one line a
+    /// kind: at the run's end, however it ends.
+    pub(super) fn say_skip_totals(&self) {
+        let Some(feed) = self.feed.borrow_mut().as_mut().map(|f| f.warned.totals()) else {
+            return;
+        };
+        for line in feed {
+            warn!(job = self.job.name, "{line}");
+        }
+    }
+
     /// Read inputs into the window while it has room. Whether it took any
     /// (none: the file ended, or the window is full).
     pub(super) async fn read_inputs(&self) -> Result<bool> {
@@ -473,7 +489,11 @@ impl JobRun<'_> {
         for item in items {
             match item {
                 Item::Skip(skip) => {
-                    if skip.reason != SkipReason::Blank {
+                    if skip.reason != SkipReason::Blank
+                        && feed
+                            .warned
+                            .note(Kind::of(&skip.reason), || skip.to_string())
+                    {
                         warn!(job = self.job.name, "{skip}: skipped, not charged");
                     }
                     round.push(Key::new(), skip.span, Default::default(), Slot::Skipped);
@@ -481,13 +501,17 @@ impl JobRun<'_> {
                 Item::Record(r) => {
                     let first = held.next().unwrap_or(r.span.line);
                     if first != r.span.line {
-                        warn!(
-                            job = self.job.name,
-                            "{} line {}: key {} again (first on line {first}): skipped, not charged",
-                            feed.reader.file().display(),
-                            r.span.line,
-                            printable(&r.key)
-                        );
+                        let said = || {
+                            format!(
+                                "{} line {}: key {} again (first on line {first})",
+                                feed.reader.file().display(),
+                                r.span.line,
+                                printable(&r.key)
+                            )
+                        };
+                        if feed.warned.note(Kind::KeyAgain, said) {
+                            warn!(job = self.job.name, "{}: skipped, not charged", said());
+                        }
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }

@@ -282,6 +282,7 @@ impl<'a> JobRun<'a> {
     /// give the lock back.
     pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
         self.clear_progress();
+        self.say_skip_totals();
         self.meter.check_history();
         if let Err(e) = self.count_not_modified().await {
             warn!(

@@ -14,7 +14,7 @@ impl JobRun<'_> {
     pub(super) async fn open_sink(&mut self, spec: &crate::config::SqliteOutput) -> Result<()> {
         let (spec, name) = (spec.clone(), self.job.name.clone());
         // (a once-job of inputs keeps which run wrote each input's rows)
-        let runs = self.job.once && self.job.inputs.is_some();
+        let runs = self.job.rows_keep_runs();
         let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name, runs))
             .await
             .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
@@ -22,6 +22,11 @@ impl JobRun<'_> {
         // configuration's error, as `check` says: 78, not a failed run)
         let sink = opened.map_err(|e| match e {
             SinkError::Shape(_) => self.sink_error(e),
+            // (another writer's moment, not the configuration: 75)
+            SinkError::Busy(_) => Error::Busy(format!(
+                "{}: the results database is {e}; nothing was charged, the next run tries again",
+                spec_path(self.job.sqlite.as_ref()).display()
+            )),
             other => Error::Config {
                 file: self.ctx.config.file.clone(),
                 field: format!("jobs.{}.output.sqlite.path", self.job.name),

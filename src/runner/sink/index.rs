@@ -5,7 +5,7 @@
 
 use rusqlite::{OptionalExtension, Transaction};
 
-use super::Sql;
+use super::{Sql, ident};
 use crate::config::SqliteOutput;
 use crate::runner::page_scan;
 
@@ -45,7 +45,10 @@ impl Entry {
 /// Index every row already in the table (an index added to a table that
 /// has rows).
 pub(super) fn fill_index(tx: &Transaction, spec: &SqliteOutput) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare(&format!("SELECT key, item FROM \"{}\"", spec.table))?;
+    let mut stmt = tx.prepare(&format!(
+        "SELECT \"key\", \"item\" FROM {}",
+        ident(&spec.table)
+    ))?;
     let rows: Vec<(String, String)> = stmt
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;

@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::SinkError;
 use super::index::fill_index;
+use super::{SinkError, ident};
 use crate::config::SqliteOutput;
 
 /// How long a write waits for another writer (a run of another job on the
@@ -21,10 +21,11 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(60);
 const COLUMNS: [&str; 5] = ["key", "job", "input", "fetched_at", "item"];
 
 /// `check`: whether the database can take the job's rows, creating
-/// nothing. An existing file is opened read-write and its table's shape
-/// read (a write transaction begun and rolled back, to know it takes
-/// writes); else its folder must take a new file.
-pub fn check(spec: &SqliteOutput) -> Result<(), SinkError> {
+/// nothing. An existing file is opened read-write and its tables' shapes
+/// read by [`fit`], as a run's open does (a write transaction begun and
+/// rolled back, to know it takes writes); else its folder must take a new
+/// file. `runs`: the job keeps `TABLE_runs` (a once-job of inputs).
+pub fn check(spec: &SqliteOutput, runs: bool) -> Result<(), SinkError> {
     if !spec.path.exists() {
         let dir = spec
             .path
@@ -39,11 +40,13 @@ pub fn check(spec: &SqliteOutput) -> Result<(), SinkError> {
         });
     }
     regular_or_absent(&spec.path)?;
-    let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    shape(&tx, spec, false)?;
-    tx.rollback()?;
-    Ok(())
+    super::busy::or_holder(&spec.path, || {
+        let mut conn = connect(&spec.path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        fit(&tx, spec, runs, false)?;
+        tx.rollback()?;
+        Ok(())
+    })
 }
 
 /// A database is a regular file, or none yet: SQLite would take a device
@@ -59,26 +62,47 @@ pub(super) fn regular_or_absent(path: &Path) -> Result<(), SinkError> {
     }
 }
 
+/// A connection to the database, WAL and full syncs, waiting for another
+/// writer as an open does ([`super::busy::OPEN_BUSY_TIMEOUT`]).
 pub(super) fn connect(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.busy_timeout(super::busy::OPEN_BUSY_TIMEOUT)?;
+    crate::atomic_file::wal_mode(&conn, super::busy::OPEN_BUSY_TIMEOUT)?;
     // (FULL: a committed page survives a power loss too, since the
     // cursor that moves after it lives elsewhere)
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
 }
 
-/// The table and its index as `spec` wants them: made if missing (when
-/// `create`), refused if of another shape.
-pub(super) fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
+/// The tables a job's rows take, as `spec` wants them: the rows' table,
+/// its full-text index and (`runs`) `TABLE_runs`, each made if missing
+/// (when `create`: a run's open) and refused if of another shape. The one
+/// look both `check` and a run take, so `check` refuses what a run would.
+pub(super) fn fit(
+    tx: &Transaction,
+    spec: &SqliteOutput,
+    runs: bool,
+    create: bool,
+) -> Result<(), SinkError> {
+    shape(tx, spec, create)?;
+    search_shape(tx, spec, create)?;
+    if runs {
+        runs_shape(tx, spec, create)?;
+    }
+    Ok(())
+}
+
+/// The rows' table as `spec` wants it: made if missing (when `create`),
+/// refused if of another shape.
+fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
     let t = &spec.table;
     let have = columns(tx, t)?;
     if have.is_empty() {
         if create {
             tx.execute_batch(&format!(
-                "CREATE TABLE \"{t}\" (key TEXT PRIMARY KEY NOT NULL, job TEXT NOT NULL, \
-                 input TEXT NOT NULL, fetched_at TEXT NOT NULL, item TEXT NOT NULL);"
+                "CREATE TABLE {} (\"key\" TEXT PRIMARY KEY NOT NULL, \"job\" TEXT NOT NULL, \
+                 \"input\" TEXT NOT NULL, \"fetched_at\" TEXT NOT NULL, \"item\" TEXT NOT NULL);",
+                ident(t)
             ))?;
         }
     } else {
@@ -97,22 +121,27 @@ pub(super) fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Resu
     }
     if create {
         tx.execute_batch(&format!(
-            "CREATE INDEX IF NOT EXISTS \"{t}_job_input\" ON \"{t}\" (job, input);"
+            "CREATE INDEX IF NOT EXISTS {} ON {} (\"job\", \"input\");",
+            ident(&format!("{t}_job_input")),
+            ident(t)
         ))?;
     }
-    search_shape(tx, spec, create)
+    Ok(())
 }
 
-/// `TABLE_runs`, made if missing: the run that last wrote each input's
-/// rows, refused if of another shape.
-pub(super) fn runs_shape(tx: &Transaction, spec: &SqliteOutput) -> Result<(), SinkError> {
+/// `TABLE_runs`, made if missing (when `create`): the run that last
+/// wrote each input's rows, refused if of another shape.
+fn runs_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
     let t = format!("{}_runs", spec.table);
     let have: Vec<String> = columns(tx, &t)?.into_iter().map(|(n, _)| n).collect();
     if have.is_empty() {
-        tx.execute_batch(&format!(
-            "CREATE TABLE \"{t}\" (job TEXT NOT NULL, input TEXT NOT NULL, run INTEGER NOT NULL, \
-             PRIMARY KEY (job, input)) WITHOUT ROWID;"
-        ))?;
+        if create {
+            tx.execute_batch(&format!(
+                "CREATE TABLE {} (\"job\" TEXT NOT NULL, \"input\" TEXT NOT NULL, \"run\" INTEGER NOT NULL, \
+                 PRIMARY KEY (\"job\", \"input\")) WITHOUT ROWID;",
+                ident(&t)
+            ))?;
+        }
     } else if have != ["job", "input", "run"] {
         return Err(SinkError::Shape(format!(
             "table '{t}' exists with columns ({}), not (job, input, run), which keeps the run that wrote each input's rows: name another table",
@@ -142,14 +171,20 @@ fn search_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(
     }
     if have.is_empty() {
         if create {
-            let cols: Vec<&str> = spec.search.iter().map(|(c, _)| c.as_str()).collect();
+            let cols: Vec<String> = spec.search.iter().map(|(c, _)| ident(c)).collect();
             tx.execute_batch(&format!(
-                "CREATE VIRTUAL TABLE \"{s}\" USING fts5(key UNINDEXED, {});",
+                "CREATE VIRTUAL TABLE {} USING fts5(\"key\" UNINDEXED, {});",
+                ident(&s),
                 cols.join(", ")
             ))?;
             fill_index(tx, spec)?;
         }
         return Ok(());
+    }
+    if !is_fts5(tx, &s)? {
+        return Err(SinkError::Shape(format!(
+            "'{s}' is there but is not a full-text (FTS5) index: the rows' index cannot be kept in it; rename or drop it (DROP TABLE {s}) and the next run builds the index from the rows"
+        )));
     }
     if have != want {
         return Err(SinkError::Shape(format!(
@@ -159,6 +194,27 @@ fn search_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// Whether the table `name` is an FTS5 virtual table (its `CREATE` says
+/// so: a plain table of the same columns would take the rows' entries
+/// and answer no `MATCH`).
+fn is_fts5(tx: &Transaction, name: &str) -> rusqlite::Result<bool> {
+    let sql: Option<Option<String>> = tx
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1 COLLATE NOCASE",
+            [name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    // (a view of that name: no table at all)
+    let sql = sql.flatten().unwrap_or_default().to_ascii_lowercase();
+    let words: Vec<&str> = sql
+        .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+        .filter(|w| !w.is_empty())
+        .collect();
+    Ok(words.starts_with(&["create", "virtual", "table"])
+        && words.windows(2).any(|w| w == ["using", "fts5"]))
 }
 
 /// The names and primary-key flags of a table's columns (none: no table).
