@@ -32,6 +32,7 @@ mod run_blocks;
 mod run_concurrency;
 mod run_concurrency_within;
 mod run_conditional;
+mod run_conditional_held;
 mod run_conditional_lost;
 mod run_config;
 mod run_counts;

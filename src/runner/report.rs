@@ -155,6 +155,9 @@ pub struct JobReport {
     pub estimates_kept: u64,
     /// Calls answered 304 (`conditional` steps).
     pub not_modified: u64,
+    /// Pages whose kept validators were not sent, what they stand for (a
+    /// page file, rows) gone.
+    pub validators_lost: u64,
     /// Units per pool those calls gave back (their endpoint's `not_modified`).
     pub units_saved: BTreeMap<String, u64>,
     /// Observe mode: calls the ledger would have stopped, sent all the same.

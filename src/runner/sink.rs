@@ -272,6 +272,16 @@ impl Sink {
         &self.spec
     }
 
+    /// Whether the table holds the row of `key` (its primary key): a
+    /// page's validators stand for its rows.
+    pub fn has_row(&self, key: &str) -> rusqlite::Result<bool> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE \"key\" = ?1)",
+            ident(&self.spec.table)
+        ))?;
+        stmt.query_row([key], |r| r.get(0))
+    }
+
     /// The inputs with rows of this job in the table: a once-job whose
     /// store lost its place takes them as done.
     pub fn inputs_with_rows(&self) -> rusqlite::Result<HashSet<String>> {

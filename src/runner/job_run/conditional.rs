@@ -45,6 +45,20 @@ pub(super) struct Validators {
     /// what described the old one (`replaced.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out: Option<String>,
+    /// What the page was written as (none: kept before validators said
+    /// it, never sent): a validator is sent only while that is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<Held>,
+}
+
+/// Where a page's results are, which its validators stand for: its file
+/// in the job's folder, and the key of its first row in the table.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(super) struct Held {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<String>,
 }
 
 /// An incremental step's value for a key, as the store keeps it (JSON).
@@ -170,11 +184,47 @@ impl JobRun<'_> {
         url: &reqwest::Url,
     ) -> Option<Validators> {
         step.conditional.as_ref()?;
-        let kept = self.kept.borrow();
-        let v = kept
-            .pages
-            .get(&page_field(fill.region, fill.step, fill.page))?;
-        (v.url == url_id(url, fill.secret)).then(|| v.clone())
+        let v = {
+            let kept = self.kept.borrow();
+            let v = kept
+                .pages
+                .get(&page_field(fill.region, fill.step, fill.page))?;
+            (v.url == url_id(url, fill.secret)).then(|| v.clone())?
+        };
+        if !self.still_held(&v) {
+            let mut report = self.report.borrow_mut();
+            if report.validators_lost == 0 {
+                warn!(
+                    job = self.job.name,
+                    "what a page's kept validators stand for is gone (its page file deleted, its rows dropped or \
+                     deleted, or another table named): such pages are asked in full, not conditionally"
+                );
+            }
+            report.validators_lost += 1;
+            return None;
+        }
+        Some(v)
+    }
+
+    /// Whether what `v` stands for is still there: the page's file in the
+    /// job's folder, its rows in the table the job writes now. A validator
+    /// sent for a page whose file was deleted, or whose rows were dropped,
+    /// deleted or are in a table the job no longer writes, would be
+    /// answered 304 and leave the output without them for good.
+    fn still_held(&self, v: &Validators) -> bool {
+        // (a page another host wrote, to its own output, cannot be looked
+        // for here: its validators are that output's, shared as before)
+        let here = self.kept.borrow().output.clone();
+        if v.out.is_some() && here.is_some() && v.out != here {
+            return true;
+        }
+        let Some(held) = &v.held else { return false };
+        let file = match (&self.job.output, &held.file) {
+            (Some(dir), Some(file)) => dir.join(file).is_file(),
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        file && held.row.as_ref().is_none_or(|k| self.has_row(k))
     }
 
     /// Keep a page's validators once it is written, for the store when
@@ -187,6 +237,7 @@ impl JobRun<'_> {
         url: &reqwest::Url,
         (etag, modified): (Option<String>, Option<String>),
         next: Option<&str>,
+        held: Held,
     ) {
         if step.conditional.is_none() {
             return;
@@ -216,6 +267,7 @@ impl JobRun<'_> {
             modified,
             next: clean(next.map(str::to_string)),
             out: kept.output.clone(),
+            held: Some(held),
         };
         let text = serde_json::to_string(&v).expect("validators always serialize");
         kept.pages.insert(field.clone(), v);

@@ -182,6 +182,7 @@ impl<'a> JobRun<'a> {
                 unmetered: 0,
                 estimates_kept: 0,
                 not_modified: 0,
+                validators_lost: 0,
                 units_saved: BTreeMap::new(),
                 observed_rejections: 0,
                 units: job

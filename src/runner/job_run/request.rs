@@ -8,6 +8,7 @@ use std::borrow::Cow;
 
 use tracing::{debug, info, warn};
 
+use super::conditional::Held;
 use super::{JobRun, PageAnswer};
 use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Fill, Step, redact};
@@ -272,13 +273,18 @@ impl JobRun<'_> {
                     .into(),
             ));
         };
-        if let Some(rows) = rows {
+        let mut held = Held {
+            file: self.job.output.as_ref().map(|_| name.to_string()),
+            row: None,
+        };
+        if let Some((rows, first)) = rows {
             self.rows_written(key, name, rows)?;
+            held.row = first;
         }
         self.report.borrow_mut().pages += 1;
         self.draw_progress();
         debug!(job = self.job.name, "wrote {}", path.display());
-        Ok(Written::Page(body))
+        Ok(Written::Page(body, held))
     }
 }
 
@@ -324,7 +330,10 @@ fn write_blocking(
     body: Vec<u8>,
 ) -> (
     std::io::Result<Option<std::path::PathBuf>>,
-    Option<rusqlite::Result<crate::runner::sink::PageRows>>,
+    Option<(
+        rusqlite::Result<crate::runner::sink::PageRows>,
+        Option<String>,
+    )>,
     bool,
     Vec<u8>,
 ) {
@@ -346,6 +355,7 @@ fn write_blocking(
         return (file(), None, masked.is_some(), body);
     };
     let page = crate::runner::sink::prepare(sink.spec(), key, bytes, at.clone(), *run);
+    let first = page.first_key();
     // Both the file and the rows are durable before the page counts: the
     // cursor moves only after this returns both written; a failure of
     // either is the run's error, which stops it before the cursor moves,
@@ -372,7 +382,7 @@ fn write_blocking(
             (written, rows)
         }),
     };
-    (written, Some(rows), masked.is_some(), body)
+    (written, Some((rows, first)), masked.is_some(), body)
 }
 
 /// A charged attempt: the ledger's time, the receipt, what is left.
@@ -384,8 +394,8 @@ type Attempt = (
 
 /// What became of a page sent to its file.
 pub(super) enum Written {
-    /// Written: its body, for what is read from it after.
-    Page(Vec<u8>),
+    /// Written: its body, for what is read from it after, and where it is.
+    Page(Vec<u8>, Held),
     /// Not written, and never will be as it stands: why.
     Refused(String),
 }

@@ -145,6 +145,16 @@ impl JobRun<'_> {
         report.pages_without_items += u64::from(rows.no_items);
         Ok(())
     }
+
+    /// Whether the table holds the row of `key` (no table: not; a
+    /// database that cannot say: not, so the page is asked in full).
+    pub(super) fn has_row(&self, key: &str) -> bool {
+        let Some(sink) = &self.sink else {
+            return false;
+        };
+        let sink = sink.lock();
+        sink.has_row(key).unwrap_or(false)
+    }
 }
 
 fn spec_path(spec: Option<&crate::config::SqliteOutput>) -> std::path::PathBuf {

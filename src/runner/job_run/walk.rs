@@ -246,11 +246,11 @@ impl JobRun<'_> {
             page,
         }
         .file_name();
-        let body = match self
+        let (body, held) = match self
             .write_page(fill, &name, (at.key, at.step), body)
             .await?
         {
-            Written::Page(body) => body,
+            Written::Page(body, held) => (body, held),
             // Refused as a 2xx that can never be a page is: the same
             // page again if asked again at once (not for itself: the
             // upstream took the key and the request)
@@ -271,7 +271,7 @@ impl JobRun<'_> {
             Next::Follow(t) => Some(t.as_str()),
             _ => None,
         };
-        self.keep_validators(step, fill, &url, fresh, follow);
+        self.keep_validators(step, fill, &url, fresh, follow, held);
         Ok(Some(next))
     }
 

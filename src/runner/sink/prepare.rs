@@ -27,6 +27,12 @@ impl Prepared {
     pub fn found(&self) -> PageRows {
         self.found
     }
+
+    /// The key of the page's first row, if it has one: what a validator
+    /// of the page looks for in the table (`conditional`).
+    pub fn first_key(&self) -> Option<String> {
+        self.rows.first().map(|(k, _)| k.clone())
+    }
 }
 
 /// `page`'s rows for `input` (the key of the input or region it was
