@@ -17,8 +17,8 @@
 # Budgets never run out: every call is admitted.
 #
 #   bash bench/script-cost.sh [PORT] [ROUNDS]   (default 16399, 3; see bench/servers.sh)
-#   CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_S13=1] bash bench/script-cost.sh   (another build's
-#   script; the second for one built before session 13's shares layout)
+#   CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_A692141=1] bash bench/script-cost.sh   (another build's
+#   script; the second for one built before a692141's shares layout)
 #
 # Every run FLUSHALLs that server: point it at a benchmark server only.
 set -euo pipefail
@@ -91,8 +91,8 @@ charge_shares_args() { # COST LENGTH BUDGET
     for ((s = n + 1; s <= ${#all[@]}; s++)); do rows+=("$s" 10); done
     args=($((1 + 2 * ${#all[@]})) 'quota:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
         'tag:bench	bench' 0 ${#all[@]} "${names[@]}" "${layout[@]}" 1 "$n" -1 ${#others[@]} "${rows[@]}")
-    # (a build before session 13 takes no count of the pools recorded)
-    if [ -n "${CHARGE_LUA_BEFORE_S13:-}" ]; then
+    # (a build before a692141 takes no count of the pools recorded)
+    if [ -n "${CHARGE_LUA_BEFORE_A692141:-}" ]; then
         args=("${args[@]:0:$((${#args[@]} - ${#rows[@]} - 3))}" -1 ${#others[@]} "${rows[@]}")
     fi
 }

@@ -9,7 +9,7 @@
 #
 #   bash bench/script-instructions.sh [CALLS]   (default 2000; needs valgrind)
 #   REDIS_SERVER=/path/to/redis-server BREAKDOWN=1 bash bench/script-instructions.sh
-#   SHARES=1 [CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_S13=1]] bash bench/script-instructions.sh
+#   SHARES=1 [CHARGE_LUA=FILE [CHARGE_LUA_BEFORE_A692141=1]] bash bench/script-instructions.sh
 #
 # BREAKDOWN=1 adds, under each row, where a call's instructions go inside
 # the server (inclusive counts of its functions). That needs a redis-server

@@ -8,7 +8,7 @@
 # freed in the last minute (six while its block is dirty) when it makes a
 # file, reading each one, so a run just after deleting 6,400 pages spent
 # 0.4 ms more kernel CPU a page: perf, __ext4_new_inode -> find_inode_bit ->
-# recently_deleted; BENCHMARKS.md, session 15)
+# recently_deleted; BENCHMARKS.md, "What to know before measuring")
 once() {
     [ ! -e "$work/out" ] || mv "$work/out" "$work/set-aside.$(date +%s%N)"
     rm -rf "$work"/ledger.db*

@@ -435,7 +435,7 @@ fn embedded_store_keeps_shares_like_redis() {
 /// The upstream's count against a calendar window as the pool's longest:
 /// what the ledger counts there is its period's calls, not the last
 /// period-length of calls (the embedded store counted the last period's
-/// charge; the case the shares property test found, session 12).
+/// charge; the case the shares property test found).
 #[test]
 fn the_upstreams_count_in_a_calendar_window_is_taken_against_its_period() {
     let ops = [

@@ -1,5 +1,5 @@
-//! Jobs of inputs as a hostile or careless user runs them (session 11's
-//! review): files changed in the part not done, new stores after a paged
+//! Jobs of inputs as a hostile or careless user runs them (a review's
+//! findings): files changed in the part not done, new stores after a paged
 //! input was cut short, big numbers as keys, CSV quoting, repeated kills,
 //! a reset while a run holds the lock, odd keys, huge lines.
 

@@ -17,12 +17,12 @@
 -- A function of its arguments and Redis's globals only, the constants it
 -- reads among its arguments: each local of the chunk that a closure
 -- captures costs ~450 instructions a call (made, closed, collected; the
--- ten constants as upvalues cost 5k, BENCHMARKS.md, session 10), an
+-- ten constants as upvalues cost 5k, measured on 6c599e1), an
 -- argument a move. The general path's functions, closures over that
 -- path's state, are not shared with it for the same reason; even the one
 -- step both do alike (the call appended, added to every window), shared
 -- as a function of its arguments, costs 1.3-2.2k instructions a call
--- (BENCHMARKS.md, session 11).
+-- (measured on 40fed32).
 local function fast_charge(v, now, now_text, npools, horizon, visible, expires, serial, shares,
                            ENTRY, SEG, BLOCK, FRONT, REACH, SLOT, META, TRIM_EVERY, MINUTE, layout)
   local KEYS, ARGV, call = KEYS, ARGV, redis.call
