@@ -7,7 +7,7 @@
 //! one key on another. The rule reads the source's text, as `layers.rs`
 //! does; tests are not code here.
 
-use crate::layers::{code, sources};
+use crate::layers::{code, source_texts};
 
 /// The one file that reads statuses.
 const TABLE: &str = "runner/upstream/answers.rs";
@@ -41,20 +41,16 @@ fn reads_status(code: &str) -> Vec<String> {
 
 #[test]
 fn only_the_table_of_answers_reads_a_status() {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, None, &mut files);
     let mut wrong = Vec::new();
-    for (_, path) in &files {
-        let shown = path
-            .strip_prefix(&src)
-            .unwrap_or(path)
-            .display()
-            .to_string();
-        if shown == TABLE || shown == "answers_table.rs" {
+    let mut table = None;
+    for (shown, text) in source_texts() {
+        if shown == TABLE {
+            table = Some(text);
             continue;
         }
-        let text = std::fs::read_to_string(path).expect("a readable source file");
+        if shown == "answers_table.rs" {
+            continue;
+        }
         wrong.extend(
             reads_status(&code(&text))
                 .into_iter()
@@ -67,7 +63,7 @@ fn only_the_table_of_answers_reads_a_status() {
          decide there what the answer does, and act on its verdict here:\n{}",
         wrong.join("\n")
     );
-    let table = std::fs::read_to_string(src.join(TABLE)).expect("the table of answers");
+    let table = table.expect("the table of answers");
     assert!(
         !reads_status(&code(&table)).is_empty(),
         "the table of answers reads no status: is the rule still reading the right file?"

@@ -6,7 +6,7 @@
 //! refused here too. Reads the text of `src/` as `layers.rs` does (tests
 //! and comments left out: a test may make what it likes).
 
-use crate::layers::{code, sources};
+use crate::layers::{code, source_texts};
 
 /// What makes a file or a folder, as the source spells it.
 const MAKERS: &[&str] = &[
@@ -40,23 +40,14 @@ fn makers_in(text: &str) -> Vec<&'static str> {
 
 #[test]
 fn every_file_and_folder_is_made_in_one_place() {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    sources(&src, None, &mut files);
     let mut elsewhere = Vec::new();
-    for (_, path) in &files {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        let shown = path
-            .strip_prefix(&src)
-            .unwrap_or(path)
-            .display()
-            .to_string();
+    for (shown, text) in source_texts() {
+        let name = shown.rsplit('/').next().unwrap_or("");
         // (this file and the layers' name the makers as text; a `tests.rs`
         // is a `#[cfg(test)] mod tests;`)
         if shown == THE_ONE_PLACE || ["files_made.rs", "layers.rs", "tests.rs"].contains(&name) {
             continue;
         }
-        let text = std::fs::read_to_string(path).expect("a readable source file");
         for maker in makers_in(&text) {
             elsewhere.push(format!("src/{shown}: {maker}"));
         }

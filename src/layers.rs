@@ -104,6 +104,27 @@ fn rooms_named(code: &str) -> Vec<String> {
     rooms
 }
 
+/// Every `.rs` file of `src/` as the rules over the crate read it: its
+/// path under `src/` (`runner/upstream/answers.rs`) and its text, for the
+/// tests that hold a class of code to one place.
+pub(crate) fn source_texts() -> Vec<(String, String)> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, None, &mut files);
+    files
+        .into_iter()
+        .map(|(_, path)| {
+            let shown = path
+                .strip_prefix(&src)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            (shown, text)
+        })
+        .collect()
+}
+
 /// `(room, file)` for every `.rs` file under `dir`, its room the first
 /// name under `src/`.
 pub(crate) fn sources(

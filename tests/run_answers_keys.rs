@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use crate::common::deployment::{Deployment, WIDE, embedded_store, main_units};
 use crate::common::redis::RedisServer;
+use crate::common::server::{path, raw, serving};
 use crate::common::yaml::{Config, Credential, Job, Step};
-use crate::run_answers::{path, raw, serving};
 
 const PAGE: &[u8] = br#"{"items":[{"id":"a"}]}"#;
 

@@ -5,48 +5,10 @@
 //! upstream's count says, on both stores. (A later period freeing the
 //! units: `run_examples::a_later_higher_count_clears_others_units`.)
 
-use std::io::{Read, Write};
-use std::sync::{Arc, Mutex};
-
 use crate::common::deployment::{Deployment, embedded_store};
 use crate::common::redis::RedisServer;
+use crate::common::server::{raw, serving};
 use crate::common::yaml::{Config, Credential, Job, Step, limit};
-
-/// A server that answers every request 200 with `headers`, as httpbin's
-/// `/response-headers` does: how many requests it got.
-fn echoing(headers: Vec<String>) -> (String, Arc<Mutex<usize>>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let count = Arc::new(Mutex::new(0));
-    let seen = count.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            *seen.lock().unwrap() += 1;
-            let body = br#"{"items":[{"id":"a"}]}"#;
-            let mut out = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n",
-                body.len()
-            );
-            for h in &headers {
-                out.push_str(h);
-                out.push_str("\r\n");
-            }
-            out.push_str("\r\n");
-            let _ = conn.write_all(out.as_bytes());
-            let _ = conn.write_all(body);
-        }
-    });
-    (base, count)
-}
 
 /// Every answer says 3 of 60 remain, with one reset: after the first, 56
 /// are spent elsewhere (60 - 1 of ours - 3), and the later answers' lower
@@ -65,11 +27,18 @@ fn a_repeated_count_stops_the_job(store: &str, d: &Deployment) {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    let (base, count) = echoing(vec![
-        "X-RateLimit-Limit: 60".into(),
-        "X-RateLimit-Remaining: 3".into(),
-        format!("X-RateLimit-Reset: {}", now + 1800),
-    ]);
+    // (every answer 200 with these headers, as httpbin's
+    // `/response-headers` gives them)
+    let reset = format!("X-RateLimit-Reset: {}", now + 1800);
+    let (base, heads) = serving(move |_| {
+        let headers = [
+            "Content-Type: application/json",
+            "X-RateLimit-Limit: 60",
+            "X-RateLimit-Remaining: 3",
+            reset.as_str(),
+        ];
+        raw("200 OK", &headers, br#"{"items":[{"id":"a"}]}"#)
+    });
     let regions: Vec<String> = (0..10).map(|i| format!("R{i}")).collect();
     let regions: Vec<&str> = regions.iter().map(String::as_str).collect();
     let ask = Step::new("api")
@@ -89,7 +58,7 @@ fn a_repeated_count_stops_the_job(store: &str, d: &Deployment) {
     d.write(&yaml);
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 75, "{store}: {r:?}");
-    let sent = *count.lock().unwrap();
+    let sent = heads.lock().unwrap().len();
     assert!(sent <= 4, "{store}: {sent} requests sent: {r:?}");
     let w = &d.status_json()["credentials"][0]["pools"][0]["windows"][0];
     assert_eq!(w["others"].as_u64(), Some(56), "{store}: {w}");

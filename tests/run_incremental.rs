@@ -7,8 +7,8 @@
 
 use crate::common::deployment::{Deployment, embedded_store};
 use crate::common::redis::RedisServer;
+use crate::common::server::{raw, serving};
 use crate::common::yaml::{Config, Credential, Job, Step, limit};
-use crate::run_answers::{raw, serving};
 
 /// The `page` and `since` of a request head's query.
 fn param<'a>(head: &'a str, name: &str) -> Option<&'a str> {

@@ -4,16 +4,15 @@
 //! `run` would (Class 6), a database busy at a run's start a clean stop
 //! (Class 7).
 
-use std::io::{Read, Write};
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::Connection;
 
 use crate::common::deployment::{Deployment, api_deployment, embedded_store, kill, spawn};
 use crate::common::inputs::write;
+use crate::common::server::{raw, serving};
 use crate::common::standin::Standin;
 use crate::common::wait_until;
 use crate::common::yaml::{Job, Step};
@@ -72,32 +71,15 @@ fn the_database_its_wal_and_shm_and_its_folders_take_quota_s_modes() {
 }
 
 /// A server that answers every request with `body` (JSON, 200); the
-/// requests it got.
-fn serving(body: &'static str) -> (String, Arc<AtomicUsize>) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let asked = Arc::new(AtomicUsize::new(0));
-    let seen = asked.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            seen.fetch_add(1, Ordering::SeqCst);
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(answer.as_bytes());
-        }
-    });
-    (base, asked)
+/// request heads it got.
+fn serving_json(body: &'static str) -> (String, Arc<Mutex<Vec<String>>>) {
+    serving(move |_| {
+        raw(
+            "200 OK",
+            &["Content-Type: application/json"],
+            body.as_bytes(),
+        )
+    })
 }
 
 /// An e-mail API's page: fields named as SQL's keywords.
@@ -124,13 +106,13 @@ fn mail(base: &str, table: &str, search: &str) -> Deployment {
 /// there, read back with SQL and FTS5's `MATCH`.
 #[test]
 fn search_fields_named_like_sql_keywords_are_columns_like_any_other() {
-    let (base, asked) = serving(MAIL);
+    let (base, asked) = serving_json(MAIL);
     let d = mail(&base, "select", "/from, /order, /group, /select, /where");
     let r = d.quota(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     let r = d.quota(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(asked.lock().unwrap().len(), 1);
     let c = Connection::open(d.path().join("out/mail.db")).unwrap();
     let n: i64 = c
         .query_row("SELECT count(*) FROM \"select\"", [], |r| r.get(0))
@@ -162,7 +144,7 @@ fn search_fields_named_like_sql_keywords_are_columns_like_any_other() {
 /// `run`, before anything is asked.
 #[test]
 fn fts5_s_reserved_names_are_refused_at_check_whatever_their_case() {
-    let (base, asked) = serving(MAIL);
+    let (base, asked) = serving_json(MAIL);
     for field in [
         "/Key",
         "/Rank",
@@ -187,7 +169,7 @@ fn fts5_s_reserved_names_are_refused_at_check_whatever_their_case() {
         }
         assert!(!d.path().join("out/mail.db").exists(), "{field}");
     }
-    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    assert_eq!(asked.lock().unwrap().len(), 0);
 }
 
 /// `check` missed a `TABLE_runs` of another shape (a run refused it) and

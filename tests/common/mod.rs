@@ -17,6 +17,7 @@ pub mod openmetrics;
 pub mod redis;
 pub mod relay;
 pub mod sentinel;
+pub mod server;
 pub mod standin;
 pub mod tls;
 pub mod yaml;
