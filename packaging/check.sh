@@ -15,10 +15,25 @@ trap 'rm -rf "$tmp"' EXIT
 # (a package given as the argument is checked as it is, not built)
 deb=${1:-$(bash packaging/deb.sh | tail -n 1)}
 [ -f "$deb" ] || fail "no package built"
+ours=$(dpkg-deb -f "$deb" Package)
+
+# Debian's disk-quota tools (its package is named quota: /usr/bin/quota,
+# quota.1) are installed first: ours installs beside them, and an everyday
+# upgrade must not plan to replace ours with them (issue 37).
+disk_quota_pkg=quota
+dpkg -s "$disk_quota_pkg" >/dev/null 2>&1 \
+  || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$disk_quota_pkg" >/dev/null \
+  || fail "could not install Debian's disk-quota tools (package $disk_quota_pkg)"
 # No error and no warning; what is overridden says why (packaging/lintian-overrides).
 lintian --fail-on error,warning --display-info "$deb"
 
 dpkg -i "$deb"
+[ "$(dpkg-query -W -f '${Status}' "$disk_quota_pkg")" = "install ok installed" ] \
+  || fail "installing $ours removed Debian's disk-quota tools"
+# (apt-get -s: a simulation; a line Inst/Remv/Conf of ours is a planned replacement)
+apt-get -s dist-upgrade >"$tmp/upgrade" 2>&1 || fail "apt-get -s dist-upgrade: $(cat "$tmp/upgrade")"
+! grep -E "^(Inst|Remv|Conf|Purg) $ours( |$)" "$tmp/upgrade" \
+  || fail "apt-get -s dist-upgrade plans to replace $ours"
 quota --version
 man -w quota | grep -qx /usr/share/man/man1/quota.1.gz || fail "man -w quota: $(man -w quota)"
 for f in /usr/share/bash-completion/completions/quota /usr/share/zsh/vendor-completions/_quota \
