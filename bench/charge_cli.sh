@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The startup cost of `quota charge` (issue 14, part 2): one charge made by
-# a whole `quota charge` process, against `redis-cli EVALSHA` of the same
+# The startup cost of `portion charge` (issue 14, part 2): one charge made by
+# a whole `portion charge` process, against `redis-cli EVALSHA` of the same
 # script with the same keys and arguments, side by side in one run (the
 # two alternate, call by call, so that a busy moment of the machine costs
-# both alike). Target: `quota charge` within 2x of `redis-cli`.
+# both alike). Target: `portion charge` within 2x of `redis-cli`.
 #
 # Where the time goes, from processes that stop earlier:
-#   quota --version                   process start and argument parsing
-#   quota charge … --cost nosuch=1    + reading and validating the
+#   portion --version                   process start and argument parsing
+#   portion charge … --cost nosuch=1    + reading and validating the
 #                                     configuration (exits 78 there)
-#   quota charge … (embedded store)   + one charge in a SQLite file
-#   quota charge … (redis)            + connecting to Redis and the charge
+#   portion charge … (embedded store)   + one charge in a SQLite file
+#   portion charge … (redis)            + connecting to Redis and the charge
 #   redis-cli PING                    redis-cli's own start, connect, a round trip
 #   /bin/true                         the floor: starting any process here
 #
@@ -19,17 +19,17 @@
 # Needs redis-server, redis-cli, python3 and a release build (it runs
 # `cargo build --release`). Uses port 16399 and a folder under /tmp; removes
 # both when done. The EVALSHA sends the KEYS and ARGV layout documented at
-# the top of lua/charge.lua, as `quota` does: keep the two in step.
+# the top of lua/charge.lua, as `portion` does: keep the two in step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 calls=${1:-300}
 
 # (every cargo command before HOME changes below: rustup's default install
 # lives in ~/.rustup, and without it cargo cannot choose a toolchain)
-cargo build --release --quiet --bin quota
+cargo build --release --quiet --bin portion
 charge_lua=$(cargo run -q --example lua_script -- charge)
-quota=$PWD/target/release/quota
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-charge-cli.XXXXXX")
+portion=$PWD/target/release/portion
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-charge-cli.XXXXXX")
 port=16399
 redis-server --port $port --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log"
@@ -37,7 +37,7 @@ trap 'kill "$(cat "$work/redis.pid")" 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 # One credential, one pool of one window that no run of this script fills.
-cat > "$work/quota.yaml" <<EOF
+cat > "$work/portion.yaml" <<EOF
 store: redis://127.0.0.1:$port/0
 credentials:
   bench:
@@ -45,16 +45,16 @@ credentials:
     pools:
       units: [{ limit: 1000000000, per: 1h }]
 EOF
-sed "s#^store: .*#store: embedded:$work/ledger.sqlite3#" "$work/quota.yaml" > "$work/embedded.yaml"
+sed "s#^store: .*#store: embedded:$work/ledger.sqlite3#" "$work/portion.yaml" > "$work/embedded.yaml"
 export XDG_STATE_HOME=$work/state HOME=$work
-q=("$quota" -c "$work/quota.yaml")
+q=("$portion" -c "$work/portion.yaml")
 
-# The script as quota loads it (the same SHA), and the same charge as
-# `quota charge bench --cost units=1` sends: the server's clock, a fresh
+# The script as portion loads it (the same SHA), and the same charge as
+# `portion charge bench --cost units=1` sends: the server's clock, a fresh
 # id, no resend, the 60 s horizon, tag "charge<TAB>cli", serial 0, pool
 # units at cost 1 with its one 1 h window and budget.
 sha=$(redis-cli -p $port SCRIPT LOAD "$charge_lua")
-keys=('quota:{bench}:state' 'quota:{bench}:log:units' 'quota:{bench}:index:units')
+keys=('portion:{bench}:state' 'portion:{bench}:log:units' 'portion:{bench}:index:units')
 evalsha() {
     redis-cli -p $port EVALSHA "$sha" 3 "${keys[@]}" "" "$RANDOM$RANDOM$RANDOM" 0 60000000 \
         "tag:charge	cli" 0 1 pool:units 1 1 3600000000 1000000000 >/dev/null
@@ -75,11 +75,11 @@ timed() { # KIND COMMAND...
     echo "$kind $(( (${t1/./} - ${t0/./}) ))"
 }
 for _ in $(seq "$calls"); do
-    timed quota_charge "${q[@]}" charge bench --cost units=1
+    timed portion_charge "${q[@]}" charge bench --cost units=1
     timed redis_cli_evalsha evalsha
-    timed quota_version "$quota" --version
+    timed portion_version "$portion" --version
     timed config "${q[@]}" charge bench --cost nosuch=1
-    timed embedded "$quota" -c "$work/embedded.yaml" charge bench --cost units=1
+    timed embedded "$portion" -c "$work/embedded.yaml" charge bench --cost units=1
     timed redis_cli_ping redis-cli -p $port PING
     timed true /bin/true
 done > "$work/times"
@@ -94,11 +94,11 @@ def q(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))]
 rows = [
-    ("quota_charge", "quota charge (redis)"),
+    ("portion_charge", "portion charge (redis)"),
     ("redis_cli_evalsha", "redis-cli EVALSHA charge.lua"),
-    ("quota_version", "quota --version"),
-    ("config", "quota charge, config read, exits 78"),
-    ("embedded", "quota charge (embedded)"),
+    ("portion_version", "portion --version"),
+    ("config", "portion charge, config read, exits 78"),
+    ("embedded", "portion charge (embedded)"),
     ("redis_cli_ping", "redis-cli PING"),
     ("true", "/bin/true"),
 ]
@@ -108,6 +108,6 @@ print(f"|{'-'*40}|--------|-----|------|")
 for kind, name in rows:
     v = times[kind]
     print(f"| {name:<38} | {statistics.median(v)/1000:.2f} | {q(v, .9)/1000:.2f} | {statistics.mean(v)/1000:.2f} |")
-ratio = statistics.median(times["quota_charge"]) / statistics.median(times["redis_cli_evalsha"])
-print(f"quota charge / redis-cli EVALSHA (medians): {ratio:.2f}x (target: at most 2x)")
+ratio = statistics.median(times["portion_charge"]) / statistics.median(times["redis_cli_evalsha"])
+print(f"portion charge / redis-cli EVALSHA (medians): {ratio:.2f}x (target: at most 2x)")
 EOF

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Requests in flight at once (issue 14, part 1): one `quota run` of CALLS
+# Requests in flight at once (issue 14, part 1): one `portion run` of CALLS
 # calls (REGIONS regions x PAGES pages) against the stand-in answering every
 # request in 100 ms, at concurrency N = 1, 4, 16, 64, beside the ideal
-# CALLS x 100 ms / N; the wall time and quota's own CPU (user + sys, from
+# CALLS x 100 ms / N; the wall time and portion's own CPU (user + sys, from
 # /usr/bin/time) per call. Then the same job with a pacing window that is
 # the bottleneck (LIMIT units an hour, fewer than CALLS): the run should end
 # once the window is full, one answer's delay later at most.
 #
 #   bash bench/concurrency.sh            # REGIONS=100 PAGES=2 LIMIT=50 REPS=3
-#   QUOTA_BASE=/path/to/old/quota bash bench/concurrency.sh
+#   PORTION_BASE=/path/to/old/portion bash bench/concurrency.sh
 #       # also the N=1 row with another build (one without `concurrency`)
 #
 # Needs a release build (it runs `cargo build --release`) and /usr/bin/time.
@@ -21,9 +21,9 @@ DELAY_MS=100
 calls=$((REGIONS * PAGES))
 
 cargo build --release --quiet --bins
-quota=$PWD/target/release/quota
-standin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-concurrency.XXXXXX")
+portion=$PWD/target/release/portion
+standin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-concurrency.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items 1 \
     --units 1000000 --delay ${DELAY_MS}ms > "$work/standin.out" &
 standin_pid=$!
@@ -37,7 +37,7 @@ regions=$(seq -f 'R%g' 0 $((REGIONS - 1)) | paste -sd, -)
 config() {
     local key=""
     [ -z "${2:-}" ] || key="    concurrency: $2"
-    cat > "$work/quota.yaml" <<EOF
+    cat > "$work/portion.yaml" <<EOF
 store: embedded:$work/ledger.db
 credentials:
   main:
@@ -83,11 +83,11 @@ echo "$calls calls ($REGIONS regions x $PAGES pages), stand-in delay ${DELAY_MS}
 echo
 echo '| build      |   N | calls | exit |      wall |     ideal | ratio | CPU/call |'
 echo '|------------|-----|-------|------|-----------|-----------|-------|----------|'
-[ -z "${QUOTA_BASE:-}" ] || row "before" "$QUOTA_BASE" base 1000000
-for n in ${NS:-1 4 16 64}; do row "this" "$quota" "$n" 1000000; done
+[ -z "${PORTION_BASE:-}" ] || row "before" "$PORTION_BASE" base 1000000
+for n in ${NS:-1 4 16 64}; do row "this" "$portion" "$n" 1000000; done
 echo
 echo "Pacing window the bottleneck: $LIMIT units an hour, $calls calls of work"
 echo
 echo '| build      |   N | calls | exit |      wall |     ideal | ratio | CPU/call |'
 echo '|------------|-----|-------|------|-----------|-----------|-------|----------|'
-for n in 1 4 16 64; do row "this" "$quota" "$n" "$LIMIT"; done
+for n in 1 4 16 64; do row "this" "$portion" "$n" "$LIMIT"; done

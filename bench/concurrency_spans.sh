@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Where a run with N in flight loses time against the ideal (issue 25,
-# "Performance"): one `quota run` of CALLS regions x 1 page against the
+# "Performance"): one `portion run` of CALLS regions x 1 page against the
 # stand-in answering in 100 ms and logging each request, for each build
 # given, at N in NS, with the pages and the store on disk (DISK, default a
 # folder under /tmp) and on tmpfs (SHM, default /dev/shm). Besides wall /
@@ -12,19 +12,19 @@
 # (both fsyncs included) and from a page written to the next request's
 # send (the cursor saved, the place handed over, the next charge); the
 # folder fsyncs the run made for its pages (builds that log them), and
-# quota's CPU time and context switches (perf stat).
+# portion's CPU time and context switches (perf stat).
 #
-#   bash bench/concurrency_spans.sh target/release/quota /path/to/old/quota
-#   CALLS=1280 NS="16 64" bash bench/concurrency_spans.sh target/release/quota
+#   bash bench/concurrency_spans.sh target/release/portion /path/to/old/portion
+#   CALLS=1280 NS="16 64" bash bench/concurrency_spans.sh target/release/portion
 #   REPS=3 WHERE=disk bash bench/concurrency_spans.sh new old   # new, old, new, old, ...
 #
 # Needs perf, python3 and release builds (given as arguments).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CALLS=${CALLS:-1280} NS=${NS:-64} REPS=${REPS:-1} WHERE=${WHERE:-disk tmpfs}
-standin_bin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-spans.XXXXXX")
-shm=$(mktemp -d "${SHM:-/dev/shm}/quota-spans.XXXXXX")
+standin_bin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-spans.XXXXXX")
+shm=$(mktemp -d "${SHM:-/dev/shm}/portion-spans.XXXXXX")
 trap 'rm -rf "$work" "$shm"' EXIT
 printf bench-key-1 > "$work/key"
 regions=$(seq -f 'R%g' 0 $((CALLS - 1)) | paste -sd, -)
@@ -41,7 +41,7 @@ one() {
     for _ in $(seq 100); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
     local up
     up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
-    cat > "$work/quota.yaml" <<EOT
+    cat > "$work/portion.yaml" <<EOT
 store: embedded:$dir/ledger.db
 credentials:
   main:
@@ -66,7 +66,7 @@ EOT
     local s e
     s=$(date +%s%6N)
     perf stat -x, -e task-clock,context-switches -o "$work/stat" \
-        "$bin" --config "$work/quota.yaml" -vv run > /dev/null 2> "$work/err" || true
+        "$bin" --config "$work/portion.yaml" -vv run > /dev/null 2> "$work/err" || true
     e=$(date +%s%6N)
     kill "$sp"; wait "$sp" 2>/dev/null || true
     python3 - "$s" "$e" "$n" "$work/up.jsonl" "$work/stat" "$bin" "$dir" "$work/err" <<'PY'

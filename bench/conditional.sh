@@ -17,9 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPOS=${REPOS:-200} MINUTES=${MINUTES:-30} CHANGE=${CHANGE:-10}
 cargo build --quiet --bins
-quota=$PWD/target/debug/quota
-standin_bin=$PWD/target/debug/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-cond.XXXXXX")
+portion=$PWD/target/debug/portion
+standin_bin=$PWD/target/debug/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-cond.XXXXXX")
 standin=
 trap '[ -z "$standin" ] || kill "$standin" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 printf bench-key-1 > "$work/key"
@@ -32,7 +32,7 @@ bench() {
         --log "$dir/upstream.jsonl" > "$dir/standin.out" 2>&1 &
     standin=$!
     for _ in $(seq 100); do grep -q listening "$dir/standin.out" 2>/dev/null && break; sleep 0.05; done
-    cat > "$dir/quota.yaml" <<YAML
+    cat > "$dir/portion.yaml" <<YAML
 store: embedded:ledger.sqlite3
 credentials:
   gh:
@@ -61,7 +61,7 @@ YAML
                 echo >> "$dir/touches.jsonl"
             done
         fi
-        "$quota" -c "$dir/quota.yaml" run > /dev/null 2>> "$dir/run.err" || echo "$name: minute $m: the run exited $?" >&2
+        "$portion" -c "$dir/portion.yaml" run > /dev/null 2>> "$dir/run.err" || echo "$name: minute $m: the run exited $?" >&2
         # Each change on disk: its issue with its new time, in some page.
         while read -r t; do
             [ -n "$t" ] || continue
@@ -75,7 +75,7 @@ YAML
         done < <(cat "$dir/touches.jsonl" 2>/dev/null); : > "$dir/touches.jsonl"
     done
     local used calls s304
-    used=$("$quota" -c "$dir/quota.yaml" status --json | grep -o '"used": *[0-9]*' | head -1 | grep -o '[0-9]*$')
+    used=$("$portion" -c "$dir/portion.yaml" status --json | grep -o '"used": *[0-9]*' | head -1 | grep -o '[0-9]*$')
     calls=$(wc -l < "$dir/upstream.jsonl")
     s304=$(grep -c '"status":304' "$dir/upstream.jsonl" || true)
     kill "$standin"; wait "$standin" 2>/dev/null || true; standin=

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# A fan-out's batches in flight at once (issue 14, part 1): one `quota run`
+# A fan-out's batches in flight at once (issue 14, part 1): one `portion run`
 # of one region whose search (PAGES pages of ITEMS ids, one after another)
 # feeds a videos.list fan-out of BATCHES batches of 10 ids, against the
 # stand-in answering every request in 100 ms, at concurrency N = 1, 4, 16,
-# beside the ideal (PAGES + BATCHES / N) x 100 ms; the wall time and quota's
+# beside the ideal (PAGES + BATCHES / N) x 100 ms; the wall time and portion's
 # own CPU (user + sys, from /usr/bin/time) per call.
 #
 #   bash bench/fan_out.sh                # 200 batches (4 pages of 500 ids), REPS=3
-#   QUOTA_BASE=/path/to/old/quota bash bench/fan_out.sh
+#   PORTION_BASE=/path/to/old/portion bash bench/fan_out.sh
 #       # also the N=4 row with another build (one whose batches go one by one)
 #
 # Needs a release build (it runs `cargo build --release`) and /usr/bin/time.
@@ -21,9 +21,9 @@ batches=$((PAGES * ITEMS / 10))
 calls=$((PAGES + batches))
 
 cargo build --release --quiet --bins
-quota=$PWD/target/release/quota
-standin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-fan-out.XXXXXX")
+portion=$PWD/target/release/portion
+standin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-fan-out.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items "$ITEMS" \
     --units 1000000 --search 1000000 --delay ${DELAY_MS}ms > "$work/standin.out" &
 standin_pid=$!
@@ -34,7 +34,7 @@ printf bench-key-1 > "$work/key"
 
 # config N: the job at concurrency N.
 config() {
-    cat > "$work/quota.yaml" <<EOF
+    cat > "$work/portion.yaml" <<EOF
 store: embedded:$work/ledger.db
 credentials:
   main:
@@ -84,5 +84,5 @@ echo "1 region: $PAGES search pages of $ITEMS ids, then $batches batches of 10 (
 echo
 echo '| build  |  N | calls | exit |     wall |    ideal | ratio | CPU/call |'
 echo '|--------|----|-------|------|----------|----------|-------|----------|'
-[ -z "${QUOTA_BASE:-}" ] || row "before" "$QUOTA_BASE" 4
-for n in ${NS:-1 4 16}; do row "this" "$quota" "$n"; done
+[ -z "${PORTION_BASE:-}" ] || row "before" "$PORTION_BASE" 4
+for n in ${NS:-1 4 16}; do row "this" "$portion" "$n"; done

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# A fan-out of many values (issue 23): one `quota run` of one region whose
+# A fan-out of many values (issue 23): one `portion run` of one region whose
 # search (PAGES pages of ITEMS ids) feeds a videos.list fan-out of
 # PAGES x ITEMS values in batches of BATCH, against the stand-in answering
-# at once, on the embedded store; the wall time, quota's CPU (user + sys)
+# at once, on the embedded store; the wall time, portion's CPU (user + sys)
 # and the size of the cursor saved after the first batch. Before the fix
 # the cursor held every value not yet sent and was rewritten after each
 # batch (quadratic); now the values are kept once and the cursor holds a
 # position.
 #
 #   bash bench/fan_out_cursor.sh                     # 10^5 values, batches of 50
-#   QUOTA_BASE=/path/to/old/quota bash bench/fan_out_cursor.sh   # also that build
+#   PORTION_BASE=/path/to/old/portion bash bench/fan_out_cursor.sh   # also that build
 #
 # Needs a release build (it runs `cargo build --release`), /usr/bin/time
 # and sqlite3 (for the cursor's size; optional).
@@ -20,9 +20,9 @@ values=$((PAGES * ITEMS))
 batches=$((values / BATCH))
 
 cargo build --release --quiet --bins
-quota=$PWD/target/release/quota
-standin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-fan-out-cursor.XXXXXX")
+portion=$PWD/target/release/portion
+standin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-fan-out-cursor.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items "$ITEMS" \
     --units 100000000 --search 100000000 > "$work/standin.out" &
 standin_pid=$!
@@ -30,7 +30,7 @@ trap 'kill "$standin_pid" 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$wo
 for _ in $(seq 50); do grep -q listening "$work/standin.out" && break; sleep 0.1; done
 up=$(sed -n 's#.*listening on \(http://[0-9.:]*\).*#\1#p' "$work/standin.out")
 printf bench-key-1 > "$work/key"
-cat > "$work/quota.yaml" <<YAML
+cat > "$work/portion.yaml" <<YAML
 store: embedded:$work/ledger.db
 credentials:
   main:
@@ -71,5 +71,5 @@ echo "1 region: $PAGES search pages of $ITEMS ids, then $batches batches of $BAT
 echo
 echo '| build  | values | calls | exit |       wall |        CPU |'
 echo '|--------|--------|-------|------|------------|------------|'
-[ -z "${QUOTA_BASE:-}" ] || row "before" "$QUOTA_BASE"
-row "this" "$quota"
+[ -z "${PORTION_BASE:-}" ] || row "before" "$PORTION_BASE"
+row "this" "$portion"

@@ -3,7 +3,7 @@
 # file of SIZES lines (a key a line), one videos.list call per input against
 # the stand-in answering at once (0 ms), concurrency 16, on the embedded
 # store and on Redis. For each size and store: the wall time, inputs per
-# second, quota's CPU (user + sys, /usr/bin/time) per input and its max
+# second, portion's CPU (user + sys, /usr/bin/time) per input and its max
 # RSS. Then the resume deep in the largest file: a run whose hourly window
 # of HALF units stops it there (75), then a run allowed 75 more: the time
 # from its start to the stand-in's first request, beside the same on a
@@ -27,15 +27,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-10000 1000000} STORES=${STORES:-embedded redis} CONCURRENCY=${CONCURRENCY:-16}
 
-# (QUOTA=/path/to/quota: that build instead, nothing built)
-[ -n "${QUOTA:-}" ] || cargo build --release --quiet --bins
-quota=${QUOTA:-$PWD/target/release/quota}
-standin_bin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-inputs.XXXXXX")
+# (PORTION=/path/to/portion: that build instead, nothing built)
+[ -n "${PORTION:-}" ] || cargo build --release --quiet --bins
+portion=${PORTION:-$PWD/target/release/portion}
+standin_bin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-inputs.XXXXXX")
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 printf bench-key-1 > "$work/key"
-# quota's own state (what it knows the store recorded) under $work too, so
+# portion's own state (what it knows the store recorded) under $work too, so
 # that a store emptied for the next row is not taken for one that lost data
 export XDG_STATE_HOME=$work/state
 
@@ -74,7 +74,7 @@ fresh() {
 
 # config STORE_URL FILE LIMIT: the job, LIMIT units an hour.
 config() {
-    cat > "$work/quota.yaml" <<EOF
+    cat > "$work/portion.yaml" <<EOF
 store: $1
 credentials:
   main:
@@ -99,11 +99,11 @@ jobs:
 EOF
 }
 
-# timed: one `quota run`; prints "wall user+sys maxrss_kb code".
+# timed: one `portion run`; prints "wall user+sys maxrss_kb code".
 timed() {
     local code=0
     /usr/bin/time -f '%e %U %S %M' -o "$work/time" \
-        "$quota" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
+        "$portion" --config "$work/portion.yaml" run > /dev/null 2> "$work/err" || code=$?
     read -r wall user sys rss < <(tail -1 "$work/time")
     echo "$wall $(echo "$user + $sys" | bc) $rss $code"
 }
@@ -126,7 +126,7 @@ for n in $SIZES; do
 done
 kill "$standin_pid" 2>/dev/null || true
 
-# first_request: `quota run` with the stand-in logging; prints the ms from
+# first_request: `portion run` with the stand-in logging; prints the ms from
 # the run's start to the first request the stand-in saw, and the bytes the
 # run read (rchar of the shell that reaped it).
 first_request() {
@@ -135,7 +135,7 @@ first_request() {
     local start
     start=$(date +%s%6N)
     # shellcheck disable=SC2016
-    sh -c '"$@" > /dev/null 2>&1; cat /proc/$$/io' sh "$quota" --config "$work/quota.yaml" run \
+    sh -c '"$@" > /dev/null 2>&1; cat /proc/$$/io' sh "$portion" --config "$work/portion.yaml" run \
         > "$work/io" || true
     kill "$standin_pid" 2>/dev/null || true
     wait "$standin_pid" 2>/dev/null || true

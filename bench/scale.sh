@@ -4,11 +4,11 @@
 #
 #   redis:    bytes per logged call (MEMORY USAGE of the log, its index and
 #             the state); the slowest script while the N calls were charged;
-#             the wall time of `quota status` and the slowest script it ran
+#             the wall time of `portion status` and the slowest script it ran
 #             (SLOWLOG); the time inside Redis of a charge when half the calls
 #             have left the window, and of the first charge 32 s after the
 #             burst, when all N have;
-#   embedded: the wall time of `quota status` and of a one-call `quota run`
+#   embedded: the wall time of `portion status` and of a one-call `portion run`
 #             (charge + one request to the stand-in) on a store holding the
 #             same N calls, beside the same run on an empty store.
 #
@@ -27,9 +27,9 @@ sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000 1000000)
 
 cargo build --release --quiet
-quota=$PWD/target/release/quota
-standin=$PWD/target/release/quota-standin
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-scale.XXXXXX")
+portion=$PWD/target/release/portion
+standin=$PWD/target/release/portion-standin
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-scale.XXXXXX")
 port=16398
 # The server runs at real-time priority where the script may set it (root),
 # so that SLOWLOG times the scripts' work rather than the moments a shared
@@ -57,7 +57,7 @@ up=$(sed -n 's#.*listening on http://\([0-9.:]*\).*#\1#p' "$work/standin.out")
 r() { redis-cli -p $port "$@"; }
 T0=1800000000000000 # µs: the fixed clock the charges read
 # (the state, and the prefixes of the log's and the index's segments)
-keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units')
+keys=('portion:{scale}:state' 'portion:{scale}:log:units' 'portion:{scale}:index:units')
 # A charge's keys and arguments after its clock and id (charge.lua's
 # header), in one line: one pool, or with SCALE_SHARES the pool, a's pool
 # (both charged) and b's and c's (read only), flag 16, and the shares'
@@ -65,9 +65,9 @@ keys=('quota:{scale}:state' 'quota:{scale}:log:units' 'quota:{scale}:index:units
 # shares of 10 units.
 window='1 30000000 1000000000000'
 if [ -n "${SCALE_SHARES:-}" ]; then
-    head=(9 'quota:{scale}:state')
-    for s in '' /a /b /c; do head+=("quota:{scale}:log:units$s"); done
-    for s in '' /a /b /c; do head+=("quota:{scale}:index:units$s"); done
+    head=(9 'portion:{scale}:state')
+    for s in '' /a /b /c; do head+=("portion:{scale}:log:units$s"); done
+    for s in '' /a /b /c; do head+=("portion:{scale}:index:units$s"); done
     tail=(16 60000000 "tag:videos.list	scale" 0 4 pool:units pool:units/a pool:units/b pool:units/c
         1 $window 1 $window 0 $window 0 $window 1 2 -1 2 3 10 4 10)
     shares_yaml='    shares: { a: { reserve: 10 }, b: { reserve: 10 }, c: { reserve: 10 } }'
@@ -122,7 +122,7 @@ charge_at() {
 
 # The configuration both stores are read with: credential `scale`, one pool
 # of one 30 s window, one job calling the stand-in once.
-cat > "$work/quota.yaml" <<EOF
+cat > "$work/portion.yaml" <<EOF
 credentials:
   scale:
     secret: { env: SCALE_KEY }
@@ -172,7 +172,7 @@ EOF
         # (the charges read a fixed clock that moves 25 s over the whole fill,
         # while their keys' expiry runs on Redis's real clock: a fill of 10^7,
         # minutes long, would outlive it; on a real clock expiry keeps pace)
-        for k in $(r --scan --pattern 'quota:{scale}:*'); do r PERSIST "$k" >/dev/null; done
+        for k in $(r --scan --pattern 'portion:{scale}:*'); do r PERSIST "$k" >/dev/null; done
         slow_fill "$n"
         worst=$(slowest EVALSHA)
         [ "$worst" -le "$fill_us" ] || fill_us=$worst
@@ -181,10 +181,10 @@ EOF
     r CONFIG SET slowlog-max-len 1000 >/dev/null
     mem=0
     # (the state, and every segment of the log and of its index)
-    for k in $(r --scan --pattern 'quota:{scale}:*'); do mem=$((mem + $(r MEMORY USAGE "$k" SAMPLES 0 | sed 's/^$/0/'))); done
+    for k in $(r --scan --pattern 'portion:{scale}:*'); do mem=$((mem + $(r MEMORY USAGE "$k" SAMPLES 0 | sed 's/^$/0/'))); done
     bytes=$(python3 -c "print(round($mem / $n, 1))")
     start=$(date +%s%N)
-    "$quota" -c "$work/quota.yaml" --store "redis://127.0.0.1:$port/0" status >/dev/null
+    "$portion" -c "$work/portion.yaml" --store "redis://127.0.0.1:$port/0" status >/dev/null
     wall=$(( ($(date +%s%N) - start) / 1000000 ))
     status_us=$(slowest EVALSHA)
     # (half the calls have left the 30 s window; then, 32 s after, all)
@@ -193,8 +193,8 @@ EOF
 
     # The embedded store: the same calls, written straight into its tables.
     db="$work/ledger-$n.sqlite3"
-    "$quota" -c "$work/quota.yaml" --store "embedded:$db" run >/dev/null 2>&1 # the schema
-    "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run >/dev/null 2>&1
+    "$portion" -c "$work/portion.yaml" --store "embedded:$db" run >/dev/null 2>&1 # the schema
+    "$portion" -c "$work/portion.yaml" --store "embedded:$work/empty.sqlite3" run >/dev/null 2>&1
     python3 - "$db" "$n" "${SCALE_SHARES:-}" <<'EOF'
 import sqlite3, sys, time
 db, n = sys.argv[1], int(sys.argv[2])
@@ -210,9 +210,9 @@ c.execute("UPDATE credential SET serial = ?, retain = 60000000, last = ? WHERE n
 c.commit()
 EOF
     ms() { local s; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; echo $(( ($(date +%s%N) - s) / 1000000 )); }
-    emb_status=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" status)
-    emb_run=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$db" run)
-    emb_empty=$(ms "$quota" -c "$work/quota.yaml" --store "embedded:$work/empty.sqlite3" run)
+    emb_status=$(ms "$portion" -c "$work/portion.yaml" --store "embedded:$db" status)
+    emb_run=$(ms "$portion" -c "$work/portion.yaml" --store "embedded:$db" run)
+    emb_empty=$(ms "$portion" -c "$work/portion.yaml" --store "embedded:$work/empty.sqlite3" run)
     printf '%-9s | %-10s | %-11s | %-11s | %-13s | %-11s | %-11s | %-11s | %-16s\n' \
         "$n" "$bytes" "${fill_us} µs" "${wall} ms" "${status_us} µs" "${half_us} µs" "${all_us} µs" \
         "${emb_status} ms" "${emb_run} ms (${emb_empty} ms)"

@@ -58,7 +58,7 @@ return {1, now}"
 charge_args() { # COST LENGTH BUDGET [LENGTH BUDGET]
     local cost=$1
     shift
-    args=(3 'quota:{b}:state' 'quota:{b}:log:units' 'quota:{b}:index:units' '' __rand_int__ 0 60000000
+    args=(3 'portion:{b}:state' 'portion:{b}:log:units' 'portion:{b}:index:units' '' __rand_int__ 0 60000000
         'tag:bench	bench' 0 1 'pool:units' "$cost" $(($# / 2)) "$@")
 }
 # The sorted set's arguments, into `args`: a set per window.
@@ -82,14 +82,14 @@ charge_shares_args() { # COST LENGTH BUDGET
     for s in /a /b /c; do [ "$s" = "${own[0]:-}" ] || others+=("$s"); done
     local all=('' "${own[@]}" "${others[@]}") n=2
     for s in "${all[@]}"; do
-        keys+=("quota:{b}:log:units$s")
+        keys+=("portion:{b}:log:units$s")
         names+=("pool:units$s")
         if [ -z "$s" ] || [ "$s" = "${own[0]:-}" ]; then layout+=("$cost" 1 "$@"); else layout+=(0 1 "$@"); fi
     done
-    for s in "${all[@]}"; do keys+=("quota:{b}:index:units$s"); done
+    for s in "${all[@]}"; do keys+=("portion:{b}:index:units$s"); done
     n=$((1 + ${#own[@]}))
     for ((s = n + 1; s <= ${#all[@]}; s++)); do rows+=("$s" 10); done
-    args=($((1 + 2 * ${#all[@]})) 'quota:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
+    args=($((1 + 2 * ${#all[@]})) 'portion:{b}:state' "${keys[@]}" '' __rand_int__ 16 60000000
         'tag:bench	bench' 0 ${#all[@]} "${names[@]}" "${layout[@]}" 1 "$n" -1 ${#others[@]} "${rows[@]}")
     # (a build before a692141 takes no count of the pools recorded)
     if [ -n "${CHARGE_LUA_BEFORE_A692141:-}" ]; then

@@ -55,7 +55,7 @@ drive_clock() {
     local rest=("${@:7}")
     awk -v sha="$sha" -v from="$from" -v n="$n" -v step="$STEP" -v rest="${rest[*]}" 'BEGIN {
         for (i = from; i < from + n; i++)
-            printf "EVALSHA %s 3 quota:{b}:state quota:{b}:log:units quota:{b}:index:units %.0f %d %s\n",
+            printf "EVALSHA %s 3 portion:{b}:state portion:{b}:log:units portion:{b}:index:units %.0f %d %s\n",
                 sha, 1790000000000000 + i * step, i + 1, rest
     }' | redis-cli -p "$port" >/dev/null
 }
@@ -76,7 +76,7 @@ count() {
     # (FRONT=1: check that the window's front was kept, not read each call)
     local front=''
     if [ -n "${FRONT:-}" ]; then
-        front="  (front kept: $(redis-cli -p "$port" hstrlen 'quota:{b}:state' 'front:pool:units') bytes)"
+        front="  (front kept: $(redis-cli -p "$port" hstrlen 'portion:{b}:state' 'front:pool:units') bytes)"
     fi
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$vg" || true
@@ -150,7 +150,7 @@ charge_args 1 "${day[@]}"
 count "charge.lua, cost 1, a 24 h window (no slide)" "$charge" "${args[@]}"
 # (the charge's clock given: no TIME; a tag without a tab, for redis-cli)
 fixed() { # COST LENGTH BUDGET
-    args=(3 'quota:{b}:state' 'quota:{b}:log:units' 'quota:{b}:index:units' 0 0 0 60000000
+    args=(3 'portion:{b}:state' 'portion:{b}:log:units' 'portion:{b}:index:units' 0 0 0 60000000
         tag:bench 0 1 pool:units "$1" 1 "$2" "$3")
 }
 fixed 1 86400000000 1000000000000

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Local Redis servers for the benchmarks in BENCHMARKS.md: one server on
 # port 16399 and a 3-master Cluster on 17001-17003 (cluster bus on
-# 27001-27003), loopback only, no persistence, data under /tmp/quota-bench.
+# 27001-27003), loopback only, no persistence, data under /tmp/portion-bench.
 #
 #   bash bench/servers.sh start
 #   bash bench/servers.sh stop
 set -euo pipefail
-dir=/tmp/quota-bench
+dir=/tmp/portion-bench
 case "${1:-}" in
 start)
     mkdir -p "$dir"

@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${PORT:-16397}
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-day.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-day.XXXXXX")
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
     --dir "$work" --pidfile "$work/redis.pid" --logfile "$work/redis.log"
 trap 'kill "$(cat "$work/redis.pid")" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -58,8 +58,8 @@ def charge(cred, at, job, shares, lend):
     # pools: units, then trending's share pool (trending: charged; backfill:
     # only read), each one calendar window of 60 s
     pools = ["units"] + (["units/trending"] if shares else [])
-    keys = ["quota:{%s}:state" % cred] + ["quota:{%s}:log:%s" % (cred, p) for p in pools] \
-        + ["quota:{%s}:index:%s" % (cred, p) for p in pools]
+    keys = ["portion:{%s}:state" % cred] + ["portion:{%s}:log:%s" % (cred, p) for p in pools] \
+        + ["portion:{%s}:index:%s" % (cred, p) for p in pools]
     cost = {p: 1 if p == "units" or job == "trending" else 0 for p in pools}
     args = [at, random.getrandbits(62), 16 if shares else 0, 60 * S, "tag:x\t" + job, 0, len(pools)]
     args += ["pool:" + p for p in pools]

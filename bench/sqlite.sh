@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rows in SQLite (issue 26): one `quota run` of REGIONS x PAGES pages of 50
+# Rows in SQLite (issue 26): one `portion run` of REGIONS x PAGES pages of 50
 # items against the stand-in at 0 ms, the pages written as files only, then
 # also as rows (`output.sqlite`) without and with a full-text index
 # (`search`), then as rows only. Per case the wall time (median of REPS runs,
@@ -13,7 +13,7 @@
 #                                        # an upstream that takes 50 ms a page
 #   DELAY=100ms REGIONS=16 PAGES=64 CONCURRENCY=16 bash bench/sqlite.sh
 #                                        # 16 regions walked side by side
-#   QUOTA=/path/a VS=/path/b bash bench/sqlite.sh
+#   PORTION=/path/a VS=/path/b bash bench/sqlite.sh
 #                                        # two builds side by side: each run of
 #                                        # a case alternates a, b (a's first)
 #
@@ -28,13 +28,13 @@ cd "$(dirname "$0")/.."
 REGIONS=${REGIONS:-20} PAGES=${PAGES:-50} REPS=${REPS:-3} PROFILE=${PROFILE:-release}
 DELAY=${DELAY:-0ms} CONCURRENCY=${CONCURRENCY:-1}
 ITEMS=50
-# (QUOTA=/path/to/quota: that build instead, nothing built)
-if [ -z "${QUOTA:-}" ]; then
+# (PORTION=/path/to/portion: that build instead, nothing built)
+if [ -z "${PORTION:-}" ]; then
     if [ "$PROFILE" = release ]; then cargo build --release --quiet --bins; else cargo build --quiet --bins; fi
 fi
-quota=${QUOTA:-$PWD/target/$PROFILE/quota}
-standin=${STANDIN:-$PWD/target/$PROFILE/quota-standin}
-work=$(mktemp -d "${TMPDIR:-/tmp}/quota-sqlite.XXXXXX")
+portion=${PORTION:-$PWD/target/$PROFILE/portion}
+standin=${STANDIN:-$PWD/target/$PROFILE/portion-standin}
+work=$(mktemp -d "${TMPDIR:-/tmp}/portion-sqlite.XXXXXX")
 "$standin" --listen 127.0.0.1:0 --key bench-key-1 --pages "$PAGES" --items $ITEMS \
     --units 10000000 --delay "$DELAY" > "$work/standin.out" &
 standin_pid=$!
@@ -47,7 +47,7 @@ rows=$((REGIONS * PAGES * ITEMS))
 
 # config OUTPUT: the job, its `output` as given.
 config() {
-    cat > "$work/quota.yaml" <<YAML
+    cat > "$work/portion.yaml" <<YAML
 store: embedded:$work/ledger.db
 credentials:
   main:
@@ -82,7 +82,7 @@ YAML
 once() {
     [ ! -e "$work/out" ] || mv "$work/out" "$work/set-aside.$(date +%s%N)"
     rm -rf "$work"/ledger.db*
-    /usr/bin/time -f '%e' -o "$work/time" "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" \
+    /usr/bin/time -f '%e' -o "$work/time" "$1" --config "$work/portion.yaml" run > /dev/null 2> "$work/err" \
         || { cat "$work/err" >&2; exit 1; }
     tail -1 "$work/time"
 }
@@ -90,7 +90,7 @@ once() {
 walls() {
     : > "$work/a"; : > "$work/b"
     for _ in $(seq "$REPS"); do
-        once "$quota" >> "$work/a"
+        once "$portion" >> "$work/a"
         [ -z "${VS:-}" ] || once "$VS" >> "$work/b"
     done
     for f in a b; do
@@ -100,7 +100,7 @@ walls() {
 
 rows_out="sqlite: { path: out/rows.db, table: videos, items: /items/*, key: /id"
 echo "$REGIONS regions x $PAGES pages x $ITEMS items = $rows rows, $PROFILE build, upstream $DELAY a page," \
-    "concurrency $CONCURRENCY, median of $REPS${VS:+; a: $quota, b: $VS}"
+    "concurrency $CONCURRENCY, median of $REPS${VS:+; a: $portion, b: $VS}"
 config "out/pages"
 read -r -d '' base_a base_b < <(walls) || true
 echo "files only: ${base_a} s${VS:+ | b: ${base_b} s}"

@@ -1,6 +1,6 @@
-# Sourced by bench/concurrency.sh and bench/fan_out.sh: `quota run` timed on
+# Sourced by bench/concurrency.sh and bench/fan_out.sh: `portion run` timed on
 # a fresh store, and the median of REPS such runs. Needs $work (holding
-# quota.yaml) and $REPS.
+# portion.yaml) and $REPS.
 
 # once BIN: one run on a fresh store; prints "wall user+sys calls code".
 # (the last run's pages are moved aside, not deleted, until the script
@@ -14,7 +14,7 @@ once() {
     rm -rf "$work"/ledger.db*
     local code=0
     /usr/bin/time -f '%e %U %S' -o "$work/time" \
-        "$1" --config "$work/quota.yaml" run > /dev/null 2> "$work/err" || code=$?
+        "$1" --config "$work/portion.yaml" run > /dev/null 2> "$work/err" || code=$?
     local made
     made=$(sed -n 's/.*; \([0-9]*\) calls.*/\1/p' "$work/err" | tail -1)
     # (the last line: a failed command's status line comes first)

@@ -6,7 +6,7 @@
 
 fn main() {
     let name = std::env::args().nth(1).unwrap_or_else(|| "charge".into());
-    match quota::ledger::script_source(&name) {
+    match portion::ledger::script_source(&name) {
         Some(source) => print!("{source}"),
         None => {
             eprintln!(

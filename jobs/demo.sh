@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The quick-start demo, end to end on one machine: no network, no Redis, no
-# API key. It builds quota and quota-standin, serves the stand-in for the
+# API key. It builds portion and portion-standin, serves the stand-in for the
 # YouTube Data API on 127.0.0.1:18089, runs the trending job of
 # jobs/demo.yaml tick after tick (as a timer would) until the quota stops it
-# (exit 75), then shows `quota status`, the plan for the next runs and a
+# (exit 75), then shows `portion status`, the plan for the next runs and a
 # local full-text search over the rows the runs wrote. State, pages and rows
 # go to out/demo/, which each demo starts afresh.
 set -euo pipefail
@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 
 cargo build --quiet
 bin=${CARGO_TARGET_DIR:-target}/debug   # where `cargo build` put them
-quota=$bin/quota
-standin_bin=$bin/quota-standin
+portion=$bin/portion
+standin_bin=$bin/portion-standin
 config=jobs/demo.yaml
 
 rm -rf out/demo
@@ -29,9 +29,9 @@ done
 echo "== stand-in: $(cat out/demo/standin.out)"
 
 for tick in $(seq 1 10); do
-    echo "== tick $tick: quota run"
+    echo "== tick $tick: portion run"
     set +e
-    "$quota" -c "$config" run
+    "$portion" -c "$config" run
     code=$?
     set -e
     echo "== tick $tick: exit $code"
@@ -47,11 +47,11 @@ if [ "$code" -ne 75 ]; then
 fi
 
 echo
-echo "== quota status"
-"$quota" -c "$config" status
+echo "== portion status"
+"$portion" -c "$config" status
 echo
-echo "== quota run --dry-run"
-"$quota" -c "$config" run --dry-run
+echo "== portion run --dry-run"
+"$portion" -c "$config" run --dry-run
 echo
 echo "== $(ls out/demo/trending | wc -l) pages in out/demo/trending, $(wc -l < out/demo/upstream.jsonl) requests seen by the stand-in"
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs each example job of jobs/ (github.yaml, llm.yaml, graphql.yaml,
 # backfill.yaml) end to end on this machine: no network, no Redis, no real
-# API key. Each gets a freshly started stand-in (`quota-standin`, which
+# API key. Each gets a freshly started stand-in (`portion-standin`, which
 # imitates GitHub, an OpenAI-compatible LLM API, a Shopify-style GraphQL
 # API and YouTube) and a copy
 # of its job file pointed at it, with the embedded store, under
@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 
 cargo build --quiet
 bin=${CARGO_TARGET_DIR:-target}/debug   # where `cargo build` put them
-quota=$bin/quota
-standin_bin=$bin/quota-standin
+portion=$bin/portion
+standin_bin=$bin/portion-standin
 port=18090
 base=http://127.0.0.1:$port
 
@@ -45,17 +45,17 @@ example() {
     {
         echo "store: embedded:ledger.sqlite3"
         sed -e "s|$origin|$base|g" -e "s|\.\./out/|out/|g" "jobs/$name.yaml"
-    } > "$dir/quota.yaml"
+    } > "$dir/portion.yaml"
     cp jobs/*.jsonl jobs/*.txt "$dir/"   # inputs: { file } is read beside the config
     set +e
-    "$quota" -c "$dir/quota.yaml" run > "$dir/run.out" 2> "$dir/run.err"
+    "$portion" -c "$dir/portion.yaml" run > "$dir/run.out" 2> "$dir/run.err"
     local code=$?
     set -e
     local first again=""
     first=$(wc -l < "$dir/upstream.jsonl")
-    if [ "$code" -eq 0 ] && grep -q '^ *once: true' "$dir/quota.yaml"; then
+    if [ "$code" -eq 0 ] && grep -q '^ *once: true' "$dir/portion.yaml"; then
         set +e
-        "$quota" -c "$dir/quota.yaml" run > "$dir/again.out" 2> "$dir/again.err"
+        "$portion" -c "$dir/portion.yaml" run > "$dir/again.out" 2> "$dir/again.err"
         code=$?
         set -e
         again=", again: exit $code, $(($(wc -l < "$dir/upstream.jsonl") - first)) requests"

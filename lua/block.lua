@@ -2,7 +2,7 @@
 -- quota is spent). Charges are then rejected in the same atomic step that
 -- evaluates the windows. A later block never shortens an earlier one.
 --
--- KEYS[1]  quota:{C}:state  hash of the credential
+-- KEYS[1]  portion:{C}:state  hash of the credential
 -- ARGV[1]  now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2]  blocked until, µs since the Unix epoch (a time computed from a
 --          reading of this server's clock), or "" to use ARGV[3]

@@ -2,10 +2,10 @@
 -- atomically: all windows fit and the call is logged once per pool, or nothing
 -- is written anywhere.
 --
--- KEYS[1]      quota:{C}:state    hash of the credential (fields below)
--- KEYS[2..1+n] quota:{C}:log:P    per pool, in ARGV pool order: the prefix
+-- KEYS[1]      portion:{C}:state    hash of the credential (fields below)
+-- KEYS[2..1+n] portion:{C}:log:P    per pool, in ARGV pool order: the prefix
 --                                 of its log's segments (below)
--- KEYS[2+n..]  quota:{C}:index:P  per pool, in ARGV pool order: the prefix
+-- KEYS[2+n..]  portion:{C}:index:P  per pool, in ARGV pool order: the prefix
 --                                 of its index's segments (below)
 -- ARGV[1]      now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2]      charge id: a decimal integer, unique among the credential's
@@ -76,7 +76,7 @@
 --                  the general path ran (it keeps none)
 --
 -- The log: a pool's calls are numbered (head <= s < tail); call s sits in
--- the list `quota:{C}:log:P:k`, k = floor(s / SEG), as flat quadruples
+-- the list `portion:{C}:log:P:k`, k = floor(s / SEG), as flat quadruples
 -- (time µs, cost, tag id, charge id), one per call whatever its cost, oldest
 -- first, at position s - max(head, k * SEG): only the head's segment is ever
 -- trimmed from the front. Segments keep every read positional in bounded
@@ -85,7 +85,7 @@
 --
 -- The index: call s sits in block floor(s / BLOCK). When a block's last
 -- call is logged, its record is appended to the list
--- `quota:{C}:index:P:j`, j = floor(block / IXSEG): packed doubles (first
+-- `portion:{C}:index:P:j`, j = floor(block / IXSEG): packed doubles (first
 -- call's time, last call's time, cumulative cost through the block, the
 -- block's cost, calls, the block's number, its origin), then (tag id, cost)
 -- per tag in the block. A segment's records are consecutive blocks ending

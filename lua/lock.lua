@@ -2,7 +2,7 @@
 -- run of a job is active at a time across hosts. The TTL runs on Redis's
 -- clock; a run renews it while it works, and a killed run's lock expires.
 --
--- KEYS[1]  the job's lock key (quota:job:{J}:lock)
+-- KEYS[1]  the job's lock key (portion:job:{J}:lock)
 -- ARGV[1]  "take", "renew" or "release"
 -- ARGV[2]  the holder: who asks (host, pid, run)
 -- ARGV[3]  the TTL in ms (take, renew)

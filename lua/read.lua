@@ -3,9 +3,9 @@
 -- slices, by lua/read_log.lua. Read-only, so it may run as EVAL_RO / on a
 -- replica.
 --
--- KEYS[1]        quota:{C}:state    hash of the credential
--- KEYS[2..1+n]   quota:{C}:log:P    the prefix of each pool's log segments
--- KEYS[2+n..]    quota:{C}:index:P  that of its index, in the same order
+-- KEYS[1]        portion:{C}:state    hash of the credential
+-- KEYS[2..1+n]   portion:{C}:log:P    the prefix of each pool's log segments
+-- KEYS[2+n..]    portion:{C}:index:P  that of its index, in the same order
 -- ARGV[1]        now in µs, or "" to read the Redis server clock (TIME)
 -- ARGV[2..1+n]   each pool's state field, "pool:" .. name, in KEYS order
 -- ARGV[2+n..]    each pool's longest window as configured (how long a call

@@ -1,9 +1,9 @@
 -- read_log.lua: a bounded slice of one pool's log or of its index, for a
 -- usage report (lua/read.lua says what there is to read). Read-only.
 --
--- KEYS[1]   quota:{C}:state    hash of the credential
--- KEYS[2]   quota:{C}:log:P    the prefix of the pool's log segments
--- KEYS[3]   quota:{C}:index:P  that of its index's segments
+-- KEYS[1]   portion:{C}:state    hash of the credential
+-- KEYS[2]   portion:{C}:log:P    the prefix of the pool's log segments
+-- KEYS[3]   portion:{C}:index:P  that of its index's segments
 -- ARGV[1]   the pool's state field, "pool:" .. name
 -- ARGV[2]   "calls" or "blocks": what the ranges below number
 -- ARGV[3..] ranges [from, to) of call numbers or block numbers, at most

@@ -4,9 +4,9 @@
 -- stays exact: a refund, or a further debit that no budget check may refuse
 -- (the upstream spent it).
 --
--- KEYS[1]   quota:{C}:state    hash of the credential
--- KEYS[2]   quota:{C}:log:P    the prefix of the pool's log segments
--- KEYS[3]   quota:{C}:index:P  that of its index's segments
+-- KEYS[1]   portion:{C}:state    hash of the credential
+-- KEYS[2]   portion:{C}:log:P    the prefix of the pool's log segments
+-- KEYS[3]   portion:{C}:index:P  that of its index's segments
 -- ARGV[1]   the pool's state field, "pool:" .. name
 -- ARGV[2]   the entry's call number (the charge's reply)
 -- ARGV[3]   the charge's id, as charge.lua logged it

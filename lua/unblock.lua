@@ -1,10 +1,10 @@
--- unblock.lua: lift a credential's upstream block (`quota unblock`), for an
+-- unblock.lua: lift a credential's upstream block (`portion unblock`), for an
 -- operator who knows the upstream's quota is back before the block ends,
 -- and forget the units the upstream said others spent (the same word from
 -- the upstream, the same lever: an answer that overstated them must not
 -- hold the pools until their reset).
 --
--- KEYS[1]  quota:{C}:state  hash of the credential
+-- KEYS[1]  portion:{C}:state  hash of the credential
 --
 -- Returns {blocked_until, blocked_reason} as they were (0 and "" when the
 -- credential was not blocked). The block fields (and the backoff's history,

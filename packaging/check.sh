@@ -2,7 +2,7 @@
 # The package end to end, as root on a throwaway machine (.ci/run calls it):
 # build it, lintian, install it, check what it installed, remove it and check
 # what stays, purge it and check the config is gone. Then `cargo install`
-# installs quota alone, and promtool accepts contrib/'s rules (the Rust test
+# installs portion alone, and promtool accepts contrib/'s rules (the Rust test
 # contrib:: runs `promtool test rules` over real output).
 #   bash packaging/check.sh [PACKAGE.deb]
 set -euo pipefail
@@ -22,7 +22,7 @@ ours=$(dpkg-deb -f "$deb" Package)
 # upgrade must not plan to replace ours with them (issue 37).
 disk_quota_pkg=quota
 dpkg -s "$disk_quota_pkg" >/dev/null 2>&1 \
-  || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$disk_quota_pkg" >/dev/null \
+  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$disk_quota_pkg" >/dev/null; } \
   || fail "could not install Debian's disk-quota tools (package $disk_quota_pkg)"
 # No error and no warning; what is overridden says why (packaging/lintian-overrides).
 lintian --fail-on error,warning --display-info "$deb"
@@ -34,20 +34,20 @@ dpkg -i "$deb"
 apt-get -s dist-upgrade >"$tmp/upgrade" 2>&1 || fail "apt-get -s dist-upgrade: $(cat "$tmp/upgrade")"
 ! grep -E "^(Inst|Remv|Conf|Purg) $ours( |$)" "$tmp/upgrade" \
   || fail "apt-get -s dist-upgrade plans to replace $ours"
-quota --version
-man -w quota | grep -qx /usr/share/man/man1/quota.1.gz || fail "man -w quota: $(man -w quota)"
-for f in /usr/share/bash-completion/completions/quota /usr/share/zsh/vendor-completions/_quota \
-  /usr/share/fish/vendor_completions.d/quota.fish; do
-  grep -q quota "$f" || fail "$f is missing or empty"
+portion --version
+man -w portion | grep -qx /usr/share/man/man1/portion.1.gz || fail "man -w portion: $(man -w portion)"
+for f in /usr/share/bash-completion/completions/portion /usr/share/zsh/vendor-completions/_portion \
+  /usr/share/fish/vendor_completions.d/portion.fish; do
+  grep -q portion "$f" || fail "$f is missing or empty"
 done
-getent passwd quota >/dev/null || fail "postinst made no quota user"
-[ "$(stat -c %U:%a /var/lib/quota)" = quota:750 ] || fail "/var/lib/quota: $(stat -c %U:%a /var/lib/quota)"
+getent passwd portion >/dev/null || fail "postinst made no portion user"
+[ "$(stat -c %U:%a /var/lib/portion)" = portion:750 ] || fail "/var/lib/portion: $(stat -c %U:%a /var/lib/portion)"
 # (its key is a systemd credential: a stand-in for check)
 mkdir "$tmp/creds" && echo not-a-key >"$tmp/creds/yt"
-CREDENTIALS_DIRECTORY=$tmp/creds quota -c /etc/quota/quota.yaml check >/dev/null \
-  || fail "the example /etc/quota/quota.yaml does not check"
+CREDENTIALS_DIRECTORY=$tmp/creds portion -c /etc/portion/portion.yaml check >/dev/null \
+  || fail "the example /etc/portion/portion.yaml does not check"
 # (outside the unit, as its header says: the rest checked, the key named)
-env -u CREDENTIALS_DIRECTORY quota -c /etc/quota/quota.yaml check 2>"$tmp/unseen" >/dev/null \
+env -u CREDENTIALS_DIRECTORY portion -c /etc/portion/portion.yaml check 2>"$tmp/unseen" >/dev/null \
   || fail "the example does not check outside the unit"
 grep -q 'systemd credential yt' "$tmp/unseen" || fail "check outside the unit names no unseen key"
 
@@ -55,41 +55,41 @@ grep -q 'systemd credential yt' "$tmp/unseen" || fail "check outside the unit na
 # hardening of the repository's units (an exposure of 1.1: --threshold counts
 # tenths).
 units=/usr/lib/systemd/system
-cp "$units/quota@.service" "$tmp/quota@check.service"
-cp "$units/quota@.timer" "$tmp/quota@check.timer"
-verify=$(cd "$tmp" && systemd-analyze verify --man=no ./quota@check.service ./quota@check.timer 2>&1) \
+cp "$units/portion@.service" "$tmp/portion@check.service"
+cp "$units/portion@.timer" "$tmp/portion@check.timer"
+verify=$(cd "$tmp" && systemd-analyze verify --man=no ./portion@check.service ./portion@check.timer 2>&1) \
   || fail "systemd-analyze verify: $verify"
 # (a bad directive is a warning, exit 0)
-! grep -q quota@check <<<"$verify" || fail "systemd-analyze verify: $verify"
-(cd "$tmp" && systemd-analyze security --offline=true --threshold=11 --no-pager ./quota@check.service) \
+! grep -q portion@check <<<"$verify" || fail "systemd-analyze verify: $verify"
+(cd "$tmp" && systemd-analyze security --offline=true --threshold=11 --no-pager ./portion@check.service) \
   | grep 'Overall exposure level' || fail "the installed unit is exposed above 1.1"
 
 # sysusers.d and tmpfiles.d accepted, against a root of their own.
 root=$tmp/root
 mkdir -p "$root/etc"
-systemd-sysusers --root="$root" /usr/lib/sysusers.d/quota.conf
-grep -q '^quota:' "$root/etc/passwd" || fail "systemd-sysusers made no quota user"
-systemd-tmpfiles --create --root="$root" /usr/lib/tmpfiles.d/quota.conf
-[ "$(stat -c %a "$root/var/lib/quota")" = 750 ] || fail "systemd-tmpfiles made no /var/lib/quota"
+systemd-sysusers --root="$root" /usr/lib/sysusers.d/portion.conf
+grep -q '^portion:' "$root/etc/passwd" || fail "systemd-sysusers made no portion user"
+systemd-tmpfiles --create --root="$root" /usr/lib/tmpfiles.d/portion.conf
+[ "$(stat -c %a "$root/var/lib/portion")" = 750 ] || fail "systemd-tmpfiles made no /var/lib/portion"
 
 # Remove: the operator's data and edits stay; the program and units go.
 marker=ledger-check-$$.sqlite3
-touch "/var/lib/quota/$marker"
-echo '# edited' >>/etc/quota/quota.yaml
-dpkg -r quota
-[ ! -e /usr/bin/quota ] && [ ! -e "$units/quota@.service" ] || fail "dpkg -r left the program or a unit"
-[ -f "/var/lib/quota/$marker" ] || fail "dpkg -r removed the state folder"
-grep -q '^# edited' /etc/quota/quota.yaml || fail "dpkg -r removed the edited conffile"
+touch "/var/lib/portion/$marker"
+echo '# edited' >>/etc/portion/portion.yaml
+dpkg -r portion
+[ ! -e /usr/bin/portion ] && [ ! -e "$units/portion@.service" ] || fail "dpkg -r left the program or a unit"
+[ -f "/var/lib/portion/$marker" ] || fail "dpkg -r removed the state folder"
+grep -q '^# edited' /etc/portion/portion.yaml || fail "dpkg -r removed the edited conffile"
 # Purge: the config goes; the ledger and pages stay (the operator's data).
-dpkg -P quota
-[ ! -e /etc/quota/quota.yaml ] || fail "dpkg -P left /etc/quota/quota.yaml"
-[ -f "/var/lib/quota/$marker" ] || fail "dpkg -P removed the state folder"
-rm "/var/lib/quota/$marker"
+dpkg -P portion
+[ ! -e /etc/portion/portion.yaml ] || fail "dpkg -P left /etc/portion/portion.yaml"
+[ -f "/var/lib/portion/$marker" ] || fail "dpkg -P removed the state folder"
+rm "/var/lib/portion/$marker"
 
-# cargo install installs quota alone (the stand-in is a package of its own);
+# cargo install installs portion alone (the stand-in is a package of its own);
 # the release build above is reused.
 cargo install --quiet --locked --path . --root "$tmp/inst" --target-dir target
-[ "$(ls "$tmp/inst/bin")" = quota ] || fail "cargo install installed: $(ls "$tmp/inst/bin")"
+[ "$(ls "$tmp/inst/bin")" = portion ] || fail "cargo install installed: $(ls "$tmp/inst/bin")"
 
-promtool check rules contrib/prometheus/quota.rules.yml
+promtool check rules contrib/prometheus/portion.rules.yml
 echo "packaging/check.sh: all checks passed ($deb)"

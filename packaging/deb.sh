@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build target/debian/quota_VERSION_ARCH.deb: a release build of quota and
+# Build target/debian/portion_VERSION_ARCH.deb: a release build of portion and
 # the files of a Debian package, staged under target/debian/stage and packed
 # with dpkg-deb. dpkg-deb over a staged tree rather than cargo-deb: Debian's
 # own tools (dpkg-dev, binutils), nothing to compile first (cargo-deb is
@@ -14,12 +14,12 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 arch=$(dpkg --print-architecture)
 out=target/debian
 stage=$out/stage
-deb=$out/quota_${version}_${arch}.deb
+deb=$out/portion_${version}_${arch}.deb
 
-cargo build --release --locked -p quota --bin quota
+cargo build --release --locked -p portion --bin portion
 rm -rf "$stage" && mkdir -p "$stage/DEBIAN"
-bin=$stage/usr/bin/quota
-install -D -m 0755 target/release/quota "$bin"
+bin=$stage/usr/bin/portion
+install -D -m 0755 target/release/portion "$bin"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$bin"
 
 # The repository's units, made the package's: the binary in /usr/bin, and
@@ -29,50 +29,50 @@ strip --strip-unneeded --remove-section=.comment --remove-section=.note "$bin"
 # package's.
 unit() { # SOURCE DEST: SOURCE from its [Unit] line on, under a header
   install -d "$(dirname "$2")"
-  { printf '# %s: installed by the Debian package quota; change it with a drop-in\n' "$(basename "$1")"
+  { printf '# %s: installed by the Debian package portion; change it with a drop-in\n' "$(basename "$1")"
     printf '# (systemctl edit %s), not here.\n#\n' "$(basename "$1")"
-    printf '#   systemctl enable --now quota@NAME.timer   # runs /etc/quota/NAME.yaml\n\n'
+    printf '#   systemctl enable --now portion@NAME.timer   # runs /etc/portion/NAME.yaml\n\n'
     sed -n '/^\[Unit\]$/,$p' "$1"
   } >"$2"
   chmod 0644 "$2"
 }
 units=$stage/usr/lib/systemd/system
-unit systemd/quota@.timer "$units/quota@.timer"
-unit systemd/quota@.service "$units/quota@.service"
-sed -i -e 's|^ExecStart=/usr/local/bin/quota |ExecStart=/usr/bin/quota |' \
-  -e 's|^DynamicUser=yes$|User=quota\nGroup=quota\nRemoveIPC=yes|' \
-  -e 's|^StateDirectory=quota$|StateDirectory=quota\nStateDirectoryMode=0750|' \
-  "$units/quota@.service"
-for line in 'ExecStart=/usr/bin/quota --config /etc/quota/%i.yaml run' User=quota \
+unit systemd/portion@.timer "$units/portion@.timer"
+unit systemd/portion@.service "$units/portion@.service"
+sed -i -e 's|^ExecStart=/usr/local/bin/portion |ExecStart=/usr/bin/portion |' \
+  -e 's|^DynamicUser=yes$|User=portion\nGroup=portion\nRemoveIPC=yes|' \
+  -e 's|^StateDirectory=portion$|StateDirectory=portion\nStateDirectoryMode=0750|' \
+  "$units/portion@.service"
+for line in 'ExecStart=/usr/bin/portion --config /etc/portion/%i.yaml run' User=portion \
   StateDirectoryMode=0750; do
-  grep -qxF "$line" "$units/quota@.service" || { echo "deb.sh: the unit lacks $line (systemd/quota@.service changed?)" >&2; exit 1; }
+  grep -qxF "$line" "$units/portion@.service" || { echo "deb.sh: the unit lacks $line (systemd/portion@.service changed?)" >&2; exit 1; }
 done
-! grep -q -e DynamicUser= -e /usr/local "$units/quota@.service" \
+! grep -q -e DynamicUser= -e /usr/local "$units/portion@.service" \
   || { echo "deb.sh: DynamicUser or /usr/local left in the unit" >&2; exit 1; }
 
-install -D -m 0644 packaging/sysusers.conf "$stage/usr/lib/sysusers.d/quota.conf"
-install -D -m 0644 packaging/tmpfiles.conf "$stage/usr/lib/tmpfiles.d/quota.conf"
-install -D -m 0644 packaging/quota.yaml "$stage/etc/quota/quota.yaml"
-printf '/etc/quota/quota.yaml\n' >"$stage/DEBIAN/conffiles"
+install -D -m 0644 packaging/sysusers.conf "$stage/usr/lib/sysusers.d/portion.conf"
+install -D -m 0644 packaging/tmpfiles.conf "$stage/usr/lib/tmpfiles.d/portion.conf"
+install -D -m 0644 packaging/portion.yaml "$stage/etc/portion/portion.yaml"
+printf '/etc/portion/portion.yaml\n' >"$stage/DEBIAN/conffiles"
 install -m 0755 packaging/postinst packaging/postrm "$stage/DEBIAN/"
-install -D -m 0644 packaging/lintian-overrides "$stage/usr/share/lintian/overrides/quota"
+install -D -m 0644 packaging/lintian-overrides "$stage/usr/share/lintian/overrides/portion"
 
 # The man page and the completions, from the binary just built.
 install -d "$stage/usr/share/man/man1"
-"$bin" man | gzip -9n >"$stage/usr/share/man/man1/quota.1.gz"
+"$bin" man | gzip -9n >"$stage/usr/share/man/man1/portion.1.gz"
 install -d "$stage/usr/share/bash-completion/completions" \
   "$stage/usr/share/zsh/vendor-completions" "$stage/usr/share/fish/vendor_completions.d"
-"$bin" completions bash >"$stage/usr/share/bash-completion/completions/quota"
-"$bin" completions zsh >"$stage/usr/share/zsh/vendor-completions/_quota"
-"$bin" completions fish >"$stage/usr/share/fish/vendor_completions.d/quota.fish"
+"$bin" completions bash >"$stage/usr/share/bash-completion/completions/portion"
+"$bin" completions zsh >"$stage/usr/share/zsh/vendor-completions/_portion"
+"$bin" completions fish >"$stage/usr/share/fish/vendor_completions.d/portion.fish"
 
-doc=$stage/usr/share/doc/quota
+doc=$stage/usr/share/doc/portion
 install -D -m 0644 packaging/copyright "$doc/copyright"
 # A native package's changelog: this version, dated by the last commit
 # (the same bytes from the same tree).
 when=$(git log -1 --format=%cD 2>/dev/null || date -R)
-maintainer=${DEB_MAINTAINER:-quota maintainers <maintainers@users.noreply.a-seed-4fc2d30d.example>}
-printf 'quota (%s) unstable; urgency=medium\n\n  * Built from the repository (see README.md).\n\n -- %s  %s\n' \
+maintainer=${DEB_MAINTAINER:-portion maintainers <maintainers@users.noreply.a-seed-4fc2d30d.example>}
+printf 'portion (%s) unstable; urgency=medium\n\n  * Built from the repository (see README.md).\n\n -- %s  %s\n' \
   "$version" "$maintainer" "$when" | gzip -9n >"$doc/changelog.gz"
 find "$stage" -type d -exec chmod 0755 {} +
 find "$stage/usr/share" "$stage/etc" -type f -exec chmod 0644 {} +
@@ -81,14 +81,14 @@ find "$stage/usr/share" "$stage/etc" -type f -exec chmod 0644 {} +
 # dpkg-shlibdeps reads them, and systemd-sysusers for postinst.
 shlibs=$(mktemp -d)
 trap 'rm -rf "$shlibs"' EXIT
-mkdir "$shlibs/debian" && printf 'Source: quota\n\nPackage: quota\nArchitecture: any\n' >"$shlibs/debian/control"
-# (less its warning that the binary is not under debian/quota: it is not meant to be)
+mkdir "$shlibs/debian" && printf 'Source: portion\n\nPackage: portion\nArchitecture: any\n' >"$shlibs/debian/control"
+# (less its warning that the binary is not under debian/portion: it is not meant to be)
 depends=$(cd "$shlibs" && dpkg-shlibdeps -O -e "$root/$bin" 2> >(grep -v 'should already be installed' >&2) \
   | sed -n 's/^shlibs:Depends=//p')
 [ -n "$depends" ] || { echo "deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat >"$stage/DEBIAN/control" <<CONTROL
-Package: quota
+Package: portion
 Version: $version
 Architecture: $arch
 Maintainer: $maintainer
@@ -97,14 +97,14 @@ Depends: $depends, systemd | systemd-standalone-sysusers | systemd-sysusers
 Section: admin
 Priority: optional
 Description: spend a metered API's quota safely, from a timer
- quota runs jobs against metered HTTP APIs (YouTube, GitHub, LLM APIs, any
+ portion runs jobs against metered HTTP APIs (YouTube, GitHub, LLM APIs, any
  API with a quota) and charges every call to a ledger before it is sent, so
  that no run, host or script spends more than the budgets its configuration
  gives each window. The ledger is embedded (SQLite) or shared (Redis).
  .
  The package installs the quota command, systemd units that run
- /etc/quota/NAME.yaml every 30 minutes as the quota system user
- (quota@NAME.timer), the man page and bash, zsh and fish completions.
+ /etc/portion/NAME.yaml every 30 minutes as the quota system user
+ (portion@NAME.timer), the man page and bash, zsh and fish completions.
 CONTROL
 (cd "$stage" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z | xargs -0 md5sum) >"$stage/DEBIAN/md5sums"
 chmod 0644 "$stage/DEBIAN/control" "$stage/DEBIAN/conffiles" "$stage/DEBIAN/md5sums"

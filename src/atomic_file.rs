@@ -12,10 +12,10 @@
 //! `RANDOM` is 64 random bits, so nobody can guess the name in advance, and
 //! the file is created exclusively (`O_CREAT|O_EXCL`, which never follows a
 //! symlink, nor opens a file someone planted under the name): in a folder
-//! that others can write to, a planted symlink cannot make quota write
+//! that others can write to, a planted symlink cannot make portion write
 //! through it.
 //!
-//! Files are created with [`file_mode`] (0640 unless `QUOTA_FILE_MODE` says
+//! Files are created with [`file_mode`] (0640 unless `PORTION_FILE_MODE` says
 //! otherwise), less the process's umask: API responses are not readable by
 //! every user of the host. Folders are created with [`folder_mode`] (0750),
 //! not the umask's 0777: under umask 000 another user could otherwise move
@@ -39,14 +39,14 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The mode of the files quota creates (pages, the embedded ledger, the
-/// history) unless `QUOTA_FILE_MODE` says otherwise; the umask applies on top.
+/// The mode of the files portion creates (pages, the embedded ledger, the
+/// history) unless `PORTION_FILE_MODE` says otherwise; the umask applies on top.
 pub const DEFAULT_FILE_MODE: u32 = 0o640;
 
 /// The environment variable that sets [`file_mode`].
-pub const FILE_MODE_VAR: &str = "QUOTA_FILE_MODE";
+pub const FILE_MODE_VAR: &str = "PORTION_FILE_MODE";
 
-/// The mode quota creates its files with: `$QUOTA_FILE_MODE` (octal, read
+/// The mode portion creates its files with: `$PORTION_FILE_MODE` (octal, read
 /// and write bits only, the owner's both included, never write for others:
 /// `0600`, `0640`, `0660`, `0644`), else [`DEFAULT_FILE_MODE`]. Read once per process. `Err` says
 /// what is wrong with the variable.
@@ -84,7 +84,7 @@ fn parse_mode(value: Option<&std::ffi::OsStr>) -> Result<u32, String> {
     Ok(mode)
 }
 
-/// The mode of the folders quota creates for files of `file_mode`: the
+/// The mode of the folders portion creates for files of `file_mode`: the
 /// same bits, plus search (x) wherever read is given: 0750 for 0640, 0700
 /// for 0600, 0755 for 0644, 0770 for 0660. Never writable by others,
 /// whatever `file_mode` says (it would let anyone move the ledger aside).
@@ -116,7 +116,7 @@ pub fn create_folder(dir: &Path) -> std::io::Result<()> {
     if found & 0o002 != 0 && !warned.iter().any(|d| d == dir) {
         warned.push(dir.to_path_buf());
         tracing::warn!(
-            "{} is writable by every user (mode {:04o}): another user can move quota's files there aside or plant one; chmod o-w it",
+            "{} is writable by every user (mode {:04o}): another user can move portion's files there aside or plant one; chmod o-w it",
             dir.display(),
             found & 0o7777
         );
@@ -152,7 +152,7 @@ pub fn open_existing() -> rusqlite::OpenFlags {
 /// `-shm`), waiting up to `within` for other processes: SQLite answers the
 /// switch `SQLITE_BUSY` at once while another connection holds the file,
 /// without its busy handler, so a new database opened by many processes at
-/// once (a burst of `quota charge`) failed one of them in about 25 bursts
+/// once (a burst of `portion charge`) failed one of them in about 25 bursts
 /// of 24. The error is SQLite's once `within` has passed.
 pub fn wal_mode(conn: &rusqlite::Connection, within: std::time::Duration) -> rusqlite::Result<()> {
     let began = std::time::Instant::now();
@@ -379,7 +379,7 @@ mod tests {
             "0646",
         ] {
             let e = parse_mode(Some(OsStr::new(bad))).unwrap_err();
-            assert!(e.starts_with(&format!("QUOTA_FILE_MODE={bad}: ")), "{e}");
+            assert!(e.starts_with(&format!("PORTION_FILE_MODE={bad}: ")), "{e}");
         }
     }
 
@@ -400,8 +400,8 @@ mod tests {
         assert_eq!(folder_mode(0o664), 0o775);
     }
 
-    /// 0666 (refused as `QUOTA_FILE_MODE`, but whatever reaches it) made
-    /// 0777 folders under umask 000, which quota then warned about; 0602
+    /// 0666 (refused as `PORTION_FILE_MODE`, but whatever reaches it) made
+    /// 0777 folders under umask 000, which portion then warned about; 0602
     /// gave 0702.
     #[test]
     fn folders_are_never_writable_by_others() {

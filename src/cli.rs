@@ -10,10 +10,16 @@ use crate::logging::LogFormat;
 
 /// Spend a metered API's quota safely from cron jobs and systemd timers.
 #[derive(Debug, Parser)]
-#[command(name = "quota", version, about)]
+#[command(name = "portion", version, about)]
 pub struct Cli {
-    /// The configuration file [default: ./quota.yaml]
-    #[arg(short, long, global = true, value_name = "FILE", env = "QUOTA_CONFIG")]
+    /// The configuration file [default: ./portion.yaml]
+    #[arg(
+        short,
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "PORTION_CONFIG"
+    )]
     pub config: Option<PathBuf>,
 
     /// Where the ledger lives: embedded, embedded:PATH, redis://…,
@@ -24,7 +30,7 @@ pub struct Cli {
         long,
         global = true,
         value_name = "URL",
-        env = "QUOTA_STORE",
+        env = "PORTION_STORE",
         hide_env_values = true
     )]
     pub store: Option<String>,
@@ -206,7 +212,7 @@ pub struct BenchArgs {
     pub baseline: Option<String>,
 }
 
-/// What `quota charge` and `quota exec` charge, and how long they wait.
+/// What `portion charge` and `portion exec` charge, and how long they wait.
 #[derive(Debug, Args)]
 pub struct ChargeSpec {
     /// The credential, as the configuration names it
@@ -223,7 +229,7 @@ pub struct ChargeSpec {
     pub wait: Option<Duration>,
 
     /// The endpoint name the charge is tagged with in `status`
-    /// [default: charge for `quota charge`, exec for `quota exec`]
+    /// [default: charge for `portion charge`, exec for `portion exec`]
     #[arg(long, value_name = "NAME")]
     pub endpoint: Option<String>,
 

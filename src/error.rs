@@ -1,4 +1,4 @@
-//! The one error type of `quota`, and the one place where exit codes live.
+//! The one error type of `portion`, and the one place where exit codes live.
 //!
 //! Every way a command can end early is a variant that carries what a
 //! message (and a caller) needs; [`Error::exit_code`] maps each to the
@@ -27,14 +27,14 @@ impl ExitStatus {
     pub const STOPPED: Self = Self(75);
     /// A configuration error: nothing was charged.
     pub const CONFIG: Self = Self(78);
-    /// `quota exec`: the command was found but could not be executed.
+    /// `portion exec`: the command was found but could not be executed.
     pub const CANNOT_EXECUTE: Self = Self(126);
-    /// `quota exec`: the command was not found.
+    /// `portion exec`: the command was not found.
     pub const NOT_FOUND: Self = Self(127);
-    /// `quota exec`: a command killed by signal N exits 128 + N, as in a shell.
+    /// `portion exec`: a command killed by signal N exits 128 + N, as in a shell.
     pub const SIGNALLED: Self = Self(128);
 
-    /// Any code, as `quota exec` passes on its command's.
+    /// Any code, as `portion exec` passes on its command's.
     pub const fn from_code(code: u8) -> Self {
         Self(code)
     }
@@ -141,14 +141,14 @@ pub enum Error {
         problem: String,
     },
 
-    /// A measurement (`quota bench`) could not talk to the Redis it measures.
+    /// A measurement (`portion bench`) could not talk to the Redis it measures.
     #[error("{what}: {source}")]
     Redis {
         what: String,
         source: redis::RedisError,
     },
 
-    /// A measurement (`quota bench`) could not be made as designed.
+    /// A measurement (`portion bench`) could not be made as designed.
     #[error("benchmark: {0}")]
     Benchmark(String),
 
@@ -158,7 +158,7 @@ pub enum Error {
     #[error("{0}")]
     Busy(String),
 
-    /// `quota exec` could not start its command (after the charge was made).
+    /// `portion exec` could not start its command (after the charge was made).
     #[error("cannot run {program}: {source} (its charge was made and stays recorded)")]
     CommandNotStarted {
         program: String,

@@ -1,5 +1,5 @@
-//! Every file and folder quota makes is made by [`crate::atomic_file`],
-//! checked: its modes (`QUOTA_FILE_MODE`, folders never the umask's 0777)
+//! Every file and folder portion makes is made by [`crate::atomic_file`],
+//! checked: its modes (`PORTION_FILE_MODE`, folders never the umask's 0777)
 //! hold only if no other path makes one. A database made by SQLite itself
 //! (`Connection::open`, or flags with `SQLITE_OPEN_CREATE`) would be 0644
 //! whatever the mode, its missing folders the umask's: so those are

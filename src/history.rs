@@ -5,8 +5,8 @@
 //! A Redis without persistence that restarts comes back empty: every
 //! credential looks unused and its whole budget is handed out again. The
 //! charge serial (charges recorded) only grows, so a store that reports
-//! fewer charges than this host has already seen has lost its log; `quota
-//! run` and `quota status` say so loudly, until the credential's longest
+//! fewer charges than this host has already seen has lost its log; `portion
+//! run` and `portion status` say so loudly, until the credential's longest
 //! window has passed since it was noticed (by then the lost charges would
 //! have left every window anyway).
 //!

@@ -1,4 +1,4 @@
-//! `quota`: spend a metered API's quota safely from cron jobs and systemd
+//! `portion`: spend a metered API's quota safely from cron jobs and systemd
 //! timers, on one host or many.
 //!
 //! Data flows one way: config → plan → charge → call → write → cursor.
@@ -30,8 +30,8 @@
 //! * [`error`]: the one error type, and the one map to exit codes.
 //!
 //! The stand-in upstream of the demo and the tests is a package of its own
-//! in the workspace (`standin/`, the binary `quota-standin`), not part of
-//! this library or of `quota`: `cargo install --path .` installs `quota`
+//! in the workspace (`standin/`, the binary `portion-standin`), not part of
+//! this library or of `portion`: `cargo install --path .` installs `portion`
 //! alone.
 
 #[cfg(test)]

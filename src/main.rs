@@ -1,4 +1,4 @@
-//! The `quota` binary: parse arguments, set up logging, run the command, map
+//! The `portion` binary: parse arguments, set up logging, run the command, map
 //! the outcome to an exit code. Everything else lives in the library.
 
 use std::process::ExitCode;
@@ -6,12 +6,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = quota::cli::Cli::parse();
-    quota::logging::init(cli.log_format, cli.log_level());
-    match quota::commands::dispatch(cli) {
+    let cli = portion::cli::Cli::parse();
+    portion::logging::init(cli.log_format, cli.log_level());
+    match portion::commands::dispatch(cli) {
         Ok(code) => code.into(),
         Err(e) => {
-            eprintln!("quota: {e}");
+            eprintln!("portion: {e}");
             e.exit_code().into()
         }
     }

@@ -1,5 +1,5 @@
 //! OpenMetrics text for scrapers and node_exporter's textfile collector:
-//! `quota status --format openmetrics` and `quota run --metrics-file`
+//! `portion status --format openmetrics` and `portion run --metrics-file`
 //! build their [`Family`]s from what they already know, and [`encode`]
 //! writes them with the Prometheus project's own Rust client
 //! (`prometheus-client`), which writes `# HELP`, `# TYPE`, `# UNIT`, escapes
@@ -31,7 +31,7 @@ pub struct Family {
     pub samples: Vec<(Labels, Value)>,
 }
 
-/// The units quota's families are measured in.
+/// The units portion's families are measured in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricUnit {
     Seconds,
@@ -134,26 +134,26 @@ mod tests {
     #[test]
     fn families_are_written_in_order_with_units_and_escaped_labels() {
         let mut remaining = Family::new(
-            "quota_window_remaining",
+            "portion_window_remaining",
             "Units left.",
             Some(MetricUnit::Units),
         );
         remaining.push(&[("credential", "a\"b\\c\nd"), ("pool", "units")], 7u64);
         remaining.push(&[("credential", "b"), ("pool", "units")], 0u64);
-        let mut until = Family::new("quota_until", "When.", Some(MetricUnit::Seconds));
+        let mut until = Family::new("portion_until", "When.", Some(MetricUnit::Seconds));
         until.push(&[], unix_seconds(1_500_000));
         let text = encode(vec![remaining, until]);
         assert_eq!(
             text,
-            "# HELP quota_window_remaining_units Units left.\n\
-             # TYPE quota_window_remaining_units gauge\n\
-             # UNIT quota_window_remaining_units units\n\
-             quota_window_remaining_units{credential=\"a\\\"b\\\\c\\nd\",pool=\"units\"} 7\n\
-             quota_window_remaining_units{credential=\"b\",pool=\"units\"} 0\n\
-             # HELP quota_until_seconds When.\n\
-             # TYPE quota_until_seconds gauge\n\
-             # UNIT quota_until_seconds seconds\n\
-             quota_until_seconds 1.5\n\
+            "# HELP portion_window_remaining_units Units left.\n\
+             # TYPE portion_window_remaining_units gauge\n\
+             # UNIT portion_window_remaining_units units\n\
+             portion_window_remaining_units{credential=\"a\\\"b\\\\c\\nd\",pool=\"units\"} 7\n\
+             portion_window_remaining_units{credential=\"b\",pool=\"units\"} 0\n\
+             # HELP portion_until_seconds When.\n\
+             # TYPE portion_until_seconds gauge\n\
+             # UNIT portion_until_seconds seconds\n\
+             portion_until_seconds 1.5\n\
              # EOF\n"
         );
     }

@@ -1,8 +1,8 @@
-//! `quota bench`, through the real binary against a real `redis-server`:
+//! `portion bench`, through the real binary against a real `redis-server`:
 //! small runs that check what it reports and that it cleans up after itself.
 //! Figures are never asserted on (performance lives in BENCHMARKS.md).
 
-use crate::common::deployment::{quota, run};
+use crate::common::deployment::{portion, run};
 use crate::common::redis::RedisServer;
 
 #[test]
@@ -10,7 +10,7 @@ fn bench_reports_every_figure_and_leaves_no_keys() {
     let server = RedisServer::start();
     let home = tempfile::tempdir().unwrap();
     let url = server.url();
-    let ran = run(quota(home.path()).args([
+    let ran = run(portion(home.path()).args([
         "--store",
         &url,
         "bench",
@@ -67,7 +67,7 @@ fn bench_reports_every_figure_and_leaves_no_keys() {
 #[test]
 fn bench_needs_a_redis_store() {
     let home = tempfile::tempdir().unwrap();
-    let ran = run(quota(home.path()).args(["--store", "embedded", "bench"]));
+    let ran = run(portion(home.path()).args(["--store", "embedded", "bench"]));
     // A usage error (README "Exit codes"), naming what to give instead.
     assert_eq!(ran.code, 2, "{ran:?}");
     assert!(ran.stderr.contains("--store redis://"), "{ran:?}");

@@ -1,4 +1,4 @@
-//! `quota charge` and `quota exec` as a script uses them: the real binary
+//! `portion charge` and `portion exec` as a script uses them: the real binary
 //! against real stores (embedded SQLite and a real redis-server), checked
 //! by exit code, stderr, `--json` and what `status --json` then reports.
 //! Waits are measured against what the ledger said, never slept for.
@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use quota::ledger::{At, BlockEnd, Ledger, Store, StoreLocation};
+use portion::ledger::{At, BlockEnd, Ledger, Store, StoreLocation};
 use serde_json::Value;
 
 use crate::common::deployment::{Deployment, Ran, embedded_store, finish, kill, spawn};
@@ -47,7 +47,7 @@ fn on_each_store(units: &[&str], test: impl Fn(&Deployment, &str)) {
 }
 
 fn charge(d: &Deployment, args: &[&str]) -> Ran {
-    d.quota(&[&["charge", "main"][..], args].concat())
+    d.portion(&[&["charge", "main"][..], args].concat())
 }
 
 fn json(r: &Ran) -> Value {
@@ -81,7 +81,7 @@ fn admits_until_the_budget_is_spent_then_says_when_units_free_up() {
         assert_eq!(window(d, "units")["used"], 3, "{kind}");
         assert_eq!(window(d, "search")["used"], 0, "{kind}: nothing charged");
         // A credential with one pool takes a bare number.
-        let r = d.quota(&["charge", "solo", "--cost", "5", "--json"]);
+        let r = d.portion(&["charge", "solo", "--cost", "5", "--json"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert_eq!(json(&r)["cost"], serde_json::json!({"calls": 5}), "{kind}");
     });
@@ -208,11 +208,11 @@ fn configuration_mistakes_exit_78_naming_them_and_charge_nothing() {
                 "can never fit",
             ),
         ] {
-            let r = d.quota(&args);
+            let r = d.portion(&args);
             assert_eq!(r.code, 78, "{kind} {args:?}: {r:?}");
             assert!(r.stderr.contains(says), "{kind} {args:?}: {r:?}");
             assert!(
-                r.stderr.contains("quota.yaml"),
+                r.stderr.contains("portion.yaml"),
                 "{kind}: names the file: {r:?}"
             );
         }
@@ -239,11 +239,11 @@ fn an_unknown_credential_is_a_usage_error_in_every_command() {
         &["status", "nobody"],
         &["unblock", "nobody"],
     ] {
-        let r = d.quota(args);
+        let r = d.portion(args);
         assert_eq!(r.code, 2, "{args:?}: {r:?}");
         assert!(
             r.stderr.contains("no credential named 'nobody' in ")
-                && r.stderr.contains("quota.yaml (credentials: main, solo)"),
+                && r.stderr.contains("portion.yaml (credentials: main, solo)"),
             "{args:?}: {r:?}"
         );
     }
@@ -255,14 +255,14 @@ fn an_unknown_credential_is_a_usage_error_in_every_command() {
 fn an_unreachable_store_exits_69_without_its_password_or_the_command() {
     let d = Deployment::new(&config("embedded", HOURLY_3));
     let store = format!("redis://user:hunter2@127.0.0.1:{}/0", free_port());
-    let r = d.quota(&["--store", &store, "charge", "main", "--cost", "units=1"]);
+    let r = d.portion(&["--store", &store, "charge", "main", "--cost", "units=1"]);
     assert_eq!(r.code, 69, "{r:?}");
     assert!(r.stderr.contains("user:***@127.0.0.1"), "{r:?}");
     assert!(!r.all().contains("hunter2"), "{r:?}");
 
     let ran = d.path().join("ran");
     let touch = format!("touch {}", ran.display());
-    let r = d.quota(&[
+    let r = d.portion(&[
         "--store", &store, "exec", "main", "--cost", "units=1", "--", "sh", "-c", &touch,
     ]);
     assert_eq!(r.code, 69, "{r:?}");
@@ -331,7 +331,7 @@ fn a_wait_shorter_than_needed_exits_75_at_once() {
 fn observe_mode_admits_and_json_says_what_would_have_refused() {
     on_each_store(HOURLY_3, |d, kind| {
         d.write(&config(kind, HOURLY_3).replace("  solo:\n", "  solo:\n    mode: observe\n"));
-        let solo = |args: &[&str]| d.quota(&[&["charge", "solo", "--json"][..], args].concat());
+        let solo = |args: &[&str]| d.portion(&[&["charge", "solo", "--json"][..], args].concat());
         for n in 1..=5 {
             let r = solo(&["--cost", "calls=1"]);
             assert_eq!(r.code, 0, "{kind}: {r:?}");
@@ -364,7 +364,7 @@ fn a_wait_past_any_clock_is_as_long_as_needed() {
         let r = charge(d, &["--cost", "units=1", "--wait", &forever, "--json"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert_eq!(json(&r)["waited_ms"], 0, "{kind}");
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec", "main", "--cost", "units=1", "--wait", &forever, "--", "sh", "-c", "exit 7",
         ]);
         assert_eq!(r.code, 7, "{kind}: {r:?}");
@@ -415,7 +415,7 @@ fn a_store_that_lost_the_log_is_refused_as_log_lost() {
     let d = Deployment::new(&config(&redis.url(), HOURLY_3));
     // This host saw the credential reach 50 charges in that Redis (a run
     // writes this); the Redis now holds none: it lost the log.
-    let dir = d.path().join("state/quota");
+    let dir = d.path().join("state/portion");
     std::fs::create_dir_all(&dir).unwrap();
     let history = serde_json::json!({ redis.url(): { "main": { "serial": 50 } } });
     std::fs::write(dir.join("history.json"), history.to_string()).unwrap();
@@ -429,7 +429,7 @@ fn a_store_that_lost_the_log_is_refused_as_log_lost() {
 fn exec_runs_the_command_and_passes_its_exit_code_through() {
     on_each_store(&["{ limit: 10, per: 1h }"], |d, kind| {
         let exec = |cmd: &[&str]| {
-            d.quota(&[&["exec", "main", "--cost", "units=1", "--"][..], cmd].concat())
+            d.portion(&[&["exec", "main", "--cost", "units=1", "--"][..], cmd].concat())
         };
         let r = exec(&["sh", "-c", "echo out; echo err >&2"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
@@ -450,14 +450,14 @@ fn exec_refused_does_not_run_the_command() {
         assert_eq!(charge(d, &["--cost", "units=3"]).code, 0, "{kind}");
         let ran = d.path().join("ran");
         let touch = format!("touch {}", ran.display());
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec", "main", "--cost", "units=1", "--", "sh", "-c", &touch,
         ]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("pool 'units' is full"), "{kind}: {r:?}");
         assert!(!ran.exists(), "{kind}: the command ran");
         // Admitted, it does run.
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec", "main", "--cost", "search=1", "--", "sh", "-c", &touch,
         ]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
@@ -468,7 +468,7 @@ fn exec_refused_does_not_run_the_command() {
 #[test]
 fn exec_of_a_command_that_cannot_start_exits_127_or_126_after_charging() {
     on_each_store(&["{ limit: 10, per: 1h }"], |d, kind| {
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec",
             "main",
             "--cost",
@@ -484,7 +484,7 @@ fn exec_of_a_command_that_cannot_start_exits_127_or_126_after_charging() {
         assert!(r.stderr.contains("charge was made"), "{kind}: {r:?}");
         let plain = d.path().join("not-executable");
         std::fs::write(&plain, "#!/bin/sh\n").unwrap();
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec",
             "main",
             "--cost",
@@ -497,7 +497,7 @@ fn exec_of_a_command_that_cannot_start_exits_127_or_126_after_charging() {
     });
 }
 
-/// `quota exec` running `script` in `d`'s folder, once `ready` exists there.
+/// `portion exec` running `script` in `d`'s folder, once `ready` exists there.
 fn exec_until_ready(d: &Deployment, script: &str, ready: &Path) -> std::process::Child {
     let mut cmd = d.cmd(&[
         "exec", "main", "--cost", "units=1", "--", "sh", "-c", script,
@@ -510,9 +510,9 @@ fn exec_until_ready(d: &Deployment, script: &str, ready: &Path) -> std::process:
     child
 }
 
-/// Every signal that would end `quota` reaches the command, and `quota`
+/// Every signal that would end `portion` reaches the command, and `portion`
 /// exits with the command's code once it has finished: SIGUSR1, SIGUSR2,
-/// SIGQUIT, SIGALRM, then SIGABRT, SIGTRAP and SIGBUS used to kill `quota`
+/// SIGQUIT, SIGALRM, then SIGABRT, SIGTRAP and SIGBUS used to kill `portion`
 /// and leave the command running, orphaned, without the signal.
 #[test]
 fn exec_passes_stop_signals_on_to_the_command() {
@@ -550,7 +550,7 @@ fn exec_passes_stop_signals_on_to_the_command() {
 
 /// Every SIGBUS sent reaches the command, not only the first: Rust's
 /// runtime handler (for stack overflows), chained behind the forwarding
-/// one, uncaught SIGBUS after the first, and a second ended `quota`.
+/// one, uncaught SIGBUS after the first, and a second ended `portion`.
 #[test]
 fn exec_passes_every_sigbus_on() {
     let d = Deployment::new("");
@@ -589,7 +589,7 @@ fn tags_show_who_spent_in_status() {
         );
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert_eq!(charge(d, &["--cost", "units=1"]).code, 0, "{kind}");
-        let r = d.quota(&["exec", "main", "--cost", "units=4", "--", "true"]);
+        let r = d.portion(&["exec", "main", "--cost", "units=4", "--", "true"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         let w = window(d, "units");
         assert_eq!(
@@ -626,7 +626,7 @@ fn tags_are_bounded_and_many_of_them_are_warned_about() {
             )),
             "{r:?}"
         );
-        let r = d.quota(&[
+        let r = d.portion(&[
             "exec", "main", "--cost", "units=1", flag, &long, "--", "true",
         ]);
         assert_eq!(r.code, 2, "{flag}: {r:?}");
@@ -641,16 +641,16 @@ fn tags_are_bounded_and_many_of_them_are_warned_about() {
         assert_eq!(r.code, 0, "{r:?}");
     }
     // 101 tags: one is the long one.
-    let r = d.quota(&["status", "--format", "openmetrics"]);
+    let r = d.portion(&["status", "--format", "openmetrics"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains(&format!("101 {warning}")), "{r:?}");
     assert!(!r.stdout.contains(warning), "stdout stays metrics only");
     assert!(!r.stderr.contains("endpoint tags"), "{r:?}");
-    let r = d.quota(&["status", "solo"]);
+    let r = d.portion(&["status", "solo"]);
     assert!(!r.stderr.contains(warning), "{r:?}");
 }
 
-/// A wrong `QUOTA_FILE_MODE` stops `charge` and `exec` (exit 2) before the
+/// A wrong `PORTION_FILE_MODE` stops `charge` and `exec` (exit 2) before the
 /// store file is made: `charge` used to create it with the default mode.
 #[test]
 fn a_wrong_file_mode_stops_before_the_store_is_made() {
@@ -660,9 +660,9 @@ fn a_wrong_file_mode_stops_before_the_store_is_made() {
         &["charge", "main", "--cost", "units=1"][..],
         &["exec", "main", "--cost", "units=1", "--", "true"],
     ] {
-        let r = crate::common::deployment::run(d.cmd(args).env("QUOTA_FILE_MODE", "0777"));
+        let r = crate::common::deployment::run(d.cmd(args).env("PORTION_FILE_MODE", "0777"));
         assert_eq!(r.code, 2, "{args:?}: {r:?}");
-        assert!(r.stderr.contains("QUOTA_FILE_MODE=0777: "), "{r:?}");
+        assert!(r.stderr.contains("PORTION_FILE_MODE=0777: "), "{r:?}");
         assert!(!d.path().join("ledger.sqlite3").exists(), "{args:?}");
         assert!(!d.path().join("state").exists(), "{args:?}");
     }

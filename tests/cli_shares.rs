@@ -1,4 +1,4 @@
-//! Shares (issue 28) as scripts and jobs meet them: `quota charge --job`
+//! Shares (issue 28) as scripts and jobs meet them: `portion charge --job`
 //! from separate processes against both stores, the refusal naming the
 //! share that holds the units, a share's limit, and the configuration's
 //! rules (reserves within every budget, else 78).
@@ -29,7 +29,7 @@ fn on_each_store(test: impl Fn(&Deployment, &str)) {
 }
 
 fn charge(d: &Deployment, job: &str, units: u64) -> Ran {
-    d.quota(&[
+    d.portion(&[
         "charge",
         "main",
         "--job",
@@ -102,7 +102,7 @@ fn reserves_above_a_budget_are_a_configuration_error() {
         ),
     ] {
         d.write(&config(&store, shares));
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 78, "{shares}: {r:?}");
         assert!(
             r.stderr.contains(field) && r.stderr.contains(says),
@@ -117,7 +117,7 @@ fn reserves_above_a_budget_are_a_configuration_error() {
             .set("shares", SHARES)
             .set("lend_after", lend);
         d.write(&Config::new(&store).credential(main).render());
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 78, "{lend}: {r:?}");
         assert!(
             r.stderr.contains("credentials.main.lend_after")
@@ -157,7 +157,7 @@ fn status_shows_each_shares_reserve_used_and_what_it_can_take() {
         ]);
         assert_eq!(c["shares"], want, "{kind}");
 
-        let r = d.quota(&["status"]);
+        let r = d.portion(&["status"]);
         let text: Vec<String> = (r.stdout.lines())
             .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
             .collect();
@@ -170,7 +170,7 @@ fn status_shows_each_shares_reserve_used_and_what_it_can_take() {
         }
         assert!(!r.stdout.contains("units/"), "{kind}: {r:?}");
 
-        let r = d.quota(&["status", "--format", "openmetrics"]);
+        let r = d.portion(&["status", "--format", "openmetrics"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert!(!r.stdout.contains("units/"), "{kind}: {r:?}");
         let m = crate::common::openmetrics::parse(&r.stdout);
@@ -183,10 +183,14 @@ fn status_shows_each_shares_reserve_used_and_what_it_can_take() {
                 ("window", "1h"),
                 ("share", share),
             ];
-            assert_eq!(m.value("quota_share_reserve_units", &l), reserve, "{kind}");
-            assert_eq!(m.value("quota_share_used_units", &l), used, "{kind}");
             assert_eq!(
-                m.value("quota_share_available_units", &l),
+                m.value("portion_share_reserve_units", &l),
+                reserve,
+                "{kind}"
+            );
+            assert_eq!(m.value("portion_share_used_units", &l), used, "{kind}");
+            assert_eq!(
+                m.value("portion_share_available_units", &l),
                 available,
                 "{kind}"
             );
@@ -243,7 +247,7 @@ fn check_notes_a_share_that_names_no_job() {
         .jobs_text(&job)
         .render();
     d.write(&yaml);
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     let notes: Vec<&str> = (r.stdout.lines())
         .filter(|l| l.trim_start().starts_with("note: share"))
@@ -251,7 +255,7 @@ fn check_notes_a_share_that_names_no_job() {
     assert_eq!(
         notes,
         [
-            "  note: share search names no job of this file on credential main: only `quota charge`/`exec --job search` spend as it"
+            "  note: share search names no job of this file on credential main: only `portion charge`/`exec --job search` spend as it"
         ],
         "{r:?}"
     );
@@ -281,7 +285,7 @@ fn check_warns_of_lend_after_without_a_calendar_window() {
             .set("shares", SHARES)
             .set("lend_after", "\"80%\"");
         d.write(&Config::new(&store).credential(main).render());
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(r.stderr.contains(warning), warned, "{windows:?}: {r:?}");
         assert_eq!(r.stdout.contains(warning), warned, "{windows:?}: {r:?}");

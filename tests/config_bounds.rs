@@ -41,7 +41,7 @@ fn numbers_too_large_for_the_ledger_are_78_naming_the_field() {
     let d = Deployment::new("");
     let good = base(&embedded_store(&d), &up.base());
     d.write(&good);
-    assert_eq!(d.quota(&["check"]).code, 0);
+    assert_eq!(d.portion(&["check"]).code, 0);
     let limit = "credentials.main.pools.units[0].limit";
     let per = "credentials.main.pools.units[0].per";
     d.assert_each_edit_exits_78(
@@ -150,10 +150,10 @@ jobs:
         &["status"],
         &["status", "--json"],
     ] {
-        let r = d.quota(args);
+        let r = d.portion(args);
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
     }
-    let charge = |cost: &str| d.quota(&["charge", "main", "--cost", cost]).code;
+    let charge = |cost: &str| d.portion(&["charge", "main", "--cost", cost]).code;
     // Above 2^53 - 1: refused as configuration, before any store is asked.
     assert_eq!(charge("tokens=4611686018427387904"), 78);
     assert_eq!(charge("tokens=9007199254740992"), 78);
@@ -162,7 +162,7 @@ jobs:
     assert_eq!(charge("tokens=1"), 75);
     assert_eq!(charge("units=1"), 0);
     assert_eq!(charge("units=1"), 75);
-    let r = d.quota(&["run", "--dry-run"]);
+    let r = d.portion(&["run", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
 }
 
@@ -207,7 +207,7 @@ fn a_job_and_region_whose_page_names_cannot_fit_are_78() {
 
     // 61 bytes is the most beside a 64-character name: it runs.
     d.write(&good.replace("REGION", &"r".repeat(61)));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages = std::fs::read_dir(d.path().join("out/trending"))
         .unwrap()

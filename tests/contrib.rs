@@ -1,6 +1,6 @@
 //! contrib/: the Prometheus alerting rules and the Grafana dashboard, over
-//! the names the tool really writes. Each test makes real output (`quota
-//! status --format openmetrics` and `quota run --metrics-file` after a run
+//! the names the tool really writes. Each test makes real output (`portion
+//! status --format openmetrics` and `portion run --metrics-file` after a run
 //! the quota stopped, a blocked credential, a configuration error and a
 //! Redis that lost its log), then `promtool test rules` feeds it through the
 //! rules, and the dashboard's and rules' queries are checked to name only
@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use quota::ledger::{At, EmbeddedLedger, Ledger};
+use portion::ledger::{At, EmbeddedLedger, Ledger};
 use serde_json::{Value, json};
 
 use crate::common::deployment::{Deployment, trending_with};
@@ -23,7 +23,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 struct Outputs {
     /// (instance, OpenMetrics text)
     texts: Vec<(&'static str, String)>,
-    /// The `quota_run_end_timestamp_seconds` of the first run, whole seconds:
+    /// The `portion_run_end_timestamp_seconds` of the first run, whole seconds:
     /// promtool's time 0 (its clock starts at the epoch).
     base: f64,
 }
@@ -35,7 +35,7 @@ fn real_outputs() -> Outputs {
     let tight = &["{ limit: 5, per: 1h }"];
     let d = trending_with(&up, "embedded", tight, &["US", "GB"], 3, "fail_closed");
     let ok = d.path().join("ok.prom");
-    let r = d.quota(&["run", "--metrics-file", ok.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", ok.to_str().unwrap()]);
     assert_eq!(r.code, 75, "{r:?}");
     let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
     let now = chrono::Utc::now().timestamp_micros();
@@ -48,27 +48,27 @@ fn real_outputs() -> Outputs {
             At::StoreClock,
         ))
         .unwrap();
-    let status = d.quota(&["status", "--format", "openmetrics"]);
+    let status = d.portion(&["status", "--format", "openmetrics"]);
     assert_eq!(status.code, 0, "{status:?}");
 
     // A configuration error (78): the outcome is written all the same.
     let broken = Deployment::new("credentials: {}\nnot_a_key: 1\n");
     let failed = broken.path().join("broken.prom");
-    let r = broken.quota(&["run", "--metrics-file", failed.to_str().unwrap()]);
+    let r = broken.portion(&["run", "--metrics-file", failed.to_str().unwrap()]);
     assert_eq!(r.code, 78, "{r:?}");
 
     // A Redis restarted without persistence: the store lost the log.
     let mut redis = RedisServer::start();
     let shared = trending_with(&up, &redis.url(), tight, &["US"], 1, "fail_closed");
-    assert_eq!(shared.quota(&["run"]).code, 0);
+    assert_eq!(shared.portion(&["run"]).code, 0);
     redis.restart();
-    let lost = shared.quota(&["status", "--format", "openmetrics"]);
+    let lost = shared.portion(&["status", "--format", "openmetrics"]);
     assert_eq!(lost.code, 0, "{lost:?}");
 
     let ok = std::fs::read_to_string(ok).unwrap();
     let base = ok
         .lines()
-        .find_map(|l| l.strip_prefix("quota_run_end_timestamp_seconds "))
+        .find_map(|l| l.strip_prefix("portion_run_end_timestamp_seconds "))
         .map(|v| v.parse::<f64>().unwrap().floor())
         .unwrap_or_else(|| panic!("no end timestamp in:\n{ok}"));
     Outputs {
@@ -131,7 +131,7 @@ fn promtool(args: &[&str]) -> String {
 
 #[test]
 fn the_alerting_rules_fire_on_real_output() {
-    let rules = format!("{ROOT}/contrib/prometheus/quota.rules.yml");
+    let rules = format!("{ROOT}/contrib/prometheus/portion.rules.yml");
     promtool(&["check", "rules", &rules]);
     let out = real_outputs();
     let input: Vec<Value> = out
@@ -142,7 +142,7 @@ fn the_alerting_rules_fire_on_real_output() {
     let window = json!({ "instance": "status", "credential": "main", "pool": "units",
                          "window": "1h", "severity": "warning" });
     let overdue = |instance| json!({ "instance": instance, "severity": "warning" });
-    let overdue_summary = "quota: no run has finished for over 90 minutes";
+    let overdue_summary = "portion: no run has finished for over 90 minutes";
     let tests = json!({
         "rule_files": [rules],
         "evaluation_interval": "1m",
@@ -151,20 +151,20 @@ fn the_alerting_rules_fire_on_real_output() {
             "input_series": input,
             "alert_rule_test": [
                 // Before their `for` and their age: nothing yet.
-                { "eval_time": "30m", "alertname": "QuotaWindowNearlySpent", "exp_alerts": [] },
-                { "eval_time": "30m", "alertname": "QuotaRunOverdue", "exp_alerts": [] },
-                alert("QuotaWindowNearlySpent", window,
-                      "quota: under 10% of main/units's 1h budget left"),
-                alert("QuotaCredentialBlocked",
+                { "eval_time": "30m", "alertname": "PortionWindowNearlySpent", "exp_alerts": [] },
+                { "eval_time": "30m", "alertname": "PortionRunOverdue", "exp_alerts": [] },
+                alert("PortionWindowNearlySpent", window,
+                      "portion: under 10% of main/units's 1h budget left"),
+                alert("PortionCredentialBlocked",
                       json!({ "instance": "status", "credential": "main", "severity": "warning" }),
-                      "quota: credential main is blocked by its upstream"),
+                      "portion: credential main is blocked by its upstream"),
                 alert("QuotaLogLost",
                       json!({ "instance": "redis", "credential": "main", "severity": "critical" }),
-                      "quota: the store lost the log of credential main"),
+                      "portion: the store lost the log of credential main"),
                 // 78 fires; the run stopped cleanly (75) does not.
-                alert("QuotaRunFailed", json!({ "instance": "broken", "severity": "critical" }),
-                      "quota: a run exited 78"),
-                { "eval_time": "2h", "alertname": "QuotaRunOverdue", "exp_alerts": [
+                alert("PortionRunFailed", json!({ "instance": "broken", "severity": "critical" }),
+                      "portion: a run exited 78"),
+                { "eval_time": "2h", "alertname": "PortionRunOverdue", "exp_alerts": [
                     { "exp_labels": overdue("ok"), "exp_annotations": { "summary": overdue_summary } },
                     { "exp_labels": overdue("broken"), "exp_annotations": { "summary": overdue_summary } },
                 ]},
@@ -173,16 +173,16 @@ fn the_alerting_rules_fire_on_real_output() {
     });
     // JSON is YAML: promtool reads it as its test file.
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("quota.rules.test.yml");
+    let file = dir.path().join("portion.rules.test.yml");
     std::fs::write(&file, serde_json::to_string_pretty(&tests).unwrap()).unwrap();
     promtool(&["test", "rules", file.to_str().unwrap()]);
 }
 
-/// Every `quota_…` name in `text`.
-fn quota_names(text: &str) -> BTreeSet<String> {
+/// Every `portion_…` name in `text`.
+fn portion_names(text: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut rest = text;
-    while let Some(i) = rest.find("quota_") {
+    while let Some(i) = rest.find("portion_") {
         let tail = &rest[i..];
         let end = tail
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -208,9 +208,9 @@ fn the_dashboard_and_the_rules_name_only_metrics_the_tool_writes() {
         .collect();
 
     let dashboard: Value = serde_json::from_str(
-        &std::fs::read_to_string(format!("{ROOT}/contrib/grafana/quota.json")).unwrap(),
+        &std::fs::read_to_string(format!("{ROOT}/contrib/grafana/portion.json")).unwrap(),
     )
-    .expect("contrib/grafana/quota.json is not valid JSON");
+    .expect("contrib/grafana/portion.json is not valid JSON");
     let panels = dashboard["panels"].as_array().expect("no panels");
     let mut used = BTreeSet::new();
     for panel in panels {
@@ -219,24 +219,24 @@ fn the_dashboard_and_the_rules_name_only_metrics_the_tool_writes() {
             .expect("a panel without targets");
         for t in targets {
             let expr = t["expr"].as_str().expect("a target without expr");
-            let names = quota_names(expr);
-            assert!(!names.is_empty(), "{expr} names no quota metric");
+            let names = portion_names(expr);
+            assert!(!names.is_empty(), "{expr} names no portion metric");
             used.extend(names);
         }
     }
     // The dashboard shows remaining per window, spend by job, blocks and
     // run outcomes.
     for name in [
-        "quota_window_remaining_units",
-        "quota_window_used_by_job_units",
-        "quota_credential_blocked",
-        "quota_run_exit_code",
+        "portion_window_remaining_units",
+        "portion_window_used_by_job_units",
+        "portion_credential_blocked",
+        "portion_run_exit_code",
     ] {
         assert!(used.contains(name), "the dashboard lacks {name}");
     }
     let rules =
-        std::fs::read_to_string(format!("{ROOT}/contrib/prometheus/quota.rules.yml")).unwrap();
-    used.extend(quota_names(
+        std::fs::read_to_string(format!("{ROOT}/contrib/prometheus/portion.rules.yml")).unwrap();
+    used.extend(portion_names(
         &rules
             .lines()
             .filter(|l| l.trim_start().starts_with("expr:"))
@@ -246,6 +246,6 @@ fn the_dashboard_and_the_rules_name_only_metrics_the_tool_writes() {
     let unknown: Vec<&String> = used.difference(&written).collect();
     assert!(
         unknown.is_empty(),
-        "not written by quota: {unknown:?}\nwritten: {written:?}"
+        "not written by portion: {unknown:?}\nwritten: {written:?}"
     );
 }

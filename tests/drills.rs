@@ -5,7 +5,7 @@
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use quota::ledger::state_key;
+use portion::ledger::state_key;
 
 use crate::common::deployment::{
     self, Deployment, Ran, WIDE, deployment_yaml, finish, kill, run, trending, trending_with,
@@ -34,7 +34,7 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
         3,
         "fail_closed",
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let before = d.status_json();
 
@@ -50,7 +50,7 @@ fn redis_restarted_between_runs_keeps_log_and_cursor() {
     );
     assert_eq!(after["credentials"][0]["log_lost"], serde_json::Value::Null);
     // The window is still full: nothing is charged twice.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains("0 calls") && r.stderr.contains("starts at region GB step 0 page 2"),
@@ -69,7 +69,7 @@ fn redis_restarted_during_a_run_keeps_its_lock_and_every_charge() {
     up.wait_for(2);
     redis.restart();
     // The lock survived the restart: a second run is turned away.
-    let second = d.quota(&["run"]);
+    let second = d.portion(&["run"]);
     assert_eq!(second.code, 75, "{second:?}");
     assert!(
         second.stderr.contains("another run holds the lock"),
@@ -121,17 +121,17 @@ fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
     let d = Deployment::new("");
     let job = videos_job("trending", "main", &["US"], 1, &up.base());
     // (2 s, not less: the timeout counts from the attempt's start, so a
-    // quota stalled that long on a loaded machine never sends it at all)
+    // portion stalled that long on a loaded machine never sends it at all)
     let yaml = deployment_yaml("embedded:ledger.sqlite3", WIDE, "fail_closed", &[job]).replace(
         "timeout: 5s, connect_timeout: 2s, retries: 3",
         "timeout: 2s, connect_timeout: 2s, retries: 2",
     );
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("timed out, after 3 attempts"), "{r:?}");
     // The stand-in logs a request once it has read it, in its own time:
-    // the last attempt's may reach its log after quota has given up on it
+    // the last attempt's may reach its log after portion has given up on it
     // and ended (seen as 2 under load).
     up.wait_for(3);
     assert_eq!(
@@ -141,14 +141,14 @@ fn a_stalled_upstream_is_timed_out_charged_and_retried_within_bounds() {
     );
     let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
     // (Bounded by the timeouts, not the 60 s stall: the stand-in answers
-    // every request after 60 s, so "timed out" above is quota's own
+    // every request after 60 s, so "timed out" above is portion's own
     // timeout; no wall-clock bound asserted on a shared machine.)
     assert_eq!(used, 3, "each attempt was charged");
 }
 
 const DAY_US: i64 = 86_400 * 1_000_000;
 
-/// The clock of a `quota` process as it read it: the time of the first
+/// The clock of a `portion` process as it read it: the time of the first
 /// line it logged (µs since the epoch).
 fn logged_time(r: &Ran) -> i64 {
     let first = r.stderr.split_whitespace().next().unwrap_or_default();
@@ -258,7 +258,7 @@ fn a_403_blocks_until_the_next_reset_on_the_stores_clock_whatever_the_hosts() {
         );
 
         // The next job, on a host with a right clock, sends nothing.
-        let r = d.quota(&["run", "second"]);
+        let r = d.portion(&["run", "second"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert!(
             r.stderr.contains("the credential is blocked until"),
@@ -280,12 +280,12 @@ fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
         3,
         "fail_closed",
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(!r.stderr.contains("LOG LOST"), "{r:?}");
 
     redis.restart(); // comes back empty
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
@@ -295,7 +295,7 @@ fn a_redis_that_lost_its_data_is_reported_by_run_and_status() {
     // status noticed it first; the run still tells the store, which then
     // counts the pool as spent: nothing is sent on an empty log.
     let sent = up.seen().len();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr

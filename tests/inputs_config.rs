@@ -76,7 +76,7 @@ fn deployment(up: &Standin) -> (Deployment, String) {
 fn check_accepts_a_job_with_inputs_and_shows_its_source() {
     let up = Standin::start(&[]);
     let (d, _) = deployment(&up);
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     let dir = d.path().display().to_string();
     for want in [
@@ -99,7 +99,7 @@ fn check_accepts_a_job_with_inputs_and_shows_its_source() {
 fn dry_run_plans_each_job_of_inputs_by_the_inputs_left_in_its_file() {
     let up = Standin::start(&[]);
     let (d, _) = deployment(&up);
-    let r = d.quota(&["run", "--dry-run", "--json"]);
+    let r = d.portion(&["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let jobs = plan["credentials"][0]["jobs"].as_array().unwrap();
@@ -112,7 +112,7 @@ fn dry_run_plans_each_job_of_inputs_by_the_inputs_left_in_its_file() {
             "{job}: {j}"
         );
     }
-    let r = d.quota(&["run", "--dry-run", "ids"]);
+    let r = d.portion(&["run", "--dry-run", "ids"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
@@ -122,7 +122,7 @@ fn dry_run_plans_each_job_of_inputs_by_the_inputs_left_in_its_file() {
     assert!(r.stdout.contains("does the 2 inputs left"), "{r:?}");
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
     // A job without inputs in the same file is planned as before.
-    let r = d.quota(&["run", "--dry-run", "trending"]);
+    let r = d.portion(&["run", "--dry-run", "trending"]);
     assert_eq!(r.code, 0, "{r:?}");
 }
 
@@ -317,12 +317,12 @@ fn a_key_in_the_host_that_receives_the_secret_is_78_unless_the_job_allows_it() {
         1,
     );
     d.write(&allowed);
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     // (rows sends no secret: its host may come from the key)
     let rows = format!("url: {}/v1/rows/{{key}}", up.base());
     d.write(&good.replacen(&rows, "url: http://{key}.example/v1/rows", 1));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
 }
@@ -365,7 +365,7 @@ fn a_csv_file_without_a_header_row_is_78() {
     let up = Standin::start(&[]);
     let (d, _) = deployment(&up);
     std::fs::write(d.path().join("rows.csv"), "").unwrap();
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(r.stderr.contains("jobs.rows.inputs.file"), "{r:?}");
     assert!(

@@ -4,7 +4,7 @@
 //! budgets allow, checked against a known ledger: 10 inputs, a budget of
 //! 4 an hour.
 
-use quota::ledger::{EmbeddedLedger, Ledger};
+use portion::ledger::{EmbeddedLedger, Ledger};
 use serde_json::{Value, json};
 
 use crate::common::deployment::{Deployment, embedded_store, main_units};
@@ -42,13 +42,13 @@ fn deployment(up: &Standin, inputs: usize) -> Deployment {
 
 /// Seconds until `left` inputs of 1 unit are done with `remaining` units
 /// free now, a sliding window freeing its budget evenly over its length:
-/// the pace, worked out apart from quota's own arithmetic.
+/// the pace, worked out apart from portion's own arithmetic.
 fn pace_seconds(left: u64, remaining: u64) -> u64 {
     left.saturating_sub(remaining) * PER_SECONDS / BUDGET
 }
 
 fn dry_run(d: &Deployment) -> Value {
-    let r = d.quota(&["run", "--dry-run", "--json"]);
+    let r = d.portion(&["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let plan: Value = serde_json::from_str(&r.stdout).unwrap();
     plan["credentials"][0]["jobs"][0].clone()
@@ -79,7 +79,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     assert!(up.seen().is_empty(), "a dry run sends nothing");
 
     // A run does 4 (the budget), then stops.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(up.seen().len(), 4, "{r:?}");
     // Its summary counts inputs, and says where in the file it resumes.
     assert!(
@@ -117,7 +117,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
         ])
     );
 
-    let text = d.quota(&["status"]);
+    let text = d.portion(&["status"]);
     assert!(
         text.stdout
             .contains("inputs: 4 done, 0 skipped, 2 failed, 6 left"),
@@ -125,9 +125,9 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
     );
     assert!(text.stdout.contains("failed: K1 (line 2): 404 not found"));
 
-    let m = d.quota(&["status", "--format", "openmetrics"]);
+    let m = d.portion(&["status", "--format", "openmetrics"]);
     for (state, n) in [("done", 4), ("failed", 2), ("skipped", 0), ("left", 6)] {
-        let line = format!("quota_job_inputs{{job=\"list\",state=\"{state}\"}} {n}\n");
+        let line = format!("portion_job_inputs{{job=\"list\",state=\"{state}\"}} {n}\n");
         assert!(m.stdout.contains(&line), "{line}: {m:?}");
     }
     let sample = |name: &str| -> f64 {
@@ -137,8 +137,8 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("{name}: {m:?}"))
     };
-    let at = sample("quota_status_timestamp_seconds ");
-    let done_by = sample("quota_job_inputs_done_by_timestamp_seconds{job=\"list\"} ");
+    let at = sample("portion_status_timestamp_seconds ");
+    let done_by = sample("portion_job_inputs_done_by_timestamp_seconds{job=\"list\"} ");
     assert!(
         (done_by - at - pace_seconds(6, 0) as f64).abs() < 1e-3,
         "{done_by} {at}"
@@ -152,7 +152,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
         job["next_run"],
         json!({"outcome": "inputs", "inputs": 0, "calls": 0, "left_after": 6})
     );
-    let text = d.quota(&["run", "--dry-run"]);
+    let text = d.portion(&["run", "--dry-run"]);
     assert!(
         text.stdout
             .contains("inputs: 4 done, 0 skipped, 2 failed, 6 left"),
@@ -165,7 +165,7 @@ fn status_and_dry_run_show_done_failed_left_and_when_the_rest_is_done() {
 fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
     let up = Standin::start(&[]);
     // Under cron or systemd (stderr a pipe here): no bar.
-    let r = deployment(&up, 3).quota(&["run"]);
+    let r = deployment(&up, 3).portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains(" inputs, "), "{r:?}");
     // On a terminal (`script` gives the run a pseudo-terminal): the bar,
@@ -173,7 +173,7 @@ fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
     let d = deployment(&up, 3);
     let cmd = format!(
         "{} -c {} run",
-        crate::common::deployment::quota_bin().display(),
+        crate::common::deployment::portion_bin().display(),
         d.config().display()
     );
     let out = std::process::Command::new("script")
@@ -194,7 +194,7 @@ fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
     let d = deployment(&up, 10);
     let cmd = format!(
         "{} -c {} run",
-        crate::common::deployment::quota_bin().display(),
+        crate::common::deployment::portion_bin().display(),
         d.config().display()
     );
     let out = std::process::Command::new("script")
@@ -210,5 +210,5 @@ fn a_run_of_inputs_draws_a_progress_bar_on_a_terminal_only() {
 
 /// Seconds as the configuration writes a duration (`1h30m`).
 fn fmt(s: u64) -> String {
-    quota::timefmt::fmt_duration(std::time::Duration::from_secs(s))
+    portion::timefmt::fmt_duration(std::time::Duration::from_secs(s))
 }

@@ -13,7 +13,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quota::ledger::{
+use portion::ledger::{
     At, ChargeDecision, EmbeddedLedger, Ledger, LogSegment, Pool, PoolCost, RedisLedger, Store,
     StoreLocation, Window,
 };
@@ -59,7 +59,7 @@ struct Decision {
 #[test]
 #[ignore = "helper: run in child processes by the concurrency tests"]
 fn load_child() {
-    let store = std::env::var("QUOTA_LOAD_STORE").expect("QUOTA_LOAD_STORE");
+    let store = std::env::var("PORTION_LOAD_STORE").expect("PORTION_LOAD_STORE");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lines = rt.block_on(async move {
         let location = StoreLocation::parse(&store).unwrap();
@@ -127,7 +127,7 @@ fn run_children(store: &str) -> Vec<Decision> {
                     "--test-threads",
                     "1",
                 ])
-                .env("QUOTA_LOAD_STORE", store)
+                .env("PORTION_LOAD_STORE", store)
                 .stdout(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()

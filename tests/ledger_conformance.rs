@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quota::ledger::{
+use portion::ledger::{
     At, BlockEnd, Charge, ChargeDecision, EmbeddedLedger, Ledger, LockOutcome, LogLost, PoolCost,
     RedisLedger, StoreError,
 };
@@ -778,7 +778,7 @@ conformance_on_shared!(sentinel_whole_suite, RedisSentinel::start());
 /// neither on a credential the store has never seen nor on one it holds.
 #[test]
 fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing() {
-    let charge_lua = quota::ledger::script_source("charge").unwrap();
+    let charge_lua = portion::ledger::script_source("charge").unwrap();
     let server = RedisServer::start();
     let units = pool("units", vec![window(60, 10, 0), window(3600, 100, 0)]);
     let search = pool("search", vec![window(60, 5, 0)]);
@@ -796,21 +796,21 @@ fn the_charge_script_refuses_a_cost_above_a_budget_by_itself_and_writes_nothing(
         .get_connection()
         .unwrap();
     // EVAL charge.lua with KEYS and ARGV as its header documents them.
-    let mut eval = |credential: &str, costs: &[(&quota::ledger::Pool, u64)]| {
+    let mut eval = |credential: &str, costs: &[(&portion::ledger::Pool, u64)]| {
         let mut cmd = ::redis::cmd("EVAL");
         cmd.arg(charge_lua)
             .arg(1 + 2 * costs.len())
-            .arg(quota::ledger::state_key(credential));
+            .arg(portion::ledger::state_key(credential));
         for (p, _) in costs {
-            cmd.arg(quota::ledger::log_key(credential, &p.name));
+            cmd.arg(portion::ledger::log_key(credential, &p.name));
         }
         for (p, _) in costs {
-            cmd.arg(quota::ledger::index_key(credential, &p.name));
+            cmd.arg(portion::ledger::index_key(credential, &p.name));
         }
         cmd.arg(T0 + S) // now
             .arg(42) // charge id
             .arg("0") // not a resend
-            .arg(quota::ledger::IDEMPOTENCY_HORIZON.as_micros() as u64)
+            .arg(portion::ledger::IDEMPOTENCY_HORIZON.as_micros() as u64)
             .arg("tag:videos.list\ttrending")
             .arg(0) // seen serial
             .arg(costs.len());

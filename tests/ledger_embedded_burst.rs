@@ -1,4 +1,4 @@
-//! A new embedded ledger met by many `quota charge` processes at once
+//! A new embedded ledger met by many `portion charge` processes at once
 //! (issue 36 item 18): SQLite answers the switch to WAL `SQLITE_BUSY` at
 //! once, without its busy handler, while another process holds the file,
 //! and one charge of a burst exited 69 saying the file "stayed locked past
@@ -25,7 +25,7 @@ fn deployment() -> Deployment {
     d
 }
 
-/// 100 bursts of 24 `quota charge` on a fresh store each: every charge
+/// 100 bursts of 24 `portion charge` on a fresh store each: every charge
 /// is made. Before the retry, its one run had 3 of 100 bursts (6
 /// charges) exit 69; from a shell, 1 to 2 bursts of 50 did.
 #[test]
@@ -100,7 +100,7 @@ fn a_store_held_past_the_busy_timeout_says_so_only_after_waiting_it() {
     );
     drop(other);
     let began = Instant::now();
-    let r = d.quota(&["charge", "main", "--cost", "units=1"]);
+    let r = d.portion(&["charge", "main", "--cost", "units=1"]);
     let took = began.elapsed();
     assert_eq!(r.code, 69, "{r:?}");
     assert!(
@@ -113,6 +113,6 @@ fn a_store_held_past_the_busy_timeout_says_so_only_after_waiting_it() {
         "said after {took:?}: {r:?}"
     );
     writer.execute_batch("COMMIT").unwrap();
-    let r = d.quota(&["charge", "main", "--cost", "units=1"]);
+    let r = d.portion(&["charge", "main", "--cost", "units=1"]);
     assert_eq!(r.code, 0, "{r:?}");
 }

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use quota::ledger::{At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost};
+use portion::ledger::{At, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost};
 
 use crate::common::ledger::{S, T0, charge, cost, embedded_path, pool, used, window};
 
@@ -352,7 +352,7 @@ async fn thousands_of_weighted_calls_agree_with_a_recount() {
     );
 }
 
-/// Time charges and a status read on a store holding `QUOTA_SCALE_N`
+/// Time charges and a status read on a store holding `PORTION_SCALE_N`
 /// calls (default 10^6) of one pool within 25 s of a 30 s window, written
 /// straight into its tables. Run by hand, in a release build:
 ///
@@ -360,7 +360,7 @@ async fn thousands_of_weighted_calls_agree_with_a_recount() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a timing harness, run by hand"]
 async fn timing() {
-    let n: i64 = std::env::var("QUOTA_SCALE_N")
+    let n: i64 = std::env::var("PORTION_SCALE_N")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);

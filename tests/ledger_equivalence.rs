@@ -7,12 +7,12 @@
 //! is used), fed with the same clock readings to a real Redis and to the
 //! embedded store; every decision and every usage report must be equal.
 
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
-use quota::ledger::{
+use portion::ledger::{
     Amount, At, BlockEnd, Charge, ChargeDecision, EmbeddedLedger, Ledger, Pool, PoolCost, Receipt,
     RedisLedger, Share, Shares, StoreError, Window,
 };
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
 
 use crate::common::ledger::{S, T0, charge, embedded_path, pool, window};
 use crate::common::redis::RedisServer;
@@ -348,7 +348,7 @@ async fn replay(
         for share in shares.iter().flat_map(|s| &s.list) {
             for p in [&units, &search] {
                 read.push(Pool {
-                    name: quota::ledger::shares::share_pool(&p.name, &share.name),
+                    name: portion::ledger::shares::share_pool(&p.name, &share.name),
                     ..p.clone()
                 });
             }
@@ -630,11 +630,11 @@ fn the_retry_of_a_large_charge_after_many_calls_is_exact_in_both_stores() {
                 let c = charge(&credential, &cost);
                 assert!(matches!(
                     redis.charge(&c, At::Fixed(at)).await.unwrap(),
-                    quota::ledger::ChargeDecision::Allowed { .. }
+                    portion::ledger::ChargeDecision::Allowed { .. }
                 ));
                 assert!(matches!(
                     embedded.charge(&c, At::Fixed(at)).await.unwrap(),
-                    quota::ledger::ChargeDecision::Allowed { .. }
+                    portion::ledger::ChargeDecision::Allowed { .. }
                 ));
                 held += 1 + k % 3;
                 times.push((at, held));
@@ -652,7 +652,7 @@ fn the_retry_of_a_large_charge_after_many_calls_is_exact_in_both_stores() {
                 embedded.charge(&c, At::Fixed(now)).await.unwrap(),
             ] {
                 match d {
-                    quota::ledger::ChargeDecision::Rejected { retry_after, .. } => assert_eq!(
+                    portion::ledger::ChargeDecision::Rejected { retry_after, .. } => assert_eq!(
                         retry_after.as_micros() as i64,
                         expected_at - now,
                         "need {need}: {d:?}"
@@ -733,7 +733,7 @@ impl<L: Ledger> DynLedger for L {
                 units: 1,
             }];
             match self.charge(&charge(credential, &cost), At::Fixed(at)).await {
-                Ok(quota::ledger::ChargeDecision::Allowed { remaining, .. }) => {
+                Ok(portion::ledger::ChargeDecision::Allowed { remaining, .. }) => {
                     remaining[0].remaining
                 }
                 d => panic!("{d:?}"),
@@ -763,7 +763,7 @@ fn calendar_windows_answer_alike_in_both_stores() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let redis = rt.block_on(RedisLedger::connect(&server.url())).unwrap();
     let embedded = EmbeddedLedger::open(&embedded_path(&dir)).unwrap();
-    let aligned = |secs, limit, zone: &str| quota::ledger::Window {
+    let aligned = |secs, limit, zone: &str| portion::ledger::Window {
         aligned: Some(zone.parse().unwrap()),
         ..window(secs, limit, 0)
     };
@@ -835,7 +835,7 @@ fn calendar_windows_answer_alike_in_both_stores() {
             .await
             .unwrap();
         assert!(
-            matches!(&d, quota::ledger::ChargeDecision::Rejected { retry_after, .. } if retry_after.as_micros() == 1),
+            matches!(&d, portion::ledger::ChargeDecision::Rejected { retry_after, .. } if retry_after.as_micros() == 1),
             "{d:?}"
         );
         out

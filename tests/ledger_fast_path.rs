@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use quota::ledger::{At, Charge, ChargeDecision, Ledger, RedisLedger, state_key};
+use portion::ledger::{At, Charge, ChargeDecision, Ledger, RedisLedger, state_key};
 
 use crate::common::ledger::{T0, charge, cost, pool, window};
 use crate::common::redis::RedisServer;

@@ -2,7 +2,7 @@
 //! its pool's newest call lands alike in each. The cases every store runs
 //! on its own are in `common::metered`, run by `ledger_conformance`.
 
-use quota::ledger::{EmbeddedLedger, Ledger, RedisLedger, SETTLE_REACH, Settled};
+use portion::ledger::{EmbeddedLedger, Ledger, RedisLedger, SETTLE_REACH, Settled};
 
 use crate::common::ledger::{S, T0, cost, embedded_path, pool, used, window};
 use crate::common::metered::{charge_at, receipt, settle};

@@ -9,7 +9,7 @@
 //! the ledger is a round trip: 140,000 of them would take minutes in a
 //! debug build), with the arguments charge.lua's header documents.
 
-use quota::ledger::{
+use portion::ledger::{
     At, ChargeDecision, IDEMPOTENCY_HORIZON, LOG_SEGMENT, Ledger, Pool, RedisLedger, StoreError,
     index_segment_key, log_key, log_segment_key, state_key,
 };
@@ -76,7 +76,7 @@ fn fill_from(server: &RedisServer, credential: &str, pool: &Pool, from: i64, n: 
                 .arg(3)
                 .arg(state_key(credential))
                 .arg(log_key(credential, &pool.name))
-                .arg(quota::ledger::index_key(credential, &pool.name))
+                .arg(portion::ledger::index_key(credential, &pool.name))
                 .arg(log.at[i as usize])
                 .arg(i + 1) // charge id
                 .arg("0")
@@ -440,7 +440,7 @@ async fn lost_state_short_logs_late_resends_and_others_ttl() {
     server.cli(&["DEL", &log_segment_key("short", "units", 0)]);
     let tight = pool("units", vec![window(100, 100, 0)]);
     let c = [cost(&tight, 1)];
-    let observe = quota::ledger::Charge {
+    let observe = portion::ledger::Charge {
         observe: true,
         ..charge("short", &c)
     };
@@ -463,7 +463,7 @@ async fn lost_state_short_logs_late_resends_and_others_ttl() {
     let ChargeDecision::Allowed { receipt, .. } = d else {
         panic!("{d:?}")
     };
-    for i in 0..=quota::ledger::SETTLE_REACH as i64 {
+    for i in 0..=portion::ledger::SETTLE_REACH as i64 {
         assert!(
             ledger
                 .charge(&charge("late", &one), At::Fixed(T0 + 1 + i))
@@ -477,9 +477,9 @@ async fn lost_state_short_logs_late_resends_and_others_ttl() {
             .settle("late", &receipt, ("units", 10, 30), At::Fixed(T0 + S))
             .await
             .unwrap();
-        assert_eq!(s, quota::ledger::Settled::Late);
+        assert_eq!(s, portion::ledger::Settled::Late);
     }
-    let calls = quota::ledger::SETTLE_REACH + 1;
+    let calls = portion::ledger::SETTLE_REACH + 1;
     assert_eq!(
         used(&ledger, "late", std::slice::from_ref(&units), T0 + S).await,
         [10 + calls + 20]
@@ -494,7 +494,7 @@ async fn lost_state_short_logs_late_resends_and_others_ttl() {
             .unwrap()
             .is_allowed()
     );
-    let reset = Some(quota::ledger::BlockEnd::After(
+    let reset = Some(portion::ledger::BlockEnd::After(
         std::time::Duration::from_secs(7200),
     ));
     let o = ledger

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use quota::ledger::{
+use portion::ledger::{
     Amount, At, Charge, ChargeDecision, EmbeddedLedger, Held, Ledger, Pool, PoolCost, RedisLedger,
     Share, Shares, Window,
 };
@@ -332,7 +332,7 @@ async fn other_shares_pools_are_read_not_logged(ledger: impl Ledger) {
     let d = by(&ledger, &sh, "backfill", &[cost(&units, 1)], T0 + 9 * S).await;
     assert_eq!(refusal(&d).0, kept("trending", 24));
     let named = |share: &str| Pool {
-        name: quota::ledger::shares::share_pool("units", share),
+        name: portion::ledger::shares::share_pool("units", share),
         ..units.clone()
     };
     let u = ledger
@@ -355,7 +355,7 @@ async fn other_shares_pools_are_read_not_logged(ledger: impl Ledger) {
 /// The pool in which a store counts what trending spent of `units`.
 fn share_pool(units: &Pool) -> Pool {
     Pool {
-        name: quota::ledger::shares::share_pool(&units.name, "trending"),
+        name: portion::ledger::shares::share_pool(&units.name, "trending"),
         ..units.clone()
     }
 }
@@ -461,7 +461,7 @@ async fn other_shares_pools_hold_no_entries_in_redis() {
     let ledger = RedisLedger::connect(&server.url()).await.expect("connect");
     other_shares_pools_are_read_not_logged(ledger).await;
     let len = |share: &str| {
-        let key = format!("quota:{{cred}}:log:units/{share}:0");
+        let key = format!("portion:{{cred}}:log:units/{share}:0");
         server.cli(&["LLEN", &key]).trim().to_string()
     };
     // (trending's three calls, four items each)

@@ -9,7 +9,7 @@
 //! arguments charge.lua's header documents (a charge through the ledger is
 //! a round trip: tens of thousands take long in a debug build).
 
-use quota::ledger::{
+use portion::ledger::{
     Amount, At, Charge, ChargeDecision, EmbeddedLedger, IDEMPOTENCY_HORIZON, Ledger, Pool,
     RedisLedger, Share, Shares, index_key, log_key, log_segment_key, state_key,
 };

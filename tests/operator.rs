@@ -1,15 +1,15 @@
-//! The operator's surface, through the real binary: `quota status` and
-//! `quota run --dry-run` on a known ledger state (snapshots of the table and
+//! The operator's surface, through the real binary: `portion status` and
+//! `portion run --dry-run` on a known ledger state (snapshots of the table and
 //! the JSON, taken with the process's wall clock frozen by libfaketime),
 //! dry-run sending and charging nothing, output to a closed pipe, log
 //! formats, completions, the man page and the systemd units.
 
 use std::time::Duration;
 
-use quota::ledger::{At, EmbeddedLedger, Ledger, LockOutcome};
+use portion::ledger::{At, EmbeddedLedger, Ledger, LockOutcome};
 
 use crate::common::deployment::{
-    Deployment, WIDE, deployment_yaml, quota, quota_bin, run, trending, videos_job,
+    Deployment, WIDE, deployment_yaml, portion, portion_bin, run, trending, videos_job,
 };
 use crate::common::known::{
     REPORT_TIME, at_report_time, frozen_clock_cmd, known_config, known_ledger, report_time_us,
@@ -61,7 +61,7 @@ fn a_sub_second_window_is_shown_as_it_is_configured() {
         "      search:\n",
         "      burst:\n        - { limit: 5, per: 1s 500ms }\n      search:\n",
     ));
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.lines().any(|l| {
@@ -228,13 +228,13 @@ fn status_and_dry_run_never_create_a_store() {
                 .replace("store: embedded:ledger.sqlite3", &format!("store: {store}")),
         );
         let file = if store == "embedded" {
-            d.path().join("state/quota/ledger.sqlite3")
+            d.path().join("state/portion/ledger.sqlite3")
         } else {
             d.path().join("ledger.sqlite3")
         };
         let before = std::fs::read_dir(d.path()).unwrap().count();
 
-        let r = d.quota(&["status"]);
+        let r = d.portion(&["status"]);
         assert_eq!(r.code, 0, "{store}: {r:?}");
         assert!(
             r.stdout.starts_with(&format!(
@@ -253,7 +253,7 @@ fn status_and_dry_run_never_create_a_store() {
             90
         );
 
-        let r = d.quota(&["run", "--dry-run"]);
+        let r = d.portion(&["run", "--dry-run"]);
         assert_eq!(r.code, 0, "{store}: {r:?}");
         assert!(
             r.stdout.contains(&format!(
@@ -278,10 +278,10 @@ fn status_and_dry_run_never_create_a_store() {
         // The first run creates it; status then reads it.
         let r = run(d
             .cmd(&["run", "trending"])
-            .env("QUOTA_TEST_NEVER_SET", "demo-key"));
+            .env("PORTION_TEST_NEVER_SET", "demo-key"));
         assert_eq!(r.code, 0, "{r:?}");
         assert!(file.exists());
-        let r = d.quota(&["status"]);
+        let r = d.portion(&["status"]);
         assert!(
             r.stdout
                 .starts_with(&format!("store: embedded {}\n\n", file.display())),
@@ -405,7 +405,8 @@ fn status_shows_the_stores_text_inert() {
         "{r:?}"
     );
     // So does a run that meets the block.
-    let r = run(frozen_clock_cmd(&d, &["run", "trending"]).env("QUOTA_TEST_NEVER_SET", "demo-key"));
+    let r =
+        run(frozen_clock_cmd(&d, &["run", "trending"]).env("PORTION_TEST_NEVER_SET", "demo-key"));
     assert_eq!(r.code, 75, "{r:?}");
     assert!(!r.stderr.contains(['\x1b', '\u{202e}']), "{r:?}");
     assert!(r.stderr.contains(&format!("said {shown}")), "{r:?}");
@@ -421,10 +422,10 @@ fn output_to_a_closed_pipe_exits_quietly() {
     let d = Deployment::new(&known_config("http://127.0.0.1:9"));
     known_ledger(&d);
     let err = d.path().join("stderr");
-    // `true` exits without reading: every write of quota meets a closed pipe.
+    // `true` exits without reading: every write of portion meets a closed pipe.
     let script = format!(
         "set -o pipefail; {} -c {} status 2>{} | true; echo $?",
-        quota_bin().display(),
+        portion_bin().display(),
         d.config().display(),
         err.display()
     );
@@ -472,9 +473,9 @@ fn logs_follow_the_journal_and_the_json_format() {
     );
 
     // Elsewhere (cron, a file): timestamps; with --log-format json, JSON lines.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert!(r.stderr.lines().all(|l| l.starts_with("20")), "{r:?}");
-    let r = d.quota(&["--log-format", "json", "run"]);
+    let r = d.portion(&["--log-format", "json", "run"]);
     assert_eq!(r.code, 0, "{r:?}");
     for line in r.stderr.lines() {
         let v: serde_json::Value =
@@ -487,14 +488,14 @@ fn logs_follow_the_journal_and_the_json_format() {
 fn completions_and_man_page_come_from_the_cli_definition() {
     let home = tempfile::tempdir().unwrap();
     for shell in ["bash", "zsh", "fish"] {
-        let r = run(quota(home.path()).args(["completions", shell]));
+        let r = run(portion(home.path()).args(["completions", shell]));
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stdout.contains("dry-run"), "{shell}: {}", r.stdout);
     }
-    let r = run(quota(home.path()).arg("man"));
+    let r = run(portion(home.path()).arg("man"));
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
-        r.stdout.starts_with(".ie") || r.stdout.contains(".TH quota"),
+        r.stdout.starts_with(".ie") || r.stdout.contains(".TH portion"),
         "{}",
         r.stdout
     );
@@ -513,20 +514,23 @@ fn systemd_units_verify() {
     // verify wants an instance and an executable ExecStart: use this build.
     let dir = tempfile::tempdir().unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
-    let service = std::fs::read_to_string(format!("{root}/systemd/quota@.service")).unwrap();
-    let service = service.replace("/usr/local/bin/quota", &quota_bin().display().to_string());
-    std::fs::write(dir.path().join("quota@demo.service"), &service).unwrap();
+    let service = std::fs::read_to_string(format!("{root}/systemd/portion@.service")).unwrap();
+    let service = service.replace(
+        "/usr/local/bin/portion",
+        &portion_bin().display().to_string(),
+    );
+    std::fs::write(dir.path().join("portion@demo.service"), &service).unwrap();
     std::fs::copy(
-        format!("{root}/systemd/quota@.timer"),
-        dir.path().join("quota@demo.timer"),
+        format!("{root}/systemd/portion@.timer"),
+        dir.path().join("portion@demo.timer"),
     )
     .unwrap();
     let out = std::process::Command::new("systemd-analyze")
         .args([
             "verify",
             "--man=no",
-            "./quota@demo.service",
-            "./quota@demo.timer",
+            "./portion@demo.service",
+            "./portion@demo.timer",
         ])
         .current_dir(dir.path())
         .output()
@@ -539,7 +543,7 @@ fn systemd_units_verify() {
     assert!(out.status.success(), "{text}");
     // systemd-analyze reports a bad directive as a warning, still exiting 0.
     assert!(
-        !text.contains("quota@demo"),
+        !text.contains("portion@demo"),
         "systemd-analyze found problems:\n{text}"
     );
 
@@ -553,7 +557,7 @@ fn systemd_units_verify() {
             "--offline=true",
             "--threshold=11",
             "--no-pager",
-            "./quota@demo.service",
+            "./portion@demo.service",
         ])
         .current_dir(dir.path())
         .output()
@@ -574,13 +578,13 @@ fn systemd_units_verify() {
     ] {
         assert!(
             service.lines().any(|l| l == directive),
-            "quota@.service lacks {directive}"
+            "portion@.service lacks {directive}"
         );
     }
 }
 
 /// `systemd/crontab.example`'s line, run as cron runs it (`bash -c`, since
-/// the file sets `SHELL=/bin/bash`) with a fake `quota` that exits 0, 75 and
+/// the file sets `SHELL=/bin/bash`) with a fake `portion` that exits 0, 75 and
 /// 1 and a fake `logger`: 0 and 75 are success and print nothing (cron
 /// mails nothing); 1 fails the line and prints the run's log, which cron
 /// mails; the log goes to syslog every time.
@@ -615,9 +619,9 @@ fn the_crontab_line_treats_75_as_success_and_mails_failures() {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         p
     };
-    let fake_quota = script(
-        "quota",
-        "echo \"fake quota $*, key $YT_API_KEY\"; echo 'a log line on stderr' >&2; exit \"$FAKE_EXIT\"",
+    let fake_portion = script(
+        "portion",
+        "echo \"fake portion $*, key $YT_API_KEY\"; echo 'a log line on stderr' >&2; exit \"$FAKE_EXIT\"",
     );
     let syslog = dir.path().join("syslog");
     script(
@@ -627,10 +631,13 @@ fn the_crontab_line_treats_75_as_success_and_mails_failures() {
     let key = dir.path().join("youtube.key");
     std::fs::write(&key, "the-key\n").unwrap();
     let command = command
-        .replace("/usr/local/bin/quota", &fake_quota.display().to_string())
-        .replace("/etc/quota/youtube.key", &key.display().to_string());
+        .replace(
+            "/usr/local/bin/portion",
+            &fake_portion.display().to_string(),
+        )
+        .replace("/etc/portion/youtube.key", &key.display().to_string());
     assert!(
-        command.contains(&*fake_quota.display().to_string()),
+        command.contains(&*fake_portion.display().to_string()),
         "{command}"
     );
 
@@ -651,21 +658,25 @@ fn the_crontab_line_treats_75_as_success_and_mails_failures() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_eq!(out.status.code(), Some(want), "quota exit {code}: {mailed}");
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "portion exit {code}: {mailed}"
+        );
         let logged = std::fs::read_to_string(&syslog).unwrap();
         assert!(
             logged.starts_with(
-                "[-t quota]\nfake quota -c /etc/quota/youtube.yaml run, key the-key\n"
+                "[-t portion]\nfake portion -c /etc/portion/youtube.yaml run, key the-key\n"
             ) && logged.contains("a log line on stderr"),
-            "quota exit {code}: {logged}"
+            "portion exit {code}: {logged}"
         );
         if want == 0 {
-            assert_eq!(mailed, "", "quota exit {code}: cron would mail this");
+            assert_eq!(mailed, "", "portion exit {code}: cron would mail this");
         } else {
             assert!(
-                mailed.starts_with(&format!("quota exited {code}:\nfake quota -c"))
+                mailed.starts_with(&format!("portion exited {code}:\nfake portion -c"))
                     && mailed.contains("a log line on stderr"),
-                "quota exit {code}: cron mails {mailed:?}"
+                "portion exit {code}: cron mails {mailed:?}"
             );
         }
     }
@@ -676,11 +687,15 @@ fn a_progress_line_only_on_a_terminal() {
     let up = Standin::start(&["--pages", "2"]);
     let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
     // Under cron or systemd (stderr a pipe here): no progress line.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("\x1b[2K"), "{r:?}");
     // On a terminal (`script` gives the run a pseudo-terminal): one line, redrawn.
-    let cmd = format!("{} -c {} run", quota_bin().display(), d.config().display());
+    let cmd = format!(
+        "{} -c {} run",
+        portion_bin().display(),
+        d.config().display()
+    );
     let out = std::process::Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .env("HOME", d.path())
@@ -701,7 +716,7 @@ fn status_is_coloured_on_a_terminal_unless_no_color() {
     let status = |no_color: bool| {
         let cmd = format!(
             "{} -c {} status",
-            quota_bin().display(),
+            portion_bin().display(),
             d.config().display()
         );
         let mut c = std::process::Command::new("script");

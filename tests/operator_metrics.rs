@@ -1,6 +1,6 @@
-//! OpenMetrics, through the real binary: `quota status --format
+//! OpenMetrics, through the real binary: `portion status --format
 //! openmetrics` on a known ledger (embedded, clock frozen) and on a Redis
-//! that lost its log, and `quota run --metrics-file` after a run that
+//! that lost its log, and `portion run --metrics-file` after a run that
 //! finished, one the quota stopped, one whose store lost its log, one a
 //! signal stopped, one with a configuration error and one whose file cannot
 //! be written. Every text
@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use quota::ledger::{At, EmbeddedLedger, Ledger};
-use quota::metrics::{Family, encode};
+use portion::ledger::{At, EmbeddedLedger, Ledger};
+use portion::metrics::{Family, encode};
 
 use crate::common::deployment::{
     Deployment, WIDE, deployment_yaml, embedded_store, finish, kill, spawn, trending_with,
@@ -79,13 +79,13 @@ fn status_as_openmetrics_on_a_known_ledger() {
     ];
     for (pool, per, limit, headroom, budget, used, remaining, next_free, len) in expect {
         let l = window(pool, per);
-        assert_eq!(value(&m, "quota_window_limit_units", &l), limit, "{l:?}");
-        assert_eq!(value(&m, "quota_window_headroom_units", &l), headroom);
-        assert_eq!(value(&m, "quota_window_budget_units", &l), budget);
-        assert_eq!(value(&m, "quota_window_used_units", &l), used, "{l:?}");
-        assert_eq!(value(&m, "quota_window_remaining_units", &l), remaining);
-        assert_eq!(value(&m, "quota_window_next_free_seconds", &l), next_free);
-        assert_eq!(value(&m, "quota_window_length_seconds", &l), len);
+        assert_eq!(value(&m, "portion_window_limit_units", &l), limit, "{l:?}");
+        assert_eq!(value(&m, "portion_window_headroom_units", &l), headroom);
+        assert_eq!(value(&m, "portion_window_budget_units", &l), budget);
+        assert_eq!(value(&m, "portion_window_used_units", &l), used, "{l:?}");
+        assert_eq!(value(&m, "portion_window_remaining_units", &l), remaining);
+        assert_eq!(value(&m, "portion_window_next_free_seconds", &l), next_free);
+        assert_eq!(value(&m, "portion_window_length_seconds", &l), len);
     }
     let by = |name, key, who: &str, pool, per| {
         let mut l = window(pool, per);
@@ -94,7 +94,7 @@ fn status_as_openmetrics_on_a_known_ledger() {
     };
     assert_eq!(
         by(
-            "quota_window_used_by_job_units",
+            "portion_window_used_by_job_units",
             "job",
             "trending",
             "units",
@@ -104,7 +104,7 @@ fn status_as_openmetrics_on_a_known_ledger() {
     );
     assert_eq!(
         by(
-            "quota_window_used_by_job_units",
+            "portion_window_used_by_job_units",
             "job",
             "trending",
             "units",
@@ -114,7 +114,7 @@ fn status_as_openmetrics_on_a_known_ledger() {
     );
     assert_eq!(
         by(
-            "quota_window_used_by_job_units",
+            "portion_window_used_by_job_units",
             "job",
             "music",
             "search",
@@ -124,7 +124,7 @@ fn status_as_openmetrics_on_a_known_ledger() {
     );
     assert_eq!(
         by(
-            "quota_window_used_by_endpoint_units",
+            "portion_window_used_by_endpoint_units",
             "endpoint",
             "search.list",
             "search",
@@ -133,39 +133,42 @@ fn status_as_openmetrics_on_a_known_ledger() {
         3.0
     );
     let main = [("credential", "main".to_string())];
-    assert_eq!(value(&m, "quota_credential_blocked", &main), 0.0);
+    assert_eq!(value(&m, "portion_credential_blocked", &main), 0.0);
     assert_eq!(
         value(
             &m,
-            "quota_credential_blocked_until_timestamp_seconds",
+            "portion_credential_blocked_until_timestamp_seconds",
             &main
         ),
         0.0
     );
-    assert_eq!(value(&m, "quota_credential_log_lost", &main), 0.0);
-    assert_eq!(value(&m, "quota_credential_charges_recorded", &main), 23.0);
+    assert_eq!(value(&m, "portion_credential_log_lost", &main), 0.0);
+    assert_eq!(
+        value(&m, "portion_credential_charges_recorded", &main),
+        23.0
+    );
     let units = [
         ("credential", "main".to_string()),
         ("pool", "units".to_string()),
     ];
-    assert_eq!(value(&m, "quota_pool_log_lost", &units), 0.0);
+    assert_eq!(value(&m, "portion_pool_log_lost", &units), 0.0);
     assert_eq!(
-        m.value("quota_status_timestamp_seconds", &[]),
+        m.value("portion_status_timestamp_seconds", &[]),
         report_time_us() as f64 / 1e6
     );
 
     // Gauges with their units declared, for every family.
     for f in &m.0 {
         assert_eq!(f.kind, "gauge", "{f:?}");
-        assert!(f.name.starts_with("quota_"), "{f:?}");
+        assert!(f.name.starts_with("portion_"), "{f:?}");
         assert!(!f.help.is_empty(), "{f:?}");
         let unit = f.name.rsplit('_').next().unwrap();
         if ["units", "seconds"].contains(&unit) {
             assert_eq!(f.unit, unit, "{f:?}");
         }
     }
-    assert_eq!(m.family("quota_window_remaining_units").unit, "units");
-    assert_eq!(m.family("quota_window_next_free_seconds").unit, "seconds");
+    assert_eq!(m.family("portion_window_remaining_units").unit, "units");
+    assert_eq!(m.family("portion_window_next_free_seconds").unit, "seconds");
 }
 
 #[test]
@@ -185,11 +188,11 @@ fn a_blocked_credential_shows_in_the_metrics() {
         .unwrap();
     let m = status_metrics_at_report_time(&d);
     let main = [("credential", "main".to_string())];
-    assert_eq!(value(&m, "quota_credential_blocked", &main), 1.0);
+    assert_eq!(value(&m, "portion_credential_blocked", &main), 1.0);
     assert_eq!(
         value(
             &m,
-            "quota_credential_blocked_until_timestamp_seconds",
+            "portion_credential_blocked_until_timestamp_seconds",
             &main
         ),
         until as f64 / 1e6
@@ -213,9 +216,9 @@ fn the_status_formats_and_their_flags() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.ends_with("# EOF\n"), "{}", r.stdout);
     let m = parse(&r.stdout);
-    assert_eq!(m.samples("quota_window_remaining_units").len(), 3);
+    assert_eq!(m.samples("portion_window_remaining_units").len(), 3);
     assert_eq!(
-        m.samples("quota_window_remaining_units")[0].0["window"],
+        m.samples("portion_window_remaining_units")[0].0["window"],
         "24h"
     );
 }
@@ -223,20 +226,20 @@ fn the_status_formats_and_their_flags() {
 #[test]
 fn label_values_are_escaped_so_a_parser_reads_them_back() {
     let odd = ["quo\"te", "back\\slash", "new\nline", "ünï ✓ {x=\"1\"}"];
-    let mut f = Family::new("quota_test", "Escaping.", None);
+    let mut f = Family::new("portion_test", "Escaping.", None);
     for (i, v) in odd.iter().enumerate() {
         f.push(&[("credential", v), ("pool", "p")], i as u64);
     }
     let m = parse(&encode(vec![f]));
     for (i, v) in odd.iter().enumerate() {
         assert_eq!(
-            m.value("quota_test", &[("credential", v), ("pool", "p")]),
+            m.value("portion_test", &[("credential", v), ("pool", "p")]),
             i as f64
         );
     }
 }
 
-/// The outcome file `quota run --metrics-file` wrote, parsed.
+/// The outcome file `portion run --metrics-file` wrote, parsed.
 fn outcome(path: &Path) -> Families {
     let text = std::fs::read_to_string(path).unwrap();
     assert!(
@@ -249,7 +252,7 @@ fn outcome(path: &Path) -> Families {
 /// The `reason` whose stop-reason sample is 1 (each job has one of each).
 fn stop_reason(m: &Families, job: &str) -> String {
     let reasons: BTreeMap<String, f64> = m
-        .samples("quota_run_job_stop_reason")
+        .samples("portion_run_job_stop_reason")
         .into_iter()
         .filter(|(l, _)| l["job"] == job)
         .map(|(l, v)| (l["reason"].clone(), v))
@@ -277,53 +280,56 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
     let d = trending_with(&up, "embedded", tight, &["US", "GB"], 3, "fail_closed");
     let dir = d.path().join("textfile");
     std::fs::create_dir(&dir).unwrap();
-    let file = dir.join("quota.prom");
+    let file = dir.join("portion.prom");
     let before = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
-    let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
     let after = chrono::Utc::now().timestamp_micros() as f64 / 1e6;
     assert_eq!(r.code, 75, "{r:?}");
     let m = outcome(&file);
-    assert_eq!(m.value("quota_run_exit_code", &[]), 75.0);
-    assert_eq!(job_value(&m, "quota_run_job_exit_code", "trending"), 75.0);
+    assert_eq!(m.value("portion_run_exit_code", &[]), 75.0);
+    assert_eq!(job_value(&m, "portion_run_job_exit_code", "trending"), 75.0);
     assert_eq!(stop_reason(&m, "trending"), "quota");
-    assert_eq!(job_value(&m, "quota_run_job_calls", "trending"), 5.0);
+    assert_eq!(job_value(&m, "portion_run_job_calls", "trending"), 5.0);
     assert_eq!(
-        job_value(&m, "quota_run_job_unmetered_calls", "trending"),
+        job_value(&m, "portion_run_job_unmetered_calls", "trending"),
         0.0
     );
     let units = [("job", "trending"), ("pool", "units")];
-    assert_eq!(m.value("quota_run_job_charged_units", &units), 5.0);
+    assert_eq!(m.value("portion_run_job_charged_units", &units), 5.0);
     assert_eq!(
-        job_value(&m, "quota_run_job_pages_written", "trending"),
+        job_value(&m, "portion_run_job_pages_written", "trending"),
         5.0
     );
-    assert_eq!(job_value(&m, "quota_run_job_regions_done", "trending"), 1.0);
-    assert_eq!(job_value(&m, "quota_run_job_regions", "trending"), 2.0);
     assert_eq!(
-        job_value(&m, "quota_run_job_failed_regions", "trending"),
+        job_value(&m, "portion_run_job_regions_done", "trending"),
+        1.0
+    );
+    assert_eq!(job_value(&m, "portion_run_job_regions", "trending"), 2.0);
+    assert_eq!(
+        job_value(&m, "portion_run_job_failed_regions", "trending"),
         0.0
     );
-    let end = m.value("quota_run_end_timestamp_seconds", &[]);
+    let end = m.value("portion_run_end_timestamp_seconds", &[]);
     assert!(before <= end && end <= after, "{before} {end} {after}");
-    let took = m.value("quota_run_duration_seconds", &[]);
+    let took = m.value("portion_run_duration_seconds", &[]);
     assert!(took > 0.0 && took <= after - before, "{took}");
-    assert!(job_value(&m, "quota_run_job_duration_seconds", "trending") <= took);
+    assert!(job_value(&m, "portion_run_job_duration_seconds", "trending") <= took);
     // Written atomically: nothing but the file in its folder.
     let names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, ["quota.prom"]);
+    assert_eq!(names, ["portion.prom"]);
 
     // The status agrees: the hour's 5 units are spent.
-    let r = d.quota(&["status", "--format", "openmetrics"]);
+    let r = d.portion(&["status", "--format", "openmetrics"]);
     let s = parse(&r.stdout);
     assert_eq!(
-        value(&s, "quota_window_used_units", &window("units", "1h")),
+        value(&s, "portion_window_used_units", &window("units", "1h")),
         5.0
     );
     assert_eq!(
-        value(&s, "quota_window_remaining_units", &window("units", "1h")),
+        value(&s, "portion_window_remaining_units", &window("units", "1h")),
         0.0
     );
 
@@ -334,43 +340,46 @@ fn the_run_outcome_file_after_a_rejection_and_after_a_finish() {
             .unwrap()
             .replace(tight[0], WIDE[0]),
     );
-    let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{r:?}");
     let m = outcome(&file);
-    assert_eq!(m.value("quota_run_exit_code", &[]), 0.0);
+    assert_eq!(m.value("portion_run_exit_code", &[]), 0.0);
     assert_eq!(stop_reason(&m, "trending"), "none");
-    assert_eq!(job_value(&m, "quota_run_job_calls", "trending"), 4.0);
-    assert_eq!(m.value("quota_run_job_charged_units", &units), 4.0);
+    assert_eq!(job_value(&m, "portion_run_job_calls", "trending"), 4.0);
+    assert_eq!(m.value("portion_run_job_charged_units", &units), 4.0);
     assert_eq!(
-        job_value(&m, "quota_run_job_pages_written", "trending"),
+        job_value(&m, "portion_run_job_pages_written", "trending"),
         4.0
     );
-    assert_eq!(job_value(&m, "quota_run_job_regions_done", "trending"), 2.0);
+    assert_eq!(
+        job_value(&m, "portion_run_job_regions_done", "trending"),
+        2.0
+    );
 }
 
 #[test]
 fn a_configuration_error_still_writes_the_outcome() {
     let d = Deployment::new("credentials: {}\nnot_a_key: 1\n");
-    let file = d.path().join("quota.prom");
+    let file = d.path().join("portion.prom");
     std::fs::write(&file, "the previous run's file").unwrap();
     let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
     let old = inode(&file);
-    let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 78, "{r:?}");
     // Replaced by a rename (a new file), not rewritten in place, which a
     // collector reading meanwhile could see half done.
     assert_ne!(inode(&file), old, "the file was rewritten in place");
     let m = outcome(&file);
-    assert_eq!(m.value("quota_run_exit_code", &[]), 78.0);
-    assert!(m.samples("quota_run_job_exit_code").is_empty(), "{m:?}");
+    assert_eq!(m.value("portion_run_exit_code", &[]), 78.0);
+    assert!(m.samples("portion_run_job_exit_code").is_empty(), "{m:?}");
 }
 
 #[test]
 fn a_metrics_file_that_cannot_be_written_fails_the_run() {
     let up = Standin::start(&["--pages", "1"]);
     let d = trending_with(&up, "embedded", WIDE, &["US"], 1, "fail_closed");
-    let file = d.path().join("missing-folder").join("quota.prom");
-    let r = d.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    let file = d.path().join("missing-folder").join("portion.prom");
+    let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("cannot write the metrics file"), "{r:?}");
     assert_eq!(up.seen().len(), 1, "the run itself went ahead");
@@ -384,8 +393,8 @@ fn a_metrics_file_that_cannot_be_written_fails_the_run() {
         1,
         "fail_closed",
     );
-    let file = gone.path().join("missing-folder").join("quota.prom");
-    let r = gone.quota(&["run", "--metrics-file", file.to_str().unwrap()]);
+    let file = gone.path().join("missing-folder").join("portion.prom");
+    let r = gone.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
     assert_eq!(r.code, 69, "{r:?}");
     assert!(r.stderr.contains("cannot write the metrics file"), "{r:?}");
     assert_eq!(up.seen().len(), 1, "nothing was sent");
@@ -397,12 +406,12 @@ fn a_redis_that_lost_its_log_shows_in_status_and_run_metrics() {
     let up = Standin::start(&["--pages", "3"]);
     let four = &["{ limit: 4, per: 1h }"];
     let d = trending_with(&up, &redis.url(), four, &["US", "GB"], 3, "fail_closed");
-    let file = d.path().join("quota.prom");
+    let file = d.path().join("portion.prom");
     let metrics = ["run", "--metrics-file", file.to_str().unwrap()];
-    assert_eq!(d.quota(&metrics).code, 75);
+    assert_eq!(d.portion(&metrics).code, 75);
     let m = outcome(&file);
     assert_eq!(stop_reason(&m, "trending"), "quota");
-    assert_eq!(job_value(&m, "quota_run_job_calls", "trending"), 4.0);
+    assert_eq!(job_value(&m, "portion_run_job_calls", "trending"), 4.0);
 
     let main = [("credential", "main".to_string())];
     let units = [
@@ -410,39 +419,39 @@ fn a_redis_that_lost_its_log_shows_in_status_and_run_metrics() {
         ("pool", "units".to_string()),
     ];
     let status = || {
-        let r = d.quota(&["status", "--format", "openmetrics"]);
+        let r = d.portion(&["status", "--format", "openmetrics"]);
         assert_eq!(r.code, 0, "{r:?}");
         parse(&r.stdout)
     };
     let s = status();
-    assert_eq!(value(&s, "quota_credential_log_lost", &main), 0.0);
-    assert_eq!(value(&s, "quota_credential_charges_recorded", &main), 4.0);
+    assert_eq!(value(&s, "portion_credential_log_lost", &main), 0.0);
+    assert_eq!(value(&s, "portion_credential_charges_recorded", &main), 4.0);
     assert_eq!(
-        value(&s, "quota_window_remaining_units", &window("units", "1h")),
+        value(&s, "portion_window_remaining_units", &window("units", "1h")),
         0.0
     );
 
     redis.restart(); // comes back empty
     let s = status();
-    assert_eq!(value(&s, "quota_credential_log_lost", &main), 1.0);
-    assert_eq!(value(&s, "quota_credential_charges_recorded", &main), 0.0);
+    assert_eq!(value(&s, "portion_credential_log_lost", &main), 1.0);
+    assert_eq!(value(&s, "portion_credential_charges_recorded", &main), 0.0);
 
     // The run tells the store, which counts the pool as spent for an hour.
     let started = redis.time_us();
-    assert_eq!(d.quota(&metrics).code, 75);
+    assert_eq!(d.portion(&metrics).code, 75);
     let m = outcome(&file);
     assert_eq!(stop_reason(&m, "trending"), "log_lost");
-    assert_eq!(job_value(&m, "quota_run_job_calls", "trending"), 0.0);
+    assert_eq!(job_value(&m, "portion_run_job_calls", "trending"), 0.0);
     let s = status();
-    assert_eq!(value(&s, "quota_pool_log_lost", &units), 1.0);
-    let until = value(&s, "quota_pool_log_lost_until_timestamp_seconds", &units);
+    assert_eq!(value(&s, "portion_pool_log_lost", &units), 1.0);
+    let until = value(&s, "portion_pool_log_lost_until_timestamp_seconds", &units);
     let (lo, hi) = (started + HOUR_US, redis.time_us() + HOUR_US);
     assert!(
         lo as f64 / 1e6 <= until && until <= hi as f64 / 1e6,
         "{until}"
     );
     assert_eq!(
-        value(&s, "quota_window_remaining_units", &window("units", "1h")),
+        value(&s, "portion_window_remaining_units", &window("units", "1h")),
         0.0
     );
 }
@@ -461,23 +470,23 @@ fn a_stop_signal_is_in_the_outcome_of_the_job_it_stopped_and_of_the_next() {
         "fail_closed",
         &jobs,
     ));
-    let file = d.path().join("quota.prom");
+    let file = d.path().join("portion.prom");
     let run = spawn(&mut d.cmd(&["run", "--metrics-file", file.to_str().unwrap()]));
     up.wait_for(2);
     kill("-TERM", run.id());
     let r = finish(run);
     assert_eq!(r.code, 75, "{r:?}");
     let m = outcome(&file);
-    assert_eq!(m.value("quota_run_exit_code", &[]), 75.0);
+    assert_eq!(m.value("portion_run_exit_code", &[]), 75.0);
     assert_eq!(stop_reason(&m, "first"), "signal");
     assert_eq!(stop_reason(&m, "second"), "signal");
-    assert_eq!(job_value(&m, "quota_run_job_exit_code", "second"), 75.0);
-    let pages = job_value(&m, "quota_run_job_pages_written", "first");
+    assert_eq!(job_value(&m, "portion_run_job_exit_code", "second"), 75.0);
+    let pages = job_value(&m, "portion_run_job_pages_written", "first");
     assert_eq!(pages, d.outputs("first").len() as f64);
-    assert!(job_value(&m, "quota_run_job_calls", "first") >= 2.0);
+    assert!(job_value(&m, "portion_run_job_calls", "first") >= 2.0);
     assert!(pages < 9.0, "the signal stopped nothing");
     assert!(
-        m.samples("quota_run_job_calls").len() == 1,
+        m.samples("portion_run_job_calls").len() == 1,
         "second never started"
     );
 }

@@ -1,19 +1,19 @@
 //! The package's example and the man page (issue 36, item 20): the
-//! packaged `/etc/quota/quota.yaml` names the unit's store, so a script
+//! packaged `/etc/portion/portion.yaml` names the unit's store, so a script
 //! charging it spends the unit's ledger; `check` outside the unit (no
 //! `$CREDENTIALS_DIRECTORY`) names the secret it could not see and checks
 //! the rest; the man page's configuration part knows every field the
 //! README's configuration table lists.
 
-use crate::common::deployment::{Deployment, quota, run};
+use crate::common::deployment::{Deployment, portion, run};
 
-/// `packaging/quota.yaml`, its pages written into the deployment (`check`
+/// `packaging/portion.yaml`, its pages written into the deployment (`check`
 /// makes sure a job's output folder takes a file).
 fn packaged(d: &Deployment) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/packaging/quota.yaml")).unwrap();
+    let text = std::fs::read_to_string(format!("{root}/packaging/portion.yaml")).unwrap();
     let out = d.path().join("trending");
-    text.replace("/var/lib/quota/trending", &out.display().to_string())
+    text.replace("/var/lib/portion/trending", &out.display().to_string())
 }
 
 #[test]
@@ -33,7 +33,7 @@ fn the_packaged_example_names_the_units_store_and_checks_outside_the_unit() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
-            .contains("store: embedded, /var/lib/quota/ledger.sqlite3\n"),
+            .contains("store: embedded, /var/lib/portion/ledger.sqlite3\n"),
         "the unit's store: {}",
         r.stdout
     );
@@ -72,9 +72,9 @@ fn the_packaged_example_names_the_units_store_and_checks_outside_the_unit() {
     // A script's charge against the example spends the unit's ledger: the
     // one named in the file, not one under $HOME.
     let home = tempfile::tempdir().unwrap();
-    let r = run(quota(home.path()).args(["-c", &d.config().display().to_string(), "status"]));
+    let r = run(portion(home.path()).args(["-c", &d.config().display().to_string(), "status"]));
     assert!(
-        r.all().contains("/var/lib/quota/ledger.sqlite3"),
+        r.all().contains("/var/lib/portion/ledger.sqlite3"),
         "status reads the unit's ledger: {r:?}"
     );
 }

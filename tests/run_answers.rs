@@ -32,7 +32,7 @@ fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
         )
     });
     let d = api_deployment(&one_region_job("j", &format!("{base}/429")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "blocked: {r:?}");
     assert_eq!(heads.lock().unwrap().len(), 1, "not retried: {r:?}");
     let status = d.status_json();
@@ -42,14 +42,14 @@ fn an_error_answer_whose_body_does_not_decode_is_handled_by_its_status() {
     );
 
     let d = api_deployment(&one_region_job("j", &format!("{base}/404")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("HTTP 404"), "{r:?}");
     assert_eq!(heads.lock().unwrap().len(), 2, "not retried: {r:?}");
 
     // A 5xx is retried as a server error (`retries: 1`), said so.
     let d = api_deployment(&one_region_job("j", &format!("{base}/503")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
@@ -76,17 +76,17 @@ fn a_header_value_that_echoes_the_key_is_shown_masked() {
         )
     });
     let d = api_deployment(&one_region_job("j", &format!("{base}/p")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
-            .contains("its Content-Encoding is \"x-***\"q\", which quota cannot decode"),
+            .contains("its Content-Encoding is \"x-***\"q\", which portion cannot decode"),
         "{r:?}"
     );
     assert!(!r.all().contains("demo-key"), "{r:?}");
 }
 
-/// quota asks for the codings it reads whole (gzip, br, zstd), not
+/// portion asks for the codings it reads whole (gzip, br, zstd), not
 /// `deflate`, whose name servers use for two formats; one sent unasked is
 /// read either way, a coding named in capitals is read as its name, and a
 /// stack of codings is refused once, naming it.
@@ -119,7 +119,7 @@ fn codings_are_asked_for_and_read_as_rfc_9110_names_them() {
         one_region_job("stacked", &format!("{base}/gzipgzip")),
     ];
     let d = api_deployment(&jobs.concat());
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
@@ -155,7 +155,7 @@ fn codings_are_asked_for_and_read_as_rfc_9110_names_them() {
 fn a_byte_order_mark_before_json_is_dropped() {
     let (base, heads) = serving(|_| raw("200 OK", &[], &[b"\xEF\xBB\xBF", PAGE].concat()));
     let d = api_deployment(&one_region_job("j", &format!("{base}/bom")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(heads.lock().unwrap().len(), 1, "{r:?}");
     let files = d.outputs("j");
@@ -170,7 +170,7 @@ fn a_byte_order_mark_before_json_is_dropped() {
 fn an_unsolicited_304_is_named_as_such() {
     let (base, heads) = serving(|_| raw("304 Not Modified", &[], b""));
     let d = api_deployment(&one_region_job("j", &format!("{base}/same")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
@@ -191,7 +191,7 @@ fn a_location_with_raw_utf8_is_followed() {
         _ => raw("200 OK", &[], PAGE),
     });
     let d = api_deployment(&one_region_job("j", &format!("{base}/moved")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let heads = heads.lock().unwrap();
     assert_eq!(heads.len(), 2, "{r:?}");
@@ -221,7 +221,7 @@ fn a_page_whose_token_cannot_be_read_is_written_and_ends_its_walk() {
     let d =
         api_deployment(&one_region_job("j", &format!("{base}/tok")).replace("[GB]", "[GB, US]"));
     for run in 1..=2 {
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(
             r.stderr.contains(

@@ -3,7 +3,7 @@
 //! 403 that is not about the credential ("The video is private"), a 409,
 //! a 413, a 451, a 5xx past its retries and a host that does not exist
 //! each fail their input, recorded, and the inputs after them are fetched;
-//! the next tick charges none of them again, and `quota reset --failed`
+//! the next tick charges none of them again, and `portion reset --failed`
 //! does them again. A 304 to a request that sent no validator ends its
 //! region, not the job. In both stores where the store keeps the failures.
 
@@ -87,7 +87,7 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         inputs(&d, INPUTS);
         d.write(&yaml(&store, &format!("{base}/items/{{key}}"), false));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let once: BTreeMap<String, usize> = [
             ("first", 1),
@@ -115,20 +115,20 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             r.stderr.contains("5 of them failed this run"),
             "the 304 ends its input, as a page that can never be: {r:?}"
         );
-        let status = d.quota(&["status"]);
+        let status = d.portion(&["status"]);
         assert!(status.stdout.contains("private"), "{status:?}");
 
         // The next tick charges none of them again.
         let before = heads.lock().unwrap().len();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(heads.lock().unwrap().len(), before, "{r:?}");
 
         // `reset --failed` does the five again, and only them.
-        let r = d.quota(&["reset", "list", "--failed", "--yes"]);
+        let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stdout.contains("5 failed input(s) to do again"), "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let again = per_input(&heads.lock().unwrap()[before..]);
         let expected: BTreeMap<String, usize> = [
@@ -155,7 +155,7 @@ fn an_input_whose_host_does_not_exist_fails_and_the_list_goes_on() {
     inputs(&d, &["no-such-host.invalid", "127.0.0.1"]);
     let url = format!("http://{{key}}:{port}/items/first");
     d.write(&yaml(&embedded_store(&d), &url, true));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
@@ -185,7 +185,7 @@ fn a_304_without_a_validator_ends_its_region_not_the_job() {
         )
         .render();
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("sent no validator"), "{r:?}");
     assert!(

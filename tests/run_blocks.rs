@@ -1,7 +1,7 @@
 //! Upstream blocks an operator can live with: a `Retry-After` of a century is
 //! capped at the credential's longest window (with a warning), GitHub's
 //! rate-limit answer (403 with `X-RateLimit-Remaining: 0`) blocks until its
-//! reset, `status` says who set a block, when and why, and `quota unblock`
+//! reset, `status` says who set a block, when and why, and `portion unblock`
 //! lifts one. The real binary, the embedded store, the stand-in upstream.
 
 use crate::common::deployment::{Deployment, WIDE, deployment_yaml, embedded_store, videos_job};
@@ -37,7 +37,7 @@ fn a_retry_after_of_a_century_is_capped_at_the_longest_window() {
         let up = Standin::start(&["--units", "1", "--answer-429", "--retry-after", huge]);
         let d = deployment(&up);
         let before = chrono::Utc::now().timestamp_micros();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         let after = chrono::Utc::now().timestamp_micros();
         assert_eq!(r.code, 75, "{huge}: {r:?}");
         assert!(
@@ -63,7 +63,7 @@ fn a_retry_after_of_nothing_still_blocks_a_moment() {
         let up = Standin::start(&["--units", "1", "--answer-429", "--retry-after", nothing]);
         let d = deployment(&up);
         let before = chrono::Utc::now().timestamp_micros();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{nothing}: {r:?}");
         let until = blocked_until(&d).expect("blocked");
         assert!(
@@ -71,7 +71,7 @@ fn a_retry_after_of_nothing_still_blocks_a_moment() {
             "{nothing}: blocked until {until}, from {before}"
         );
         let sent = up.seen().len();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{nothing}: {r:?}");
         assert_eq!(
             up.seen().len(),
@@ -88,7 +88,7 @@ fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
     let up = Standin::start(&["--units", "1", "--answer-github", "--window", "10m"]);
     let d = deployment(&up);
     let before = chrono::Utc::now().timestamp_micros();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr
@@ -103,7 +103,7 @@ fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
         before + ten_min
     );
     // Who set it, when and why.
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert!(r.stdout.contains("BLOCKED by the upstream"), "{r:?}");
     assert!(
         r.stdout.contains("upstream 403 rate limit exceeded"),
@@ -114,22 +114,22 @@ fn githubs_rate_limit_answer_blocks_until_its_reset_and_unblock_lifts_it() {
     assert!(r.stdout.contains(", at 20"), "{r:?}");
     // The next run stops before sending anything.
     let sent = up.seen().len();
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     assert_eq!(up.seen().len(), sent);
 
-    // `quota unblock` lifts it; the next run sends again.
-    let r = d.quota(&["unblock", "main"]);
+    // `portion unblock` lifts it; the next run sends again.
+    let r = d.portion(&["unblock", "main"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("credential main: block lifted"), "{r:?}");
     assert_eq!(blocked_until(&d), None);
-    let r = d.quota(&["unblock", "main"]);
+    let r = d.portion(&["unblock", "main"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("credential main was not blocked"),
         "{r:?}"
     );
-    assert_eq!(d.quota(&["unblock", "nobody"]).code, 2);
-    d.quota(&["run"]);
+    assert_eq!(d.portion(&["unblock", "nobody"]).code, 2);
+    d.portion(&["run"]);
     assert!(
         up.seen().len() > sent,
         "the run after unblock sent a request"
@@ -152,10 +152,10 @@ fn a_calendar_window_sets_the_block_at_its_reset() {
         &jobs,
     ));
     let before = chrono::Utc::now().timestamp_micros();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let la: chrono_tz::Tz = "America/Los_Angeles".parse().unwrap();
-    let midnight = quota::ledger::calendar::period(la, 24 * HOUR_US, before).1;
+    let midnight = portion::ledger::calendar::period(la, 24 * HOUR_US, before).1;
     assert_eq!(blocked_until(&d), Some(midnight), "{}", r.stderr);
 }
 
@@ -184,7 +184,7 @@ fn a_calendar_window_with_a_bad_zone_or_period_exits_78() {
             "fail_closed",
             &jobs,
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{window:?}: {r:?}");
         assert!(
             r.stderr.contains(field) && r.stderr.contains(why),
@@ -217,7 +217,7 @@ fn a_bare_429_blocks_for_the_shortest_window_doubling_up_to_the_longest() {
         let stored_until = || -> i64 {
             match store {
                 "redis" => server
-                    .cli(&["HGET", "quota:{main}:state", "blocked_until"])
+                    .cli(&["HGET", "portion:{main}:state", "blocked_until"])
                     .trim()
                     .parse()
                     .unwrap(),
@@ -235,7 +235,7 @@ fn a_bare_429_blocks_for_the_shortest_window_doubling_up_to_the_longest() {
         // its 429 on GB; each next run asks for GB again)
         for (run, secs) in [1, 2, 2].into_iter().enumerate() {
             let before = chrono::Utc::now().timestamp_micros();
-            let r = d.quota(&["run"]);
+            let r = d.portion(&["run"]);
             let after = chrono::Utc::now().timestamp_micros();
             assert_eq!(r.code, 75, "{store} run {run}: {r:?}");
             assert!(r.stderr.contains("upstream answered 429"), "{r:?}");
@@ -250,10 +250,10 @@ fn a_bare_429_blocks_for_the_shortest_window_doubling_up_to_the_longest() {
                 chrono::Utc::now().timestamp_micros() > until
             });
         }
-        // `quota unblock` forgets the repeats: the next starts at 1 s again.
-        assert_eq!(d.quota(&["unblock", "main"]).code, 0);
+        // `portion unblock` forgets the repeats: the next starts at 1 s again.
+        assert_eq!(d.portion(&["unblock", "main"]).code, 0);
         let before = chrono::Utc::now().timestamp_micros();
-        assert_eq!(d.quota(&["run"]).code, 75);
+        assert_eq!(d.portion(&["run"]).code, 75);
         let after = chrono::Utc::now().timestamp_micros();
         let until = stored_until();
         assert!(

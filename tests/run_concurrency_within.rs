@@ -86,7 +86,7 @@ fn n_requests_are_in_flight_at_once_and_each_regions_pages_arrive_in_order() {
     let r8 = regions(8);
     write(&d, &redis.url(), WIDE, &job(&refs(&r8), 3, 4, &up));
 
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     // Four at once (each held 300 ms), never more.
@@ -119,7 +119,7 @@ fn a_rejection_stops_sending_and_the_next_run_neither_refetches_nor_skips() {
         let job = job(&refs(&r6), 3, 4, &up);
         write(&d, &store, &["{ limit: 7, per: 1h }"], &job);
 
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert!(r.stderr.contains("the quota said no"), "{r:?}");
         // Seven charged, seven sent, and the ones in flight at the
@@ -137,7 +137,7 @@ fn a_rejection_stops_sending_and_the_next_run_neither_refetches_nor_skips() {
         // A budget that fits the rest: the next run fetches each page
         // not yet written, once, and none that was.
         write(&d, &store, &["{ limit: 100, per: 1h }"], &job);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         // Four regions were under way: the cursor named those after the first.
         assert!(
@@ -196,7 +196,7 @@ fn round_robin_holds_across_ticks() {
     for tick in 1..=6 {
         let windows = limit(4 * tick as u64, "1h");
         write(&d, &store, &[&windows], &job);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         let seen = up.seen();
         match r.code {
             75 => assert_eq!(seen.len(), 4 * tick, "tick {tick}: {seen:?}"),
@@ -249,7 +249,7 @@ fn a_signal_abandons_the_requests_in_flight_and_keeps_their_charges() {
     // Charged all the same; the lock is released, so the next run starts
     // at once and redoes those four, then the rest.
     assert_eq!(used(&d), 4);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(up.seen().len(), 12);
     assert_eq!(d.outputs("trending").len(), 8);
@@ -264,7 +264,7 @@ fn concurrency_outside_1_to_64_exits_78_naming_the_field() {
         let yaml =
             job(&["US"], 1, 1, &up).replace("concurrency: 1", &format!("concurrency: {bad}"));
         write(&d, &store, WIDE, &yaml);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{bad}: {r:?}");
         assert!(r.stderr.contains("jobs.trending.concurrency"), "{r:?}");
     }

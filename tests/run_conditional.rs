@@ -103,7 +103,7 @@ fn a_304_is_charged_its_not_modified_cost_and_written_nowhere() {
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(d.outputs("issues").len(), 4);
     assert_eq!(used(&d), 4);
@@ -111,7 +111,7 @@ fn a_304_is_charged_its_not_modified_cost_and_written_nowhere() {
     // Nothing changed: page 1 of each answers 304, each walk ends there,
     // nothing is written and the two calls cost 0.
     let metrics = d.path().join("run.prom");
-    let r = d.quota(&["run", "--metrics-file", metrics.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", metrics.to_str().unwrap()]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         statuses(&up, 4),
@@ -128,23 +128,23 @@ fn a_304_is_charged_its_not_modified_cost_and_written_nowhere() {
     // The counts, in the run's metrics and in status (every format).
     let prom = std::fs::read_to_string(&metrics).unwrap();
     assert!(
-        prom.contains("quota_run_job_not_modified{job=\"issues\"} 2"),
+        prom.contains("portion_run_job_not_modified{job=\"issues\"} 2"),
         "{prom}"
     );
     assert!(
-        prom.contains("quota_run_job_saved_units{job=\"issues\",pool=\"requests\"} 2"),
+        prom.contains("portion_run_job_saved_units{job=\"issues\",pool=\"requests\"} 2"),
         "{prom}"
     );
     let s = d.status_json();
     let job = &s["credentials"][0]["jobs"][0];
     assert_eq!(job["not_modified"]["calls"], 2, "{job}");
     assert_eq!(job["not_modified"]["units_saved"]["requests"], 2, "{job}");
-    let om = d.quota(&["status", "--format", "openmetrics"]).stdout;
+    let om = d.portion(&["status", "--format", "openmetrics"]).stdout;
     assert!(
-        om.contains("quota_not_modified_total{job=\"issues\"} 2"),
+        om.contains("portion_not_modified_total{job=\"issues\"} 2"),
         "{om}"
     );
-    let text = d.quota(&["status"]).stdout;
+    let text = d.portion(&["status"]).stdout;
     assert!(
         text.contains("answered 304 (not modified): 2 calls"),
         "{text}"
@@ -157,7 +157,7 @@ fn a_304_is_charged_its_not_modified_cost_and_written_nowhere() {
     assert!(!has(b"demo-key"), "the store holds the secret");
 
     // A third run adds to the counts status shows.
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let s = d.status_json();
     assert_eq!(s["credentials"][0]["jobs"][0]["not_modified"]["calls"], 4);
 }
@@ -167,10 +167,10 @@ fn a_changed_resource_is_fetched_and_written_the_others_answer_304() {
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     touch(&up, "a/one");
     let before = calls(&up).len();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     // a/one's first issue, updated, is on page 1 (sorted by update): page
     // 1 changed, page 2 did not; a/two is as it was.
@@ -201,9 +201,9 @@ fn validators_are_shared_by_every_host_on_the_store() {
     for d in [&a, &b] {
         d.write(&yaml(&redis.url(), &up.base(), 100, CONDITIONAL));
     }
-    assert_eq!(a.quota(&["run"]).code, 0);
+    assert_eq!(a.portion(&["run"]).code, 0);
     assert_eq!(a.outputs("issues").len(), 4);
-    let r = b.quota(&["run"]);
+    let r = b.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         statuses(&up, 4),
@@ -223,7 +223,7 @@ fn incremental_values_advance_only_after_a_complete_walk() {
     let store = embedded_store(&d);
     // Two of a/one's three pages, then the budget is spent.
     d.write(&yaml(&store, &up.base(), 2, INCREMENTAL));
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     let since = |from: usize| -> Vec<(String, u32, String)> {
         calls(&up)[from..]
             .iter()
@@ -249,7 +249,7 @@ fn incremental_values_advance_only_after_a_complete_walk() {
     // The rest of a/one's walk, still from the old value; a/two from its
     // initial one.
     d.write(&yaml(&store, &up.base(), 100, INCREMENTAL));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     assert_eq!(
         since(2),
         [
@@ -261,13 +261,13 @@ fn incremental_values_advance_only_after_a_complete_walk() {
     );
     // Both walks complete: each key asks from the newest it saw.
     touch(&up, "a/two");
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let seen = since(6);
     assert_eq!(seen[0], ("a/one".into(), 1, "2024-01-01T00:00:00Z".into()));
     let two = seen.iter().find(|s| s.0 == "a/two").unwrap();
     assert_eq!(two.2, "2024-01-01T00:00:00Z", "{seen:?}");
     // The touched issue, newer, is what a/two asks from next.
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let next = since(6 + seen.len());
     let two = next.iter().find(|s| s.0 == "a/two").unwrap();
     assert_eq!(two.2, "2024-01-01T00:00:01Z", "{next:?}");
@@ -279,11 +279,11 @@ fn incremental_values_advance_only_after_a_complete_walk() {
 /// 304 (which would end the walk before the pages after it).
 #[test]
 fn a_walk_cut_short_keeps_no_validators_of_its_own() {
-    use quota::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, Ledger};
     let up = Standin::start(&["--pages", "3", "--items", "2"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 2, CONDITIONAL));
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     assert_eq!(statuses(&up, 0).len(), 2, "two pages of a/one, then 75");
     let kept = || {
         let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
@@ -299,7 +299,7 @@ fn a_walk_cut_short_keeps_no_validators_of_its_own() {
     // The walks ended: the validators of the pages each walk fetched (a/one
     // resumed at its third page; a/two walked all three).
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let mut fields = kept();
     fields.sort();
     assert_eq!(
@@ -326,7 +326,7 @@ fn a_walk_cut_by_max_pages_does_not_advance_its_value() {
     d.write(&yaml);
     for run in 1..=2 {
         let from = calls(&up).len();
-        assert_eq!(d.quota(&["run"]).code, 0, "run {run}");
+        assert_eq!(d.portion(&["run"]).code, 0, "run {run}");
         let asked: Vec<(String, u32)> = calls(&up)[from..]
             .iter()
             .map(|s| (s.region.clone(), s.page))
@@ -350,7 +350,7 @@ fn a_kill_mid_walk_then_a_rerun_skips_nothing() {
     let d = Deployment::new("");
     let both = format!("{CONDITIONAL}{INCREMENTAL}");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, &both));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     for _ in 0..3 {
         touch(&up, "a/one");
     }

@@ -39,7 +39,7 @@ fn full_then_304(up: &Standin, from: usize, d: &Deployment) {
     let asked = statuses(up, from);
     assert_eq!(asked.len(), 4, "{asked:?}");
     assert!(asked.iter().all(|s| s.2 == 200), "{asked:?}");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         statuses(up, from + 4),
@@ -56,7 +56,7 @@ fn page_files_deleted_are_fetched_again_in_full() {
             .as_ref()
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         d.write(&yaml(&store, &up.base(), 100, CONDITIONAL));
-        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(d.portion(&["run"]).code, 0);
         let folder = d.path().join("out/issues");
         for page in d.outputs("issues") {
             std::fs::remove_file(folder.join(page)).unwrap();
@@ -65,7 +65,7 @@ fn page_files_deleted_are_fetched_again_in_full() {
             std::fs::read_dir(&folder).unwrap().count() > 0,
             "the folder's hidden files stay"
         );
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stderr.contains("such pages are asked in full"), "{r:?}");
         assert_eq!(d.outputs("issues").len(), 4, "{r:?}");
@@ -79,7 +79,7 @@ fn rows_deleted_dropped_or_in_another_table_are_fetched_again_in_full() {
     let d = Deployment::new("");
     let y = yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL);
     d.write(&to_table(&y, "issues"));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     assert_eq!(rows(&d, "issues"), 12);
     let mut from = 4;
     for (lose, table) in [
@@ -91,7 +91,7 @@ fn rows_deleted_dropped_or_in_another_table_are_fetched_again_in_full() {
             sql(&d, lose);
         }
         d.write(&to_table(&y, table));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{lose} {table}: {r:?}");
         assert_eq!(rows(&d, table), 12, "{lose} {table}: {r:?}");
         full_then_304(&up, from, &d);

@@ -69,10 +69,10 @@ fn run_lose_run(d: &Deployment, output: Output) -> (usize, Ran) {
         Output::Folder => 4,
         Output::Sqlite => 12,
     };
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, written(d, output)), (0, all), "{output:?} {r:?}");
     lose(d, output);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{output:?} {r:?}");
     (all, r)
 }
@@ -97,7 +97,7 @@ fn a_lost_output_is_fetched_again_in_full(output: Output, store: &str, d: &Deplo
     assert!(asked.iter().all(|s| s.2 == 200), "{output:?} {asked:?}");
     assert_eq!(written(d, output), all, "{output:?}");
     // Kept again, naming the new output: the next run is all 304s.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{output:?} {r:?}");
     assert!(!r.stderr.contains("forgotten"), "{output:?} {r:?}");
     assert_eq!(
@@ -138,10 +138,10 @@ fn a_lost_output_forgets_only_its_own_validators() {
     for d in [&a, &b] {
         d.write(&yaml(&redis.url(), &up.base(), 100, CONDITIONAL));
     }
-    assert_eq!(a.quota(&["run"]).code, 0);
+    assert_eq!(a.portion(&["run"]).code, 0);
     // a/one changed: B fetches its page 1, so that validator is B's.
     touch(&up, "a/one");
-    assert_eq!(b.quota(&["run"]).code, 0);
+    assert_eq!(b.portion(&["run"]).code, 0);
     assert_eq!(
         statuses(&up, 4),
         [
@@ -151,7 +151,7 @@ fn a_lost_output_forgets_only_its_own_validators() {
         ]
     );
     lose(&a, Output::Folder);
-    let r = a.quota(&["run"]);
+    let r = a.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr
@@ -169,7 +169,7 @@ fn a_lost_output_forgets_only_its_own_validators() {
         ]
     );
     assert_eq!(a.outputs("issues").len(), 2);
-    let r = b.quota(&["run"]);
+    let r = b.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         statuses(&up, 10),
@@ -218,7 +218,7 @@ fn a_lost_output_forgets_incremental_values(output: Output, store: &str, d: &Dep
     assert!(asked.iter().all(|s| s.2 == "-"), "{output:?} {asked:?}");
     assert_eq!(written(d, output), all, "{output:?}");
     // The values seen again, naming the new output: asked with since=.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{output:?} {r:?}");
     assert!(!r.stderr.contains("forgotten"), "{output:?} {r:?}");
     assert_eq!(
@@ -247,12 +247,12 @@ fn a_lost_database_forgets_incremental_values() {
 /// forgets them and fetches in full, once.
 #[test]
 fn validators_kept_before_outputs_had_ids() {
-    use quota::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, Ledger};
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    assert_eq!(d.quota(&["run"]).code, 0);
-    // As an older quota kept them: no output's id, no place's.
+    assert_eq!(d.portion(&["run"]).code, 0);
+    // As an older portion kept them: no output's id, no place's.
     let downgrade = || {
         let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -274,8 +274,8 @@ fn validators_kept_before_outputs_had_ids() {
         });
     };
     downgrade();
-    std::fs::remove_file(d.path().join("out/issues/.quota-output")).unwrap();
-    let r = d.quota(&["run"]);
+    std::fs::remove_file(d.path().join("out/issues/.portion-output")).unwrap();
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         statuses(&up, 4),
@@ -284,7 +284,7 @@ fn validators_kept_before_outputs_had_ids() {
     );
     // Taken as this output's: losing it now forgets them.
     lose(&d, Output::Folder);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert!(
         r.stderr.contains("was replaced since its last run here"),
         "{r:?}"
@@ -293,7 +293,7 @@ fn validators_kept_before_outputs_had_ids() {
     // Lost before the upgrade: forgotten, fetched in full.
     downgrade();
     lose(&d, Output::Folder);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr
@@ -310,11 +310,11 @@ fn check_and_dry_run_make_no_output_id() {
     let up = Standin::start(&["--pages", "1", "--items", "1"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
-    assert_eq!(d.quota(&["check"]).code, 0);
-    assert_eq!(d.quota(&["run", "--dry-run"]).code, 0);
-    assert!(!d.path().join("out/issues/.quota-output").exists());
-    assert_eq!(d.quota(&["run"]).code, 0);
-    assert!(d.path().join("out/issues/.quota-output").exists());
+    assert_eq!(d.portion(&["check"]).code, 0);
+    assert_eq!(d.portion(&["run", "--dry-run"]).code, 0);
+    assert!(!d.path().join("out/issues/.portion-output").exists());
+    assert_eq!(d.portion(&["run"]).code, 0);
+    assert!(d.path().join("out/issues/.portion-output").exists());
 }
 
 /// Incremental values kept before outputs had ids (a bare value): taken
@@ -322,14 +322,14 @@ fn check_and_dry_run_make_no_output_id() {
 /// else forgotten (asked from the start), as validators are.
 #[test]
 fn incremental_values_kept_before_outputs_had_ids() {
-    use quota::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, Ledger};
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     touch(&up, "a/one");
     let d = Deployment::new("");
     let inc = "        incremental: { from: /*/updated_at, param: since }\n";
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, inc));
-    assert_eq!(d.quota(&["run"]).code, 0);
-    // As an older quota kept them: bare values, no place's id.
+    assert_eq!(d.portion(&["run"]).code, 0);
+    // As an older portion kept them: bare values, no place's id.
     let downgrade = || {
         let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -352,8 +352,8 @@ fn incremental_values_kept_before_outputs_had_ids() {
         });
     };
     downgrade();
-    std::fs::remove_file(d.path().join("out/issues/.quota-output")).unwrap();
-    let r = d.quota(&["run"]);
+    std::fs::remove_file(d.path().join("out/issues/.portion-output")).unwrap();
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("forgotten"), "{r:?}");
     let epoch = "2024-01-01T00:00:00Z".to_string();
@@ -369,7 +369,7 @@ fn incremental_values_kept_before_outputs_had_ids() {
     // Lost before the upgrade: forgotten, asked from the start.
     downgrade();
     lose(&d, Output::Folder);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr

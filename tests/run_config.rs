@@ -2,7 +2,7 @@
 //! sends nothing and charges nothing. The corpus is run through both `check`
 //! and `run`, with the stand-in as the upstream to prove that no request left.
 
-use crate::common::deployment::{Deployment, quota, run};
+use crate::common::deployment::{Deployment, portion, run};
 use crate::common::standin::Standin;
 
 /// A valid file; each case below breaks it in one place.
@@ -179,10 +179,10 @@ const CASES: &[Case] = &[
     Case {
         name: "missing secret env",
         from: "{ file: key }",
-        to: "{ env: QUOTA_TEST_NO_SUCH_VAR }",
+        to: "{ env: PORTION_TEST_NO_SUCH_VAR }",
         expect: &[
             "credentials.main.secret",
-            "QUOTA_TEST_NO_SUCH_VAR is not set",
+            "PORTION_TEST_NO_SUCH_VAR is not set",
         ],
     },
     Case {
@@ -306,7 +306,7 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
     std::fs::write(d.path().join("empty"), "\n").unwrap();
     std::fs::write(d.path().join("broken"), "demo\nkey\n").unwrap();
     // The base file is good: the cases below fail for their one change.
-    let ok = d.quota(&["check"]);
+    let ok = d.portion(&["check"]);
     assert_eq!(ok.code, 0, "{ok:?}");
 
     for case in CASES {
@@ -333,7 +333,7 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
         };
         d.write(&text);
         for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
+            let r = d.portion(&[cmd]);
             assert_eq!(r.code, 78, "{} ({cmd}): {r:?}", case.name);
             let file = d.config().display().to_string();
             assert!(
@@ -365,16 +365,16 @@ fn every_bad_configuration_exits_78_naming_file_and_field_and_sends_nothing() {
 #[test]
 fn a_missing_configuration_file_is_78_and_quota_config_is_honoured() {
     let dir = tempfile::tempdir().unwrap();
-    let r = run(quota(dir.path()).current_dir(dir.path()).arg("check"));
+    let r = run(portion(dir.path()).current_dir(dir.path()).arg("check"));
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr
-            .contains("quota.yaml: cannot read the configuration"),
+            .contains("portion.yaml: cannot read the configuration"),
         "{r:?}"
     );
 
-    let r = run(quota(dir.path())
-        .env("QUOTA_CONFIG", dir.path().join("elsewhere.yaml"))
+    let r = run(portion(dir.path())
+        .env("PORTION_CONFIG", dir.path().join("elsewhere.yaml"))
         .arg("check"));
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
@@ -423,7 +423,7 @@ fn a_byte_order_mark_before_the_file_is_accepted() {
             .unwrap()
             .starts_with(b"\xef\xbb\xbf")
     );
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("job trending (credential main)"), "{r:?}");
 }
@@ -470,7 +470,7 @@ fn merge_keys_and_top_level_x_blocks_are_resolved_and_unknown_keys_still_refused
     let up = Standin::start(&[]);
     let url = format!("{}/youtube/v3/videos", up.base());
     let d = Deployment::new(&with_anchors(&up.base()));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     for want in [
         "pool units      per 1h       limit     100  headroom      5",
@@ -512,7 +512,7 @@ fn merge_keys_and_top_level_x_blocks_are_resolved_and_unknown_keys_still_refused
         let text = with_anchors(&up.base());
         assert!(text.contains(from), "{from:?}");
         d.write(&text.replacen(from, to, 1));
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 78, "{to:?}: {r:?}");
         assert!(
             r.stderr.contains(&d.config().display().to_string()),
@@ -534,7 +534,7 @@ fn a_long_region_list_is_checked_for_duplicates() {
         base(&up.base()).replace("[US, GB]", &format!("[{}]", regions.join(", ")))
     };
     let d = Deployment::new(&with(&regions));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
         r.stdout.contains("regions (200000): R0, R1, "),
@@ -546,7 +546,7 @@ fn a_long_region_list_is_checked_for_duplicates() {
     let mut dup = regions;
     dup[150_000] = "R42".into();
     d.write(&with(&dup));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{}", r.stderr);
     assert!(
         r.stderr
@@ -566,7 +566,7 @@ fn check_prints_a_url_without_a_query_without_a_question_mark() {
     );
     assert!(!text.contains("query:"));
     let d = Deployment::new(&text);
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains(&format!("videos.list GET {url}\n")),
@@ -575,7 +575,7 @@ fn check_prints_a_url_without_a_query_without_a_question_mark() {
 
     // With a query, it follows the one `?`.
     d.write(&base(&up.base()));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains(&format!(

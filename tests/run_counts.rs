@@ -56,7 +56,7 @@ fn a_repeated_count_stops_the_job(store: &str, d: &Deployment) {
         .job(Job::new("j", "main").regions(&regions).step(ask))
         .render();
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{store}: {r:?}");
     let sent = heads.lock().unwrap().len();
     assert!(sent <= 4, "{store}: {sent} requests sent: {r:?}");

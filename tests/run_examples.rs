@@ -4,8 +4,8 @@
 //! requests each sends, the pages it writes, the units it charges (settled,
 //! from `status --json`), its exit code, and that a budget too small for it
 //! stops it (75) and the next run resumes where it stopped. Also what the
-//! stand-in's imitations report of usage made outside `quota` (its
-//! rate-limit headers), which `quota` does not read yet.
+//! stand-in's imitations report of usage made outside `portion` (its
+//! rate-limit headers), which `portion` does not read yet.
 
 use std::io::{Read, Write};
 
@@ -126,7 +126,7 @@ fn the_github_example_walks_each_repository_by_its_link_pages() {
     let up = Standin::start(&["--pages", "3", "--items", "5", "--github-used", "1200"]);
     let d = Deployment::new("");
     d.write(&github(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 
     let seen = up.seen();
@@ -147,7 +147,7 @@ fn the_github_example_walks_each_repository_by_its_link_pages() {
     assert!(hour["others_until"].is_string(), "{hour}");
 
     // The stand-in counts what others spent from the token too: 1,200 at
-    // its start, 9 by quota, and this request.
+    // its start, 9 by portion, and this request.
     let (head, _) = http(
         &up,
         "GET",
@@ -172,7 +172,7 @@ fn the_github_example_stops_on_a_small_budget_and_resumes_where_it_stopped() {
     let up = Standin::start(&["--pages", "3", "--items", "5"]);
     let d = Deployment::new("");
     d.write(&github(&d, &up, &[(GITHUB_HOUR, "{ limit: 4, per: 1h }")]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(walked(&up.seen()), full_github_walk()[..4]);
     assert_eq!(d.outputs("github-issues").len(), 4);
@@ -182,7 +182,7 @@ fn the_github_example_stops_on_a_small_budget_and_resumes_where_it_stopped() {
     // unchanged since the first run (`conditional`), answers 304: nothing
     // written, and its unit given back (`not_modified: 0`).
     d.write(&github(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let full = full_github_walk();
     let seen = up.seen();
@@ -209,7 +209,7 @@ fn others_units_never_outlast_the_pools_longest_window() {
     ]);
     let d = Deployment::new("");
     d.write(&github(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let s = d.status_json();
     let hour = &s["credentials"][0]["pools"][0]["windows"][0];
@@ -222,7 +222,7 @@ fn others_units_never_outlast_the_pools_longest_window() {
         "others counted until {until}: {hour}"
     );
     // The stop names a time within the hour, not a panic or millennia.
-    let again = d.quota(&["run"]);
+    let again = d.portion(&["run"]);
     assert_eq!(again.code, 75, "{again:?}");
 }
 
@@ -274,7 +274,7 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
         &first_reset,
     ]);
     yaml(&up);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let w = window();
     assert_eq!(
@@ -295,7 +295,7 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
         &second_reset,
     ]);
     yaml(&up);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let w = window();
     assert_eq!(w["used"].as_u64(), Some(2), "{w}");
@@ -306,13 +306,13 @@ fn a_later_higher_count_clears(store: &str, d: &Deployment) {
 #[test]
 fn the_github_example_stops_when_others_have_spent_the_token() {
     // Others spent 4,996 of the 5,000. The first answer says so (3 remain
-    // after quota's one call): the ledger records 4,996 spent by others,
-    // more than the 4,500 budget leaves, so quota stops itself (75) before
+    // after portion's one call): the ledger records 4,996 spent by others,
+    // more than the 4,500 budget leaves, so portion stops itself (75) before
     // GitHub has to refuse anything; the next run sends nothing either.
     let up = Standin::start(&["--pages", "3", "--items", "5", "--github-used", "4996"]);
     let d = Deployment::new("");
     d.write(&github(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(r.stderr.contains("4996 spent elsewhere"), "{}", r.stderr);
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
@@ -324,7 +324,7 @@ fn the_github_example_stops_when_others_have_spent_the_token() {
         (Some(1), Some(4996))
     );
     assert_eq!(hour["remaining"], 0);
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     assert_eq!(up.seen().len(), 1);
 
     // Without upstream_headers, the ledger cannot foresee it: GitHub's 403
@@ -339,7 +339,7 @@ fn the_github_example_stops_when_others_have_spent_the_token() {
             "",
         )],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [200, 200, 200, 200, 403]);
@@ -391,7 +391,7 @@ fn the_llm_example_settles_tokens_to_what_each_answer_used() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     d.write(&llm(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 
     let seen = up.seen();
@@ -430,7 +430,7 @@ fn the_llm_example_settles_tokens_to_what_each_answer_used() {
     assert_eq!(rows, want);
 
     // A once-job: every prompt is done, the next run sends nothing.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
 }
 
@@ -439,20 +439,20 @@ fn the_llm_example_stops_on_a_small_request_budget_and_resumes() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     d.write(&llm(&d, &up, &[(LLM_REQUESTS, "{ limit: 2, per: 1m }")]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(asked(&up.seen()), TOPICS[..2]);
 
     // The next run starts at the 3rd prompt and asks the rest, each once
     // ever: no wrapping around, and a third run sends nothing.
     d.write(&llm(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(asked(&up.seen()[2..]), TOPICS[2..]);
     assert_eq!(d.outputs("llm").len(), 5);
     assert_eq!(used(&d, "tokens", 60), 241);
     assert_eq!(used(&d, "requests", 60), 5);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
 }
 
@@ -463,7 +463,7 @@ fn the_llm_examples_settled_tokens_leave_room_that_estimates_would_not() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     d.write(&llm(&d, &up, &[(LLM_TOKENS, "{ limit: 500, per: 1m }")]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(asked(&up.seen()), TOPICS[..3]);
     assert_eq!(used(&d, "tokens", 60), 47 + 48 + 49);
@@ -483,7 +483,7 @@ fn the_llm_stand_in_counts_usage_made_outside_quota_and_answers_429_when_spent()
     ]);
     let d = Deployment::new("");
     d.write(&llm(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [200, 200, 200, 429]);
@@ -512,15 +512,15 @@ fn the_llm_stand_in_counts_usage_made_outside_quota_and_answers_429_when_spent()
 #[test]
 fn the_llm_example_slows_down_for_requests_others_made_with_the_key() {
     // The API's own minute is the pool's (500 requests): others made 450
-    // of them. After quota's first call it says 49 remain: 450 spent
-    // elsewhere, so the 450-request budget is spent and quota stops itself
+    // of them. After portion's first call it says 49 remain: 450 spent
+    // elsewhere, so the 450-request budget is spent and portion stops itself
     // (75) before the API has to refuse anything. Its tokens count is of
     // another limit (10,000,000 a minute) than the tokens pool's longest
     // window (5,000,000 a day): not applied.
     let up = Standin::start(&["--llm-requests", "500", "--llm-used-requests", "450"]);
     let d = Deployment::new("");
     d.write(&llm(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [200]);
@@ -582,7 +582,7 @@ fn full_graphql_walk() -> Vec<(String, Option<String>)> {
 fn graphql_end_to_end(store: &str, d: &Deployment) {
     let up = Standin::start(&["--pages", "3", "--items", "5"]);
     d.write(&graphql(store, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 
     let seen = up.seen();
@@ -633,7 +633,7 @@ fn the_graphql_example_stops_on_a_small_budget_and_resumes() {
     let d = Deployment::new("");
     let store = embedded_store(&d);
     d.write(&graphql(&store, &up, &[(POINTS, "{ limit: 30, per: 1m }")]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(queried(&up.seen()), full_graphql_walk()[..4]);
     assert_eq!(used(&d, "points", 60), 29);
@@ -641,7 +641,7 @@ fn the_graphql_example_stops_on_a_small_budget_and_resumes() {
     // The next run goes on at globex's 2nd query and serves every vendor
     // once, wrapping around to acme (guarantee 3).
     d.write(&graphql(&store, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let full = full_graphql_walk();
     assert_eq!(queried(&up.seen()[4..]), [&full[4..], &full[..3]].concat());
@@ -744,7 +744,7 @@ fn the_backfill_example_fetches_each_video_once_ever_50_a_call() {
     let up = Standin::start(&["--pages", "1", "--items", "1"]);
     let d = Deployment::new("");
     d.write(&backfill(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let ids = video_ids();
     assert_eq!(ids.len(), 300);
@@ -774,7 +774,7 @@ fn the_backfill_example_fetches_each_video_once_ever_50_a_call() {
         "{progress}"
     );
 
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 6), "nothing left: {r:?}");
 }
 
@@ -787,14 +787,14 @@ fn the_backfill_example_stops_on_its_pacing_window_and_the_next_tick_goes_on() {
         &up,
         &[(BACKFILL_HOUR, "{ limit: 3, per: 1h }")],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let first = batches(&up.seen());
     assert_eq!(first.len(), 3);
     assert_eq!(first.concat().len(), 150);
 
     d.write(&backfill(&d, &up, &[]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let all = batches(&up.seen());
     assert_eq!(all.len(), 6);

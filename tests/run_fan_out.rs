@@ -125,7 +125,7 @@ fn a_fan_out_batches_every_pages_values_in_order_once_each() {
     for store in ["embedded".to_string(), redis.url()] {
         let up = standin();
         let d = deployment(&store, &up, 1000);
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
 
         // Values from all of a region's pages, in order, the repeated ones
         // (v3, 6) once, numbers as text, joined in batches of 4.
@@ -172,7 +172,7 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
         let up = standin();
         // 5 units: US's 4 pages of ids and one batch; the second is refused.
         let d = deployment(&store, &up, 5);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         let first = requests(&up.seen());
         assert_eq!(first, region_walk("US")[..5], "{r:?}");
@@ -194,7 +194,7 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
         // Dry-run plans from there: US's two batches left, then GB in full at
         // its worst case (5 pages of ids, then 5 × 4 values in batches of 4).
         d.write(&yaml(&store_for(&d, &store), &up.base(), 1000));
-        let plan = d.quota(&["run", "--dry-run", "--json"]);
+        let plan = d.portion(&["run", "--dry-run", "--json"]);
         ran_ok(&plan);
         let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
         let job = &plan["credentials"][0]["jobs"][0];
@@ -203,7 +203,7 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
 
         // With room again, the next run sends US's unsent batches only (no
         // page of ids again, no batch twice), then serves GB.
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         let rest = requests(&up.seen()[5..]);
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
@@ -225,7 +225,7 @@ fn a_fan_out_stopped_by_its_budget_resumes_at_the_next_unsent_batch() {
 fn dry_run_plans_a_fan_out_at_its_worst_case() {
     let up = standin();
     let d = deployment("embedded", &up, 1000);
-    let r = d.quota(&["run", "--dry-run", "--json"]);
+    let r = d.portion(&["run", "--dry-run", "--json"]);
     ran_ok(&r);
     let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let job = &plan["credentials"][0]["jobs"][0];
@@ -236,7 +236,7 @@ fn dry_run_plans_a_fan_out_at_its_worst_case() {
     assert_eq!(job["next_run"]["calls"], 20, "{job}");
     assert!(up.seen().is_empty());
     // A real run never sends more than planned.
-    ran_ok(&d.quota(&["run"]));
+    ran_ok(&d.portion(&["run"]));
     assert!(up.seen().len() <= 20);
 }
 
@@ -246,7 +246,7 @@ fn values_past_the_planned_worst_case_are_left_out_with_a_warning() {
     let d = deployment("embedded", &up, 1000);
     // per_page 1: at most 5 values (5 pages), so 2 batches of 4 at most.
     d.write(&yaml(&embedded_store(&d), &up.base(), 1000).replace("per_page: 4", "per_page: 1"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     ran_ok(&r);
     assert!(
         r.stderr.contains("left out of the next step's fan-out"),
@@ -326,7 +326,7 @@ fn a_stop_inside_the_previous_step_keeps_the_values_of_its_written_pages() {
     let up = standin();
     // 2 units: US's ids pages 1 and 2; the values of both are in the cursor.
     let d = deployment("embedded", &up, 2);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let c = cursor(&d);
     assert_eq!((&c["step"], &c["page"]), (&0.into(), &2.into()), "{c}");
@@ -337,7 +337,7 @@ fn a_stop_inside_the_previous_step_keeps_the_values_of_its_written_pages() {
     );
 
     d.write(&yaml(&embedded_store(&d), &up.base(), 1000));
-    ran_ok(&d.quota(&["run"]));
+    ran_ok(&d.portion(&["run"]));
     // The pages of the first run are not fetched again, and their values
     // are in the batches all the same.
     let mut want = region_walk("US");
@@ -394,10 +394,10 @@ fn the_examples_fan_out_of_120_ids_in_batches_of_50_resumes_mid_fan_out() {
     let d = Deployment::new("");
     // One unit of videos.list: the first batch, then a stop (75).
     d.write(&youtube_example(&d, &up.base(), "{ limit: 1, per: 2h }"));
-    let r = d.quota(&["run", "music-details"]);
+    let r = d.portion(&["run", "music-details"]);
     assert_eq!(r.code, 75, "{r:?}");
     d.write(&youtube_example(&d, &up.base(), "{ limit: 800, per: 2h }"));
-    ran_ok(&d.quota(&["run", "music-details"]));
+    ran_ok(&d.portion(&["run", "music-details"]));
 
     let seen = up.seen();
     let ids = |s: &Seen| -> Vec<String> {
@@ -438,12 +438,12 @@ fn a_value_that_carries_the_secret_is_never_sent_stored_or_logged() {
     // Each page of ids ends with the key. Stopped inside the step (2
     // units), the cursor keeps the values found so far, the key not.
     d.write(&echoing(2));
-    let stopped = d.quota(&["run"]);
+    let stopped = d.portion(&["run"]);
     assert_eq!(stopped.code, 75, "{stopped:?}");
     let status = d.status_json().to_string();
     assert!(status.contains(r#""found":["0","v1""#), "{status}");
     d.write(&echoing(1000));
-    let r = d.quota(&["run", "-v"]);
+    let r = d.portion(&["run", "-v"]);
     ran_ok(&r);
     assert!(
         r.stderr.contains("left out of the next step's fan-out"),
@@ -481,12 +481,12 @@ fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
     // Per region: 5 pages of ids, 5 batches of the 20 values they can
     // hold, then the ids of those 5 pages of details (5 each, per_page
     // defaults to batch): 5 more.
-    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    let plan = d.portion(&["run", "--dry-run", "--json"]);
     ran_ok(&plan);
     let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
     assert_eq!(plan["credentials"][0]["jobs"][0]["calls_per_run"], 30);
 
-    ran_ok(&d.quota(&["run"]));
+    ran_ok(&d.portion(&["run"]));
     let mut want = Vec::new();
     for region in ["US", "GB"] {
         want.extend(region_walk(region));
@@ -497,7 +497,7 @@ fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
 }
 
 /// What the store keeps under a cursor's name (`details`, or a list's
-/// `details:values:US:s1`), read and written behind `quota`'s back.
+/// `details:values:US:s1`), read and written behind `portion`'s back.
 struct Kept<'a> {
     d: &'a Deployment,
     redis: Option<&'a RedisServer>,
@@ -510,7 +510,7 @@ impl Kept<'_> {
 
     fn get(&self, name: &str) -> Option<String> {
         match self.redis {
-            Some(r) => Some(r.cli(&["GET", &format!("quota:job:{{{name}}}:cursor")]))
+            Some(r) => Some(r.cli(&["GET", &format!("portion:job:{{{name}}}:cursor")]))
                 .filter(|t| !t.is_empty()),
             None => self
                 .sql()
@@ -526,7 +526,7 @@ impl Kept<'_> {
     fn set(&self, name: &str, text: &str) {
         match self.redis {
             Some(r) => assert_eq!(
-                r.cli(&["SET", &format!("quota:job:{{{name}}}:cursor"), text]),
+                r.cli(&["SET", &format!("portion:job:{{{name}}}:cursor"), text]),
                 "OK"
             ),
             None => assert_eq!(
@@ -542,7 +542,7 @@ impl Kept<'_> {
     fn del(&self, name: &str) {
         match self.redis {
             Some(r) => {
-                r.cli(&["DEL", &format!("quota:job:{{{name}}}:cursor")]);
+                r.cli(&["DEL", &format!("portion:job:{{{name}}}:cursor")]);
             }
             None => {
                 (self.sql())
@@ -557,7 +557,7 @@ impl Kept<'_> {
         self.del(name);
         match self.redis {
             Some(r) => {
-                r.cli(&["HSET", &format!("quota:job:{{{name}}}:cursor"), "a", "b"]);
+                r.cli(&["HSET", &format!("portion:job:{{{name}}}:cursor"), "a", "b"]);
             }
             None => {
                 (self.sql())
@@ -578,7 +578,7 @@ const US_LIST: &str = "details:values:US:s1";
 fn stopped_after_a_batch(store: &str) -> (Standin, Deployment) {
     let up = standin();
     let d = deployment(store, &up, 5);
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     d.write(&yaml(&store_for(&d, store), &up.base(), 1000));
     (up, d)
 }
@@ -606,7 +606,7 @@ fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
         b.insert("batch".into(), serde_json::json!(all[4..]));
         kept.set("details", &c.to_string());
         kept.del(US_LIST);
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
         assert_eq!(requests(&up.seen()[5..]), want, "{store}");
@@ -620,7 +620,7 @@ fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
             redis: server,
         }
         .del(US_LIST);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(
             r.stderr
@@ -630,7 +630,7 @@ fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
             "{r:?}"
         );
         assert_eq!(requests(&up.seen()[5..]), region_walk("GB"), "{r:?}");
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         let mut want = region_walk("GB");
         want.extend(region_walk("US"));
         want.extend(region_walk("GB"));
@@ -649,7 +649,7 @@ fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
         };
         let (list, cursor) = (kept.get(US_LIST).unwrap(), kept.get("details").unwrap());
         kept.spoil(US_LIST);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{store}: {r:?}");
         assert!(
             !r.stderr.contains("LOST") && !r.stderr.contains("gone"),
@@ -660,7 +660,7 @@ fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
         // The store readable again, the next run resumes at the next batch.
         kept.del(US_LIST);
         kept.set(US_LIST, &list);
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
         assert_eq!(requests(&up.seen()[5..]), want, "{store}");
@@ -681,7 +681,7 @@ fn a_fan_outs_list_is_emptied_once_its_walk_is_done() {
             list["values"].clone()
         };
         assert_eq!(values(US_LIST).as_array().map(Vec::len), Some(10));
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         // US's walk resumed and ended, GB's started and ended: neither
         // list keeps its values.
         for name in [US_LIST, "details:values:GB:s1"] {
@@ -697,7 +697,7 @@ fn a_fan_outs_numbers_are_sent_as_the_page_writes_them() {
         // One page of ids, a long number and -0 first among them.
         let up = Standin::start(&["--pages", "1", "--items", "4", "--long-ids"]);
         let d = deployment(&store, &up, 1000);
-        ran_ok(&d.quota(&["run"]));
+        ran_ok(&d.portion(&["run"]));
         let mut want = Vec::new();
         for region in ["US", "GB"] {
             want.extend([format!("ids {region} p1"), format!("ids {region} p2")]);

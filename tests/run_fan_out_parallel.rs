@@ -131,7 +131,7 @@ fn a_regions_batches_go_out_n_at_once_and_write_what_one_at_a_time_writes() {
     let up = standin("100ms");
     let d = Deployment::new("");
     d.write(&yaml(&redis.url(), &up.base(), "US, GB", 4, 1000));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 
     let seen = up.seen();
@@ -168,7 +168,7 @@ fn a_regions_batches_go_out_n_at_once_and_write_what_one_at_a_time_writes() {
     let one = Standin::start(&["--pages", "3", "--items", "40"]);
     let d1 = Deployment::new("");
     d1.write(&yaml(&embedded_store(&d1), &one.base(), "US, GB", 1, 1000));
-    let r1 = d1.quota(&["run"]);
+    let r1 = d1.portion(&["run"]);
     assert_eq!(r1.code, 0, "{r1:?}");
     assert_eq!(max_in_flight(&one.seen()), 1);
     assert_eq!(pages(&d1), pages(&d));
@@ -239,7 +239,7 @@ fn a_rejection_mid_fan_out_stops_with_75_and_the_next_run_sends_only_the_rest() 
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         // 3 searches and 6 batches fit; the 7th batch is refused.
         d.write(&yaml(&store, &up.base(), "US", 4, 9));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert!(r.stderr.contains("the quota said no"), "{r:?}");
         let first = up.seen();
@@ -254,7 +254,7 @@ fn a_rejection_mid_fan_out_stops_with_75_and_the_next_run_sends_only_the_rest() 
 
         // Room again: only the batches not yet written, each once.
         d.write(&yaml(&store, &up.base(), "US", 4, 1000));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let seen = up.seen();
         assert_eq!(seen.len(), 15, "{seen:?}");
@@ -317,14 +317,14 @@ fn batches_written_out_of_order_are_kept_in_the_cursor_and_not_sent_again() {
     );
 
     // Dry-run plans that one batch, not the eleven written.
-    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    let plan = d.portion(&["run", "--dry-run", "--json"]);
     assert_eq!(plan.code, 0, "{plan:?}");
     let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
     let job = &plan["credentials"][0]["jobs"][0];
     assert_eq!(job["next_run"]["calls"], 1, "{job}");
 
     // The next run sends batch 0 only, and writes it under its number.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     let again: Vec<String> = seen[15..].iter().filter_map(batch).collect();
@@ -440,7 +440,7 @@ fn chained_one_at_a_time() -> BTreeMap<String, String> {
     let one = Standin::start(&["--pages", "3", "--items", "40"]);
     let d = Deployment::new("");
     d.write(&chained_yaml(&embedded_store(&d), &one.base(), 1, 1000));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(max_in_flight(&one.seen()), 1);
     assert_eq!(batches(&of_step(&one.seen(), 2)), third_step_want());
@@ -452,7 +452,7 @@ fn chained_fan_outs_go_out_n_at_once_and_hand_on_the_values_in_page_order() {
     let up = standin("100ms");
     let d = Deployment::new("");
     d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 1000));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     // The first fan-out, followed by another, still sends 4 at once.
@@ -475,11 +475,11 @@ fn chained_fan_outs_go_out_n_at_once_and_hand_on_the_values_in_page_order() {
     let up = standin("100ms");
     let d = Deployment::new("");
     d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 9));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(up.seen().len(), 9);
     d.write(&chained_yaml(&embedded_store(&d), &up.base(), 4, 1000));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     let every: BTreeMap<String, usize> = (0..12).map(|k| (batch_ids("US", k), 1)).collect();

@@ -1,5 +1,5 @@
 //! The files a run writes, through the real binary: pages are never
-//! replaced, temporary files belong to one job, and what quota creates is
+//! replaced, temporary files belong to one job, and what portion creates is
 //! not readable by everyone.
 
 use crate::common::deployment::{Deployment, WIDE, deployment_yaml, embedded_store, videos_job};
@@ -21,7 +21,7 @@ fn a_new_store_never_replaces_a_page() {
         "fail_closed",
         std::slice::from_ref(&job),
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         d.outputs("trending"),
@@ -37,7 +37,7 @@ fn a_new_store_never_replaces_a_page() {
 
     let redis = RedisServer::start();
     d.write(&deployment_yaml(&redis.url(), WIDE, "fail_closed", &[job]));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains(
@@ -59,7 +59,7 @@ fn a_new_store_never_replaces_a_page() {
         ]
     );
     // The store's own numbering goes on from there.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("run 3 starts at region US"), "{r:?}");
     assert_eq!(d.outputs("trending").len(), 6);
@@ -84,7 +84,7 @@ fn a_page_of_the_last_run_number_stops_the_job_clearly() {
     std::fs::create_dir_all(&out).unwrap();
     let stray = out.join(format!("trending.r{}.US.s0.p000000.json", u64::MAX));
     std::fs::write(&stray, "{}").unwrap();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains("the last run number there can be"),
@@ -136,7 +136,7 @@ fn a_job_removes_only_its_own_leftovers() {
         std::fs::write(shared.join(name), "{\"partial").unwrap();
     }
 
-    let r = d.quota(&["run", "feed"]);
+    let r = d.portion(&["run", "feed"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr
@@ -167,7 +167,7 @@ fn leftovers_are_removed_only_under_the_lock() {
     let leftover = ".trending~trending.r000009.US.s0.p000000.json.tmp";
     std::fs::write(out.join(leftover), "{\"partial").unwrap();
 
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("UNMETERED RUN"), "{r:?}");
     assert_eq!(hidden(&out), [leftover]);
@@ -178,7 +178,7 @@ fn leftovers_are_removed_only_under_the_lock() {
         "fail_open",
         &[job],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(hidden(&out).is_empty(), "{:?}", hidden(&out));
 }
@@ -194,8 +194,8 @@ fn mode(path: &std::path::Path) -> u32 {
 }
 
 /// Under the usual umask 022 (which left pages and the ledger 0644, API
-/// answers readable by every user of the host), what quota creates is 0640;
-/// `QUOTA_FILE_MODE` sets another mode, and a wrong one stops the run
+/// answers readable by every user of the host), what portion creates is 0640;
+/// `PORTION_FILE_MODE` sets another mode, and a wrong one stops the run
 /// before anything is charged or sent (exit 2).
 #[test]
 fn pages_the_ledger_and_the_history_are_not_world_readable() {
@@ -212,19 +212,19 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
         ));
         let mut cmd = d.cmd_via(&umask, &["run"]);
         if let Some(m) = file_mode {
-            cmd.env("QUOTA_FILE_MODE", m);
+            cmd.env("PORTION_FILE_MODE", m);
         }
         let r = crate::common::deployment::run(&mut cmd);
         assert_eq!(r.code, 0, "{r:?}");
         for file in [
             "out/trending/trending.r000001.US.s0.p000000.json",
             "ledger.sqlite3",
-            "state/quota/history.json",
+            "state/portion/history.json",
         ] {
             assert_eq!(
                 mode(&d.path().join(file)),
                 want,
-                "{file} with QUOTA_FILE_MODE={file_mode:?}"
+                "{file} with PORTION_FILE_MODE={file_mode:?}"
             );
         }
     }
@@ -238,22 +238,22 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
         "fail_closed",
         &[job],
     ));
-    let r = crate::common::deployment::run(d.cmd(&["run"]).env("QUOTA_FILE_MODE", "0755"));
+    let r = crate::common::deployment::run(d.cmd(&["run"]).env("PORTION_FILE_MODE", "0755"));
     assert_eq!(r.code, 2, "{r:?}");
     assert!(
         r.stderr
-            .contains("QUOTA_FILE_MODE=0755: only read and write bits may be given"),
+            .contains("PORTION_FILE_MODE=0755: only read and write bits may be given"),
         "{r:?}"
     );
     // Found before anything is made: no store file, no folder.
     assert!(!d.path().join("ledger.sqlite3").exists(), "{r:?}");
     assert!(!d.path().join("state").exists(), "{r:?}");
     // Files every user could write (0666 made 0777 folders under umask
-    // 000, which quota then warned about) are refused the same way.
+    // 000, which portion then warned about) are refused the same way.
     for bad in ["0666", "0602"] {
-        let r = crate::common::deployment::run(d.cmd(&["run"]).env("QUOTA_FILE_MODE", bad));
+        let r = crate::common::deployment::run(d.cmd(&["run"]).env("PORTION_FILE_MODE", bad));
         assert_eq!(r.code, 2, "{r:?}");
-        let why = format!("QUOTA_FILE_MODE={bad}: files writable by every user are refused");
+        let why = format!("PORTION_FILE_MODE={bad}: files writable by every user are refused");
         assert!(r.stderr.contains(&why), "{r:?}");
         assert!(!d.path().join("state").exists(), "{r:?}");
     }
@@ -261,10 +261,10 @@ fn pages_the_ledger_and_the_history_are_not_world_readable() {
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 0);
 }
 
-/// Under umask 000 the folders quota creates (the output folder and its
+/// Under umask 000 the folders portion creates (the output folder and its
 /// parent, the store's folder, the history's) were 0777: another user could
 /// move the ledger aside (the next run starts with the full budget) or
-/// plant a page file. They are 0750 (0700 for `QUOTA_FILE_MODE=0600`,
+/// plant a page file. They are 0750 (0700 for `PORTION_FILE_MODE=0600`,
 /// 0770 for `0660`: the group that may write the files may write beside
 /// them) whatever the umask; a folder that exists keeps its mode, and one
 /// every user may write to is warned about.
@@ -284,16 +284,16 @@ fn folders_are_not_writable_by_others_whatever_the_umask() {
         d.write(&deployment_yaml(&store, WIDE, "fail_closed", &[job]));
         let mut cmd = d.cmd_via(&umask, &["run"]);
         if let Some(m) = file_mode {
-            cmd.env("QUOTA_FILE_MODE", m);
+            cmd.env("PORTION_FILE_MODE", m);
         }
         let r = crate::common::deployment::run(&mut cmd);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(!r.stderr.contains("writable by every user"), "{r:?}");
-        for folder in ["out", "out/trending", "store", "state", "state/quota"] {
+        for folder in ["out", "out/trending", "store", "state", "state/portion"] {
             assert_eq!(
                 mode(&d.path().join(folder)),
                 want,
-                "{folder} with QUOTA_FILE_MODE={file_mode:?}"
+                "{folder} with PORTION_FILE_MODE={file_mode:?}"
             );
         }
     }
@@ -351,7 +351,7 @@ fn a_planted_symlink_is_never_written_through() {
         }
     }
 
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's secret");
     for region in ["US", "GB"] {
@@ -394,17 +394,17 @@ fn an_embedded_store_made_afresh_is_a_new_store_not_a_lost_log() {
         "fail_closed",
         &[job],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 2);
 
     remove_store(&d.path().join("ledger.sqlite3"));
     std::fs::remove_dir_all(d.path().join("out")).unwrap();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("LOG LOST"), "{r:?}");
     assert!(r.stderr.contains("2 calls, spent units 2"), "{r:?}");
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert!(!r.stdout.contains("LOG LOST"), "{r:?}");
     assert!(d.status_json()["credentials"][0]["log_lost"].is_null());
 }
@@ -424,17 +424,17 @@ fn an_older_copy_of_the_embedded_store_is_a_lost_log_with_advice_for_a_file() {
         &[job],
     ));
     let file = d.path().join("ledger.sqlite3");
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let backup = d.path().join("backup.sqlite3");
     std::fs::copy(&file, &backup).unwrap();
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     assert_eq!(d.status_json()["credentials"][0]["charges_recorded"], 4);
 
     remove_store(&file);
     std::fs::rename(&backup, &file).unwrap();
     let advice =
         "The store's file was replaced by an older copy of itself (restored from a backup?)";
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains(
@@ -444,7 +444,7 @@ fn an_older_copy_of_the_embedded_store_is_a_lost_log_with_advice_for_a_file() {
     );
     assert!(r.stderr.contains(advice), "{r:?}");
     assert!(!r.all().contains("appendonly"), "{r:?}");
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout

@@ -94,14 +94,14 @@ fn a_walk_resumed_across_runs_completes_with_its_largest_value() {
             .as_ref()
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         d.write(&yaml(&store, &base, 2));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert_eq!(heads.lock().unwrap().len(), 2, "{r:?}");
         d.write(&yaml(&store, &base, 100));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(heads.lock().unwrap().len(), 3, "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let sent = sent(&heads.lock().unwrap());
         assert_eq!(sent[3], "2024-03-05T00:00:00Z", "{sent:?}");
@@ -115,7 +115,7 @@ fn a_value_too_long_or_of_another_kind_is_ignored_and_never_kept() {
     let (base, heads) = serving(odd);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &base, 100));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains(
@@ -129,7 +129,7 @@ fn a_value_too_long_or_of_another_kind_is_ignored_and_never_kept() {
         "{r:?}"
     );
     for _ in 0..2 {
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
     }
     let sent = sent(&heads.lock().unwrap());

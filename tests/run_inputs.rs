@@ -2,7 +2,7 @@
 //! keys' requests counted from the stand-in's log; lines appended later
 //! done by later runs; invalid records and repeated keys skipped, warned
 //! with file and line, uncharged; a once-job whose done part changed stops
-//! with 78 naming the file and the line, until `quota reset JOB --yes`;
+//! with 78 naming the file and the line, until `portion reset JOB --yes`;
 //! a kill -9 redoes at most `concurrency` inputs and skips none. In both
 //! stores.
 
@@ -25,7 +25,7 @@ fn a_once_job_does_each_input_once_and_lines_appended_later_next_time() {
         let mut text = keys(0..10).join("\n") + "\n\nK3\n";
         write(&d, "ids.txt", &text);
         d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 4));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
         assert!(
@@ -38,14 +38,14 @@ fn a_once_job_does_each_input_once_and_lines_appended_later_next_time() {
         assert_eq!(used, 10, "the repeated key was not charged");
 
         // Every input done: a run sends nothing and ends well.
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 10), "{r:?}");
 
         // Lines appended: the next run does those alone (K5 again is a
         // repeat even across runs).
         text.push_str("K10\nK5\nK11\n");
         write(&d, "ids.txt", &text);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..12)), "{r:?}");
         assert!(
@@ -68,7 +68,7 @@ fn a_job_not_once_walks_every_input_every_run() {
         2,
     ));
     for run in 1..=2 {
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let want: BTreeMap<String, usize> = keys(0..5).into_iter().map(|k| (k, run)).collect();
         assert_eq!(per_key(&up), want, "run {run}: {r:?}");
@@ -87,42 +87,42 @@ fn a_changed_done_part_stops_the_job_with_78_until_reset() {
         let all = keys(0..150);
         write(&d, "ids.txt", &(all.join("\n") + "\n"));
         d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 4));
-        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(d.portion(&["run"]).code, 0);
         assert_eq!(up.seen().len(), 150);
 
         for (edit, line) in [(5usize, 6u64), (100, 101), (140, 141)] {
             let mut changed = all.clone();
             changed[edit] = format!("X{edit}");
             write(&d, "ids.txt", &(changed.join("\n") + "\n"));
-            let r = d.quota(&["run"]);
+            let r = d.portion(&["run"]);
             assert_eq!(r.code, 78, "{r:?}");
             assert!(r.stderr.contains(&file.display().to_string()), "{r:?}");
             assert!(r.stderr.contains(&format!("line {line}")), "{r:?}");
-            assert!(r.stderr.contains("quota reset list --yes"), "{r:?}");
+            assert!(r.stderr.contains("portion reset list --yes"), "{r:?}");
         }
         // Truncated: the first line missing is named.
         write(&d, "ids.txt", &(all[..20].join("\n") + "\n"));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{r:?}");
         assert!(r.stderr.contains("line 21"), "{r:?}");
         assert_eq!(up.seen().len(), 150, "nothing sent");
 
         // Back as it was: the job goes on (nothing left to do).
         write(&d, "ids.txt", &(all.join("\n") + "\n"));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 150), "{r:?}");
 
         // Reset asks for --yes, then starts the list afresh.
         let mut changed = all.clone();
         changed[5] = "X5".into();
         write(&d, "ids.txt", &(changed.join("\n") + "\n"));
-        let r = d.quota(&["reset", "list"]);
+        let r = d.portion(&["reset", "list"]);
         assert_eq!(r.code, 2, "{r:?}");
         assert!(r.stderr.contains("--yes"), "{r:?}");
-        assert_eq!(d.quota(&["run"]).code, 78, "no reset without --yes");
-        let r = d.quota(&["reset", "list", "--yes"]);
+        assert_eq!(d.portion(&["run"]).code, 78, "no reset without --yes");
+        let r = d.portion(&["reset", "list", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let n = per_key(&up);
         assert_eq!(
@@ -147,19 +147,19 @@ fn status_and_dry_run_show_a_changed_done_part_as_blocked_with_the_fix() {
     let all = keys(0..12);
     write(&d, "ids.txt", &(all.join("\n") + "\n"));
     d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 1));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let mut changed = all.clone();
     changed[2] = "Y2".into();
     write(&d, "ids.txt", &(changed.join("\n") + "\n"));
-    assert_eq!(d.quota(&["run"]).code, 78);
+    assert_eq!(d.portion(&["run"]).code, 78);
     let file = d.path().join("ids.txt").display().to_string();
     for args in [&["status"][..], &["run", "--dry-run"]] {
-        let r = d.quota(args);
+        let r = d.portion(args);
         assert_eq!(r.code, 0, "{args:?}: {r:?}");
         for said in [
             "blocked: ",
             &format!("{file} line 3"),
-            "quota reset list --yes",
+            "portion reset list --yes",
         ] {
             assert!(r.stdout.contains(said), "{args:?} says {said:?}: {r:?}");
         }
@@ -172,14 +172,14 @@ fn status_and_dry_run_show_a_changed_done_part_as_blocked_with_the_fix() {
         (&3.into(), &file.clone().into()),
         "{json}"
     );
-    let metric = "quota_job_inputs_blocked{job=\"list\"}";
-    let r = d.quota(&["status", "--format", "openmetrics"]);
+    let metric = "portion_job_inputs_blocked{job=\"list\"}";
+    let r = d.portion(&["status", "--format", "openmetrics"]);
     assert!(r.stdout.contains(&format!("{metric} 1")), "{r:?}");
     // Put back, the job is not blocked.
     write(&d, "ids.txt", &(all.join("\n") + "\n"));
-    let r = d.quota(&["status", "--format", "openmetrics"]);
+    let r = d.portion(&["status", "--format", "openmetrics"]);
     assert!(r.stdout.contains(&format!("{metric} 0")), "{r:?}");
-    let r = d.quota(&["status"]);
+    let r = d.portion(&["status"]);
     assert!(
         r.stdout.contains("nothing left to do") && !r.stdout.contains("blocked: "),
         "{r:?}"
@@ -203,7 +203,7 @@ fn invalid_records_are_skipped_uncharged_and_named_by_file_and_line() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&up), once_each(&["A".into(), "B".into()]), "{r:?}");
     let queries: BTreeSet<String> = up.seen().iter().filter_map(|s| s.query.clone()).collect();
@@ -225,7 +225,7 @@ fn blank_lines_are_skipped_and_counted_wherever_they_are() {
     // Only blank lines: each skipped and counted, the next run after them.
     write(&d, "ids.txt", "\n  \n\n");
     d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 2));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("inputs done 0, 3 skipped"), "{r:?}");
     assert!(
@@ -234,7 +234,7 @@ fn blank_lines_are_skipped_and_counted_wherever_they_are() {
     );
     // Lines appended, blanks before, between and after keys: the same.
     write(&d, "ids.txt", "\n  \n\n\nK0\n\nK1\n\n");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("inputs done 2, 6 skipped"), "{r:?}");
     assert!(
@@ -283,7 +283,7 @@ fn a_kill_9_redoes_at_most_concurrency_inputs_and_skips_none() {
 fn pages_per_key(d: &Deployment) -> BTreeMap<String, usize> {
     let mut n = BTreeMap::new();
     for name in d.outputs("list") {
-        if let Some((_, key, _, _)) = quota::page_name::parse("list", &name) {
+        if let Some((_, key, _, _)) = portion::page_name::parse("list", &name) {
             *n.entry(key).or_default() += 1;
         }
     }
@@ -304,12 +304,12 @@ fn a_new_store_fetches_no_input_whose_page_is_on_disk() {
         };
         write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
         d.write(&yaml(&first, &up.base(), "{ file: ids.txt }", true, 2));
-        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(d.portion(&["run"]).code, 0);
         assert_eq!(up.seen().len(), 8);
         // A new store (the old one lost, or moved from): two more lines come.
         write(&d, "ids.txt", &(keys(0..10).join("\n") + "\n"));
         d.write(&yaml(&second, &up.base(), "{ file: ids.txt }", true, 2));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stderr.contains("holds pages of 8 input(s)"), "{r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
@@ -385,11 +385,11 @@ fn a_once_job_pages_through_each_input_and_resumes_mid_input_after_a_stop() {
                 )
         };
         d.write(&paged("limit: 8, per: 1h"));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert_eq!(up.seen().len(), 8, "{r:?}");
         d.write(&paged("limit: 100, per: 1h"));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         // Every page of every input once: none redone, none skipped.
         let pages: BTreeSet<(String, u32)> = up
@@ -399,7 +399,7 @@ fn a_once_job_pages_through_each_input_and_resumes_mid_input_after_a_stop() {
             .collect();
         assert_eq!((pages.len(), up.seen().len()), (18, 18), "{:?}", up.seen());
         assert_eq!(d.outputs("list").len(), 18);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 18), "{r:?}");
     }
 }
@@ -416,18 +416,18 @@ fn a_touched_file_is_checked_once_and_not_again() {
         true,
         4,
     ));
-    assert_eq!(d.quota(&["run"]).code, 0);
-    let r = d.quota(&["run"]);
+    assert_eq!(d.portion(&["run"]).code, 0);
+    let r = d.portion(&["run"]);
     assert!(
         !r.stderr.contains("checking the"),
         "same file, no check: {r:?}"
     );
     // The same text written again: a new stamp, one check, saved.
     write(&d, "ids.txt", &(keys(0..70).join("\n") + "\n"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("checking the 70 input(s) done"), "{r:?}");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("checking the"), "checked once: {r:?}");
     assert_eq!(up.seen().len(), 70);
@@ -451,7 +451,7 @@ fn a_job_not_once_resumes_its_walk_unless_the_part_done_changed() {
         let all = keys(0..10);
         write(&d, "ids.txt", &(all.join("\n") + "\n"));
         d.write(&config(4));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..4)), "{r:?}");
 
@@ -461,12 +461,12 @@ fn a_job_not_once_resumes_its_walk_unless_the_part_done_changed() {
         std::fs::copy(d.path().join("ids.txt"), &tmp).unwrap();
         std::fs::rename(&tmp, d.path().join("ids.txt")).unwrap();
         d.write(&config(6));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..6)), "{r:?}");
         write(&d, "ids.txt", &(keys(0..11).join("\n") + "\n"));
         d.write(&config(100));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stderr.contains("line 7"), "resumed at line 7: {r:?}");
         assert_eq!(per_key(&up), once_each(&keys(0..11)), "{r:?}");
@@ -474,13 +474,13 @@ fn a_job_not_once_resumes_its_walk_unless_the_part_done_changed() {
         // The next walk, cut after 2 inputs; then line 2 changes: the
         // walk starts again at line 1, said by the run, status and plan.
         d.write(&config(13));
-        assert_eq!(d.quota(&["run"]).code, 75);
+        assert_eq!(d.portion(&["run"]).code, 75);
         let mut changed = keys(0..11);
         changed[1] = "Y1".into();
         write(&d, "ids.txt", &(changed.join("\n") + "\n"));
         let file = d.path().join("ids.txt").display().to_string();
         for args in [&["status"][..], &["run", "--dry-run"]] {
-            let r = d.quota(args);
+            let r = d.portion(args);
             assert!(
                 r.stdout.contains(&format!(
                     "restarts: {file} changed at line 2 since the last run"
@@ -489,7 +489,7 @@ fn a_job_not_once_resumes_its_walk_unless_the_part_done_changed() {
             );
         }
         d.write(&config(200));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(
             r.stderr.contains("changed since the last run at line 2, in the part already done: this walk of it starts again at its first line"),

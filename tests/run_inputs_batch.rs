@@ -79,7 +79,7 @@ fn each_request_carries_the_next_batch_of_keys_the_last_one_short() {
         let mut text = keys(0..23).join("\n") + "\nK3\n\n";
         write(&d, "ids.txt", &text);
         d.write(&yaml(&store, &up.base(), "5", 2, WIDE));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         // 5 requests, the file's batches of 5 (in any order: 2 at once),
         // the last of 3; the repeated key in none.
@@ -100,11 +100,11 @@ fn each_request_carries_the_next_batch_of_keys_the_last_one_short() {
         );
 
         // Nothing left: nothing sent. Lines appended: a later batch.
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
         text.push_str("K23\nK24\n");
         write(&d, "ids.txt", &text);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(sent(&up)[5..], [keys(23..25)], "{r:?}");
     }
@@ -125,7 +125,7 @@ fn a_batched_run_stopped_by_its_budget_resumes_and_sends_each_key_once() {
             1,
             &["{ limit: 3, per: 1h }"],
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert_eq!(sent(&up), chunks(&all, 10)[..3], "{r:?}");
         // 30 done, 15 left: two requests, at a unit each of the 3 an hour
@@ -137,7 +137,7 @@ fn a_batched_run_stopped_by_its_budget_resumes_and_sends_each_key_once() {
         assert_eq!(inputs["done_in_seconds"], 2 * 1200, "{inputs}");
 
         d.write(&yaml(&store, &up.base(), "10", 1, WIDE));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let batches = sent(&up);
         assert_eq!(batches, chunks(&all, 10), "{r:?}");
@@ -186,7 +186,7 @@ fn a_refused_batch_fails_each_of_its_inputs_until_reset_failed() {
         let all = keys(0..20);
         write(&d, "ids.txt", &(all.join("\n") + "\n"));
         d.write(&yaml(&store, &up.base(), "5", 1, WIDE));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert_eq!(sent(&up), chunks(&all, 5), "the others go on: {r:?}");
         assert!(
@@ -209,13 +209,13 @@ fn a_refused_batch_fails_each_of_its_inputs_until_reset_failed() {
         assert_eq!(failed, ["K5", "K6", "K7", "K8", "K9"], "{inputs}");
 
         // Not retried; after `reset --failed`, the five again, one batch.
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 4), "{r:?}");
-        let r = d.quota(&["reset", "list", "--failed", "--yes"]);
+        let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
         let again = Standin::start(&[]);
         d.write(&yaml(&store, &again.base(), "5", 1, WIDE));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(sent(&again), [keys(5..10)], "{r:?}");
     }
@@ -231,7 +231,7 @@ fn a_key_holding_the_join_is_skipped_uncharged_with_a_warning() {
     write(&d, "ids.txt", "K0\nK1,K2\nK3\nK4\n");
     let store = crate::common::deployment::embedded_store(&d);
     d.write(&yaml(&store, &up.base(), "2", 1, WIDE));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         sorted(sent(&up)),
@@ -264,7 +264,7 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
     let store = crate::common::deployment::embedded_store(&d);
     for bad in ["0", "-1", "1001"] {
         d.write(&yaml(&store, &up.base(), bad, 1, WIDE));
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 78, "batch {bad}: {r:?}");
         assert!(
             r.stderr.contains("jobs.list.inputs.batch"),
@@ -273,7 +273,7 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
     }
     // An empty join would run the keys together (K0,K1 sent as K0K1).
     d.write(&yaml(&store, &up.base(), "5, join: ''", 1, WIDE));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr.contains("jobs.list.inputs.join") && r.stderr.contains("is empty"),
@@ -287,7 +287,7 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
         (r#"regionCode: "all""#, "uses {batch} nowhere"),
     ] {
         d.write(&text.replace(r#"regionCode: "{batch}""#, with));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{with}: {r:?}");
         assert!(
             r.stderr.contains(field) && r.stderr.contains(why),
@@ -301,7 +301,7 @@ fn bad_batch_values_and_ambiguous_placeholders_are_78_naming_the_field() {
         "{step}        incremental: {{ from: /items/*/id, param: since, initial: \"0\" }}\n"
     );
     d.write(&text.replace(step, &incremental));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr.contains("jobs.list.steps[0].incremental") && r.stderr.contains("batches"),

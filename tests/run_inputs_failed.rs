@@ -1,7 +1,7 @@
 //! Failed inputs (issue 25, part 3): an input whose first page the
 //! upstream refuses for itself (the stand-in's 404 for an id it lacks) is
 //! recorded as failed, the run goes on with the others and exits 1; a
-//! rerun does not send it again; `quota reset JOB --failed --yes` has the
+//! rerun does not send it again; `portion reset JOB --failed --yes` has the
 //! next run do exactly those again. Ten refused, none answered, stop the
 //! job. In both stores.
 
@@ -66,14 +66,14 @@ fn a_failed_input_is_recorded_not_retried_and_done_again_after_reset_failed() {
             .map_or_else(|| embedded_store(&d), RedisServer::url);
         ids(&d, 10);
         d.write(&yaml(&store, &up.base(), 2));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let once: BTreeMap<String, usize> = (0..10).map(|i| (format!("K{i}"), 1)).collect();
         assert_eq!(per_key(&up), once, "{r:?}");
         assert_eq!(d.outputs("list").len(), 8, "{r:?}");
         assert!(
             r.stderr.contains(
-                "inputs done 10, 0 skipped, 2 of them failed this run (listed by `quota status`)"
+                "inputs done 10, 0 skipped, 2 of them failed this run (listed by `portion status`)"
             ),
             "{r:?}"
         );
@@ -92,35 +92,35 @@ fn a_failed_input_is_recorded_not_retried_and_done_again_after_reset_failed() {
         }
 
         // They are over: a rerun sends nothing.
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 10), "{r:?}");
 
         // Asked for, the next run sends those two again, alone (refused
         // again: failed again, and not sent by the run after).
-        let r = d.quota(&["reset", "list", "--failed", "--yes"]);
+        let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(r.stdout.contains("2 failed input(s) to do again"), "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let mut twice = once.clone();
         (*twice.get_mut("K3").unwrap(), *twice.get_mut("K7").unwrap()) = (2, 2);
         assert_eq!(per_key(&up), twice, "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 12), "{r:?}");
 
         // The upstream has them now: done, and not failed any more.
         let up = Standin::start(&[]);
         d.write(&yaml(&store, &up.base(), 2));
-        let r = d.quota(&["reset", "list", "--failed", "--yes"]);
+        let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let pair: BTreeMap<String, usize> = [("K3".into(), 1), ("K7".into(), 1)].into();
         assert_eq!(per_key(&up), pair, "{r:?}");
         assert_eq!(d.outputs("list").len(), 10, "{r:?}");
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (0, 2), "{r:?}");
-        let r = d.quota(&["reset", "list", "--failed", "--yes"]);
+        let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert!(r.stdout.contains("0 failed input(s)"), "{r:?}");
     }
 }
@@ -133,7 +133,7 @@ fn ten_inputs_refused_and_none_answered_stop_the_job() {
     let d = Deployment::new("");
     ids(&d, 12);
     d.write(&yaml(&embedded_store(&d), &up.base(), 1));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_ne!(r.code, 0, "{r:?}");
     assert_eq!(up.seen().len(), 10, "{r:?}");
     assert!(
@@ -149,14 +149,14 @@ fn a_job_not_once_keeps_the_failures_of_its_last_walk_alone() {
     let d = Deployment::new("");
     ids(&d, 3);
     d.write(&yaml_once(&embedded_store(&d), &up.base(), 1, false));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(failed_map(&d).keys().collect::<Vec<_>>(), ["K1"], "{r:?}");
     // The next walk does every input again: K1 answered now, so no
     // failure is left.
     let up = Standin::start(&[]);
     d.write(&yaml_once(&embedded_store(&d), &up.base(), 1, false));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 3), "{r:?}");
     assert!(failed_map(&d).is_empty(), "{r:?}");
 }
@@ -181,7 +181,7 @@ fn the_stop_for_refused_inputs_records_every_request_charged() {
             .unwrap()
     };
     for run in 1..=2 {
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(
             r.stderr
@@ -217,7 +217,7 @@ fn an_input_whose_request_cannot_be_made_fails_alone() {
         .replace("/youtube/v3/videos", "/repos/{key}/issues");
     assert!(yaml.contains("/repos/{key}/issues"), "{yaml}");
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     let keys: Vec<String> = up.seen().iter().map(|s| s.path.clone()).collect();
     assert_eq!(keys.len(), 3, "{keys:?} {r:?}");
@@ -226,7 +226,7 @@ fn an_input_whose_request_cannot_be_made_fails_alone() {
     let failed = failed_map(&d);
     assert_eq!(failed.keys().collect::<Vec<_>>(), ["..", "a/../b"]);
     assert_eq!(failed[".."]["status"], 0);
-    let status = d.quota(&["status"]);
+    let status = d.portion(&["status"]);
     assert!(
         status
             .stdout
@@ -235,6 +235,6 @@ fn an_input_whose_request_cannot_be_made_fails_alone() {
     );
     let used = d.status_json()["credentials"][0]["pools"][0]["windows"][0]["used"].clone();
     assert_eq!(used, 3, "only the requests sent are charged");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 3), "{r:?}");
 }

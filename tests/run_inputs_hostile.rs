@@ -34,13 +34,13 @@ fn a_line_removed_from_the_part_not_done_skips_no_input() {
             yaml(&store, &up.base(), "{ file: ids.txt }", true, 1),
             5,
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!((r.code, up.seen().len()), (75, 5), "{r:?}");
         // The operator drops K7 (not done yet) from the list.
         let rest: Vec<String> = all.iter().filter(|k| *k != "K7").cloned().collect();
         write(&d, "ids.txt", &(rest.join("\n") + "\n"));
         d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 1));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let want: BTreeMap<String, usize> = rest.iter().map(|k| (k.clone(), 1)).collect();
         assert_eq!(per_key(&up), want, "{}", r.stderr);
@@ -60,12 +60,12 @@ fn a_line_inserted_in_the_part_not_done_skips_no_input() {
         yaml(&store, &up.base(), "{ file: ids.txt }", true, 1),
         5,
     ));
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     let mut more = all.clone();
     more.insert(10, "NEW".into());
     write(&d, "ids.txt", &(more.join("\n") + "\n"));
     d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", true, 1));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let want: BTreeMap<String, usize> = more.iter().map(|k| (k.clone(), 1)).collect();
     assert_eq!(per_key(&up), want, "{}", r.stderr);
@@ -85,11 +85,11 @@ fn a_not_once_job_never_sends_a_piece_of_a_line_as_a_key() {
         yaml(&store, &up.base(), "{ file: ids.txt }", false, 1),
         5,
     ));
-    assert_eq!(d.quota(&["run"]).code, 75);
+    assert_eq!(d.portion(&["run"]).code, 75);
     let short: Vec<String> = (0..30).map(|i| format!("A{i}")).collect();
     write(&d, "ids.txt", &(short.join("\n") + "\n"));
     d.write(&yaml(&store, &up.base(), "{ file: ids.txt }", false, 1));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let sent: Vec<String> = per_key(&up).into_keys().collect();
     let stray: Vec<&String> = sent
@@ -124,7 +124,7 @@ fn a_jsonl_key_that_is_a_big_number_is_never_rounded() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let sent: Vec<(String, String)> = (up.seen().iter())
         .map(|s| {
@@ -169,7 +169,7 @@ fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_done() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(
         per_key(&up),
         crate::common::inputs::once_each(&all),
@@ -198,7 +198,7 @@ fn a_csv_with_a_bom_quoted_newlines_and_crlf_resumes_exactly() {
         yaml(&store, &up.base(), "{ file: p.csv, key: id }", true, 1),
         2,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (75, 2), "{r:?}");
     d.write(&yaml(
         &store,
@@ -207,7 +207,7 @@ fn a_csv_with_a_bom_quoted_newlines_and_crlf_resumes_exactly() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let want: BTreeMap<String, usize> = ["A", "B", "C", "D"]
         .iter()
@@ -268,7 +268,7 @@ fn repeated_kills_skip_nothing_and_redo_at_most_concurrency_each() {
         assert!(redone <= 8 * 4, "{redone} redone: {seen:?}");
         let mut pages: BTreeMap<String, usize> = BTreeMap::new();
         for name in d.outputs("list") {
-            if let Some((_, key, _, _)) = quota::page_name::parse("list", &name) {
+            if let Some((_, key, _, _)) = portion::page_name::parse("list", &name) {
                 *pages.entry(key).or_default() += 1;
             }
         }
@@ -277,7 +277,7 @@ fn repeated_kills_skip_nothing_and_redo_at_most_concurrency_each() {
     }
 }
 
-/// `quota reset` while a run holds the job's lock: refused with 75, and
+/// `portion reset` while a run holds the job's lock: refused with 75, and
 /// the run's place survives it.
 #[test]
 fn reset_while_a_run_holds_the_lock_is_refused_and_changes_nothing() {
@@ -294,11 +294,11 @@ fn reset_while_a_run_holds_the_lock_is_refused_and_changes_nothing() {
     ));
     let victim = spawn(&mut d.cmd(&["run"]));
     slow.wait_for(4);
-    let r = d.quota(&["reset", "list", "--yes"]);
+    let r = d.portion(&["reset", "list", "--yes"]);
     assert_eq!(r.code, 75, "{r:?}");
     let r = crate::common::deployment::finish(victim);
     assert_eq!(r.code, 0, "{r:?}");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         slow.seen().len(),
@@ -321,7 +321,7 @@ fn the_summary_counts_the_inputs_there_are() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains(
@@ -330,7 +330,7 @@ fn the_summary_counts_the_inputs_there_are() {
         "{}",
         r.stderr
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert!(
         r.stderr
             .contains("inputs done 4, 0 skipped; 0 pages written"),
@@ -350,13 +350,13 @@ fn keys_with_slashes_dots_and_unicode_are_each_done_once_and_found_on_disk() {
     let odd = ["a/b", "..", ".", "a%2Fb", "é", "e\u{301}", "x y", "-", "_"];
     write(&d, "ids.txt", &(odd.join("\n") + "\n"));
     d.write(&yaml(&a.url(), &up.base(), "{ file: ids.txt }", true, 2));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let want: BTreeMap<String, usize> = odd.iter().map(|k| (k.to_string(), 1)).collect();
     assert_eq!(per_key(&up), want, "{}", r.stderr);
     assert_eq!(d.outputs("list").len(), odd.len());
     d.write(&yaml(&b.url(), &up.base(), "{ file: ids.txt }", true, 2));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&up), want, "none fetched again: {}", r.stderr);
 }
@@ -375,7 +375,7 @@ fn a_key_carrying_the_secret_is_skipped_and_never_shown() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let sent: Vec<String> = per_key(&up).into_keys().collect();
     assert!(!sent.iter().any(|k| k.contains("demo-key")), "{sent:?}");
@@ -408,10 +408,10 @@ fn a_new_store_does_not_take_a_half_paged_input_as_done() {
             )
     };
     d.write(&paged(&first, "limit: 8, per: 1h"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (75, 8), "{r:?}");
     d.write(&paged(&second, "limit: 100, per: 1h"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages: std::collections::BTreeSet<(String, u32)> = up
         .seen()
@@ -441,7 +441,7 @@ fn a_huge_line_is_skipped_and_the_rest_done() {
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains("ids.txt line 2: longer than"),
@@ -451,7 +451,7 @@ fn a_huge_line_is_skipped_and_the_rest_done() {
     let want: BTreeMap<String, usize> = ["K0", "K1"].iter().map(|k| (k.to_string(), 1)).collect();
     assert_eq!(per_key(&up), want);
     write(&d, "ids.txt", &format!("K0\n{huge}\nK1\nK2\n"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(up.seen().len(), 3, "{}", r.stderr);
 }
@@ -475,7 +475,7 @@ fn a_slow_input_holds_the_window_at_its_cap_and_a_kill_redoes_it_alone() {
         });
         // the cursor saved with the last of them
         wait_until(Duration::from_secs(30), "cursor", || {
-            let r = d.quota(&["status", "--json"]);
+            let r = d.portion(&["status", "--json"]);
             r.stdout.contains("K63")
         });
         kill("-KILL", victim.id());

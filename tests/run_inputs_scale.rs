@@ -63,7 +63,7 @@ fn record(i: usize) -> String {
     format!("{{\"id\": \"K{i}\", \"pad\": \"{}\"}}\n", "p".repeat(PAD))
 }
 
-/// `quota run` (under `prlimit` first if `limited`), and the bytes it read
+/// `portion run` (under `prlimit` first if `limited`), and the bytes it read
 /// (rchar: every read, files and sockets). A shell runs it and prints its
 /// own I/O counts after: those of a child it reaped are added to them.
 fn run_counting(d: &Deployment, limited: bool) -> (Ran, u64) {

@@ -26,7 +26,7 @@ fn many_skipped_records_of_a_kind_are_warned_about_twenty_times_then_counted_onc
         true,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{}", &r.stderr[..r.stderr.len().min(4000)]);
     let asked = per_key(&up);
     assert_eq!(asked.keys().collect::<Vec<_>>(), ["A", "B"], "{asked:?}");

@@ -1,4 +1,4 @@
-//! `quota run` end to end: the real binary, a real store (redis-server on a
+//! `portion run` end to end: the real binary, a real store (redis-server on a
 //! free loopback port, and the embedded file), and the YouTube stand-in as
 //! the upstream.
 
@@ -38,7 +38,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
             &[job],
         ));
 
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert!(
             r.stderr
@@ -73,7 +73,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
         }
 
         // The next run is run 2, and starts again at the first region.
-        let r = d.quota(&["run", "trending"]);
+        let r = d.portion(&["run", "trending"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
         assert!(
             r.stderr.contains("run 2 starts at region US step 0 page 0"),
@@ -87,7 +87,7 @@ fn a_job_is_served_to_completion_on_both_stores() {
 fn max_pages_caps_pagination() {
     let up = Standin::start(&["--pages", "5"]);
     let d = trending(&up, "embedded", &["US"], 2, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let pages: Vec<u32> = up.seen().iter().map(|s| s.page).collect();
     assert_eq!(pages, [0, 1]);
@@ -111,7 +111,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
         ));
 
         for tick in 1..=3 {
-            let r = d.quota(&["run"]);
+            let r = d.portion(&["run"]);
             assert_eq!(r.code, 75, "{kind} tick {tick}: {r:?}");
             assert!(
                 r.stderr
@@ -134,7 +134,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
             "fail_closed",
             &[job],
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{kind}: {r:?}");
 
         let seen: Vec<(String, u32)> = up
@@ -157,7 +157,7 @@ fn a_small_budget_is_spread_over_ticks_round_robin() {
 fn server_errors_are_retried_and_each_attempt_is_charged() {
     let up = Standin::start(&["--pages", "1", "--fail-first", "2"]);
     let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let statuses: Vec<u16> = up.seen().iter().map(|s| s.status).collect();
     assert_eq!(statuses, [503, 503, 200, 200]);
@@ -182,7 +182,7 @@ fn server_errors_are_retried_and_each_attempt_is_charged() {
 fn server_errors_that_outlast_the_retries_fail_the_run() {
     let up = Standin::start(&["--fail-first", "100"]);
     let d = trending(&up, "embedded", &["US", "GB"], 1, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr
@@ -200,7 +200,7 @@ fn server_errors_that_outlast_the_retries_fail_the_run() {
 fn other_client_errors_stop_the_job_with_an_excerpt() {
     let up = Standin::start(&["--key", "another-key"]);
     let d = trending(&up, "embedded", &["US", "GB", "DE"], 1, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains("refused the request with HTTP 400"),
@@ -216,7 +216,7 @@ fn other_client_errors_stop_the_job_with_an_excerpt() {
         seen.into_iter().map(|s| s.region).collect()
     };
     assert_eq!(regions(up.seen()), ["US", "GB"], "a 4xx is not retried");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(
         regions(up.seen()),
@@ -241,7 +241,7 @@ fn check_prints_what_it_resolved_without_touching_store_or_network() {
         "fail_closed",
         &[job],
     ));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     for want in [
         "store: redis://:***@127.0.0.1:1/0 (not contacted)",
@@ -282,7 +282,7 @@ fn a_job_without_regions_runs_its_steps_once() {
         "fail_closed",
         &[job],
     ));
-    let r = d.quota(&["run", "popular"]);
+    let r = d.portion(&["run", "popular"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(
         d.outputs("popular"),
@@ -291,7 +291,7 @@ fn a_job_without_regions_runs_its_steps_once() {
             "popular.r000001.s0.p000001.json"
         ]
     );
-    let r = d.quota(&["run", "nope"]);
+    let r = d.portion(&["run", "nope"]);
     assert_eq!(r.code, 2, "an unknown job is a usage error: {r:?}");
     let pages: BTreeSet<u32> = up.seen().iter().map(|s| s.page).collect();
     assert_eq!(pages.len(), 2);
@@ -398,7 +398,7 @@ fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
     // Always the same token: page 0, then CAUQ1 again and again.
     let up = Standin::start(&["--pages", "30", "--token-cycle", "1"]);
     let d = trending(&up, "embedded", &["US", "GB"], 30, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen: Vec<(String, Option<String>)> = up
         .seen()
@@ -429,7 +429,7 @@ fn a_page_token_that_repeats_ends_the_walk_and_the_cursor_moves_on() {
         30,
         "fail_closed",
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let tokens: Vec<Option<String>> = up.seen().iter().map(|s| s.token.clone()).collect();
     assert_eq!(tokens, [None, Some("CAUQ1".into()), Some("CAUQ2".into())]);
@@ -454,7 +454,7 @@ fn a_failure_no_retry_can_mend_is_charged_once() {
     let tls = TlsRedis::single(&ca, "pw");
     let d = Deployment::new("");
     let jobs = [
-        // A TLS server whose certificate comes from a CA that quota does not trust.
+        // A TLS server whose certificate comes from a CA that portion does not trust.
         videos_job(
             "tls",
             "main",
@@ -478,7 +478,7 @@ fn a_failure_no_retry_can_mend_is_charged_once() {
         ),
         ("dns", "the host name does not exist: not retried"),
     ] {
-        let r = d.quota(&["run", job]);
+        let r = d.portion(&["run", job]);
         assert_eq!(r.code, 1, "{job}: {r:?}");
         assert!(r.stderr.contains(want), "{job}: {r:?}");
         assert!(!r.stderr.contains("retry 1 of 3"), "{job}: {r:?}");
@@ -544,7 +544,7 @@ fn a_dangling_symlink_as_output_is_caught_by_check() {
     std::fs::create_dir_all(d.path().join("out")).unwrap();
     let out = d.path().join("out/trending");
     std::os::unix::fs::symlink(d.path().join("gone/nowhere"), &out).unwrap();
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr.contains("jobs.trending.output")

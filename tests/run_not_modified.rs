@@ -27,18 +27,18 @@ fn by_default_a_304_on_page_one_walks_on_to_a_changed_page() {
         let up = Standin::start(&["--pages", "2", "--items", "3"]);
         let d = Deployment::new("");
         d.write(&unsorted(&embedded_store(&d), &up.base(), extra));
-        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(d.portion(&["run"]).code, 0);
         // Issues 0 and 2 (page 1) change, then issue 4 (page 2).
         touch(&up, "a/one");
         touch(&up, "a/one");
-        assert_eq!(d.quota(&["run"]).code, 0);
+        assert_eq!(d.portion(&["run"]).code, 0);
         touch(&up, "a/one");
         let from = up
             .seen()
             .iter()
             .filter(|s| s.path != "/_standin/touch")
             .count();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{r:?}");
         let one = |page, status| ("a/one".to_string(), page, status);
         let two = |page, status| ("a/two".to_string(), page, status);
@@ -70,7 +70,7 @@ fn check_shows_what_a_step_does_to_spend_less() {
         ),
     ] {
         d.write(&yaml(&store, "http://127.0.0.1:9", 100, &extra));
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 0, "{r:?}");
         assert!(
             r.stdout

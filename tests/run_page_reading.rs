@@ -85,7 +85,7 @@ fn a_value_that_cannot_be_read_is_lost_alone_and_the_run_says_so() {
     let up = Standin::start(&["--pages", "1", "--items", "4", "--odd-ids"]);
     let d = Deployment::new("");
     d.write(&yaml(&d, &up.base()));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(batches(&up), ["0,v1,2,v3"], "{r:?}");
     assert_eq!(d.outputs("details").len(), 3, "{r:?}");
     // One value lost: said, and not a run that "finished" with 0.
@@ -157,7 +157,7 @@ fn numbers_past_64_bits_are_row_keys_and_items_as_written() {
     let up = Standin::start(&["--pages", "1", "--items", "2", "--long-ids"]);
     let d = Deployment::new("");
     d.write(&rows_yaml(&d, &up.base()));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let rows = rows(&d);
     let got: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();

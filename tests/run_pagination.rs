@@ -35,7 +35,7 @@ fn walked(seen: &[Seen]) -> Vec<(String, u64)> {
 fn link_pagination_walks_every_region_through_relative_next_links() {
     let up = Standin::start(&["--pages", "3", "--items", "2"]);
     let d = api_deployment(&issues_job(&up.base(), "octo/hello, rust-lang/rust"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 
     let seen = up.seen();
@@ -149,7 +149,7 @@ fn next_url_page_and_offset_walks_stop_where_the_data_ends() {
         ),
     ];
     let d = api_deployment(&jobs.concat());
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     // The key, given as a query parameter, goes with every page, the next
@@ -192,7 +192,7 @@ fn a_next_link_to_another_origin_is_refused_and_the_other_regions_go_on() {
         "query: { state: open",
         "query: { key: \"{secret}\", state: open",
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     let target = format!("http://localhost:{}/repos/away/x/issues?", up.port);
     assert!(
@@ -216,7 +216,7 @@ fn a_next_link_to_another_origin_is_refused_and_the_other_regions_go_on() {
         "{seen:?}"
     );
     // The next run starts after the refused region, not in it.
-    let again = d.quota(&["run"]);
+    let again = d.portion(&["run"]);
     assert_eq!(again.code, 1, "{again:?}");
     assert!(
         again
@@ -266,14 +266,14 @@ fn a_page_parameter_already_in_the_query_or_url_is_set_not_repeated() {
         ]
         .concat(),
     );
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout
             .contains("/rows?page=9&offset=7&region={region}&key={secret}&limit=2\n"),
         "{r:?}"
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let queries: Vec<String> = up
         .seen()
@@ -316,12 +316,12 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
         )
     };
     d.write(&config(&["{ limit: 5, per: 1h }"], 8));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(up.seen().len(), 5, "US pages 0 to 4");
 
     d.write(&config(crate::common::deployment::WIDE, 2));
-    let plan = d.quota(&["run", "--dry-run", "--json"]);
+    let plan = d.portion(&["run", "--dry-run", "--json"]);
     let plan: serde_json::Value = serde_json::from_str(&plan.stdout).unwrap();
     let next = &plan["credentials"][0]["jobs"][0]["next_run"];
     assert_eq!(
@@ -329,7 +329,7 @@ fn max_pages_lowered_below_the_cursor_ends_the_step_there() {
         (Some("fits"), Some(2)),
         "{next}"
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("past this step's max_pages"), "{r:?}");
     let after: Vec<(String, u32)> = up.seen()[5..]
@@ -381,12 +381,12 @@ fn a_page_the_upstream_refuses_ends_its_region_and_the_others_are_served() {
     // A budget of 4 stops the first run in US with page 1's token saved.
     let limited = std::fs::read_to_string(d.config()).unwrap();
     d.write(&limited.replace("limit: 1000", "limit: 4"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
 
     // The next run starts there: the token is refused, once; FR is served.
     d.write(&limited);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("region US step 0 page 1"), "{r:?}");
     assert!(r.stderr.contains("HTTP 400"), "{r:?}");
@@ -407,7 +407,7 @@ fn a_page_the_upstream_refuses_ends_its_region_and_the_others_are_served() {
     assert!(r.stderr.contains("; 7 calls"), "charged once: {r:?}");
 
     // And the run after that walks US afresh from its first page.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains("starts at region US step 0 page 0"),
@@ -433,7 +433,7 @@ fn a_first_page_refused_for_its_region_ends_only_that_region() {
     let job = trending_job(&up.base()).replace("[GB, US, FR]", "[GB, XX, US]");
     let d = api_deployment(&job);
     for run in 0..2 {
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(r.stderr.contains("region XX step 0 page 0"), "{r:?}");
         assert!(r.stderr.contains("1 FAILED: XX"), "{r:?}");
@@ -468,7 +468,7 @@ fn a_fan_out_batch_the_upstream_refuses_is_skipped_and_the_rest_goes_on() {
     output: out/details
 "#
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("US step 1 batch 1"), "{r:?}");
     assert!(r.stderr.contains("this batch is skipped"), "{r:?}");
@@ -524,7 +524,7 @@ fn a_fan_out_whose_batches_are_all_refused_is_given_up_after_two() {
 "#
     ));
     let metrics = d.path().join("run.prom");
-    let r = d.quota(&["run", "--metrics-file", metrics.to_str().unwrap()]);
+    let r = d.portion(&["run", "--metrics-file", metrics.to_str().unwrap()]);
     assert_eq!(r.code, 1, "{r:?}");
     for region in ["US", "GB"] {
         assert!(
@@ -552,10 +552,10 @@ fn a_fan_out_whose_batches_are_all_refused_is_given_up_after_two() {
     assert_eq!(batches(&seen), 4, "2 a region: {seen:?}");
     let text = std::fs::read_to_string(&metrics).unwrap();
     assert!(
-        text.contains("quota_run_job_failed_regions{job=\"details\"} 2"),
+        text.contains("portion_run_job_failed_regions{job=\"details\"} 2"),
         "{text}"
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     let again = &up.seen()[seen.len()..];
     assert_eq!(
@@ -570,7 +570,7 @@ fn a_fan_out_whose_batches_are_all_refused_is_given_up_after_two() {
     let yaml = std::fs::read_to_string(d.config()).unwrap();
     d.write(&yaml.replace("regions: [US, GB]", "regions: [US, GB]\n    concurrency: 2"));
     let before = up.seen().len();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(r.stderr.matches("fan-out is skipped").count(), 2, "{r:?}");
     let sent = batches(&up.seen()[before..]);
@@ -595,7 +595,7 @@ fn url_pair(query: &str, key: &str) -> String {
 fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
     let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", "utf8"]);
     let d = api_deployment(&issues_job(&up.base(), "o/a"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     assert_eq!(
@@ -608,7 +608,7 @@ fn link_headers_past_ascii_or_malformed_are_read_or_refused_aloud() {
     for form in ["unclosed", "unterminated"] {
         let up = Standin::start(&["--pages", "3", "--items", "1", "--link-form", form]);
         let d = api_deployment(&issues_job(&up.base(), "o/a, o/b"));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{form}: {r:?}");
         assert!(
             r.stderr.contains("the Link header cannot be read"),

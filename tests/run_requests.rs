@@ -35,7 +35,7 @@ const BODY: &str = r#"          body:
 fn a_post_job_sends_its_json_body_filled_and_escaped() {
     let up = Standin::start(&[]);
     let d = api_deployment(&chat_job(&up.base(), BODY));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     assert_eq!(seen.len(), 2, "{seen:?}");
@@ -60,7 +60,7 @@ fn a_post_job_sends_its_json_body_filled_and_escaped() {
     );
     // Without the body, the stand-in refuses the request (400): exit 1.
     let d = api_deployment(&chat_job(&up.base(), ""));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("HTTP 400"), "{r:?}");
 }
@@ -93,7 +93,7 @@ fn every_bad_request_or_pagination_key_exits_78_naming_file_and_field() {
     let good = base(&up.base());
     let d = api_deployment("");
     d.write(&good);
-    let ok = d.quota(&["check"]);
+    let ok = d.portion(&["check"]);
     assert_eq!(ok.code, 0, "{ok:?}");
     let paginate = "{ page: page, start: 1, until_empty: /data, max_pages: 3 }";
     let cases: &[(&str, &str, &str, &[&str])] = &[
@@ -259,7 +259,7 @@ fn upstream_text_reaches_the_terminal_escaped() {
         "fail_closed",
         &[job],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_ne!(r.code, 0, "{r:?}");
     assert!(
         r.stderr
@@ -271,7 +271,7 @@ fn upstream_text_reaches_the_terminal_escaped() {
     }
 }
 
-/// An upstream that compresses its answers although `quota` did not ask
+/// An upstream that compresses its answers although `portion` did not ask
 /// (RFC 9110 lets it): each coding is decoded and the pages are the JSON
 /// it sent; a compression bomb is bounded by `max_body` decoded, refused
 /// once, not retried.
@@ -283,7 +283,7 @@ fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
             "j",
             &format!("{}/youtube/v3/videos", up.base()),
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{coding}: {r:?}");
         assert_eq!(up.seen().len(), 2, "{coding}");
         let files = d.outputs("j");
@@ -301,7 +301,7 @@ fn compressed_answers_are_decoded_and_max_body_bounds_the_decoded_size() {
     ));
     let yaml = std::fs::read_to_string(d.config()).unwrap();
     d.write(&yaml.replace("http: { ", "http: { max_body: 64KiB, "));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("past http.max_body, 64 KiB"), "{r:?}");
     assert_eq!(up.seen().len(), 1, "not retried");
@@ -319,13 +319,13 @@ fn answers_that_can_never_be_a_page_are_not_retried() {
         .map(|odd| one_region_job(&format!("j{odd}"), &format!("{base}/odd/{odd}/x")))
         .collect();
     let d = api_deployment(&jobs);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(up.seen().len(), 5, "one request each: {r:?}");
     for why in [
         "HTTP 204 No Content carries no body",
         "it is an HTML or XML page",
-        "its Content-Encoding is \"compress\", which quota cannot decode",
+        "its Content-Encoding is \"compress\", which portion cannot decode",
         "HTTP 200 OK with a body that cannot be decoded",
     ] {
         assert!(r.stderr.contains(why), "{why}: {r:?}");
@@ -343,7 +343,7 @@ fn a_same_origin_redirect_hop_carries_the_query_key() {
     let up = Standin::start(&["--pages", "1"]);
     let url = format!("{}/hop-keyless/youtube/v3/videos", up.base());
     let d = api_deployment(&one_region_job("j", &url));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     let hops: Vec<(&str, u16)> = seen.iter().map(|s| (s.path.as_str(), s.status)).collect();
@@ -359,7 +359,7 @@ fn a_same_origin_redirect_hop_carries_the_query_key() {
     let other = format!("http://localhost:{}", up.port);
     let away = format!("{}/youtube/v3/videos", up.away(302, &other));
     let d = api_deployment(&one_region_job("j", &away));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("redirects to another origin"), "{r:?}");
     let seen = up.seen();

@@ -65,7 +65,7 @@ fn a_key_in_the_path_or_the_query_of_the_url_stays_there_whole() {
         &d,
         &format!("{base}/youtube/v3/videos?part=id&chart=mostPopular&regionCode=US&key={{secret}}#{{secret}}"),
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     d.write(&one_request(&d, &format!("{base}/k/{{secret}}/videos")));
     let r = run(d.cmd(&["run"]).env("RUST_LOG", "trace"));
@@ -98,7 +98,7 @@ fn issues(base: &str, regions: &str) -> String {
 fn a_region_in_the_path_keeps_its_slashes_and_cannot_add_a_query_or_leave_the_path() {
     let up = Standin::start(&["--pages", "1"]);
     let d = api_deployment(&issues(&up.base(), r#"rust-lang/rust, "a?admin=1", "b#c""#));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen: Vec<(String, Option<String>, u16)> = up
         .seen()
@@ -120,7 +120,7 @@ fn a_region_in_the_path_keeps_its_slashes_and_cannot_add_a_query_or_leave_the_pa
     for region in ["\"../../admin\"", "\"x/./y\"", "\"..\""] {
         d.write(&api_yaml(&embedded_store(&d), &issues(&up.base(), region)));
         for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
+            let r = d.portion(&[cmd]);
             assert_eq!(r.code, 78, "{region} {cmd}: {r:?}");
             assert!(
                 r.stderr.contains("jobs.issues.steps[0].request.url")
@@ -155,7 +155,7 @@ fn fan_out_values_from_an_answer_stay_one_path_segment_and_one_query_value() {
     output: out/fan
 "#
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     // `..` would climb out of the path: left out, with a warning.
     assert!(
@@ -209,7 +209,7 @@ fn a_fan_out_value_too_long_to_send_is_left_out() {
     output: out/fan
 "#
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains("1 value(s) at /items/*/id/n left out"),

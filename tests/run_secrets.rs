@@ -3,7 +3,7 @@
 //! retries, a refused key and a network error.
 
 use crate::common::deployment::{
-    Deployment, deployment_yaml, embedded_store, quota, run, videos_job,
+    Deployment, deployment_yaml, embedded_store, portion, run, videos_job,
 };
 use crate::common::redis::RedisServer;
 use crate::common::standin::Standin;
@@ -56,7 +56,7 @@ fn the_api_key_never_appears_anywhere() {
         &["run", "unreachable"],
     ] {
         let r = run(d.cmd(args).env("RUST_LOG", "trace"));
-        assert_clean(&format!("quota {args:?}"), &r.all());
+        assert_clean(&format!("portion {args:?}"), &r.all());
         seen_codes.push(r.code);
         if args.contains(&"refused") {
             assert!(r.stderr.contains("API key not valid"), "{r:?}");
@@ -94,27 +94,27 @@ fn the_api_key_never_appears_anywhere() {
     assert_eq!(redis.cli(&["SAVE"]), "OK");
     let dump = std::fs::read(redis.dir.path().join("dump.rdb")).expect("dump.rdb");
     assert!(
-        dump.windows(9).any(|w| w == b"quota:job"),
+        dump.windows(11).any(|w| w == b"portion:job"),
         "the dump holds the store's keys"
     );
     assert_clean("the Redis store", &String::from_utf8_lossy(&dump));
 }
 
-/// A store password given through `$QUOTA_STORE` never shows in help, the
+/// A store password given through `$PORTION_STORE` never shows in help, the
 /// man page or an error.
 #[test]
 fn a_store_password_in_the_environment_never_shows() {
     let home = tempfile::tempdir().unwrap();
     let url = format!("redis://:{KEY}@127.0.0.1:1/0");
     for args in [&["--help"][..], &["run", "--help"], &["man"], &["status"]] {
-        let mut cmd = quota(home.path());
-        cmd.args(args).env("QUOTA_STORE", &url);
+        let mut cmd = portion(home.path());
+        cmd.args(args).env("PORTION_STORE", &url);
         if args == ["status"] {
-            std::fs::write(home.path().join("quota.yaml"), "credentials: {}\n").unwrap();
+            std::fs::write(home.path().join("portion.yaml"), "credentials: {}\n").unwrap();
             cmd.current_dir(home.path());
         }
         let r = run(&mut cmd);
-        assert_clean(&format!("quota {args:?}"), &r.all());
+        assert_clean(&format!("portion {args:?}"), &r.all());
         if args == ["status"] {
             assert_eq!(r.code, 69, "{r:?}");
             assert!(r.stderr.contains("redis://:***@127.0.0.1:1/0"), "{r:?}");
@@ -308,7 +308,7 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
     clean("run query", &r.all());
     assert_eq!(r.code, 75, "{r:?}");
     assert!(r.stderr.contains("&key=***&pageToken=CAUQ1.***"), "{r:?}");
-    let status = d.quota(&["status", "--json"]);
+    let status = d.portion(&["status", "--json"]);
     clean("status --json", &status.all());
     let s: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     let cursor = &s["credentials"][0]["jobs"]
@@ -319,7 +319,7 @@ fn the_key_is_masked_in_every_encoding_and_in_the_cursor() {
         .unwrap()["cursor"];
     assert_eq!(cursor["page"], 2, "{cursor}");
     assert_eq!(cursor["token"], "CAUQ2.***", "{cursor}");
-    clean("status", &d.quota(&["status"]).all());
+    clean("status", &d.portion(&["status"]).all());
 
     // With room, the next run resumes at US page 2 with the real token.
     d.write(&jobs(&["{ limit: 1000, per: 1h }"]));
@@ -435,7 +435,7 @@ fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_re
     // In a string: masked, the page JSON.
     let up = Standin::start(&["--key", "12345678", "--pages", "2"]);
     let d = digit_key(&up);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(pages_of(&d), (3, false), "{r:?}");
     let first = std::fs::read_to_string(d.path().join("out/ids").join(&d.outputs("ids")[0]));
@@ -445,7 +445,7 @@ fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_re
     // it is not written, and the run says why and exits 1.
     let up = Standin::start(&["--key", "12345678", "--pages", "2", "--key-in-number"]);
     let d = digit_key(&up);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
     assert!(!r.all().contains("12345678"), "{r:?}");
@@ -455,7 +455,7 @@ fn an_all_digit_key_is_masked_in_strings_and_a_page_holding_it_in_a_number_is_re
     // 1.2345678e7, "w": 123456.78E2`): refused alike.
     let up = Standin::start(&["--key", "12345678", "--pages", "2", "--key-in-exponent"]);
     let d = digit_key(&up);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(r.stderr.contains("outside a JSON string"), "{r:?}");
     assert_eq!(pages_of(&d), (0, false), "{r:?}");
@@ -496,7 +496,7 @@ fn a_page_holding_the_key_in_a_number_ends_only_its_region() {
         .iter()
         .map(|(r, n)| (r.to_string(), *n))
         .collect();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert_eq!(asked(0), round, "{r:?}");
     assert!(r.stderr.contains("region A step 0 page 1"), "{r:?}");
@@ -508,7 +508,7 @@ fn a_page_holding_the_key_in_a_number_ends_only_its_region() {
     assert_eq!(pages_of(&d), (4, false), "{r:?}");
 
     // The next run starts A afresh: its first page first, not the refused one.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains("starts at region A step 0 page 0"),

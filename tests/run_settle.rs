@@ -78,7 +78,7 @@ fn tokens_are_settled_to_what_the_response_reports() {
     // "hi" is 2 + 7 tokens, "hello world" 11 + 7: 27, not 2 x 200.
     for endpoint in ["chat", "chat_h"] {
         let d = deployment(&up, r#""hi", "hello world""#, "m", endpoint);
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 0, "{endpoint}: {r:?}");
         assert_eq!(used(&d, "tokens"), 27, "{endpoint}");
         assert_eq!(reserved(&d, "tokens"), 0, "{endpoint}: all settled");
@@ -100,12 +100,12 @@ fn settled_tokens_leave_room_that_estimates_alone_would_not() {
     let regions = regions.join(", ");
     let d = deployment(&up, &regions, "m", "chat");
     // The plan counts estimates: it promises no more than 5 calls.
-    let plan = d.quota(&["run", "--dry-run"]);
+    let plan = d.portion(&["run", "--dry-run"]);
     assert!(
         plan.stdout.contains("tokens 2000") && plan.stdout.contains("after 5 calls"),
         "{plan:?}"
     );
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(used(&d, "tokens"), 90);
     assert_eq!(up.seen().len(), 10);
@@ -115,7 +115,7 @@ fn settled_tokens_leave_room_that_estimates_alone_would_not() {
 fn a_response_that_does_not_say_keeps_the_estimate_and_the_run_says_so() {
     let up = Standin::start(&[]);
     let d = deployment(&up, r#""hi", "hello""#, "silent", "chat");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(used(&d, "tokens"), 400);
     assert_eq!(reserved(&d, "tokens"), 0, "settled at the estimate");
@@ -149,7 +149,7 @@ fn an_actual_above_every_budget_is_recorded_as_the_largest_plus_one() {
             "estimate: 50, actual: /usage",
         );
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains(
@@ -188,13 +188,14 @@ fn a_killed_runs_estimate_shows_as_reserved() {
             "{store}: the estimate, reserved"
         );
         assert_eq!(reserved(&d, "requests"), 0, "{store}: a fixed cost");
-        let text = d.quota(&["status"]);
+        let text = d.portion(&["status"]);
         assert!(
             text.stdout.contains("200 (200 reserved)"),
             "{store}: {text:?}"
         );
-        let metrics = d.quota(&["status", "--format", "openmetrics"]).stdout;
-        let line = r#"quota_window_reserved_units{credential="llm",pool="tokens",window="1m"} 200"#;
+        let metrics = d.portion(&["status", "--format", "openmetrics"]).stdout;
+        let line =
+            r#"portion_window_reserved_units{credential="llm",pool="tokens",window="1m"} 200"#;
         assert!(metrics.lines().any(|l| l == line), "{store}: {metrics}");
     }
 }
@@ -211,7 +212,7 @@ fn tokens_are_settled_in_redis_too() {
         "m",
         "chat",
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(used(&d, "tokens"), 27);
 }
@@ -252,10 +253,10 @@ fn a_bad_settled_cost_exits_78_naming_the_field_and_charges_nothing() {
         let yaml = std::fs::read_to_string(d.config()).unwrap();
         assert!(yaml.contains(good));
         d.write(&yaml.replacen(good, bad, 1));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{bad}: {r:?}");
         assert!(
-            r.stderr.contains(field) && r.stderr.contains(why) && r.stderr.contains("quota.yaml"),
+            r.stderr.contains(field) && r.stderr.contains(why) && r.stderr.contains("portion.yaml"),
             "{bad}: {}",
             r.stderr
         );
@@ -276,7 +277,7 @@ fn observe_mode_sends_every_call_and_says_how_many_would_have_stopped() {
     );
     assert_ne!(small, yaml);
     d.write(&small);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert_eq!(up.seen().len(), 2);
     // The same on a store of its own, in observe mode.
@@ -287,7 +288,7 @@ fn observe_mode_sends_every_call_and_says_how_many_would_have_stopped() {
         "requests: [{ limit: 2, per: 1m }]",
     );
     d.write(&small.replace("  llm:\n", "  llm:\n    mode: observe\n"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(up.seen().len(), 2 + 5, "every call sent");
     assert!(
@@ -304,7 +305,7 @@ fn observe_mode_sends_every_call_and_says_how_many_would_have_stopped() {
     assert_eq!(used(&d, "requests"), 5, "recorded above the budget");
     // A mode that is neither: 78, naming the field.
     d.write(&small.replace("  llm:\n", "  llm:\n    mode: watch\n"));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(r.stderr.contains("credentials.llm.mode"), "{}", r.stderr);
 }
@@ -322,7 +323,7 @@ fn others_usage_is_read_against_the_settled_count_not_the_estimate() {
         "    secret: { file: key }\n    upstream_headers: { tokens: { remaining: x-ratelimit-remaining-tokens, limit: x-ratelimit-limit-tokens } }\n",
     );
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let s = d.status_json();
     let pools = s["credentials"][0]["pools"].as_array().unwrap();
@@ -362,10 +363,10 @@ fn a_bad_upstream_headers_exits_78_naming_the_field() {
             "    secret: { file: key }\n",
             &format!("    secret: {{ file: key }}\n    upstream_headers: {value}\n"),
         ));
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 78, "{value}: {r:?}");
         assert!(
-            r.stderr.contains("quota.yaml")
+            r.stderr.contains("portion.yaml")
                 && r.stderr.contains("credentials.llm.upstream_headers")
                 && r.stderr.contains(why),
             "{value}: {}",

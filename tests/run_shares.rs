@@ -1,4 +1,4 @@
-//! Shares (issue 28) as `quota run` meets them: a run of job J spends as
+//! Shares (issue 28) as `portion run` meets them: a run of job J spends as
 //! J's share, and `run --dry-run` plans each job within what its share can
 //! take. The real binary, both stores, the stand-in upstream.
 
@@ -39,7 +39,7 @@ fn a_run_spends_as_its_jobs_share() {
         let d = deployment(&up, store.as_deref());
         let kind = store.as_deref().unwrap_or("embedded");
         // The greedy backfill stops at the budget less trending's reserve.
-        let r = d.quota(&["run", "backfill"]);
+        let r = d.portion(&["run", "backfill"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(
             r.stderr.contains("kept for trending: 6 units"),
@@ -49,7 +49,7 @@ fn a_run_spends_as_its_jobs_share() {
             |up: &Standin| -> Vec<String> { up.seen().into_iter().map(|s| s.region).collect() };
         assert_eq!(regions(&up), ["US"; 4], "{kind}");
         // Trending's run gets its reserve, all of it.
-        let r = d.quota(&["run", "trending"]);
+        let r = d.portion(&["run", "trending"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         let seen = regions(&up);
         assert_eq!(seen[4..], ["GB"; 6], "{kind}: {r:?}");
@@ -60,7 +60,7 @@ fn a_run_spends_as_its_jobs_share() {
 fn a_dry_run_plans_each_job_within_its_share() {
     let up = Standin::start(&["--pages", "12"]);
     let d = deployment(&up, None);
-    let r = d.quota(&["run", "--dry-run", "--json"]);
+    let r = d.portion(&["run", "--dry-run", "--json"]);
     assert_eq!(r.code, 0, "{r:?}");
     let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     let calls: Vec<(String, u64)> = (plan["credentials"][0]["jobs"].as_array().unwrap().iter())
@@ -77,7 +77,7 @@ fn a_dry_run_plans_each_job_within_its_share() {
     assert_eq!(calls, [("stops".into(), 4), ("stops".into(), 6)], "{r:?}");
     assert!(up.seen().is_empty());
     // Trending alone may take all 10.
-    let r = d.quota(&["run", "--dry-run", "--json", "trending"]);
+    let r = d.portion(&["run", "--dry-run", "--json", "trending"]);
     let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(
         plan["credentials"][0]["jobs"][0]["next_run"]["calls"], 10,

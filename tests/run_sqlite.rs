@@ -114,7 +114,7 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     let d = Deployment::new("");
     let store = embedded_store(&d);
     d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     // No folder: no "pages written"; every row's key new.
     assert_eq!(
@@ -135,7 +135,7 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     );
     assert_eq!(matched(&c, "GB").len(), 15);
     // The same pages again: the same rows, none twice.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         summary(&r, "trending").contains(", 30 rows upserted (0 new, 30 replaced);"),
@@ -147,7 +147,7 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
     // "Trending US #6", now "#4"), the others kept, the index in step.
     let up3 = Standin::start(&["--items", "3"]);
     d.write(&trending(&store, &up3.base(), &["US", "GB"], ROWS));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let now = rows(&c);
     assert_eq!(now.len(), 30);
@@ -160,7 +160,7 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
         .replace("table: videos", "table: channels")
         .replace("key: /id", "key: /snippet/channelTitle");
     d.write(&trending(&store, &up3.base(), &["US", "GB"], &shared));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let n: i64 = c
         .query_row("SELECT count(*) FROM channels", [], |r| r.get(0))
@@ -178,7 +178,7 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
         .replace("table: channels", "table: both")
         .replace("{ sqlite:", "{ folder: out/trending, sqlite:");
     d.write(&trending(&store, &up3.base(), &["US"], &both));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         summary(&r, "trending").contains("; 3 pages written, 9 rows upserted (1 new, 8 replaced);"),
@@ -226,7 +226,7 @@ fn a_reader_holding_a_read_transaction_does_not_stop_a_run() {
     let d = Deployment::new("");
     let store = embedded_store(&d);
     d.write(&trending(&store, &up.base(), &["US"], ROWS));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let mut reader = db(&d);
     let tx = reader.transaction().unwrap();
     let n: i64 = tx
@@ -235,7 +235,7 @@ fn a_reader_holding_a_read_transaction_does_not_stop_a_run() {
     assert_eq!(n, 15);
     // A second region while the reader holds its snapshot.
     d.write(&trending(&store, &up.base(), &["US", "GB"], ROWS));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let n: i64 = tx
         .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
@@ -254,7 +254,7 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
     let d = Deployment::new("");
     let store = embedded_store(&d);
     d.write(&trending(&store, &up.base(), &["US"], ROWS));
-    let r = d.quota(&["run", "--dry-run"]);
+    let r = d.portion(&["run", "--dry-run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stdout.contains("rows into")
@@ -268,10 +268,10 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
         .execute_batch("CREATE TABLE videos (id TEXT PRIMARY KEY, title TEXT);")
         .unwrap();
     for cmd in ["check", "run"] {
-        let r = d.quota(&[cmd]);
+        let r = d.portion(&[cmd]);
         assert_eq!(r.code, 78, "{cmd}: {r:?}");
         for said in [
-            "quota.yaml",
+            "portion.yaml",
             "jobs.trending.output.sqlite.table",
             "videos.db",
             "(id, title)",
@@ -288,7 +288,7 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
         &["US"],
         &ROWS.replace("out/videos.db", "plain/videos.db"),
     ));
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 78, "{r:?}");
     assert!(
         r.stderr.contains("jobs.trending.output.sqlite.path"),
@@ -324,7 +324,7 @@ fn a_table_of_another_shape_or_a_path_that_cannot_be_written_is_78() {
         ("{}".to_string(), "jobs.trending.output"),
     ] {
         d.write(&trending(&store, &up.base(), &["US"], &output));
-        let r = d.quota(&["check"]);
+        let r = d.portion(&["check"]);
         assert_eq!(r.code, 78, "{output}: {r:?}");
         assert!(r.stderr.contains(field), "{output}: {r:?}");
     }
@@ -380,11 +380,11 @@ fn a_database_that_is_the_embedded_store_s_file_is_78() {
     let store = embedded_store(&d);
     let ledger = d.path().join("ledger.sqlite3");
     d.write(&trending(&store, &up.base(), &["US"], ROWS));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let charged = charges(&ledger);
     assert_eq!(charged, 3);
     std::os::unix::fs::symlink(&ledger, d.path().join("out/link.db")).unwrap();
-    let default = "state/quota/ledger.sqlite3";
+    let default = "state/portion/ledger.sqlite3";
     for (store, path) in [
         (store.as_str(), "ledger.sqlite3"),
         (&store, "./ledger.sqlite3"),
@@ -392,14 +392,14 @@ fn a_database_that_is_the_embedded_store_s_file_is_78() {
         (&store, "out/link.db"),
         (&store, "ledger.sqlite3-wal"),
         ("embedded", default),
-        ("embedded", "./state/quota/history.json"),
+        ("embedded", "./state/portion/history.json"),
     ] {
         let output = ROWS.replace("out/videos.db", path);
         d.write(&trending(store, &up.base(), &["US"], &output));
         for cmd in [&["check"][..], &["run"], &["run", "--dry-run"]] {
-            let r = d.quota(cmd);
+            let r = d.portion(cmd);
             assert_eq!(r.code, 78, "{path} {cmd:?}: {r:?}");
-            for said in ["quota.yaml", "jobs.trending.output.sqlite.path", path] {
+            for said in ["portion.yaml", "jobs.trending.output.sqlite.path", path] {
                 assert!(r.stderr.contains(said), "{path} {cmd:?} says {said}: {r:?}");
             }
         }
@@ -448,7 +448,7 @@ fn two_jobs_sharing_a_table_with_another_search_are_78_on_a_fresh_database() {
     for b_rows in [&other, &none] {
         d.write(&yaml(b_rows));
         for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
+            let r = d.portion(&[cmd]);
             assert_eq!(r.code, 78, "{b_rows} {cmd}: {r:?}");
             for said in [
                 "jobs.b.output.sqlite.search",
@@ -462,9 +462,9 @@ fn two_jobs_sharing_a_table_with_another_search_are_78_on_a_fresh_database() {
     assert!(!d.path().join("out/videos.db").exists(), "nothing made");
     // The same `search` (and another table beside it) is fine.
     d.write(&yaml(ROWS));
-    assert_eq!(d.quota(&["check"]).code, 0);
+    assert_eq!(d.portion(&["check"]).code, 0);
     d.write(&yaml(&other.replace("table: videos", "table: more")));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(up.seen().len() == 2, "{:?}", up.seen());
 }
@@ -517,7 +517,7 @@ fn two_jobs_sharing_a_table_by_the_default_key_are_78() {
     ] {
         d.write(&yaml(a, b));
         for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
+            let r = d.portion(&[cmd]);
             assert_eq!(r.code, 78, "{cmd}: {r:?}");
             for said in [
                 field,
@@ -530,7 +530,7 @@ fn two_jobs_sharing_a_table_by_the_default_key_are_78() {
     }
     assert!(up.seen().is_empty(), "nothing sent: {:?}", up.seen());
     d.write(&yaml(ROWS, ROWS));
-    assert_eq!(d.quota(&["check"]).code, 0);
+    assert_eq!(d.portion(&["check"]).code, 0);
 }
 
 /// A once-job of inputs whose rows (no page files) are in the table, run
@@ -616,12 +616,12 @@ fn a_new_store_fetches_no_input_that_has_rows() {
     let job = |store: &str| rows_only(store, &up.base(), 1);
     write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
     d.write(&job(&embedded_store(&d)));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     assert_eq!(up.seen().len(), 8);
     write(&d, "ids.txt", &(keys(0..10).join("\n") + "\n"));
     let new = format!("embedded:{}", d.path().join("new.sqlite3").display());
     d.write(&job(&new));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
     let c = Connection::open(d.path().join("out/rows.db")).unwrap();
@@ -653,7 +653,7 @@ fn a_page_without_its_rows_is_not_taken_as_done() {
     );
     assert!(yaml.contains("folder: out/list"), "{yaml}");
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     write(&d, "ids.txt", "K0\nK1\nK2\nK3\n");
     // K2 answers in 3 s; meanwhile a writer takes the database: K2's page
@@ -698,7 +698,7 @@ fn a_page_with_nothing_at_items_is_said_and_counted() {
     );
     assert!(yaml.contains("/missing/*"), "{yaml}");
     d.write(&yaml);
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr.contains("nothing at /missing/* in the page of K0"),

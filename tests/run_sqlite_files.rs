@@ -48,7 +48,7 @@ fn a_page_whose_file_fails_stops_the_run_and_is_redone_with_its_rows_once() {
 
     let up = Standin::start(&[]);
     d.write(&trending(&store, &up.base(), &["US", "GB"], BOTH));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let c = db(&d);
     assert_eq!(rows(&c).len(), 30, "{r:?}");
@@ -98,7 +98,7 @@ fn an_input_whose_page_file_failed_has_no_rows_and_is_fetched_again() {
 
     let up = Standin::start(&[]);
     d.write(&job(&up.base()));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&up), once_each(&keys(1..3)), "{r:?}");
     assert_eq!(inputs_with_rows(&d), once_each(&keys(0..3)), "{r:?}");

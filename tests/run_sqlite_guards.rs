@@ -1,5 +1,5 @@
 //! The results database (`output.sqlite`) under what the host and the
-//! configuration throw at it (issue 36): its files made with quota's modes
+//! configuration throw at it (issue 36): its files made with portion's modes
 //! like every other (Class 5), its names quoted and `check` refusing what
 //! `run` would (Class 6), a database busy at a run's start a clean stop
 //! (Class 7).
@@ -28,10 +28,10 @@ fn mode(path: &Path) -> u32 {
         & 0o7777
 }
 
-/// The database was made by SQLite (0644, whatever `QUOTA_FILE_MODE`: any
+/// The database was made by SQLite (0644, whatever `PORTION_FILE_MODE`: any
 /// local user read every result) and its missing folders by
 /// `create_dir_all` (0777 under umask 000). Now the database, its `-wal`
-/// and `-shm` (seen while the run holds them open) take `QUOTA_FILE_MODE`,
+/// and `-shm` (seen while the run holds them open) take `PORTION_FILE_MODE`,
 /// its folders the folder mode, whatever the umask.
 #[test]
 fn the_database_its_wal_and_shm_and_its_folders_take_quota_s_modes() {
@@ -50,7 +50,7 @@ fn the_database_its_wal_and_shm_and_its_folders_take_quota_s_modes() {
     let db = d.path().join("deep/er/videos.db");
     let files = ["", "-wal", "-shm"].map(|end| format!("{}{end}", db.display()));
     let mut run = d.cmd_via(&umask, &["run"]);
-    run.env("QUOTA_FILE_MODE", "0600");
+    run.env("PORTION_FILE_MODE", "0600");
     let mut victim = spawn(&mut run);
     wait_until(Duration::from_secs(30), "page 2 never asked for", || {
         slow.seen().iter().any(|s| s.page == 1)
@@ -108,9 +108,9 @@ fn mail(base: &str, table: &str, search: &str) -> Deployment {
 fn search_fields_named_like_sql_keywords_are_columns_like_any_other() {
     let (base, asked) = serving_json(MAIL);
     let d = mail(&base, "select", "/from, /order, /group, /select, /where");
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(asked.lock().unwrap().len(), 1);
     let c = Connection::open(d.path().join("out/mail.db")).unwrap();
@@ -133,9 +133,9 @@ fn search_fields_named_like_sql_keywords_are_columns_like_any_other() {
     assert_eq!(found("where", "lyon"), ["m2"]);
     assert_eq!(found("select_search", "paris"), ["m1"], "the whole index");
     // A run again finds the tables as it made them.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
-    assert_eq!(d.quota(&["check"]).code, 0);
+    assert_eq!(d.portion(&["check"]).code, 0);
 }
 
 /// `/Key`, `/Rank`, `/rowid` passed `check` and failed at `run` (78, an
@@ -156,10 +156,10 @@ fn fts5_s_reserved_names_are_refused_at_check_whatever_their_case() {
         let d = mail(&base, "mail", &format!("/from, {field}"));
         let column = field.rsplit('/').next().unwrap();
         for cmd in ["check", "run"] {
-            let r = d.quota(&[cmd]);
+            let r = d.portion(&[cmd]);
             assert_eq!(r.code, 78, "{field} {cmd}: {r:?}");
             for said in [
-                "quota.yaml",
+                "portion.yaml",
                 "jobs.mail.output.sqlite.search[1]",
                 &format!("'{column}'"),
                 "keeps for itself",
@@ -189,10 +189,10 @@ fn check_refuses_what_run_would_a_runs_table_of_another_shape_and_a_plain_index(
         .execute_batch("CREATE TABLE results_runs (job TEXT, input TEXT);")
         .unwrap();
     for cmd in ["check", "run"] {
-        let r = d.quota(&[cmd]);
+        let r = d.portion(&[cmd]);
         assert_eq!(r.code, 78, "{cmd}: {r:?}");
         for said in [
-            "quota.yaml",
+            "portion.yaml",
             "jobs.list.output.sqlite.table",
             "results_runs",
         ] {
@@ -206,10 +206,10 @@ fn check_refuses_what_run_would_a_runs_table_of_another_shape_and_a_plain_index(
         .execute_batch("CREATE TABLE videos_search (key TEXT, title TEXT);")
         .unwrap();
     for cmd in ["check", "run"] {
-        let r = d.quota(&[cmd]);
+        let r = d.portion(&[cmd]);
         assert_eq!(r.code, 78, "{cmd}: {r:?}");
         for said in [
-            "quota.yaml",
+            "portion.yaml",
             "jobs.trending.output.sqlite.table",
             "'videos_search' is there but is not a full-text (FTS5) index",
         ] {
@@ -236,7 +236,7 @@ fn a_database_locked_by_another_writer_at_the_start_is_75_saying_who() {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
     d.write(&trending(&embedded_store(&d), &up.base(), &["US"], ROWS));
-    assert_eq!(d.quota(&["run"]).code, 0);
+    assert_eq!(d.portion(&["run"]).code, 0);
     let (asked, charged) = (up.seen().len(), charges(&d));
     let db = d.path().join("out/videos.db");
     let holder = Connection::open(&db).unwrap();
@@ -253,7 +253,7 @@ fn a_database_locked_by_another_writer_at_the_start_is_75_saying_who() {
     );
     drop(other);
     let began = std::time::Instant::now();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(began.elapsed() < Duration::from_secs(30), "{r:?}");
     let who = format!("process {}", std::process::id());
@@ -266,12 +266,12 @@ fn a_database_locked_by_another_writer_at_the_start_is_75_saying_who() {
         (asked, charged),
         "nothing charged or asked"
     );
-    let r = d.quota(&["check"]);
+    let r = d.portion(&["check"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(r.stderr.contains(&who), "{r:?}");
 
     holder.execute_batch("COMMIT").unwrap();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(charges(&d) > charged);
 }

@@ -52,7 +52,7 @@ fn the_upstreams_403_blocks_the_credential_for_every_job() {
     ];
     d.write(&deployment_yaml(&redis.url(), WIDE, "fail_closed", &jobs));
 
-    let r = d.quota(&["run", "first"]);
+    let r = d.portion(&["run", "first"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains("upstream answered 403 (quotaExceeded)"),
@@ -67,7 +67,7 @@ fn the_upstreams_403_blocks_the_credential_for_every_job() {
     assert_eq!(statuses, [200, 200, 403]);
 
     // Another job on the same credential stops before sending anything.
-    let r = d.quota(&["run", "second"]);
+    let r = d.portion(&["run", "second"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(
         r.stderr.contains("the credential is blocked until"),
@@ -103,7 +103,7 @@ fn a_429_with_retry_after_blocks_for_that_long() {
         };
 
         let before = store_now();
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         let after = store_now();
         assert_eq!(r.code, 75, "{r:?}");
         assert!(
@@ -155,7 +155,7 @@ fn a_429_with_retry_after_blocks_for_that_long() {
             "{json}"
         );
 
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{r:?}");
         assert!(
             r.stderr.contains("the credential is blocked until"),
@@ -175,7 +175,7 @@ fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
     // 8 answers of 300 ms: the first run is past its 2 s lock_ttl, so it
     // still holds the lock only because it renews it.
     up.wait_for(8);
-    let second = d.quota(&["run"]);
+    let second = d.portion(&["run"]);
     assert_eq!(second.code, 75, "{second:?}");
     let holder = format!("pid {}", first.id());
     assert!(
@@ -196,7 +196,7 @@ fn a_second_run_of_the_same_job_exits_75_at_once_and_names_the_holder() {
         "only the first run called the upstream"
     );
     // Released on exit: the next run takes the lock at once.
-    let third = d.quota(&["run"]);
+    let third = d.portion(&["run"]);
     assert_eq!(third.code, 0, "{third:?}");
 }
 
@@ -299,7 +299,7 @@ fn sigterm_saves_the_cursor_releases_the_lock_and_exits_75() {
 
     // The lock is free now (no wait), and the rerun resumes at the cursor:
     // pages written by the stopped run are not fetched again.
-    let rerun = d.quota(&["run"]);
+    let rerun = d.portion(&["run"]);
     assert_eq!(rerun.code, 0, "{rerun:?}");
     assert!(rerun.stderr.contains("run 2 starts at region"), "{rerun:?}");
     let counts = fetch_counts(&up);
@@ -330,7 +330,7 @@ fn a_next_page_that_cannot_be_sent_ends_its_region_uncharged() {
         "fail_closed",
         &[job],
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 1, "{r:?}");
     assert!(
         r.stderr.contains("the next page's request cannot be made")
@@ -361,7 +361,7 @@ fn a_next_page_that_cannot_be_sent_ends_its_region_uncharged() {
     ));
     let before = up.seen().len();
     for _ in 0..2 {
-        let r = d.quota(&["run", "long"]);
+        let r = d.portion(&["run", "long"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(r.stderr.contains("the URL cannot be sent"), "{r:?}");
         assert!(r.stderr.len() < 20_000, "the URL is not logged whole");
@@ -384,7 +384,7 @@ fn store_down_fail_closed_exits_69_before_any_request() {
         "fail_closed",
         &jobs,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 69, "{r:?}");
     assert!(
         r.stderr
@@ -403,7 +403,7 @@ fn store_down_fail_closed_exits_69_before_any_request() {
 fn store_down_fail_open_runs_unmetered_and_says_so() {
     let up = Standin::start(&[]);
     let d = trending(&up, "redis://127.0.0.1:1/0", &["US", "GB"], 1, "fail_open");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(
         r.stderr
@@ -423,12 +423,12 @@ fn embedded_store_locked_past_its_busy_timeout_follows_the_policy() {
                 let up = Standin::start(&[]);
                 let d = trending(&up, "embedded", &["US", "GB"], 1, policy);
                 let path = d.path().join("ledger.sqlite3");
-                quota::ledger::EmbeddedLedger::open(&path).unwrap(); // the schema
+                portion::ledger::EmbeddedLedger::open(&path).unwrap(); // the schema
                 // Another writer holds the file's write lock throughout.
                 let holder = rusqlite::Connection::open(&path).unwrap();
                 holder.execute_batch("BEGIN IMMEDIATE").unwrap();
                 let started = Instant::now();
-                let r = d.quota(&["run"]);
+                let r = d.portion(&["run"]);
                 let took = started.elapsed();
                 holder.execute_batch("ROLLBACK").unwrap();
                 eprintln!("{policy}: a locked embedded store ended the wait after {took:?}");
@@ -517,6 +517,6 @@ fn sigint_stops_cleanly_too() {
     );
     assert_outputs_valid(&d, "trending");
     // Released: the next run starts at once and finishes the round.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
 }

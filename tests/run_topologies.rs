@@ -1,4 +1,4 @@
-//! `quota run` on a real 3-master Redis Cluster and a real Sentinel group
+//! `portion run` on a real 3-master Redis Cluster and a real Sentinel group
 //! (one master, one replica, three sentinels), and a Sentinel failover in
 //! the middle of a run.
 
@@ -28,14 +28,14 @@ fn a_job_runs_end_to_end_on_a_cluster_and_on_sentinel() {
         let up = Standin::start(&["--pages", "3"]);
         let d = trending_with(&up, &url, SMALL, &["US", "GB", "DE"], 3, "fail_closed");
 
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("5 calls, spent units 5"), "{kind}: {r:?}");
         assert!(
             r.stderr.contains("next run starts at GB step 0 page 2"),
             "{kind}: {r:?}"
         );
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 75, "{kind}: {r:?}");
         assert!(r.stderr.contains("0 calls"), "{kind}: {r:?}");
         assert_eq!(up.seen().len(), 5, "{kind}");
@@ -67,7 +67,7 @@ fn a_store_that_wants_a_password_and_gets_none_is_unavailable() {
     let up = Standin::start(&["--pages", "1"]);
     let d = trending_with(&up, &redis.url(), SMALL, &["US"], 1, "fail_closed");
     for args in [&["run"][..], &["status"][..]] {
-        let r = d.quota(args);
+        let r = d.portion(args);
         assert_eq!(r.code, 69, "{args:?}: {r:?}");
         assert!(r.stderr.contains("wants a password"), "{args:?}: {r:?}");
     }
@@ -117,7 +117,7 @@ fn a_job_runs_over_tls_with_a_password_on_every_topology() {
             .env("SSL_CERT_FILE", ca.file("ca.pem")));
         assert!(r.stdout.contains("\"used\": 5"), "{kind}: {r:?}");
         // Without the CA, the certificate is refused: the store is unreachable.
-        let r = d.quota(&["run"]);
+        let r = d.portion(&["run"]);
         assert_eq!(r.code, 69, "{kind}: {r:?}");
         assert_eq!(up.seen().len(), 5, "{kind}");
     }
@@ -163,7 +163,7 @@ fn a_sentinel_failover_mid_run_keeps_the_budget() {
         "every call is in the new master's log"
     );
     // A later run learns the window is full from the new master.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     if seen == 8 {
         assert_eq!(r.code, 75, "{r:?}");
         assert!(r.stderr.contains("0 calls"), "{r:?}");

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use quota::ledger::{EmbeddedLedger, Ledger, LockOutcome};
+use portion::ledger::{EmbeddedLedger, Ledger, LockOutcome};
 
 use crate::common::deployment::{Deployment, embedded_store, trending};
 use crate::common::inputs::{write, yaml};
@@ -32,7 +32,7 @@ fn a_job_not_once_that_walked_its_whole_file_says_how_many_inputs_it_did() {
         false,
         1,
     ));
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let line = summary(&r.stderr);
     assert!(
@@ -73,7 +73,7 @@ fn a_stop_for_a_busy_lock_in_a_job_of_inputs_says_where_its_inputs_are() {
     // Before any run: its first line.
     d.write(&small);
     held("someone");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let line = summary(&r.stderr);
     assert!(
@@ -89,11 +89,11 @@ fn a_stop_for_a_busy_lock_in_a_job_of_inputs_says_where_its_inputs_are() {
     rt.block_on(ledger.release_lock("list", "someone")).unwrap();
 
     // Mid-file: the cursor's line.
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     assert!(summary(&r.stderr).contains("inputs done 3"), "{r:?}");
     held("someone else");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let line = summary(&r.stderr);
     assert!(line.contains("; inputs done 3, 0 skipped;"), "{line}");
@@ -109,7 +109,7 @@ fn a_stop_for_a_busy_lock_in_a_job_of_inputs_says_where_its_inputs_are() {
 fn a_walk_cut_at_max_pages_is_warned_per_key_and_counted() {
     let up = Standin::start(&["--pages", "3"]);
     let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     for region in ["US", "GB"] {
         assert!(
@@ -132,7 +132,7 @@ fn a_walk_cut_at_max_pages_is_warned_per_key_and_counted() {
 
     let up = Standin::start(&["--pages", "2"]);
     let d = trending(&up, "embedded", &["US", "GB"], 2, "fail_closed");
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(!r.stderr.contains("max_pages"), "{r:?}");
 }

@@ -47,7 +47,7 @@ fn a_secret_shorter_than_8_bytes_is_78_naming_its_source_not_its_value() {
     assert!(up.seen().is_empty(), "nothing was sent: {:?}", up.seen());
     // 8 bytes is enough.
     std::fs::write(d.path().join("key"), "Qz7k!x9w\n").unwrap();
-    assert_eq!(d.quota(&["check"]).code, 0);
+    assert_eq!(d.portion(&["check"]).code, 0);
 }
 
 /// Some editors begin a file with U+FEFF: it was sent as part of the key.
@@ -56,7 +56,7 @@ fn a_byte_order_mark_before_a_secret_file_is_dropped() {
     let up = Standin::start(&[]);
     let d = deployment(&up, "{ file: key }");
     std::fs::write(d.path().join("key"), "\u{feff}demo-key\n").unwrap();
-    let r = d.quota(&["run"]);
+    let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     let seen = up.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");

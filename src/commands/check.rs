@@ -1,4 +1,4 @@
-//! `quota check`: validate the configuration and print what it resolved,
+//! `portion check`: validate the configuration and print what it resolved,
 //! without touching the store or the network. Secrets are read (so a missing
 //! one fails here, not at 3 a.m.) but never printed; every request is filled
 //! in as it will be sent (its URL and headers checked), and each job's
@@ -97,7 +97,7 @@ fn unseen(config: &Config) -> impl Iterator<Item = &Credential> {
     (config.credentials.iter()).filter(|c| c.secret_source.outside_its_unit())
 }
 
-/// The resolved configuration, as `quota check` prints it.
+/// The resolved configuration, as `portion check` prints it.
 pub fn describe(config: &Config, store: &StoreLocation) -> String {
     let mut out = String::new();
     let w = &mut out;
@@ -190,7 +190,7 @@ fn share_notes(w: &mut String, config: &Config, c: &Credential) {
         if !config.jobs.iter().any(|j| on_c(&j)) {
             let _ = writeln!(
                 w,
-                "  note: share {} names no job of this file on credential {}: only `quota charge`/`exec --job {}` spend as it",
+                "  note: share {} names no job of this file on credential {}: only `portion charge`/`exec --job {}` spend as it",
                 s.name, c.name, s.name
             );
         }
@@ -370,7 +370,7 @@ mod tests {
     #[test]
     fn a_job_s_worst_case_is_the_planner_s() {
         let text = crate::config::per_run::tests::CONFIG;
-        let c = Config::parse(Path::new("quota.yaml"), text, Secrets::Skip).expect("valid");
+        let c = Config::parse(Path::new("portion.yaml"), text, Secrets::Skip).expect("valid");
         let out = describe(&c, &StoreLocation::Embedded(None));
         assert!(
             out.contains("  per run, at most: 22 calls, spending units 28, search 16\n"),

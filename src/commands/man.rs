@@ -1,4 +1,4 @@
-//! `quota man`: the man page (roff) from the command-line definitions, plus
+//! `portion man`: the man page (roff) from the command-line definitions, plus
 //! the sections clap cannot know: the exit codes a timer or a script acts
 //! on, the files and environment, and where the configuration is described.
 
@@ -52,13 +52,13 @@ fn extra_sections() -> String {
     }
     s.push_str(
         ".SH ENVIRONMENT\n\
-         .TP\n\\fBQUOTA_CONFIG\\fR\nthe configuration file, when \\-c is not given (else ./quota.yaml)\n\
-         .TP\n\\fBQUOTA_STORE\\fR\nthe store, when \\-\\-store is not given (else the file's store:, else the embedded store)\n\
+         .TP\n\\fBPORTION_CONFIG\\fR\nthe configuration file, when \\-c is not given (else ./portion.yaml)\n\
+         .TP\n\\fBPORTION_STORE\\fR\nthe store, when \\-\\-store is not given (else the file's store:, else the embedded store)\n\
          .TP\n\\fBSTATE_DIRECTORY\\fR, \\fBXDG_STATE_HOME\\fR\nwhere the embedded store and this host's history live\n\
-         .TP\n\\fBQUOTA_FILE_MODE\\fR\nthe mode of pages, a new embedded store and the history (octal, default 0640, less the umask; never writable by others); the folders quota creates get x for each r bit (0750), and never o+w\n\
+         .TP\n\\fBPORTION_FILE_MODE\\fR\nthe mode of pages, a new embedded store and the history (octal, default 0640, less the umask; never writable by others); the folders portion creates get x for each r bit (0750), and never o+w\n\
          .TP\n\\fBRUST_LOG\\fR\nthe log filter, over \\-v and \\-q\n\
          .SH FILES\n\
-         .TP\n\\fB$STATE_DIRECTORY/ledger.sqlite3\\fR, else \\fB~/.local/state/quota/ledger.sqlite3\\fR\n\
+         .TP\n\\fB$STATE_DIRECTORY/ledger.sqlite3\\fR, else \\fB~/.local/state/portion/ledger.sqlite3\\fR\n\
          the embedded store, with history.json beside it\n\
          .SH CONFIGURATION\n\
          One YAML file (a UTF\\-8 BOM, merge keys and top\\-level x\\- anchor blocks \
@@ -137,7 +137,7 @@ mod tests {
             "credentials:",
             "endpoints:",
             "jobs:",
-            "QUOTA_FILE_MODE",
+            "PORTION_FILE_MODE",
         ] {
             assert!(s.contains(key), "{key} missing");
         }

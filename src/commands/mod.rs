@@ -55,7 +55,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
             }
             Command::Completions { shell } => {
                 let mut out = Vec::new();
-                clap_complete::generate(shell, &mut Cli::command(), "quota", &mut out);
+                clap_complete::generate(shell, &mut Cli::command(), "portion", &mut out);
                 table::emit(&String::from_utf8_lossy(&out))
             }
             Command::Man => man::execute(),
@@ -100,7 +100,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
     })
 }
 
-/// A wrong `QUOTA_FILE_MODE` (exit 2), found before a command that may
+/// A wrong `PORTION_FILE_MODE` (exit 2), found before a command that may
 /// create a file (the store, its folder, a page, the history) creates any.
 fn file_mode_checked() -> Result<()> {
     crate::atomic_file::file_mode()
@@ -108,8 +108,8 @@ fn file_mode_checked() -> Result<()> {
         .map_err(Error::Usage)
 }
 
-/// The configuration file `-c` names (else `$QUOTA_CONFIG`, else
-/// `./quota.yaml`), loaded, and the store to use with it.
+/// The configuration file `-c` names (else `$PORTION_CONFIG`, else
+/// `./portion.yaml`), loaded, and the store to use with it.
 fn configured(cli: &Cli, secrets: Secrets) -> Result<(Config, StoreLocation)> {
     let file = Config::path(cli.config.as_deref());
     let config = match secrets {
@@ -121,7 +121,7 @@ fn configured(cli: &Cli, secrets: Secrets) -> Result<(Config, StoreLocation)> {
     Ok((config, store))
 }
 
-/// The store: `--store` (or `$QUOTA_STORE`), else the file's `store:`, else
+/// The store: `--store` (or `$PORTION_STORE`), else the file's `store:`, else
 /// the embedded default.
 fn store_location(flag: Option<&str>, config: &Config) -> Result<StoreLocation> {
     match flag {

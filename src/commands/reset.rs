@@ -1,4 +1,4 @@
-//! `quota reset JOB --yes`: start a job afresh. Its cursor is forgotten
+//! `portion reset JOB --yes`: start a job afresh. Its cursor is forgotten
 //! (its run number kept, so no page is ever replaced) and, for a job of
 //! inputs, which inputs are done and which keys were seen: every input is
 //! done again, its new pages written beside the old ones. The way on after
@@ -27,7 +27,7 @@ pub async fn execute(
     let store_name = context::store_name(location);
     if failed && job.inputs.is_none() {
         return Err(Error::Usage(format!(
-            "quota reset {name} --failed: job {name} has no inputs, so none failed"
+            "portion reset {name} --failed: job {name} has no inputs, so none failed"
         )));
     }
     let what = if failed {
@@ -43,14 +43,14 @@ pub async fn execute(
             false => ("", ": its next run starts afresh"),
         };
         return Err(Error::Usage(format!(
-            "quota reset {name}{flag} forgets {what} in {store_name} (pages stay){after}; \
+            "portion reset {name}{flag} forgets {what} in {store_name} (pages stay){after}; \
              run it again with --yes to do it"
         )));
     }
     let store = context::open(location).await?;
     let err = |e| context::store_error(&store_name, e);
     // A run in progress would write its cursor over the reset.
-    let holder = format!("quota reset (pid {})", std::process::id());
+    let holder = format!("portion reset (pid {})", std::process::id());
     if let LockOutcome::Busy { holder: by, .. } = store
         .take_lock(name, &holder, Duration::from_secs(30))
         .await

@@ -1,4 +1,4 @@
-//! `quota run`: run the named jobs one after another, each to its own end,
+//! `portion run`: run the named jobs one after another, each to its own end,
 //! and turn their outcomes into one exit code; with `--metrics-file`, keep
 //! each job's outcome for the file written after the run ([`outcome`]).
 

@@ -1,4 +1,4 @@
-//! `quota status`: what is left, per credential, pool and window, read from
+//! `portion status`: what is left, per credential, pool and window, read from
 //! the store without spending; who spent it, when it frees up, a chart of
 //! usage over each window, and where each job resumes. `--json` gives the
 //! same in a stable shape (documented in the README), `--format

@@ -1,5 +1,5 @@
 //! Plain-text output helpers shared by the reports: aligned columns, colour
-//! that is only used on a terminal, and writing to a stdout that may be a closed pipe (`quota status | head`).
+//! that is only used on a terminal, and writing to a stdout that may be a closed pipe (`portion status | head`).
 
 use std::io::Write;
 

@@ -1,4 +1,4 @@
-//! `quota unblock CREDENTIAL`: lift an upstream block before it ends, for an
+//! `portion unblock CREDENTIAL`: lift an upstream block before it ends, for an
 //! operator who knows the upstream's quota is back (it was raised, or the
 //! upstream answered 429 for a reason of its own). Every host sees it at its
 //! next charge.

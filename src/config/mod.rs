@@ -44,8 +44,8 @@ pub use self::upstream_headers::CountHeaders;
 use crate::ledger::{Pool, PoolCost, Shares, StoreLocation};
 use crate::{Error, Result};
 
-/// The file used when neither `-c` nor `$QUOTA_CONFIG` names one.
-pub const DEFAULT_FILE: &str = "quota.yaml";
+/// The file used when neither `-c` nor `$PORTION_CONFIG` names one.
+pub const DEFAULT_FILE: &str = "portion.yaml";
 
 /// A whole deployment, validated.
 #[derive(Debug)]
@@ -209,7 +209,7 @@ pub fn folder_writable(dir: &Path) -> std::result::Result<(), (PathBuf, std::io:
         )));
     }
     let probe = dir.join(format!(
-        ".quota-probe.{}.{:016x}",
+        ".portion-probe.{}.{:016x}",
         std::process::id(),
         rand::random::<u64>()
     ));
@@ -414,7 +414,7 @@ impl std::fmt::Display for PageKind {
 }
 
 impl Config {
-    /// The file `-c` or `$QUOTA_CONFIG` named, else `./quota.yaml`.
+    /// The file `-c` or `$PORTION_CONFIG` named, else `./portion.yaml`.
     pub fn path(explicit: Option<&Path>) -> PathBuf {
         explicit.map_or_else(|| PathBuf::from(DEFAULT_FILE), Path::to_path_buf)
     }

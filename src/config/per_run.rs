@@ -50,7 +50,7 @@ pub(crate) mod tests {
     pub(crate) const CONFIG: &str = r#"
 credentials:
   main:
-    secret: { env: QUOTA_TEST_NEVER_SET }
+    secret: { env: PORTION_TEST_NEVER_SET }
     pools:
       units: [{ limit: 1000, per: 1h }]
       search: [{ limit: 1000, per: 1h }]
@@ -73,7 +73,7 @@ jobs:
 
     #[test]
     fn a_run_costs_its_worst_case_in_every_region_pools_in_the_order_spent() {
-        let c = Config::parse(Path::new("quota.yaml"), CONFIG, Secrets::Skip).expect("valid");
+        let c = Config::parse(Path::new("portion.yaml"), CONFIG, Secrets::Skip).expect("valid");
         let fan = &c.jobs[0];
         assert_eq!(fan.calls_per_run(), 2 * (3 + 8));
         // units before search, as the steps spend them (not by name).

@@ -21,9 +21,9 @@ pub enum StoreError {
     /// The credential's keys were written by an older build, in a layout
     /// this one would misread; nothing was written.
     #[error(
-        "the Redis keys of credential '{credential}' were written by a build of quota \
+        "the Redis keys of credential '{credential}' were written by a build of portion \
          older than 2026-11-24, in a layout this one would misread; stop its timers and \
-         delete them: redis-cli --scan --pattern 'quota:{{{credential}}}:*' | xargs -r redis-cli del"
+         delete them: redis-cli --scan --pattern 'portion:{{{credential}}}:*' | xargs -r redis-cli del"
     )]
     OlderLayout { credential: String },
     /// The store URL names something that cannot be connected to as given

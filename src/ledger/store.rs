@@ -1,5 +1,5 @@
 //! Where the ledger lives ([`StoreLocation`], parsed from `--store`,
-//! `$QUOTA_STORE` or the file's `store:`), and [`Store`], a ledger of either
+//! `$PORTION_STORE` or the file's `store:`), and [`Store`], a ledger of either
 //! kind chosen at run time.
 
 use std::path::PathBuf;

@@ -13,7 +13,7 @@
 //! Temporary files are `.JOB~NAME~RANDOM.tmp`, created
 //! exclusively (see [`crate::atomic_file`]); a later run of the same job,
 //! holding the job's lock, removes any that a killed run left, and never
-//! another job's. Pages are created 0640 (`QUOTA_FILE_MODE`), less the umask.
+//! another job's. Pages are created 0640 (`PORTION_FILE_MODE`), less the umask.
 
 use std::borrow::Cow;
 use std::fs;

@@ -20,10 +20,10 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use super::sink::BUSY_TIMEOUT;
 
 /// The file in an output folder that holds its id.
-pub const FOLDER_FILE: &str = ".quota-output";
+pub const FOLDER_FILE: &str = ".portion-output";
 
 /// The table in an output database that holds its id.
-pub const DB_TABLE: &str = "quota-output";
+pub const DB_TABLE: &str = "portion-output";
 
 /// A new id: 128 random bits.
 fn new_id() -> String {

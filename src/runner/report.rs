@@ -125,7 +125,7 @@ impl Stop {
     ];
 
     /// A short, stable name of the kind of stop, without its details (the
-    /// `reason` label of `quota run --metrics-file`).
+    /// `reason` label of `portion run --metrics-file`).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::QuotaSaidNo { .. } => "quota",
@@ -172,7 +172,7 @@ pub struct JobReport {
     /// several refused batches is one).
     pub failed_in: BTreeSet<String>,
     /// Inputs whose first page the upstream refused for themselves,
-    /// recorded as failed (`quota status` lists them): the run exits 1.
+    /// recorded as failed (`portion status` lists them): the run exits 1.
     pub failed_inputs: u64,
     /// Walks ended by a next link or token that cannot be read (a `Link`
     /// header, a token or URL in the page: warned each).
@@ -318,7 +318,7 @@ impl JobReport {
         };
         if self.failed_inputs > 0 {
             notes += &format!(
-                ", {} of them failed this run (listed by `quota status`)",
+                ", {} of them failed this run (listed by `portion status`)",
                 self.failed_inputs
             );
         }

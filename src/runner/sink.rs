@@ -157,7 +157,7 @@ impl Sink {
     /// table of another shape.
     pub fn open(spec: &SqliteOutput, job: &str, runs: bool) -> Result<Self, SinkError> {
         regular_or_absent(&spec.path)?;
-        // (the file and its folders made with quota's modes, never
+        // (the file and its folders made with portion's modes, never
         // SQLite's 0644 or the umask's 0777)
         crate::atomic_file::create_database(&spec.path).map_err(SinkError::Io)?;
         let conn = busy::or_holder(&spec.path, || {

@@ -82,7 +82,7 @@ pub fn client(http: &HttpSettings) -> crate::Result<Client> {
         // query, a header or a Referer, wherever the upstream points.
         .redirect(reqwest::redirect::Policy::none())
         .referer(false)
-        .user_agent(concat!("quota/", env!("CARGO_PKG_VERSION")))
+        .user_agent(concat!("portion/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| crate::Error::Http {
             what: "cannot build the HTTP client",

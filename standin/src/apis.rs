@@ -1,5 +1,5 @@
 //! Other API shapes than YouTube's, so the tests can drive every kind of
-//! pagination and request `quota` knows against a real server. Each has
+//! pagination and request `portion` knows against a real server. Each has
 //! `--pages` pages of `--items` items, checks the key, and logs every
 //! request (its region, page, method and body) like the YouTube paths.
 //!

@@ -2,7 +2,7 @@
 //! `graphql.yaml`) need from their stand-in upstream beyond the shapes of
 //! [`crate::apis`]: each upstream's own counters, reported the way the real
 //! API reports them, so the examples show (and the tests can read) usage
-//! made outside `quota`. `quota` does not read these headers yet; they are
+//! made outside `portion`. `portion` does not read these headers yet; they are
 //! plain headers for now.
 //!
 //! * GitHub (`/repos/OWNER/REPO/issues`): an hourly window of
@@ -167,7 +167,7 @@ pub fn is_graphql(path: &str) -> bool {
 /// `query` and an optional object `variables`: `first` (1 to 250, default
 /// 10) items after the cursor `after`, of the item list `query` names (the
 /// region). The cursor may also come as the query parameter `after`, which
-/// wins: `quota`'s body-token pagination sends its token as a query
+/// wins: `portion`'s body-token pagination sends its token as a query
 /// parameter. Each list holds `--pages` × `--items` items.
 ///
 /// It answers `data.items` with `nodes` and `pageInfo {hasNextPage,

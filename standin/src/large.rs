@@ -1,5 +1,5 @@
 //! Pages no `serde_json::Value` could build cheaply, for the tests of how
-//! `quota` reads and writes pages (`--large-page`, `--odd-ids`,
+//! `portion` reads and writes pages (`--large-page`, `--odd-ids`,
 //! `--key-in-number`, `--key-in-exponent`, `--long-ids`): added to the text of
 //! the `/ids` pages as they are sent, so the stand-in never builds them as
 //! a tree either.

@@ -1,7 +1,7 @@
-//! `quota-standin`: a local, metered imitation of the YouTube Data API, for
-//! the demo (`jobs/demo.sh`) and the tests. It is not part of `quota`, the
+//! `portion-standin`: a local, metered imitation of the YouTube Data API, for
+//! the demo (`jobs/demo.sh`) and the tests. It is not part of `portion`, the
 //! operator's tool, and does not use its library: a package of its own in
-//! quota's workspace (`standin/`), built beside it by `cargo build`.
+//! portion's workspace (`standin/`), built beside it by `cargo build`.
 //!
 //! * [`exchange`]: what the others build on: the request, the answer, the
 //!   state all requests share and the request log.
@@ -35,7 +35,7 @@ use clap::Parser;
 /// Serve a local stand-in for a metered API (YouTube-shaped), for the demo
 /// and the tests
 #[derive(Clone, Debug, Parser)]
-#[command(name = "quota-standin", version, about)]
+#[command(name = "portion-standin", version, about)]
 pub struct Options {
     /// Address to listen on (port 0 picks a free port; the first line printed says which)
     #[arg(long, default_value = "127.0.0.1:8089")]
@@ -124,7 +124,7 @@ pub struct Options {
     pub github_limit: u64,
 
     /// Requests already spent from GitHub's hourly limit by other tools when
-    /// the stand-in starts (usage made outside `quota`)
+    /// the stand-in starts (usage made outside `portion`)
     #[arg(long, default_value_t = 0)]
     pub github_used: u64,
 
@@ -224,7 +224,7 @@ fn main() -> ExitCode {
     match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("quota-standin: {e}");
+            eprintln!("portion-standin: {e}");
             ExitCode::FAILURE
         }
     }

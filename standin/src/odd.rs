@@ -1,5 +1,5 @@
 //! Answers that are not what a client hopes for, on demand, for the tests
-//! of what `quota` does with them; apart from the API shapes so each stays
+//! of what `portion` does with them; apart from the API shapes so each stays
 //! one switch:
 //!
 //! * `--refuse K=V[&K=V…]`: a request whose query has every such pair

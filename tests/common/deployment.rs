@@ -1,5 +1,5 @@
-//! The binary tests' fixture: a deployment folder (`quota.yaml`, a key file,
-//! outputs under `out/`), the YAML it is written from, and the `quota`
+//! The binary tests' fixture: a deployment folder (`portion.yaml`, a key file,
+//! outputs under `out/`), the YAML it is written from, and the `portion`
 //! binary run in it with a clean environment.
 
 use std::path::{Path, PathBuf};
@@ -8,25 +8,25 @@ use std::process::{Child, Command, Stdio};
 use super::standin::Standin;
 use super::yaml::{Config, Credential, Endpoint, Job, Step, limit};
 
-/// The `quota` binary under test.
-pub fn quota_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_quota"))
+/// The `portion` binary under test.
+pub fn portion_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_portion"))
 }
 
-/// A `quota` command with a clean environment: no inherited QUOTA_* or
+/// A `portion` command with a clean environment: no inherited PORTION_* or
 /// RUST_LOG, state under `home` so nothing touches the real home.
-pub fn quota(home: &Path) -> Command {
-    quota_via(&[], home)
+pub fn portion(home: &Path) -> Command {
+    portion_via(&[], home)
 }
 
-/// [`quota`] started by `wrapper` (a program and its first arguments, such
+/// [`portion`] started by `wrapper` (a program and its first arguments, such
 /// as `faketime -f TIME`), which gets the same clean environment.
-pub fn quota_via(wrapper: &[&str], home: &Path) -> Command {
+pub fn portion_via(wrapper: &[&str], home: &Path) -> Command {
     let mut c = match wrapper.split_first() {
-        None => Command::new(quota_bin()),
+        None => Command::new(portion_bin()),
         Some((program, args)) => {
             let mut c = Command::new(program);
-            c.args(args).arg(quota_bin());
+            c.args(args).arg(portion_bin());
             c
         }
     };
@@ -114,7 +114,7 @@ pub fn spawn(cmd: &mut Command) -> Child {
     cmd.stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn quota")
+        .expect("spawn portion")
 }
 
 /// Wait for a command started with [`spawn`].
@@ -137,7 +137,7 @@ pub fn kill(sig: &str, pid: u32) {
     assert!(ok, "kill {sig} {pid}");
 }
 
-/// A wrapper (for [`Deployment::cmd_via`]) under which `quota` cannot write
+/// A wrapper (for [`Deployment::cmd_via`]) under which `portion` cannot write
 /// where permissions say no: none for a user; for root, which writes
 /// anywhere otherwise, `setpriv` dropping CAP_DAC_OVERRIDE and
 /// CAP_DAC_READ_SEARCH from the bounding set. `read_only` is a folder the
@@ -153,7 +153,7 @@ pub fn bound_by_permissions(read_only: &Path) -> Vec<&'static str> {
     }
 }
 
-/// A deployment for the binary tests: a folder with `quota.yaml`, the key
+/// A deployment for the binary tests: a folder with `portion.yaml`, the key
 /// file `key` (holding `demo-key`, what the stand-in accepts), outputs
 /// under `out/`.
 pub struct Deployment {
@@ -170,7 +170,7 @@ impl Deployment {
             assert!(good.contains(from), "{name}: {from:?} not in the base");
             self.write(&good.replacen(from, to, 1));
             for cmd in ["check", "run"] {
-                let r = self.quota(&[cmd]);
+                let r = self.portion(&[cmd]);
                 assert_eq!(r.code, 78, "{name} ({cmd}): {r:?}");
                 assert!(
                     r.stderr.contains(&file),
@@ -199,35 +199,35 @@ impl Deployment {
     }
 
     pub fn config(&self) -> PathBuf {
-        self.dir.path().join("quota.yaml")
+        self.dir.path().join("portion.yaml")
     }
 
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    /// `quota -c quota.yaml ARGS…`, not yet run.
+    /// `portion -c portion.yaml ARGS…`, not yet run.
     pub fn cmd(&self, args: &[&str]) -> Command {
         self.cmd_via(&[], args)
     }
 
-    /// [`Deployment::cmd`] started by `wrapper` (see [`quota_via`]).
+    /// [`Deployment::cmd`] started by `wrapper` (see [`portion_via`]).
     pub fn cmd_via(&self, wrapper: &[&str], args: &[&str]) -> Command {
-        let mut c = quota_via(wrapper, self.dir.path());
+        let mut c = portion_via(wrapper, self.dir.path());
         c.arg("-c").arg(self.config()).args(args);
         c
     }
 
-    pub fn quota(&self, args: &[&str]) -> Ran {
+    pub fn portion(&self, args: &[&str]) -> Ran {
         run(&mut self.cmd(args))
     }
 
-    /// `quota run` once the lock of a run killed before it released it has
+    /// `portion run` once the lock of a run killed before it released it has
     /// expired by itself (the config's `lock_ttl`; given up after 10 s).
     pub fn run_after_killed_lock(&self) -> Ran {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let r = self.quota(&["run"]);
+            let r = self.portion(&["run"]);
             if !(r.code == 75 && r.stderr.contains("another run holds the lock")) {
                 return r;
             }
@@ -239,9 +239,9 @@ impl Deployment {
         }
     }
 
-    /// `quota status --json`, which must succeed, parsed.
+    /// `portion status --json`, which must succeed, parsed.
     pub fn status_json(&self) -> serde_json::Value {
-        let r = self.quota(&["status", "--json"]);
+        let r = self.portion(&["status", "--json"]);
         assert_eq!(r.code, 0, "{r:?}");
         serde_json::from_str(&r.stdout).unwrap()
     }

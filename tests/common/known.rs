@@ -1,11 +1,11 @@
 //! A deployment in a known state for the operator's reports (`status`,
 //! `run --dry-run`, their OpenMetrics): its configuration, what its ledger
-//! holds, and `quota` run with the wall clock frozen at [`REPORT_TIME`],
+//! holds, and `portion` run with the wall clock frozen at [`REPORT_TIME`],
 //! so every report is the same text each time.
 
 use std::process::Command;
 
-use quota::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool};
+use portion::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool};
 
 use super::deployment::{Deployment, Ran, run};
 use super::ledger::{charge, cost, pool, window};
@@ -31,7 +31,7 @@ pub fn known_config(upstream: &str) -> String {
         r#"store: embedded:ledger.sqlite3
 credentials:
   main:
-    secret: {{ env: QUOTA_TEST_NEVER_SET }}   # status and planning never read it
+    secret: {{ env: PORTION_TEST_NEVER_SET }}   # status and planning never read it
     pools:
       units:
         - {{ limit: 100, per: 24h, headroom: 10% }}
@@ -131,13 +131,13 @@ pub fn known_ledger(d: &Deployment) {
     });
 }
 
-/// `quota ARGS…` as of [`REPORT_TIME`], in UTC, without colour: see
+/// `portion ARGS…` as of [`REPORT_TIME`], in UTC, without colour: see
 /// [`frozen_clock_cmd`].
 pub fn at_report_time(d: &Deployment, args: &[&str]) -> Ran {
     run(frozen_clock_cmd(d, args).env("NO_COLOR", "1"))
 }
 
-/// `quota ARGS…` in `d`, not yet run, under `faketime` (libfaketime) with
+/// `portion ARGS…` in `d`, not yet run, under `faketime` (libfaketime) with
 /// the wall clock frozen at [`REPORT_TIME`] (an absolute time without '@'
 /// does not run on), which is the clock the embedded store reads. The
 /// monotonic clock is left alone, so tokio's timers still run.

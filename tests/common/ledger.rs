@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use quota::ledger::{At, Charge, Ledger, Pool, PoolCost, Window};
+use portion::ledger::{At, Charge, Ledger, Pool, PoolCost, Window};
 
 /// One second in µs.
 pub const S: i64 = 1_000_000;

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use quota::ledger::{
+use portion::ledger::{
     At, BlockEnd, Charge, ChargeDecision, Ledger, PoolCost, Receipt, Settled, Window,
 };
 
@@ -246,7 +246,7 @@ pub async fn the_upstreams_count_wins_downward_until_its_reset(ledger: impl Ledg
     assert_eq!(retry(&d), Duration::from_secs(70));
     assert!(charge_at(&ledger, &h(600), T0 + 100 * S).await.is_allowed());
 
-    // `quota unblock` forgets others' units too: an upstream that
+    // `portion unblock` forgets others' units too: an upstream that
     // overstated them no longer holds the pool until its reset.
     let reset = Some(BlockEnd::After(Duration::from_secs(3000)));
     let others = ledger

@@ -1,6 +1,6 @@
 //! Fixtures shared by the tests, one module each: real processes
 //! (`redis-server` alone, as a Cluster, as a Sentinel group, over TLS; the
-//! stand-in upstream; the `quota` binary) on free loopback ports, each
+//! stand-in upstream; the `portion` binary) on free loopback ports, each
 //! killed when its handle drops. There is no mock store: a machine without
 //! `redis-server` fails these tests (CI installs it first). And what the
 //! test modules share, so that none imports another: the configuration

@@ -138,7 +138,7 @@ impl RedisServer {
 
     /// A connection to this server with the charge script loaded: the
     /// connection and the script's SHA, for tests that fill a log fast
-    /// (pipelined EVALSHA) rather than through `quota`.
+    /// (pipelined EVALSHA) rather than through `portion`.
     pub fn with_charge_script(&self) -> (::redis::Connection, String) {
         let mut con = ::redis::Client::open(self.url())
             .unwrap()
@@ -146,7 +146,7 @@ impl RedisServer {
             .unwrap();
         let sha: String = ::redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(quota::ledger::script_source("charge").unwrap())
+            .arg(portion::ledger::script_source("charge").unwrap())
             .query(&mut con)
             .unwrap();
         (con, sha)

@@ -1,4 +1,4 @@
-//! The upstream of the binary tests: the stand-in (the `quota-standin`
+//! The upstream of the binary tests: the stand-in (the `portion-standin`
 //! binary of the workspace's `standin/` package, a metered YouTube-shaped
 //! imitation) on a free loopback port, and what it saw.
 
@@ -42,7 +42,7 @@ pub struct Seen {
     pub in_flight: u64,
 }
 
-/// The YouTube stand-in (`quota-standin`) on a free loopback port, logging
+/// The YouTube stand-in (`portion-standin`) on a free loopback port, logging
 /// every request it sees; killed when dropped.
 pub struct Standin {
     child: Child,
@@ -150,12 +150,12 @@ fn binary() -> &'static Path {
             Some("debug") | None => "dev",
             Some(name) => name,
         };
-        // The workspace's default members, not `--package quota-standin`
+        // The workspace's default members, not `--package portion-standin`
         // alone: its dependencies then have the features `cargo build`
         // gives them, and the binary it built is used as it is.
         let out = Command::new(env!("CARGO"))
             .args(["build", "--quiet", "--message-format=json"])
-            .args(["--bin", "quota-standin", "--profile", profile])
+            .args(["--bin", "portion-standin", "--profile", profile])
             .arg("--manifest-path")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
             .stderr(Stdio::inherit())
@@ -165,7 +165,7 @@ fn binary() -> &'static Path {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .find(|m| m["target"]["name"] == "quota-standin" && m["executable"].is_string())
+            .find(|m| m["target"]["name"] == "portion-standin" && m["executable"].is_string())
             .and_then(|m| m["executable"].as_str().map(PathBuf::from))
             .expect("cargo names the stand-in's executable")
     })

@@ -50,7 +50,7 @@ impl TestCa {
             "-days",
             "2",
             "-subj",
-            "/CN=quota test CA",
+            "/CN=portion test CA",
         ]);
         openssl(&[
             "req",

@@ -1,5 +1,5 @@
 //! A configuration built in code, rendered as the YAML a test writes to
-//! `quota.yaml`: `Config::new(store).credential(…).endpoint(…).job(…)`.
+//! `portion.yaml`: `Config::new(store).credential(…).endpoint(…).job(…)`.
 //! A test then says only what it is about; the header (credentials, pools,
 //! endpoints) is not copied from file to file. Values are YAML text, given
 //! as the file would hold them (`"{ limit: 5, per: 1h }"`, `"every 1h"`),

@@ -1,4 +1,4 @@
-//! `quota bench --capacity`: size a deployment. Charges per second and p99
+//! `portion bench --capacity`: size a deployment. Charges per second and p99
 //! latency with 1, 50 and 200 concurrent clients spread over 1, 100 and
 //! 10,000 credentials, against one Redis or a Cluster; on a Cluster, the
 //! share of the charges each master served (from `INFO commandstats`).
@@ -117,7 +117,7 @@ async fn scenario(
     let tag = hex::encode(rand::random::<[u8; 3]>());
     let names: Arc<Vec<String>> = Arc::new(
         (0..credentials)
-            .map(|i| format!("quota-bench-{tag}-{i}"))
+            .map(|i| format!("portion-bench-{tag}-{i}"))
             .collect(),
     );
     let cost = Arc::new(vec![PoolCost {

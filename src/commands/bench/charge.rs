@@ -1,8 +1,8 @@
-//! `quota bench` (without `--capacity`): what one charge costs a real
+//! `portion bench` (without `--capacity`): what one charge costs a real
 //! Redis, so operators can size a deployment. Every figure comes from the
 //! same run on the same server: the PING round trip and a trivial script
 //! are the floor the charge is compared with. Keys it writes are named
-//! `quota:{quota-bench-…}:…` and deleted at the end.
+//! `portion:{portion-bench-…}:…` and deleted at the end.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,7 @@ use crate::{Error, Result};
 const ONE_WINDOW: &[Duration] = &[DAY];
 const TWO_WINDOWS: &[Duration] = &[DAY, HOUR];
 
-/// Everything one `quota bench` run measures.
+/// Everything one `portion bench` run measures.
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub redis_version: String,
@@ -141,7 +141,7 @@ async fn throughput_round(url: &str, args: &BenchArgs) -> Result<[Vec<Throughput
                 let (trivial, cost) = (trivial.clone(), cost.clone());
                 async move {
                     let charge = Charge {
-                        credential: "quota-bench-args",
+                        credential: "portion-bench-args",
                         cost: &cost,
                         endpoint: "bench",
                         job: "bench",

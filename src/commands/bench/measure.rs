@@ -1,5 +1,5 @@
-//! The instruments both benchmarks share, so that `quota bench` and
-//! `quota bench --capacity` build their pools and credentials, charge,
+//! The instruments both benchmarks share, so that `portion bench` and
+//! `portion bench --capacity` build their pools and credentials, charge,
 //! drive clients and read percentiles the same way: a figure from one is
 //! comparable with a figure from the other.
 
@@ -68,11 +68,11 @@ pub fn pool(pers: &[Duration]) -> Pool {
     }
 }
 
-/// A fresh credential name, `quota-bench-RANDOM-what`, so runs never share
+/// A fresh credential name, `portion-bench-RANDOM-what`, so runs never share
 /// keys and every key a benchmark writes is recognisable.
 pub fn fresh_credential(what: &str) -> String {
     format!(
-        "quota-bench-{}-{what}",
+        "portion-bench-{}-{what}",
         hex::encode(rand::random::<[u8; 4]>())
     )
 }

@@ -1,4 +1,4 @@
-//! `quota bench`: measure the ledger against a real Redis, so operators can
+//! `portion bench`: measure the ledger against a real Redis, so operators can
 //! size a deployment. This module is the command: it checks the store and
 //! the flags, runs one of the two benchmarks and prints its report.
 //! [`charge`] measures what one charge costs beside its floor;
@@ -16,14 +16,14 @@ use crate::cli::BenchArgs;
 use crate::ledger::StoreLocation;
 use crate::{Error, ExitStatus, Result};
 
-/// The `quota bench` command.
+/// The `portion bench` command.
 pub async fn execute(store: Option<&str>, args: &BenchArgs) -> Result<ExitStatus> {
     let url = match store.map(StoreLocation::parse) {
         Some(Ok(StoreLocation::Redis(url))) => url,
         Some(Err(e)) => return Err(Error::Usage(e)),
         _ => {
             return Err(Error::Usage(
-                "quota bench measures a Redis: name it with --store redis://HOST:PORT/DB or $QUOTA_STORE".into(),
+                "portion bench measures a Redis: name it with --store redis://HOST:PORT/DB or $PORTION_STORE".into(),
             ));
         }
     };

@@ -1,9 +1,9 @@
-//! `quota exec CREDENTIAL --cost … -- COMMAND [ARG]…`: charge, then run the
+//! `portion exec CREDENTIAL --cost … -- COMMAND [ARG]…`: charge, then run the
 //! command as a child and exit with its exit code, so that any program (a
 //! curl, a vendor SDK's CLI) spends under the ledger without learning
 //! about it. Refused, the command is not run (75); the signals that reach
-//! `quota` and would end it (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1…) are
-//! passed on to the command, whose exit is `quota`'s.
+//! `portion` and would end it (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1…) are
+//! passed on to the command, whose exit is `portion`'s.
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -87,15 +87,15 @@ fn exit_code(status: std::process::ExitStatus) -> ExitStatus {
     }
 }
 
-/// The signals `quota exec` passes on to its command: every one whose
-/// default action would end `quota` and that a process may catch, the
-/// real-time ones included. Any other would kill `quota` and leave the
+/// The signals `portion exec` passes on to its command: every one whose
+/// default action would end `portion` and that a process may catch, the
+/// real-time ones included. Any other would kill `portion` and leave the
 /// command running, orphaned (SIGUSR1 did). Not passed on: SIGPIPE (which
-/// Rust ignores; a closed stderr of `quota`'s must not kill the command),
+/// Rust ignores; a closed stderr of `portion`'s must not kill the command),
 /// SIGCHLD (the runtime's own), the job-control signals (SIGTSTP, SIGCONT…),
 /// which leave a process alive and reach a terminal's whole process group,
 /// and SIGSEGV, SIGILL and SIGFPE, which tokio refuses to catch: they
-/// report a fault of `quota`'s own, which must end it.
+/// report a fault of `portion`'s own, which must end it.
 const FORWARDED: [Sig; 18] = [
     Sig::HUP,
     Sig::INT,
@@ -117,7 +117,7 @@ const FORWARDED: [Sig; 18] = [
     Sig::SYS,
 ];
 
-/// The signals that reach `quota` while its command runs, in order.
+/// The signals that reach `portion` while its command runs, in order.
 struct Passed {
     received: mpsc::UnboundedReceiver<Sig>,
 }
@@ -155,15 +155,15 @@ impl Passed {
     }
 }
 
-/// Make every SIGBUS sent to `quota` reach the command, not just the first,
-/// while a real bus error still ends `quota`. Rust's runtime catches SIGBUS
+/// Make every SIGBUS sent to `portion` reach the command, not just the first,
+/// while a real bus error still ends `portion`. Rust's runtime catches SIGBUS
 /// (and SIGSEGV) to report a stack overflow; any other, it uncatches and
 /// returns, so that the fault recurs and kills. Chained behind tokio's
-/// handler, that uncatching left a second `kill -BUS` to end `quota` and
+/// handler, that uncatching left a second `kill -BUS` to end `portion` and
 /// orphan the command. Hence: the runtime's handler goes, and a bus error
 /// the kernel raised (`si_code` > 0; a `kill` or `sigqueue` gives 0 or
 /// less) uncatches SIGBUS itself, so the faulting access, run again on
-/// return, ends `quota` as it would without a handler. (On Linux a stack
+/// return, ends `portion` as it would without a handler. (On Linux a stack
 /// overflow raises SIGSEGV, whose handler stays.)
 fn bus_stays_caught() -> Result<()> {
     let failed = |source| Error::Process {

@@ -1,4 +1,4 @@
-//! `quota charge` and `quota exec`: one charge against the configured
+//! `portion charge` and `portion exec`: one charge against the configured
 //! ledger for a script that is not a YAML job (a shell loop, a Python
 //! script, a vendor SDK), so that it spends the same key under the same
 //! budget as the jobs. This module makes the charge (waiting for the units
@@ -45,7 +45,7 @@ pub struct Outcome {
     pub waited: Duration,
 }
 
-/// `quota charge`: charge once (or until admitted, within `--wait`); exit
+/// `portion charge`: charge once (or until admitted, within `--wait`); exit
 /// 0 admitted, 75 refused.
 pub async fn execute(
     config: &Config,

@@ -1,7 +1,7 @@
-//! What `quota charge` and `quota exec` say about a decision: the reason a
+//! What `portion charge` and `portion exec` say about a decision: the reason a
 //! charge was refused and when the units free up (a warning on stderr, as
-//! runs say it), and `quota charge --json`'s document, whose field names
-//! are stable (README, "quota charge and quota exec").
+//! runs say it), and `portion charge --json`'s document, whose field names
+//! are stable (README, "portion charge and portion exec").
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -97,7 +97,7 @@ fn micros(d: Duration) -> Micros {
     d.as_micros().min(i64::MAX as u128) as Micros
 }
 
-/// `quota charge --json`: the decision and what remains.
+/// `portion charge --json`: the decision and what remains.
 #[derive(Serialize)]
 pub struct ChargeJson {
     /// `admitted`, `rejected`, `blocked` or `log_lost`.

@@ -278,7 +278,7 @@ mod tests {
     const CONFIG: &str = r#"
 credentials:
   main:
-    secret: { env: QUOTA_TEST_NEVER_SET }
+    secret: { env: PORTION_TEST_NEVER_SET }
     pools:
       units:
         - { limit: 100, per: 24h, headroom: 10% }
@@ -317,7 +317,7 @@ jobs:
 "#;
 
     fn config() -> Config {
-        Config::parse(Path::new("quota.yaml"), CONFIG, Secrets::Skip).expect("a valid config")
+        Config::parse(Path::new("portion.yaml"), CONFIG, Secrets::Skip).expect("a valid config")
     }
 
     fn job<'c>(config: &'c Config, name: &str) -> &'c Job {
@@ -419,7 +419,7 @@ jobs:
             "  music:\n",
             "  huge:\n    credential: main\n    regions: [US, GB]\n    steps:\n      - endpoint: videos.list\n        request: { url: \"http://127.0.0.1:9/v\" }\n        paginate: { token: /next, param: t, max_pages: 10000 }\n      - endpoint: both.list\n        request: { url: \"http://127.0.0.1:9/b/{batch}\" }\n        for_each: { from: /ids, batch: 1, per_page: 1000000 }\n    output: out/huge\n  music:\n",
         );
-        let c = Config::parse(Path::new("quota.yaml"), &yaml, Secrets::Skip).unwrap();
+        let c = Config::parse(Path::new("portion.yaml"), &yaml, Secrets::Skip).unwrap();
         let huge = job(&c, "huge");
         let big = (1u64 << 53) - 1;
         let mut left = remaining(&[("units", &[big, big]), ("search", &[big])]);

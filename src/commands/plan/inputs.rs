@@ -56,7 +56,7 @@ mod tests {
     const CONFIG: &str = r#"
 credentials:
   main:
-    secret: { env: QUOTA_TEST_NEVER_SET }
+    secret: { env: PORTION_TEST_NEVER_SET }
     pools:
       units: [{ limit: 1000, per: 1d }, { limit: 100, per: 1h }]
       search: [{ limit: 1000, per: 1h }]
@@ -79,7 +79,7 @@ jobs:
 
     #[test]
     fn the_next_run_does_what_the_tightest_window_of_any_pool_holds() {
-        let c = Config::parse(Path::new("quota.yaml"), CONFIG, Secrets::Skip).expect("valid");
+        let c = Config::parse(Path::new("portion.yaml"), CONFIG, Secrets::Skip).expect("valid");
         let mut left = remaining(&[(("units", 0), 10), (("units", 1), 3), (("search", 0), 5)]);
         let next = next_run(&c.jobs[0], 7, &mut left, false);
         let want = NextRun::Inputs {

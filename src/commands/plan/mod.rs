@@ -1,4 +1,4 @@
-//! `quota run --dry-run`: planning. No request, no charge, no cursor or lock
+//! `portion run --dry-run`: planning. No request, no charge, no cursor or lock
 //! change: the store is only read. For each job: calls and units per run
 //! (the worst case: `max_pages` pages per paginated step); whether the next
 //! run fits what remains now, and if not where it would stop; with a
@@ -42,7 +42,7 @@ use crate::runner::cursor::Cursor;
 use crate::timefmt::rfc3339;
 use crate::{ExitStatus, Result};
 
-/// The `quota run --dry-run` command: plan the selected jobs and print the
+/// The `portion run --dry-run` command: plan the selected jobs and print the
 /// plan as a table or, with `--json`, as JSON.
 pub async fn execute(
     config: &Config,

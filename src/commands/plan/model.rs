@@ -1,4 +1,4 @@
-//! The plan as data: what `quota run --dry-run` found, per credential and
+//! The plan as data: what `portion run --dry-run` found, per credential and
 //! job, in one serialisable tree. `--json` prints it as it is and the table
 //! is rendered from it, so both always say the same thing.
 

@@ -1,4 +1,4 @@
-//! `quota run --metrics-file PATH`: what a run did, kept as it goes
+//! `portion run --metrics-file PATH`: what a run did, kept as it goes
 //! ([`RunOutcome`]), then written once it has ended as OpenMetrics text,
 //! atomically (a hidden temporary file beside PATH, then a rename), so that
 //! node_exporter's textfile collector never reads half a file. The names
@@ -95,19 +95,19 @@ impl RunOutcome {
     /// ends at `end` (microseconds since the epoch).
     pub fn render(&self, code: ExitStatus, end: i64) -> String {
         let mut exit = Family::new(
-            "quota_run_exit_code",
+            "portion_run_exit_code",
             "The exit code of the run (0 done, 75 stopped cleanly, 78 configuration, 69 store, 1 failed).",
             None,
         );
         exit.push(&[], u64::from(code.code()));
         let mut took = Family::new(
-            "quota_run_duration",
+            "portion_run_duration",
             "How long the whole run took.",
             Some(MetricUnit::Seconds),
         );
         took.push(&[], Value::Float(self.started.elapsed().as_secs_f64()));
         let mut at = Family::new(
-            "quota_run_end_timestamp",
+            "portion_run_end_timestamp",
             "When the run ended, as Unix time.",
             Some(MetricUnit::Seconds),
         );
@@ -119,49 +119,52 @@ impl RunOutcome {
 
     fn job_families(&self) -> Vec<Family> {
         let gauge = |name, help| Family::new(name, help, None);
-        let mut exit = gauge("quota_run_job_exit_code", "The exit code of the job's run.");
+        let mut exit = gauge(
+            "portion_run_job_exit_code",
+            "The exit code of the job's run.",
+        );
         let mut took = Family::new(
-            "quota_run_job_duration",
+            "portion_run_job_duration",
             "How long the job's run took.",
             Some(MetricUnit::Seconds),
         );
         let mut reason = gauge(
-            "quota_run_job_stop_reason",
+            "portion_run_job_stop_reason",
             "1 for why the job's run ended (none: it served every region), 0 for every other reason.",
         );
         let mut calls = gauge(
-            "quota_run_job_calls",
+            "portion_run_job_calls",
             "Requests the job sent, retries included.",
         );
         let mut unmetered = gauge(
-            "quota_run_job_unmetered_calls",
+            "portion_run_job_unmetered_calls",
             "Requests the job sent without a charge (store unreachable, fail_open).",
         );
         let mut units = Family::new(
-            "quota_run_job_charged",
+            "portion_run_job_charged",
             "Units the job charged, per pool.",
             Some(MetricUnit::Units),
         );
         let mut not_modified = gauge(
-            "quota_run_job_not_modified",
+            "portion_run_job_not_modified",
             "Calls of the job answered 304 (not modified): nothing written.",
         );
         let mut saved = Family::new(
-            "quota_run_job_saved",
+            "portion_run_job_saved",
             "Units the job's calls answered 304 gave back, per pool.",
             Some(MetricUnit::Units),
         );
         let mut pages = gauge(
-            "quota_run_job_pages_written",
+            "portion_run_job_pages_written",
             "Pages the job wrote: as files, or as rows when it has no folder.",
         );
         let mut done = gauge(
-            "quota_run_job_regions_done",
+            "portion_run_job_regions_done",
             "Regions the job served to their end.",
         );
-        let mut total = gauge("quota_run_job_regions", "Regions the job walks.");
+        let mut total = gauge("portion_run_job_regions", "Regions the job walks.");
         let mut failed = gauge(
-            "quota_run_job_failed_regions",
+            "portion_run_job_failed_regions",
             "Regions whose walk ended with an error or whose fan-out batches the upstream refused, each once.",
         );
         for j in &self.jobs {
@@ -242,7 +245,7 @@ mod tests {
     #[test]
     fn an_unwritable_file_fails_only_a_run_that_had_not_failed() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("missing-folder").join("quota.prom");
+        let file = dir.path().join("missing-folder").join("portion.prom");
         let finish = |result| RunOutcome::start().finish(Some(&file), result);
         for fine in [ExitStatus::OK, ExitStatus::STOPPED] {
             let e = finish(Ok(fine)).unwrap_err();

@@ -1,4 +1,4 @@
-//! Reading the reports `quota status` shows: each credential's usage and
+//! Reading the reports `portion status` shows: each credential's usage and
 //! its jobs' cursors from the store, or empty ones for a store that does
 //! not exist yet; every format renders these same reports.
 

@@ -135,7 +135,7 @@ pub async fn blocked(
         reason:
             "the part of the file the job has done changed here (edited, truncated or replaced)"
                 .into(),
-        fix: format!("quota reset {} --yes", job.name),
+        fix: format!("portion reset {} --yes", job.name),
         restarts: false,
     }))
 }
@@ -265,7 +265,7 @@ mod tests {
     const CONFIG: &str = r#"
 credentials:
   llm:
-    secret: { env: QUOTA_TEST_NEVER_SET }
+    secret: { env: PORTION_TEST_NEVER_SET }
     pools:
       tokens: [{ limit: 10000, per: 1d, aligned: UTC }]
 endpoints:
@@ -286,7 +286,7 @@ jobs:
         let dir = tempfile::tempdir().unwrap();
         let keys: Vec<String> = (0..12).map(|i| format!("K{i}")).collect();
         std::fs::write(dir.path().join("ids.txt"), keys.join("\n") + "\n").unwrap();
-        let file = dir.path().join("quota.yaml");
+        let file = dir.path().join("portion.yaml");
         let config = Config::parse(&file, CONFIG, Secrets::Skip).expect("valid");
         let cred = &config.credentials[0];
         // 18:00 UTC: the day starts afresh in 6 hours.

@@ -1,4 +1,4 @@
-//! `quota status --json`: the stable shape dashboards and scripts read
+//! `portion status --json`: the stable shape dashboards and scripts read
 //! (documented in the README), with each window's IETF RateLimit fields.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! `quota status --format openmetrics`: the same reports as the table and
+//! `portion status --format openmetrics`: the same reports as the table and
 //! the JSON (read once, by `status::read`), as OpenMetrics gauges for a
 //! scraper or node_exporter's textfile collector. The names, labels and
 //! units are documented in the README ("Metrics"); names of credentials,
@@ -19,7 +19,7 @@ pub fn render(reports: &[CredentialReport]) -> String {
     families.extend(not_modified_families(reports));
     families.extend(share_families(reports));
     let mut at = Family::new(
-        "quota_status_timestamp",
+        "portion_status_timestamp",
         "When the store was read (its own clock), as Unix time.",
         Some(MetricUnit::Seconds),
     );
@@ -32,22 +32,22 @@ pub fn render(reports: &[CredentialReport]) -> String {
 
 fn credential_families(reports: &[CredentialReport]) -> Vec<Family> {
     let mut blocked = Family::new(
-        "quota_credential_blocked",
+        "portion_credential_blocked",
         "1 while the credential is blocked because the upstream reported its quota spent, else 0.",
         None,
     );
     let mut until = Family::new(
-        "quota_credential_blocked_until_timestamp",
+        "portion_credential_blocked_until_timestamp",
         "When the credential's block ends, as Unix time (0: not blocked).",
         Some(MetricUnit::Seconds),
     );
     let mut lost = Family::new(
-        "quota_credential_log_lost",
+        "portion_credential_log_lost",
         "1 when the store reports fewer charges than this host has seen (it forgot the log), else 0.",
         None,
     );
     let mut charges = Family::new(
-        "quota_credential_charges_recorded",
+        "portion_credential_charges_recorded",
         "Charges the store has recorded for the credential; it only grows.",
         None,
     );
@@ -64,17 +64,17 @@ fn credential_families(reports: &[CredentialReport]) -> Vec<Family> {
 
 fn pool_families(reports: &[CredentialReport]) -> Vec<Family> {
     let mut lost = Family::new(
-        "quota_pool_log_lost",
+        "portion_pool_log_lost",
         "1 while the pool counts as spent because the store lost its log, else 0.",
         None,
     );
     let mut until = Family::new(
-        "quota_pool_log_lost_until_timestamp",
+        "portion_pool_log_lost_until_timestamp",
         "Until when the pool counts as spent after its log was lost, as Unix time (0: not lost).",
         Some(MetricUnit::Seconds),
     );
     let mut observed = Family::new(
-        "quota_pool_observed_rejections",
+        "portion_pool_observed_rejections",
         "Observe mode: calls recorded though they did not fit (a running count).",
         None,
     );
@@ -99,18 +99,18 @@ fn pool_families(reports: &[CredentialReport]) -> Vec<Family> {
 /// be done (absent when never).
 fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
     let mut inputs = Family::new(
-        "quota_job_inputs",
+        "portion_job_inputs",
         "A job of inputs' inputs by state: done (failed ones among them), failed, skipped, left.",
         None,
     );
     let mut done_by = Family::new(
-        "quota_job_inputs_done_by_timestamp",
+        "portion_job_inputs_done_by_timestamp",
         "When a job of inputs' inputs left will be done at the pace the budgets allow, as Unix time (an estimate).",
         Some(MetricUnit::Seconds),
     );
     let mut blocked = Family::new(
-        "quota_job_inputs_blocked",
-        "1 when a once-job's done part changed in its file: its runs exit 78 until `quota reset JOB --yes`.",
+        "portion_job_inputs_blocked",
+        "1 when a once-job's done part changed in its file: its runs exit 78 until `portion reset JOB --yes`.",
         None,
     );
     for r in reports {
@@ -144,12 +144,12 @@ fn inputs_families(reports: &[CredentialReport]) -> Vec<Family> {
 /// units they gave back, over its runs.
 fn not_modified_families(reports: &[CredentialReport]) -> Vec<Family> {
     let mut calls = Family::new(
-        "quota_not_modified_total",
+        "portion_not_modified_total",
         "A job's calls answered 304 (not modified), over its runs.",
         None,
     );
     let mut saved = Family::new(
-        "quota_not_modified_saved",
+        "portion_not_modified_saved",
         "Units a job's calls answered 304 gave back, per pool, over its runs.",
         Some(MetricUnit::Units),
     );
@@ -172,10 +172,10 @@ fn not_modified_families(reports: &[CredentialReport]) -> Vec<Family> {
 /// at all without shares: the text stays as it was).
 fn share_families(reports: &[CredentialReport]) -> Vec<Family> {
     let mut families = [
-        ("quota_share_reserve", "Units of the window kept for the share."),
-        ("quota_share_used", "Units the share spent in the window now."),
+        ("portion_share_reserve", "Units of the window kept for the share."),
+        ("portion_share_used", "Units the share spent in the window now."),
         (
-            "quota_share_available",
+            "portion_share_available",
             "Units a charge by the share can take of the window now: its limit left, and the window's units left less the other shares' unused reserves.",
         ),
     ]
@@ -216,55 +216,55 @@ type WindowField = (
 
 const WINDOW_FIELDS: [WindowField; 9] = [
     (
-        "quota_window_limit",
+        "portion_window_limit",
         "The window's configured limit.",
         MetricUnit::Units,
         |w, _| w.window.limit.into(),
     ),
     (
-        "quota_window_headroom",
+        "portion_window_headroom",
         "Units the window keeps in reserve below its limit.",
         MetricUnit::Units,
         |w, _| w.window.headroom.into(),
     ),
     (
-        "quota_window_budget",
+        "portion_window_budget",
         "Units the ledger hands out in the window: limit less headroom.",
         MetricUnit::Units,
         |w, _| w.budget.into(),
     ),
     (
-        "quota_window_used",
+        "portion_window_used",
         "Units spent in the window now.",
         MetricUnit::Units,
         |w, _| w.used.into(),
     ),
     (
-        "quota_window_reserved",
+        "portion_window_reserved",
         "Units of used charged as estimates whose settle has not come yet.",
         MetricUnit::Units,
         |w, _| w.reserved.into(),
     ),
     (
-        "quota_window_others",
+        "portion_window_others",
         "Units spent by others in the window, as the upstream's own count says (upstream_headers).",
         MetricUnit::Units,
         |w, _| w.others.into(),
     ),
     (
-        "quota_window_remaining",
+        "portion_window_remaining",
         "Units that may still be charged in the window now.",
         MetricUnit::Units,
         |w, _| w.remaining.into(),
     ),
     (
-        "quota_window_length",
+        "portion_window_length",
         "The window's length.",
         MetricUnit::Seconds,
         |w, _| Value::Float(w.window.per.as_secs_f64()),
     ),
     (
-        "quota_window_next_free",
+        "portion_window_next_free",
         "Seconds until units next free up in the window (0: nothing is spent).",
         MetricUnit::Seconds,
         |w, at| Value::Float(w.next_free_at.map_or(0.0, |t| (t - at).max(0) as f64 / 1e6)),
@@ -277,12 +277,12 @@ fn window_families(reports: &[CredentialReport]) -> Vec<Family> {
         .map(|(name, help, unit, _)| Family::new(name, help, Some(*unit)))
         .collect();
     let mut by_job = Family::new(
-        "quota_window_used_by_job",
+        "portion_window_used_by_job",
         "Units spent in the window now, by the job that spent them.",
         Some(MetricUnit::Units),
     );
     let mut by_endpoint = Family::new(
-        "quota_window_used_by_endpoint",
+        "portion_window_used_by_endpoint",
         "Units spent in the window now, by endpoint.",
         Some(MetricUnit::Units),
     );

@@ -1,4 +1,4 @@
-//! `quota status` as text: per credential, its notices, a table of its
+//! `portion status` as text: per credential, its notices, a table of its
 //! windows, a usage chart per window, who spent it and where its jobs
 //! resume. Text the store holds (tags, a block's reason, a cursor's
 //! region) goes through [`printable`]: an older build or another host may
@@ -22,7 +22,7 @@ pub fn render(header: &StoreHeader, reports: &[CredentialReport], p: Paint) -> S
             "store: {} {}\n\n",
             header.store,
             p.yellow(
-                "does not exist yet: no run has charged anything through it (the first `quota run` creates it; status created nothing)"
+                "does not exist yet: no run has charged anything through it (the first `portion run` creates it; status created nothing)"
             )
         )
     };

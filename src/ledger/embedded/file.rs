@@ -1,5 +1,5 @@
 //! The embedded store's file: where it lives, opening or creating it with
-//! quota's file mode, its schema and migrations, and the id that tells one
+//! portion's file mode, its schema and migrations, and the id that tells one
 //! store file from another.
 
 use std::path::{Path, PathBuf};
@@ -66,17 +66,17 @@ pub(in crate::ledger) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl EmbeddedLedger {
     /// Where the store lives by default: `$STATE_DIRECTORY` (systemd's
-    /// `StateDirectory=`), else `$XDG_STATE_HOME/quota`, else
-    /// `~/.local/state/quota`.
+    /// `StateDirectory=`), else `$XDG_STATE_HOME/portion`, else
+    /// `~/.local/state/portion`.
     pub fn default_path() -> Result<PathBuf, StoreError> {
         let dir = if let Some(d) = std::env::var_os("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
             // systemd may pass several, colon-separated: the first is ours.
             let d = d.to_string_lossy().into_owned();
             PathBuf::from(d.split(':').next().unwrap_or_default())
         } else if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-            PathBuf::from(d).join("quota")
+            PathBuf::from(d).join("portion")
         } else if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-            PathBuf::from(home).join(".local/state/quota")
+            PathBuf::from(home).join(".local/state/portion")
         } else {
             return Err(StoreError::NoStateDirectory);
         };
@@ -85,8 +85,8 @@ impl EmbeddedLedger {
 
     /// Open (creating if needed) the store file at `path`.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        // A new store file (and its folders) is made with quota's file mode
-        // (0640 unless QUOTA_FILE_MODE says otherwise, less the umask), not
+        // A new store file (and its folders) is made with portion's file mode
+        // (0640 unless PORTION_FILE_MODE says otherwise, less the umask), not
         // SQLite's 0644: SQLite gives its -wal and -shm files the same mode.
         crate::atomic_file::create_database(path).map_err(|e| {
             StoreError::Unavailable(format!("cannot create {}: {e}", path.display()))

@@ -57,7 +57,7 @@ impl Worker {
         let counts = Counts::default();
         let thread_counts = counts.clone();
         let thread = std::thread::Builder::new()
-            .name("quota-store".into())
+            .name("portion-store".into())
             .spawn(move || serve(conn, &rx, &thread_counts))?;
         Ok(Self {
             queue: Mutex::new(Some(tx)),

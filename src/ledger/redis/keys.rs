@@ -4,7 +4,7 @@
 
 /// The key of credential `credential`'s state hash.
 pub fn state_key(credential: &str) -> String {
-    format!("quota:{{{credential}}}:state")
+    format!("portion:{{{credential}}}:state")
 }
 
 /// Calls per segment of a pool's log (`lua/charge.lua`): call `s` sits in
@@ -14,7 +14,7 @@ pub const LOG_SEGMENT: u64 = 65536;
 /// The prefix of the keys of the log of `pool` of `credential`: its
 /// segments are [`log_segment_key`]s.
 pub fn log_key(credential: &str, pool: &str) -> String {
-    format!("quota:{{{credential}}}:log:{pool}")
+    format!("portion:{{{credential}}}:log:{pool}")
 }
 
 /// The key of segment `k` of the log of `pool` of `credential`.
@@ -25,7 +25,7 @@ pub fn log_segment_key(credential: &str, pool: &str, k: u64) -> String {
 /// The prefix of the keys of the index of the log of `pool` of
 /// `credential` (one record per block of calls: see `lua/charge.lua`).
 pub fn index_key(credential: &str, pool: &str) -> String {
-    format!("quota:{{{credential}}}:index:{pool}")
+    format!("portion:{{{credential}}}:index:{pool}")
 }
 
 /// The key of segment `k` of the index of `pool` of `credential`: the
@@ -36,12 +36,12 @@ pub fn index_segment_key(credential: &str, pool: &str, k: u64) -> String {
 
 /// The key of job `job`'s run lock.
 pub fn lock_key(job: &str) -> String {
-    format!("quota:job:{{{job}}}:lock")
+    format!("portion:job:{{{job}}}:lock")
 }
 
 /// The key of job `job`'s cursor.
 pub fn cursor_key(job: &str) -> String {
-    format!("quota:job:{{{job}}}:cursor")
+    format!("portion:job:{{{job}}}:cursor")
 }
 
 /// Buckets of a job's map in Redis: each a hash small enough to stay in
@@ -51,13 +51,13 @@ pub const MAP_BUCKETS: u64 = 8192;
 /// The key of bucket `b` of `map` (all of a map's keys share the hash tag
 /// `{map}`: one Cluster slot).
 pub fn map_bucket_key(map: &str, b: u64) -> String {
-    format!("quota:map:{{{map}}}:{b}")
+    format!("portion:map:{{{map}}}:{b}")
 }
 
 /// The key of the set of `map`'s buckets in use, so that reading or
 /// forgetting a small map touches only the buckets it has.
 pub fn map_buckets_key(map: &str) -> String {
-    format!("quota:map:{{{map}}}:buckets")
+    format!("portion:map:{{{map}}}:buckets")
 }
 
 /// The bucket of `field`: the same on every host and build.

@@ -5,16 +5,16 @@
 //! Keys of credential `C` (all share the hash tag `{C}`, so they live in one
 //! Cluster slot and the scripts run unchanged on Redis Cluster):
 //!
-//! * `quota:{C}:state`  hash: per pool (one packed field) the log's head and
+//! * `portion:{C}:state`  hash: per pool (one packed field) the log's head and
 //!   tail sequence numbers and per window the running sum, a pointer to the
 //!   oldest entry still inside and that entry's time; the latest decision's
 //!   time and the charge serial; tag names; the upstream block.
-//! * `quota:{C}:log:P:k`  lists per pool, segment `k` holding calls
+//! * `portion:{C}:log:P:k`  lists per pool, segment `k` holding calls
 //!   `k * 65536..`: `(time µs, cost, tag id, charge id)` quadruples, one per
 //!   call whatever its cost, oldest first, trimmed past the longest window
 //!   (and never before [`IDEMPOTENCY_HORIZON`]). Segments keep every read of
 //!   the log positional in bounded time.
-//! * `quota:{C}:index:P:k`  lists per pool: a summary per block of 128 calls
+//! * `portion:{C}:index:P:k`  lists per pool: a summary per block of 128 calls
 //!   of log segment `k` (times, cumulative cost, cost by tag), so that no
 //!   charge and no status read walks a long log call by call.
 //!
@@ -24,10 +24,10 @@
 //! For that to hold, no layer below resends on its own: the Cluster client is
 //! built with no retries of its own, and [`RedisLedger::retrying`] resends.
 //!
-//! Keys of job `J`: `quota:job:{J}:lock` (the run lock: who holds it, with a
-//! TTL; `lua/lock.lua`) and `quota:job:{J}:cursor` (where the job resumes; no
+//! Keys of job `J`: `portion:job:{J}:lock` (the run lock: who holds it, with a
+//! TTL; `lua/lock.lua`) and `portion:job:{J}:cursor` (where the job resumes; no
 //! TTL: a job that runs once a month still resumes where it stopped). A
-//! job's maps (`quota:map:{M}:*`, no TTL either) are spread over small
+//! job's maps (`portion:map:{M}:*`, no TTL either) are spread over small
 //! hashes: see [`maps`].
 //!
 //! Idle keys expire a minute (plus 1/8 window) after the longest window, or

@@ -3,7 +3,7 @@
 //! 5xx or network error past its retries) is recorded in the
 //! store's map `{job}:inputs:failed` (key -> line, offset, status and an
 //! excerpt of the answer) and is over: the run goes on and exits 1 at its
-//! end; a rerun does not do it again. `quota reset JOB --failed --yes`
+//! end; a rerun does not do it again. `portion reset JOB --failed --yes`
 //! moves them to `{job}:inputs:retry`, which the next run reads back from
 //! their places in the file before going on at its cursor.
 
@@ -81,7 +81,7 @@ impl JobRun<'_> {
             url: describe_position(at.key, at.step, 0),
             problem: format!(
                 "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
-                 (check the file and the key); they are recorded as failed: `quota reset {} --failed --yes` \
+                 (check the file and the key); they are recorded as failed: `portion reset {} --failed --yes` \
                  has the next run do them again",
                 self.job.name
             ),
@@ -217,7 +217,7 @@ impl JobRun<'_> {
         }
     }
 
-    /// The failed inputs `quota reset JOB --failed` asked to do again, in
+    /// The failed inputs `portion reset JOB --failed` asked to do again, in
     /// file order (those already done again have an empty value).
     pub(super) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
         let Some(store) = self.meter.store() else {

@@ -56,7 +56,7 @@ pub(super) struct Feed {
     /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
     /// and how many inputs are still to be looked at.
     recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
-    /// Failed inputs to do again before the file's (`quota reset JOB
+    /// Failed inputs to do again before the file's (`portion reset JOB
     /// --failed`): their keys and places, in file order.
     pub(super) retry: std::collections::VecDeque<(Key, Position)>,
     /// Whether this run read any such (the map of them is forgotten once
@@ -443,7 +443,7 @@ impl JobRun<'_> {
             field: format!("line {}", changed.line),
             message: format!(
                 "the part of the file job {} has done changed here since (edited, truncated or replaced): \
-                 its inputs are not done again, nor skipped, unless asked: `quota reset {} --yes` does every one again",
+                 its inputs are not done again, nor skipped, unless asked: `portion reset {} --yes` does every one again",
                 self.job.name, self.job.name
             ),
         }

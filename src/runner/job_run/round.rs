@@ -68,7 +68,7 @@ pub(super) struct Window {
     /// Chunks of the done part filled since the last cursor write, to be
     /// kept in the store before the cursor that counts them.
     pub(super) chunks: Vec<(u64, Chunk)>,
-    /// Failed inputs done again (`quota reset JOB --failed`) at the
+    /// Failed inputs done again (`portion reset JOB --failed`) at the
     /// window's front, read before any of the file's from the cursor on:
     /// they were counted done when they failed, so their leaving moves
     /// nothing.

@@ -93,7 +93,7 @@ impl Meter<'_> {
         }
         // Never longer than the credential's longest window: an upstream
         // that says "for a century" (or overflows) must not stop every
-        // later tick for good. `quota unblock` lifts a block sooner.
+        // later tick for good. `portion unblock` lifts a block sooner.
         let longest = self.cred.longest_window();
         match retry_after {
             Some(wait) if wait > longest => {

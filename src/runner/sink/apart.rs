@@ -4,7 +4,7 @@
 //! ledger's database (its tables beside the job's, a rollback of one the
 //! other's), or a history saved over the database. Apart from `check`'s
 //! look at the database because the store is named outside the job
-//! (`store:`, `--store`, `$QUOTA_STORE`), and any spelling of one file is
+//! (`store:`, `--store`, `$PORTION_STORE`), and any spelling of one file is
 //! the same file: `./x` and `x`, `out/../x`, a symlink, a hard link.
 
 use std::path::{Component, Path, PathBuf};

@@ -51,7 +51,7 @@ pub const TABLE: &[Row] = &[
         file_alone: Does::Page,
     },
     Row {
-        answer: "2xx that can never be a page (no body, HTML or XML, a coding quota cannot decode)",
+        answer: "2xx that can never be a page (no body, HTML or XML, a coding portion cannot decode)",
         with_key: Does::EndsKey,
         file_alone: Does::EndsKey,
     },

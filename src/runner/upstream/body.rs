@@ -15,7 +15,7 @@ const ERROR_BODY: u64 = 64 * 1024;
 pub(super) const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// The body of an answer that is not a redirect, and the
-/// `Content-Encoding` left on it when quota could not decode it; or,
+/// `Content-Encoding` left on it when portion could not decode it; or,
 /// for a 2xx, the answer when that body can never be a page.
 pub(super) async fn read(
     resp: reqwest::Response,
@@ -56,7 +56,7 @@ pub(super) async fn read(
         // refused (retried, each attempt charged, it blocked nothing).
         Err(_) => Vec::new(),
     };
-    // A coding the client left alone that quota decodes itself (a name in
+    // A coding the client left alone that portion decodes itself (a name in
     // capitals, deflate raw or zlib-wrapped): bounded by `limit` decoded.
     let body = match encoding.as_deref().map(|c| decode::body(c, &body, limit)) {
         None | Some(decode::Decoded::Unknown) => body,

@@ -28,9 +28,9 @@ pub(super) fn never_json(
     if let Some(coding) = encoding {
         let shown = crate::runner::report::cut(&redact(coding, secrets), 40);
         let why = if coding.contains(',') {
-            "a stack of codings, which quota does not decode (one coding only)"
+            "a stack of codings, which portion does not decode (one coding only)"
         } else {
-            "which quota cannot decode"
+            "which portion cannot decode"
         };
         return Some(format!("its Content-Encoding is \"{shown}\", {why}"));
     }
@@ -221,7 +221,7 @@ mod tests {
         }
         assert!(
             never(200, Some("compress"), b"\x1f\x9d")
-                .is_some_and(|w| w.contains("\"compress\", which quota cannot decode"))
+                .is_some_and(|w| w.contains("\"compress\", which portion cannot decode"))
         );
         // A JSON body cut short may come whole next time.
         assert_eq!(never(200, None, br#"{"items": ["#), None);

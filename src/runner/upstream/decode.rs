@@ -13,7 +13,7 @@ use std::io::Read;
 pub enum Decoded {
     /// The body decoded.
     Body(Vec<u8>),
-    /// Not a coding quota decodes (`compress`, a stack of codings).
+    /// Not a coding portion decodes (`compress`, a stack of codings).
     Unknown,
     /// It decodes to more than the limit.
     TooBig,
