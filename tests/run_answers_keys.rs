@@ -30,13 +30,22 @@ fn answer(head: &str) -> Vec<u8> {
         "/items/legal" => raw("451 Unavailable For Legal Reasons", &[], b"blocked"),
         "/items/broken" => raw("500 Internal Server Error", &[], b"oops"),
         "/items/stale" => raw("304 Not Modified", &[], b""),
+        // (its first page answered, its second a 500 past its retries)
+        "/items/paged" if head.contains("pageToken=") => {
+            raw("500 Internal Server Error", &[], b"oops")
+        }
+        "/items/paged" => raw(
+            "200 OK",
+            &["Content-Type: application/json"],
+            br#"{"items":[],"next":"T2"}"#,
+        ),
         _ => raw("200 OK", &["Content-Type: application/json"], PAGE),
     }
 }
 
 /// Inputs in order: good ones around every kind of refusal of one key.
 const INPUTS: &[&str] = &[
-    "first", "private", "empty", "large", "legal", "broken", "stale", "last",
+    "first", "private", "empty", "large", "legal", "broken", "stale", "paged", "last",
 ];
 
 /// A once-job over `ids.txt` whose step asks `url`, `retries: 2`.
@@ -56,7 +65,8 @@ fn yaml(store: &str, url: &str, hosts_from_inputs: bool) -> String {
             job.step(
                 Step::new("api")
                     .url(&format!("\"{url}\""))
-                    .query(r#"{ key: "{secret}" }"#),
+                    .query(r#"{ key: "{secret}" }"#)
+                    .paginate("{ token: /next, param: pageToken, max_pages: 5 }"),
             ),
         )
         .render()
@@ -97,26 +107,32 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             ("legal", 1),
             ("broken", 3),
             ("stale", 1),
+            ("paged", 4),
             ("last", 1),
         ]
         .iter()
         .map(|(k, n)| (k.to_string(), *n))
         .collect();
         assert_eq!(per_input(&heads.lock().unwrap()), once, "{r:?}");
-        assert_eq!(d.outputs("list").len(), 2, "first and last: {r:?}");
-        for key in ["private", "empty", "large", "legal", "broken"] {
+        assert_eq!(
+            d.outputs("list").len(),
+            3,
+            "first, last, paged's first: {r:?}"
+        );
+        for key in [
+            "private", "empty", "large", "legal", "broken", "stale", "paged",
+        ] {
             assert!(
                 r.stderr.contains(&format!("input {key} (line ")),
                 "{key}: {r:?}"
             );
         }
         assert!(r.stderr.contains("The video is private"), "{r:?}");
-        assert!(
-            r.stderr.contains("5 of them failed this run"),
-            "the 304 ends its input, as a page that can never be: {r:?}"
-        );
+        assert!(r.stderr.contains("7 of them failed this run"), "{r:?}");
+        // (recorded, as status shows: a later page's failure and a page
+        // that can never be one are failures too, never done in silence)
         let status = d.portion(&["status"]);
-        assert!(status.stdout.contains("private"), "{status:?}");
+        assert!(status.stdout.contains("7 failed"), "{status:?}");
 
         // The next tick charges none of them again.
         let before = heads.lock().unwrap().len();
@@ -124,10 +140,10 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
         assert_eq!(r.code, 0, "{r:?}");
         assert_eq!(heads.lock().unwrap().len(), before, "{r:?}");
 
-        // `reset --failed` does the five again, and only them.
+        // `reset --failed` does the seven again, and only them.
         let r = d.portion(&["reset", "list", "--failed", "--yes"]);
         assert_eq!(r.code, 0, "{r:?}");
-        assert!(r.stdout.contains("5 failed input(s) to do again"), "{r:?}");
+        assert!(r.stdout.contains("7 failed input(s) to do again"), "{r:?}");
         let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let again = per_input(&heads.lock().unwrap()[before..]);
@@ -137,6 +153,8 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             ("large", 1),
             ("legal", 1),
             ("broken", 3),
+            ("stale", 1),
+            ("paged", 4),
         ]
         .iter()
         .map(|(k, n)| (k.to_string(), *n))

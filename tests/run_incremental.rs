@@ -49,6 +49,11 @@ fn odd(_head: &str) -> Vec<u8> {
 }
 
 fn yaml(store: &str, base: &str, units: u64) -> String {
+    yaml_from(store, base, units, ", initial: \"2020-01-01T00:00:00Z\"")
+}
+
+/// [`yaml`] with `initial` as given (`""`: none).
+fn yaml_from(store: &str, base: &str, units: u64, initial: &str) -> String {
     Config::new(store)
         .lock_ttl("2s")
         .http("{ timeout: 5s, connect_timeout: 2s, retries: 0, backoff: 5ms }")
@@ -62,7 +67,7 @@ fn yaml(store: &str, base: &str, units: u64) -> String {
                     .paginate("{ token: /next, param: page, max_pages: 10 }")
                     .set(
                         "incremental",
-                        "{ from: /items/*/updated_at, param: since, initial: \"2020-01-01T00:00:00Z\" }",
+                        &format!("{{ from: /items/*/updated_at, param: since{initial} }}"),
                     ),
             ),
         )
@@ -125,7 +130,7 @@ fn a_value_too_long_or_of_another_kind_is_ignored_and_never_kept() {
     );
     assert!(
         r.stderr
-            .contains("are not a time as the key's kept value is (\"N/A\", say): ignored"),
+            .contains("are not a time, the kind of the key's values (\"N/A\", say): ignored"),
         "{r:?}"
     );
     for _ in 0..2 {
@@ -142,4 +147,24 @@ fn a_value_too_long_or_of_another_kind_is_ignored_and_never_kept() {
         ],
         "{sent:?}"
     );
+}
+
+/// One page whose first value is `"N/A"`, then times.
+fn na_first(_head: &str) -> Vec<u8> {
+    json(r#"{"items":[{"updated_at":"N/A"},{"updated_at":"2024-03-05T00:00:00Z"},{"updated_at":"2024-03-01T00:00:00Z"}]}"#.to_string())
+}
+
+/// A key with no value kept and no `initial`: the page's best kind (a
+/// time) is the key's, not the kind of its first value; `"N/A"` is ignored.
+#[test]
+fn a_first_value_of_another_kind_does_not_set_the_keys_kind() {
+    let (base, heads) = serving(na_first);
+    let d = Deployment::new("");
+    d.write(&yaml_from(&embedded_store(&d), &base, 100, ""));
+    for _ in 0..2 {
+        let r = d.portion(&["run"]);
+        assert_eq!(r.code, 0, "{r:?}");
+    }
+    let sent = sent(&heads.lock().unwrap());
+    assert_eq!(sent, ["-", "2024-03-05T00:00:00Z"], "{sent:?}");
 }

@@ -170,7 +170,17 @@ impl JobRun<'_> {
                     kept.pages.insert(field, v);
                 }
             } else if field.starts_with("since ") && !value.is_empty() {
-                kept.since.insert(field, Since::parse(value));
+                // (a value kept before values were bounded would make every
+                // request of its key too long to send: dropped, said)
+                let since = Since::parse(value);
+                if since.value.len() > MAX_SINCE {
+                    warn!(
+                        job = self.job.name,
+                        "the incremental value kept for {field} is longer than {MAX_SINCE} bytes: dropped, its walk asks from its initial value"
+                    );
+                    continue;
+                }
+                kept.since.insert(field, since);
             }
         }
     }
@@ -377,7 +387,7 @@ impl JobRun<'_> {
     /// (a time, a number or text: the kind of the value kept first, else
     /// of `initial`, else of the first value seen); others are ignored
     /// with a warning, so one odd value never pins the parameter for good.
-    pub(super) fn saw(&self, step: &Step, at: &Position<'_>, body: &[u8]) {
+    pub(super) fn saw(&self, step: &Step, at: &Position<'_>, page: u32, body: &[u8]) {
         let Some(inc) = &step.incremental else { return };
         let Ok((values, _)) = crate::runner::page_scan::values(body, &inc.from) else {
             return;
@@ -393,6 +403,15 @@ impl JobRun<'_> {
                 .or(inc.initial.as_deref())
                 .map(Kind::of)
         };
+        // (no kind kept yet: the page's best, a time over a number over
+        // text, so that one "N/A" first among times does not set it)
+        if kind.is_none() {
+            kind = values
+                .iter()
+                .filter(|v| !v.is_empty() && v.len() <= MAX_SINCE)
+                .map(|v| Kind::of(v))
+                .min_by_key(|k| *k as u8);
+        }
         let (mut long, mut other) = (0u64, Vec::new());
         let mut largest: Option<String> = None;
         for v in values {
@@ -415,7 +434,7 @@ impl JobRun<'_> {
                 largest = Some(v);
             }
         }
-        let here = super::describe_position(at.key, at.step, 0);
+        let here = super::describe_position(at.key, at.step, page);
         if long > 0 {
             warn!(
                 job = self.job.name,
@@ -426,7 +445,7 @@ impl JobRun<'_> {
         if let (Some(first), Some(k)) = (other.first(), kind) {
             warn!(
                 job = self.job.name,
-                "{here}: {} value(s) at the incremental pointer {} are not {} as the key's kept value is (\"{}\", say): ignored",
+                "{here}: {} value(s) at the incremental pointer {} are not {}, the kind of the key's values (\"{}\", say): ignored",
                 other.len(),
                 inc.from,
                 k.name(),

@@ -265,7 +265,7 @@ impl JobRun<'_> {
         if let Some(keep) = keep {
             self.collect_for_next(keep, at, page, &body);
         }
-        self.saw(step, at, &body);
+        self.saw(step, at, page, &body);
         let next = paginate::next(step, fill, &url, token, found, link.as_deref());
         let follow = match &next {
             Next::Follow(t) => Some(t.as_str()),
@@ -334,16 +334,18 @@ impl JobRun<'_> {
             );
             return Ok(Some(Next::End(None)));
         }
-        // A page: its region ends here (the walk saves it as served). An
-        // input's first page refused for itself: the input failed (one id
-        // the upstream lacks, among many it has).
-        if let Some((status, excerpt)) = for_itself
-            && token.is_none()
-        {
-            if self.feed.borrow().is_some() {
-                self.input_failed(at, why, *status, excerpt).await?;
-                return Ok(None);
-            }
+        // An input's page refused (its first for itself: one id the
+        // upstream lacks, among many it has; or any page as it came, or a
+        // later one): the input failed, recorded, so that `quota reset
+        // --failed` does it again, never taken as done in silence.
+        if self.feed.borrow().is_some() {
+            let (status, excerpt) = for_itself.map_or((0, why), |(s, e)| (*s, e.as_str()));
+            self.input_failed(at, why, status, excerpt).await?;
+            return Ok(None);
+        }
+        // A region's page: its region ends here (the walk saves it as
+        // served).
+        if for_itself.is_some() && token.is_none() {
             self.first_page_refused(at, why).await?;
         }
         Ok(Some(Next::Refused(why.to_string())))

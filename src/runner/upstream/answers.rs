@@ -86,7 +86,7 @@ pub const TABLE: &[Row] = &[
         file_alone: Does::EndsJob,
     },
     Row {
-        answer: "401, 407; 403 with a reason about the key (`keyInvalid`, `API_KEY_INVALID`, …)",
+        answer: "401, 407; 400 or 403 with a reason about the key (`keyInvalid`, `API_KEY_INVALID`, …)",
         with_key: Does::EndsJob,
         file_alone: Does::EndsJob,
     },
@@ -196,7 +196,10 @@ pub(super) fn refusal(status: StatusCode, reasons: &[String], spent: bool) -> Re
         // GitHub answers a spent quota with 403 and X-RateLimit-Remaining: 0.
         403 if spent => Refusal::Quota("rate limit exceeded: no units remaining".into()),
         401 | 407 => Refusal::Credential,
-        403 if reasons.iter().any(|r| KEY_REASONS.contains(&r.as_str())) => Refusal::Credential,
+        // (Google answers a bad key 400 API_KEY_INVALID, a blocked one 403)
+        400 | 403 if reasons.iter().any(|r| KEY_REASONS.contains(&r.as_str())) => {
+            Refusal::Credential
+        }
         408 | 500..=599 => Refusal::Transient,
         _ => Refusal::Request,
     }
@@ -270,6 +273,10 @@ mod tests {
         }
         assert_eq!(
             refusal(code(403), &reasons(&["keyInvalid"]), false),
+            Refusal::Credential
+        );
+        assert_eq!(
+            refusal(code(400), &reasons(&["API_KEY_INVALID"]), false),
             Refusal::Credential
         );
         assert_eq!(
