@@ -434,7 +434,7 @@ impl JobRun<'_> {
                 largest = Some(v);
             }
         }
-        let here = super::describe_position(at.key, at.step, page);
+        let here = at.describe(page);
         if long > 0 {
             warn!(
                 job = self.job.name,

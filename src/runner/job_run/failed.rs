@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
 
 use super::round::Slot;
-use super::{JobRun, Position, describe_position};
+use super::{JobRun, Position};
 use crate::config::Job;
 use crate::inputs::{Item, Position as FilePosition, Reader};
 use crate::ledger::Ledger;
@@ -78,7 +78,7 @@ impl JobRun<'_> {
         };
         let error = Error::Upstream {
             job: self.job.name.clone(),
-            url: describe_position(at.key, at.step, 0),
+            url: at.describe(0),
             problem: format!(
                 "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
                  (check the file and the key); they are recorded as failed: `portion reset {} --failed --yes` \

@@ -46,7 +46,7 @@ use tracing::{error, warn};
 
 use super::batches::Batches;
 use super::round::Slot;
-use super::{JobRun, Position, Walk, Walker, describe_position};
+use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
 use crate::ledger::Ledger;
@@ -142,7 +142,7 @@ impl JobRun<'_> {
                     job = self.job.name,
                     "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape): \
                      LOST for the next step, the others are kept",
-                    describe_position(at.key, at.step, page),
+                    at.describe(page),
                     f.from
                 );
                 values
@@ -154,7 +154,7 @@ impl JobRun<'_> {
                 warn!(
                     job = self.job.name,
                     "{}: not JSON ({e}): no values for the next step, LOST",
-                    describe_position(at.key, at.step, page)
+                    at.describe(page)
                 );
                 return;
             }
@@ -197,7 +197,7 @@ impl JobRun<'_> {
                 "{}: {left_out} value(s) at {} left out of the next step's fan-out \
                  (empty, a control character, `.` or `..`, over 8 KiB, the secret, or past its {} values: \
                  the previous step's most pages × for_each.per_page {})",
-                describe_position(at.key, at.step, page),
+                at.describe(page),
                 f.from,
                 f.max_values,
                 f.per_page
@@ -246,7 +246,7 @@ impl JobRun<'_> {
                 job = self.job.name,
                 "{}: the saved cursor holds no values for this fan-out step (the file changed since it was saved?): \
                  it is skipped for this region this round",
-                describe_position(at.key, at.step, page)
+                at.describe(page)
             );
             let resume = self.after_step(w, at);
             self.save(at.slot, resume).await;
@@ -309,7 +309,7 @@ impl JobRun<'_> {
                 warn!(
                     job = self.job.name,
                     "{}: the fan-out's values stay in the store for now ({e})",
-                    describe_position(at.key, at.step, 0)
+                    at.describe(0)
                 );
             }
         }
@@ -352,7 +352,7 @@ impl JobRun<'_> {
             Err(e) => warn!(
                 job = self.job.name,
                 "{}: the fan-out's values were not kept apart ({e}): the cursor holds them",
-                describe_position(at.key, at.step, 0)
+                at.describe(0)
             ),
         }
     }

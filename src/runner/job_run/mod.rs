@@ -130,6 +130,16 @@ struct Position<'r> {
 }
 
 impl Position<'_> {
+    /// Where this walk is, as a message names it: `input K` in a job of
+    /// inputs, `region K` otherwise, then the step and page.
+    fn describe(&self, page: u32) -> String {
+        match (self.key, self.input.is_some() || self.batch.is_some()) {
+            ("", _) => format!("step {} page {page}", self.step),
+            (key, true) => format!("input {key} step {} page {page}", self.step),
+            (key, false) => format!("region {key} step {} page {page}", self.step),
+        }
+    }
+
     /// A cursor of this walk's run and region, at `place`.
     fn cursor(&self, place: Place) -> Cursor {
         Cursor {

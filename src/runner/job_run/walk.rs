@@ -10,7 +10,7 @@ use tracing::{error, warn};
 
 use super::request::{Fetched, Written};
 use super::round::Slot;
-use super::{JobRun, PageAnswer, Position, Walk, Walker, describe_position, fan_out};
+use super::{JobRun, PageAnswer, Position, Walk, Walker, fan_out};
 use crate::config::{Fill, PageKind, Step, redact};
 use crate::runner::cursor::Place;
 use crate::runner::output::PageName;
@@ -29,7 +29,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
-                describe_position(at.key, at.step, page)
+                at.describe(page)
             );
         }
         fits
@@ -57,7 +57,7 @@ impl JobRun<'_> {
             warn!(
                 job = self.job.name,
                 "{}: the saved cursor is past this step's max_pages, {} (the file changed?): the step ends here",
-                describe_position(at.key, at.step, page),
+                at.describe(page),
                 step.max_pages()
             );
             let after = self.after_step(w, at);
@@ -123,7 +123,7 @@ impl JobRun<'_> {
         walked: &mut HashSet<String>,
     ) -> std::result::Result<Option<String>, ()> {
         let job = self.job;
-        let here = describe_position(at.key, at.step, page);
+        let here = at.describe(page);
         Ok(match next {
             Next::Follow(_) if step.max_pages() <= page + 1 => {
                 // (the upstream has more: said, never a silent truncation)
@@ -383,7 +383,7 @@ impl JobRun<'_> {
         self.save(at.slot, Slot::Done).await;
         Err(crate::Error::Upstream {
             job: self.job.name.clone(),
-            url: describe_position(at.key, at.step, 0),
+            url: at.describe(0),
             problem: format!(
                 "{why}; the first page of {n} regions in a row was refused, so the job stops \
                  (check the file and the key); the next run starts after them"
