@@ -77,6 +77,11 @@ fn inputs(d: &Deployment, keys: &[&str]) {
     std::fs::write(d.path().join("ids.txt"), text).unwrap();
 }
 
+/// Requests per input, as [`per_input`] counts them.
+fn requests(of: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    of.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+}
+
 /// How many requests each input's path got.
 fn per_input(heads: &[String]) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
@@ -99,7 +104,7 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
         d.write(&yaml(&store, &format!("{base}/items/{{key}}"), false));
         let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
-        let once: BTreeMap<String, usize> = [
+        let once = requests(&[
             ("first", 1),
             ("private", 1),
             ("empty", 1),
@@ -109,10 +114,7 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             ("stale", 1),
             ("paged", 4),
             ("last", 1),
-        ]
-        .iter()
-        .map(|(k, n)| (k.to_string(), *n))
-        .collect();
+        ]);
         assert_eq!(per_input(&heads.lock().unwrap()), once, "{r:?}");
         assert_eq!(
             d.outputs("list").len(),
@@ -147,7 +149,7 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
         let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         let again = per_input(&heads.lock().unwrap()[before..]);
-        let expected: BTreeMap<String, usize> = [
+        let expected = requests(&[
             ("private", 1),
             ("empty", 1),
             ("large", 1),
@@ -155,10 +157,7 @@ fn each_refusal_of_one_input_fails_that_input_and_the_list_goes_on() {
             ("broken", 3),
             ("stale", 1),
             ("paged", 4),
-        ]
-        .iter()
-        .map(|(k, n)| (k.to_string(), *n))
-        .collect();
+        ]);
         assert_eq!(again, expected, "{r:?}");
     }
 }

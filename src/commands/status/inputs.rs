@@ -106,7 +106,7 @@ pub async fn blocked(
     let Ok(meta) = std::fs::metadata(&inputs.file) else {
         return Ok(None);
     };
-    if !runner::needs_check(job, at, &FileStamp::of(&meta)) {
+    if !runner::needs_check(at, &FileStamp::of(&meta)) {
         return Ok(None);
     }
     let restart = |line| Blocked {

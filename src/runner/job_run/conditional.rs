@@ -422,8 +422,8 @@ impl JobRun<'_> {
                 long += 1;
                 continue;
             }
-            let k = *kind.get_or_insert(Kind::of(&v));
-            if Kind::of(&v) != k {
+            let of = Kind::of(&v);
+            if of != *kind.get_or_insert(of) {
                 other.push(v);
                 continue;
             }

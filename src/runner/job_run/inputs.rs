@@ -144,7 +144,7 @@ pub(crate) fn check_file(
 /// Whether `at`'s done part must be checked before a run goes on: a job
 /// whose file is not the one the last run read, with a part done (a
 /// once-job's changed stops it; a walk's changed starts it again).
-pub(crate) fn needs_check(_job: &Job, at: &InputAt, stamp: &FileStamp) -> bool {
+pub(crate) fn needs_check(at: &InputAt, stamp: &FileStamp) -> bool {
     at.stamp.as_ref() != Some(stamp) && at.offset > 0
 }
 
@@ -249,7 +249,7 @@ impl JobRun<'_> {
         let stamp = stamp_of(inputs)?;
         // (a once-job's part done that changed stops the run; a walk's
         // starts again from the file's first line)
-        let changed = match needs_check(job, &at, &stamp) {
+        let changed = match needs_check(&at, &stamp) {
             false => None,
             true if job.once => {
                 let changed = self.check_done_part(inputs, &at).await?;

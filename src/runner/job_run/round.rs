@@ -222,17 +222,15 @@ impl Round {
             }
             // (every job of inputs: a once-job checks it when its file
             // changes, one that is not resumes its walk if it is the same)
-            {
-                let seen = Seen {
-                    line: span.line,
-                    start: span.start,
-                    end: span.end,
-                    hash: span.hash,
-                };
-                if let Some(chunk) = w.at.tail.push(seen) {
-                    w.chunks.push((w.at.chunks, chunk));
-                    w.at.chunks += 1;
-                }
+            let seen = Seen {
+                line: span.line,
+                start: span.start,
+                end: span.end,
+                hash: span.hash,
+            };
+            if let Some(chunk) = w.at.tail.push(seen) {
+                w.chunks.push((w.at.chunks, chunk));
+                w.at.chunks += 1;
             }
         }
         if let Some((span, _)) = w.records.front().filter(|_| w.retries == 0) {
