@@ -1,5 +1,5 @@
 //! What an upstream answer does is decided in one place, checked: the table
-//! of answers (`runner/upstream/answers.rs`) is the only file that reads an
+//! of answers (`upstream/answers.rs`) is the only file that reads an
 //! HTTP status: its classes (`is_success()`, `is_server_error()`, …), its
 //! constants (`StatusCode::NOT_FOUND`) or its number compared
 //! (`status == 404`, `matches!(status, 400 | 404)`). A status read anywhere
@@ -10,7 +10,7 @@
 use crate::layers::{code, source_texts};
 
 /// The one file that reads statuses.
-const TABLE: &str = "runner/upstream/answers.rs";
+const TABLE: &str = "upstream/answers.rs";
 
 /// What reads a status: the class tests, the constants, and comparisons of
 /// a value named `status` (the crate's name for one, whatever its type).

@@ -1,7 +1,7 @@
 //! Writing a file so that no reader ever sees part of it: a hidden
 //! temporary file beside it, fsync, then the final name, then fsync of the
 //! folder (one fsync for the names given at once: [`crate::folder_sync`]).
-//! Page files (`runner::output`) and this host's history (`history`) both
+//! Page files (`sink::folder`) and this host's history (`history`) both
 //! write this way.
 //!
 //! A temporary file is named `.OWNER~NAME~RANDOM.tmp`: `OWNER` is the job

@@ -9,8 +9,11 @@
 //! and store errors, and its stores) and page files' names; what every room
 //! above shows or fails with (times, log lines, the one error type); the
 //! configuration, which validates into the ledger's vocabulary, and the
-//! command line's types; a job's inputs file, read as its configuration says; this host's history of each log; one run of a
-//! job; the commands, which take the command line's types. The binary
+//! command line's types; a job's inputs file, read as its configuration
+//! says, and the one streaming reader of pages; this host's history of
+//! each log; the wire (one request and its answer) and the sinks (where
+//! results go), neither using the other; one run of a job, which uses
+//! both; the commands, which take the command line's types. The binary
 //! (`main.rs`) is on top.
 
 /// The layers, lowest first.
@@ -20,8 +23,9 @@ const LAYERS: &[&[&str]] = &[
     &["ledger", "page_name"],
     &["timefmt", "logging", "error"],
     &["config", "cli"],
-    &["inputs"],
+    &["inputs", "page_scan"],
     &["history"],
+    &["upstream", "sink"],
     &["runner"],
     &["commands"],
 ];
@@ -105,7 +109,7 @@ fn rooms_named(code: &str) -> Vec<String> {
 }
 
 /// Every `.rs` file of `src/` as the rules over the crate read it: its
-/// path under `src/` (`runner/upstream/answers.rs`) and its text, for the
+/// path under `src/` (`upstream/answers.rs`) and its text, for the
 /// tests that hold a class of code to one place.
 pub(crate) fn source_texts() -> Vec<(String, String)> {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");

@@ -17,6 +17,11 @@
 //! * [`inputs`]: a job's file of inputs read as a stream of records (key,
 //!   fields, where each lies), what a once-job keeps of the part it did, and
 //!   when the rest will be done.
+//! * [`page_scan`]: a page read as a stream, only what a pointer names:
+//!   the one reader of page bodies, for the wire and the sinks alike.
+//! * [`upstream`]: the wire: one request made, its answer read (the one
+//!   table of what each answer does), pagination, the upstream's counts.
+//! * [`sink`]: where results go: page files in a folder, rows in SQLite.
 //! * [`runner`]: one run of a job: lock, cursor, charge, call, write; its
 //!   metering (charge, settle, block) a type of its own, the `Meter`, and
 //!   its work keys (regions, or the inputs of a file) `runner::Key`.
@@ -54,7 +59,10 @@ pub mod metrics;
 pub mod page_name;
 #[cfg(test)]
 mod page_readers;
+pub mod page_scan;
 pub mod runner;
+pub mod sink;
 pub mod timefmt;
+pub mod upstream;
 
 pub use error::{Error, ExitStatus, Result};

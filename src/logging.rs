@@ -100,6 +100,18 @@ pub fn is_hidden(c: char) -> bool {
         )
 }
 
+/// `text` cut to at most `max` characters, `…` marking a cut: a token or
+/// a URL of megabytes would make a log line useless. What comes from an
+/// upstream is shown through here, so its control and bidirectional
+/// characters are escaped ([`printable`]).
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    let mut s: String = text.chars().take(max).collect();
+    if s.len() < text.len() {
+        s.push('…');
+    }
+    printable(&s).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::printable;

@@ -1,5 +1,5 @@
 //! Every page reaches its readers through the streaming reader
-//! (`runner::page_scan`), checked: a page parsed into a `serde_json::Value`
+//! (`crate::page_scan`), checked: a page parsed into a `serde_json::Value`
 //! costs many times its bytes (a 25 MB page took 600 MB in the SQLite
 //! sink, a 32 MB one 1.1 GB in a fan-out), so no file may parse JSON into a
 //! `Value` but the few listed here, each with why what it parses is no
@@ -13,7 +13,7 @@ use crate::layers::{code, source_texts};
 /// what they parse is not a page body.
 const ALLOWED: &[(&str, &str)] = &[
     (
-        "runner/upstream/classify.rs",
+        "upstream/classify.rs",
         "an error answer's body, read only up to 64 KiB (`ERROR_BODY`) for its \
          reasons: never a page",
     ),
@@ -72,7 +72,7 @@ fn no_page_is_parsed_into_a_tree_but_by_the_streaming_reader() {
     assert!(
         wrong.is_empty(),
         "JSON parsed into a serde_json::Value outside the streaming page reader \
-         (read a page through runner::page_scan; a file that parses something \
+         (read a page through crate::page_scan; a file that parses something \
          other than a page goes in ALLOWED, with why):\n{}",
         wrong.join("\n")
     );

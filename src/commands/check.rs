@@ -13,7 +13,7 @@ use tracing::warn;
 
 use crate::config::{Config, Credential, Job, Step, StorePolicy};
 use crate::ledger::{StoreLocation, redact_url};
-use crate::runner::sink::SinkError;
+use crate::sink::sqlite::SinkError;
 use crate::timefmt::fmt_duration;
 use crate::{Error, ExitStatus, Result};
 
@@ -43,7 +43,7 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
             ),
         })?;
         if let Some(spec) = &job.sqlite {
-            crate::runner::sink::check(spec, job.rows_keep_runs()).map_err(|e| match e {
+            crate::sink::sqlite::check(spec, job.rows_keep_runs()).map_err(|e| match e {
                 // (busy is not wrong: 75, check again)
                 SinkError::Busy(_) => Error::Busy(format!(
                     "{}: the results database is {e}: its tables could not be checked; check again",
@@ -80,7 +80,7 @@ pub fn rows_apart<'j>(
 ) -> Result<()> {
     for job in jobs {
         let Some(spec) = &job.sqlite else { continue };
-        if let Some(why) = crate::runner::sink::apart::store_file(&spec.path, store) {
+        if let Some(why) = crate::sink::sqlite::apart::store_file(&spec.path, store) {
             return Err(Error::Config {
                 file: config.file.clone(),
                 field: format!("jobs.{}.output.sqlite.path", job.name),

@@ -13,7 +13,8 @@ use tracing::warn;
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::ledger::{Store, StoreError, StoreLocation};
-use crate::runner::{self, RunContext, Shutdown, upstream};
+use crate::runner::{self, RunContext, Shutdown};
+use crate::upstream;
 use crate::{Error, ExitStatus, Result};
 
 use self::outcome::{Ended, RunOutcome};

@@ -1,7 +1,7 @@
 //! `upstream_headers` on a credential (issue 13, part 2): which response
 //! headers carry the upstream's own remaining count and reset, per pool.
 //! Presets name the common ones; an explicit map names any. Resolved here
-//! against the credential's pools; read by `runner::quota_headers`.
+//! against the credential's pools; read by `upstream::quota_headers`.
 
 use serde_yaml::Value;
 

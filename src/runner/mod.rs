@@ -19,30 +19,17 @@
 //! metering: charge, settle, the upstream's counts and block, against the
 //! store), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
 //! [`cursor`] (where a job resumes, each key's [`Place`](cursor::Place),
-//! kept without the secret), [`output`]
-//! (page files), [`upstream`] (HTTP: build, send, classify, redirects),
-//! [`page_scan`] (what a page says of the next, without building it),
-//! [`paginate`] (every kind of pagination: page URLs and what comes next),
-//! [`query`] (a query parameter set, never sent twice),
-//! [`quota_headers`] (what an answer says of the upstream's own quota), and
-//! the report a run ends with.
+//! kept without the secret), and the report a run ends with. The wire
+//! (one request and its answer) is [`crate::upstream`]; where results go,
+//! [`crate::sink`].
 
 pub mod cursor;
 mod job_run;
 mod lock;
 mod meter;
-pub mod output;
-mod output_id;
-mod page_scan;
-mod paginate;
 mod progress;
-mod query;
-mod quota_headers;
 mod report;
-mod settle;
 mod shutdown;
-pub mod sink;
-pub mod upstream;
 
 pub(crate) use self::job_run::{
     check_file, conditional_map, done_map, failed_map, kept_chunks, needs_check, not_modified_map,

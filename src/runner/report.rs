@@ -417,18 +417,6 @@ pub fn log_error(job: &str, e: &Error) {
     error!(job, "{e}");
 }
 
-/// `text` cut to at most `max` characters, `…` marking a cut: a token or
-/// a URL of megabytes would make a log line useless. What comes from an
-/// upstream is shown through here, so its control and bidirectional
-/// characters are escaped ([`crate::logging::printable`]).
-pub(crate) fn cut(text: &str, max: usize) -> String {
-    let mut s: String = text.chars().take(max).collect();
-    if s.len() < text.len() {
-        s.push('…');
-    }
-    crate::logging::printable(&s).into_owned()
-}
-
 pub(super) fn local_time_in(d: Duration) -> String {
     // (a wait past the calendar, which a store written by an older build
     // may still hold, is shown as such rather than overflow)

@@ -12,8 +12,8 @@ use crate::config::Step;
 use crate::ledger::{Micros, Receipt};
 use crate::runner::Stop;
 use crate::runner::meter::Charged;
-use crate::runner::settle::Actual;
 use crate::timefmt::local_datetime;
+use crate::upstream::settle::Actual;
 
 impl JobRun<'_> {
     /// Charge one attempt of `step` before it is sent, counted.

@@ -15,7 +15,7 @@ use tracing::warn;
 use super::{JobRun, Position};
 use crate::config::{Fill, Incremental, Job, Step, redact};
 use crate::ledger::{Ledger, StoreError};
-use crate::runner::paginate::Next;
+use crate::upstream::paginate::Next;
 
 /// The store's name of a job's map of validators and incremental values.
 pub(crate) fn conditional_map(job: &Job) -> String {
@@ -389,7 +389,7 @@ impl JobRun<'_> {
     /// with a warning, so one odd value never pins the parameter for good.
     pub(super) fn saw(&self, step: &Step, at: &Position<'_>, page: u32, body: &[u8]) {
         let Some(inc) = &step.incremental else { return };
-        let Ok((values, _)) = crate::runner::page_scan::values(body, &inc.from) else {
+        let Ok((values, _)) = crate::page_scan::values(body, &inc.from) else {
             return;
         };
         let masker = crate::config::Masker::new(&[&self.cred.secret]);
@@ -449,7 +449,7 @@ impl JobRun<'_> {
                 other.len(),
                 inc.from,
                 k.name(),
-                crate::runner::report::cut(&crate::logging::printable(first), 40)
+                crate::logging::cut(&crate::logging::printable(first), 40)
             );
         }
         let Some(largest) = largest else { return };

@@ -17,9 +17,9 @@ use super::{JobRun, Position};
 use crate::config::Job;
 use crate::inputs::{Item, Position as FilePosition, Reader};
 use crate::ledger::Ledger;
+use crate::logging::cut;
 use crate::logging::printable;
 use crate::runner::Key;
-use crate::runner::report::cut;
 use crate::{Error, Result};
 
 /// Inputs of a run recorded as failed, none answered, before the job

@@ -50,9 +50,9 @@ use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
 use crate::ledger::Ledger;
+use crate::page_scan;
 use crate::runner::cursor::{Place, ValueList, values_key};
-use crate::runner::page_scan;
-use crate::runner::paginate::Next;
+use crate::upstream::paginate::Next;
 
 /// The values found so far for a fan-out step, in order, each once.
 #[derive(Default)]

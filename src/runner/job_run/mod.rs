@@ -15,13 +15,13 @@ use self::round::{Round, Slot};
 use super::cursor::{Cursor, Place, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::meter::Meter;
-use super::output;
-use super::page_scan::Found;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::inputs::pace;
 use crate::ledger::{At, Ledger, LockOutcome, Store, StoreError};
+use crate::page_scan::Found;
+use crate::sink::folder;
 use crate::{Error, Result};
 
 mod batches;
@@ -76,7 +76,7 @@ pub(super) struct JobRun<'a> {
     pace: RefCell<Pace>,
     /// `output.sqlite`: the job's table, open from the start of the round
     /// (written on blocking threads, a page at a time).
-    sink: Option<std::sync::Arc<super::sink::group::Shared>>,
+    sink: Option<std::sync::Arc<crate::sink::sqlite::group::Shared>>,
     /// A job whose inputs go in batches: the slots of each batch in
     /// flight, by its first slot (the one its walk saves).
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
@@ -404,7 +404,7 @@ impl<'a> JobRun<'a> {
     fn prepare_folder(&self, dir: &std::path::Path, cursor_run: u64) -> Result<u64> {
         let job = self.job;
         let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
-        let prepared = output::prepare(dir, &job.name, locked).map_err(|source| Error::Io {
+        let prepared = folder::prepare(dir, &job.name, locked).map_err(|source| Error::Io {
             what: "prepare the output folder",
             path: dir.to_path_buf(),
             source,

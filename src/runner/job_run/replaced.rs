@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use super::JobRun;
 use super::conditional::{Kept, place_field};
-use crate::runner::output_id;
+use crate::sink::output_id;
 
 /// What the ids decide: the fields to forget (validators, incremental
 /// values) and those taken as this output's (their new text).

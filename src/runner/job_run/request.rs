@@ -16,9 +16,9 @@ use crate::ledger::{Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
 use crate::runner::meter::Charged;
-use crate::runner::output::{SecretOutsideStrings, mask_page};
-use crate::runner::upstream::{self, Answer, Attempts, Next, Reported};
+use crate::sink::folder::{SecretOutsideStrings, mask_page};
 use crate::timefmt::rfc3339;
+use crate::upstream::{self, Answer, Attempts, Next, Reported};
 use crate::{Error, Result};
 
 /// What a page's request came to.
@@ -153,7 +153,7 @@ impl JobRun<'_> {
             .and_then(|r| sendable(target).map(|()| r))
             .map_err(|problem| Error::Upstream {
                 job: self.job.name.clone(),
-                url: crate::runner::report::cut(&attempts.shown(), 200),
+                url: crate::logging::cut(&attempts.shown(), 200),
                 problem,
             })
     }
@@ -318,7 +318,7 @@ struct PageTo {
     sink: Option<(SharedSink, String, String, u64)>,
 }
 
-type SharedSink = std::sync::Arc<crate::runner::sink::group::Shared>;
+type SharedSink = std::sync::Arc<crate::sink::sqlite::group::Shared>;
 
 /// On the writer's thread: the page file and its rows; what was written
 /// (`None`: the secret outside a string, nothing written), the rows, and
@@ -331,7 +331,7 @@ fn write_blocking(
 ) -> (
     std::io::Result<Option<std::path::PathBuf>>,
     Option<(
-        rusqlite::Result<crate::runner::sink::PageRows>,
+        rusqlite::Result<crate::sink::sqlite::PageRows>,
         Option<String>,
     )>,
     bool,
@@ -354,7 +354,7 @@ fn write_blocking(
     let Some((sink, key, at, run)) = &to.sink else {
         return (file(), None, masked.is_some(), body);
     };
-    let page = crate::runner::sink::prepare(sink.spec(), key, bytes, at.clone(), *run);
+    let page = crate::sink::sqlite::prepare(sink.spec(), key, bytes, at.clone(), *run);
     let first = page.first_key();
     // Both the file and the rows are durable before the page counts: the
     // cursor moves only after this returns both written; a failure of

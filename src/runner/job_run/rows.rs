@@ -4,8 +4,8 @@
 use tracing::warn;
 
 use super::JobRun;
-use crate::runner::sink::group::Shared;
-use crate::runner::sink::{PageRows, Sink, SinkError};
+use crate::sink::sqlite::group::Shared;
+use crate::sink::sqlite::{PageRows, Sink, SinkError};
 use crate::{Error, Result};
 
 impl JobRun<'_> {

@@ -13,8 +13,8 @@ use super::round::Slot;
 use super::{JobRun, PageAnswer, Position, Walk, Walker, fan_out};
 use crate::config::{Fill, PageKind, Step, redact};
 use crate::runner::cursor::Place;
-use crate::runner::output::PageName;
-use crate::runner::paginate::{self, Next};
+use crate::sink::folder::PageName;
+use crate::upstream::paginate::{self, Next};
 use crate::{Error, Result};
 
 impl JobRun<'_> {
@@ -141,7 +141,7 @@ impl JobRun<'_> {
                 None
             }
             Next::Follow(t) if !walked.insert(t.clone()) => {
-                let shown = crate::runner::report::cut(&redact(&t, &[&self.cred.secret]), 80);
+                let shown = crate::logging::cut(&redact(&t, &[&self.cred.secret]), 80);
                 let what = match step.paginate.as_ref().map(|p| &p.kind) {
                     Some(PageKind::Link | PageKind::NextUrl { .. }) => "URL",
                     _ => "token",
@@ -255,7 +255,7 @@ impl JobRun<'_> {
             // page again if asked again at once (not for itself: the
             // upstream took the key and the request)
             Written::Refused(why) => {
-                let shown = crate::runner::report::cut(&redact(url.as_str(), &[fill.secret]), 200);
+                let shown = crate::logging::cut(&redact(url.as_str(), &[fill.secret]), 200);
                 let why = format!("{shown}: {why}");
                 return self.refused(step, at, token, page, &why, None).await;
             }

@@ -26,7 +26,7 @@ impl Meter<'_> {
         charged_at: Option<Micros>,
     ) -> Micros {
         // (see block_end)
-        let bare = crate::runner::upstream::bare_rate_limit(status, reason, retry_after);
+        let bare = crate::upstream::bare_rate_limit(status, reason, retry_after);
         let end = self.block_end(charged_at, retry_after, bare);
         let mut until = end.estimate();
         if let Some(store) = self.store {

@@ -8,10 +8,10 @@ use tracing::{debug, info, warn};
 use super::Meter;
 use crate::config::Step;
 use crate::ledger::{At, BlockEnd, Ledger, Receipt, Remaining, Settled};
-use crate::runner::quota_headers::upstream_counts;
-use crate::runner::settle::Actual;
-use crate::runner::upstream::Reported;
 use crate::timefmt::local_datetime;
+use crate::upstream::Reported;
+use crate::upstream::quota_headers::upstream_counts;
+use crate::upstream::settle::Actual;
 
 /// What a settle did to a call's estimates.
 #[derive(Debug, Default, PartialEq, Eq)]

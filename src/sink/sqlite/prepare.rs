@@ -7,7 +7,7 @@
 use super::PageRows;
 use super::index::Entry;
 use crate::config::SqliteOutput;
-use crate::runner::page_scan;
+use crate::page_scan;
 
 /// A page's rows made ready to write: parsed, keyed and serialized on the
 /// page's own thread, so that the writer that commits (for several pages

@@ -3,21 +3,6 @@
 //! of [`paginate`](super) because reading it is a small parser that is
 //! tested on its own.
 
-/// A `Link` field's bytes as text: bytes past ASCII (raw UTF-8 in a
-/// URL, which HTTP allows only as opaque data) percent-encoded, as
-/// browsers do with a URL's.
-pub fn visible(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &b in bytes {
-        if b.is_ascii() {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// The target of the first link in a `Link` header (RFC 8288) whose
 /// relation types include `next`: comma-separated links `<URI>` with
 /// `; name=value` parameters, a value a token or a quoted string (which
@@ -107,6 +92,7 @@ fn link_param(s: &str) -> Option<(&str, String, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::origin::visible;
 
     #[test]
     fn the_next_link_is_found_among_others() {

@@ -1,29 +1,45 @@
-//! Upstream calls: build one request from a step's templates, send it (no
-//! client-side retries and no redirects followed by the client: every
-//! request, a retry or a redirect hop, is charged by the runner first), and
-//! classify the answer the way the runner acts on it ([`Attempts`] says
-//! what comes after it).
+//! The wire: how one request is made and its answer read, apart from the
+//! run that decides which request comes next. The run imports it; it
+//! imports nothing of the run.
+//!
+//! Here (this file): build one request from a step's templates, send it
+//! (no client-side retries and no redirects followed by the client: every
+//! request, a retry or a redirect hop, is charged by the runner first),
+//! and classify the answer the way the runner acts on it ([`Attempts`]
+//! says what comes after it). Its rooms: [`answers`] (the one table of
+//! what each answer does), [`attempts`] (retries and hops of one
+//! request), `classify`, `body`, `decode` and `redirect` (reading an
+//! answer), `origin` (what pagination and redirects share),
+//! [`paginate`] (every kind of pagination: page URLs and what comes
+//! next), [`query`] (a query parameter set, never sent twice),
+//! [`quota_headers`] (what an answer says of the upstream's own quota)
+//! and [`settle`] (what an answer says a call cost).
 
 use std::time::Duration;
 
 use reqwest::Client;
 use reqwest::header::{IF_MODIFIED_SINCE, IF_NONE_MATCH};
 
-mod answers;
-mod attempts;
+pub mod answers;
+pub mod attempts;
 mod body;
 mod classify;
 mod decode;
+mod origin;
+pub mod paginate;
+pub mod query;
+pub mod quota_headers;
 mod redirect;
+pub mod settle;
 
 pub use answers::{Does, TABLE as ANSWERS, bare_rate_limit};
 pub use attempts::{Attempts, MAX_REDIRECTS, Next};
-pub use redirect::same_origin;
+pub use origin::same_origin;
 
-use super::page_scan::Found;
-use super::quota_headers::QuotaHeaders;
-use super::settle::{self, Actual};
+use self::quota_headers::QuotaHeaders;
+use self::settle::{self as settled, Actual};
 use crate::config::{Fill, HttpSettings, Secret, Step, redact};
+use crate::page_scan::Found;
 
 /// What came back from one attempt.
 #[derive(Debug)]
@@ -173,7 +189,7 @@ pub async fn send(
     };
     let status = resp.status();
     reported.headers = Some(resp.headers().clone());
-    reported.actuals = settle::actuals(&step.settle, resp.headers(), None);
+    reported.actuals = settled::actuals(&step.settle, resp.headers(), None);
     // (only a request that asked for it: a 304 to any other is what it
     // always was, a redirect without a Location)
     match answers::status(status) {
@@ -208,7 +224,7 @@ pub async fn send(
         .as_ref()
         .filter(|_| !step.settle.is_empty())
     {
-        reported.actuals = settle::actuals(&step.settle, headers, Some(&body));
+        reported.actuals = settled::actuals(&step.settle, headers, Some(&body));
     }
     let pointer = step.paginate.as_ref().and_then(|p| p.kind.pointer());
     let answer = classify::classify(status, quota, body, pointer, &secrets);
@@ -233,7 +249,7 @@ fn link(headers: &reqwest::header::HeaderMap) -> Option<String> {
     let links: Vec<String> = headers
         .get_all(reqwest::header::LINK)
         .iter()
-        .map(|v| super::paginate::visible(v.as_bytes()))
+        .map(|v| origin::visible(v.as_bytes()))
         .collect();
     (!links.is_empty()).then(|| links.join(", "))
 }
@@ -347,7 +363,7 @@ jobs:
             batch: "",
             input: None,
         };
-        let url = super::super::paginate::page_url(step, &fill, None).unwrap();
+        let url = super::paginate::page_url(step, &fill, None).unwrap();
         let built = request(&client, step, &fill, &step.method, &url).unwrap();
         assert_eq!(built.headers()["accept"], "application/json");
         // What validation refuses at load, the runner refuses too, naming the header.

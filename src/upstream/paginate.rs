@@ -13,11 +13,11 @@
 use reqwest::Url;
 
 use self::link::link_next;
-pub use self::link::visible;
-use super::page_scan::Found;
+use super::origin::same_origin;
+pub use super::origin::visible;
 use super::query::set_query;
-use super::upstream::same_origin;
 use crate::config::{Fill, PageKind, Placeholder, Step, redact};
+use crate::page_scan::Found;
 
 mod link;
 
@@ -187,7 +187,7 @@ pub fn next(
             None | Some(Ok(None)) => Next::End(None),
             Some(Err(why)) => Next::Unreadable(format!(
                 "the Link header cannot be read ({why}): \"{}\"; the walk ends here",
-                super::report::cut(&redact(link.unwrap_or_default(), &[fill.secret]), 200)
+                crate::logging::cut(&redact(link.unwrap_or_default(), &[fill.secret]), 200)
             )),
         },
         PageKind::NextUrl { pointer } => match found.and_then(Found::text) {
@@ -315,18 +315,18 @@ jobs:
         let fill = fill(&secret);
         let first = page_url(step, &fill, None).unwrap();
         let body = br#"{"data": [1], "next_cursor": 1374004777531007833}"#;
-        let found = crate::runner::page_scan::scan(body, Some("/next_cursor")).unwrap();
+        let found = crate::page_scan::scan(body, Some("/next_cursor")).unwrap();
         assert_eq!(
             next(step, &fill, &first, None, found, None),
             Next::Follow("1374004777531007833".into())
         );
         // (a next_url is a string or nothing: a number there is no URL)
-        let found = crate::runner::page_scan::scan(br#"{"n": 2}"#, Some("/n")).unwrap();
+        let found = crate::page_scan::scan(br#"{"n": 2}"#, Some("/n")).unwrap();
         assert_eq!(found.and_then(Found::text), None);
         // A token that is not text (a lone surrogate escape) ends the walk,
         // named, with a warning: the page is JSON, asking again gets the same.
         let body = br#"{"data": [1], "next_cursor": "ab\ud800"}"#;
-        let found = crate::runner::page_scan::scan(body, Some("/next_cursor")).unwrap();
+        let found = crate::page_scan::scan(body, Some("/next_cursor")).unwrap();
         match next(step, &fill, &first, None, found, None) {
             Next::Unreadable(why) => assert!(why.contains("token at /next_cursor"), "{why}"),
             other => panic!("{other:?}"),

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, Transaction};
 
 use super::{Sql, ident};
 use crate::config::SqliteOutput;
-use crate::runner::page_scan;
+use crate::page_scan;
 
 /// The width of the hash that places an entry: 64 bits, the whole xxh3
 /// (a narrower one only in tests, to make two keys share a hash).

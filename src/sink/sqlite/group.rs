@@ -203,7 +203,7 @@ mod tests {
     use rusqlite::Connection;
 
     use crate::config::SqliteOutput;
-    use crate::runner::sink::prepare;
+    use crate::sink::sqlite::prepare;
 
     fn spec(dir: &std::path::Path) -> SqliteOutput {
         SqliteOutput {

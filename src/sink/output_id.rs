@@ -17,7 +17,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 // (the sink's: a run of another job may be writing the database)
-use super::sink::BUSY_TIMEOUT;
+use super::sqlite::BUSY_TIMEOUT;
 
 /// The file in an output folder that holds its id.
 pub const FOLDER_FILE: &str = ".portion-output";

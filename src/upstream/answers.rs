@@ -317,7 +317,7 @@ mod tests {
     /// README's "What each answer does" is this table, row for row.
     #[test]
     fn the_readme_shows_this_table() {
-        let readme = include_str!("../../../README.md");
+        let readme = include_str!("../../README.md");
         let shown = |d: Does| match d {
             Does::Page => "a page",
             Does::Unchanged => "the page as it was",

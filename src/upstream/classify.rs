@@ -7,8 +7,8 @@ use super::Answer;
 use super::answers::{self, Refusal};
 use super::body::BOM;
 use crate::config::{Secret, redact};
-use crate::runner::page_scan::scan;
-use crate::runner::quota_headers::QuotaHeaders;
+use crate::page_scan::scan;
+use crate::upstream::quota_headers::QuotaHeaders;
 
 /// How long an error excerpt of a response body may be.
 const EXCERPT: usize = 300;
@@ -26,7 +26,7 @@ pub(super) fn never_json(
 ) -> Option<String> {
     let text = body.strip_prefix(BOM).unwrap_or(body).trim_ascii_start();
     if let Some(coding) = encoding {
-        let shown = crate::runner::report::cut(&redact(coding, secrets), 40);
+        let shown = crate::logging::cut(&redact(coding, secrets), 40);
         let why = if coding.contains(',') {
             "a stack of codings, which portion does not decode (one coding only)"
         } else {
@@ -80,7 +80,7 @@ pub(super) fn classify(
         Refusal::Request => false,
     };
     let text = String::from_utf8_lossy(&body);
-    let excerpt = crate::runner::report::cut(&redact(&text, secrets), EXCERPT);
+    let excerpt = crate::logging::cut(&redact(&text, secrets), EXCERPT);
     Answer::Refused {
         status: status.as_u16(),
         excerpt: excerpt.split_whitespace().collect::<Vec<_>>().join(" "),

@@ -3,6 +3,7 @@
 use reqwest::StatusCode;
 
 use super::Answer;
+use super::origin::same_origin;
 use crate::config::{Secret, redact};
 
 /// A 3xx: a redirect to follow when it stays on the request's origin;
@@ -19,15 +20,12 @@ pub(super) fn redirect(
     // do and as for a Link header.
     let location = headers
         .get(reqwest::header::LOCATION)
-        .map(|v| crate::runner::paginate::visible(v.as_bytes()));
+        .map(|v| super::origin::visible(v.as_bytes()));
     let Some(to) = location.as_deref().and_then(|l| from.join(l).ok()) else {
         return Answer::Fatal(format!(
             "HTTP {status} without a Location to follow{}",
             location
-                .map(|l| format!(
-                    " (\"{}\")",
-                    crate::runner::report::cut(&redact(&l, secrets), 200)
-                ))
+                .map(|l| format!(" (\"{}\")", crate::logging::cut(&redact(&l, secrets), 200)))
                 .unwrap_or_default()
         ));
     };
@@ -44,14 +42,6 @@ pub(super) fn redirect(
         to,
         method,
     }
-}
-
-/// Whether `to` has the scheme, host and port of `from` (an https → http
-/// redirect never has: the schemes differ).
-pub fn same_origin(from: &reqwest::Url, to: &reqwest::Url) -> bool {
-    from.scheme() == to.scheme()
-        && from.host() == to.host()
-        && from.port_or_known_default() == to.port_or_known_default()
 }
 
 #[cfg(test)]

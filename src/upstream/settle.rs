@@ -7,7 +7,7 @@
 use reqwest::header::HeaderMap;
 
 use crate::config::{ActualFrom, SettledCost};
-use crate::runner::page_scan::{self, Leaf};
+use crate::page_scan::{self, Leaf};
 
 /// What a response says one settled cost was.
 #[derive(Clone, Debug, PartialEq, Eq)]

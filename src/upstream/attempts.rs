@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::Answer;
 use super::answers::{self, Does};
 use crate::config::{Fill, HttpSettings, Step, redact};
-use crate::runner::page_scan::Found;
+use crate::page_scan::Found;
 
 /// Same-origin redirects followed for one page, at most (each one charged).
 pub const MAX_REDIRECTS: u32 = 3;
@@ -140,7 +140,7 @@ impl<'a> Attempts<'a> {
                 // The hop gets the key in its query as a next link does:
                 // a Location need not repeat the query.
                 let mut to = to;
-                crate::runner::paginate::put_back_secret(self.step, self.fill, &mut to);
+                crate::upstream::paginate::put_back_secret(self.step, self.fill, &mut to);
                 let note = format!(
                     "{shown}: HTTP {status}, redirect {} of at most {MAX_REDIRECTS} to {} (same origin, charged)",
                     self.hops,
@@ -233,7 +233,7 @@ fn cap(backoff: Duration, attempt: u32) -> Duration {
 
 /// A URL as a message names the request: at most 200 characters.
 fn cut(shown: &str) -> String {
-    crate::runner::report::cut(shown, 200)
+    crate::logging::cut(shown, 200)
 }
 
 #[cfg(test)]
