@@ -207,3 +207,88 @@ fn the_reading_finds_uses_and_paths_but_not_comments_or_tests() {
     );
     assert_eq!(room_of("Error"), "error");
 }
+
+/// The parts of a room (`upstream/paginate.rs` and `upstream/paginate/`
+/// are the part `paginate`) each file of it names: by `crate::ROOM::PART`,
+/// or by `super::PART` from a part's own file (`super::super::PART` from a
+/// file a level down). The room's own file is its face, re-exporting its
+/// parts, so it is no part.
+fn parts_named(room: &str) -> Vec<(String, String)> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src")
+        .join(room);
+    let mut files = Vec::new();
+    sources(&src, None, &mut files);
+    let parts: Vec<String> = files.iter().map(|(p, _)| p.clone()).collect();
+    let mut edges = Vec::new();
+    for (part, path) in &files {
+        let depth = path
+            .strip_prefix(&src)
+            .map_or(0, |p| p.components().count());
+        let text = code(&std::fs::read_to_string(path).expect("a readable source file"));
+        let up = format!("{}::", vec!["super"; depth].join("::"));
+        for prefix in [format!("crate::{room}::"), up] {
+            for (i, _) in text.match_indices(&prefix) {
+                let name: String = text[i + prefix.len()..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if &name != part && parts.contains(&name) {
+                    edges.push((part.clone(), name));
+                }
+            }
+        }
+    }
+    edges.sort();
+    edges.dedup();
+    edges
+}
+
+/// A circle among `edges`, if any: the parts on it, in order.
+fn circle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    fn visit(
+        at: &str,
+        edges: &[(String, String)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            return Some(path[i..].to_vec());
+        }
+        if done.iter().any(|d| d == at) {
+            return None;
+        }
+        path.push(at.to_string());
+        for (_, to) in edges.iter().filter(|(from, _)| from == at) {
+            if let Some(found) = visit(to, edges, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(at.to_string());
+        None
+    }
+    let mut done = Vec::new();
+    edges
+        .iter()
+        .find_map(|(from, _)| visit(from, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_wire_and_the_sinks_have_no_circle_among_their_parts() {
+    for room in ["upstream", "sink"] {
+        let edges = parts_named(room);
+        assert!(!edges.is_empty() || room == "sink", "{room}: no use found");
+        if let Some(found) = circle(&edges) {
+            panic!("a circle in {room}: {}", found.join(" → "));
+        }
+    }
+    let planted = [
+        ("paginate".to_string(), "redirect".to_string()),
+        ("redirect".to_string(), "paginate".to_string()),
+    ];
+    assert_eq!(
+        circle(&planted),
+        Some(vec!["paginate".to_string(), "redirect".to_string()])
+    );
+}
