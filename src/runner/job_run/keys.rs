@@ -255,7 +255,7 @@ impl JobRun<'_> {
             self.fan_out(w, step, at, page, plan).await
         } else {
             let token = resumed.and_then(|s| s.place.token.clone());
-            self.walk_starts(
+            self.conditional.walk_starts(
                 at,
                 resumed.and_then(|s| s.place.largest.as_deref().cloned()),
             );

@@ -33,7 +33,6 @@ mod inputs;
 mod keys;
 mod lists;
 mod on_disk;
-mod replaced;
 mod request;
 mod round;
 mod rows;
@@ -81,7 +80,7 @@ pub(super) struct JobRun<'a> {
     /// flight, by its first slot (the one its walk saves).
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
     /// The validators and incremental values the store keeps for the job.
-    kept: RefCell<conditional::Kept>,
+    conditional: conditional::Conditional<'a>,
 }
 
 /// How often a run on a terminal reads the budgets' pace from the store.
@@ -181,10 +180,11 @@ impl<'a> JobRun<'a> {
     }
 
     pub(super) fn new(ctx: &'a RunContext<'a>, job: &'a Job) -> Self {
+        let cred = ctx.config.credential(job);
         Self {
             ctx,
             job,
-            cred: ctx.config.credential(job),
+            cred,
             report: RefCell::new(JobReport {
                 job: job.name.clone(),
                 stop: None,
@@ -239,7 +239,7 @@ impl<'a> JobRun<'a> {
             pace: RefCell::default(),
             sink: None,
             input_batches: RefCell::default(),
-            kept: RefCell::default(),
+            conditional: conditional::Conditional::new(job, &cred.secret),
         }
     }
 
@@ -295,7 +295,16 @@ impl<'a> JobRun<'a> {
         self.clear_progress();
         self.say_skip_totals();
         self.meter.check_history();
-        if let Err(e) = self.count_not_modified().await {
+        let (calls, saved) = {
+            let r = self.report.borrow();
+            (r.not_modified, r.units_saved.clone())
+        };
+        let store = self.meter.store();
+        if let Err(e) = self
+            .conditional
+            .count_not_modified(store, calls, saved)
+            .await
+        {
             warn!(
                 job = self.job.name,
                 "cannot add this run's calls answered 304 to the counts `status` shows: {e}"
@@ -353,7 +362,7 @@ impl<'a> JobRun<'a> {
     pub(super) async fn serve_keys(&mut self) -> Result<()> {
         let job = self.job;
         let mut cursor = self.load_cursor().await?;
-        self.load_kept().await;
+        self.conditional.load(self.meter.store()).await;
         self.load_lists(&mut cursor).await?;
         if let Some(spec) = &job.sqlite {
             self.open_sink(spec).await?;
@@ -362,7 +371,9 @@ impl<'a> JobRun<'a> {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
         };
-        self.forget_replaced_output(folder_run).await;
+        (self.conditional)
+            .forget_replaced_output(self.meter.store(), &self.ctx.config.file, folder_run)
+            .await;
         let highest_run = folder_run.max(self.highest_run_of_rows()?);
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.

@@ -411,6 +411,39 @@ pub(super) fn sendable(url: &reqwest::Url) -> std::result::Result<(), String> {
     })
 }
 
+impl JobRun<'_> {
+    /// The validators the page's request sends (see
+    /// [`Conditional::validators`](super::conditional::Conditional::validators));
+    /// those whose page is gone are counted and said once.
+    fn validators(
+        &self,
+        step: &Step,
+        fill: &Fill<'_>,
+        url: &reqwest::Url,
+    ) -> Option<super::conditional::Validators> {
+        use super::conditional::Lookup;
+        match self
+            .conditional
+            .validators(step, fill, url, |k| self.has_row(k))
+        {
+            Lookup::None => None,
+            Lookup::Send(v) => Some(v),
+            Lookup::Lost => {
+                let mut report = self.report.borrow_mut();
+                if report.validators_lost == 0 {
+                    warn!(
+                        job = self.job.name,
+                        "what a page's kept validators stand for is gone (its page file deleted, its rows dropped or \
+                         deleted, or another table named): such pages are asked in full, not conditionally"
+                    );
+                }
+                report.validators_lost += 1;
+                None
+            }
+        }
+    }
+}
+
 /// Ask for the page only if it changed since the answer `v` came from.
 fn ask_if_changed(request: &mut reqwest::Request, v: &super::conditional::Validators) {
     use reqwest::header::{HeaderValue, IF_MODIFIED_SINCE, IF_NONE_MATCH};

@@ -48,7 +48,7 @@ impl JobRun<'_> {
         if !self.resumable(step, at, page, token.as_deref()) {
             (page, token) = (0, None);
             w.found.reset(Vec::new());
-            self.walk_starts(at, None);
+            self.conditional.walk_starts(at, None);
         }
         // A cursor past the step's last page (`max_pages` lowered since):
         // the step is done, as the plan counts it; no page past the
@@ -94,7 +94,9 @@ impl JobRun<'_> {
                 self.save(at.slot, after).await;
                 // (after the cursor: a kill between redoes the walk in
                 // full, from the old value, never skips)
-                self.walk_complete(step, at, page, complete).await;
+                (self.conditional)
+                    .walk_complete(self.meter.store(), step, at, page, complete)
+                    .await;
                 return Ok(Walk::Done);
             };
             let resume = at.cursor(Place {
@@ -102,7 +104,7 @@ impl JobRun<'_> {
                 page: page + 1,
                 token: Some(t.clone()),
                 found: w.found.values().to_vec(),
-                largest: self.walk_largest(at).map(Box::new),
+                largest: self.conditional.walk_largest(at).map(Box::new),
                 ..Place::default()
             });
             self.save(at.slot, Slot::At(Box::new(resume))).await;
@@ -230,7 +232,7 @@ impl JobRun<'_> {
             Fetched::NotModified => {
                 self.first_refused.set(0);
                 self.input_answered();
-                return Ok(Some(self.unchanged(step, fill)));
+                return Ok(Some(self.conditional.unchanged(step, fill)));
             }
             Fetched::Refused(why, for_itself) => {
                 return self
@@ -265,13 +267,13 @@ impl JobRun<'_> {
         if let Some(keep) = keep {
             self.collect_for_next(keep, at, page, &body);
         }
-        self.saw(step, at, page, &body);
+        self.conditional.saw(step, at, page, &body);
         let next = paginate::next(step, fill, &url, token, found, link.as_deref());
         let follow = match &next {
             Next::Follow(t) => Some(t.as_str()),
             _ => None,
         };
-        self.keep_validators(step, fill, &url, fresh, follow, held);
+        (self.conditional).keep_validators(step, fill, &url, fresh, follow, held);
         Ok(Some(next))
     }
 
@@ -294,7 +296,7 @@ impl JobRun<'_> {
             }
             Err(e) => return Err(e),
         };
-        if let Some((param, value)) = self.since(step, at.key, at.step) {
+        if let Some((param, value)) = self.conditional.since(step, at.key, at.step) {
             with_param(&mut url, &param, &value);
         }
         Ok(Some(url))

@@ -15,8 +15,10 @@
 
 use tracing::{info, warn};
 
-use super::JobRun;
-use super::conditional::{Kept, place_field};
+use super::Conditional;
+use super::records::{Kept, place_field};
+use crate::config::Job;
+use crate::ledger::Store;
 use crate::sink::output_id;
 
 /// What the ids decide: the fields to forget (validators, incremental
@@ -80,23 +82,29 @@ fn sort_map<V: serde::Serialize>(
     d.forget.len() - before
 }
 
-impl JobRun<'_> {
+impl Conditional<'_> {
     /// This run's output id, recorded for this place; the validators and
     /// incremental values of the output it replaced forgotten, said once.
     /// Those kept before outputs had ids are taken as this output's when
     /// it holds pages (or rows) of the job, else forgotten: an upgrade
     /// then neither refetches on every host nor keeps a lost output's.
-    /// `folder_run`: the highest run of the job's pages in its folder.
-    pub(super) async fn forget_replaced_output(&self, folder_run: u64) {
+    /// `folder_run`: the highest run of the job's pages in its folder;
+    /// `config`: the configuration file (with this host, the place).
+    pub(in crate::runner::job_run) async fn forget_replaced_output(
+        &self,
+        store: Option<&Store>,
+        config: &std::path::Path,
+        folder_run: u64,
+    ) {
         let job = self.job;
         if !self.keeps()
             || (job.output.is_none() && job.sqlite.is_none())
-            || self.meter.store().is_none()
+            || store.is_none()
             || !self.kept.borrow().read
         {
             return;
         }
-        let (id, holds) = match self.output_id(folder_run).await {
+        let (id, holds) = match output_id(job, folder_run).await {
             Ok(found) => found,
             Err(e) => {
                 warn!(
@@ -106,8 +114,7 @@ impl JobRun<'_> {
                 return;
             }
         };
-        let config = std::fs::canonicalize(&self.ctx.config.file)
-            .unwrap_or_else(|_| self.ctx.config.file.clone());
+        let config = std::fs::canonicalize(config).unwrap_or_else(|_| config.to_path_buf());
         let place = place_field(&crate::runner::hostname(), &config);
         let (replaced, d) = {
             let mut kept = self.kept.borrow_mut();
@@ -142,39 +149,38 @@ impl JobRun<'_> {
             .map(|f| (f.clone(), String::new()))
             .chain(d.adopt.iter().cloned())
             .collect();
-        let stored = self.put_kept(&entries).await;
+        let stored = self.put(store, &entries).await;
         // (only once the store forgot them: else the next run, finding its
         // id recorded, would send the old output's validators again)
         if stored && self.kept.borrow().places.get(&place) != Some(&id) {
-            self.put_kept(&[(place, id)]).await;
+            self.put(store, &[(place, id)]).await;
         }
     }
+}
 
-    /// The id of the job's output (its folder's and its database's, with
-    /// both: losing either loses what a 304 would not write again), and
-    /// whether the output holds pages (and rows) of the job.
-    async fn output_id(&self, folder_run: u64) -> Result<(String, bool), String> {
-        let job = self.job;
-        let mut ids = Vec::new();
-        let mut holds = true;
-        if let Some(dir) = &job.output {
-            ids.push(output_id::folder_id(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
-            holds &= folder_run > 0;
-        }
-        if let Some(spec) = &job.sqlite {
-            let (path, table, name) = (spec.path.clone(), spec.table.clone(), job.name.clone());
-            let found = tokio::task::spawn_blocking(move || {
-                Ok::<_, rusqlite::Error>((
-                    output_id::db_id(&path)?,
-                    output_id::db_has_rows(&path, &table, &name)?,
-                ))
-            })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{}: {e}", spec.path.display()))?;
-            ids.push(found.0);
-            holds &= found.1;
-        }
-        Ok((ids.join("+"), holds))
+/// The id of `job`'s output (its folder's and its database's, with both:
+/// losing either loses what a 304 would not write again), and whether
+/// the output holds pages (and rows) of the job.
+async fn output_id(job: &Job, folder_run: u64) -> Result<(String, bool), String> {
+    let mut ids = Vec::new();
+    let mut holds = true;
+    if let Some(dir) = &job.output {
+        ids.push(output_id::folder_id(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
+        holds &= folder_run > 0;
     }
+    if let Some(spec) = &job.sqlite {
+        let (path, table, name) = (spec.path.clone(), spec.table.clone(), job.name.clone());
+        let found = tokio::task::spawn_blocking(move || {
+            Ok::<_, rusqlite::Error>((
+                output_id::db_id(&path)?,
+                output_id::db_has_rows(&path, &table, &name)?,
+            ))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("{}: {e}", spec.path.display()))?;
+        ids.push(found.0);
+        holds &= found.1;
+    }
+    Ok((ids.join("+"), holds))
 }
