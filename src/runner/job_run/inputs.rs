@@ -3,6 +3,10 @@
 //! of the file has seen (the first of a repeated key wins), and, for a
 //! once-job, the part already done checked before the run goes on.
 //!
+//! Its parts: the file as read ([`feed`]), the done part and its check
+//! (`done`), inputs refused for themselves (`failed`), the keys a walk has
+//! seen (`seen`), and a once-job's results already on disk (`on_disk`).
+//!
 //! The file is local and read through a buffer, a record at a time, on the
 //! run's task: a read is a copy from the page cache, shorter than a store
 //! round trip. Only the check of a done part, which reads it all, runs on
@@ -12,225 +16,27 @@ use std::collections::{HashMap, HashSet};
 
 use tracing::{info, warn};
 
+use self::done::stamp_of;
+pub(crate) use self::done::{check_file, done_map, kept_chunks, needs_check, unrecorded};
+pub(crate) use self::failed::{failed_map, retry_map};
+use self::feed::resume_points;
+pub(super) use self::feed::{Feed, window_cap};
+pub(crate) use self::seen::seen_map;
 use super::JobRun;
 use super::round::{Round, Slot};
-use super::seen::seen_map;
-use crate::config::{Inputs, Job};
-use crate::inputs::done_part::{self, Checker, Chunk, FileStamp, Seen};
+
+mod done;
+mod failed;
+mod feed;
+mod on_disk;
+mod seen;
+use crate::config::Inputs;
 use crate::inputs::warnings::{Kind, SkipWarnings};
 use crate::inputs::{Item, Position, Reader, SkipReason};
-use crate::ledger::Ledger;
 use crate::logging::printable;
 use crate::runner::Key;
-use crate::runner::cursor::{Cursor, InputAt, Start};
+use crate::runner::cursor::{Cursor, InputAt};
 use crate::{Error, Result};
-
-/// A job of inputs' file as this run reads it.
-pub(super) struct Feed {
-    reader: Reader,
-    /// Where the cursor's key resumes (the first input read, when its key
-    /// is the cursor's), and the keys ahead of it (`None`: done).
-    first: Option<(Key, Start)>,
-    ahead: Ahead,
-    /// The file has no record after the last one read.
-    ended: bool,
-    /// Where the next read starts.
-    next: Position,
-    /// The skipped records warned about, and those only counted (said at
-    /// the run's end: [`JobRun::say_skip_totals`]).
-    warned: SkipWarnings,
-    /// The keys this walk has seen and the line of each one's first record:
-    /// in the store, or here when the run has none (unmetered).
-    pub(super) seen_map: String,
-    pub(super) seen_here: HashMap<Key, String>,
-    /// This run's number, and the line it resumed at: entries of the keys
-    /// seen are told apart by them (see [`JobRun::first_lines`]).
-    pub(super) run: u64,
-    pub(super) resume_line: u64,
-    /// A once-job: inputs whose result is on disk though the cursor does not
-    /// say them done (a kill after the page, before the cursor; a store that
-    /// lost the cursor): not fetched again.
-    on_disk: HashSet<Key>,
-    /// A once-job resumed: the runs since the cursor's, whose pages the
-    /// first inputs read (as many as a window: the most a run can have
-    /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
-    /// and how many inputs are still to be looked at.
-    recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
-    /// Failed inputs to do again before the file's (`portion reset JOB
-    /// --failed`): their keys and places, in file order.
-    pub(super) retry: std::collections::VecDeque<(Key, Position)>,
-    /// Whether this run read any such (the map of them is forgotten once
-    /// all are over).
-    pub(super) retrying: bool,
-    /// Inputs this run recorded as failed, and whether any page was
-    /// answered: the first [`super::failed::INPUTS_REFUSED`] failed and
-    /// none answered stops the job.
-    pub(super) failed: u32,
-    pub(super) answered: bool,
-    /// The job stops for the inputs refused: no request is charged after
-    /// it, those in flight finish (each refusal recorded), then the run
-    /// ends with this error.
-    pub(super) stopping: Option<crate::Error>,
-}
-
-impl Feed {
-    /// Up to `room` items from the file, none once it ended.
-    fn take(&mut self, room: usize) -> std::io::Result<Vec<Item>> {
-        let mut items = Vec::new();
-        while !self.ended && items.len() < room {
-            match self.reader.next().transpose()? {
-                Some(item) => {
-                    self.next = item.span().next();
-                    items.push(item);
-                }
-                None => self.ended = true,
-            }
-        }
-        Ok(items)
-    }
-
-    /// Where an input with `key`, just read, starts: where the cursor left
-    /// it (or done, ahead of it), else from its first step.
-    pub(super) fn state_of(&mut self, key: &str) -> Slot {
-        match self.first.take() {
-            Some((k, start)) if k == key => Slot::Waiting(Some(start)),
-            first => {
-                self.first = first;
-                match self.ahead.remove(key) {
-                    Some(None) => Slot::Done,
-                    Some(Some(start)) => Slot::Waiting(Some(start)),
-                    None => Slot::Waiting(None),
-                }
-            }
-        }
-    }
-}
-
-/// The store's name of the map of a once-job's done part, chunk by chunk.
-pub(crate) fn done_map(job: &Job) -> String {
-    format!("{}:inputs:done", job.name)
-}
-
-/// What tells the inputs file from the one the last run read.
-fn stamp_of(inputs: &Inputs) -> Result<FileStamp> {
-    let meta = std::fs::metadata(&inputs.file).map_err(|source| Error::Io {
-        what: "read the inputs of",
-        path: inputs.file.clone(),
-        source,
-    })?;
-    Ok(FileStamp::of(&meta))
-}
-
-/// The done part (`chunks`, then `tail`) against the file now: where it
-/// changed, if it did. The run's check, and `status`'s.
-pub(crate) fn check_file(
-    inputs: &Inputs,
-    chunks: &[Chunk],
-    tail: &done_part::Tail,
-) -> std::io::Result<std::result::Result<(), done_part::Changed>> {
-    let reader = Reader::open(inputs, Position::default())?;
-    let mut seen = reader.map_while(|item| item.ok()).map(|item| {
-        let s = item.span();
-        Seen {
-            line: s.line,
-            start: s.start,
-            end: s.end,
-            hash: s.hash,
-        }
-    });
-    Ok(done_part::check(chunks, tail, &mut seen))
-}
-
-/// Whether `at`'s done part must be checked before a run goes on: a job
-/// whose file is not the one the last run read, with a part done (a
-/// once-job's changed stops it; a walk's changed starts it again).
-pub(crate) fn needs_check(at: &InputAt, stamp: &FileStamp) -> bool {
-    at.stamp.as_ref() != Some(stamp) && at.offset > 0
-}
-
-/// Whether `at` keeps no record of the part of this walk done (a cursor
-/// saved before walks kept one): its place cannot be checked.
-pub(crate) fn unrecorded(at: &InputAt) -> bool {
-    at.chunks == 0 && at.tail.is_empty()
-}
-
-/// The chunks the store keeps of a once-job's done part (`None`: not all
-/// of them, a store emptied by hand: the part is not checked).
-pub(crate) fn kept_chunks(kept: &[(String, String)], at: &InputAt) -> Option<Vec<Chunk>> {
-    let chunks: Vec<Chunk> = kept
-        .iter()
-        .take(at.chunks as usize)
-        .filter_map(|(_, v)| serde_json::from_str(v).ok())
-        .collect();
-    (chunks.len() as u64 == at.chunks).then_some(chunks)
-}
-
-/// The keys ahead of the cursor's, and where each resumes (`None`: done).
-type Ahead = HashMap<Key, Option<Start>>;
-
-/// Where the cursor's key resumes, and the keys ahead of it (`None`:
-/// done); a step gone from the file restarts its input.
-fn resume_points(cursor: &Cursor, steps: usize) -> (Option<(Key, Start)>, Ahead) {
-    let place = |p: &crate::runner::cursor::Place| Start {
-        index: 0,
-        place: if p.step < steps {
-            p.clone()
-        } else {
-            Default::default()
-        },
-    };
-    let first = (!cursor.key.is_empty()).then(|| (cursor.key.clone(), place(&cursor.place)));
-    let ahead = cursor
-        .ahead
-        .iter()
-        .map(|a| (a.key.clone(), (!a.done).then(|| place(&a.place))))
-        .collect();
-    (first, ahead)
-}
-
-/// Chunks of a done part read from the store at once (~85 KB).
-const CHUNKS_AT_ONCE: u64 = 256;
-
-/// The file's records from its start, as the done part keeps them; ended
-/// at the first that cannot be read (the done part then looks cut short).
-struct DoneRecords {
-    reader: Reader,
-    ended: bool,
-}
-
-impl Iterator for DoneRecords {
-    type Item = Seen;
-
-    fn next(&mut self) -> Option<Seen> {
-        if self.ended {
-            return None;
-        }
-        match self.reader.next() {
-            Some(Ok(item)) => {
-                let s = item.span();
-                Some(Seen {
-                    line: s.line,
-                    start: s.start,
-                    end: s.end,
-                    hash: s.hash,
-                })
-            }
-            _ => {
-                self.ended = true;
-                None
-            }
-        }
-    }
-}
-
-/// How many inputs the window holds at most: a slow input at its front
-/// lets the others go on this far, and no further (the cursor carries the
-/// window: it stays small).
-pub(super) fn window_cap(concurrency: usize, batch: Option<usize>) -> usize {
-    let cap = (4 * concurrency).max(64);
-    // (inputs in batches: room for every batch in flight and the next)
-    batch.map_or(cap, |b| cap.max((concurrency + 1) * b))
-}
 
 impl JobRun<'_> {
     /// This run's round over the job's inputs, from the cursor's place in
@@ -325,128 +131,6 @@ impl JobRun<'_> {
             round.bump();
         }
         Ok(round)
-    }
-
-    /// A job not once whose file changed mid-walk in the part done
-    /// (`changed`: its first line that did, 0 when the cursor kept no
-    /// record of it): its place may be inside a line now, so it walks the
-    /// file afresh from its start (the cursor it resumes from then, none
-    /// of the old walk's keys in it). A file that changed only after the
-    /// part done (lines appended, an identical copy put in its place) is
-    /// walked on from the place.
-    async fn walk_afresh(
-        &self,
-        inputs: &Inputs,
-        at: &mut InputAt,
-        changed: Option<u64>,
-        cursor: &Cursor,
-    ) -> Option<Cursor> {
-        let line = changed.filter(|_| !self.job.once && at.offset > 0)?;
-        warn!(
-            job = self.job.name,
-            "{} changed since the last run{}: this walk of it starts again at its first line (it was at line {})",
-            inputs.file.display(),
-            match line {
-                0 => " (the cursor keeps no record of the part done)".to_string(),
-                n => format!(" at line {n}, in the part already done"),
-            },
-            at.line
-        );
-        self.forget_seen(at.walk).await;
-        *at = InputAt {
-            walk: at.walk + 1,
-            line: 1,
-            stamp: at.stamp.take(),
-            ..InputAt::default()
-        };
-        Some(Cursor {
-            run: cursor.run,
-            input: Some(at.clone()),
-            ..Cursor::default()
-        })
-    }
-
-    /// The done part of a once-job's file, as the store keeps it, against
-    /// the file now: its chunks read [`CHUNKS_AT_ONCE`] at a time, each
-    /// batch checked before the next is read, so that memory does not grow
-    /// with the part done (~330 bytes a chunk of 64 inputs: 5 MB at 10^6
-    /// read at once).
-    async fn check_done_part(
-        &self,
-        inputs: &Inputs,
-        at: &InputAt,
-    ) -> Result<Option<done_part::Changed>> {
-        let Some(store) = self.meter.store() else {
-            return Ok(None);
-        };
-        let io = |source| Error::Io {
-            what: "check the inputs of",
-            path: inputs.file.clone(),
-            source,
-        };
-        info!(
-            job = self.job.name,
-            "{} is not the file the last run read: checking the {} input(s) done in it",
-            inputs.file.display(),
-            at.done + at.skipped
-        );
-        let mut records = DoneRecords {
-            reader: Reader::open(inputs, Position::default()).map_err(io)?,
-            ended: false,
-        };
-        let mut checker = Checker::default();
-        let map = done_map(self.job);
-        let mut from = 0;
-        while from < at.chunks {
-            let to = (from + CHUNKS_AT_ONCE).min(at.chunks);
-            let fields: Vec<String> = (from..to).map(|i| format!("{i:012}")).collect();
-            let chunks: Option<Vec<Chunk>> = store
-                .map_get(&map, &fields)
-                .await?
-                .into_iter()
-                .map(|v| v.and_then(|v| serde_json::from_str(&v).ok()))
-                .collect();
-            let Some(chunks) = chunks else {
-                warn!(
-                    job = self.job.name,
-                    "the store does not keep every one of the {} chunks of {}'s done part (a store emptied by hand?): the part done is not checked",
-                    at.chunks,
-                    inputs.file.display()
-                );
-                return Ok(None);
-            };
-            let checked;
-            (records, checker, checked) = tokio::task::spawn_blocking(move || {
-                let checked = checker.chunks(&chunks, &mut records);
-                (records, checker, checked)
-            })
-            .await
-            .map_err(|e| io(std::io::Error::other(e)))?;
-            if let Err(changed) = checked {
-                return Ok(Some(changed));
-            }
-            from = to;
-        }
-        let tail = at.tail.clone();
-        Ok(
-            tokio::task::spawn_blocking(move || checker.tail(&tail, &mut records))
-                .await
-                .map_err(|e| io(std::io::Error::other(e)))?
-                .err(),
-        )
-    }
-
-    /// The 78 of a done part that changed at `changed`.
-    fn done_part_changed(&self, inputs: &Inputs, changed: done_part::Changed) -> Error {
-        Error::Config {
-            file: inputs.file.clone(),
-            field: format!("line {}", changed.line),
-            message: format!(
-                "the part of the file job {} has done changed here since (edited, truncated or replaced): \
-                 its inputs are not done again, nor skipped, unless asked: `portion reset {} --yes` does every one again",
-                self.job.name, self.job.name
-            ),
-        }
     }
 
     /// The skipped records past those warned about one by one, one line a

@@ -27,22 +27,19 @@ use crate::{Error, Result};
 mod batches;
 mod charge;
 mod conditional;
-mod failed;
 mod fan_out;
 mod inputs;
 mod keys;
 mod lists;
-mod on_disk;
 mod request;
 mod round;
 mod rows;
-mod seen;
 mod walk;
 
 pub(crate) use self::conditional::{conditional_map, not_modified_map};
-pub(crate) use self::failed::{failed_map, retry_map};
-pub(crate) use self::inputs::{check_file, done_map, kept_chunks, needs_check, unrecorded};
-pub(crate) use self::seen::seen_map;
+pub(crate) use self::inputs::{
+    check_file, done_map, failed_map, kept_chunks, needs_check, retry_map, seen_map, unrecorded,
+};
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {

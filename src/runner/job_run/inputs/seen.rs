@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use tracing::warn;
 
-use super::JobRun;
+use super::super::JobRun;
 use crate::Result;
 use crate::config::Job;
 use crate::inputs::Item;
@@ -71,7 +71,7 @@ fn resolve_firsts(
 impl JobRun<'_> {
     /// For each record of `items`, the line of the first record of its key
     /// in this walk of the file (its own, unless the key is repeated).
-    pub(super) async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
+    pub(in crate::runner::job_run) async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
         let (map, run, resume_line) = match self.feed.borrow().as_ref() {
             Some(f) => (f.seen_map.clone(), f.run, f.resume_line),
             None => return Ok(Vec::new()),
@@ -130,7 +130,7 @@ impl JobRun<'_> {
     }
 
     /// Forget the keys walk `walk` of a job not once saw.
-    pub(super) async fn forget_seen(&self, walk: u64) {
+    pub(in crate::runner::job_run) async fn forget_seen(&self, walk: u64) {
         if let Some(store) = self.meter.store()
             && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
         {

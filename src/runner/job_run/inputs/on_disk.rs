@@ -10,8 +10,8 @@ use std::collections::HashSet;
 
 use tracing::warn;
 
-use super::JobRun;
-use super::inputs::window_cap;
+use super::super::JobRun;
+use super::feed::window_cap;
 use crate::runner::Key;
 use crate::runner::cursor::Cursor;
 
@@ -19,7 +19,11 @@ impl JobRun<'_> {
     /// A once-job with no place in its file at all (a new or emptied store)
     /// while the folder holds pages of the job: every key with a page of
     /// the last step, taken as done.
-    pub(super) fn results_on_disk(&self, cursor: &Cursor, highest_run: u64) -> HashSet<Key> {
+    pub(in crate::runner::job_run) fn results_on_disk(
+        &self,
+        cursor: &Cursor,
+        highest_run: u64,
+    ) -> HashSet<Key> {
         let job = self.job;
         let last = job.steps.len().saturating_sub(1);
         // (a page is the whole result only when the last step sends one
@@ -61,7 +65,7 @@ impl JobRun<'_> {
     /// The runs whose pages a resumed once-job looks for, when its last
     /// step sends one request per input (no pages, no fan-out), so that a
     /// page is the input's whole result.
-    pub(super) fn recent_runs(
+    pub(in crate::runner::job_run) fn recent_runs(
         &self,
         cursor: &Cursor,
         highest_run: u64,
@@ -89,7 +93,11 @@ impl JobRun<'_> {
     /// Whether a page of `key`'s last step is on disk from one of the runs
     /// `runs`: an input the cursor did not say done, whose page a run
     /// killed before its cursor's save wrote.
-    pub(super) fn page_on_disk(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
+    pub(in crate::runner::job_run) fn page_on_disk(
+        &self,
+        key: &str,
+        runs: &std::ops::RangeInclusive<u64>,
+    ) -> bool {
         let job = self.job;
         let last = job.steps.len().saturating_sub(1);
         runs.clone().any(|run| {

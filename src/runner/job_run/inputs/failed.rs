@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
 
-use super::round::Slot;
-use super::{JobRun, Position};
+use super::super::round::Slot;
+use super::super::{JobRun, Position};
 use crate::config::Job;
 use crate::inputs::{Item, Position as FilePosition, Reader};
 use crate::ledger::Ledger;
@@ -25,7 +25,7 @@ use crate::{Error, Result};
 /// Inputs of a run recorded as failed, none answered, before the job
 /// stops: every input refused is more likely a bad key or URL than ids
 /// the upstream lacks (a backfill has many of those, spread out).
-pub(super) const INPUTS_REFUSED: u32 = 10;
+pub(in crate::runner::job_run) const INPUTS_REFUSED: u32 = 10;
 
 /// How much of a refusal's answer a failed input keeps.
 const EXCERPT: usize = 200;
@@ -53,7 +53,7 @@ impl JobRun<'_> {
     /// The input at `at` refused for itself (`status`, `excerpt`, `why`):
     /// recorded as failed and over; the job stops if it is the
     /// [`INPUTS_REFUSED`]th of this run and none was answered.
-    pub(super) async fn input_failed(
+    pub(in crate::runner::job_run) async fn input_failed(
         &self,
         at: &Position<'_>,
         why: &str,
@@ -98,7 +98,7 @@ impl JobRun<'_> {
     /// key `..` in a URL's path would move the request elsewhere):
     /// recorded as failed (status 0: not sent) and over, uncharged; the
     /// others go on (a key the file holds must not wedge the list).
-    pub(super) async fn input_unsendable(&self, at: &Position<'_>, why: &str) {
+    pub(in crate::runner::job_run) async fn input_unsendable(&self, at: &Position<'_>, why: &str) {
         let why = format!("its request cannot be made ({why}), not sent");
         self.record_input_failed(at, &why, 0, &why).await;
     }
@@ -152,7 +152,7 @@ impl JobRun<'_> {
     }
 
     /// The job stops for its inputs refused ([`JobRun::input_failed`]).
-    pub(super) fn inputs_refused(&self) -> bool {
+    pub(in crate::runner::job_run) fn inputs_refused(&self) -> bool {
         self.feed
             .borrow()
             .as_ref()
@@ -161,7 +161,7 @@ impl JobRun<'_> {
 
     /// The error the job stops with for its inputs refused, once the
     /// requests in flight are over.
-    pub(super) fn take_inputs_refused(&self) -> Option<Error> {
+    pub(in crate::runner::job_run) fn take_inputs_refused(&self) -> Option<Error> {
         self.feed.borrow_mut().as_mut()?.stopping.take()
     }
 
@@ -196,7 +196,7 @@ impl JobRun<'_> {
     }
 
     /// The failed inputs, and those to do again, forgotten.
-    pub(super) async fn forget_failed(&self) {
+    pub(in crate::runner::job_run) async fn forget_failed(&self) {
         let Some(store) = self.meter.store() else {
             return;
         };
@@ -211,7 +211,7 @@ impl JobRun<'_> {
     }
 
     /// A page answered: the key and the URL are good.
-    pub(super) fn input_answered(&self) {
+    pub(in crate::runner::job_run) fn input_answered(&self) {
         if let Some(feed) = self.feed.borrow_mut().as_mut() {
             feed.answered = true;
         }
@@ -219,7 +219,7 @@ impl JobRun<'_> {
 
     /// The failed inputs `portion reset JOB --failed` asked to do again, in
     /// file order (those already done again have an empty value).
-    pub(super) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
+    pub(in crate::runner::job_run) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
         let Some(store) = self.meter.store() else {
             return VecDeque::new();
         };
@@ -250,7 +250,7 @@ impl JobRun<'_> {
 
     /// Read up to `room` failed inputs to do again into the window, each
     /// from its place in the file; whether any were left to read.
-    pub(super) fn read_retries(&self, room: usize) -> bool {
+    pub(in crate::runner::job_run) fn read_retries(&self, room: usize) -> bool {
         let Some(inputs) = self.job.inputs.as_ref() else {
             return false;
         };
@@ -301,7 +301,7 @@ impl JobRun<'_> {
 
     /// The failed inputs done again since the last call are no longer to
     /// be done again; when every one is over, the map of them is forgotten.
-    pub(super) async fn keep_retried(&self, all_over: bool) {
+    pub(in crate::runner::job_run) async fn keep_retried(&self, all_over: bool) {
         let (retried, retrying) = {
             let mut round = self.round.borrow_mut();
             let retried = round

@@ -1,0 +1,127 @@
+//! [`Feed`]: a job of inputs' file as this run reads it into the round's
+//! window, where the cursor's keys resume in it, and what the run learns
+//! of its inputs as it goes (failed, answered, stopping).
+
+use std::collections::{HashMap, HashSet};
+
+use super::super::round::Slot;
+use crate::inputs::warnings::SkipWarnings;
+use crate::inputs::{Item, Position, Reader};
+use crate::runner::Key;
+use crate::runner::cursor::{Cursor, Start};
+
+/// A job of inputs' file as this run reads it.
+pub(in crate::runner::job_run) struct Feed {
+    pub(in crate::runner::job_run) reader: Reader,
+    /// Where the cursor's key resumes (the first input read, when its key
+    /// is the cursor's), and the keys ahead of it (`None`: done).
+    pub(in crate::runner::job_run) first: Option<(Key, Start)>,
+    pub(in crate::runner::job_run) ahead: Ahead,
+    /// The file has no record after the last one read.
+    pub(in crate::runner::job_run) ended: bool,
+    /// Where the next read starts.
+    pub(in crate::runner::job_run) next: Position,
+    /// The skipped records warned about, and those only counted (said at
+    /// the run's end: [`JobRun::say_skip_totals`]).
+    pub(in crate::runner::job_run) warned: SkipWarnings,
+    /// The keys this walk has seen and the line of each one's first record:
+    /// in the store, or here when the run has none (unmetered).
+    pub(in crate::runner::job_run) seen_map: String,
+    pub(in crate::runner::job_run) seen_here: HashMap<Key, String>,
+    /// This run's number, and the line it resumed at: entries of the keys
+    /// seen are told apart by them (see [`JobRun::first_lines`]).
+    pub(in crate::runner::job_run) run: u64,
+    pub(in crate::runner::job_run) resume_line: u64,
+    /// A once-job: inputs whose result is on disk though the cursor does not
+    /// say them done (a kill after the page, before the cursor; a store that
+    /// lost the cursor): not fetched again.
+    pub(in crate::runner::job_run) on_disk: HashSet<Key>,
+    /// A once-job resumed: the runs since the cursor's, whose pages the
+    /// first inputs read (as many as a window: the most a run can have
+    /// started past the cursor) are looked for ([`JobRun::page_on_disk`]),
+    /// and how many inputs are still to be looked at.
+    pub(in crate::runner::job_run) recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
+    /// Failed inputs to do again before the file's (`portion reset JOB
+    /// --failed`): their keys and places, in file order.
+    pub(in crate::runner::job_run) retry: std::collections::VecDeque<(Key, Position)>,
+    /// Whether this run read any such (the map of them is forgotten once
+    /// all are over).
+    pub(in crate::runner::job_run) retrying: bool,
+    /// Inputs this run recorded as failed, and whether any page was
+    /// answered: the first [`super::failed::INPUTS_REFUSED`] failed and
+    /// none answered stops the job.
+    pub(in crate::runner::job_run) failed: u32,
+    pub(in crate::runner::job_run) answered: bool,
+    /// The job stops for the inputs refused: no request is charged after
+    /// it, those in flight finish (each refusal recorded), then the run
+    /// ends with this error.
+    pub(in crate::runner::job_run) stopping: Option<crate::Error>,
+}
+
+impl Feed {
+    /// Up to `room` items from the file, none once it ended.
+    pub(in crate::runner::job_run) fn take(&mut self, room: usize) -> std::io::Result<Vec<Item>> {
+        let mut items = Vec::new();
+        while !self.ended && items.len() < room {
+            match self.reader.next().transpose()? {
+                Some(item) => {
+                    self.next = item.span().next();
+                    items.push(item);
+                }
+                None => self.ended = true,
+            }
+        }
+        Ok(items)
+    }
+
+    /// Where an input with `key`, just read, starts: where the cursor left
+    /// it (or done, ahead of it), else from its first step.
+    pub(in crate::runner::job_run) fn state_of(&mut self, key: &str) -> Slot {
+        match self.first.take() {
+            Some((k, start)) if k == key => Slot::Waiting(Some(start)),
+            first => {
+                self.first = first;
+                match self.ahead.remove(key) {
+                    Some(None) => Slot::Done,
+                    Some(Some(start)) => Slot::Waiting(Some(start)),
+                    None => Slot::Waiting(None),
+                }
+            }
+        }
+    }
+}
+
+/// The keys ahead of the cursor's, and where each resumes (`None`: done).
+pub(in crate::runner::job_run) type Ahead = HashMap<Key, Option<Start>>;
+
+/// Where the cursor's key resumes, and the keys ahead of it (`None`:
+/// done); a step gone from the file restarts its input.
+pub(in crate::runner::job_run) fn resume_points(
+    cursor: &Cursor,
+    steps: usize,
+) -> (Option<(Key, Start)>, Ahead) {
+    let place = |p: &crate::runner::cursor::Place| Start {
+        index: 0,
+        place: if p.step < steps {
+            p.clone()
+        } else {
+            Default::default()
+        },
+    };
+    let first = (!cursor.key.is_empty()).then(|| (cursor.key.clone(), place(&cursor.place)));
+    let ahead = cursor
+        .ahead
+        .iter()
+        .map(|a| (a.key.clone(), (!a.done).then(|| place(&a.place))))
+        .collect();
+    (first, ahead)
+}
+
+/// How many inputs the window holds at most: a slow input at its front
+/// lets the others go on this far, and no further (the cursor carries the
+/// window: it stays small).
+pub(in crate::runner::job_run) fn window_cap(concurrency: usize, batch: Option<usize>) -> usize {
+    let cap = (4 * concurrency).max(64);
+    // (inputs in batches: room for every batch in flight and the next)
+    batch.map_or(cap, |b| cap.max((concurrency + 1) * b))
+}
