@@ -11,15 +11,15 @@ use std::collections::BTreeMap;
 
 use tracing::{info, warn};
 
-use self::round::{Round, Slot};
+use self::round::Round;
+use self::terminal::Pace;
 use super::cursor::{Cursor, Place, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::meter::Meter;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
-use crate::inputs::pace;
-use crate::ledger::{At, Ledger, LockOutcome, Store, StoreError};
+use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
 use crate::page_scan::Found;
 use crate::sink::folder;
 use crate::{Error, Result};
@@ -34,6 +34,8 @@ mod lists;
 mod request;
 mod round;
 mod rows;
+mod saving;
+mod terminal;
 mod walk;
 
 pub(crate) use self::conditional::{conditional_map, not_modified_map};
@@ -78,18 +80,6 @@ pub(super) struct JobRun<'a> {
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
     /// The validators and incremental values the store keeps for the job.
     conditional: conditional::Conditional<'a>,
-}
-
-/// How often a run on a terminal reads the budgets' pace from the store.
-const PACE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// When a job of inputs' rest will be done at the budgets' pace.
-#[derive(Default)]
-struct Pace {
-    /// When last read from the store.
-    read: Option<std::time::Instant>,
-    /// What it said (`None` inside: never).
-    finish: Option<Option<std::time::Duration>>,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -440,191 +430,6 @@ impl<'a> JobRun<'a> {
             source,
         })?;
         Ok(prepared.highest_run)
-    }
-
-    /// Region `slot` of the round is now at `state`: save the cursor that
-    /// says the whole round. The single writer: one write at a time, each
-    /// of the round as it is when its turn comes, so the newest is written
-    /// last; a state that a later write already carried is not written again.
-    /// Whether the store now holds this state (or a later one).
-    async fn save(&self, slot: usize, state: Slot) -> bool {
-        let version = {
-            let mut round = self.round.borrow_mut();
-            match self.input_batches.borrow().get(&slot) {
-                // A batch of inputs is done, or failed, as one; it keeps
-                // no place of its own (a stop redoes it from its first
-                // step): its inputs stay not done until it is over.
-                Some(_) if matches!(state, Slot::At(_)) => return true,
-                Some(slots) => {
-                    for s in slots {
-                        round.set(*s, state.clone());
-                    }
-                }
-                None => round.set(slot, state),
-            }
-            round.version()
-        };
-        self.write_cursor(version).await
-    }
-
-    /// Save the cursor of the round as it is (its place in a file of
-    /// inputs moved).
-    async fn save_round(&self) -> bool {
-        let version = self.round.borrow_mut().bump();
-        self.write_cursor(version).await
-    }
-
-    /// Write the cursor of the round as it is now, unless a write of
-    /// `version` or later was done. A once-job's done part grown by full
-    /// chunks is kept first: the cursor never counts a chunk the store
-    /// does not hold.
-    async fn write_cursor(&self, version: u64) -> bool {
-        let mut saved = self.saving.lock().await;
-        if *saved >= version {
-            return true;
-        }
-        let (cursor, now, chunks) = {
-            let mut round = self.round.borrow_mut();
-            let chunks = round
-                .window_mut()
-                .map(|w| std::mem::take(&mut w.chunks))
-                .unwrap_or_default();
-            (round.cursor(), round.version(), chunks)
-        };
-        if let Err(e) = self.keep_chunks(&chunks).await {
-            warn!(
-                job = self.job.name,
-                "cannot keep the inputs done in the store (the next run may redo them): {e}"
-            );
-            if let Some(w) = self.round.borrow_mut().window_mut() {
-                w.chunks.splice(0..0, chunks);
-            }
-            return false;
-        }
-        let (stored, text) = cursor_text(&cursor, &self.cred.secret);
-        if stored.place.page != cursor.place.page {
-            warn!(
-                job = self.job.name,
-                "the next page's token carries the credential's secret in an encoding that cannot be stored masked: \
-                 the cursor keeps the start of this step instead (a stop before the step ends redoes its pages)"
-            );
-        }
-        self.report.borrow_mut().resume = Some(stored);
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.save_cursor(&self.job.name, &text).await
-        {
-            warn!(
-                job = self.job.name,
-                "cannot save the cursor (the next run may redo this page): {e}"
-            );
-            return false;
-        }
-        *saved = now;
-        true
-    }
-
-    async fn keep_chunks(
-        &self,
-        chunks: &[(u64, crate::inputs::done_part::Chunk)],
-    ) -> std::result::Result<(), StoreError> {
-        let Some(store) = self.meter.store() else {
-            return Ok(());
-        };
-        let map = inputs::done_map(self.job);
-        let entries: Vec<(String, String)> = (chunks.iter())
-            .map(|(i, chunk)| {
-                let text = serde_json::to_string(chunk).expect("a chunk always serializes");
-                (format!("{i:012}"), text)
-            })
-            .collect();
-        store.map_put(&map, &entries).await
-    }
-
-    /// On a terminal, for a job of inputs as an input is over: the line,
-    /// and when the rest will be done at the budgets' pace (inputs in
-    /// flight, whose units are spent, still counted as left: at most
-    /// `concurrency` more than the rest, an estimate on the safe side).
-    async fn progress(&self) {
-        if let Some(left) = self.draw_progress() {
-            self.read_pace(left).await;
-        }
-    }
-
-    /// Read when `left` inputs will be done at the budgets' pace, at most
-    /// once per [`PACE_EVERY`] (a read of the credential's windows in the
-    /// store, as `status` makes): shown at the next page. None without a
-    /// store (the run is unmetered).
-    async fn read_pace(&self, left: u64) {
-        let last = self.pace.borrow().read;
-        if last.is_some_and(|t| t.elapsed() < PACE_EVERY) {
-            return;
-        }
-        let Some(store) = self.meter.store() else {
-            return;
-        };
-        self.pace.borrow_mut().read = Some(std::time::Instant::now());
-        let usage = store
-            .usage(&self.cred.name, &self.cred.pools, At::StoreClock)
-            .await;
-        // (a failed read keeps the last time known; tried again later)
-        if let Ok(usage) = usage {
-            // (in requests: a batch's carries several inputs)
-            let per_request = self.job.inputs.as_ref().and_then(|i| i.batch).unwrap_or(1);
-            let requests = left.div_ceil(per_request.max(1) as u64);
-            let finish = pace::time_to_finish(requests, &pace::pools_now(self.job, &usage));
-            self.pace.borrow_mut().finish = Some(finish);
-        }
-    }
-
-    /// On a terminal, one line that says how far the run is (none under
-    /// cron or systemd, where stderr is a file or the journal); the inputs
-    /// left for a job of inputs.
-    fn draw_progress(&self) -> Option<u64> {
-        if !self.ctx.progress {
-            return None;
-        }
-        let r = self.report.borrow();
-        let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
-        if let Some(inputs) = &self.job.inputs {
-            let mut round = self.round.borrow_mut();
-            let at = &round.window_mut()?.at;
-            let (done, offset, line) = (at.done + at.skipped, at.offset, at.line);
-            drop(round);
-            // Every item from the first input not done, the front of the
-            // window too: read once, on a terminal only.
-            let total = || {
-                let from = crate::inputs::Position { offset, line };
-                let items = crate::inputs::Reader::open(inputs, from)
-                    .map(|r| r.map_while(|i| i.ok()).count() as u64);
-                done + items.unwrap_or(0)
-            };
-            let pace = self.pace.borrow().finish;
-            return Some(super::progress::inputs(
-                &r.job,
-                done,
-                total,
-                pace,
-                &units.join(", "),
-            ));
-        }
-        eprint!(
-            "\r\x1b[2K{}: regions {}/{}, {} calls, spent {}",
-            r.job,
-            r.regions_done,
-            r.regions_total,
-            r.calls,
-            units.join(", ")
-        );
-        None
-    }
-
-    fn clear_progress(&self) {
-        if super::progress::clear(&self.job.name) {
-            return;
-        }
-        if self.ctx.progress && self.report.borrow().pages > 0 {
-            eprint!("\r\x1b[2K");
-        }
     }
 
     /// Stop the run (the first reason stays): no request is sent after
