@@ -184,6 +184,56 @@ fn an_input_whose_host_does_not_exist_fails_and_the_list_goes_on() {
     assert_eq!(d.outputs("list").len(), 1, "{r:?}");
 }
 
+/// An upstream that is down fails 3 inputs in a row past their retries
+/// (none answered between) and the job stops there, exit 1, the 3
+/// recorded as failed: not every input of the list failed one by one.
+/// A 5xx between answers fails only its input (the test above), and a
+/// run of inputs refused for themselves (4xx) does not stop the job.
+#[test]
+fn an_upstream_that_is_down_stops_the_job_after_three_inputs_in_a_row() {
+    let down = |head: &str| match path(head) {
+        "/items/first" => answer(head),
+        _ => raw("503 Service Unavailable", &[], b"down"),
+    };
+    let (base, heads) = serving(down);
+    let d = Deployment::new("");
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
+    let mut list = vec!["first"];
+    list.extend(keys.iter().map(String::as_str));
+    inputs(&d, &list);
+    d.write(&yaml(
+        &embedded_store(&d),
+        &format!("{base}/items/{{key}}"),
+        false,
+    ));
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    // first, then k00..k02 three attempts each (`retries: 2`), no more.
+    let expected = requests(&[("first", 1), ("k00", 3), ("k01", 3), ("k02", 3)]);
+    assert_eq!(per_input(&heads.lock().unwrap()), expected, "{r:?}");
+    assert!(r.stderr.contains("3 inputs in a row failed so"), "{r:?}");
+    let status = d.portion(&["status"]);
+    assert!(status.stdout.contains("3 failed"), "{status:?}");
+
+    // Refusals for themselves, however many in a row, fail only their
+    // inputs once one was answered.
+    let (base, heads) = serving(|head: &str| match path(head) {
+        "/items/first" => answer(head),
+        _ => raw("404 Not Found", &[], b"no such id"),
+    });
+    let d = Deployment::new("");
+    inputs(&d, &list);
+    d.write(&yaml(
+        &embedded_store(&d),
+        &format!("{base}/items/{{key}}"),
+        false,
+    ));
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert_eq!(heads.lock().unwrap().len(), 21, "{r:?}");
+    assert!(r.stderr.contains("20 of them failed this run"), "{r:?}");
+}
+
 /// A 304 to a request that sent no validator (a broken cache in front of
 /// the API) ends its region, once, and the next region is served; the
 /// next run does not send it again.

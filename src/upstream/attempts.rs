@@ -47,6 +47,9 @@ pub enum Next {
     Refused {
         why: String,
         for_itself: Option<(u16, String)>,
+        /// Ended by the upstream's own trouble (a 5xx, a 408, a network
+        /// error past the retries), not by an answer about the request.
+        outage: bool,
     },
     /// The job stops: the problem, said of the page's own URL.
     Fail(String),
@@ -154,9 +157,9 @@ impl<'a> Attempts<'a> {
                     "more than {MAX_REDIRECTS} redirects (the last, HTTP {status}, to {}): not followed",
                     self.redact(&to)
                 );
-                self.ends((status, why.clone()), why)
+                self.ends((status, why.clone()), why, false)
             }
-            Answer::Fatal(why) => self.ends((0, why.clone()), why),
+            Answer::Fatal(why) => self.ends((0, why.clone()), why, false),
             Answer::Transient(why) if self.attempt < self.retries => {
                 let wait = cap(self.backoff, self.attempt).mul_f64((self.jitter)());
                 self.attempt += 1;
@@ -177,7 +180,7 @@ impl<'a> Attempts<'a> {
             Answer::Transient(why) => {
                 let why = format!("{why}, after {} attempts", self.attempt + 1);
                 if self.fill.input.is_some() {
-                    self.ends((0, why.clone()), why)
+                    self.ends((0, why.clone()), why, true)
                 } else {
                     Next::Fail(why)
                 }
@@ -185,6 +188,7 @@ impl<'a> Attempts<'a> {
             Answer::Unusable(why) => Next::Refused {
                 why: format!("{}: {why}", cut(&shown)),
                 for_itself: None,
+                outage: false,
             },
             Answer::Refused {
                 status,
@@ -199,7 +203,7 @@ impl<'a> Attempts<'a> {
                 credential: false,
             } => {
                 let why = format!("the upstream refused the request with HTTP {status}: {excerpt}");
-                self.ends((status, excerpt), why)
+                self.ends((status, excerpt), why, false)
             }
         }
     }
@@ -207,12 +211,14 @@ impl<'a> Attempts<'a> {
     /// The request in hand ends, as the table of answers says
     /// ([`answers::ends`]): its key, when the request carries it (recorded
     /// as failed for itself with `status` and an excerpt of the answer;
-    /// status 0: none said one), else the job, for `why`.
-    fn ends(&self, for_itself: (u16, String), why: String) -> Next {
+    /// status 0: none said one), else the job, for `why`; `outage`: the
+    /// upstream's own trouble ended it.
+    fn ends(&self, for_itself: (u16, String), why: String, outage: bool) -> Next {
         match answers::ends(self.given) {
             Does::EndsKey => Next::Refused {
                 why: format!("{}: {why}; not retried", cut(&self.shown())),
                 for_itself: Some(for_itself),
+                outage,
             },
             _ => Next::Fail(why),
         }
@@ -450,7 +456,9 @@ jobs:
             credential: false,
         };
         match attempts(&config, &fill, &own, true).next(refused()) {
-            Next::Refused { why, for_itself } => {
+            Next::Refused {
+                why, for_itself, ..
+            } => {
                 assert_eq!(for_itself, Some((404, "not found".into())));
                 assert_eq!(
                     why,
@@ -479,7 +487,9 @@ jobs:
             Next::Fail(_)
         ));
         match attempts(&config, &fill, &own, true).next(Answer::Unusable("no body".into())) {
-            Next::Refused { why, for_itself } => {
+            Next::Refused {
+                why, for_itself, ..
+            } => {
                 assert_eq!(for_itself, None);
                 assert!(why.ends_with("key=***: no body"), "{why}");
             }
@@ -507,8 +517,11 @@ jobs:
         };
         for status in [403, 409, 413, 451] {
             match attempts(&config, &region, &own, true).next(refused(status, false)) {
-                Next::Refused { for_itself, .. } => {
+                Next::Refused {
+                    for_itself, outage, ..
+                } => {
                     assert_eq!(for_itself, Some((status, "no".into())));
+                    assert!(!outage, "{status} is about the request");
                 }
                 other => panic!("{status}: {other:?}"),
             }
@@ -526,6 +539,7 @@ jobs:
             attempts(&config, &input, &own, true).next(fatal()),
             Next::Refused {
                 for_itself: Some((0, _)),
+                outage: false,
                 ..
             }
         ));
@@ -545,7 +559,12 @@ jobs:
             a.next(Answer::Transient("HTTP 500".into()))
         };
         match past(&input) {
-            Next::Refused { for_itself, why } => {
+            Next::Refused {
+                for_itself,
+                why,
+                outage,
+            } => {
+                assert!(outage, "the upstream's own trouble");
                 assert_eq!(for_itself, Some((0, "HTTP 500, after 4 attempts".into())));
                 assert!(
                     why.ends_with("HTTP 500, after 4 attempts; not retried"),

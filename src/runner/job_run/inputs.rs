@@ -124,6 +124,7 @@ impl JobRun<'_> {
             retrying: false,
             failed: 0,
             answered: false,
+            outage: 0,
             stopping: None,
         });
         let mut round = Round::of_inputs(run, at);

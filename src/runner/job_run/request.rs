@@ -28,8 +28,9 @@ pub(super) enum Fetched {
     /// The upstream refused this request for itself (`Some`: its status, 0 when
     /// none, and excerpt, as the table of answers says), or answered what can never be
     /// a page: why, the request named (redacted). Its region (or batch)
-    /// ends; the others go on.
-    Refused(String, Option<(u16, String)>),
+    /// ends; the others go on. `true`: the upstream's own trouble (a 5xx,
+    /// 408 or network error past the retries) ended it.
+    Refused(String, Option<(u16, String)>, bool),
     /// The run stopped cleanly.
     Stopped,
     /// 304 to a conditional request: the page is as it was.
@@ -107,7 +108,11 @@ impl JobRun<'_> {
                         () = self.ctx.shutdown.wait() => {}
                     }
                 }
-                Next::Refused { why, for_itself } => return Ok(Fetched::Refused(why, for_itself)),
+                Next::Refused {
+                    why,
+                    for_itself,
+                    outage,
+                } => return Ok(Fetched::Refused(why, for_itself, outage)),
                 Next::Fail(problem) => {
                     return Err(Error::Upstream {
                         job: self.job.name.clone(),

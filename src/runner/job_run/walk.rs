@@ -234,10 +234,9 @@ impl JobRun<'_> {
                 self.input_answered();
                 return Ok(Some(self.conditional.unchanged(step, fill)));
             }
-            Fetched::Refused(why, for_itself) => {
-                return self
-                    .refused(step, at, token, page, &why, for_itself.as_ref())
-                    .await;
+            Fetched::Refused(why, for_itself, outage) => {
+                let answer = for_itself.as_ref().map(|(s, e)| (*s, e.as_str(), outage));
+                return self.refused(step, at, token, page, &why, answer).await;
             }
         };
         let name = PageName {
@@ -313,7 +312,7 @@ impl JobRun<'_> {
         token: Option<&str>,
         page: u32,
         why: &str,
-        for_itself: Option<&(u16, String)>,
+        for_itself: Option<(u16, &str, bool)>,
     ) -> Result<Option<Next>> {
         // A batch the upstream rejects is skipped, named: the fan-out
         // goes on with the next (it takes this one as done), unless
@@ -341,8 +340,9 @@ impl JobRun<'_> {
         // later one): the input failed, recorded, so that `quota reset
         // --failed` does it again, never taken as done in silence.
         if self.feed.borrow().is_some() {
-            let (status, excerpt) = for_itself.map_or((0, why), |(s, e)| (*s, e.as_str()));
-            self.input_failed(at, why, status, excerpt).await?;
+            let (status, excerpt, outage) = for_itself.unwrap_or((0, why, false));
+            self.input_failed(at, why, (status, excerpt), outage)
+                .await?;
             return Ok(None);
         }
         // A region's page: its region ends here (the walk saves it as

@@ -27,6 +27,12 @@ use crate::{Error, Result};
 /// the upstream lacks (a backfill has many of those, spread out).
 pub(in crate::runner::job_run) const INPUTS_REFUSED: u32 = 10;
 
+/// Inputs in a row failed by the upstream's own trouble (a 5xx, a 408, a
+/// network error past their retries), none answered between, before the
+/// job stops: an upstream that is down would otherwise fail every input
+/// of the list, one by one, each charged, each to be done again by hand.
+pub(in crate::runner::job_run) const OUTAGE_INPUTS: u32 = 3;
+
 /// How much of a refusal's answer a failed input keeps.
 const EXCERPT: usize = 200;
 
@@ -50,23 +56,42 @@ pub(crate) struct Failed {
 }
 
 impl JobRun<'_> {
-    /// The input at `at` refused for itself (`status`, `excerpt`, `why`):
+    /// The input at `at` refused for itself (`status`, `excerpt`, `why`;
+    /// `outage`: by a 5xx, 408 or network error past its retries):
     /// recorded as failed and over; the job stops if it is the
-    /// [`INPUTS_REFUSED`]th of this run and none was answered.
+    /// [`INPUTS_REFUSED`]th of this run and none was answered, or the
+    /// [`OUTAGE_INPUTS`]th in a row failed by an outage.
     pub(in crate::runner::job_run) async fn input_failed(
         &self,
         at: &Position<'_>,
         why: &str,
-        status: u16,
-        excerpt: &str,
+        (status, excerpt): (u16, &str),
+        outage: bool,
     ) -> Result<()> {
         let inputs = self.record_input_failed(at, why, status, excerpt).await;
-        let (n, answered) = {
+        let (n, answered, in_a_row) = {
             let mut feed = self.feed.borrow_mut();
             let feed = feed.as_mut().expect("a job of inputs has its feed");
             feed.failed += 1;
-            (feed.failed, feed.answered)
+            feed.outage = if outage { feed.outage + 1 } else { 0 };
+            (feed.failed, feed.answered, feed.outage)
         };
+        if in_a_row >= OUTAGE_INPUTS {
+            let error = Error::Upstream {
+                job: self.job.name.clone(),
+                url: at.describe(0),
+                problem: format!(
+                    "{why}; {in_a_row} inputs in a row failed so, none answered between (the upstream is down, \
+                     more likely), so the job stops; they are recorded as failed: `portion reset {} --failed --yes` \
+                     has the next run do them again",
+                    self.job.name
+                ),
+            };
+            let mut feed = self.feed.borrow_mut();
+            let feed = feed.as_mut().expect("a job of inputs has its feed");
+            feed.stopping.get_or_insert(error);
+            return Ok(());
+        }
         if answered || n < INPUTS_REFUSED {
             return Ok(());
         }
@@ -214,6 +239,7 @@ impl JobRun<'_> {
     pub(in crate::runner::job_run) fn input_answered(&self) {
         if let Some(feed) = self.feed.borrow_mut().as_mut() {
             feed.answered = true;
+            feed.outage = 0;
         }
     }
 

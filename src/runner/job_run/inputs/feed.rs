@@ -52,6 +52,10 @@ pub(in crate::runner::job_run) struct Feed {
     /// none answered stops the job.
     pub(in crate::runner::job_run) failed: u32,
     pub(in crate::runner::job_run) answered: bool,
+    /// Inputs in a row failed by a 5xx, a 408 or a network error past
+    /// their retries, since a page was last answered: at
+    /// [`super::failed::OUTAGE_INPUTS`] the job stops (an outage).
+    pub(in crate::runner::job_run) outage: u32,
     /// The job stops for the inputs refused: no request is charged after
     /// it, those in flight finish (each refusal recorded), then the run
     /// ends with this error.
