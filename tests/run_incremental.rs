@@ -168,3 +168,55 @@ fn a_first_value_of_another_kind_does_not_set_the_keys_kind() {
     let sent = sent(&heads.lock().unwrap());
     assert_eq!(sent, ["-", "2024-03-05T00:00:00Z"], "{sent:?}");
 }
+
+/// One page of one time.
+fn one(_head: &str) -> Vec<u8> {
+    json(r#"{"items":[{"updated_at":"2024-03-05T00:00:00Z"}]}"#.to_string())
+}
+
+/// A value longer than 256 bytes kept in the store by a build before
+/// values were bounded is dropped when read, said, and never sent: the
+/// walk asks from its initial value, then keeps its own largest.
+#[test]
+fn an_over_long_value_kept_by_an_older_build_is_dropped_when_read() {
+    use portion::ledger::{EmbeddedLedger, Ledger};
+    let (base, heads) = serving(one);
+    let d = Deployment::new("");
+    d.write(&yaml(&embedded_store(&d), &base, 100));
+    assert_eq!(d.portion(&["run"]).code, 0);
+    // As an older build kept it: the same entry, its value 70,000 bytes.
+    let ledger = EmbeddedLedger::open(&d.path().join("ledger.sqlite3")).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let kept = ledger.map_read("events:conditional").await.unwrap();
+        let (field, text) = kept
+            .into_iter()
+            .find(|(f, _)| f.starts_with("since "))
+            .expect("the walk's value is kept");
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["value"] = serde_json::Value::String(format!("2099-{}", "9".repeat(70_000)));
+        ledger
+            .map_put("events:conditional", &[(field, v.to_string())])
+            .await
+            .unwrap();
+    });
+    drop(ledger);
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("is longer than 256 bytes: dropped"),
+        "{r:?}"
+    );
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let sent = sent(&heads.lock().unwrap());
+    assert_eq!(
+        sent,
+        [
+            "2020-01-01T00:00:00Z",
+            "2020-01-01T00:00:00Z",
+            "2024-03-05T00:00:00Z"
+        ],
+        "{sent:?}"
+    );
+}
