@@ -13,7 +13,7 @@ use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{Ledger, LockOutcome, StoreLocation};
 use crate::runner::cursor::{Cursor, InputAt};
-use crate::runner::{conditional_map, done_map, failed_map, retry_map, seen_map};
+use crate::runner::job_state::JobState;
 use crate::{Error, ExitStatus, Result};
 
 pub async fn execute(
@@ -83,12 +83,7 @@ async fn reset_failed(
     store: &crate::ledger::Store,
     job: &crate::config::Job,
 ) -> std::result::Result<usize, crate::ledger::StoreError> {
-    let (failed, retry) = (failed_map(job), retry_map(job));
-    let failed_inputs = store.map_read(&failed).await?;
-    store.map_put(&retry, &failed_inputs).await?;
-    store.map_forget(&failed).await?;
-    let pending = store.map_read(&retry).await?;
-    Ok(pending.iter().filter(|(_, v)| !v.is_empty()).count())
+    JobState::new(store, &job.name).retry_failed().await
 }
 
 async fn reset(
@@ -113,15 +108,10 @@ async fn reset(
         ..Cursor::default()
     };
     store.save_cursor(name, &fresh.encode()).await?;
-    // (afresh: every page asked in full, incremental steps from `initial`)
-    store.map_forget(&conditional_map(job)).await?;
-    if job.inputs.is_some() {
-        let walk = old.input.map_or(0, |i| i.walk);
-        store.map_forget(&seen_map(job, walk)).await?;
-        store.map_forget(&done_map(job)).await?;
-        // (every input is done again: none is failed, nor to do again)
-        store.map_forget(&failed_map(job)).await?;
-        store.map_forget(&retry_map(job)).await?;
-    }
-    Ok(())
+    // (afresh: every page asked in full, incremental steps from `initial`;
+    // every input done again, none failed, nor to do again)
+    let walk = old.input.map_or(0, |i| i.walk);
+    (JobState::new(store, &job.name))
+        .forget_walks(job.inputs.as_ref().map(|_| walk))
+        .await
 }

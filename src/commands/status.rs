@@ -16,7 +16,7 @@ mod text;
 
 pub use self::gather::read;
 use self::gather::{nothing_charged, select};
-pub use self::inputs::{Failure, InputsProgress};
+pub use self::inputs::{FailedInput, InputsProgress};
 pub use self::json::{
     CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, ShareJson, StatusJson,
     WindowJson, to_json,
@@ -46,17 +46,10 @@ pub struct CredentialReport {
     pub inputs: std::collections::BTreeMap<String, inputs::InputsProgress>,
     /// Each job with a conditional step: its calls answered 304 and the
     /// units they gave back, over its runs.
-    pub not_modified: std::collections::BTreeMap<String, NotModified>,
+    pub not_modified: std::collections::BTreeMap<String, crate::runner::job_state::NotModified>,
     /// Each share's reserve, used and what it can take, per pool and
     /// window (empty without shares).
     pub shares: Vec<shares::ShareUsage>,
-}
-
-/// A job's calls answered 304 and the units they gave back, per pool.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
-pub struct NotModified {
-    pub calls: u64,
-    pub units_saved: std::collections::BTreeMap<String, u64>,
 }
 
 pub async fn execute(

@@ -285,15 +285,10 @@ pub struct ValueList<V = Vec<String>> {
     pub values: V,
 }
 
-/// The store's name for the values of `job`'s fan-out `step` in `region`:
-/// kept where cursors are, under a name no job has (`:` is in none). One
-/// list a region and step: a walk's list is emptied once it is done, and
-/// the next walk's takes its place.
+/// The store's name for the values of `job`'s fan-out `step` in `region`
+/// (see [`crate::runner::job_state::values_list`]).
 pub fn values_key(job: &str, key: &str, step: usize) -> String {
-    format!(
-        "{job}:values:{}:s{step}",
-        crate::page_name::encode_region(key)
-    )
+    crate::runner::job_state::values_list(job, key, step)
 }
 
 #[cfg(test)]

@@ -25,16 +25,14 @@
 
 pub mod cursor;
 mod job_run;
+pub mod job_state;
 mod lock;
 mod meter;
 mod progress;
 mod report;
 mod shutdown;
 
-pub(crate) use self::job_run::{
-    check_file, conditional_map, done_map, failed_map, kept_chunks, needs_check, not_modified_map,
-    retry_map, seen_map, unrecorded,
-};
+pub(crate) use self::job_run::{check_file, kept_chunks, needs_check, unrecorded};
 pub use self::report::{JobReport, Stop, held_text, log_error, log_summary};
 pub use self::shutdown::Shutdown;
 

@@ -31,7 +31,7 @@ pub use self::model::{
 };
 pub use self::render::render;
 use self::schedule::Scheduled;
-use super::status::Failure;
+use super::status::FailedInput;
 use super::status::inputs as status_inputs;
 use super::status::shares;
 use super::table::{Paint, emit};
@@ -162,7 +162,7 @@ pub async fn build(
 /// What the store holds for a credential's jobs: their cursors, and the
 /// failures of each job of inputs.
 type Cursors = BTreeMap<String, Cursor>;
-type Failed = BTreeMap<String, (u64, Vec<Failure>)>;
+type Failed = BTreeMap<String, (u64, Vec<FailedInput>)>;
 
 /// What the plan of one credential is made from.
 struct Read<'r> {

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 
 use tracing::warn;
 
-use super::inputs::{Failure, InputsProgress, progress};
+use super::CredentialReport;
+use super::inputs::{FailedInput, InputsProgress, progress};
 use super::shares::ShareUsage;
-use super::{CredentialReport, NotModified};
 use crate::Result;
 use crate::config::{Config, Credential, Job};
 use crate::history::History;
 use crate::ledger::{At, CredentialLog, CredentialUsage, Ledger, Micros, Store, summarize};
 use crate::runner::cursor::Cursor;
+use crate::runner::job_state::{JobState, NotModified};
 
 /// The reports of a store that does not exist yet: nothing charged,
 /// nothing blocked, no job has run.
@@ -74,7 +75,7 @@ pub(super) fn nothing_charged(
 fn progress_or_warn(
     job: &Job,
     cursor: Option<&Cursor>,
-    failed: (u64, Vec<Failure>),
+    failed: (u64, Vec<FailedInput>),
     usage: &CredentialUsage,
 ) -> Option<InputsProgress> {
     match progress(job, cursor, failed, usage) {
@@ -182,19 +183,5 @@ fn conditional(job: &Job) -> bool {
 /// A job's calls answered 304 and the units they gave back, as its runs
 /// counted them in the store.
 async fn counts(store: &Store, job: &Job) -> Result<NotModified> {
-    let mut n = NotModified::default();
-    let map = crate::runner::not_modified_map(job);
-    for (field, value) in store.map_read(&map).await? {
-        let Ok(v) = value.parse::<u64>() else {
-            continue;
-        };
-        match field.strip_prefix("units ") {
-            Some(pool) => {
-                n.units_saved.insert(pool.to_string(), v);
-            }
-            None if field == "calls" => n.calls = v,
-            None => {}
-        }
-    }
-    Ok(n)
+    Ok(JobState::new(store, &job.name).not_modified().await?)
 }

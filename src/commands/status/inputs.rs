@@ -10,13 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::{Inputs, Job};
 use crate::inputs::done_part::FileStamp;
 use crate::inputs::pace::{pools_now, time_to_finish};
 use crate::inputs::{Item, Position, Reader};
-use crate::ledger::{CredentialUsage, Ledger, Micros, Store, StoreError};
+use crate::ledger::{CredentialUsage, Micros, Store, StoreError};
+pub use crate::runner::job_state::FailedInput;
+use crate::runner::job_state::{JobState, Map};
 use crate::runner::{self, cursor::Cursor};
 use crate::timefmt::rfc3339;
 
@@ -33,7 +35,7 @@ pub struct InputsProgress {
     pub skipped: u64,
     pub failed: u64,
     /// The first failed inputs, by line.
-    pub failures: Vec<Failure>,
+    pub failures: Vec<FailedInput>,
     /// Records after the cursor's place in the file, not yet done.
     pub left: u64,
     /// Units one input costs, per pool (the worst case: every page): a
@@ -119,7 +121,7 @@ pub async fn blocked(
     if !job.once && runner::unrecorded(at) {
         return Ok(Some(restart(0)));
     }
-    let kept = store.map_read(&runner::done_map(job)).await?;
+    let kept = (JobState::new(store, &job.name).read(Map::Done)).await?;
     let Some(chunks) = runner::kept_chunks(&kept, at) else {
         return Ok(None);
     };
@@ -140,41 +142,15 @@ pub async fn blocked(
     }))
 }
 
-/// A failed input, as the run recorded it (its excerpt masked then).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Failure {
-    #[serde(default)]
-    pub key: String,
-    #[serde(default)]
-    pub line: u64,
-    #[serde(default)]
-    pub status: u16,
-    #[serde(default)]
-    pub excerpt: String,
-}
-
-/// The store's name of the map of a job's failed inputs (key → failure).
-pub fn failed_map(job: &Job) -> String {
-    format!("{}:inputs:failed", job.name)
-}
-
 /// The number of `job`'s failed inputs and the first [`FAILURES_LISTED`]
 /// of them by line.
-pub async fn failures(store: &Store, job: &Job) -> Result<(u64, Vec<Failure>), StoreError> {
-    let map = failed_map(job);
-    let n = store.map_len(&map).await?;
+pub async fn failures(store: &Store, job: &Job) -> Result<(u64, Vec<FailedInput>), StoreError> {
+    let state = JobState::new(store, &job.name);
+    let n = state.len(Map::Failed).await?;
     if n == 0 {
         return Ok((0, Vec::new()));
     }
-    let mut all: Vec<Failure> = store
-        .map_read(&map)
-        .await?
-        .into_iter()
-        .map(|(key, v)| Failure {
-            key,
-            ..serde_json::from_str(&v).unwrap_or_default()
-        })
-        .collect();
+    let mut all = state.failed(Map::Failed).await?;
     all.sort_by_key(|f| f.line);
     all.truncate(FAILURES_LISTED);
     Ok((n, all))
@@ -217,7 +193,7 @@ fn per_input(units: u64, per_request: u64) -> serde_json::Number {
 pub fn progress(
     job: &Job,
     cursor: Option<&Cursor>,
-    failed: (u64, Vec<Failure>),
+    failed: (u64, Vec<FailedInput>),
     usage: &CredentialUsage,
 ) -> std::io::Result<Option<InputsProgress>> {
     let Some(inputs) = &job.inputs else {

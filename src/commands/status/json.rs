@@ -122,7 +122,7 @@ pub struct JobJson {
     /// A job with a conditional step: its calls answered 304 and the
     /// units they gave back, over its runs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub not_modified: Option<super::NotModified>,
+    pub not_modified: Option<crate::runner::job_state::NotModified>,
 }
 
 /// Each window's RateLimit policy name, unique within the credential and

@@ -19,7 +19,8 @@ use tracing::warn;
 
 use super::Position;
 use crate::config::{Fill, Incremental, Job, Secret, Step};
-use crate::ledger::{Ledger, Store, StoreError};
+use crate::ledger::{Store, StoreError};
+use crate::runner::job_state::{JobState, Map};
 use crate::upstream::paginate::Next;
 
 mod incremental;
@@ -30,7 +31,6 @@ pub(super) use self::incremental::MAX_SINCE;
 use self::incremental::compare;
 pub(super) use self::records::{Held, Validators};
 use self::records::{Kept, Since, page_field, since_field, url_id};
-pub(crate) use self::records::{conditional_map, not_modified_map};
 
 /// What a job keeps for its conditional and incremental steps, as this
 /// run holds it.
@@ -74,7 +74,10 @@ impl<'a> Conditional<'a> {
         let Some(store) = store.filter(|_| self.keeps()) else {
             return;
         };
-        let entries = match store.map_read(&conditional_map(self.job)).await {
+        let entries = match JobState::new(store, &self.job.name)
+            .read(Map::Conditional)
+            .await
+        {
             Ok(e) => e,
             Err(e) => {
                 warn!(
@@ -285,7 +288,10 @@ impl<'a> Conditional<'a> {
         let Some(store) = store else {
             return false;
         };
-        if let Err(e) = store.map_put(&conditional_map(self.job), entries).await {
+        if let Err(e) = (JobState::new(store, &self.job.name))
+            .put(Map::Conditional, entries)
+            .await
+        {
             warn!(
                 job = self.job.name,
                 "cannot keep the validators and incremental values (the next run may ask in full): {e}"
@@ -362,21 +368,8 @@ impl<'a> Conditional<'a> {
         let Some(store) = store.filter(|_| calls > 0) else {
             return Ok(());
         };
-        let map = not_modified_map(self.job);
-        let mut counts: BTreeMap<String, u64> = store
-            .map_read(&map)
-            .await?
-            .into_iter()
-            .filter_map(|(f, v)| Some((f, v.parse().ok()?)))
-            .collect();
-        *counts.entry("calls".into()).or_default() += calls;
-        for (pool, n) in saved {
-            *counts.entry(format!("units {pool}")).or_default() += n;
-        }
-        let counts: Vec<(String, String)> = counts
-            .into_iter()
-            .map(|(f, n)| (f, n.to_string()))
-            .collect();
-        store.map_put(&map, &counts).await
+        (JobState::new(store, &self.job.name))
+            .add_not_modified(calls, &saved)
+            .await
     }
 }

@@ -17,11 +17,9 @@ use std::collections::{HashMap, HashSet};
 use tracing::{info, warn};
 
 use self::done::stamp_of;
-pub(crate) use self::done::{check_file, done_map, kept_chunks, needs_check, unrecorded};
-pub(crate) use self::failed::{failed_map, retry_map};
+pub(crate) use self::done::{check_file, kept_chunks, needs_check, unrecorded};
 use self::feed::resume_points;
 pub(super) use self::feed::{Feed, window_cap};
-pub(crate) use self::seen::seen_map;
 use super::JobRun;
 use super::round::{Round, Slot};
 
@@ -36,6 +34,7 @@ use crate::inputs::{Item, Position, Reader, SkipReason};
 use crate::logging::printable;
 use crate::runner::Key;
 use crate::runner::cursor::{Cursor, InputAt};
+use crate::runner::job_state::Map;
 use crate::{Error, Result};
 
 impl JobRun<'_> {
@@ -110,7 +109,7 @@ impl JobRun<'_> {
             ended: false,
             next: at_place,
             warned: SkipWarnings::default(),
-            seen_map: seen_map(job, at.walk),
+            seen: Map::Seen { walk: at.walk },
             seen_here: HashMap::new(),
             run,
             resume_line: at.line,

@@ -38,10 +38,7 @@ mod saving;
 mod terminal;
 mod walk;
 
-pub(crate) use self::conditional::{conditional_map, not_modified_map};
-pub(crate) use self::inputs::{
-    check_file, done_map, failed_map, kept_chunks, needs_check, retry_map, seen_map, unrecorded,
-};
+pub(crate) use self::inputs::{check_file, kept_chunks, needs_check, unrecorded};
 
 /// The state of one run in progress.
 pub(super) struct JobRun<'a> {
@@ -228,6 +225,11 @@ impl<'a> JobRun<'a> {
             input_batches: RefCell::default(),
             conditional: conditional::Conditional::new(job, &cred.secret),
         }
+    }
+
+    /// The job's maps in the store (none: the run has no store).
+    fn state(&self) -> Option<crate::runner::job_state::JobState<'_>> {
+        (self.meter.store()).map(|s| crate::runner::job_state::JobState::new(s, &self.job.name))
     }
 
     /// A place for one request among the run's `concurrency` in flight:

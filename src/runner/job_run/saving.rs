@@ -5,10 +5,10 @@
 use tracing::warn;
 
 use super::JobRun;
-use super::inputs;
 use super::round::Slot;
 use crate::ledger::{Ledger, StoreError};
 use crate::runner::cursor::cursor_text;
+use crate::runner::job_state::Map;
 
 impl JobRun<'_> {
     /// Region `slot` of the round is now at `state`: save the cursor that
@@ -96,16 +96,15 @@ impl JobRun<'_> {
         &self,
         chunks: &[(u64, crate::inputs::done_part::Chunk)],
     ) -> std::result::Result<(), StoreError> {
-        let Some(store) = self.meter.store() else {
+        let Some(state) = self.state() else {
             return Ok(());
         };
-        let map = inputs::done_map(self.job);
         let entries: Vec<(String, String)> = (chunks.iter())
             .map(|(i, chunk)| {
                 let text = serde_json::to_string(chunk).expect("a chunk always serializes");
                 (format!("{i:012}"), text)
             })
             .collect();
-        store.map_put(&map, &entries).await
+        state.put(Map::Done, &entries).await
     }
 }

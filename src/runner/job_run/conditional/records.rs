@@ -7,17 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Job, redact};
-
-/// The store's name of a job's map of validators and incremental values.
-pub(crate) fn conditional_map(job: &Job) -> String {
-    format!("{}:conditional", job.name)
-}
-
-/// The store's name of a job's counts of calls answered 304, over its runs.
-pub(crate) fn not_modified_map(job: &Job) -> String {
-    format!("{}:not_modified", job.name)
-}
+use crate::config::redact;
 
 /// One page's validators, as its last answer gave them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -6,17 +6,12 @@
 use tracing::{info, warn};
 
 use super::super::JobRun;
-use crate::config::{Inputs, Job};
+use crate::config::Inputs;
 use crate::inputs::done_part::{self, Checker, Chunk, FileStamp, Seen};
 use crate::inputs::{Position, Reader};
-use crate::ledger::Ledger;
 use crate::runner::cursor::{Cursor, InputAt};
+use crate::runner::job_state::Map;
 use crate::{Error, Result};
-
-/// The store's name of the map of a once-job's done part, chunk by chunk.
-pub(crate) fn done_map(job: &Job) -> String {
-    format!("{}:inputs:done", job.name)
-}
 
 /// What tells the inputs file from the one the last run read.
 pub(super) fn stamp_of(inputs: &Inputs) -> Result<FileStamp> {
@@ -157,7 +152,7 @@ impl JobRun<'_> {
         inputs: &Inputs,
         at: &InputAt,
     ) -> Result<Option<done_part::Changed>> {
-        let Some(store) = self.meter.store() else {
+        let Some(state) = self.state() else {
             return Ok(None);
         };
         let io = |source| Error::Io {
@@ -176,13 +171,12 @@ impl JobRun<'_> {
             ended: false,
         };
         let mut checker = Checker::default();
-        let map = done_map(self.job);
         let mut from = 0;
         while from < at.chunks {
             let to = (from + CHUNKS_AT_ONCE).min(at.chunks);
             let fields: Vec<String> = (from..to).map(|i| format!("{i:012}")).collect();
-            let chunks: Option<Vec<Chunk>> = store
-                .map_get(&map, &fields)
+            let chunks: Option<Vec<Chunk>> = state
+                .get(Map::Done, &fields)
                 .await?
                 .into_iter()
                 .map(|v| v.and_then(|v| serde_json::from_str(&v).ok()))

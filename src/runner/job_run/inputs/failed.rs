@@ -9,17 +9,15 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
 use tracing::{error, warn};
 
 use super::super::round::Slot;
 use super::super::{JobRun, Position};
-use crate::config::Job;
 use crate::inputs::{Item, Position as FilePosition, Reader};
-use crate::ledger::Ledger;
 use crate::logging::cut;
 use crate::logging::printable;
 use crate::runner::Key;
+use crate::runner::job_state::{FailedInput, Map};
 use crate::{Error, Result};
 
 /// Inputs of a run recorded as failed, none answered, before the job
@@ -35,25 +33,6 @@ pub(in crate::runner::job_run) const OUTAGE_INPUTS: u32 = 3;
 
 /// How much of a refusal's answer a failed input keeps.
 const EXCERPT: usize = 200;
-
-/// The store's name of the map of `job`'s failed inputs.
-pub(crate) fn failed_map(job: &Job) -> String {
-    format!("{}:inputs:failed", job.name)
-}
-
-/// The store's name of the map of `job`'s failed inputs to do again.
-pub(crate) fn retry_map(job: &Job) -> String {
-    format!("{}:inputs:retry", job.name)
-}
-
-/// A failed input as the store keeps it.
-#[derive(Serialize, Deserialize)]
-pub(crate) struct Failed {
-    pub line: u64,
-    pub offset: u64,
-    pub status: u16,
-    pub excerpt: String,
-}
 
 impl JobRun<'_> {
     /// The input at `at` refused for itself (`status`, `excerpt`, `why`;
@@ -199,18 +178,15 @@ impl JobRun<'_> {
         excerpt: &str,
     ) -> String {
         for (key, line, offset) in inputs {
-            let failed = Failed {
+            let failed = FailedInput {
+                key: key.to_string(),
                 line: *line,
                 offset: *offset,
                 status,
                 excerpt: cut(excerpt, EXCERPT),
             };
-            let text = serde_json::to_string(&failed).expect("a failed input serializes");
-            return match self.meter.store() {
-                Some(store) => match store
-                    .map_put(&failed_map(self.job), &[(key.to_string(), text)])
-                    .await
-                {
+            return match self.state() {
+                Some(state) => match state.record_failed(&failed).await {
                     Ok(()) => continue,
                     Err(e) => format!(" (cannot record it in the store: {e})"),
                 },
@@ -222,11 +198,11 @@ impl JobRun<'_> {
 
     /// The failed inputs, and those to do again, forgotten.
     pub(in crate::runner::job_run) async fn forget_failed(&self) {
-        let Some(store) = self.meter.store() else {
+        let Some(state) = self.state() else {
             return;
         };
-        for map in [failed_map(self.job), retry_map(self.job)] {
-            if let Err(e) = store.map_forget(&map).await {
+        for map in [Map::Failed, Map::Retry] {
+            if let Err(e) = state.forget(map).await {
                 warn!(
                     job = self.job.name,
                     "cannot forget the failed inputs of the last walk of the file: {e}"
@@ -246,10 +222,10 @@ impl JobRun<'_> {
     /// The failed inputs `portion reset JOB --failed` asked to do again, in
     /// file order (those already done again have an empty value).
     pub(in crate::runner::job_run) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
-        let Some(store) = self.meter.store() else {
+        let Some(state) = self.state() else {
             return VecDeque::new();
         };
-        let kept = match store.map_read(&retry_map(self.job)).await {
+        let kept = match state.failed(Map::Retry).await {
             Ok(kept) => kept,
             Err(e) => {
                 warn!(
@@ -261,13 +237,12 @@ impl JobRun<'_> {
         };
         let mut retry: Vec<(Key, FilePosition)> = kept
             .into_iter()
-            .filter_map(|(key, v)| {
-                let f: Failed = serde_json::from_str(&v).ok()?;
+            .map(|f| {
                 let at = FilePosition {
                     offset: f.offset,
                     line: f.line,
                 };
-                Some((key, at))
+                (f.key, at)
             })
             .collect();
         retry.sort_by_key(|(_, at)| at.offset);
@@ -338,20 +313,19 @@ impl JobRun<'_> {
             let retrying = feed.as_ref().is_some_and(|f| f.retrying);
             (retried, retrying)
         };
-        let Some(store) = self.meter.store().filter(|_| retrying) else {
+        let Some(state) = self.state().filter(|_| retrying) else {
             return;
         };
-        let map = retry_map(self.job);
         let done: Vec<(String, String)> = (retried.iter())
             .map(|k| (k.to_string(), String::new()))
             .collect();
-        if let Err(e) = store.map_put(&map, &done).await {
+        if let Err(e) = state.put(Map::Retry, &done).await {
             warn!(
                 job = self.job.name,
                 "cannot note a failed input done again (the next run may do it again): {e}"
             );
         }
-        if all_over && let Err(e) = store.map_forget(&map).await {
+        if all_over && let Err(e) = state.forget(Map::Retry).await {
             warn!(
                 job = self.job.name,
                 "cannot forget the failed inputs done again (the next run skips them): {e}"

@@ -26,7 +26,7 @@ pub(in crate::runner::job_run) struct Feed {
     pub(in crate::runner::job_run) warned: SkipWarnings,
     /// The keys this walk has seen and the line of each one's first record:
     /// in the store, or here when the run has none (unmetered).
-    pub(in crate::runner::job_run) seen_map: String,
+    pub(in crate::runner::job_run) seen: crate::runner::job_state::Map,
     pub(in crate::runner::job_run) seen_here: HashMap<Key, String>,
     /// This run's number, and the line it resumed at: entries of the keys
     /// seen are told apart by them (see [`JobRun::first_lines`]).

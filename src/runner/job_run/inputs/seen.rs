@@ -10,19 +10,9 @@ use tracing::warn;
 
 use super::super::JobRun;
 use crate::Result;
-use crate::config::Job;
 use crate::inputs::Item;
-use crate::ledger::{Ledger, StoreError};
-
-/// The store's name of the map of keys a walk of `job`'s file has seen:
-/// once-jobs have one walk.
-pub(crate) fn seen_map(job: &Job, walk: u64) -> String {
-    if job.once {
-        format!("{}:inputs:keys", job.name)
-    } else {
-        format!("{}:inputs:keys:{walk}", job.name)
-    }
-}
+use crate::ledger::StoreError;
+use crate::runner::job_state::Map;
 
 /// A key's entry in the map of keys seen: the line of its first record and
 /// the run that read it (an entry of an older build: its line, run 0).
@@ -73,7 +63,7 @@ impl JobRun<'_> {
     /// in this walk of the file (its own, unless the key is repeated).
     pub(in crate::runner::job_run) async fn first_lines(&self, items: &[Item]) -> Result<Vec<u64>> {
         let (map, run, resume_line) = match self.feed.borrow().as_ref() {
-            Some(f) => (f.seen_map.clone(), f.run, f.resume_line),
+            Some(f) => (f.seen, f.run, f.resume_line),
             None => return Ok(Vec::new()),
         };
         // (a key's entry: the line of its first record, and the run that
@@ -88,8 +78,8 @@ impl JobRun<'_> {
         if entries.is_empty() {
             return Ok(Vec::new());
         }
-        let held = match self.meter.store() {
-            Some(store) => match store.map_put_new(&map, &entries).await {
+        let held = match self.state() {
+            Some(state) => match state.put_new(map, &entries).await {
                 Ok(held) => Some(held),
                 Err(StoreError::Unavailable(e)) => {
                     warn!(
@@ -118,8 +108,8 @@ impl JobRun<'_> {
         // so it is this record's now (not a repeat); one of this run, or
         // of the part done, is the key's first record.
         let (firsts, renewed) = resolve_firsts(&entries, held, run, resume_line);
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.map_put(&map, &renewed).await
+        if let Some(state) = self.state()
+            && let Err(e) = state.put(map, &renewed).await
         {
             warn!(
                 job = self.job.name,
@@ -131,8 +121,8 @@ impl JobRun<'_> {
 
     /// Forget the keys walk `walk` of a job not once saw.
     pub(in crate::runner::job_run) async fn forget_seen(&self, walk: u64) {
-        if let Some(store) = self.meter.store()
-            && let Err(e) = store.map_forget(&seen_map(self.job, walk)).await
+        if let Some(state) = self.state()
+            && let Err(e) = state.forget(Map::Seen { walk }).await
         {
             warn!(
                 job = self.job.name,
