@@ -1,7 +1,7 @@
 //! Secrets: where they come from (`{env: NAME}`, `{file: PATH}`,
 //! `{credential: NAME}` under systemd's `$CREDENTIALS_DIRECTORY`) and the
 //! redacting type that holds them once read. Masking a secret in a text, in
-//! every encoding, is [`mask`] (in `secret/mask.rs`).
+//! every encoding, is [`mask()`] (in `secret/mask.rs`).
 
 mod mask;
 
