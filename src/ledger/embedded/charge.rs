@@ -2,125 +2,24 @@
 //! transaction, in the steps of `lua/charge.lua` (clock, duplicate, blocked,
 //! fit, record, prune), over SQL tables instead of Redis lists. Window sums
 //! come from the log's running totals (`log.rs`), so a charge's work does not
-//! grow with the log; [`fit`] sums them and finds a full window.
+//! grow with the log; [`fit`] sums them and finds a full window. The charge
+//! it decides is an owned copy ([`OwnedCharge`], in `charge/owned.rs`).
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
 mod fit;
+mod owned;
 
 use self::fit::{WindowSum, first_full_window, remaining, reserves_kept, used_per_window};
+pub(super) use self::owned::OwnedCharge;
+use self::owned::OwnedPoolCost;
 use super::log::{self, PoolLog};
 use super::{CredentialRow, credential_row, local_now};
-use crate::ledger::calendar;
-use crate::ledger::shares::Plan;
 use crate::ledger::{
-    At, Charge, ChargeDecision, Held, IDEMPOTENCY_HORIZON, Micros, Receipt, StoreError,
-    WouldRefuse, tag,
+    At, ChargeDecision, Held, IDEMPOTENCY_HORIZON, Micros, Receipt, StoreError, WouldRefuse,
 };
-
-/// An owned copy of a charge, to move into the blocking thread.
-pub(super) struct OwnedCharge {
-    credential: String,
-    cost: Vec<OwnedPoolCost>,
-    tag: String,
-    id: Option<String>,
-    seen_serial: u64,
-    observe: bool,
-    /// Shares: the reserves to keep (see ledger::shares).
-    shares: Option<OwnedShares>,
-    /// The pools recorded, the first (the rest, other shares' pools, are
-    /// only read: see ledger::shares::Plan).
-    charged: usize,
-}
-
-/// A planned charge's reserves: how many of its pools are its own, when a
-/// calendar period lends, and per own pool (share pool, share, reserve per
-/// window) of every other share.
-pub(super) struct OwnedShares {
-    base: usize,
-    lend: i64,
-    rows: Vec<Vec<(usize, String, Vec<u64>)>>,
-}
-
-impl OwnedCharge {
-    /// `charge` as planned (its cost `plan`'s, when it has shares).
-    pub(super) fn new(charge: &Charge<'_>, plan: Option<&Plan>) -> Self {
-        let shares = plan.map(|p| OwnedShares {
-            base: p.base,
-            lend: p.lend,
-            rows: (p.rows.iter())
-                .map(|rows| {
-                    (rows.iter())
-                        .map(|r| (r.sub, r.share.clone(), r.reserves.clone()))
-                        .collect()
-                })
-                .collect(),
-        });
-        Self {
-            shares,
-            charged: plan.map_or(charge.cost.len(), |p| p.charged),
-            credential: charge.credential.to_string(),
-            cost: charge
-                .cost
-                .iter()
-                .map(|c| OwnedPoolCost {
-                    pool: c.pool.name.clone(),
-                    units: c.units,
-                    estimated: charge.estimated.contains(&c.pool.name.as_str()),
-                    windows: c
-                        .pool
-                        .windows
-                        .iter()
-                        .map(|w| (w.reach_us(), w.budget()))
-                        .collect(),
-                    spans: c
-                        .pool
-                        .windows
-                        .iter()
-                        .map(|w| (w.len_us(), w.aligned))
-                        .collect(),
-                })
-                .collect(),
-            tag: tag(charge.endpoint, charge.job),
-            id: charge.id.map(str::to_string),
-            seen_serial: charge.seen_serial,
-            observe: charge.observe,
-        }
-    }
-}
-
-impl OwnedPoolCost {
-    /// Window `k` at `now`: where it starts (entries after count) and, for
-    /// a calendar window, when its period ends (see ledger::calendar).
-    fn span(&self, k: usize, now: Micros) -> (Micros, Option<Micros>) {
-        match self.spans[k] {
-            (per, Some(tz)) => {
-                let (start, end) = calendar::period(tz, per, now);
-                (start - 1, Some(end))
-            }
-            (per, None) => (now - per, None),
-        }
-    }
-
-    /// The pool's longest window, µs.
-    fn longest(&self) -> Micros {
-        self.windows.iter().map(|w| w.0).max().unwrap_or(0)
-    }
-}
-
-/// One pool's part of an owned charge: windows as (how long an entry counts
-/// in it, µs; budget), and as configured (length µs; its time zone when it
-/// is a calendar window).
-pub(super) struct OwnedPoolCost {
-    pool: String,
-    units: u64,
-    /// An estimate, settled after the call: reserved until then.
-    estimated: bool,
-    windows: Vec<(Micros, u64)>,
-    spans: Vec<(Micros, Option<chrono_tz::Tz>)>,
-}
 
 /// One charge, in the steps of `lua/charge.lua`: clock, duplicate, blocked,
 /// fit (a lost log, then the windows), record, prune. All inside the
