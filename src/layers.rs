@@ -292,3 +292,15 @@ fn the_wire_and_the_sinks_have_no_circle_among_their_parts() {
         Some(vec!["paginate".to_string(), "redirect".to_string()])
     );
 }
+
+/// A room is one purpose: a file past 500 lines (its tests included) is
+/// several, and is split.
+#[test]
+fn no_file_under_src_is_over_500_lines() {
+    let long: Vec<String> = source_texts()
+        .into_iter()
+        .filter(|(_, text)| text.lines().count() > 500)
+        .map(|(shown, text)| format!("src/{shown}: {} lines", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "files to split:\n{}", long.join("\n"));
+}

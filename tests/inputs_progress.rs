@@ -4,7 +4,7 @@
 //! budgets allow, checked against a known ledger: 10 inputs, a budget of
 //! 4 an hour.
 
-use portion::ledger::{EmbeddedLedger, Ledger};
+use portion::ledger::{EmbeddedLedger, JobStore};
 use serde_json::{Value, json};
 
 use crate::common::deployment::{Deployment, embedded_store, main_units};

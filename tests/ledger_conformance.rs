@@ -21,6 +21,7 @@ use crate::common::metered::{
 };
 use crate::common::redis::RedisServer;
 use crate::common::sentinel::RedisSentinel;
+use portion::ledger::JobStore;
 
 async fn charge_at(ledger: &impl Ledger, cred: &str, cost: &[PoolCost], at: i64) -> ChargeDecision {
     let c = Charge {
@@ -518,7 +519,7 @@ async fn clock_never_runs_backwards(ledger: impl Ledger) {
     assert_eq!(rejection(&d).2, Duration::from_secs(10));
 }
 
-async fn run_lock_is_exclusive_renewable_and_expires(ledger: impl Ledger) {
+async fn run_lock_is_exclusive_renewable_and_expires(ledger: impl JobStore) {
     let ttl = Duration::from_secs(5);
     assert_eq!(
         ledger.take_lock("j", "host-a 1", ttl).await.unwrap(),
@@ -573,7 +574,7 @@ async fn run_lock_is_exclusive_renewable_and_expires(ledger: impl Ledger) {
     assert!(!ledger.renew_lock("j", "host-b 2", short).await.unwrap());
 }
 
-async fn cursor_is_saved_per_job(ledger: impl Ledger) {
+async fn cursor_is_saved_per_job(ledger: impl JobStore) {
     assert_eq!(ledger.load_cursor("j").await.unwrap(), None);
     ledger.save_cursor("j", r#"{"region":"DE"}"#).await.unwrap();
     ledger.save_cursor("k", r#"{"region":"US"}"#).await.unwrap();
@@ -588,7 +589,7 @@ async fn cursor_is_saved_per_job(ledger: impl Ledger) {
     );
 }
 
-async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl Ledger) {
+async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl JobStore) {
     assert_eq!(ledger.map_len("j:seen").await.unwrap(), 0);
     assert!(ledger.map_read("j:seen").await.unwrap().is_empty());
     // 3,000 fields: spread over many buckets in Redis.

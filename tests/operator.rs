@@ -15,6 +15,7 @@ use crate::common::known::{
     REPORT_TIME, at_report_time, frozen_clock_cmd, known_config, known_ledger, report_time_us,
 };
 use crate::common::standin::Standin;
+use portion::ledger::JobStore;
 
 fn scrub(d: &Deployment, text: &str) -> String {
     text.replace(&d.path().display().to_string(), "[DIR]")

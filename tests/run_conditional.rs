@@ -279,7 +279,7 @@ fn incremental_values_advance_only_after_a_complete_walk() {
 /// 304 (which would end the walk before the pages after it).
 #[test]
 fn a_walk_cut_short_keeps_no_validators_of_its_own() {
-    use portion::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, JobStore};
     let up = Standin::start(&["--pages", "3", "--items", "2"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 2, CONDITIONAL));

@@ -247,7 +247,7 @@ fn a_lost_database_forgets_incremental_values() {
 /// forgets them and fetches in full, once.
 #[test]
 fn validators_kept_before_outputs_had_ids() {
-    use portion::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, JobStore};
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &up.base(), 100, CONDITIONAL));
@@ -322,7 +322,7 @@ fn check_and_dry_run_make_no_output_id() {
 /// else forgotten (asked from the start), as validators are.
 #[test]
 fn incremental_values_kept_before_outputs_had_ids() {
-    use portion::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, JobStore};
     let up = Standin::start(&["--pages", "2", "--items", "3"]);
     touch(&up, "a/one");
     let d = Deployment::new("");

@@ -179,7 +179,7 @@ fn one(_head: &str) -> Vec<u8> {
 /// walk asks from its initial value, then keeps its own largest.
 #[test]
 fn an_over_long_value_kept_by_an_older_build_is_dropped_when_read() {
-    use portion::ledger::{EmbeddedLedger, Ledger};
+    use portion::ledger::{EmbeddedLedger, JobStore};
     let (base, heads) = serving(one);
     let d = Deployment::new("");
     d.write(&yaml(&embedded_store(&d), &base, 100));

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use portion::ledger::{EmbeddedLedger, Ledger, LockOutcome};
+use portion::ledger::{EmbeddedLedger, JobStore, LockOutcome};
 
 use crate::common::deployment::{Deployment, embedded_store, trending};
 use crate::common::inputs::{write, yaml};

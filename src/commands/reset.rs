@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::context;
 use super::table::emit;
 use crate::config::Config;
-use crate::ledger::{Ledger, LockOutcome, StoreLocation};
+use crate::ledger::{JobStore, LockOutcome, StoreLocation};
 use crate::runner::cursor::{Cursor, InputAt};
 use crate::runner::job_state::JobState;
 use crate::{Error, ExitStatus, Result};

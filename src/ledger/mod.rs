@@ -153,7 +153,12 @@ pub trait Ledger: Send + Sync {
             Ok(summarize(credential, pools, &log))
         }
     }
+}
 
+/// What a store keeps for jobs, beside the ledger: each job's run lock,
+/// its cursor and its maps (what they hold: [`crate::runner::job_state`]).
+/// The same stores implement both; a job's state is not the ledger's.
+pub trait JobStore: Send + Sync {
     /// Take `job`'s run lock for `ttl` as `holder`, unless another holder has
     /// it. Taking a lock one already holds renews it.
     fn take_lock(

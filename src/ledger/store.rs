@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::JobStore;
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, EmbeddedLedger, Ledger, LockOutcome,
     Micros, Others, Pool, Receipt, RedisLedger, Settled, StoreError, topology,
@@ -194,7 +195,9 @@ impl Ledger for Store {
     ) -> Result<CredentialLog, StoreError> {
         each!(self, l => l.read(credential, pools, at))
     }
+}
 
+impl JobStore for Store {
     async fn take_lock(
         &self,
         job: &str,

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{Ledger, Store, StoreError};
+use crate::ledger::{JobStore, Store, StoreError};
 
 /// A map a job keeps in the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

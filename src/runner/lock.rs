@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
+use crate::ledger::{JobStore, LockOutcome, Store, StoreError};
 
 /// How long a finished run waits to release its lock.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(3);

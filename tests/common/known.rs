@@ -3,6 +3,7 @@
 //! holds, and `portion` run with the wall clock frozen at [`REPORT_TIME`],
 //! so every report is the same text each time.
 
+use portion::ledger::JobStore;
 use std::process::Command;
 
 use portion::ledger::{At, Charge, EmbeddedLedger, Ledger, Pool};

@@ -37,6 +37,7 @@ use super::status::shares;
 use super::table::{Paint, emit};
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
+use crate::ledger::JobStore;
 use crate::ledger::{At, CredentialLog, Ledger, Store, StoreError, StoreLocation, summarize};
 use crate::runner::cursor::Cursor;
 use crate::timefmt::rfc3339;

@@ -12,6 +12,7 @@ use super::shares::ShareUsage;
 use crate::Result;
 use crate::config::{Config, Credential, Job};
 use crate::history::History;
+use crate::ledger::JobStore;
 use crate::ledger::{At, CredentialLog, CredentialUsage, Ledger, Micros, Store, summarize};
 use crate::runner::cursor::Cursor;
 use crate::runner::job_state::{JobState, NotModified};

@@ -250,7 +250,7 @@ fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Ledger;
+    use crate::ledger::JobStore;
     use crate::ledger::embedded::EmbeddedLedger;
 
     /// Transactions queued while one runs are committed together, and one

@@ -62,6 +62,7 @@ use self::wire::{array, clock_arg, int, text};
 
 use super::topology::{Conn, Topology};
 
+use super::JobStore;
 use super::{
     At, BlockEnd, Charge, ChargeDecision, CredentialLog, IDEMPOTENCY_HORIZON, Ledger, LockOutcome,
     Micros, Others, Pool, Receipt, Settled, StoreError, redact_url, shares,
@@ -223,6 +224,17 @@ impl Ledger for RedisLedger {
         Ok((until > 0).then(|| (until, text(&r[1]))))
     }
 
+    async fn read(
+        &self,
+        credential: &str,
+        pools: &[Pool],
+        at: At,
+    ) -> Result<CredentialLog, StoreError> {
+        read::read(self, credential, pools, at).await
+    }
+}
+
+impl JobStore for RedisLedger {
     async fn take_lock(
         &self,
         job: &str,
@@ -265,15 +277,6 @@ impl Ledger for RedisLedger {
             cmd.query_async::<()>(&mut c).await
         })
         .await
-    }
-
-    async fn read(
-        &self,
-        credential: &str,
-        pools: &[Pool],
-        at: At,
-    ) -> Result<CredentialLog, StoreError> {
-        read::read(self, credential, pools, at).await
     }
 
     async fn map_put_new(

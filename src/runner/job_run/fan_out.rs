@@ -49,7 +49,7 @@ use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
-use crate::ledger::Ledger;
+use crate::ledger::JobStore;
 use crate::page_scan;
 use crate::runner::cursor::{Place, ValueList, values_key};
 use crate::upstream::paginate::Next;

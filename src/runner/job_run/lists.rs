@@ -6,7 +6,7 @@ use tracing::error;
 
 use super::{JobRun, describe_position};
 use crate::Result;
-use crate::ledger::{Ledger, StoreError};
+use crate::ledger::{JobStore, StoreError};
 use crate::runner::cursor::{BatchAt, Cursor, ValueList, values_key};
 
 impl JobRun<'_> {

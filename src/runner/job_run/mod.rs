@@ -19,7 +19,7 @@ use super::meter::Meter;
 use super::{JobReport, RunContext, Stop};
 use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
-use crate::ledger::{Ledger, LockOutcome, Store, StoreError};
+use crate::ledger::{JobStore, LockOutcome, Store, StoreError};
 use crate::page_scan::Found;
 use crate::sink::folder;
 use crate::{Error, Result};

@@ -6,7 +6,7 @@ use tracing::warn;
 
 use super::JobRun;
 use super::round::Slot;
-use crate::ledger::{Ledger, StoreError};
+use crate::ledger::{JobStore, StoreError};
 use crate::runner::cursor::cursor_text;
 use crate::runner::job_state::Map;
 
