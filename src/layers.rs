@@ -304,3 +304,30 @@ fn no_file_under_src_is_over_500_lines() {
         .collect();
     assert!(long.is_empty(), "files to split:\n{}", long.join("\n"));
 }
+
+/// SQLite is two rooms' business: the embedded ledger's and the SQLite
+/// output's. The run, the commands and the other outputs never name a
+/// database type (a second sink then touches no file of theirs).
+#[test]
+fn only_the_embedded_store_and_the_sqlite_output_name_rusqlite() {
+    const ALLOWED: &[(&str, &str)] = &[
+        ("ledger/embedded", "the embedded store"),
+        (
+            "ledger/error.rs",
+            "the store's error wraps the embedded store's",
+        ),
+        ("sink/sqlite", "the SQLite output"),
+        (
+            "atomic_file.rs",
+            "the one place files are made: a database is opened only if it exists, and switched to WAL, here",
+        ),
+    ];
+    let wrong: Vec<String> = source_texts()
+        .into_iter()
+        .filter(|(shown, _)| !ALLOWED.iter().any(|(p, _)| shown.starts_with(p)))
+        .filter(|(shown, _)| shown != "layers.rs")
+        .filter(|(_, text)| code(text).contains("rusqlite"))
+        .map(|(shown, _)| format!("src/{shown}"))
+        .collect();
+    assert!(wrong.is_empty(), "rusqlite named in:\n{}", wrong.join("\n"));
+}

@@ -1,9 +1,18 @@
-//! Where results go, apart from the run that fetches them: page files in a
-//! folder ([`folder`]) and rows in SQLite ([`sqlite`]), and the identity
-//! each output keeps so a run can tell it was replaced ([`output_id`]).
+//! Where results go, apart from the run that fetches them: the one
+//! interface the run writes through ([`output`]: an [`Output`] each place,
+//! the job's [`Outputs`]), page files in a folder ([`Files`], named and
+//! written as [`folder`] says) and rows in SQLite ([`Sqlite`]), and the
+//! identity each output keeps so a run can tell it was replaced
+//! ([`output_id`]).
 //! The run imports it; it imports nothing of the run or of the wire but
 //! the one page reader ([`crate::page_scan`]).
 
+pub mod files;
 pub mod folder;
+pub mod output;
 pub mod output_id;
 pub mod sqlite;
+
+pub use self::files::Files;
+pub use self::output::{Held, Output, OutputError, Outputs, Page, PageRows, Wrote};
+pub use self::sqlite::Sqlite;

@@ -25,15 +25,19 @@ use crate::config::SqliteOutput;
 pub mod apart;
 mod busy;
 pub mod group;
+mod id;
 mod index;
 mod prepare;
 mod shape;
+mod table;
 
 pub(crate) use self::shape::BUSY_TIMEOUT;
 
+pub use super::output::PageRows;
 pub use prepare::{Prepared, prepare};
 pub use shape::check;
 use shape::{connect, fit, regular_or_absent};
+pub use table::Sqlite;
 
 /// Why the database cannot take the job's rows.
 #[derive(Debug)]
@@ -66,22 +70,6 @@ impl From<rusqlite::Error> for SinkError {
     fn from(e: rusqlite::Error) -> Self {
         Self::Db(e)
     }
-}
-
-/// What a page gave its table.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PageRows {
-    /// Rows upserted.
-    pub rows: u64,
-    /// Of those, rows whose key the table did not have (the rest replaced
-    /// the row of their key): known once the rows are written.
-    pub new: u64,
-    /// Items without a key at `key`: skipped.
-    pub without_key: u64,
-    /// The page is not JSON: no rows.
-    pub not_json: bool,
-    /// Nothing in the page at `items` (not even an empty array): no rows.
-    pub no_items: bool,
 }
 
 /// A job's table, open for its run.
@@ -265,6 +253,11 @@ impl Sink {
     /// then an input with rows is done, whatever its page file.
     pub fn marks_inputs(&self) -> bool {
         self.runs
+    }
+
+    /// The job whose rows it writes.
+    pub fn job(&self) -> &str {
+        &self.job
     }
 
     /// The table's specification.

@@ -121,7 +121,7 @@ impl<'a> Conditional<'a> {
         step: &Step,
         fill: &Fill<'_>,
         url: &reqwest::Url,
-        has_row: impl Fn(&str) -> bool,
+        holds: impl Fn(&Held) -> bool,
     ) -> Lookup {
         if step.conditional.is_none() {
             return Lookup::None;
@@ -139,7 +139,7 @@ impl<'a> Conditional<'a> {
             }
             v.clone()
         };
-        if self.still_held(&v, has_row) {
+        if self.still_held(&v, holds) {
             Lookup::Send(v)
         } else {
             Lookup::Lost
@@ -151,20 +151,14 @@ impl<'a> Conditional<'a> {
     /// sent for a page whose file was deleted, or whose rows were dropped,
     /// deleted or are in a table the job no longer writes, would be
     /// answered 304 and leave the output without them for good.
-    fn still_held(&self, v: &Validators, has_row: impl Fn(&str) -> bool) -> bool {
+    fn still_held(&self, v: &Validators, holds: impl Fn(&Held) -> bool) -> bool {
         // (a page another host wrote, to its own output, cannot be looked
         // for here: its validators are that output's, shared as before)
         let here = self.kept.borrow().output.clone();
         if v.out.is_some() && here.is_some() && v.out != here {
             return true;
         }
-        let Some(held) = &v.held else { return false };
-        let file = match (&self.job.output, &held.file) {
-            (Some(dir), Some(file)) => dir.join(file).is_file(),
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
-        file && held.row.as_ref().is_none_or(|k| has_row(k))
+        v.held.as_ref().is_some_and(holds)
     }
 
     /// Keep a page's validators once it is written, for the store when

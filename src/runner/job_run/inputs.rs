@@ -114,7 +114,7 @@ impl JobRun<'_> {
             run,
             resume_line: at.line,
             on_disk: if job.once {
-                self.results_on_disk(cursor, highest_run)
+                self.results_on_disk(cursor)
             } else {
                 HashSet::new()
             },
@@ -228,10 +228,8 @@ impl JobRun<'_> {
         // (a page of a one-request last step is the whole result)
         // (with a table, the rows are the result: a page written whose
         // rows a kill or a locked database kept out is not done)
-        let written = recent.is_some_and(|runs| match self.job.sqlite {
-            Some(_) => self.rows_of_runs(key, &runs),
-            None => self.page_on_disk(key, &runs),
-        });
+        let last = self.job.steps.len().saturating_sub(1);
+        let written = recent.is_some_and(|runs| self.outputs.has_key(key, last, &runs));
         if feed.on_disk.remove(key) || written {
             if feed.first.as_ref().is_some_and(|(first, _)| first == key) {
                 feed.first = None;

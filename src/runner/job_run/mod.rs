@@ -21,7 +21,7 @@ use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::ledger::{JobStore, LockOutcome, Store, StoreError};
 use crate::page_scan::Found;
-use crate::sink::folder;
+use crate::sink::Files;
 use crate::{Error, Result};
 
 mod batches;
@@ -69,9 +69,9 @@ pub(super) struct JobRun<'a> {
     /// On a terminal, for a job of inputs: when the rest will be done at
     /// the budgets' pace, as last read.
     pace: RefCell<Pace>,
-    /// `output.sqlite`: the job's table, open from the start of the round
-    /// (written on blocking threads, a page at a time).
-    sink: Option<std::sync::Arc<crate::sink::sqlite::group::Shared>>,
+    /// Where the job's results go (written on blocking threads, a page
+    /// at a time), open from the start of the round.
+    outputs: crate::sink::Outputs,
     /// A job whose inputs go in batches: the slots of each batch in
     /// flight, by its first slot (the one its walk saves).
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
@@ -221,7 +221,7 @@ impl<'a> JobRun<'a> {
             first_refused: Cell::new(0),
             batches_refused: RefCell::default(),
             pace: RefCell::default(),
-            sink: None,
+            outputs: crate::sink::Outputs::default(),
             input_batches: RefCell::default(),
             conditional: conditional::Conditional::new(job, &cred.secret),
         }
@@ -247,7 +247,7 @@ impl<'a> JobRun<'a> {
     /// pages' rows so far and the pages they held (what the group commit
     /// saves, logged at the run's end).
     pub(super) fn rows_committed(&self) -> Option<(u64, u64)> {
-        self.sink.as_ref().map(|s| s.counts())
+        self.outputs.commits()
     }
 
     pub(super) fn hold(&mut self, store: &'a Store, lock: RunLock) {
@@ -360,8 +360,9 @@ impl<'a> JobRun<'a> {
             Some(dir) => self.prepare_folder(dir, cursor.run)?,
             None => 0,
         };
+        let config = &self.ctx.config.file;
         (self.conditional)
-            .forget_replaced_output(self.meter.store(), &self.ctx.config.file, folder_run)
+            .forget_replaced_output(self.meter.store(), config, &self.outputs)
             .await;
         let highest_run = folder_run.max(self.highest_run_of_rows()?);
         // A page is never replaced: a run is numbered after every run whose
@@ -401,14 +402,16 @@ impl<'a> JobRun<'a> {
     /// while this run holds the job's lock: an unmetered run could be
     /// racing a run that has it) and check it takes a file: the highest
     /// run number of the job's pages there.
-    fn prepare_folder(&self, dir: &std::path::Path, cursor_run: u64) -> Result<u64> {
+    fn prepare_folder(&mut self, dir: &std::path::Path, cursor_run: u64) -> Result<u64> {
         let job = self.job;
         let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
-        let prepared = folder::prepare(dir, &job.name, locked).map_err(|source| Error::Io {
-            what: "prepare the output folder",
-            path: dir.to_path_buf(),
-            source,
-        })?;
+        let mode = crate::atomic_file::file_mode().map_err(Error::Usage)?;
+        let (files, prepared) =
+            Files::open(dir, &job.name, mode, locked).map_err(|source| Error::Io {
+                what: "prepare the output folder",
+                path: dir.to_path_buf(),
+                source,
+            })?;
         if prepared.removed > 0 {
             info!(
                 job = job.name,
@@ -431,6 +434,7 @@ impl<'a> JobRun<'a> {
             path,
             source,
         })?;
+        self.outputs.put_first(std::sync::Arc::new(files));
         Ok(prepared.highest_run)
     }
 

@@ -8,15 +8,14 @@ use std::borrow::Cow;
 
 use tracing::{debug, info, warn};
 
-use super::conditional::Held;
 use super::{JobRun, PageAnswer};
-use crate::atomic_file::{file_mode, write_new};
 use crate::config::{Fill, Step, redact};
 use crate::ledger::{Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
 use crate::runner::meter::Charged;
 use crate::sink::folder::{SecretOutsideStrings, mask_page};
+use crate::sink::{Held, OutputError, Outputs, Page, Wrote};
 use crate::timefmt::rfc3339;
 use crate::upstream::{self, Answer, Attempts, Next, Reported};
 use crate::{Error, Result};
@@ -218,11 +217,11 @@ impl JobRun<'_> {
         false
     }
 
-    /// Write one page file, the secret masked if the upstream echoed it,
-    /// under a name no earlier page has, and (`output.sqlite`, a page of
-    /// the last step) its rows, committed; its body back once written. On a
-    /// blocking thread: its fsyncs must not hold up the other regions
-    /// walked on this task.
+    /// Write one page to the job's outputs, the secret masked if the
+    /// upstream echoed it: its file under a name no earlier page has, its
+    /// rows (a page of the last step) committed; its body back once
+    /// written. On a blocking thread: its fsyncs must not hold up the other
+    /// regions walked on this task.
     pub(super) async fn write_page(
         &self,
         fill: &Fill<'_>,
@@ -230,37 +229,20 @@ impl JobRun<'_> {
         (key, step): (&str, usize),
         body: Vec<u8>,
     ) -> Result<Written> {
-        let mode = file_mode().map_err(Error::Usage)?;
         let secret = fill.secret.clone();
-        // (rows are the results: the last step's pages, not the lists a
-        // fan-out reads its values from)
-        let sink = self
-            .sink
-            .clone()
-            .filter(|_| step + 1 == self.job.steps.len())
-            .map(|s| {
-                (
-                    s,
-                    key.to_string(),
-                    rfc3339(chrono::Utc::now().timestamp_micros()),
-                    self.feed.borrow().as_ref().map_or(0, |f| f.run),
-                )
-            });
+        let outputs = self.outputs.clone();
         let to = PageTo {
-            dir: self.job.output.clone(),
-            job: self.job.name.clone(),
+            key: key.to_string(),
             file: name.to_string(),
-            mode,
-            sink,
+            last_step: step + 1 == self.job.steps.len(),
+            fetched_at: rfc3339(chrono::Utc::now().timestamp_micros()),
+            run: self.feed.borrow().as_ref().map_or(0, |f| f.run),
         };
-        let written = tokio::task::spawn_blocking(move || write_blocking(to, &secret, body)).await;
-        let (written, rows, masked, body) = written.unwrap_or_else(|e| {
-            (
-                Err(std::io::Error::other(format!("the writer failed: {e}"))),
-                None,
-                false,
-                Vec::new(),
-            )
+        let written =
+            tokio::task::spawn_blocking(move || write_blocking(&outputs, to, &secret, body));
+        let (written, masked, body) = written.await.unwrap_or_else(|e| {
+            let e = std::io::Error::other(format!("the writer failed: {e}"));
+            (Err(OutputError::File(e)), false, Vec::new())
         });
         if masked {
             warn!(
@@ -268,8 +250,7 @@ impl JobRun<'_> {
                 "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
             );
         }
-        let path = written.map_err(|source| self.page_error(name, source))?;
-        let Some(path) = path else {
+        let Some(wrote) = written.map_err(|e| self.output_error(name, e))? else {
             // As a page the upstream refuses for itself: asking again at
             // once gets the same page, so its region (or batch) ends.
             return Ok(Written::Refused(
@@ -278,24 +259,21 @@ impl JobRun<'_> {
                     .into(),
             ));
         };
-        let mut held = Held {
-            file: self.job.output.as_ref().map(|_| name.to_string()),
-            row: None,
-        };
-        if let Some((rows, first)) = rows {
+        if let Some(rows) = wrote.rows {
             self.rows_written(key, name, rows)?;
-            held.row = first;
         }
         self.report.borrow_mut().pages += 1;
         self.draw_progress();
-        debug!(job = self.job.name, "wrote {}", path.display());
-        Ok(Written::Page(body, held))
+        if let Some(path) = &wrote.path {
+            debug!(job = self.job.name, "wrote {}", path.display());
+        }
+        Ok(Written::Page(body, wrote.held))
     }
 }
 
 impl JobRun<'_> {
     /// A page file that could not be written, as the run reports it.
-    fn page_error(&self, name: &str, source: std::io::Error) -> Error {
+    pub(super) fn page_error(&self, name: &str, source: std::io::Error) -> Error {
         let path = self.job.output.clone().unwrap_or_default().join(name);
         if source.kind() == std::io::ErrorKind::AlreadyExists {
             Error::PageExists {
@@ -312,36 +290,24 @@ impl JobRun<'_> {
     }
 }
 
-/// Where a page goes: its file (in `dir`, if the job has a folder) and,
-/// for a page of the last step with `output.sqlite`, its rows (the sink,
-/// the input's key, when fetched).
+/// A page to write, but for its body.
 struct PageTo {
-    dir: Option<std::path::PathBuf>,
-    job: String,
+    key: String,
     file: String,
-    mode: u32,
-    sink: Option<(SharedSink, String, String, u64)>,
+    last_step: bool,
+    fetched_at: String,
+    run: u64,
 }
 
-type SharedSink = std::sync::Arc<crate::sink::sqlite::group::Shared>;
-
-/// On the writer's thread: the page file and its rows; what was written
-/// (`None`: the secret outside a string, nothing written), the rows, and
-/// whether the secret was masked, with the body back.
-#[allow(clippy::type_complexity)]
+/// On the writer's thread: the page, its secret masked, to the outputs;
+/// what was written (`None`: the secret outside a string, nothing
+/// written) and whether the secret was masked, with the body back.
 fn write_blocking(
+    outputs: &Outputs,
     to: PageTo,
     secret: &crate::config::Secret,
     body: Vec<u8>,
-) -> (
-    std::io::Result<Option<std::path::PathBuf>>,
-    Option<(
-        rusqlite::Result<crate::sink::sqlite::PageRows>,
-        Option<String>,
-    )>,
-    bool,
-    Vec<u8>,
-) {
+) -> (Result<Option<Wrote>, OutputError>, bool, Vec<u8>) {
     // An upstream that echoes the key (in a next-page link, say) does
     // not get it into the page file: masked there like everywhere
     // else, inside strings only, so that the page stays JSON.
@@ -349,45 +315,18 @@ fn write_blocking(
     let masked = match mask_page(&text, secret) {
         Ok(Cow::Borrowed(_)) => None,
         Ok(Cow::Owned(m)) => Some(m.into_bytes()),
-        Err(SecretOutsideStrings) => return (Ok(None), None, false, Vec::new()),
+        Err(SecretOutsideStrings) => return (Ok(None), false, Vec::new()),
     };
-    let bytes = masked.as_deref().unwrap_or(&body);
-    let file = || match &to.dir {
-        Some(dir) => write_new(dir, &to.job, &to.file, bytes, to.mode).map(Some),
-        None => Ok(Some(std::path::PathBuf::new())),
+    let page = Page {
+        key: &to.key,
+        file: &to.file,
+        body: masked.as_deref().unwrap_or(&body),
+        last_step: to.last_step,
+        fetched_at: &to.fetched_at,
+        run: to.run,
     };
-    let Some((sink, key, at, run)) = &to.sink else {
-        return (file(), None, masked.is_some(), body);
-    };
-    let page = crate::sink::sqlite::prepare(sink.spec(), key, bytes, at.clone(), *run);
-    let first = page.first_key();
-    // Both the file and the rows are durable before the page counts: the
-    // cursor moves only after this returns both written; a failure of
-    // either is the run's error, which stops it before the cursor moves,
-    // and the next run fetches the page again. So the two are written at
-    // once (the file's fsyncs and the rows' commit overlap): rows that
-    // committed beside a file that failed are written again by the redone
-    // page as upserts, the same keys, nothing twice. Except where the rows
-    // make an input done by themselves (a once-job of inputs: `TABLE_runs`
-    // says which run wrote them, and a kill before the cursor's save is
-    // resumed from it): there a file that failed must leave the input not
-    // done, so its rows come after the file, as before.
-    let (written, rows) = match &to.dir {
-        None => (file(), sink.write(page)),
-        Some(_) if sink.marks_inputs() => match file() {
-            Ok(path) => (Ok(path), sink.write(page)),
-            Err(e) => return (Err(e), None, masked.is_some(), body),
-        },
-        Some(_) => std::thread::scope(|s| {
-            let written = s.spawn(file);
-            let rows = sink.write(page);
-            let written = written
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("the page file's writer failed")));
-            (written, rows)
-        }),
-    };
-    (written, Some((rows, first)), masked.is_some(), body)
+    let written = outputs.write(&page).map(Some);
+    (written, masked.is_some(), body)
 }
 
 /// A charged attempt: the ledger's time, the receipt, what is left.
@@ -429,7 +368,7 @@ impl JobRun<'_> {
         use super::conditional::Lookup;
         match self
             .conditional
-            .validators(step, fill, url, |k| self.has_row(k))
+            .validators(step, fill, url, |held| self.outputs.holds(held))
         {
             Lookup::None => None,
             Lookup::Send(v) => Some(v),

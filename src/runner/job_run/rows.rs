@@ -1,11 +1,12 @@
-//! `output.sqlite` in a run: the job's table opened before the first
-//! charge, each page's rows counted, the inputs that have rows.
+//! The job's outputs in a run: its table opened before the first charge
+//! (the folder is `prepare_folder`'s), what an output that cannot take a
+//! page is as the run's error, each page's rows counted.
 
 use tracing::warn;
 
 use super::JobRun;
-use crate::sink::sqlite::group::Shared;
-use crate::sink::sqlite::{PageRows, Sink, SinkError};
+use crate::sink::sqlite::SinkError;
+use crate::sink::{OutputError, PageRows, Sqlite};
 use crate::{Error, Result};
 
 impl JobRun<'_> {
@@ -15,7 +16,7 @@ impl JobRun<'_> {
         let (spec, name) = (spec.clone(), self.job.name.clone());
         // (a once-job of inputs keeps which run wrote each input's rows)
         let runs = self.job.rows_keep_runs();
-        let opened = tokio::task::spawn_blocking(move || Sink::open(&spec, &name, runs))
+        let opened = tokio::task::spawn_blocking(move || Sqlite::open(&spec, &name, runs))
             .await
             .unwrap_or_else(|e| Err(SinkError::Io(std::io::Error::other(e.to_string()))));
         // (before the first charge, a database that cannot be opened is the
@@ -36,51 +37,22 @@ impl JobRun<'_> {
                 ),
             },
         })?;
-        self.sink = Some(std::sync::Arc::new(Shared::new(sink)));
+        self.outputs.push(std::sync::Arc::new(sink));
         Ok(())
     }
 
-    /// The inputs with rows of this job in its table (none without one).
-    pub(super) fn inputs_with_rows(&self) -> std::collections::HashSet<String> {
-        let Some(sink) = &self.sink else {
-            return Default::default();
-        };
-        let sink = sink.lock();
-        sink.inputs_with_rows().unwrap_or_else(|e| {
-            warn!(
-                job = self.job.name,
-                "the inputs with rows could not be read: {e}"
-            );
-            Default::default()
-        })
-    }
-
-    /// The highest run that wrote rows of this job's inputs (0: none, or
-    /// no table).
+    /// The highest run that wrote results in an output (0: none).
     pub(super) fn highest_run_of_rows(&self) -> Result<u64> {
-        let Some(sink) = &self.sink else {
-            return Ok(0);
-        };
-        let sink = sink.lock();
-        sink.highest_run()
-            .map_err(|e| self.sink_error(SinkError::Db(e)))
+        (self.outputs.highest_run()).map_err(|e| self.output_error("", e))
     }
 
-    /// Whether one of `runs` wrote rows of input `key` (see
-    /// [`Sink::rows_of_runs`]); a database that cannot say: not.
-    pub(super) fn rows_of_runs(&self, key: &str, runs: &std::ops::RangeInclusive<u64>) -> bool {
-        let Some(sink) = &self.sink else {
-            return false;
-        };
-        let sink = sink.lock();
-        sink.rows_of_runs(key, runs).unwrap_or_else(|e| {
-            warn!(
-                job = self.job.name,
-                "the rows of {} could not be read: {e}",
-                crate::logging::printable(key)
-            );
-            false
-        })
+    /// An output that cannot take a page (`name`), as the run's error.
+    pub(super) fn output_error(&self, name: &str, e: OutputError) -> Error {
+        match e {
+            OutputError::File(source) => self.page_error(name, source),
+            OutputError::Shape(message) => self.sink_error(SinkError::Shape(message)),
+            OutputError::Rows(why) => self.sink_error(SinkError::Io(std::io::Error::other(why))),
+        }
     }
 
     /// A database that cannot take the rows, as the run's error: a table of
@@ -104,13 +76,7 @@ impl JobRun<'_> {
 
     /// Count a page's rows; warn of items without a key (and a page that
     /// is not JSON, which has none).
-    pub(super) fn rows_written(
-        &self,
-        key: &str,
-        name: &str,
-        rows: rusqlite::Result<PageRows>,
-    ) -> Result<()> {
-        let rows = rows.map_err(|e| self.sink_error(SinkError::Db(e)))?;
+    pub(super) fn rows_written(&self, key: &str, name: &str, rows: PageRows) -> Result<()> {
         if rows.not_json {
             warn!(
                 job = self.job.name,
@@ -144,16 +110,6 @@ impl JobRun<'_> {
         }
         report.pages_without_items += u64::from(rows.no_items);
         Ok(())
-    }
-
-    /// Whether the table holds the row of `key` (no table: not; a
-    /// database that cannot say: not, so the page is asked in full).
-    pub(super) fn has_row(&self, key: &str) -> bool {
-        let Some(sink) = &self.sink else {
-            return false;
-        };
-        let sink = sink.lock();
-        sink.has_row(key).unwrap_or(false)
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::config::redact;
+pub(in crate::runner::job_run) use crate::sink::Held;
 
 /// One page's validators, as its last answer gave them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,16 +32,6 @@ pub(in crate::runner::job_run) struct Validators {
     /// it, never sent): a validator is sent only while that is there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held: Option<Held>,
-}
-
-/// Where a page's results are, which its validators stand for: its file
-/// in the job's folder, and the key of its first row in the table.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(in crate::runner::job_run) struct Held {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub row: Option<String>,
 }
 
 /// An incremental step's value for a key, as the store keeps it (JSON).

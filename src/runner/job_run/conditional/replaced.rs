@@ -3,7 +3,7 @@
 //! would have the upstream answer 304 for pages the new output lacks, run
 //! after run, and a 304 writes nothing; its incremental values would have
 //! it send only what changed since, the older items never written again.
-//! Incremental values name their output as validators do. So each output has an id ([`output_id`]), each
+//! Incremental values name their output as validators do. So each output has an id ([`crate::sink::output_id`]), each
 //! validator names the output its page was written to, and the store
 //! keeps, per place (this host and configuration file), the id its output
 //! had: an id other than the one recorded means the output was replaced,
@@ -17,9 +17,8 @@ use tracing::{info, warn};
 
 use super::Conditional;
 use super::records::{Kept, place_field};
-use crate::config::Job;
 use crate::ledger::Store;
-use crate::sink::output_id;
+use crate::sink::Outputs;
 
 /// What the ids decide: the fields to forget (validators, incremental
 /// values) and those taken as this output's (their new text).
@@ -88,13 +87,13 @@ impl Conditional<'_> {
     /// Those kept before outputs had ids are taken as this output's when
     /// it holds pages (or rows) of the job, else forgotten: an upgrade
     /// then neither refetches on every host nor keeps a lost output's.
-    /// `folder_run`: the highest run of the job's pages in its folder;
-    /// `config`: the configuration file (with this host, the place).
+    /// `config`: the configuration file (with this host, the place);
+    /// `outputs`: the job's, open.
     pub(in crate::runner::job_run) async fn forget_replaced_output(
         &self,
         store: Option<&Store>,
         config: &std::path::Path,
-        folder_run: u64,
+        outputs: &Outputs,
     ) {
         let job = self.job;
         if !self.keeps()
@@ -104,7 +103,9 @@ impl Conditional<'_> {
         {
             return;
         }
-        let (id, holds) = match output_id(job, folder_run).await {
+        let outputs = outputs.clone();
+        let found = tokio::task::spawn_blocking(move || outputs.id()).await;
+        let (id, holds) = match found.unwrap_or_else(|e| Err(e.to_string())) {
             Ok(found) => found,
             Err(e) => {
                 warn!(
@@ -156,31 +157,4 @@ impl Conditional<'_> {
             self.put(store, &[(place, id)]).await;
         }
     }
-}
-
-/// The id of `job`'s output (its folder's and its database's, with both:
-/// losing either loses what a 304 would not write again), and whether
-/// the output holds pages (and rows) of the job.
-async fn output_id(job: &Job, folder_run: u64) -> Result<(String, bool), String> {
-    let mut ids = Vec::new();
-    let mut holds = true;
-    if let Some(dir) = &job.output {
-        ids.push(output_id::folder_id(dir).map_err(|e| format!("{}: {e}", dir.display()))?);
-        holds &= folder_run > 0;
-    }
-    if let Some(spec) = &job.sqlite {
-        let (path, table, name) = (spec.path.clone(), spec.table.clone(), job.name.clone());
-        let found = tokio::task::spawn_blocking(move || {
-            Ok::<_, rusqlite::Error>((
-                output_id::db_id(&path)?,
-                output_id::db_has_rows(&path, &table, &name)?,
-            ))
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("{}: {e}", spec.path.display()))?;
-        ids.push(found.0);
-        holds &= found.1;
-    }
-    Ok((ids.join("+"), holds))
 }

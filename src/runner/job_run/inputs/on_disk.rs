@@ -19,11 +19,7 @@ impl JobRun<'_> {
     /// A once-job with no place in its file at all (a new or emptied store)
     /// while the folder holds pages of the job: every key with a page of
     /// the last step, taken as done.
-    pub(in crate::runner::job_run) fn results_on_disk(
-        &self,
-        cursor: &Cursor,
-        highest_run: u64,
-    ) -> HashSet<Key> {
+    pub(in crate::runner::job_run) fn results_on_disk(&self, cursor: &Cursor) -> HashSet<Key> {
         let job = self.job;
         let last = job.steps.len().saturating_sub(1);
         // (a page is the whole result only when the last step sends one
@@ -36,10 +32,8 @@ impl JobRun<'_> {
         // its row: the others cannot be told, so none is taken as done)
         let batched = job.inputs.as_ref().is_some_and(|i| i.batch.is_some());
         if cursor.input.is_none() && single && !batched {
-            let mut keys = self.inputs_with_rows();
-            if let (Some(folder), true, None) = (&job.output, highest_run > 0, &job.sqlite) {
-                keys.extend(pages_of_last_step(&job.name, folder, last));
-            }
+            // (with a table, its rows say which inputs are done)
+            let keys = self.outputs.keys_held(last);
             if !keys.is_empty() {
                 warn!(
                     job = job.name,
@@ -89,42 +83,4 @@ impl JobRun<'_> {
             )
         })
     }
-
-    /// Whether a page of `key`'s last step is on disk from one of the runs
-    /// `runs`: an input the cursor did not say done, whose page a run
-    /// killed before its cursor's save wrote.
-    pub(in crate::runner::job_run) fn page_on_disk(
-        &self,
-        key: &str,
-        runs: &std::ops::RangeInclusive<u64>,
-    ) -> bool {
-        let job = self.job;
-        let last = job.steps.len().saturating_sub(1);
-        runs.clone().any(|run| {
-            let name = crate::page_name::PageName {
-                job: &job.name,
-                run,
-                region: key,
-                step: last,
-                page: 0,
-            };
-            job.output
-                .as_ref()
-                .is_some_and(|dir| dir.join(name.file_name()).exists())
-        })
-    }
-}
-
-/// The keys of `job`'s pages of step `last` in `folder`.
-fn pages_of_last_step(job: &str, folder: &std::path::Path, last: usize) -> HashSet<Key> {
-    let Ok(dir) = std::fs::read_dir(folder) else {
-        return HashSet::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name();
-            let (_, key, step, _) = crate::page_name::parse(job, name.to_str()?)?;
-            (step == last).then_some(key)
-        })
-        .collect()
 }
