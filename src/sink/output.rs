@@ -261,3 +261,6 @@ fn merge(into: &mut Wrote, w: Wrote) {
     into.path = into.path.take().or(w.path);
     into.rows = into.rows.take().or(w.rows);
 }
+
+#[cfg(test)]
+mod tests;
