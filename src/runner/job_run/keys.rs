@@ -62,7 +62,9 @@ impl JobRun<'_> {
         let mut next = 0;
         let mut running = FuturesUnordered::new();
         loop {
-            while running.len() < self.job.concurrency && !self.stopping() && !self.inputs_refused()
+            while running.len() < self.job.concurrency
+                && !self.stopping()
+                && !self.inputs_stopping()
             {
                 let Some((slots, start)) = self.next_to_serve(&mut next, inputs).await? else {
                     break;
@@ -70,7 +72,8 @@ impl JobRun<'_> {
                 running.push(self.serve_key(slots, start, run));
             }
             let Some(walked) = running.next().await else {
-                if let Some(e) = self.take_inputs_refused() {
+                let stop = self.feed.borrow_mut().as_mut().and_then(|f| f.take_stop());
+                if let Some(e) = stop {
                     return Err(e);
                 }
                 if inputs && !self.stopping() {

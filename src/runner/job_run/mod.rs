@@ -447,6 +447,11 @@ impl<'a> JobRun<'a> {
         }
     }
 
+    /// Whether a job of inputs stops for its inputs failed.
+    fn inputs_stopping(&self) -> bool {
+        self.feed.borrow().as_ref().is_some_and(|f| f.stopping())
+    }
+
     fn stopping(&self) -> bool {
         self.report.borrow().stop.is_some()
     }

@@ -203,7 +203,7 @@ impl JobRun<'_> {
     /// Whether the run stops before another request is charged: stopped
     /// already, a stop signal, or the run's lock lost (the stop recorded).
     fn halted(&self) -> bool {
-        if self.stopping() || self.inputs_refused() {
+        if self.stopping() || self.inputs_stopping() {
             return true;
         }
         if self.ctx.shutdown.is_set() {

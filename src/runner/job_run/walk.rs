@@ -222,7 +222,9 @@ impl JobRun<'_> {
                 // (answered: the key and the request are good, whether
                 // or not the page can be written)
                 self.first_refused.set(0);
-                self.input_answered();
+                if let Some(feed) = self.feed.borrow_mut().as_mut() {
+                    feed.answered();
+                }
                 if step.for_each.is_some() {
                     self.batch_answered(at, true);
                 }
@@ -231,7 +233,9 @@ impl JobRun<'_> {
             Fetched::Stopped => return Ok(None),
             Fetched::NotModified => {
                 self.first_refused.set(0);
-                self.input_answered();
+                if let Some(feed) = self.feed.borrow_mut().as_mut() {
+                    feed.answered();
+                }
                 return Ok(Some(self.conditional.unchanged(step, fill)));
             }
             Fetched::Refused(why, for_itself, outage) => {

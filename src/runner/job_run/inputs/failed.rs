@@ -13,6 +13,7 @@ use tracing::{error, warn};
 
 use super::super::round::Slot;
 use super::super::{JobRun, Position};
+use super::feed::Breaker;
 use crate::inputs::{Item, Position as FilePosition, Reader};
 use crate::logging::cut;
 use crate::logging::printable;
@@ -48,53 +49,43 @@ impl JobRun<'_> {
         outage: bool,
     ) -> Result<()> {
         let inputs = self.record_input_failed(at, why, status, excerpt).await;
-        let (n, answered, in_a_row) = {
+        let breaker = {
             let mut feed = self.feed.borrow_mut();
-            let feed = feed.as_mut().expect("a job of inputs has its feed");
-            feed.failed += 1;
-            feed.outage = if outage { feed.outage + 1 } else { 0 };
-            (feed.failed, feed.answered, feed.outage)
+            feed.as_mut().and_then(|f| f.failed(outage))
         };
-        if in_a_row >= OUTAGE_INPUTS {
-            let error = Error::Upstream {
-                job: self.job.name.clone(),
-                url: at.describe(0),
-                problem: format!(
-                    "{why}; {in_a_row} inputs in a row failed so, none answered between (the upstream is down, \
-                     more likely), so the job stops; they are recorded as failed: `portion reset {} --failed --yes` \
-                     has the next run do them again",
-                    self.job.name
-                ),
-            };
-            let mut feed = self.feed.borrow_mut();
-            let feed = feed.as_mut().expect("a job of inputs has its feed");
-            feed.stopping.get_or_insert(error);
-            return Ok(());
-        }
-        if answered || n < INPUTS_REFUSED {
-            return Ok(());
-        }
-        // (a batch counts once: the first requests all refused)
-        let what = if inputs > 1 {
-            "batches of inputs"
-        } else {
-            "inputs"
+        let fix = format!(
+            "they are recorded as failed: `portion reset {} --failed --yes` has the next run do them again",
+            self.job.name
+        );
+        let problem = match breaker {
+            None => return Ok(()),
+            Some(Breaker::Outage(n)) => format!(
+                "{why}; {n} inputs in a row failed so, none answered between (the upstream is down, \
+                 more likely), so the job stops; {fix}"
+            ),
+            Some(Breaker::NoneAnswered(n)) => {
+                // (a batch counts once: the first requests all refused)
+                let what = if inputs > 1 {
+                    "batches of inputs"
+                } else {
+                    "inputs"
+                };
+                format!(
+                    "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
+                     (check the file and the key); {fix}"
+                )
+            }
         };
         let error = Error::Upstream {
             job: self.job.name.clone(),
             url: at.describe(0),
-            problem: format!(
-                "{why}; the first {n} {what} of this run were refused and none answered, so the job stops \
-                 (check the file and the key); they are recorded as failed: `portion reset {} --failed --yes` \
-                 has the next run do them again",
-                self.job.name
-            ),
+            problem,
         };
         // Not at once: the requests in flight were charged, and their
         // answers are recorded too (else the next run charges them again).
-        let mut feed = self.feed.borrow_mut();
-        let feed = feed.as_mut().expect("a job of inputs has its feed");
-        feed.stopping.get_or_insert(error);
+        if let Some(feed) = self.feed.borrow_mut().as_mut() {
+            feed.stop(error);
+        }
         Ok(())
     }
 
@@ -155,20 +146,6 @@ impl JobRun<'_> {
         inputs.len()
     }
 
-    /// The job stops for its inputs refused ([`JobRun::input_failed`]).
-    pub(in crate::runner::job_run) fn inputs_refused(&self) -> bool {
-        self.feed
-            .borrow()
-            .as_ref()
-            .is_some_and(|f| f.stopping.is_some())
-    }
-
-    /// The error the job stops with for its inputs refused, once the
-    /// requests in flight are over.
-    pub(in crate::runner::job_run) fn take_inputs_refused(&self) -> Option<Error> {
-        self.feed.borrow_mut().as_mut()?.stopping.take()
-    }
-
     /// Record each of `inputs` (key, line, offset) as failed in the store;
     /// what to add to the log line when that could not be done.
     async fn record_failed(
@@ -208,14 +185,6 @@ impl JobRun<'_> {
                     "cannot forget the failed inputs of the last walk of the file: {e}"
                 );
             }
-        }
-    }
-
-    /// A page answered: the key and the URL are good.
-    pub(in crate::runner::job_run) fn input_answered(&self) {
-        if let Some(feed) = self.feed.borrow_mut().as_mut() {
-            feed.answered = true;
-            feed.outage = 0;
         }
     }
 

@@ -62,7 +62,52 @@ pub(in crate::runner::job_run) struct Feed {
     pub(in crate::runner::job_run) stopping: Option<crate::Error>,
 }
 
+/// Why a job of inputs stops for its inputs failed.
+pub(in crate::runner::job_run) enum Breaker {
+    /// So many failed in a row by the upstream's own trouble (an outage).
+    Outage(u32),
+    /// The first so many of the run failed, none answered (a bad key).
+    NoneAnswered(u32),
+}
+
 impl Feed {
+    /// A page answered: the key and the URL are good.
+    pub(in crate::runner::job_run) fn answered(&mut self) {
+        self.answered = true;
+        self.outage = 0;
+    }
+
+    /// An input failed (`outage`: by the upstream's own trouble past its
+    /// retries): whether the job stops now, and why.
+    pub(in crate::runner::job_run) fn failed(&mut self, outage: bool) -> Option<Breaker> {
+        use super::failed::{INPUTS_REFUSED, OUTAGE_INPUTS};
+        self.failed += 1;
+        self.outage = if outage { self.outage + 1 } else { 0 };
+        if self.outage >= OUTAGE_INPUTS {
+            Some(Breaker::Outage(self.outage))
+        } else if !self.answered && self.failed >= INPUTS_REFUSED {
+            Some(Breaker::NoneAnswered(self.failed))
+        } else {
+            None
+        }
+    }
+
+    /// The job stops for its inputs failed, with `error` once the
+    /// requests in flight are over (the first reason stays).
+    pub(in crate::runner::job_run) fn stop(&mut self, error: crate::Error) {
+        self.stopping.get_or_insert(error);
+    }
+
+    /// Whether the job stops for its inputs failed.
+    pub(in crate::runner::job_run) fn stopping(&self) -> bool {
+        self.stopping.is_some()
+    }
+
+    /// The error the job stops with for its inputs failed, once.
+    pub(in crate::runner::job_run) fn take_stop(&mut self) -> Option<crate::Error> {
+        self.stopping.take()
+    }
+
     /// Up to `room` items from the file, none once it ended.
     pub(in crate::runner::job_run) fn take(&mut self, room: usize) -> std::io::Result<Vec<Item>> {
         let mut items = Vec::new();
