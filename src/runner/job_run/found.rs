@@ -304,3 +304,81 @@ pub(super) async fn write(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::meter::tests::store;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(f)
+    }
+
+    /// The list's values, in order.
+    async fn values(store: &Store, found: &Found) -> Vec<String> {
+        let Found::Listed { name, len, .. } = found else {
+            panic!("not listed")
+        };
+        read(store, name, 0, *len).await.unwrap().unwrap()
+    }
+
+    #[test]
+    fn values_are_listed_once_in_order_and_a_killed_runs_tail_is_no_repeat() {
+        let (_dir, store) = store();
+        block_on(async {
+            let mut found = Found::listed("j:values:US:s1".into());
+            let page = |r: std::ops::Range<u32>| r.map(|i| i.to_string()).collect::<Vec<_>>();
+            // More than a chunk, repeats within and across pages.
+            let one = page(0..25_000);
+            let refs = one.iter().chain(one[..5].iter()).map(String::as_str);
+            assert_eq!(
+                found.keep(Some(&store), refs, u64::MAX, 1).await.unwrap(),
+                0
+            );
+            let saved = found.found_in().unwrap();
+            assert_eq!(saved.count, 25_000);
+            // The next page reaches the store, then a kill before the
+            // cursor counts it: the next run resumes from the cursor and
+            // reads a page that changed meanwhile.
+            let two = page(20_000..30_000);
+            let refs = two.iter().map(String::as_str);
+            found.keep(Some(&store), refs, u64::MAX, 1).await.unwrap();
+            assert!(values(&store, &found).await == page(0..30_000));
+            let name = "j:values:US:s1".to_string();
+            assert!(
+                holds(&store, &name, &saved.list, saved.count)
+                    .await
+                    .unwrap()
+            );
+            let mut resumed = Found::resumed(name, &saved);
+            let again = page(28_000..31_000);
+            let refs = again.iter().map(String::as_str);
+            resumed.keep(Some(&store), refs, u64::MAX, 2).await.unwrap();
+            let mut want = page(0..25_000);
+            want.extend(page(28_000..31_000));
+            let got = values(&store, &resumed).await;
+            assert_eq!(got.len(), want.len(), "a value twice, or lost");
+            assert!(got == want, "not in page order");
+            // Past the most values: left out, counted, a repeat not.
+            let refs = ["0", "x", "y"].into_iter();
+            assert_eq!(
+                resumed.keep(Some(&store), refs, 28_001, 2).await.unwrap(),
+                1
+            );
+            assert_eq!(resumed.found_in().unwrap().count, 28_001);
+            // A new walk forgets the list before it.
+            let mut afresh = Found::listed("j:values:US:s1".into());
+            afresh.keep(Some(&store), ["5"], u64::MAX, 3).await.unwrap();
+            assert_eq!(values(&store, &afresh).await, ["5"]);
+            assert!(
+                !holds(&store, "j:values:US:s1", &saved.list, 1)
+                    .await
+                    .unwrap()
+            );
+        });
+    }
+}
