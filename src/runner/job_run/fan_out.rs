@@ -208,6 +208,31 @@ impl JobRun<'_> {
         }
     }
 
+    /// Step `at.step` of `at.key` is done: the cursor moves on
+    /// ([`Self::after_step`]). Once it is saved, the values seen of the
+    /// list the step filled for a fan-out after it are forgotten: that
+    /// list is only read from then on, and the store need not keep an
+    /// index of every value through the fan-out. Whether it was saved.
+    pub(super) async fn step_done(&self, w: &mut Walker, at: &Position<'_>) -> bool {
+        let after = self.after_step(w, at);
+        let saved = self.save(at.slot, after).await;
+        if saved
+            && self.next_for_each(at).is_some()
+            && let Some(store) = self.meter.store()
+        {
+            let list = values_key(&self.job.name, at.key, at.step + 1);
+            if let Err(e) = found::forget_seen(store, &list).await {
+                // (the fan-out's end forgets them)
+                warn!(
+                    job = self.job.name,
+                    "{}: the values seen for the next step stay in the store for now ({e})",
+                    at.describe(0)
+                );
+            }
+        }
+        saved
+    }
+
     /// A fan-out step for one region (resumed at batch `page`): one
     /// request per batch of `plan` (`None` when the cursor that resumed it
     /// kept no values), the cursor saved after each. Up to `concurrency`
@@ -229,8 +254,7 @@ impl JobRun<'_> {
                  it is skipped for this region this round",
                 at.describe(page)
             );
-            let resume = self.after_step(w, at);
-            self.save(at.slot, resume).await;
+            self.step_done(w, at).await;
             return Ok(Walk::Done);
         };
         let early = plan.take_early();
@@ -286,8 +310,7 @@ impl JobRun<'_> {
     /// while its walk is under way (or a run that stopped may resume it).
     /// Not while the saved cursor may still point into it.
     async fn fan_out_done(&self, w: &mut Walker, at: &Position<'_>, listed: bool) -> Result<Walk> {
-        let resume = self.after_step(w, at);
-        if self.save(at.slot, resume).await
+        if self.step_done(w, at).await
             && listed
             && let Some(store) = self.meter.store()
         {

@@ -12,7 +12,8 @@
 //! list itself (field: a position, value: the value; field `id`: which
 //! walk's list it is) and, beside it, the values seen (field: the value,
 //! value: its position), which is how a value is kept once without the
-//! process holding them all.
+//! process holding them all; it is forgotten once the step is done
+//! ([`super::JobRun::step_done`]), the list once the fan-out is.
 //!
 //! A kill between a page's values reaching the store and the cursor that
 //! counts them: the next run fetches the page again and appends its values
@@ -252,6 +253,11 @@ pub(super) async fn start(store: &Store, name: &str, id: &str) -> Result<(), Sto
 /// Forget list `name` and its values seen.
 pub(super) async fn forget(store: &Store, name: &str) -> Result<(), StoreError> {
     store.map_forget(name).await?;
+    forget_seen(store, name).await
+}
+
+/// Forget the values seen of list `name`, once nothing is appended to it.
+pub(super) async fn forget_seen(store: &Store, name: &str) -> Result<(), StoreError> {
     store.map_forget(&seen_map(name)).await
 }
 

@@ -62,8 +62,7 @@ impl JobRun<'_> {
                 at.describe(page),
                 step.max_pages()
             );
-            let after = self.after_step(w, at);
-            self.save(at.slot, after).await;
+            self.step_done(w, at).await;
             return Ok(Walk::Done);
         }
         // The tokens this walk has followed: an upstream that hands one
@@ -92,8 +91,7 @@ impl JobRun<'_> {
             };
             // Where the next run starts if this one stops now.
             let Some(t) = next else {
-                let after = self.after_step(w, at);
-                self.save(at.slot, after).await;
+                self.step_done(w, at).await;
                 // (after the cursor: a kill between redoes the walk in
                 // full, from the old value, never skips)
                 self.walk_complete(step, at, page, complete).await;
