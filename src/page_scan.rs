@@ -69,9 +69,9 @@ pub enum Leaf {
 pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_json::Error> {
     let text = page_text(body);
     let path = pointer.map(segments).unwrap_or_default();
-    let mut at = Walked::default();
-    walk_text(&text, &path, false, &mut at)?;
-    let Some(raw) = at.at.pop().filter(|_| pointer.is_some()) else {
+    let mut last = None;
+    walk_all(&text, &path, false, &mut |r| last = Some(r))?;
+    let Some(raw) = last.filter(|_| pointer.is_some()) else {
         return Ok(None);
     };
     if raw.get().starts_with('[') {
@@ -93,30 +93,44 @@ pub fn scan(body: &[u8], pointer: Option<&str>) -> Result<Option<Found>, serde_j
 /// other kinds (objects, arrays, booleans, null) are not values and are
 /// skipped.
 pub fn values(body: &[u8], pointer: &str) -> Result<(Vec<String>, u64), serde_json::Error> {
+    let mut out = Vec::new();
+    let unreadable = each_value(body, pointer, |v| out.push(v.to_string()))?;
+    Ok((out, unreadable))
+}
+
+/// [`values`] handed to `value` one at a time as they are read, none
+/// kept: a page of millions of values costs its own size, not theirs.
+/// How many could not be read.
+pub fn each_value(
+    body: &[u8],
+    pointer: &str,
+    mut value: impl FnMut(&str),
+) -> Result<u64, serde_json::Error> {
     let text = page_text(body);
-    let mut at = Walked::default();
-    walk_text(&text, &segments(pointer), true, &mut at)?;
-    let (mut out, mut unreadable) = (Vec::with_capacity(at.at.len()), 0);
-    for raw in at.at {
-        match leaf(raw) {
-            Leaf::Text(t) => out.push(t),
-            Leaf::Number(_) => out.push(raw.get().to_string()),
+    let mut unreadable = 0;
+    walk_all(
+        &text,
+        &segments(pointer),
+        true,
+        &mut |raw| match leaf(raw) {
+            Leaf::Text(t) => value(&t),
+            Leaf::Number(_) => value(raw.get()),
             // (a number past a double's range is text all the same)
-            Leaf::Unreadable if !raw.get().starts_with('"') => out.push(raw.get().to_string()),
+            Leaf::Unreadable if !raw.get().starts_with('"') => value(raw.get()),
             Leaf::Unreadable => unreadable += 1,
             Leaf::Other => {}
-        }
-    }
-    Ok((out, unreadable))
+        },
+    )?;
+    Ok(unreadable)
 }
 
 /// The value at `pointer` (no `*`: an RFC 6901 pointer, as
 /// `Value::pointer` reads it), if any.
 pub fn leaf_at(body: &[u8], pointer: &str) -> Result<Option<Leaf>, serde_json::Error> {
     let text = page_text(body);
-    let mut at = Walked::default();
-    walk_text(&text, &segments(pointer), false, &mut at)?;
-    Ok(at.at.pop().map(leaf))
+    let mut last = None;
+    walk_all(&text, &segments(pointer), false, &mut |r| last = Some(r))?;
+    Ok(last.map(leaf))
 }
 
 /// Each item of a page at `pointer` (`*` every element of an array, `""`
@@ -130,20 +144,15 @@ pub fn each_item(
     mut row: impl FnMut(&str),
 ) -> Result<bool, serde_json::Error> {
     let text = page_text(body);
-    let mut at = Walked::default();
-    walk_text(&text, &segments(pointer), true, &mut at)?;
-    for raw in at.at {
-        row(raw.get());
-    }
-    Ok(at.missed)
+    walk_all(&text, &segments(pointer), true, &mut |raw| row(raw.get()))
 }
 
 /// The raw JSON text at `pointer` (no `*`) in `item`, one JSON value's
 /// text (an item [`each_item`] gave), if there is any.
 pub fn raw_at<'a>(item: &'a str, pointer: &str) -> Option<&'a str> {
-    let mut at = Walked::default();
-    walk_text(item, &segments(pointer), false, &mut at).ok()?;
-    at.at.pop().map(RawValue::get)
+    let mut last = None;
+    walk_all(item, &segments(pointer), false, &mut |r| last = Some(r)).ok()?;
+    last.map(RawValue::get)
 }
 
 /// A key at `pointer` in `item`: a string as text, a number as written
@@ -177,18 +186,35 @@ fn segments(pointer: &str) -> Vec<String> {
         .collect()
 }
 
-/// What a walk along a path found: the values there (raw, borrowed from
-/// the page's text), and whether the path led nowhere somewhere (a name
-/// not there, an index past the end, a step into a value that is neither
-/// an object nor an array), as opposed to an empty array.
-#[derive(Default)]
-struct Walked<'a> {
-    at: Vec<&'a RawValue>,
+/// A walk along a path: what to do with each value found there (raw,
+/// borrowed from the page's text), handed over as it is found, none kept,
+/// so a page of millions of values costs its own size; and whether the
+/// path led nowhere somewhere (a name not there, an index past the end, a
+/// step into a value that is neither an object nor an array), as opposed
+/// to an empty array.
+struct Walked<'a, 'f> {
+    each: &'f mut dyn FnMut(&'a RawValue),
     missed: bool,
 }
 
-/// Read one JSON document, `text`, all of it, and push what is at `path`
-/// in it onto `out` (raw, borrowed from `text`): one pass that skips (and
+/// Hand each value at `path` in `text` to `each`, in document order;
+/// whether the path led nowhere somewhere.
+fn walk_all<'a>(
+    text: &'a str,
+    path: &[String],
+    star: bool,
+    each: &mut dyn FnMut(&'a RawValue),
+) -> serde_json::Result<bool> {
+    let mut out = Walked {
+        each,
+        missed: false,
+    };
+    walk_text(text, path, star, &mut out)?;
+    Ok(out.missed)
+}
+
+/// Read one JSON document, `text`, all of it, and hand what is at `path`
+/// in it to `out` (raw, borrowed from `text`): one pass that skips (and
 /// so checks) everything else, at any depth. Only the values on the path
 /// are read again, each on its own (a `RawValue` then walked), so that a
 /// string on it that is not text spoils that value only.
@@ -196,7 +222,7 @@ fn walk_text<'a>(
     text: &'a str,
     path: &[String],
     star: bool,
-    out: &mut Walked<'a>,
+    out: &mut Walked<'a, '_>,
 ) -> serde_json::Result<()> {
     let mut de = serde_json::Deserializer::from_str(text);
     match (path.split_first(), text.trim_start().as_bytes().first()) {
@@ -216,20 +242,20 @@ fn walk_text<'a>(
             IgnoredAny::deserialize(&mut de)?;
             out.missed = true;
         }
-        (None, _) => out.at.push(<&RawValue>::deserialize(&mut de)?),
+        (None, _) => (out.each)(<&RawValue>::deserialize(&mut de)?),
     }
     de.end()
 }
 
 /// One step of a pointer: `first` in an object or an array, then `rest`.
-struct On<'o, 'a, 'p> {
+struct On<'o, 'a, 'f, 'p> {
     first: &'p str,
     rest: &'p [String],
     star: bool,
-    out: &'o mut Walked<'a>,
+    out: &'o mut Walked<'a, 'f>,
 }
 
-impl<'a> Visitor<'a> for On<'_, 'a, '_> {
+impl<'a> Visitor<'a> for On<'_, 'a, '_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -241,22 +267,18 @@ impl<'a> Visitor<'a> for On<'_, 'a, '_> {
         // (when it means every element) is no key: an object there is
         // not the array the pointer expects.
         let every = self.star && self.first == "*";
-        let mut found = None;
+        // (walked once the object is read: only then is the last known)
+        let mut last = None;
         while let Some(key) = map.next_key::<&'a RawValue>()? {
             if !every && key_is(key.get(), self.first) {
-                let value: &'a RawValue = map.next_value()?;
-                let mut here = Walked::default();
-                walk_text(value.get(), self.rest, self.star, &mut here)
-                    .map_err(A::Error::custom)?;
-                found = Some(here);
+                last = Some(map.next_value::<&'a RawValue>()?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
         }
-        match found {
-            Some(here) => {
-                self.out.at.extend(here.at);
-                self.out.missed |= here.missed;
+        match last {
+            Some(value) => {
+                walk_text(value.get(), self.rest, self.star, self.out).map_err(A::Error::custom)?;
             }
             None => self.out.missed = true,
         }

@@ -39,6 +39,7 @@ mod run_counts;
 mod run_examples;
 mod run_fan_out;
 mod run_fan_out_parallel;
+mod run_fan_out_scale;
 mod run_files;
 mod run_incremental;
 mod run_inputs;

@@ -7,6 +7,7 @@
 //! `for_each` refused with 78 before anything is sent.
 
 use crate::common::deployment::{Deployment, Ran, embedded_store, spawn};
+use crate::common::kept::Kept;
 use crate::common::redis::RedisServer;
 use crate::common::standin::{Seen, Standin};
 use crate::common::yaml::{self, Config, Credential, Job, Step};
@@ -324,17 +325,19 @@ fn every_bad_for_each_exits_78_naming_file_and_field() {
 #[test]
 fn a_stop_inside_the_previous_step_keeps_the_values_of_its_written_pages() {
     let up = standin();
-    // 2 units: US's ids pages 1 and 2; the values of both are in the cursor.
+    // 2 units: US's ids pages 1 and 2; the values of both are in the
+    // store's list, the cursor says which and how many.
     let d = deployment("embedded", &up, 2);
     let r = d.portion(&["run"]);
     assert_eq!(r.code, 75, "{r:?}");
     let c = cursor(&d);
     assert_eq!((&c["step"], &c["page"]), (&0.into(), &2.into()), "{c}");
-    assert_eq!(
-        c["found"],
-        serde_json::json!(["0", "v1", "2", "v3", "4", "v5", "6"]),
-        "{c}"
-    );
+    assert_eq!(c["found_in"]["count"], 7, "{c}");
+    assert!(c.get("found").is_none(), "{c}");
+    let kept = Kept { d: &d, redis: None };
+    let (id, values) = kept.list(US_LIST);
+    assert_eq!(values, ["0", "v1", "2", "v3", "4", "v5", "6"]);
+    assert_eq!(id.as_deref(), c["found_in"]["list"].as_str(), "{c}");
 
     d.write(&yaml(&embedded_store(&d), &up.base(), 1000));
     ran_ok(&d.portion(&["run"]));
@@ -343,6 +346,36 @@ fn a_stop_inside_the_previous_step_keeps_the_values_of_its_written_pages() {
     let mut want = region_walk("US");
     want.extend(region_walk("GB"));
     assert_eq!(requests(&up.seen()), want);
+}
+
+#[test]
+fn a_cursor_holding_the_values_found_as_an_older_build_saved_it_still_resumes() {
+    let redis = RedisServer::start();
+    for (store, server) in [("embedded".to_string(), None), (redis.url(), Some(&redis))] {
+        let up = standin();
+        let d = deployment(&store, &up, 2);
+        assert_eq!(d.portion(&["run"]).code, 75);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        // The layout before: the values in the cursor, no list.
+        let mut c: serde_json::Value = serde_json::from_str(&kept.get("details").unwrap()).unwrap();
+        let b = c.as_object_mut().unwrap();
+        b.remove("found_in");
+        b.insert(
+            "found".into(),
+            serde_json::json!(["0", "v1", "2", "v3", "4", "v5", "6"]),
+        );
+        kept.set("details", &c.to_string());
+        kept.forget(US_LIST);
+        kept.forget(&format!("{US_LIST}:seen"));
+        d.write(&yaml(&store_for(&d, &store), &up.base(), 1000));
+        ran_ok(&d.portion(&["run"]));
+        let mut want = region_walk("US");
+        want.extend(region_walk("GB"));
+        assert_eq!(requests(&up.seen()), want, "{store}");
+    }
 }
 
 #[test]
@@ -441,7 +474,16 @@ fn a_value_that_carries_the_secret_is_never_sent_stored_or_logged() {
     let stopped = d.portion(&["run"]);
     assert_eq!(stopped.code, 75, "{stopped:?}");
     let status = d.status_json().to_string();
-    assert!(status.contains(r#""found":["0","v1""#), "{status}");
+    assert!(status.contains(r#""found_in":{"#), "{status}");
+    let kept = Kept { d: &d, redis: None };
+    let (_, found) = kept.list(US_LIST);
+    assert_eq!(found[..2], ["0", "v1"], "{found:?}");
+    for text in found
+        .iter()
+        .chain(kept.map(&format!("{US_LIST}:seen")).iter().map(|(v, _)| v))
+    {
+        assert!(!text.contains("demo-key"), "{text}");
+    }
     d.write(&echoing(1000));
     let r = d.portion(&["run", "-v"]);
     ran_ok(&r);
@@ -496,81 +538,6 @@ fn a_fan_out_may_follow_another_and_is_planned_from_its_worst_case() {
     assert_eq!(spent(&d, "videos.list"), 10, "{}", usage(&d));
 }
 
-/// What the store keeps under a cursor's name (`details`, or a list's
-/// `details:values:US:s1`), read and written behind `portion`'s back.
-struct Kept<'a> {
-    d: &'a Deployment,
-    redis: Option<&'a RedisServer>,
-}
-
-impl Kept<'_> {
-    fn sql(&self) -> rusqlite::Connection {
-        rusqlite::Connection::open(self.d.path().join("ledger.sqlite3")).unwrap()
-    }
-
-    fn get(&self, name: &str) -> Option<String> {
-        match self.redis {
-            Some(r) => Some(r.cli(&["GET", &format!("portion:job:{{{name}}}:cursor")]))
-                .filter(|t| !t.is_empty()),
-            None => self
-                .sql()
-                .query_row(
-                    "SELECT cursor FROM job_cursor WHERE job = ?1",
-                    [name],
-                    |r| r.get(0),
-                )
-                .ok(),
-        }
-    }
-
-    fn set(&self, name: &str, text: &str) {
-        match self.redis {
-            Some(r) => assert_eq!(
-                r.cli(&["SET", &format!("portion:job:{{{name}}}:cursor"), text]),
-                "OK"
-            ),
-            None => assert_eq!(
-                (self.sql()).execute(
-                    "INSERT OR REPLACE INTO job_cursor (job, cursor) VALUES (?1, ?2)",
-                    [name, text],
-                ),
-                Ok(1)
-            ),
-        }
-    }
-
-    fn del(&self, name: &str) {
-        match self.redis {
-            Some(r) => {
-                r.cli(&["DEL", &format!("portion:job:{{{name}}}:cursor")]);
-            }
-            None => {
-                (self.sql())
-                    .execute("DELETE FROM job_cursor WHERE job = ?1", [name])
-                    .unwrap();
-            }
-        }
-    }
-
-    /// Make `name` a value the store cannot read back as text.
-    fn spoil(&self, name: &str) {
-        self.del(name);
-        match self.redis {
-            Some(r) => {
-                r.cli(&["HSET", &format!("portion:job:{{{name}}}:cursor"), "a", "b"]);
-            }
-            None => {
-                (self.sql())
-                    .execute(
-                        "INSERT INTO job_cursor (job, cursor) VALUES (?1, X'FF00')",
-                        [name],
-                    )
-                    .unwrap();
-            }
-        }
-    }
-}
-
 const US_LIST: &str = "details:values:US:s1";
 
 /// A run of `store` stopped by its budget after US's first batch, its
@@ -594,18 +561,40 @@ fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
             redis: server,
         };
         // The list, once, beside a cursor that points into it.
-        let list: serde_json::Value = serde_json::from_str(&kept.get(US_LIST).unwrap()).unwrap();
+        let (id, list) = kept.list(US_LIST);
         let all = ["0", "v1", "2", "v3", "4", "v5", "6", "v7", "8", "v9"];
-        assert_eq!(list["values"], serde_json::json!(all), "{list}");
+        assert_eq!(list, all, "{store}");
         let mut c: serde_json::Value = serde_json::from_str(&kept.get("details").unwrap()).unwrap();
-        assert_eq!(c["batch_at"]["list"], list["id"], "{c}");
+        assert_eq!(c["batch_at"]["list"].as_str(), id.as_deref(), "{c}");
+        assert_eq!(c["batch_at"]["mapped"], true, "{c}");
 
         // A cursor of the layout before (the values in it) still resumes.
         let b = c.as_object_mut().unwrap();
         b.remove("batch_at");
         b.insert("batch".into(), serde_json::json!(all[4..]));
         kept.set("details", &c.to_string());
-        kept.del(US_LIST);
+        kept.forget(US_LIST);
+        ran_ok(&d.portion(&["run"]));
+        let mut want = videos(&["4,v5,6,v7", "8,v9"]);
+        want.extend(region_walk("GB"));
+        assert_eq!(requests(&up.seen()[5..]), want, "{store}");
+
+        // So does one pointing into a list of the layout before (all its
+        // values in one text under the list's name).
+        redis.cli(&["FLUSHALL"]);
+        let (up, d) = stopped_after_a_batch(&store);
+        let kept = Kept {
+            d: &d,
+            redis: server,
+        };
+        let mut c: serde_json::Value = serde_json::from_str(&kept.get("details").unwrap()).unwrap();
+        c["batch_at"] = serde_json::json!({ "list": "old", "from": 4, "left": 6 });
+        kept.set("details", &c.to_string());
+        kept.forget(US_LIST);
+        kept.set(
+            US_LIST,
+            &serde_json::json!({ "id": "old", "values": all }).to_string(),
+        );
         ran_ok(&d.portion(&["run"]));
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
@@ -619,7 +608,7 @@ fn a_fan_outs_values_are_kept_once_and_an_old_or_lost_list_is_handled() {
             d: &d,
             redis: server,
         }
-        .del(US_LIST);
+        .forget(US_LIST);
         let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{r:?}");
         assert!(
@@ -647,8 +636,8 @@ fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
             d: &d,
             redis: server,
         };
-        let (list, cursor) = (kept.get(US_LIST).unwrap(), kept.get("details").unwrap());
-        kept.spoil(US_LIST);
+        let (list, cursor) = (kept.map(US_LIST), kept.get("details").unwrap());
+        kept.spoil_field(US_LIST, "id");
         let r = d.portion(&["run"]);
         assert_eq!(r.code, 1, "{store}: {r:?}");
         assert!(
@@ -658,8 +647,8 @@ fn a_store_error_reading_a_fan_outs_values_stops_the_run_and_loses_nothing() {
         assert_eq!(up.seen().len(), 5, "nothing sent: {r:?}");
         assert_eq!(kept.get("details"), Some(cursor), "the cursor is kept");
         // The store readable again, the next run resumes at the next batch.
-        kept.del(US_LIST);
-        kept.set(US_LIST, &list);
+        kept.forget(US_LIST);
+        kept.put(US_LIST, &list);
         ran_ok(&d.portion(&["run"]));
         let mut want = videos(&["4,v5,6,v7", "8,v9"]);
         want.extend(region_walk("GB"));
@@ -676,16 +665,15 @@ fn a_fan_outs_list_is_emptied_once_its_walk_is_done() {
             d: &d,
             redis: server,
         };
-        let values = |name: &str| -> serde_json::Value {
-            let list: serde_json::Value = serde_json::from_str(&kept.get(name).unwrap()).unwrap();
-            list["values"].clone()
-        };
-        assert_eq!(values(US_LIST).as_array().map(Vec::len), Some(10));
+        assert_eq!(kept.list(US_LIST).1.len(), 10);
+        // (the values seen, forgotten once the step before was done)
+        assert_eq!(kept.map(&format!("{US_LIST}:seen")), [], "{store}");
         ran_ok(&d.portion(&["run"]));
         // US's walk resumed and ended, GB's started and ended: neither
-        // list keeps its values.
+        // list (nor the values it has seen) is kept.
         for name in [US_LIST, "details:values:GB:s1"] {
-            assert_eq!(values(name), serde_json::json!([]), "{store}: {name}");
+            assert_eq!(kept.map(name), [], "{store}: {name}");
+            assert_eq!(kept.map(&format!("{name}:seen")), [], "{store}: {name}");
         }
     }
 }

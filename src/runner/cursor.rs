@@ -92,9 +92,10 @@ pub struct Place {
     /// At a fan-out step, in place of `batch`: where its values not yet
     /// sent are in the list of the step's values the store keeps once per
     /// walk ([`values_key`]). A position a batch, not the values: 10^5
-    /// values rewritten after every batch took minutes.
+    /// values rewritten after every batch took minutes. (Boxed, as
+    /// `largest` is.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_at: Option<BatchAt>,
+    pub batch_at: Option<Box<BatchAt>>,
     /// At a fan-out step whose batches went out side by side
     /// (`concurrency`): the batches after `page` already written, by
     /// number, so the next run sends none of them again.
@@ -112,9 +113,17 @@ pub struct Place {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub largest: Option<Box<String>>,
     /// Before a fan-out step: the values the pages of this step written
-    /// so far hold for it, in order, without duplicates.
+    /// so far hold for it, in order, without duplicates, when the cursor
+    /// holds them itself (a cursor of an older build; one never saved in
+    /// a store does). A run reads them, and moves them to the store.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub found: Vec<String>,
+    /// Before a fan-out step, in place of `found`: the list in the store
+    /// the values go to as each page is written, and how many it holds
+    /// (see `job_run/found.rs`). (Boxed: a place is in every slot of a
+    /// round.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub found_in: Option<Box<FoundIn>>,
     /// At a fan-out step followed by another, its batches side by side:
     /// what the pages of the batches in `written` hold for the next step,
     /// by batch number, kept apart from `found` until every batch before
@@ -274,6 +283,19 @@ pub struct BatchAt {
     pub list: String,
     pub from: usize,
     pub left: usize,
+    /// The list is a map of positions, read a batch at a time
+    /// (`job_run/found.rs`); without it, one text of all the values
+    /// ([`ValueList`], a cursor of an older build), read whole.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mapped: bool,
+}
+
+/// Where the values a step's pages found for a fan-out after it are: the
+/// list `list` (its id) in the store, `count` of them so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FoundIn {
+    pub list: String,
+    pub count: u64,
 }
 
 /// A fan-out step's values, as the step before it found them, kept in the

@@ -48,6 +48,12 @@ pub fn values_list(job: &str, region: &str, step: usize) -> String {
     )
 }
 
+/// The map of the values a fan-out's list `list` ([`values_list`]) holds,
+/// by value: how a value is found once.
+pub fn values_seen(list: &str) -> String {
+    format!("{list}:seen")
+}
+
 impl Map {
     /// The store's name of this map of `job`'s: the one place map names
     /// are made.
@@ -338,7 +344,13 @@ mod tests {
     /// would drift from this one.
     #[test]
     fn no_map_name_is_made_outside_this_file() {
-        let kinds = [":conditional", ":not_modified", ":inputs:", ":values:"];
+        let kinds = [
+            ":conditional",
+            ":not_modified",
+            ":inputs:",
+            ":values:",
+            ":seen",
+        ];
         let mut wrong = Vec::new();
         for (shown, text) in crate::layers::source_texts() {
             if shown == "runner/job_state.rs" {

@@ -10,6 +10,7 @@
 pub mod cluster;
 pub mod deployment;
 pub mod inputs;
+pub mod kept;
 pub mod known;
 pub mod ledger;
 pub mod metered;

@@ -158,8 +158,10 @@ impl RedisLedger {
         let mut keys: Vec<String> = buckets.iter().map(|b| map_bucket_key(map, *b)).collect();
         keys.push(map_buckets_key(map));
         for chunk in keys.chunks(1024) {
-            // (one slot: the keys share their hash tag)
-            let cmd = &redis::cmd("DEL").arg(chunk).clone();
+            // (one slot: the keys share their hash tag; UNLINK frees them
+            // in the background: a fan-out's list of millions of values
+            // deleted at once blocked the server for as long)
+            let cmd = &redis::cmd("UNLINK").arg(chunk).clone();
             self.retrying("forget a job's map", |mut c| async move {
                 cmd.query_async::<()>(&mut c).await
             })

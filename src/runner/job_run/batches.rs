@@ -14,7 +14,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Position;
+use super::found::Found;
 use crate::runner::cursor::{BatchAt, Cursor, Place};
+
+/// Where a fan-out's values not yet sent are: in memory (a cursor that
+/// holds them, a run without a store), or in the store's list.
+#[derive(Debug)]
+pub(super) enum Values {
+    Held(Vec<String>),
+    /// `left` values from position `from` of the list `id`.
+    Listed {
+        id: String,
+        from: usize,
+        left: usize,
+    },
+}
 
 /// The batches of one region's fan-out step not yet written.
 #[derive(Debug)]
@@ -23,8 +37,11 @@ pub(super) struct Batches {
     size: usize,
     /// The number of the earliest batch not yet written.
     first: u32,
-    /// The values of batch `first` and every one after it, in order.
+    /// The values of batch `first` and every one after it, in order, when
+    /// held in memory (no `list`).
     values: Vec<String>,
+    /// How many values batch `first` and those after it hold.
+    left: usize,
     /// Batches after `first` already written.
     written: BTreeSet<u32>,
     /// What the pages of batches in `written` hold for a fan-out after
@@ -33,9 +50,10 @@ pub(super) struct Batches {
     /// What batches written ahead under another batch size held for the
     /// next step: their numbers no longer fit, so it goes first.
     early: Vec<String>,
-    /// The list in the store that `values` end (its id, and where
-    /// `values` start in it), once kept there: the cursor then says a
-    /// position in it, not the values.
+    /// The list in the store that holds the values (its id, and where
+    /// batch `first` starts in it), once kept there: the cursor then says
+    /// a position in it, not the values, and a batch's values are read
+    /// from it when the batch is sent.
     list: Option<(String, usize)>,
     /// The cursor that resumed these batches points into a stored list
     /// that `values` no longer end (cut afresh): a new list may take its
@@ -44,32 +62,48 @@ pub(super) struct Batches {
 }
 
 impl Batches {
+    /// Whether batches saved in batches of `saved_size`, `written` of them
+    /// after `first`, are cut afresh in batches of `size` (the file
+    /// changed): then every value not yet written is needed at once.
+    pub(super) fn cut_afresh(
+        saved_size: Option<u32>,
+        size: u32,
+        first: u32,
+        written: &[u32],
+    ) -> bool {
+        saved_size.is_some_and(|saved| saved.max(1) != size.max(1))
+            && written.iter().any(|&k| k > first)
+    }
+
     /// The batches of `values` (batch `first` first) in batches of `size`,
     /// those in `written` already done, their pages holding `found` for
     /// the next step. `written` was counted in batches of `saved_size`:
     /// when that is not `size` (the file changed), the values of the
-    /// written batches are dropped and the rest cut afresh, and what they
-    /// found goes to the next step first ([`Self::take_early`]): the one
-    /// case where its values' order is not the pages' order. `list`: the
-    /// stored list `values` end, and where they start in it (none once
-    /// they are cut afresh: they are no longer its end).
+    /// written batches are dropped and the rest cut afresh (values held
+    /// only: [`Self::cut_afresh`] says when to read a list first), and
+    /// what they found goes to the next step first ([`Self::take_early`]):
+    /// the one case where its values' order is not the pages' order.
+    /// `replaces`: the values held were read from the list the saved
+    /// cursor points into.
     pub(super) fn resume(
-        values: Vec<String>,
+        values: Values,
         first: u32,
         written: &[u32],
         found: BTreeMap<u32, Vec<String>>,
         saved_size: Option<u32>,
         size: u32,
-        list: Option<(String, usize)>,
+        replaces: bool,
     ) -> Self {
-        let mut list = list;
-        let mut replaces = false;
         let size = size.max(1) as usize;
-        let mut values = values;
+        let (mut values, mut list) = match values {
+            Values::Held(v) => (v, None),
+            Values::Listed { id, from, left } => (Vec::new(), Some((id, from, left))),
+        };
+        let mut replaces = replaces;
         let mut done: BTreeSet<u32> = written.iter().copied().filter(|&k| k > first).collect();
         let mut early = Vec::new();
         match saved_size {
-            Some(saved) if saved as usize != size && !done.is_empty() => {
+            Some(saved) if saved as usize != size && !done.is_empty() && list.is_none() => {
                 let saved = saved.max(1) as usize;
                 values = values
                     .chunks(saved)
@@ -82,19 +116,25 @@ impl Batches {
                     .flat_map(|(_, v)| v.iter().cloned())
                     .collect();
                 done.clear();
-                replaces = list.take().is_some();
+            }
+            Some(saved) if saved as usize != size && !done.is_empty() => {
+                // (not reached: the caller reads the list first)
+                list = None;
+                done.clear();
             }
             None => done.clear(),
-            _ => {}
+            _ => replaces = false,
         }
+        let left = list.as_ref().map_or(values.len(), |l| l.2);
         let mut batches = Self {
             size,
             first,
             values,
+            left,
             written: done,
             found,
             early,
-            list,
+            list: list.map(|(id, from, _)| (id, from)),
             replaces,
         };
         let end = batches.end();
@@ -112,21 +152,34 @@ impl Batches {
 
     /// One past the last batch's number.
     fn end(&self) -> u32 {
-        self.first + self.values.len().div_ceil(self.size) as u32
+        self.first + self.left.div_ceil(self.size) as u32
     }
 
     /// The batches still to send, in order.
-    pub(super) fn todo(&self) -> Vec<u32> {
-        (self.first..self.end())
-            .filter(|k| !self.written.contains(k))
-            .collect()
+    pub(super) fn todo(&self) -> impl Iterator<Item = u32> + use<> {
+        let written = self.written.clone();
+        (self.first..self.end()).filter(move |k| !written.contains(k))
     }
 
-    /// Batch `k`'s values joined with `join`.
-    pub(super) fn joined(&self, k: u32, join: &str) -> String {
+    /// Where batch `k`'s values are among those not yet sent: the first,
+    /// and how many.
+    fn span(&self, k: u32) -> (usize, usize) {
         let from = (k - self.first) as usize * self.size;
-        let to = (from + self.size).min(self.values.len());
-        self.values[from..to].join(join)
+        (from, self.size.min(self.left - from))
+    }
+
+    /// Batch `k`'s values joined with `join`, when held in memory.
+    pub(super) fn joined(&self, k: u32, join: &str) -> Option<String> {
+        let (from, n) = self.span(k);
+        (self.list.is_none()).then(|| self.values[from..from + n].join(join))
+    }
+
+    /// Where batch `k`'s values are in the list: its id, the position of
+    /// the first, and how many.
+    pub(super) fn in_list(&self, k: u32) -> Option<(&str, u64, u64)> {
+        let (from, n) = self.span(k);
+        let (id, start) = self.list.as_ref()?;
+        Some((id, (start + from) as u64, n as u64))
     }
 
     /// Batch `k` is written, its page holding `found` for the next step:
@@ -145,8 +198,11 @@ impl Batches {
         while self.written.remove(&self.first) {
             let found = self.found.remove(&self.first).unwrap_or_default();
             in_row.push((self.first, found));
-            let n = self.size.min(self.values.len());
-            self.values.drain(..n);
+            let n = self.size.min(self.left);
+            if self.list.is_none() {
+                self.values.drain(..n);
+            }
+            self.left -= n;
             if let Some((_, from)) = &mut self.list {
                 *from += n;
             }
@@ -155,8 +211,13 @@ impl Batches {
         in_row
     }
 
+    /// How many values are not yet sent (batch `first` and after).
+    pub(super) fn left(&self) -> usize {
+        self.left
+    }
+
     pub(super) fn is_done(&self) -> bool {
-        self.values.is_empty()
+        self.left == 0
     }
 
     /// The values not yet sent, when no stored list holds them yet.
@@ -175,24 +236,27 @@ impl Batches {
         self.list.is_some()
     }
 
-    /// The values not yet sent are now the whole of the stored list `id`.
+    /// The values not yet sent are now the whole of the stored list `id`:
+    /// no longer held in memory.
     pub(super) fn listed(&mut self, id: String) {
         self.list = Some((id, 0));
+        self.values = Vec::new();
     }
 
     /// Where the next run resumes this step (`found`: what its written
     /// pages hold for a fan-out after it). Without batches written ahead
     /// it is the cursor a sequential fan-out always saved.
-    pub(super) fn cursor(&self, at: &Position<'_>, found: &[String]) -> Cursor {
+    pub(super) fn cursor(&self, at: &Position<'_>, found: &Found) -> Cursor {
         let written: Vec<u32> = self.written.iter().copied().collect();
         let (batch, batch_at) = match &self.list {
             Some((list, from)) => (
                 None,
-                Some(BatchAt {
+                Some(Box::new(BatchAt {
                     list: list.clone(),
                     from: *from,
-                    left: self.values.len(),
-                }),
+                    left: self.left,
+                    mapped: true,
+                })),
             ),
             None => (Some(self.values.clone()), None),
         };
@@ -204,7 +268,8 @@ impl Batches {
             batch_at,
             batch_size: (!written.is_empty()).then_some(self.size as u32),
             written,
-            found: found.to_vec(),
+            found: found.held_values().to_vec(),
+            found_in: found.found_in(),
             found_ahead: self.found.clone(),
             largest: None,
         })
@@ -212,150 +277,4 @@ impl Batches {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn values(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("v{i}")).collect()
-    }
-
-    fn at() -> Position<'static> {
-        Position {
-            key: "US",
-            input: None,
-            batch: None,
-            slot: 0,
-            step: 1,
-            run: 3,
-        }
-    }
-
-    #[test]
-    fn batches_written_out_of_order_move_the_cursor_only_past_a_row() {
-        let mut b = Batches::resume(values(10), 2, &[], BTreeMap::new(), None, 3, None);
-        assert_eq!(b.todo(), [2, 3, 4, 5]);
-        assert_eq!(b.joined(5, ","), "v9");
-        b.mark_written(3, Vec::new());
-        b.mark_written(5, Vec::new());
-        let c = b.cursor(&at(), &[]);
-        assert_eq!(
-            (c.place.page, c.place.written.clone(), c.place.batch_size),
-            (2, vec![3, 5], Some(3))
-        );
-        assert_eq!(c.place.batch.as_ref().unwrap().len(), 10);
-        b.mark_written(2, Vec::new());
-        let c = b.cursor(&at(), &[]);
-        assert_eq!((c.place.page, c.place.written.clone()), (4, vec![5]));
-        assert_eq!(c.place.batch.unwrap(), ["v6", "v7", "v8", "v9"]);
-        // The next run from that cursor sends batch 4 only, with its values.
-        let back = Batches::resume(
-            values(10)[6..].to_vec(),
-            4,
-            &[5],
-            BTreeMap::new(),
-            Some(3),
-            3,
-            None,
-        );
-        assert_eq!(back.todo(), [4]);
-        assert_eq!(back.joined(4, ","), "v6,v7,v8");
-        b.mark_written(4, Vec::new());
-        assert!(b.is_done());
-        assert_eq!(b.todo(), Vec::<u32>::new());
-    }
-
-    #[test]
-    fn in_a_row_the_cursor_is_the_sequential_one() {
-        let mut b = Batches::resume(values(5), 0, &[], BTreeMap::new(), None, 2, None);
-        b.mark_written(0, Vec::new());
-        let c = b.cursor(&at(), &[]);
-        assert_eq!(
-            (c.place.page, c.place.written.len(), c.place.batch_size),
-            (1, 0, None)
-        );
-        assert_eq!(c.place.batch.unwrap(), ["v2", "v3", "v4"]);
-    }
-
-    #[test]
-    fn a_changed_batch_size_drops_the_written_values_and_cuts_the_rest_afresh() {
-        // Saved in threes: batch 1 (v3 v4 v5) written; now in fours.
-        let b = Batches::resume(values(9), 0, &[1], BTreeMap::new(), Some(3), 4, None);
-        assert_eq!(b.todo(), [0, 1]);
-        assert_eq!(b.joined(0, ","), "v0,v1,v2,v6");
-        assert_eq!(b.joined(1, ","), "v7,v8");
-        // Numbers that do not fit are ignored.
-        let b = Batches::resume(values(4), 2, &[1, 2, 9], BTreeMap::new(), Some(2), 2, None);
-        assert_eq!(b.todo(), [2, 3]);
-    }
-
-    fn found(k: u32) -> Vec<String> {
-        vec![format!("f{k}"), "shared".into()]
-    }
-
-    #[test]
-    fn what_batches_written_ahead_found_waits_for_those_before_them() {
-        let mut b = Batches::resume(values(8), 0, &[], BTreeMap::new(), None, 2, None);
-        assert!(b.mark_written(2, found(2)).is_empty());
-        assert!(b.mark_written(1, found(1)).is_empty());
-        let c = b.cursor(&at(), &[]);
-        assert_eq!(
-            c.place.found_ahead.keys().copied().collect::<Vec<_>>(),
-            [1, 2]
-        );
-        // Batch 0 written: 0, 1, 2 come back in order; 3 is left.
-        let row = b.mark_written(0, found(0));
-        assert_eq!(row, [(0, found(0)), (1, found(1)), (2, found(2))]);
-        assert!(b.cursor(&at(), &[]).place.found_ahead.is_empty());
-        // From a saved cursor: batch 1 and 3 written ahead of 0.
-        let saved = BTreeMap::from([(1, found(1)), (3, found(3))]);
-        let mut b = Batches::resume(values(8), 0, &[1, 3], saved.clone(), Some(2), 2, None);
-        assert_eq!(b.todo(), [0, 2]);
-        assert_eq!(b.mark_written(0, Vec::new()), [(0, vec![]), (1, found(1))]);
-        assert_eq!(b.mark_written(2, found(2)), [(2, found(2)), (3, found(3))]);
-        assert!(b.is_done());
-        // Another batch size: batches 1 and 3 are dropped, what they found
-        // goes first.
-        let mut b = Batches::resume(values(8), 0, &[1, 3], saved, Some(2), 3, None);
-        assert_eq!(b.take_early(), ["f1", "shared", "f3", "shared"]);
-        assert!(b.take_early().is_empty());
-        assert_eq!(b.todo(), [0, 1]);
-        assert!(b.cursor(&at(), &[]).place.found_ahead.is_empty());
-    }
-
-    #[test]
-    fn a_listed_plans_cursor_is_a_position_in_its_list() {
-        // Values 4.. of list L, in batches of 2.
-        let list = Some(("L".to_string(), 4));
-        let mut b = Batches::resume(values(6), 2, &[], BTreeMap::new(), None, 2, list);
-        assert!(b.unlisted().is_none());
-        b.mark_written(2, Vec::new());
-        let c = b.cursor(&at(), &[]);
-        let at_l = |from, left| BatchAt {
-            list: "L".into(),
-            from,
-            left,
-        };
-        assert_eq!(
-            (c.place.batch, c.place.batch_at, c.place.page),
-            (None, Some(at_l(6, 4)), 3)
-        );
-        // Cut afresh (another batch size, batches written ahead): no longer
-        // the list's end, so the cursor holds the values again until listed.
-        let list = Some(("L".to_string(), 0));
-        let mut b = Batches::resume(values(8), 0, &[1], BTreeMap::new(), Some(2), 3, list);
-        assert_eq!(b.unlisted().map(<[String]>::len), Some(6));
-        assert!(b.replaces_list(), "the saved cursor still points into L");
-        assert_eq!(b.cursor(&at(), &[]).place.batch.map(|v| v.len()), Some(6));
-        b.listed("M".into());
-        assert!(!b.replaces_list());
-        b.mark_written(0, Vec::new());
-        let c = b.cursor(&at(), &[]);
-        assert_eq!(
-            (
-                c.place.batch,
-                c.place.batch_at.map(|a| (a.list, a.from, a.left))
-            ),
-            (None, Some(("M".into(), 3, 3)))
-        );
-    }
-}
+mod tests;

@@ -4,16 +4,18 @@
 //! page walk of `mod.rs` because its unit of work is a batch, not a page:
 //!
 //! * While the previous step walks its pages, each page written is read
-//!   for the values ([`values_at`]); they are kept in order, duplicates
-//!   dropped ([`Found`]), and saved in the cursor with every page, so a
-//!   killed run does not lose the values of the pages it already wrote.
-//! * When that step ends, the values become the fan-out's list of values
-//!   to send, saved in the store once, apart ([`JobRun::keep_list`]),
-//!   and emptied once the fan-out is done;
-//!   after each batch the cursor keeps its position in them (`batch_at`),
-//!   not the values not yet sent. A stop (a rejection, a signal) or a kill
-//!   resumes at the batch in hand, from the store, on any host: no page
-//!   already written is fetched again.
+//!   for the values ([`page_scan::each_value`]); they go to a list in the
+//!   store as the page is written, in order, duplicates dropped, in
+//!   bounded chunks ([`Found`], `found.rs`): the cursor saved with every
+//!   page says the list and how many it holds, never the values, so a
+//!   killed run loses none and memory does not grow with their count.
+//! * When that step ends, that list is the fan-out's list of values to
+//!   send, emptied once the fan-out is done; after each batch the cursor
+//!   keeps its position in it (`batch_at`), and each batch's values are
+//!   read from it as the batch is sent. A stop (a rejection, a signal) or
+//!   a kill resumes at the batch in hand, from the store, on any host: no
+//!   page already written is fetched again. Without a store (a run
+//!   unmetered) the values stay in memory, as the cursor does.
 //!
 //! Every batch is one request, charged and written as any page is. With
 //! `concurrency` above 1 a region's batches go out side by side, within
@@ -27,7 +29,10 @@
 //! read from its page on their own, and join [`Found`] only once every
 //! batch before it is written; until then they wait in [`Batches`], and in
 //! the cursor saved with every batch (`found_ahead`), so a stop or a kill
-//! loses none of them. The cursor, not the page files, because a run on
+//! loses none of them. What waits there is bounded by the batches written
+//! while the earliest one not written is in flight (each one page's
+//! values): what the other `concurrency - 1` places send within that one
+//! request's time (its timeout and retries at most). The cursor, not the page files, because a run on
 //! another host resumes from the store alone and the folder's pages may
 //! be taken away once written.
 //!
@@ -38,76 +43,24 @@
 //! run does not end as "finished" with 0 having lost it.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tracing::{error, warn};
 
-use super::batches::Batches;
+use super::batches::{Batches, Values};
+use super::found::{self, Found};
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
 use crate::config::{ForEach, Step, redact};
-use crate::ledger::JobStore;
 use crate::page_scan;
-use crate::runner::cursor::{Place, ValueList, values_key};
+use crate::runner::cursor::{BatchAt, Place, values_key};
 use crate::upstream::paginate::Next;
-
-/// The values found so far for a fan-out step, in order, each once.
-#[derive(Default)]
-pub(super) struct Found {
-    values: Vec<String>,
-    seen: HashSet<String>,
-}
 
 /// The longest value a fan-out takes (bytes): an id, a name, a cursor, with
 /// room to spare; one of tens of kilobytes is an upstream gone wrong.
 const MAX_VALUE: usize = 8192;
-
-impl Found {
-    /// Start again from `values` (a cursor's, or none).
-    pub(super) fn reset(&mut self, values: Vec<String>) {
-        self.seen = values.iter().cloned().collect();
-        self.values = values;
-    }
-
-    pub(super) fn values(&self) -> &[String] {
-        &self.values
-    }
-
-    fn take(&mut self) -> Vec<String> {
-        self.seen.clear();
-        std::mem::take(&mut self.values)
-    }
-
-    /// Add `values` in order, each not yet kept, up to `max` in all; how
-    /// many were left out for the limit.
-    fn keep(&mut self, values: Vec<String>, max: u64) -> u64 {
-        let mut left_out = 0;
-        for v in values {
-            if self.seen.contains(&v) {
-                continue;
-            }
-            if self.values.len() as u64 >= max {
-                left_out += 1;
-            } else {
-                self.seen.insert(v.clone());
-                self.values.push(v);
-            }
-        }
-        left_out
-    }
-}
-
-/// The values at `pointer` in a JSON page: strings as they are, numbers as
-/// the page writes them, in document order; `*` matches every element of an array. Other
-/// kinds (objects, arrays, booleans, null) are not values and are skipped;
-/// a value that cannot be read (a string with a lone surrogate escape) is
-/// counted, apart. Streamed ([`page_scan::values`]): no tree of the page.
-pub(super) fn values_at(body: &[u8], pointer: &str) -> serde_json::Result<(Vec<String>, u64)> {
-    page_scan::values(body, pointer)
-}
 
 impl JobRun<'_> {
     /// The next step's `for_each`, when it fans out over this one's pages.
@@ -123,20 +76,39 @@ impl JobRun<'_> {
     /// could not go in a header), is `.` or `..` (in a URL's path it would
     /// move the request to another path) or carries the secret (it would
     /// reach the store) is left out, and so are those past the step's
-    /// `max_values`; the run says how many.
-    pub(super) fn collect_for_next(
+    /// `max_values`; the run says how many. The page's values are read as
+    /// they stream and held as one text, one a line (a usable value has no
+    /// control character): about the page's own size, whatever their count.
+    pub(super) async fn collect_for_next(
         &self,
         found: &mut Found,
         at: &Position<'_>,
         page: u32,
         body: &[u8],
-    ) {
+    ) -> Result<()> {
         let Some(f) = self.next_for_each(at) else {
-            return;
+            return Ok(());
         };
-        let values = match values_at(body, &f.from) {
-            Ok((values, 0)) => values,
-            Ok((values, lost)) => {
+        let secret = &self.cred.secret;
+        let (mut usable, mut count, mut kept) = (String::new(), 0u64, 0u64);
+        let read = page_scan::each_value(body, &f.from, |v| {
+            count += 1;
+            // (a value longer than MAX_VALUE could never go out in a
+            // request line: its batch would stop the job every run)
+            if !v.is_empty()
+                && v.len() <= MAX_VALUE
+                && !v.chars().any(char::is_control)
+                && !matches!(v, "." | "..")
+                && redact(v, &[secret]) == v
+            {
+                usable.push_str(v);
+                usable.push('\n');
+                kept += 1;
+            }
+        });
+        match read {
+            Ok(0) => {}
+            Ok(lost) => {
                 self.report.borrow_mut().values_lost += lost;
                 warn!(
                     job = self.job.name,
@@ -145,7 +117,6 @@ impl JobRun<'_> {
                     at.describe(page),
                     f.from
                 );
-                values
             }
             Err(e) => {
                 // (the page check reads pages as this does: not reached
@@ -156,41 +127,30 @@ impl JobRun<'_> {
                     "{}: not JSON ({e}): no values for the next step, LOST",
                     at.describe(page)
                 );
-                return;
+                return Ok(());
             }
-        };
-        let count = values.len();
-        let usable: Vec<String> = values
-            .into_iter()
-            .filter(|v| {
-                // (a value longer than MAX_VALUE could never go out in a
-                // request line: its batch would stop the job every run)
-                !v.is_empty()
-                    && v.len() <= MAX_VALUE
-                    && !v.chars().any(char::is_control)
-                    && !matches!(v.as_str(), "." | "..")
-                    && redact(v, &[&self.cred.secret]) == *v
-            })
-            .collect();
-        let unusable = (count - usable.len()) as u64;
-        self.keep_found(found, at, page, usable, unusable);
+        }
+        let values = usable.split_terminator('\n');
+        self.keep_found(found, at, page, values, count - kept).await
     }
 
     /// Keep what page `page` found for the next step, after those kept
     /// already; say how many values were left out (`unusable` of them
     /// before, and those past the step's `max_values`).
-    fn keep_found(
+    async fn keep_found<'v>(
         &self,
         found: &mut Found,
         at: &Position<'_>,
         page: u32,
-        values: Vec<String>,
+        values: impl IntoIterator<Item = &'v str>,
         unusable: u64,
-    ) {
+    ) -> Result<()> {
         let Some(f) = self.next_for_each(at) else {
-            return;
+            return Ok(());
         };
-        let left_out = unusable + found.keep(values, f.max_values);
+        let store = self.meter.store();
+        let past_max = found.keep(store, values, f.max_values, at.run).await?;
+        let left_out = unusable + past_max;
         if left_out > 0 {
             warn!(
                 job = self.job.name,
@@ -203,14 +163,16 @@ impl JobRun<'_> {
                 f.per_page
             );
         }
+        Ok(())
     }
 
     /// Where the next run starts once step `at.step` of `at.key` is
-    /// done: the next step (with the values found for it, if it fans out)
-    /// or, after the last step, the region served. The values also become
-    /// the walk's [`Walker::pending`].
+    /// done: the next step (with the values found for it, if it fans out:
+    /// the list they are in, or the values themselves when held) or,
+    /// after the last step, the region served. The values also become the
+    /// walk's [`Walker::pending`].
     pub(super) fn after_step(&self, w: &mut Walker, at: &Position<'_>) -> Slot {
-        let values = w.found.take();
+        let found = w.found.take();
         match self.job.steps.get(at.step + 1) {
             Some(next) => {
                 let mut c = at.cursor(Place {
@@ -218,13 +180,57 @@ impl JobRun<'_> {
                     ..Place::default()
                 });
                 if next.for_each.is_some() {
-                    c.place.batch = Some(values.clone());
+                    let values = match (found.found_in(), found.into_held()) {
+                        (Some(list), _) => {
+                            let left = list.count as usize;
+                            c.place.batch_at = Some(Box::new(BatchAt {
+                                list: list.list.clone(),
+                                from: 0,
+                                left,
+                                mapped: true,
+                            }));
+                            Values::Listed {
+                                id: list.list,
+                                from: 0,
+                                left,
+                            }
+                        }
+                        (None, values) => {
+                            c.place.batch = Some(values.clone());
+                            Values::Held(values)
+                        }
+                    };
                     w.pending = Some(values);
                 }
                 Slot::At(Box::new(c))
             }
             None => Slot::Done,
         }
+    }
+
+    /// Step `at.step` of `at.key` is done: the cursor moves on
+    /// ([`Self::after_step`]). Once it is saved, the values seen of the
+    /// list the step filled for a fan-out after it are forgotten: that
+    /// list is only read from then on, and the store need not keep an
+    /// index of every value through the fan-out. Whether it was saved.
+    pub(super) async fn step_done(&self, w: &mut Walker, at: &Position<'_>) -> bool {
+        let after = self.after_step(w, at);
+        let saved = self.save(at.slot, after).await;
+        if saved
+            && self.next_for_each(at).is_some()
+            && let Some(store) = self.meter.store()
+        {
+            let list = values_key(&self.job.name, at.key, at.step + 1);
+            if let Err(e) = found::forget_seen(store, &list).await {
+                // (the fan-out's end forgets them)
+                warn!(
+                    job = self.job.name,
+                    "{}: the values seen for the next step stay in the store for now ({e})",
+                    at.describe(0)
+                );
+            }
+        }
+        saved
     }
 
     /// A fan-out step for one region (resumed at batch `page`): one
@@ -248,20 +254,25 @@ impl JobRun<'_> {
                  it is skipped for this region this round",
                 at.describe(page)
             );
-            let resume = self.after_step(w, at);
-            self.save(at.slot, resume).await;
+            self.step_done(w, at).await;
             return Ok(Walk::Done);
         };
         let early = plan.take_early();
         if !early.is_empty() {
-            self.keep_found(&mut w.found, at, page, early, 0);
+            let early = early.iter().map(String::as_str);
+            self.keep_found(&mut w.found, at, page, early, 0).await?;
         }
-        self.keep_list(at, &mut plan, w.found.values()).await;
+        self.keep_list(at, &mut plan, &w.found).await;
+        let plan = RefCell::new(plan);
         if self.job.concurrency > 1 {
             return self.fan_out_side_by_side(w, step, f, at, plan).await;
         }
-        for k in plan.todo() {
-            let joined = plan.joined(k, &f.join);
+        let todo = plan.borrow().todo();
+        for k in todo {
+            let Some(joined) = self.batch_text(at, &plan, k, &f.join).await? else {
+                let why = self.list_gone(at, k, plan.borrow().left());
+                return Ok(self.give_up(at, &why).await);
+            };
             let _permit = self.permit().await;
             let fill = self.fill(at, k, &joined);
             // One at a time, batch `k` is the earliest not written: its
@@ -276,35 +287,35 @@ impl JobRun<'_> {
                 Some(_) => {}
             }
             // Batches an earlier run wrote ahead of this one follow it.
-            for (b, values) in plan.mark_written(k, Vec::new()) {
-                self.keep_found(&mut w.found, at, b, values, 0);
+            let in_row = plan.borrow_mut().mark_written(k, Vec::new());
+            for (b, values) in in_row {
+                let values = values.iter().map(String::as_str);
+                self.keep_found(&mut w.found, at, b, values, 0).await?;
             }
-            if !plan.is_done() {
-                let resume = plan.cursor(at, w.found.values());
+            let resume = {
+                let plan = plan.borrow();
+                (!plan.is_done()).then(|| plan.cursor(at, &w.found))
+            };
+            if let Some(resume) = resume {
                 self.save(at.slot, Slot::At(Box::new(resume))).await;
             }
         }
-        self.fan_out_done(w, at, plan.is_listed()).await
+        let listed = plan.borrow().is_listed();
+        self.fan_out_done(w, at, listed).await
     }
 
     /// The fan-out at `at` is done: the cursor moves on, and then the list
-    /// of its values (`listed`: it has one) is emptied, so the store keeps
+    /// of its values (`listed`: it has one) is forgotten, so the store keeps
     /// at most one list per region and fan-out step, and that one only
     /// while its walk is under way (or a run that stopped may resume it).
     /// Not while the saved cursor may still point into it.
     async fn fan_out_done(&self, w: &mut Walker, at: &Position<'_>, listed: bool) -> Result<Walk> {
-        let resume = self.after_step(w, at);
-        if self.save(at.slot, resume).await
+        if self.step_done(w, at).await
             && listed
             && let Some(store) = self.meter.store()
         {
             let stored_as = values_key(&self.job.name, at.key, at.step);
-            let ended = serde_json::to_string(&ValueList::<[String; 0]> {
-                id: String::new(),
-                values: [],
-            })
-            .expect("an empty list serializes");
-            if let Err(e) = store.save_cursor(&stored_as, &ended).await {
+            if let Err(e) = found::forget(store, &stored_as).await {
                 // (the next walk of this step takes its place)
                 warn!(
                     job = self.job.name,
@@ -316,19 +327,19 @@ impl JobRun<'_> {
         Ok(Walk::Done)
     }
 
-    /// Keep the values `plan` has yet to send in the store, once, as the
+    /// Keep the values `plan` holds in memory in the store, once, as the
     /// list its cursors then point into (`batch_at`): after each batch the
     /// cursor saves a position, not every value not yet sent. Only a plan
-    /// whose cursor holds its values itself (a new walk, a cursor of an
-    /// older build) or whose values were cut afresh gets a list. In the
-    /// last case the saved cursor still points into the list under the
-    /// same key, so a cursor holding the values is saved first: a kill
-    /// between the list's write and the next batch's cursor would
+    /// whose cursor holds its values itself (a run of an older build, or
+    /// one without a store before) or whose values were cut afresh gets a
+    /// list. In the last case the saved cursor still points into the list
+    /// under the same key, so a cursor holding the values is saved first:
+    /// a kill between the list's write and the next batch's cursor would
     /// otherwise leave it pointing at a list that is gone, its values
     /// lost. Without a list (a store that did not take it, or that cursor)
     /// the cursor keeps the values, as it did. `found`: what the step's
     /// written pages hold for a fan-out after it.
-    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &[String]) {
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &Found) {
         let values = plan.unlisted().filter(|v| !v.is_empty());
         let (Some(store), Some(values)) = (self.meter.store(), values) else {
             return;
@@ -341,13 +352,8 @@ impl JobRun<'_> {
             return;
         }
         let id = format!("r{}.{:016x}", at.run, rand::random::<u64>());
-        let text = serde_json::to_string(&ValueList {
-            id: id.clone(),
-            values,
-        })
-        .expect("strings always serialize");
         let stored_as = values_key(&self.job.name, at.key, at.step);
-        match store.save_cursor(&stored_as, &text).await {
+        match found::write(store, &stored_as, &id, values).await {
             Ok(()) => plan.listed(id),
             Err(e) => warn!(
                 job = self.job.name,
@@ -362,19 +368,17 @@ impl JobRun<'_> {
     /// charged before it is sent and written under its own number. A stop
     /// sends no new batch; those in flight finish and are written. What
     /// the walk found so far for a fan-out after this one is shared with
-    /// the batches in flight while they run.
+    /// the batches in flight while they run, one at a time.
     async fn fan_out_side_by_side(
         &self,
         w: &mut Walker,
         step: &Step,
         f: &ForEach,
         at: &Position<'_>,
-        plan: Batches,
+        plan: RefCell<Batches>,
     ) -> Result<Walk> {
-        let todo = plan.todo();
-        let plan = RefCell::new(plan);
-        let found = RefCell::new(std::mem::take(&mut w.found));
-        let mut todo = todo.into_iter();
+        let mut todo = plan.borrow().todo();
+        let found = tokio::sync::Mutex::new(w.found.take());
         let mut running = FuturesUnordered::new();
         // Why the rest of the fan-out is skipped, once it is: no batch is
         // sent after, those in flight finish.
@@ -382,8 +386,7 @@ impl JobRun<'_> {
         loop {
             while running.len() < self.job.concurrency && !self.stopping() && given_up.is_none() {
                 let Some(k) = todo.next() else { break };
-                let joined = plan.borrow().joined(k, &f.join);
-                running.push(self.send_batch(step, at, &plan, &found, k, joined));
+                running.push(self.send_batch(step, at, &plan, &found, k, &f.join));
             }
             // The first error ends the run at once (the batches in flight
             // are abandoned, their charges kept), as for regions.
@@ -413,18 +416,22 @@ impl JobRun<'_> {
     /// the cursor with it (the place is held until then, so a kill redoes
     /// at most `concurrency` batches). What the page holds for a fan-out
     /// after this one joins `found` once the batches before it are all
-    /// written (see [`Batches::mark_written`]). Why the rest of the
-    /// fan-out is to be skipped, if it is.
+    /// written (see [`Batches::mark_written`]): `found` is locked from
+    /// then until the cursor is made, so the values join in batch order.
+    /// Why the rest of the fan-out is to be skipped, if it is.
     async fn send_batch(
         &self,
         step: &Step,
         at: &Position<'_>,
         plan: &RefCell<Batches>,
-        found: &RefCell<Found>,
+        found: &tokio::sync::Mutex<Found>,
         k: u32,
-        joined: String,
+        join: &str,
     ) -> Result<Option<String>> {
         let _permit = self.permit().await;
+        let Some(joined) = self.batch_text(at, plan, k, join).await? else {
+            return Ok(Some(self.list_gone(at, k, plan.borrow().left())));
+        };
         let fill = self.fill(at, k, &joined);
         // This batch's own values, apart until their turn.
         let mut own = Found::default();
@@ -437,12 +444,14 @@ impl JobRun<'_> {
             Some(_) => {}
         }
         let resume = {
-            let mut plan = plan.borrow_mut();
-            let mut found = found.borrow_mut();
-            for (b, values) in plan.mark_written(k, own.take()) {
-                self.keep_found(&mut found, at, b, values, 0);
+            let mut found = found.lock().await;
+            let in_row = plan.borrow_mut().mark_written(k, own.into_held());
+            for (b, values) in in_row {
+                let values = values.iter().map(String::as_str);
+                self.keep_found(&mut found, at, b, values, 0).await?;
             }
-            (!plan.is_done()).then(|| plan.cursor(at, found.values()))
+            let plan = plan.borrow();
+            (!plan.is_done()).then(|| plan.cursor(at, &found))
         };
         if let Some(resume) = resume {
             self.save(at.slot, Slot::At(Box::new(resume))).await;
@@ -453,7 +462,7 @@ impl JobRun<'_> {
     /// The rest of a region's fan-out skipped, its batches refused
     /// (`why`): one error naming it, the region ends (the cursor moves
     /// past it), and the next run starts it afresh.
-    async fn give_up(&self, at: &Position<'_>, why: &str) -> Walk {
+    pub(super) async fn give_up(&self, at: &Position<'_>, why: &str) -> Walk {
         let fan_out = match at.key {
             "" => format!("step {}", at.step),
             key => format!("region {key} step {}", at.step),
@@ -470,7 +479,7 @@ impl JobRun<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::values_at;
+    use crate::page_scan::values as values_at;
 
     #[test]
     fn stars_match_every_element_and_numbers_are_text() {

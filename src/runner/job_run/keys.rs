@@ -14,8 +14,10 @@ use futures_util::stream::FuturesUnordered;
 use tracing::info;
 
 use super::batches::Batches;
+use super::batches::Values;
+use super::found::Found;
 use super::round::{Round, Slot};
-use super::{JobRun, Position, Walk, Walker, describe_position, fan_out};
+use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
 use crate::config::Step;
 use crate::runner::Key;
@@ -198,7 +200,7 @@ impl JobRun<'_> {
             )
         };
         let mut w = Walker {
-            found: fan_out::Found::default(),
+            found: Found::default(),
             pending: None,
         };
         let first_step = start.as_ref().map_or(0, |s| s.place.step);
@@ -231,28 +233,15 @@ impl JobRun<'_> {
         resumed: Option<&Start>,
     ) -> Result<Walk> {
         // What the pages written before the cursor found for the next step.
-        w.found
-            .reset(resumed.map(|s| s.place.found.clone()).unwrap_or_default());
+        w.found = self.found_for(at, resumed.map(|s| &s.place)).await?;
         let page = resumed.map_or(0, |s| s.place.page);
         if let Some(f) = &step.for_each {
             // The values not yet sent: the cursor's, or those the step
             // before found in this run.
             let plan = match resumed {
-                Some(s) => s.place.batch.clone().map(|values| {
-                    let found = s.place.found_ahead.clone();
-                    let list = s.place.batch_at.as_ref().map(|b| (b.list.clone(), b.from));
-                    Batches::resume(
-                        values,
-                        page,
-                        &s.place.written,
-                        found,
-                        s.place.batch_size,
-                        f.batch,
-                        list,
-                    )
-                }),
-                None => w.pending.take().map(|values| {
-                    Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, None)
+                Some(s) => self.resumed_plan(at, &s.place, f).await?,
+                None => w.pending.take().map(|values: Values| {
+                    Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, false)
                 }),
             };
             self.fan_out(w, step, at, page, plan).await

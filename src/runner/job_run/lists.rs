@@ -1,13 +1,20 @@
 //! A fan-out's values, when the cursor points into the list the store
-//! keeps of them (`batch_at`): read back at the start of a run, and what
-//! a list gone or unreadable means (see [`JobRun::load_lists`]).
+//! keeps of them (`batch_at`), or into the list the step before it is
+//! filling (`found_in`): checked at the start of a run, what a list gone
+//! or unreadable means (see [`JobRun::load_lists`]), and where a resumed
+//! step's values are ([`JobRun::resumed_plan`], [`JobRun::found_for`]).
+
+use std::cell::RefCell;
 
 use tracing::error;
 
-use super::{JobRun, describe_position};
+use super::batches::{Batches, Values};
+use super::found::{self, Found};
+use super::{JobRun, Position, describe_position};
 use crate::Result;
+use crate::config::ForEach;
 use crate::ledger::{JobStore, StoreError};
-use crate::runner::cursor::{BatchAt, Cursor, ValueList, values_key};
+use crate::runner::cursor::{BatchAt, Cursor, Place, ValueList, values_key};
 
 impl JobRun<'_> {
     /// The values not yet sent of each fan-out the cursor is inside of
@@ -48,14 +55,15 @@ impl JobRun<'_> {
             }
         }
         let mut loaded = loaded.into_iter();
-        let mut put = |batch: &mut Option<Vec<String>>, at: &mut Option<BatchAt>| match loaded
+        let mut put = |batch: &mut Option<Vec<String>>, at: &mut Option<Box<BatchAt>>| match loaded
             .next()
             .flatten()
         {
-            Some(Some(values)) => *batch = Some(values),
+            // (an older build's list: held from now on, and listed anew)
+            Some(Some(Some(values))) => (*batch, *at) = (Some(values), None),
             // (none left to send: the step ends at once, its loss said)
             Some(None) => (*batch, *at) = (Some(Vec::new()), None),
-            None => {}
+            Some(Some(None)) | None => {}
         };
         put(&mut cursor.place.batch, &mut cursor.place.batch_at);
         for a in &mut cursor.ahead {
@@ -65,7 +73,9 @@ impl JobRun<'_> {
     }
 
     /// The values not yet sent of `region`'s fan-out step `step` (at batch
-    /// `page`), from the list `at` points into; `None` when that list is gone or another
+    /// `page`), from the list `at` points into: read whole from a list of
+    /// an older build (`Some(Some)`), checked only in a list read a batch
+    /// at a time (`Some(None)`); `None` when that list is gone or another
     /// walk's: its `unsent` values are counted LOST, and said.
     async fn load_list(
         &self,
@@ -74,18 +84,26 @@ impl JobRun<'_> {
         page: u32,
         at: &BatchAt,
         unsent: usize,
-    ) -> std::result::Result<Option<Vec<String>>, StoreError> {
+    ) -> std::result::Result<Option<Option<Vec<String>>>, StoreError> {
         let Some(store) = self.meter.store() else {
             return Ok(None);
         };
         let stored_as = values_key(&self.job.name, key, step);
-        let list = store.load_cursor(&stored_as).await?;
+        let end = (at.from as u64).saturating_add(at.left as u64);
+        if at.mapped && found::holds(store, &stored_as, &at.list, end).await? {
+            // (read a batch at a time as the batches go out)
+            return Ok(Some(None));
+        }
+        let list = match at.mapped {
+            true => None,
+            false => store.load_cursor(&stored_as).await?,
+        };
         match list.and_then(|t| serde_json::from_str::<ValueList>(&t).ok()) {
             Some(mut l)
                 if l.id == at.list && at.from.checked_add(at.left) == Some(l.values.len()) =>
             {
                 l.values.drain(..at.from);
-                Ok(Some(l.values))
+                Ok(Some(Some(l.values)))
             }
             _ => {
                 self.report.borrow_mut().values_lost += unsent as u64;
@@ -100,6 +118,120 @@ impl JobRun<'_> {
                 Ok(None)
             }
         }
+    }
+}
+
+impl JobRun<'_> {
+    /// Batch `k`'s values joined with `join`: held, or read from the
+    /// fan-out's list (`None`: gone from the store since the run began).
+    pub(super) async fn batch_text(
+        &self,
+        at: &Position<'_>,
+        plan: &RefCell<Batches>,
+        k: u32,
+        join: &str,
+    ) -> Result<Option<String>> {
+        let in_list = {
+            let plan = plan.borrow();
+            if let Some(held) = plan.joined(k, join) {
+                return Ok(Some(held));
+            }
+            plan.in_list(k).map(|(_, from, n)| (from, n))
+        };
+        let (Some(store), Some((from, n))) = (self.meter.store(), in_list) else {
+            return Ok(None);
+        };
+        let name = values_key(&self.job.name, at.key, at.step);
+        Ok(found::read(store, &name, from, n)
+            .await?
+            .map(|v| v.join(join)))
+    }
+
+    /// The fan-out's list went from the store while it ran (at batch
+    /// `k`): its `left` values not yet sent are counted LOST; why the
+    /// rest of the fan-out is skipped (the region ends there).
+    pub(super) fn list_gone(&self, at: &Position<'_>, k: u32, left: usize) -> String {
+        self.report.borrow_mut().values_lost += left as u64;
+        format!(
+            "{}: the fan-out's {left} value(s) not yet sent are gone from the store \
+             (its list {} was deleted or replaced while the run went on): LOST",
+            at.describe(k),
+            values_key(&self.job.name, at.key, at.step)
+        )
+    }
+
+    /// The batches of a fan-out step resumed at `place` (`None`: it holds
+    /// no values): held in the cursor, or in the list it points into (read
+    /// whole only when its batches are cut afresh, the file's batch size
+    /// changed with batches written ahead; read a batch at a time else).
+    pub(super) async fn resumed_plan(
+        &self,
+        at: &Position<'_>,
+        place: &Place,
+        f: &ForEach,
+    ) -> Result<Option<Batches>> {
+        let (first, written) = (place.page, &place.written);
+        let plan = |values, replaces| {
+            let found = place.found_ahead.clone();
+            let saved = place.batch_size;
+            Batches::resume(values, first, written, found, saved, f.batch, replaces)
+        };
+        let list = match (&place.batch, &place.batch_at) {
+            (Some(values), _) => return Ok(Some(plan(Values::Held(values.clone()), false))),
+            (None, Some(list)) if list.mapped => list,
+            _ => return Ok(None),
+        };
+        if !Batches::cut_afresh(place.batch_size, f.batch, first, written) {
+            let (id, from, left) = (list.list.clone(), list.from, list.left);
+            return Ok(Some(plan(Values::Listed { id, from, left }, false)));
+        }
+        let Some(store) = self.meter.store() else {
+            return Ok(None);
+        };
+        let name = values_key(&self.job.name, at.key, at.step);
+        let (from, left) = (list.from as u64, list.left as u64);
+        Ok(found::read(store, &name, from, left)
+            .await?
+            .map(|values| plan(Values::Held(values), true)))
+    }
+
+    /// Where the values the pages of step `at.step` find for a fan-out
+    /// after it go, resumed at `place` (`None`: from its start): the list
+    /// in the store the cursor names (when it still holds what the cursor
+    /// counts: else they are LOST, said, and the list begins afresh), the
+    /// values a cursor of an older build holds (moved to the store now),
+    /// or, without a store, memory.
+    pub(super) async fn found_for(
+        &self,
+        at: &Position<'_>,
+        place: Option<&Place>,
+    ) -> Result<Found> {
+        let fans_out = (self.job.steps.get(at.step + 1)).is_some_and(|s| s.for_each.is_some());
+        let held = place.map(|p| p.found.clone()).unwrap_or_default();
+        let Some(store) = self.meter.store().filter(|_| fans_out) else {
+            return Ok(Found::held(held));
+        };
+        let name = values_key(&self.job.name, at.key, at.step + 1);
+        if let Some(list) = place.and_then(|p| p.found_in.as_ref()) {
+            if found::holds(store, &name, &list.list, list.count).await? {
+                return Ok(Found::resumed(name, list));
+            }
+            self.report.borrow_mut().values_lost += list.count;
+            error!(
+                job = self.job.name,
+                "{}: the {} value(s) the step's pages written so far found for the next step are gone \
+                 from the store (their list {name} was deleted, or is another walk's): LOST; the pages \
+                 still to walk fill a list afresh",
+                at.describe(place.map_or(0, |p| p.page)),
+                list.count
+            );
+        }
+        let mut found = Found::listed(name);
+        if !held.is_empty() {
+            let values = held.iter().map(String::as_str);
+            found.keep(Some(store), values, u64::MAX, at.run).await?;
+        }
+        Ok(found)
     }
 }
 
@@ -128,6 +260,7 @@ mod tests {
             list: "L".into(),
             from: 0,
             left,
+            mapped: true,
         };
         // From batch 2, in batches of 4: 3 and 5 (the last, 2 values) written.
         assert_eq!(unsent(&at(14), 2, &[3, 5], Some(4)), 14 - 4 - 2);

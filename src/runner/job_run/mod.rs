@@ -28,6 +28,7 @@ mod batches;
 mod charge;
 mod conditional;
 mod fan_out;
+mod found;
 mod inputs;
 mod keys;
 mod lists;
@@ -83,9 +84,9 @@ pub(super) struct JobRun<'a> {
 /// after them (each region its own, as regions run side by side).
 struct Walker {
     /// The values the step being walked finds for the next, a fan-out.
-    found: fan_out::Found,
+    found: found::Found,
     /// The values a fan-out step about to start has to send.
-    pending: Option<Vec<String>>,
+    pending: Option<batches::Values>,
 }
 
 /// A page as the upstream answered it.

@@ -8,9 +8,10 @@ use std::collections::HashSet;
 use reqwest::Url;
 use tracing::{error, warn};
 
+use super::found::Found;
 use super::request::{Fetched, Written};
 use super::round::Slot;
-use super::{JobRun, PageAnswer, Position, Walk, Walker, fan_out};
+use super::{JobRun, PageAnswer, Position, Walk, Walker};
 use crate::config::{Fill, PageKind, Step, redact};
 use crate::runner::cursor::Place;
 use crate::sink::folder::PageName;
@@ -47,7 +48,8 @@ impl JobRun<'_> {
     ) -> Result<Walk> {
         if !self.resumable(step, at, page, token.as_deref()) {
             (page, token) = (0, None);
-            w.found.reset(Vec::new());
+            // (a list begun from a later page is begun afresh)
+            w.found.take();
             self.conditional.walk_starts(at, None);
         }
         // A cursor past the step's last page (`max_pages` lowered since):
@@ -60,8 +62,7 @@ impl JobRun<'_> {
                 at.describe(page),
                 step.max_pages()
             );
-            let after = self.after_step(w, at);
-            self.save(at.slot, after).await;
+            self.step_done(w, at).await;
             return Ok(Walk::Done);
         }
         // The tokens this walk has followed: an upstream that hands one
@@ -90,8 +91,7 @@ impl JobRun<'_> {
             };
             // Where the next run starts if this one stops now.
             let Some(t) = next else {
-                let after = self.after_step(w, at);
-                self.save(at.slot, after).await;
+                self.step_done(w, at).await;
                 // (after the cursor: a kill between redoes the walk in
                 // full, from the old value, never skips)
                 (self.conditional)
@@ -103,7 +103,8 @@ impl JobRun<'_> {
                 step: at.step,
                 page: page + 1,
                 token: Some(t.clone()),
-                found: w.found.values().to_vec(),
+                found: w.found.held_values().to_vec(),
+                found_in: w.found.found_in(),
                 largest: self.conditional.walk_largest(at).map(Box::new),
                 ..Place::default()
             });
@@ -200,7 +201,7 @@ impl JobRun<'_> {
     /// fan-out after this step.
     pub(super) async fn fetch_page(
         &self,
-        keep: Option<&mut fan_out::Found>,
+        keep: Option<&mut Found>,
         step: &Step,
         fill: &Fill<'_>,
         token: Option<&str>,
@@ -268,7 +269,7 @@ impl JobRun<'_> {
         // The values for a fan-out after this step, from a page written
         // (they are saved with the cursor after it).
         if let Some(keep) = keep {
-            self.collect_for_next(keep, at, page, &body);
+            self.collect_for_next(keep, at, page, &body).await?;
         }
         self.conditional.saw(step, at, page, &body);
         let next = paginate::next(step, fill, &url, token, found, link.as_deref());
