@@ -216,7 +216,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
     let usage = summarize(&cred.name, &cred.pools, log);
     let share_pools = shares::pools_of(cred);
     let shared = shared.map(|l| summarize(&cred.name, &share_pools, l).pools);
-    let mut remaining = cost::Remaining::new();
+    let mut remaining = cost::RemainingUnits::new();
     for p in &usage.pools {
         for (i, w) in p.windows.iter().enumerate() {
             remaining.insert((p.pool.clone(), i), w.remaining);
@@ -290,9 +290,9 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
 /// `None`: all that remains), what it took then taken from `remaining`
 /// for the jobs planned after it.
 fn within(
-    remaining: &mut cost::Remaining,
-    cap: Option<cost::Remaining>,
-    plan: impl FnOnce(&mut cost::Remaining) -> NextRun,
+    remaining: &mut cost::RemainingUnits,
+    cap: Option<cost::RemainingUnits>,
+    plan: impl FnOnce(&mut cost::RemainingUnits) -> NextRun,
 ) -> NextRun {
     let Some(cap) = cap else {
         return plan(remaining);
@@ -304,7 +304,7 @@ fn within(
     let before = mine.clone();
     let next = plan(&mut mine);
     for (place, left) in remaining.iter_mut() {
-        let took = |m: &cost::Remaining| m.get(place).copied().unwrap_or(0);
+        let took = |m: &cost::RemainingUnits| m.get(place).copied().unwrap_or(0);
         *left = left.saturating_sub(took(&before).saturating_sub(took(&mine)));
     }
     next

@@ -29,8 +29,8 @@ mod replaced;
 
 pub(super) use self::incremental::MAX_SINCE;
 use self::incremental::compare;
-pub(super) use self::records::{Held, Validators};
 use self::records::{Kept, Since, page_field, since_field, url_id};
+pub(super) use self::records::{ResultsHeld, Validators};
 
 /// What a job keeps for its conditional and incremental steps, as this
 /// run holds it.
@@ -177,7 +177,7 @@ impl<'a> Conditional<'a> {
         url: &reqwest::Url,
         (etag, modified): (Option<String>, Option<String>),
         next: Option<&str>,
-        held: Held,
+        held: ResultsHeld,
     ) {
         if step.conditional.is_none() {
             return;

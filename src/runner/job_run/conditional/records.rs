@@ -1,6 +1,6 @@
 //! What the store keeps for a job's conditional and incremental steps,
 //! as records: one page's validators ([`Validators`], what they stand for
-//! in [`Held`]), an incremental value ([`Since`]), and the fields of the
+//! in [`ResultsHeld`]), an incremental value ([`Since`]), and the fields of the
 //! job's one map they are kept under.
 
 use std::collections::{HashMap, HashSet};
@@ -30,13 +30,13 @@ pub(in crate::runner::job_run) struct Validators {
     /// What the page was written as (none: kept before validators said
     /// it, never sent): a validator is sent only while that is there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<Held>,
+    pub held: Option<ResultsHeld>,
 }
 
 /// Where a page's results are, which its validators stand for: its file
 /// in the job's folder, and the key of its first row in the table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub(in crate::runner::job_run) struct Held {
+pub(in crate::runner::job_run) struct ResultsHeld {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
