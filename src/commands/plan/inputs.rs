@@ -1,5 +1,5 @@
 //! A job of inputs planned: its progress (done, failed, left, when the rest
-//! will be done: [`crate::commands::status::inputs`]) and its next run,
+//! will be done: [`crate::commands::common::inputs`]) and its next run,
 //! the inputs left that fit what remains now, each at its cost per input.
 
 use super::cost::RemainingUnits;
