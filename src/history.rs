@@ -25,7 +25,7 @@ use crate::ledger::{EmbeddedLedger, Micros};
 
 /// One credential in one store, as this host last saw it.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-struct Seen {
+struct LastSeen {
     serial: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     lost: Option<LostLog>,
@@ -45,7 +45,7 @@ pub struct LostLog {
 /// unwritable file only loses the check, never a run).
 pub struct History {
     path: Option<PathBuf>,
-    seen: BTreeMap<String, BTreeMap<String, Seen>>,
+    seen: BTreeMap<String, BTreeMap<String, LastSeen>>,
 }
 
 impl History {

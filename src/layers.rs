@@ -74,6 +74,12 @@ pub(crate) fn code(text: &str) -> String {
 /// Every room `code` names with `crate::`: `crate::ledger::Pool`, and each
 /// first name of a group, `crate::{ledger::Pool, Error}`.
 fn rooms_named(code: &str) -> Vec<String> {
+    names_after(code, "crate::")
+}
+
+/// Every first name after `prefix` in `code`: `PREFIX ledger::Pool`, and
+/// each of a group, `PREFIX {ledger::Pool, Error}`.
+fn names_after(code: &str, prefix: &str) -> Vec<String> {
     let ident = |s: &str| -> String {
         s.trim_start()
             .chars()
@@ -81,8 +87,8 @@ fn rooms_named(code: &str) -> Vec<String> {
             .collect()
     };
     let mut rooms = Vec::new();
-    for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
+    for (i, _) in code.match_indices(prefix) {
+        let rest = &code[i + prefix.len()..];
         let Some(group) = rest.strip_prefix('{') else {
             rooms.push(ident(rest));
             continue;
@@ -206,6 +212,8 @@ fn the_reading_finds_uses_and_paths_but_not_comments_or_tests() {
         ]
     );
     assert_eq!(room_of("Error"), "error");
+    let up = names_after("use super::{check, table::emit};\n", "super::");
+    assert_eq!(up, ["check", "table"]);
 }
 
 /// The parts of a room (`upstream/paginate.rs` and `upstream/paginate/`
@@ -330,4 +338,129 @@ fn only_the_embedded_store_and_the_sqlite_output_name_rusqlite() {
         .map(|(shown, _)| format!("src/{shown}"))
         .collect();
     assert!(wrong.is_empty(), "rusqlite named in:\n{}", wrong.join("\n"));
+}
+
+/// The type names `code` defines (`struct`, `enum`, `type`, `trait`),
+/// leaving out the associated types of `impl` and `trait` blocks
+/// (`type Item = …`, `type Value;`): those name a trait's slot, not a type
+/// of the crate.
+fn types_defined(code: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    // Each open brace: whether it opened an `impl` or `trait` block.
+    let (mut blocks, mut header) = (Vec::<bool>::new(), false);
+    for line in code.lines() {
+        // Past its visibility (`pub`, `pub(crate)`, `pub(in crate::x)`).
+        let item = line.trim_start();
+        let item = match item.strip_prefix("pub(") {
+            Some(rest) => rest.split_once(')').map_or(rest, |(_, r)| r),
+            None => item.strip_prefix("pub ").unwrap_or(item),
+        };
+        let words: Vec<&str> = item
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let first = words.first().map(|w| (*w, words.get(1)));
+        if let Some((kind @ ("struct" | "enum" | "type" | "trait"), Some(name))) = first {
+            let in_impl = blocks.last() == Some(&true);
+            if name.starts_with(|c: char| c.is_ascii_uppercase()) && !(kind == "type" && in_impl) {
+                names.push(name.to_string());
+            }
+        }
+        if matches!(first, Some(("impl" | "trait", _))) {
+            header = true;
+        }
+        for ch in line.chars() {
+            match ch {
+                '{' => blocks.push(std::mem::take(&mut header)),
+                '}' => {
+                    blocks.pop();
+                }
+                _ => {}
+            }
+        }
+        if line.trim_end().ends_with(';') {
+            header = false;
+        }
+    }
+    names
+}
+
+/// A type name means one thing in the crate: one defined twice in `src/`
+/// (tests aside) makes a reader ask which one a file means.
+#[test]
+fn no_type_name_is_defined_twice_under_src() {
+    let mut defined: Vec<(String, String)> = Vec::new();
+    for (shown, text) in source_texts() {
+        for name in types_defined(&code(&text)) {
+            defined.push((name, shown.clone()));
+        }
+    }
+    defined.sort();
+    let mut twice = Vec::new();
+    for pair in defined.windows(2) {
+        let ((a, file_a), (b, file_b)) = (&pair[0], &pair[1]);
+        if a == b {
+            twice.push(format!("{a}: src/{file_a}, src/{file_b}"));
+        }
+    }
+    assert!(
+        twice.is_empty(),
+        "type names defined twice:\n{}",
+        twice.join("\n")
+    );
+}
+
+#[test]
+fn the_reading_finds_types_but_not_associated_ones() {
+    let text = "pub struct A;\npub(in crate::x) enum B { X }\ntype C = u8;\ntrait D {\n    type E;\n}\n\
+                impl<T> Iterator for F<T>\nwhere T: Copy,\n{\n    type Item = u8;\n}\n\
+                fn g() {\n    enum H { Y }\n}\nlet struct_ = 1;\n";
+    assert_eq!(types_defined(text), ["A", "B", "C", "D", "H"]);
+}
+
+/// The rooms of `commands/` that are no command: helpers every command may
+/// use (and the face, `commands/mod.rs`, which dispatches to them all).
+const COMMAND_HELPER_ROOMS: &[&str] = &["mod", "context", "table", "common"];
+
+/// A command's room (`commands/plan/`, `commands/check.rs`) uses no other
+/// command's: what two commands share lives in a helper room both use, so
+/// one command can change without another breaking.
+#[test]
+fn no_command_uses_another_commands_room() {
+    let commands = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+    let mut files = Vec::new();
+    sources(&commands, None, &mut files);
+    let rooms: Vec<&str> = files.iter().map(|(room, _)| room.as_str()).collect();
+    let mut across = Vec::new();
+    for (room, path) in &files {
+        if room == "mod" {
+            continue;
+        }
+        let under = path.strip_prefix(&commands).expect("a file of commands/");
+        // The `super::`s that reach `commands` from this file (a `mod.rs`
+        // is its folder's module).
+        let mut depth = under.components().count();
+        if under.file_name().is_some_and(|n| n == "mod.rs") {
+            depth -= 1;
+        }
+        let up = format!("{}::", vec!["super"; depth].join("::"));
+        let text = code(&std::fs::read_to_string(path).expect("a readable source file"));
+        for prefix in ["crate::commands::", up.as_str()] {
+            for named in names_after(&text, prefix) {
+                if named != *room
+                    && rooms.contains(&named.as_str())
+                    && !COMMAND_HELPER_ROOMS.contains(&named.as_str())
+                {
+                    across.push(format!("src/commands/{}: {named}", under.display()));
+                }
+            }
+        }
+    }
+    across.sort();
+    across.dedup();
+    assert!(
+        across.is_empty(),
+        "commands that use another command's room:\n{}",
+        across.join("\n")
+    );
 }

@@ -14,5 +14,5 @@ pub mod output_id;
 pub mod sqlite;
 
 pub use self::files::Files;
-pub use self::output::{Held, Output, OutputError, Outputs, Page, PageRows, Wrote};
+pub use self::output::{Output, OutputError, Outputs, Page, PageRows, ResultsHeld, Wrote};
 pub use self::sqlite::Sqlite;

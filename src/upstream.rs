@@ -33,7 +33,7 @@ mod redirect;
 pub mod settle;
 
 pub use answers::{Does, TABLE as ANSWERS, bare_rate_limit};
-pub use attempts::{Attempts, MAX_REDIRECTS, Next};
+pub use attempts::{AfterAttempt, Attempts, MAX_REDIRECTS};
 pub use origin::same_origin;
 
 use self::quota_headers::QuotaHeaders;

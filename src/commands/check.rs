@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use tracing::warn;
 
+use super::common::rows::{rows_apart, rows_at};
 use crate::config::{Config, Credential, Job, Step, StorePolicy};
 use crate::ledger::{StoreLocation, redact_url};
 use crate::sink::sqlite::SinkError;
@@ -69,26 +70,6 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
         }
     }
     super::table::emit(&describe(config, store))
-}
-
-/// No job's database is one of the embedded store's files (by any
-/// spelling): `check`, and `run` before it opens the store.
-pub fn rows_apart<'j>(
-    config: &Config,
-    jobs: impl IntoIterator<Item = &'j Job>,
-    store: &StoreLocation,
-) -> Result<()> {
-    for job in jobs {
-        let Some(spec) = &job.sqlite else { continue };
-        if let Some(why) = crate::sink::sqlite::apart::store_file(&spec.path, store) {
-            return Err(Error::Config {
-                file: config.file.clone(),
-                field: format!("jobs.{}.output.sqlite.path", job.name),
-                message: format!("{} {why}", spec.path.display()),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// The credentials whose secret this process cannot see (a systemd
@@ -333,31 +314,6 @@ fn spending_less(w: &mut String, s: &Step) {
                 .unwrap_or_else(|| ", nothing before any".into())
         );
     }
-}
-
-/// Where a job's rows go: the database, its table and its full-text index.
-pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
-    let search = if s.search.is_empty() {
-        String::new()
-    } else {
-        let cols: Vec<&str> = s.search.iter().map(|(c, _)| c.as_str()).collect();
-        format!(", searched in {} ({})", s.search_table(), cols.join(", "))
-    };
-    format!(
-        "{} table {}, items {}, key {}{search}",
-        s.path.display(),
-        s.table,
-        if s.items.is_empty() {
-            "(the page)"
-        } else {
-            &s.items
-        },
-        if s.key.is_empty() {
-            "(the input's key)"
-        } else {
-            &s.key
-        }
-    )
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod charge;
 pub mod check;
+pub mod common;
 pub mod context;
 pub mod man;
 pub mod plan;
@@ -81,7 +82,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus> {
                 let (config, store) = configured(&cli, Secrets::Skip)?;
                 // (a plan of rows going into the store's own file is no plan)
                 let jobs = config.select_jobs(&args.jobs)?;
-                check::rows_apart(&config, jobs.iter().copied(), &store)?;
+                common::rows::rows_apart(&config, jobs.iter().copied(), &store)?;
                 plan::execute(&config, &store, args).await
             }
             Command::Run(ref args) => {

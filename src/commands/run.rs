@@ -29,7 +29,7 @@ pub async fn execute(
 ) -> Result<ExitStatus> {
     let jobs = config.select_jobs(&args.jobs)?;
     // (before the store is opened, or made, or charged)
-    super::check::rows_apart(config, jobs.iter().copied(), location)?;
+    super::common::rows::rows_apart(config, jobs.iter().copied(), location)?;
     let shutdown = Shutdown::default();
     listen_for_stop_signals(shutdown.clone())?;
 

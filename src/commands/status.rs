@@ -8,20 +8,19 @@
 //! [`openmetrics`] (rendering them).
 
 mod gather;
-pub(crate) mod inputs;
 mod json;
 mod openmetrics;
-pub(crate) mod shares;
 mod text;
 
 pub use self::gather::read;
 use self::gather::{nothing_charged, select};
-pub use self::inputs::{FailedInput, InputsProgress};
 pub use self::json::{
     CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, ShareJson, StatusJson,
     WindowJson, to_json,
 };
 pub use self::text::render;
+use super::common::inputs::{self, InputsProgress};
+use super::common::shares;
 
 use super::context;
 use super::table::{Paint, emit};

@@ -41,7 +41,7 @@ pub use self::output::{SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::step::{
-    ActualFrom, Conditional, ForEach, Incremental, PageKind, Paginate, SettledCost, Step,
+    ActualFrom, ConditionalRequests, ForEach, Incremental, PageKind, Paginate, SettledCost, Step,
 };
 pub use self::template::{Fill, InputFields, JsonTemplate, Placeholder, Template};
 pub use self::upstream_headers::CountHeaders;
@@ -268,7 +268,7 @@ impl Config {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         // Pass 1: syntax and duplicate keys, anywhere in the document.
         let mut value: Value =
-            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, Lines::Kept))?;
+            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, ErrorLines::Kept))?;
         if value.is_null() {
             return Err(fail("", "the file is empty".into()));
         }
@@ -278,9 +278,9 @@ impl Config {
         // line numbers would be those of that text, so they are left out.
         let raw: RawConfig = if resolve(&mut value).map_err(|e| fail("", e.to_string()))? {
             let resolved = serde_yaml::to_string(&value).map_err(|e| fail("", e.to_string()))?;
-            serde_yaml::from_str(&resolved).map_err(|e| yaml_error(file, e, Lines::Dropped))?
+            serde_yaml::from_str(&resolved).map_err(|e| yaml_error(file, e, ErrorLines::Dropped))?
         } else {
-            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, Lines::Kept))?
+            serde_yaml::from_str(text).map_err(|e| yaml_error(file, e, ErrorLines::Kept))?
         };
         let dir = file
             .parent()
@@ -331,12 +331,12 @@ fn resolve(value: &mut Value) -> std::result::Result<bool, serde_yaml::Error> {
 
 /// Whether an error's line and column are those of the file.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Lines {
+enum ErrorLines {
     Kept,
     Dropped,
 }
 
-fn yaml_error(file: &Path, e: serde_yaml::Error, lines: Lines) -> Error {
+fn yaml_error(file: &Path, e: serde_yaml::Error, lines: ErrorLines) -> Error {
     // serde_yaml writes "path.to.field: message at line L column C".
     let text = e.to_string();
     let (field, message) = match text.split_once(": ") {
@@ -347,10 +347,10 @@ fn yaml_error(file: &Path, e: serde_yaml::Error, lines: Lines) -> Error {
     };
     let at = message.rfind(" at line ");
     let message = match (lines, e.location(), at) {
-        (Lines::Kept, Some(l), None) => {
+        (ErrorLines::Kept, Some(l), None) => {
             format!("{message} at line {} column {}", l.line(), l.column())
         }
-        (Lines::Dropped, _, Some(i)) => message[..i].to_string(),
+        (ErrorLines::Dropped, _, Some(i)) => message[..i].to_string(),
         _ => message,
     };
     Error::Config {

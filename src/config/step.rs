@@ -24,7 +24,7 @@ pub struct Step {
     /// The pools whose cost is an estimate, settled from the response.
     pub settle: Vec<SettledCost>,
     /// `conditional: true`: each page's validators kept and sent back.
-    pub conditional: Option<Conditional>,
+    pub conditional: Option<ConditionalRequests>,
     /// `incremental`: only what changed since the last complete walk.
     pub incremental: Option<Incremental>,
     /// The endpoint's `not_modified`: what a call answered 304 costs in
@@ -34,7 +34,7 @@ pub struct Step {
 
 /// `conditional: true` on a step (README, "Conditional requests").
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Conditional {
+pub struct ConditionalRequests {
     /// `on_not_modified: continue`: a 304 page walks on with the token
     /// its last answer gave, instead of ending the step.
     pub walk_on: bool,

@@ -14,7 +14,7 @@ use serde_yaml::Value;
 use super::raw::*;
 use super::upstream_headers;
 use super::{
-    ActualFrom, Conditional, Config, Credential, Fill, ForEach, HttpSettings, Incremental,
+    ActualFrom, ConditionalRequests, Config, Credential, Fill, ForEach, HttpSettings, Incremental,
     InputFields, InputFormat, Inputs, Job, JsonTemplate, MAX_BATCH, MAX_UNITS, MAX_WINDOW,
     PageKind, Paginate, Placeholder, Secret, SecretSource, Secrets, SettledCost, SqliteOutput,
     Step, StorePolicy, Template, UpstreamReset, units_too_large,

@@ -18,11 +18,11 @@ use std::io::{self, Seek, SeekFrom};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::lines::{BUFFER, Lines};
-use super::record::{Position, Span};
+use super::record::{RecordStart, Span};
 
 /// What reading a record gave: a record, or the span of the line skipped
 /// for a bad one.
-pub(super) enum Read<'r> {
+pub(super) enum RecordRead<'r> {
     Record(Span, &'r csv::ByteRecord),
     /// Past the cap: the record's first line.
     TooLong(Span),
@@ -42,15 +42,15 @@ pub(super) struct Records {
     rdr: csv::Reader<Recorder>,
     record: csv::ByteRecord,
     /// Where the reader started in the file: its positions count from there.
-    at: Position,
+    at: RecordStart,
     /// The longest record read (bytes).
     max: u64,
 }
 
 impl Records {
-    pub(super) fn new(mut file: File, at: Position, max: usize) -> io::Result<Self> {
+    pub(super) fn new(mut file: File, at: RecordStart, max: usize) -> io::Result<Self> {
         file.seek(SeekFrom::Start(at.offset))?;
-        let at = Position {
+        let at = RecordStart {
             offset: at.offset,
             line: at.line.max(1),
         };
@@ -78,7 +78,7 @@ impl Records {
     /// point at the line break(s) before it (the `\n` of a `\r\n` it
     /// stopped reading at, blank lines it passed over), which belong to no
     /// record; and a record read to its `\r` owns the `\n` after it.
-    pub(super) fn next_record(&mut self) -> io::Result<Option<Read<'_>>> {
+    pub(super) fn next_record(&mut self) -> io::Result<Option<RecordRead<'_>>> {
         if !self
             .rdr
             .read_byte_record(&mut self.record)
@@ -106,9 +106,9 @@ impl Records {
             let too_long = recorder.cut;
             let first_line = self.skip_first_line(from, line)?;
             return Ok(Some(if too_long {
-                Read::TooLong(first_line)
+                RecordRead::TooLong(first_line)
             } else {
-                Read::QuoteOpen(first_line)
+                RecordRead::QuoteOpen(first_line)
             }));
         }
         let raw = recorder.slice(from, to);
@@ -126,7 +126,7 @@ impl Records {
             ended,
             next_line: self.at.line + next_line - 1,
         };
-        Ok(Some(Read::Record(span, &self.record)))
+        Ok(Some(RecordRead::Record(span, &self.record)))
     }
 
     /// The first line of a bad record at `from` (line `line`, both counted
@@ -135,7 +135,7 @@ impl Records {
     /// new reader of the crate's (the one that read the bad record took
     /// the file's end, or the cap, as its end).
     fn skip_first_line(&mut self, from: u64, line: u64) -> io::Result<Span> {
-        let at = Position {
+        let at = RecordStart {
             offset: self.at.offset + from,
             line: self.at.line + line - 1,
         };
@@ -229,21 +229,21 @@ impl io::Read for Recorder {
 /// field: the crate takes the file's end as the end of such a field.
 fn quote_open(raw: &[u8]) -> bool {
     #[derive(PartialEq)]
-    enum At {
+    enum FieldAt {
         FieldStart,
         Unquoted,
         Quoted,
         QuoteInQuoted,
     }
-    let mut at = At::FieldStart;
+    let mut at = FieldAt::FieldStart;
     for &b in raw {
         at = match (at, b) {
-            (At::Quoted, b'"') => At::QuoteInQuoted,
-            (At::Quoted, _) => At::Quoted,
-            (At::QuoteInQuoted, b'"') | (At::FieldStart, b'"') => At::Quoted,
-            (_, b',' | b'\r' | b'\n') => At::FieldStart,
-            _ => At::Unquoted,
+            (FieldAt::Quoted, b'"') => FieldAt::QuoteInQuoted,
+            (FieldAt::Quoted, _) => FieldAt::Quoted,
+            (FieldAt::QuoteInQuoted, b'"') | (FieldAt::FieldStart, b'"') => FieldAt::Quoted,
+            (_, b',' | b'\r' | b'\n') => FieldAt::FieldStart,
+            _ => FieldAt::Unquoted,
         };
     }
-    at == At::Quoted
+    at == FieldAt::Quoted
 }

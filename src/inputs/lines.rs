@@ -7,7 +7,7 @@ use std::io::{self, BufRead, BufReader, Seek, SeekFrom};
 
 use xxhash_rust::xxh3::Xxh3Default;
 
-use super::record::{Position, Span};
+use super::record::{RecordStart, Span};
 
 /// The buffer a file is read through.
 pub(super) const BUFFER: usize = 64 << 10;
@@ -27,7 +27,7 @@ pub(super) struct Lines {
 
 impl Lines {
     /// Reading `file` from `at`.
-    pub(super) fn new(mut file: File, at: Position, max_line: usize) -> io::Result<Self> {
+    pub(super) fn new(mut file: File, at: RecordStart, max_line: usize) -> io::Result<Self> {
         file.seek(SeekFrom::Start(at.offset))?;
         Ok(Self {
             input: BufReader::with_capacity(BUFFER, file),

@@ -24,7 +24,7 @@ mod record;
 pub mod warnings;
 
 pub use self::reader::{MAX_LINE, Reader};
-pub use self::record::{Item, Position, Record, Skip, SkipReason, Span};
+pub use self::record::{Item, Record, RecordStart, Skip, SkipReason, Span};
 
 #[cfg(test)]
 mod tests;

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::value::RawValue;
 
-use super::csv::{Read, Records};
+use super::csv::{RecordRead, Records};
 use super::lines::Lines;
-use super::record::{Item, Position, Record, Skip, SkipReason, Span};
+use super::record::{Item, Record, RecordStart, Skip, SkipReason, Span};
 use crate::config::{
     InputFields, InputFormat, Inputs, JsonText, Masker, Secret, csv_header, key_text, raw_at,
 };
@@ -56,14 +56,14 @@ enum Source {
 }
 
 impl Reader {
-    /// Open `inputs.file` at `at` (`Position::default()`: its start), the
+    /// Open `inputs.file` at `at` (`RecordStart::default()`: its start), the
     /// offset of a record's start as a [`Span::next`] gave it. A CSV file's
     /// header row is read first, from the start, whatever `at` is.
-    pub fn open(inputs: &Inputs, at: Position) -> io::Result<Self> {
+    pub fn open(inputs: &Inputs, at: RecordStart) -> io::Result<Self> {
         Self::open_with(inputs, at, MAX_LINE)
     }
 
-    pub(super) fn open_with(inputs: &Inputs, at: Position, max_line: usize) -> io::Result<Self> {
+    pub(super) fn open_with(inputs: &Inputs, at: RecordStart, max_line: usize) -> io::Result<Self> {
         crate::config::regular_file(&std::fs::metadata(&inputs.file)?)?;
         let file = File::open(&inputs.file)?;
         let (mut columns, mut width) = (Vec::new(), 0);
@@ -158,11 +158,11 @@ impl Reader {
         }
         let (span, record) = match records.next_record()? {
             None => return Ok(None),
-            Some(Read::Record(span, record)) => (span, record),
-            Some(Read::TooLong(span)) => {
+            Some(RecordRead::Record(span, record)) => (span, record),
+            Some(RecordRead::TooLong(span)) => {
                 return Ok(Some(self.rules.skipped(span, SkipReason::CsvTooLong)));
             }
-            Some(Read::QuoteOpen(span)) => {
+            Some(RecordRead::QuoteOpen(span)) => {
                 return Ok(Some(self.rules.skipped(span, SkipReason::QuoteOpen)));
             }
         };

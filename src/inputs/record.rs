@@ -10,7 +10,7 @@ use crate::config::InputFields;
 /// [`super::Reader::open`] (the byte offset, and the line number there,
 /// which the reader cannot count without reading what is before it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Position {
+pub struct RecordStart {
     /// Bytes from the start of the file.
     pub offset: u64,
     /// Its line number, from 1 (0 is taken as 1).
@@ -42,8 +42,8 @@ pub struct Span {
 impl Span {
     /// Where the record after it starts: the position to resume from once
     /// this one is done.
-    pub fn next(&self) -> Position {
-        Position {
+    pub fn next(&self) -> RecordStart {
+        RecordStart {
             offset: self.end,
             line: self.next_line,
         }

@@ -29,7 +29,7 @@ fn j(v: serde_json::Value) -> crate::config::JsonText {
     crate::config::JsonText::of_raw(&v.to_string())
 }
 
-fn read(i: &Inputs, at: Position) -> Vec<Item> {
+fn read(i: &Inputs, at: RecordStart) -> Vec<Item> {
     Reader::open(i, at).unwrap().map(Result::unwrap).collect()
 }
 
@@ -65,7 +65,7 @@ fn txt_lines_are_keys_with_exact_spans() {
     let dir = tempfile::tempdir().unwrap();
     let text = b"\xef\xbb\xbfUS\r\n  GB \n\n\tx\nrust-lang/rust";
     let i = inputs(dir.path(), "k.txt", text, "", &[]);
-    let items = read(&i, Position::default());
+    let items = read(&i, RecordStart::default());
     assert_eq!(
         keys(&items),
         ["1:US", "2:GB", "3!an empty line", "4:x", "5:rust-lang/rust"]
@@ -111,7 +111,7 @@ fn jsonl_records_give_their_key_and_fields_or_a_skip() {
         "/id",
         &["meta.n", "meta.tags.1", "prompt"],
     );
-    let items = read(&i, Position::default());
+    let items = read(&i, RecordStart::default());
     assert_spans_exact(text.as_bytes(), 0, &items);
     let k = keys(&items);
     assert_eq!(&k[..2], ["1:a", "2:7"]);
@@ -150,7 +150,7 @@ fn csv_records_keep_quoted_line_breaks_and_exact_offsets() {
         "d,\"last\nrecord\",4",
     );
     let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["n", "prompt"]);
-    let items = read(&i, Position::default());
+    let items = read(&i, RecordStart::default());
     let header = "\u{feff}id,prompt,n\r\n".len() as u64;
     assert_spans_exact(text.as_bytes(), header, &items);
     assert_eq!(
@@ -197,7 +197,7 @@ fn a_resume_from_any_record_reads_what_follows_it() {
         ),
     ];
     for i in &cases {
-        let all = read(i, Position::default());
+        let all = read(i, RecordStart::default());
         assert!(all.len() >= 3, "{all:?}");
         for k in 0..all.len() {
             let rest = read(i, all[k].span().next());
@@ -212,7 +212,7 @@ fn a_line_past_the_limit_is_skipped_and_the_next_one_read() {
     let long = "x".repeat(1000);
     let text = format!("a\n{long}\r\nb\n");
     let i = inputs(dir.path(), "k.txt", text.as_bytes(), "", &[]);
-    let items: Vec<Item> = Reader::open_with(&i, Position::default(), 100)
+    let items: Vec<Item> = Reader::open_with(&i, RecordStart::default(), 100)
         .unwrap()
         .map(Result::unwrap)
         .collect();
@@ -228,7 +228,7 @@ fn a_key_too_long_for_page_names_is_skipped() {
     i.max_key = 4;
     // (`/` takes 3 bytes once encoded: `%2F`)
     assert_eq!(
-        keys(&read(&i, Position::default())),
+        keys(&read(&i, RecordStart::default())),
         [
             "1:abc",
             "2!the key is longer than the 4 bytes (once percent-encoded) a page file name leaves it"
@@ -254,7 +254,7 @@ x-s3cr3t%2Dkey
     let read = |r: Reader| keys(&r.map(Result::unwrap).collect::<Vec<_>>());
     assert_eq!(
         read(
-            Reader::open(&i, Position::default())
+            Reader::open(&i, RecordStart::default())
                 .unwrap()
                 .refusing(&secret)
         ),
@@ -265,7 +265,7 @@ x-s3cr3t%2Dkey
         ]
     );
     assert_eq!(
-        read(Reader::open(&i, Position::default()).unwrap()),
+        read(Reader::open(&i, RecordStart::default()).unwrap()),
         ["1:a", "2:x-s3cr3t-key", "3:x-s3cr3t%2Dkey"]
     );
 }
@@ -287,7 +287,7 @@ fn a_long_file_is_read_with_a_bounded_buffer() {
         inputs(dir.path(), "p.jsonl", jsonl.as_bytes(), "/id", &["p"]),
         inputs(dir.path(), "r.csv", csv.as_bytes(), "id", &["p"]),
     ] {
-        let mut reader = Reader::open(&i, Position::default()).unwrap();
+        let mut reader = Reader::open(&i, RecordStart::default()).unwrap();
         let (mut count, mut most) = (0u64, 0usize);
         let mut last_end = 0;
         while let Some(item) = reader.next() {
@@ -327,7 +327,7 @@ fn the_hash_streamed_is_xxh3_of_the_whole() {
 }
 
 fn read_capped(i: &Inputs, max: usize) -> Vec<Item> {
-    Reader::open_with(i, Position::default(), max)
+    Reader::open_with(i, RecordStart::default(), max)
         .unwrap()
         .map(Result::unwrap)
         .collect()
@@ -344,7 +344,7 @@ fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_read() {
         text.push_str(&format!("k{n},{n}\n"));
     }
     let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["p"]);
-    let items = read(&i, Position::default());
+    let items = read(&i, RecordStart::default());
     let open = "a quoted field is still open at the end of the file: this line is skipped, \
                 reading goes on at the next";
     let got = keys(&items);
@@ -362,7 +362,7 @@ fn a_csv_quote_left_open_skips_its_line_and_the_rest_is_read() {
     // line open, with or without a line break after it.
     for text in ["id,p\na,1\nlast,\"open", "id,p\na,1\nlast,\"open\r\n"] {
         let i = inputs(dir.path(), "r.csv", text.as_bytes(), "id", &["p"]);
-        let items = read(&i, Position::default());
+        let items = read(&i, RecordStart::default());
         assert_eq!(keys(&items), ["2:a".to_string(), format!("3!{open}")]);
         assert_spans_exact(text.as_bytes(), 5, &items);
     }
@@ -412,7 +412,7 @@ fn jsonl_keys_and_fields_are_as_written() {
         "{\"id\": \"c\", \"p\": \"cut \\ud800\"}\n",
     );
     let i = inputs(dir.path(), "p.jsonl", text.as_bytes(), "/id", &["p"]);
-    let items = read(&i, Position::default());
+    let items = read(&i, RecordStart::default());
     assert_eq!(
         keys(&items),
         [

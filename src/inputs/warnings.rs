@@ -12,7 +12,7 @@ use super::record::SkipReason;
 /// its numbers), or a key seen again.
 #[derive(Debug, Default)]
 pub struct SkipWarnings {
-    kinds: HashMap<Kind, Count>,
+    kinds: HashMap<Kind, SkipCount>,
 }
 
 /// A kind of skip.
@@ -30,7 +30,7 @@ impl Kind {
 }
 
 #[derive(Debug)]
-struct Count {
+struct SkipCount {
     total: u64,
     /// The first skip of the kind, said as its warning said it.
     first: String,
@@ -43,7 +43,7 @@ impl SkipWarnings {
     /// Count a skip of `kind` (`said`: what its warning says); whether to
     /// warn about this one (the first [`Self::SHOWN`] of its kind).
     pub fn note(&mut self, kind: Kind, said: impl FnOnce() -> String) -> bool {
-        let count = self.kinds.entry(kind).or_insert_with(|| Count {
+        let count = self.kinds.entry(kind).or_insert_with(|| SkipCount {
             total: 0,
             first: said(),
         });

@@ -71,7 +71,7 @@ pub fn share_pool(pool: &str, share: &str) -> String {
 /// (the charge's own first, `base` of them, then its share's, `charged` in
 /// all, then every other reserve's at cost 0, only read), and per pool of
 /// the charge's own the reserves to keep.
-pub(crate) struct Plan {
+pub(crate) struct SharedCharge {
     pub cost: Vec<PoolCost>,
     pub base: usize,
     /// The pools recorded: the rest are slid and read, never logged (no
@@ -82,12 +82,12 @@ pub(crate) struct Plan {
     /// -1: never.
     pub lend: i64,
     /// Per pool of the charge's own, in order: every other share's reserve.
-    pub rows: Vec<Vec<Row>>,
+    pub rows: Vec<Vec<ShareReserve>>,
 }
 
 /// Another share's reserve in one pool: the index of its pool in
-/// [`Plan::cost`], its name, and its reserve per window.
-pub(crate) struct Row {
+/// [`SharedCharge::cost`], its name, and its reserve per window.
+pub(crate) struct ShareReserve {
     pub sub: usize,
     pub share: String,
     pub reserves: Vec<u64>,
@@ -106,7 +106,7 @@ fn windows_of(pool: &Pool, of: impl Fn(u64) -> u64) -> Vec<Window> {
 }
 
 /// `charge` as `plan` says: its share's pools added to its cost.
-pub(crate) fn planned<'a>(charge: &Charge<'a>, plan: &'a Plan) -> Charge<'a> {
+pub(crate) fn planned<'a>(charge: &Charge<'a>, plan: &'a SharedCharge) -> Charge<'a> {
     Charge {
         cost: &plan.cost,
         ..charge.clone()
@@ -115,7 +115,7 @@ pub(crate) fn planned<'a>(charge: &Charge<'a>, plan: &'a Plan) -> Charge<'a> {
 
 /// The charge both stores send for `charge` (none: it has no shares to
 /// keep).
-pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
+pub(crate) fn plan(charge: &Charge<'_>) -> Option<SharedCharge> {
     let shares = charge.shares.filter(|s| !s.list.is_empty())?;
     let mut cost: Vec<PoolCost> = charge.cost.to_vec();
     let mine = shares.of(charge.job);
@@ -132,11 +132,11 @@ pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
         }
     }
     let charged = cost.len();
-    let mut rows: Vec<Vec<Row>> = charge.cost.iter().map(|_| Vec::new()).collect();
+    let mut rows: Vec<Vec<ShareReserve>> = charge.cost.iter().map(|_| Vec::new()).collect();
     let others = (shares.list.iter()).filter(|s| Some(*s) != mine && s.reserve.of(u64::MAX) > 0);
     for share in others {
         for (p, c) in charge.cost.iter().enumerate() {
-            rows[p].push(Row {
+            rows[p].push(ShareReserve {
                 sub: cost.len(),
                 share: share.name.clone(),
                 reserves: (c.pool.windows.iter())
@@ -152,7 +152,7 @@ pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
             });
         }
     }
-    Some(Plan {
+    Some(SharedCharge {
         cost,
         base: charge.cost.len(),
         charged,
@@ -164,7 +164,7 @@ pub(crate) fn plan(charge: &Charge<'_>) -> Option<Plan> {
 /// A store's decision on a planned charge, as the charge's caller sees it:
 /// only its own pools; a refusal by its share's pool is its pool's, at the
 /// share's limit.
-pub(crate) fn answer(plan: &Plan, decision: ChargeDecision) -> ChargeDecision {
+pub(crate) fn answer(plan: &SharedCharge, decision: ChargeDecision) -> ChargeDecision {
     // (a share's pool: its base pool, the share, and the pool's index)
     let base_of = |name: &str| -> Option<(String, String, usize)> {
         let i = plan.cost.iter().position(|c| c.pool.name == name)?;
@@ -270,7 +270,7 @@ mod tests {
 
     /// A charge by `job` of 10 units of a pool of 100 a minute, and the
     /// plan of it with trending (reserve 60) and search (limit 30).
-    fn planned_by(job: &str, test: impl FnOnce(&Plan)) {
+    fn planned_by(job: &str, test: impl FnOnce(&SharedCharge)) {
         let shares = Shares {
             list: vec![
                 Share {
@@ -313,7 +313,7 @@ mod tests {
         test(&plan(&charge).expect("a plan"));
     }
 
-    fn refused_by(plan: &Plan, pool: &str) -> ChargeDecision {
+    fn refused_by(plan: &SharedCharge, pool: &str) -> ChargeDecision {
         answer(
             plan,
             ChargeDecision::Rejected {

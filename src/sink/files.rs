@@ -8,7 +8,7 @@ use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
 use super::folder::{self, Prepared};
-use super::output::{Held, Output, OutputError, Page, Wrote};
+use super::output::{Output, OutputError, Page, ResultsHeld, Wrote};
 use crate::page_name::PageName;
 
 /// A job's folder of pages.
@@ -63,7 +63,7 @@ impl Output for Files {
         Ok(())
     }
 
-    fn holds(&self, held: &Held) -> bool {
+    fn holds(&self, held: &ResultsHeld) -> bool {
         held.file
             .as_ref()
             .is_some_and(|f| self.dir.join(f).is_file())

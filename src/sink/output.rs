@@ -2,7 +2,7 @@
 //! [`Outputs`], each an [`Output`] (its file in a folder, [`Files`]; its
 //! rows in a table, [`super::sqlite::Sqlite`]; PostgreSQL next). The run
 //! never names a database: it writes a [`Page`], asks whether what a
-//! page's validators stand for is still [`Held`], which inputs' results
+//! page's validators stand for is still [`ResultsHeld`], which inputs' results
 //! are there, the highest run that wrote there, and the outputs' id.
 //!
 //! Every method is blocking (files, SQLite): the run calls them on a
@@ -33,7 +33,7 @@ pub struct Page<'a> {
 /// What a page's results are in the outputs, which its validators stand
 /// for: its file in the folder, the key of its first row in the table.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Held {
+pub struct ResultsHeld {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,7 +60,7 @@ pub struct PageRows {
 #[derive(Debug, Default)]
 pub struct Wrote {
     /// Where its results are.
-    pub held: Held,
+    pub held: ResultsHeld,
     /// Its file, when a folder took it.
     pub path: Option<PathBuf>,
     /// Its rows, when a table took them.
@@ -86,7 +86,7 @@ pub trait Output: Send + Sync {
 
     /// Whether what `held` says of this output is still there (an output
     /// cannot say: not, so the page is asked in full).
-    fn holds(&self, held: &Held) -> bool;
+    fn holds(&self, held: &ResultsHeld) -> bool;
 
     /// The id kept in the output (made with it), and whether it holds
     /// anything of the job.
@@ -204,7 +204,7 @@ impl Outputs {
     }
 
     /// Whether every output still holds what `held` says of it.
-    pub fn holds(&self, held: &Held) -> bool {
+    pub fn holds(&self, held: &ResultsHeld) -> bool {
         self.all.iter().all(|o| o.holds(held))
     }
 

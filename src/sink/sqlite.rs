@@ -34,7 +34,7 @@ mod table;
 pub(crate) use self::shape::BUSY_TIMEOUT;
 
 pub use super::output::PageRows;
-pub use prepare::{Prepared, prepare};
+pub use prepare::{PreparedRows, prepare};
 pub use shape::check;
 use shape::{connect, fit, regular_or_absent};
 pub use table::Sqlite;
@@ -202,7 +202,7 @@ impl Sink {
 
     /// Upsert one page's rows, made ready by [`prepare`], in one
     /// transaction, committed when this returns.
-    pub fn write_one(&mut self, page: &Prepared) -> rusqlite::Result<PageRows> {
+    pub fn write_one(&mut self, page: &PreparedRows) -> rusqlite::Result<PageRows> {
         let mut found = self.write_group(std::slice::from_ref(page))?;
         Ok(found.pop().unwrap_or(page.found))
     }
@@ -211,10 +211,10 @@ impl Sink {
     /// fsync for all), committed when this returns; the first error
     /// fails them all, nothing of any written. What each page gave, its
     /// new rows counted.
-    pub(crate) fn write_group(&mut self, all: &[Prepared]) -> rusqlite::Result<Vec<PageRows>> {
-        let mut found: Vec<PageRows> = all.iter().map(Prepared::found).collect();
+    pub(crate) fn write_group(&mut self, all: &[PreparedRows]) -> rusqlite::Result<Vec<PageRows>> {
+        let mut found: Vec<PageRows> = all.iter().map(PreparedRows::found).collect();
         // (a page that is not JSON has no rows, and marks no input done)
-        let pages: Vec<(usize, &Prepared)> = (all.iter().enumerate())
+        let pages: Vec<(usize, &PreparedRows)> = (all.iter().enumerate())
             .filter(|(_, p)| !p.found.not_json)
             .collect();
         if pages.is_empty() {

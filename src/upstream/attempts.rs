@@ -3,7 +3,7 @@
 //! sent again (charged) after a backoff, from the page's own URL; a
 //! same-origin redirect is followed (charged) up to [`MAX_REDIRECTS`]
 //! hops; anything else ends the request. No I/O here: the runner charges,
-//! sends, waits and logs what [`Next`] says, so this reads, and is tested,
+//! sends, waits and logs what [`AfterAttempt`] says, so this reads, and is tested,
 //! on its own.
 
 use std::time::Duration;
@@ -21,7 +21,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// What comes after an attempt's answer.
 #[derive(Debug)]
-pub enum Next {
+pub enum AfterAttempt {
     /// Charge and send the page's own request again once `wait` is over;
     /// `note` (a warning) says why and when.
     Retry { wait: Duration, note: String },
@@ -124,16 +124,16 @@ impl<'a> Attempts<'a> {
     }
 
     /// What to do after the request in hand answered `answer`.
-    pub fn next(&mut self, answer: Answer) -> Next {
+    pub fn next(&mut self, answer: Answer) -> AfterAttempt {
         let shown = self.shown();
         match answer {
-            Answer::Page { body, found, link } => Next::Page { body, found, link },
-            Answer::NotModified => Next::NotModified,
+            Answer::Page { body, found, link } => AfterAttempt::Page { body, found, link },
+            Answer::NotModified => AfterAttempt::NotModified,
             Answer::QuotaExhausted {
                 status,
                 reason,
                 retry_after,
-            } => Next::QuotaSpent {
+            } => AfterAttempt::QuotaSpent {
                 status,
                 reason,
                 retry_after,
@@ -150,7 +150,7 @@ impl<'a> Attempts<'a> {
                     self.redact(&to)
                 );
                 (self.method, self.target) = (method, to);
-                Next::Follow { note }
+                AfterAttempt::Follow { note }
             }
             Answer::Redirect { status, to, .. } => {
                 let why = format!(
@@ -172,7 +172,7 @@ impl<'a> Attempts<'a> {
                     self.retries,
                     crate::timefmt::fmt_wait(wait)
                 );
-                Next::Retry { wait, note }
+                AfterAttempt::Retry { wait, note }
             }
             // (an input's own: the rest of the list goes on; a region's
             // or batch's is most likely the upstream's, met by them all,
@@ -182,10 +182,10 @@ impl<'a> Attempts<'a> {
                 if self.fill.input.is_some() {
                     self.ends((0, why.clone()), why, true)
                 } else {
-                    Next::Fail(why)
+                    AfterAttempt::Fail(why)
                 }
             }
-            Answer::Unusable(why) => Next::Refused {
+            Answer::Unusable(why) => AfterAttempt::Refused {
                 why: format!("{}: {why}", cut(&shown)),
                 for_itself: None,
                 outage: false,
@@ -194,7 +194,7 @@ impl<'a> Attempts<'a> {
                 status,
                 excerpt,
                 credential: true,
-            } => Next::Fail(format!(
+            } => AfterAttempt::Fail(format!(
                 "the upstream refused the credential with HTTP {status}: {excerpt}"
             )),
             Answer::Refused {
@@ -213,14 +213,14 @@ impl<'a> Attempts<'a> {
     /// as failed for itself with `status` and an excerpt of the answer;
     /// status 0: none said one), else the job, for `why`; `outage`: the
     /// upstream's own trouble ended it.
-    fn ends(&self, for_itself: (u16, String), why: String, outage: bool) -> Next {
+    fn ends(&self, for_itself: (u16, String), why: String, outage: bool) -> AfterAttempt {
         match answers::ends(self.given) {
-            Does::EndsKey => Next::Refused {
+            Does::EndsKey => AfterAttempt::Refused {
                 why: format!("{}: {why}; not retried", cut(&self.shown())),
                 for_itself: Some(for_itself),
                 outage,
             },
-            _ => Next::Fail(why),
+            _ => AfterAttempt::Fail(why),
         }
     }
 

@@ -120,7 +120,7 @@ pub struct ChargeJson {
     /// Refused: why, as stderr says it (else null).
     pub reason: Option<String>,
     /// Rejected: the window that is full (else null).
-    pub full: Option<WindowJson>,
+    pub full: Option<ChargeWindowJson>,
     /// Per window of every pool charged: its budget and what remains of it.
     pub remaining: Vec<RemainingJson>,
     /// Admitted by an observe-mode credential although it did not fit: the
@@ -138,7 +138,7 @@ pub struct ObservedJson {
 }
 
 #[derive(Serialize)]
-pub struct WindowJson {
+pub struct ChargeWindowJson {
     pub pool: String,
     /// The window as the configuration writes it (`1h`, `1s500ms`).
     pub window: String,
@@ -182,7 +182,7 @@ pub async fn json(store: &Store, request: &Request<'_>, outcome: &Outcome) -> Re
         retry_at: free_at.map(rfc3339),
         reason: free_at.map(|_| reason(request, d)),
         full: match d {
-            ChargeDecision::Rejected { pool, per, .. } => Some(WindowJson {
+            ChargeDecision::Rejected { pool, per, .. } => Some(ChargeWindowJson {
                 pool: pool.clone(),
                 window: fmt_window(*per),
                 per_seconds: per.as_secs(),

@@ -8,14 +8,14 @@ mod walk;
 
 use std::collections::BTreeMap;
 
-use self::walk::{Pages, Walk};
+use self::walk::{Pages, PlannedWalk};
 use super::model::NextRun;
 use crate::config::Job;
 use crate::runner::cursor::{Cursor, Start};
 
 /// What remains now, per (pool, window index): the credential's jobs spend
 /// it in turn, so each job's next run sees what the earlier ones left.
-pub type Remaining = BTreeMap<(String, usize), u64>;
+pub type RemainingUnits = BTreeMap<(String, usize), u64>;
 
 /// Units per run of `job`, per pool, by pool name: the worst case
 /// ([`Job::units_per_run`]).
@@ -39,7 +39,7 @@ pub fn round(pool: &str, jobs: &[&Job]) -> u64 {
 pub fn next_run(
     job: &Job,
     cursor: Option<&Cursor>,
-    remaining: &mut Remaining,
+    remaining: &mut RemainingUnits,
     observe: bool,
 ) -> NextRun {
     let regions: Vec<&str> = if job.regions.is_empty() {
@@ -54,7 +54,7 @@ pub fn next_run(
         .into_iter()
         .collect();
     let n = regions.len();
-    let mut walk = Walk::new(remaining, observe);
+    let mut walk = PlannedWalk::new(remaining, observe);
     for i in 0..n {
         let index = (start.index + i) % n;
         // Where this region starts: the cursor's, one ahead, or its first page.
@@ -141,8 +141,8 @@ jobs:
     }
 
     /// Left per pool, per window in the pool's order.
-    fn remaining(of: &[(&str, &[u64])]) -> Remaining {
-        let mut r = Remaining::new();
+    fn remaining(of: &[(&str, &[u64])]) -> RemainingUnits {
+        let mut r = RemainingUnits::new();
         for (pool, left) in of {
             for (w, left) in left.iter().enumerate() {
                 r.insert((pool.to_string(), w), *left);

@@ -1,15 +1,15 @@
 //! A job of inputs planned: its progress (done, failed, left, when the rest
-//! will be done: [`crate::commands::status::inputs`]) and its next run,
+//! will be done: [`crate::commands::common::inputs`]) and its next run,
 //! the inputs left that fit what remains now, each at its cost per input.
 
-use super::cost::Remaining;
+use super::cost::RemainingUnits;
 use super::model::NextRun;
 use crate::config::Job;
 
 /// How many of `left` inputs the next run of `job` does with what remains
 /// now (all of them in observe mode: the ledger stops nothing), spending
 /// their units from `remaining` so the credential's later jobs see less.
-pub fn next_run(job: &Job, left: u64, remaining: &mut Remaining, observe: bool) -> NextRun {
+pub fn next_run(job: &Job, left: u64, remaining: &mut RemainingUnits, observe: bool) -> NextRun {
     // (a request carries `batch` inputs: what remains is counted in
     // requests, each the job's units per run)
     let batch = job.inputs.as_ref().map_or(1, |i| i.per_request());
@@ -71,7 +71,7 @@ jobs:
     output: out/one
 "#;
 
-    fn remaining(of: &[((&str, usize), u64)]) -> Remaining {
+    fn remaining(of: &[((&str, usize), u64)]) -> RemainingUnits {
         of.iter()
             .map(|((p, i), r)| ((p.to_string(), *i), *r))
             .collect()

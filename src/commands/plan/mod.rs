@@ -31,9 +31,8 @@ pub use self::model::{
 };
 pub use self::render::render;
 use self::schedule::Scheduled;
-use super::status::FailedInput;
-use super::status::inputs as status_inputs;
-use super::status::shares;
+use super::common::inputs::{self as inputs_progress, FailedInput};
+use super::common::shares;
 use super::table::{Paint, emit};
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
@@ -142,7 +141,8 @@ pub async fn build(
             // (a once-job whose done part changed: its run stops at 78)
             for (jp, job) in plan.jobs.iter_mut().zip(&cred_jobs) {
                 if let Some(i) = jp.inputs.as_mut() {
-                    i.blocked = status_inputs::blocked(store, job, cursors.get(&job.name)).await?;
+                    i.blocked =
+                        inputs_progress::blocked(store, job, cursors.get(&job.name)).await?;
                 }
             }
         }
@@ -191,7 +191,7 @@ async fn read(
     let mut failed = BTreeMap::new();
     for j in jobs {
         if j.inputs.is_some() {
-            failed.insert(j.name.clone(), status_inputs::failures(store, j).await?);
+            failed.insert(j.name.clone(), inputs_progress::failures(store, j).await?);
         }
         if let Some(c) = store
             .load_cursor(&j.name)
@@ -216,7 +216,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
     let usage = summarize(&cred.name, &cred.pools, log);
     let share_pools = shares::pools_of(cred);
     let shared = shared.map(|l| summarize(&cred.name, &share_pools, l).pools);
-    let mut remaining = cost::Remaining::new();
+    let mut remaining = cost::RemainingUnits::new();
     for p in &usage.pools {
         for (i, w) in p.windows.iter().enumerate() {
             remaining.insert((p.pool.clone(), i), w.remaining);
@@ -229,7 +229,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
         let cursor = cursors.get(&job.name);
         let failures = failed.remove(&job.name).unwrap_or_default();
         let progress =
-            status_inputs::progress(job, cursor, failures, &usage).map_err(|source| {
+            inputs_progress::progress(job, cursor, failures, &usage).map_err(|source| {
                 crate::Error::Io {
                     what: "read the inputs of",
                     path: job
@@ -265,7 +265,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
-            rows: job.sqlite.as_ref().map(crate::commands::check::rows_at),
+            rows: job.sqlite.as_ref().map(super::common::rows::rows_at),
             conditional: job.steps.iter().any(|s| s.conditional.is_some()),
         });
     }
@@ -290,9 +290,9 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
 /// `None`: all that remains), what it took then taken from `remaining`
 /// for the jobs planned after it.
 fn within(
-    remaining: &mut cost::Remaining,
-    cap: Option<cost::Remaining>,
-    plan: impl FnOnce(&mut cost::Remaining) -> NextRun,
+    remaining: &mut cost::RemainingUnits,
+    cap: Option<cost::RemainingUnits>,
+    plan: impl FnOnce(&mut cost::RemainingUnits) -> NextRun,
 ) -> NextRun {
     let Some(cap) = cap else {
         return plan(remaining);
@@ -304,7 +304,7 @@ fn within(
     let before = mine.clone();
     let next = plan(&mut mine);
     for (place, left) in remaining.iter_mut() {
-        let took = |m: &cost::Remaining| m.get(place).copied().unwrap_or(0);
+        let took = |m: &cost::RemainingUnits| m.get(place).copied().unwrap_or(0);
         *left = left.saturating_sub(took(&before).saturating_sub(took(&mine)));
     }
     next

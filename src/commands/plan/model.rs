@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::commands::status::InputsProgress;
+use crate::commands::common::inputs::InputsProgress;
 
 /// The whole plan: when it was made, against what, per credential.
 #[derive(Debug, Serialize)]

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::model::{CredentialPlan, JobPlan, NextRun, Plan, PoolPlan, SchedulePlan};
-use crate::commands::status::InputsProgress;
+use crate::commands::common::inputs::InputsProgress;
 use crate::commands::table::Paint;
 use crate::ledger::Micros;
 use crate::timefmt::{fmt_duration, from_rfc3339, local_datetime, local_time};

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use tracing::warn;
 
 use super::CredentialReport;
-use super::inputs::{FailedInput, InputsProgress, progress};
-use super::shares::ShareUsage;
 use crate::Result;
+use crate::commands::common::inputs::{self, FailedInput, InputsProgress, progress};
+use crate::commands::common::shares::{self, ShareUsage};
 use crate::config::{Config, Credential, Job};
 use crate::history::History;
 use crate::ledger::JobStore;
@@ -41,7 +41,7 @@ pub(super) fn nothing_charged(
                 reserved: vec![Vec::new(); c.pools.len()],
             };
             let usage = summarize(&c.name, &c.pools, &empty);
-            let shares = super::shares::usage(c, &usage.pools, &[], usage.at);
+            let shares = shares::usage(c, &usage.pools, &[], usage.at);
             let jobs: Vec<&Job> = config
                 .jobs
                 .iter()
@@ -125,9 +125,9 @@ pub async fn read(
             let cursor = store.load_cursor(&job.name).await?;
             let cursor = cursor.as_deref().and_then(Cursor::decode);
             if job.inputs.is_some() {
-                let failed = super::inputs::failures(store, job).await?;
+                let failed = inputs::failures(store, job).await?;
                 if let Some(mut p) = progress_or_warn(job, cursor.as_ref(), failed, &usage) {
-                    p.blocked = super::inputs::blocked(store, job, cursor.as_ref()).await?;
+                    p.blocked = inputs::blocked(store, job, cursor.as_ref()).await?;
                     inputs.insert(job.name.clone(), p);
                 }
             }
@@ -161,7 +161,7 @@ async fn usage_and_shares(
     at: At,
 ) -> Result<(CredentialUsage, Vec<ShareUsage>)> {
     let mut pools = c.pools.clone();
-    pools.extend(super::shares::pools_of(c));
+    pools.extend(shares::pools_of(c));
     let mut usage = store.usage(&c.name, &pools, at).await?;
     let read = usage.pools.split_off(c.pools.len());
     // Observe mode: a call over a share's limit is counted by the store on
@@ -172,7 +172,7 @@ async fn usage_and_shares(
             p.observed_at = p.observed_at.max(r.observed_at);
         }
     }
-    let shares = super::shares::usage(c, &usage.pools, &read, usage.at);
+    let shares = shares::usage(c, &usage.pools, &read, usage.at);
     Ok((usage, shares))
 }
 

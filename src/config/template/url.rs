@@ -38,7 +38,7 @@ enum Component {
 
 /// The reading of a template's text so far.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
+enum TemplateReading {
     Scheme,
     /// After `scheme:`, and after `scheme:/`.
     Colon,
@@ -132,7 +132,7 @@ impl Template {
     /// part: text is ignored). Placeholders count as ordinary characters:
     /// the parts are where the template's text puts them.
     fn components(&self) -> Vec<Component> {
-        let mut state = State::Scheme;
+        let mut state = TemplateReading::Scheme;
         let mut out = Vec::with_capacity(self.parts.len());
         // Placeholders in the authority, with the `@`s seen before each:
         // one with an `@` after it is in the userinfo (the last `@` ends it).
@@ -142,17 +142,19 @@ impl Template {
                 Part::Text(t) => t,
                 Part::Slot(_) | Part::Input(_) => {
                     out.push(match state {
-                        State::Scheme => Component::Scheme,
+                        TemplateReading::Scheme => Component::Scheme,
                         // (after `http:` and any slashes, the host begins)
-                        State::Colon | State::Slash | State::Authority => {
+                        TemplateReading::Colon
+                        | TemplateReading::Slash
+                        | TemplateReading::Authority => {
                             // (the slashes before the host are behind it now)
-                            state = State::Authority;
+                            state = TemplateReading::Authority;
                             authority.push((out.len(), ats));
                             Component::Host
                         }
-                        State::Path => Component::Path,
-                        State::Query => Component::Query,
-                        State::Fragment => Component::Fragment,
+                        TemplateReading::Path => Component::Path,
+                        TemplateReading::Query => Component::Query,
+                        TemplateReading::Fragment => Component::Fragment,
                     });
                     continue;
                 }
@@ -162,26 +164,26 @@ impl Template {
                 // As URL parsers read http(s) URLs (the WHATWG rule, the url
                 // crate's): after `scheme:`, any run of `/` and `\` (none
                 // too) comes before the host.
-                if matches!(state, State::Colon | State::Slash) {
+                if matches!(state, TemplateReading::Colon | TemplateReading::Slash) {
                     if matches!(c, '/' | '\\') {
-                        state = State::Slash;
+                        state = TemplateReading::Slash;
                         continue;
                     }
-                    state = State::Authority;
+                    state = TemplateReading::Authority;
                 }
                 state = match (state, c) {
-                    (State::Scheme, ':') => State::Colon,
-                    (State::Authority, '@') => {
+                    (TemplateReading::Scheme, ':') => TemplateReading::Colon,
+                    (TemplateReading::Authority, '@') => {
                         ats += 1;
-                        State::Authority
+                        TemplateReading::Authority
                     }
-                    (State::Fragment, _) => State::Fragment,
-                    (_, '#') => State::Fragment,
-                    (State::Query, _) => State::Query,
-                    (_, '?') => State::Query,
-                    (State::Authority, '/' | '\\') => State::Path,
-                    (State::Authority, _) => State::Authority,
-                    (State::Scheme, '/') => State::Path,
+                    (TemplateReading::Fragment, _) => TemplateReading::Fragment,
+                    (_, '#') => TemplateReading::Fragment,
+                    (TemplateReading::Query, _) => TemplateReading::Query,
+                    (_, '?') => TemplateReading::Query,
+                    (TemplateReading::Authority, '/' | '\\') => TemplateReading::Path,
+                    (TemplateReading::Authority, _) => TemplateReading::Authority,
+                    (TemplateReading::Scheme, '/') => TemplateReading::Path,
                     (s, _) => s,
                 };
             }

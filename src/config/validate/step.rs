@@ -104,7 +104,7 @@ impl Validator<'_> {
         (on, on_not_modified): (Option<bool>, Option<&str>),
         fan_out: bool,
         method: &reqwest::Method,
-    ) -> Result<Option<Conditional>> {
+    ) -> Result<Option<ConditionalRequests>> {
         let walk_on = match on_not_modified {
             None | Some("continue") => true,
             Some("end") => false,
@@ -141,7 +141,7 @@ impl Validator<'_> {
                 ),
             ));
         }
-        Ok(Some(Conditional { walk_on }))
+        Ok(Some(ConditionalRequests { walk_on }))
     }
 
     /// `incremental: { from: POINTER, param: NAME, initial: VALUE }`.

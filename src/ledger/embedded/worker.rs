@@ -29,14 +29,14 @@ const MOST_IN_ONE_COMMIT: usize = 64;
 type Work = Box<dyn FnOnce(Result<&Transaction<'_>, &StoreError>) -> Sent + Send>;
 
 /// A queued transaction's answer, given the batch's failure if any.
-type Answer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+type TransactionAnswer = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
 /// What a queued transaction left for the batch: whether its own part
 /// failed (its savepoint then rolled back), and its answer, sent once the
 /// batch is committed (or failed).
 struct Sent {
     failed: bool,
-    answer: Answer,
+    answer: TransactionAnswer,
 }
 
 /// A handle on the thread; the thread ends (the connection closed) when

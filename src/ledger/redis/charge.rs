@@ -11,7 +11,7 @@ use redis::Value;
 use super::RedisLedger;
 use super::keys::{index_key, log_key, state_key};
 use super::wire::{array, clock_arg, int, older_layout, text};
-use crate::ledger::shares::Plan;
+use crate::ledger::shares::SharedCharge;
 use crate::ledger::topology::Conn;
 use crate::ledger::{
     At, BlockEnd, Charge, ChargeDecision, Held, IDEMPOTENCY_HORIZON, Micros, Others, Pool,
@@ -24,7 +24,7 @@ impl RedisLedger {
     fn charge_invocation<'s>(
         &'s self,
         charge: &Charge<'_>,
-        plan: Option<&Plan>,
+        plan: Option<&SharedCharge>,
         (id, resend): (u64, bool),
         at: At,
     ) -> redis::ScriptInvocation<'s> {
@@ -177,7 +177,7 @@ pub(super) async fn charge(
 async fn decide(
     ledger: &RedisLedger,
     charge: &Charge<'_>,
-    plan: Option<&Plan>,
+    plan: Option<&SharedCharge>,
     at: At,
 ) -> Result<ChargeDecision, StoreError> {
     // Always send an id: a charge whose reply was lost is sent again under

@@ -73,7 +73,7 @@ use super::{
 pub struct RedisLedger {
     conn: Conn,
     /// What the clones of one ledger share.
-    shared: std::sync::Arc<Shared>,
+    shared: std::sync::Arc<SharedByClones>,
     charge: Script,
     block: Script,
     read: Script,
@@ -84,7 +84,7 @@ pub struct RedisLedger {
 }
 
 #[derive(Default)]
-struct Shared {
+struct SharedByClones {
     /// Set when a request gave up on a transient failure: later requests
     /// try once instead of for a whole retry window, until one succeeds,
     /// so a store that is down costs one window per run, not one per request.

@@ -98,7 +98,7 @@ pub(super) async fn read(
         });
         observed.push((int(&f[8])?.max(0) as u64, int(&f[9])?));
         reserved.push(reservations(&f[10], &extent, visible));
-        let reader = Reader {
+        let reader = PoolLogReader {
             ledger,
             credential,
             pool,
@@ -137,13 +137,13 @@ fn reservations(field: &Value, e: &PoolExtent, visible: Micros) -> Vec<(Micros, 
 }
 
 /// Reads one pool's log through `read_log.lua`.
-struct Reader<'a> {
+struct PoolLogReader<'a> {
     ledger: &'a RedisLedger,
     credential: &'a str,
     pool: &'a Pool,
 }
 
-impl Reader<'_> {
+impl PoolLogReader<'_> {
     /// The pool's log as segments, oldest first: calls outside the index,
     /// block summaries inside it, and the blocks that straddle a boundary
     /// of the report at `now` read call by call. Calls at or before the dead

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Position;
-use super::found::Found;
+use super::found::FoundValues;
 use crate::runner::cursor::{BatchAt, Cursor, Place};
 
 /// Where a fan-out's values not yet sent are: in memory (a cursor that
@@ -246,7 +246,7 @@ impl Batches {
     /// Where the next run resumes this step (`found`: what its written
     /// pages hold for a fan-out after it). Without batches written ahead
     /// it is the cursor a sequential fan-out always saved.
-    pub(super) fn cursor(&self, at: &Position<'_>, found: &Found) -> Cursor {
+    pub(super) fn cursor(&self, at: &Position<'_>, found: &FoundValues) -> Cursor {
         let written: Vec<u32> = self.written.iter().copied().collect();
         let (batch, batch_at) = match &self.list {
             Some((list, from)) => (

@@ -29,8 +29,8 @@ mod replaced;
 
 pub(super) use self::incremental::MAX_SINCE;
 use self::incremental::compare;
-pub(super) use self::records::{Held, Validators};
 use self::records::{Kept, Since, page_field, since_field, url_id};
+pub(super) use self::records::{ResultsHeld, Validators};
 
 /// What a job keeps for its conditional and incremental steps, as this
 /// run holds it.
@@ -121,7 +121,7 @@ impl<'a> Conditional<'a> {
         step: &Step,
         fill: &Fill<'_>,
         url: &reqwest::Url,
-        holds: impl Fn(&Held) -> bool,
+        holds: impl Fn(&ResultsHeld) -> bool,
     ) -> Lookup {
         if step.conditional.is_none() {
             return Lookup::None;
@@ -151,7 +151,7 @@ impl<'a> Conditional<'a> {
     /// sent for a page whose file was deleted, or whose rows were dropped,
     /// deleted or are in a table the job no longer writes, would be
     /// answered 304 and leave the output without them for good.
-    fn still_held(&self, v: &Validators, holds: impl Fn(&Held) -> bool) -> bool {
+    fn still_held(&self, v: &Validators, holds: impl Fn(&ResultsHeld) -> bool) -> bool {
         // (a page another host wrote, to its own output, cannot be looked
         // for here: its validators are that output's, shared as before)
         let here = self.kept.borrow().output.clone();
@@ -171,7 +171,7 @@ impl<'a> Conditional<'a> {
         url: &reqwest::Url,
         (etag, modified): (Option<String>, Option<String>),
         next: Option<&str>,
-        held: Held,
+        held: ResultsHeld,
     ) {
         if step.conditional.is_none() {
             return;

@@ -6,7 +6,7 @@
 //! * While the previous step walks its pages, each page written is read
 //!   for the values ([`page_scan::each_value`]); they go to a list in the
 //!   store as the page is written, in order, duplicates dropped, in
-//!   bounded chunks ([`Found`], `found.rs`): the cursor saved with every
+//!   bounded chunks ([`FoundValues`], `found.rs`): the cursor saved with every
 //!   page says the list and how many it holds, never the values, so a
 //!   killed run loses none and memory does not grow with their count.
 //! * When that step ends, that list is the fan-out's list of values to
@@ -26,7 +26,7 @@
 //! A fan-out followed by another goes side by side too. Its batches'
 //! pages are written in any order, but the next step must get their
 //! values in page order, as one at a time would: each batch's values are
-//! read from its page on their own, and join [`Found`] only once every
+//! read from its page on their own, and join [`FoundValues`] only once every
 //! batch before it is written; until then they wait in [`Batches`], and in
 //! the cursor saved with every batch (`found_ahead`), so a stop or a kill
 //! loses none of them. What waits there is bounded by the batches written
@@ -49,7 +49,7 @@ use futures_util::stream::FuturesUnordered;
 use tracing::{error, warn};
 
 use super::batches::{Batches, Values};
-use super::found::{self, Found};
+use super::found::{self, FoundValues};
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
@@ -81,7 +81,7 @@ impl JobRun<'_> {
     /// control character): about the page's own size, whatever their count.
     pub(super) async fn collect_for_next(
         &self,
-        found: &mut Found,
+        found: &mut FoundValues,
         at: &Position<'_>,
         page: u32,
         body: &[u8],
@@ -139,7 +139,7 @@ impl JobRun<'_> {
     /// before, and those past the step's `max_values`).
     async fn keep_found<'v>(
         &self,
-        found: &mut Found,
+        found: &mut FoundValues,
         at: &Position<'_>,
         page: u32,
         values: impl IntoIterator<Item = &'v str>,
@@ -339,7 +339,7 @@ impl JobRun<'_> {
     /// lost. Without a list (a store that did not take it, or that cursor)
     /// the cursor keeps the values, as it did. `found`: what the step's
     /// written pages hold for a fan-out after it.
-    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &Found) {
+    async fn keep_list(&self, at: &Position<'_>, plan: &mut Batches, found: &FoundValues) {
         let values = plan.unlisted().filter(|v| !v.is_empty());
         let (Some(store), Some(values)) = (self.meter.store(), values) else {
             return;
@@ -424,7 +424,7 @@ impl JobRun<'_> {
         step: &Step,
         at: &Position<'_>,
         plan: &RefCell<Batches>,
-        found: &tokio::sync::Mutex<Found>,
+        found: &tokio::sync::Mutex<FoundValues>,
         k: u32,
         join: &str,
     ) -> Result<Option<String>> {
@@ -434,7 +434,7 @@ impl JobRun<'_> {
         };
         let fill = self.fill(at, k, &joined);
         // This batch's own values, apart until their turn.
-        let mut own = Found::default();
+        let mut own = FoundValues::default();
         match self
             .fetch_page(Some(&mut own), step, &fill, None, at, k)
             .await?

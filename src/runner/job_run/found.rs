@@ -1,4 +1,4 @@
-//! [`Found`]: the values the pages of a step hold for a fan-out after it,
+//! [`FoundValues`]: the values the pages of a step hold for a fan-out after it,
 //! in page order, each once, and the list in the store they go to.
 //!
 //! A page of millions of tiny values held them all in process memory
@@ -41,7 +41,7 @@ pub(super) const CHUNK_VALUES: usize = 10_000;
 pub(super) const CHUNK_BYTES: usize = 4 << 20;
 
 /// The values found so far for a fan-out step, in order, each once.
-pub(super) enum Found {
+pub(super) enum FoundValues {
     /// In process memory: with no store, or one batch's own values.
     Held {
         values: Vec<String>,
@@ -56,13 +56,13 @@ pub(super) enum Found {
     },
 }
 
-impl Default for Found {
+impl Default for FoundValues {
     fn default() -> Self {
         Self::held(Vec::new())
     }
 }
 
-impl Found {
+impl FoundValues {
     /// Held in memory, starting from `values` (each once).
     pub(super) fn held(values: Vec<String>) -> Self {
         Self::Held {
@@ -325,8 +325,8 @@ mod tests {
     }
 
     /// The list's values, in order.
-    async fn values(store: &Store, found: &Found) -> Vec<String> {
-        let Found::Listed { name, len, .. } = found else {
+    async fn values(store: &Store, found: &FoundValues) -> Vec<String> {
+        let FoundValues::Listed { name, len, .. } = found else {
             panic!("not listed")
         };
         read(store, name, 0, *len).await.unwrap().unwrap()
@@ -336,7 +336,7 @@ mod tests {
     fn values_are_listed_once_in_order_and_a_killed_runs_tail_is_no_repeat() {
         let (_dir, store) = store();
         block_on(async {
-            let mut found = Found::listed("j:values:US:s1".into());
+            let mut found = FoundValues::listed("j:values:US:s1".into());
             let page = |r: std::ops::Range<u32>| r.map(|i| i.to_string()).collect::<Vec<_>>();
             // More than a chunk, repeats within and across pages.
             let one = page(0..25_000);
@@ -360,7 +360,7 @@ mod tests {
                     .await
                     .unwrap()
             );
-            let mut resumed = Found::resumed(name, &saved);
+            let mut resumed = FoundValues::resumed(name, &saved);
             let again = page(28_000..31_000);
             let refs = again.iter().map(String::as_str);
             resumed.keep(Some(&store), refs, u64::MAX, 2).await.unwrap();
@@ -377,7 +377,7 @@ mod tests {
             );
             assert_eq!(resumed.found_in().unwrap().count, 28_001);
             // A new walk forgets the list before it.
-            let mut afresh = Found::listed("j:values:US:s1".into());
+            let mut afresh = FoundValues::listed("j:values:US:s1".into());
             afresh.keep(Some(&store), ["5"], u64::MAX, 3).await.unwrap();
             assert_eq!(values(&store, &afresh).await, ["5"]);
             assert!(

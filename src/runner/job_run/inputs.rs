@@ -30,7 +30,7 @@ mod on_disk;
 mod seen;
 use crate::config::Inputs;
 use crate::inputs::warnings::{Kind, SkipWarnings};
-use crate::inputs::{Item, Position, Reader, SkipReason};
+use crate::inputs::{Item, Reader, RecordStart, SkipReason};
 use crate::logging::printable;
 use crate::runner::Key;
 use crate::runner::cursor::{Cursor, InputAt};
@@ -78,7 +78,7 @@ impl JobRun<'_> {
             // this one's.
             self.forget_failed().await;
         }
-        let at_place = Position {
+        let at_place = RecordStart {
             offset: at.offset,
             line: at.line,
         };

@@ -15,7 +15,7 @@ use tracing::info;
 
 use super::batches::Batches;
 use super::batches::Values;
-use super::found::Found;
+use super::found::FoundValues;
 use super::round::{Round, Slot};
 use super::{JobRun, Position, Walk, Walker, describe_position};
 use crate::Result;
@@ -200,7 +200,7 @@ impl JobRun<'_> {
             )
         };
         let mut w = Walker {
-            found: Found::default(),
+            found: FoundValues::default(),
             pending: None,
         };
         let first_step = start.as_ref().map_or(0, |s| s.place.step);

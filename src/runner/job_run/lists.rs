@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use tracing::error;
 
 use super::batches::{Batches, Values};
-use super::found::{self, Found};
+use super::found::{self, FoundValues};
 use super::{JobRun, Position, describe_position};
 use crate::Result;
 use crate::config::ForEach;
@@ -205,16 +205,16 @@ impl JobRun<'_> {
         &self,
         at: &Position<'_>,
         place: Option<&Place>,
-    ) -> Result<Found> {
+    ) -> Result<FoundValues> {
         let fans_out = (self.job.steps.get(at.step + 1)).is_some_and(|s| s.for_each.is_some());
         let held = place.map(|p| p.found.clone()).unwrap_or_default();
         let Some(store) = self.meter.store().filter(|_| fans_out) else {
-            return Ok(Found::held(held));
+            return Ok(FoundValues::held(held));
         };
         let name = values_key(&self.job.name, at.key, at.step + 1);
         if let Some(list) = place.and_then(|p| p.found_in.as_ref()) {
             if found::holds(store, &name, &list.list, list.count).await? {
-                return Ok(Found::resumed(name, list));
+                return Ok(FoundValues::resumed(name, list));
             }
             self.report.borrow_mut().values_lost += list.count;
             error!(
@@ -226,7 +226,7 @@ impl JobRun<'_> {
                 list.count
             );
         }
-        let mut found = Found::listed(name);
+        let mut found = FoundValues::listed(name);
         if !held.is_empty() {
             let values = held.iter().map(String::as_str);
             found.keep(Some(store), values, u64::MAX, at.run).await?;

@@ -84,7 +84,7 @@ pub(super) struct JobRun<'a> {
 /// after them (each region its own, as regions run side by side).
 struct Walker {
     /// The values the step being walked finds for the next, a fan-out.
-    found: found::Found,
+    found: found::FoundValues,
     /// The values a fan-out step about to start has to send.
     pending: Option<batches::Values>,
 }

@@ -15,9 +15,9 @@ use crate::runner::Stop;
 use crate::runner::lock::RunLock;
 use crate::runner::meter::Charged;
 use crate::sink::folder::{SecretOutsideStrings, mask_page};
-use crate::sink::{Held, OutputError, Outputs, Page, Wrote};
+use crate::sink::{OutputError, Outputs, Page, ResultsHeld, Wrote};
 use crate::timefmt::rfc3339;
-use crate::upstream::{self, Answer, Attempts, Next, Reported};
+use crate::upstream::{self, AfterAttempt, Answer, Attempts, Reported};
 use crate::{Error, Result};
 
 /// What a page's request came to.
@@ -80,7 +80,7 @@ impl JobRun<'_> {
                 return Ok(Fetched::Stopped);
             };
             match attempts.next(answer) {
-                Next::Page { body, found, link } => {
+                AfterAttempt::Page { body, found, link } => {
                     let fresh = validators_of(headers.as_ref());
                     return Ok(Fetched::Page(PageAnswer {
                         body,
@@ -89,8 +89,8 @@ impl JobRun<'_> {
                         fresh,
                     }));
                 }
-                Next::NotModified => return Ok(Fetched::NotModified),
-                Next::QuotaSpent {
+                AfterAttempt::NotModified => return Ok(Fetched::NotModified),
+                AfterAttempt::QuotaSpent {
                     status,
                     reason,
                     retry_after,
@@ -99,20 +99,20 @@ impl JobRun<'_> {
                         .await;
                     return Ok(Fetched::Stopped);
                 }
-                Next::Follow { note } => info!(job = self.job.name, "{note}"),
-                Next::Retry { wait, note } => {
+                AfterAttempt::Follow { note } => info!(job = self.job.name, "{note}"),
+                AfterAttempt::Retry { wait, note } => {
                     warn!(job = self.job.name, "{note}");
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
                         () = self.ctx.shutdown.wait() => {}
                     }
                 }
-                Next::Refused {
+                AfterAttempt::Refused {
                     why,
                     for_itself,
                     outage,
                 } => return Ok(Fetched::Refused(why, for_itself, outage)),
-                Next::Fail(problem) => {
+                AfterAttempt::Fail(problem) => {
                     return Err(Error::Upstream {
                         job: self.job.name.clone(),
                         url: redact(url.as_str(), &[fill.secret]),
@@ -339,7 +339,7 @@ type Attempt = (
 /// What became of a page sent to its file.
 pub(super) enum Written {
     /// Written: its body, for what is read from it after, and where it is.
-    Page(Vec<u8>, Held),
+    Page(Vec<u8>, ResultsHeld),
     /// Not written, and never will be as it stands: why.
     Refused(String),
 }

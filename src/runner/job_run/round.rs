@@ -7,14 +7,14 @@
 //! A stop or a kill then redoes at most the pages that were in flight.
 //!
 //! A job of inputs has no list to hold: its round is a window onto its file
-//! ([`Window`]), from the first input not done (the cursor's) to the last
+//! ([`RoundWindow`]), from the first input not done (the cursor's) to the last
 //! one read, at most a few times `concurrency` long. Inputs done at its
 //! front leave it, moving the cursor's place in the file past them.
 
 use std::collections::VecDeque;
 
 use crate::config::InputFields;
-use crate::inputs::Position as FilePosition;
+use crate::inputs::RecordStart;
 use crate::inputs::Span;
 use crate::inputs::done_part::{Chunk, Seen};
 use crate::runner::Key;
@@ -54,13 +54,13 @@ pub(super) struct Round {
     /// How many times a slot changed: which state a cursor write carried.
     version: u64,
     /// A job of inputs: the records in the window and the file around it.
-    window: Option<Window>,
+    window: Option<RoundWindow>,
 }
 
 /// A job of inputs' round: the records of its slots, in file order, and
 /// where the first of them starts.
 #[derive(Debug, Default)]
-pub(super) struct Window {
+pub(super) struct RoundWindow {
     records: VecDeque<(Span, InputFields)>,
     /// Where the first input not done starts (the file's end when every
     /// input read is done): what the cursor saves.
@@ -108,9 +108,9 @@ impl Round {
     pub(super) fn of_inputs(run: u64, at: InputAt) -> Self {
         Self {
             run,
-            window: Some(Window {
+            window: Some(RoundWindow {
                 at,
-                ..Window::default()
+                ..RoundWindow::default()
             }),
             ..Self::default()
         }
@@ -146,7 +146,7 @@ impl Round {
         w.records.get(slot.checked_sub(self.base)?).map(|(s, _)| s)
     }
 
-    pub(super) fn window_mut(&mut self) -> Option<&mut Window> {
+    pub(super) fn window_mut(&mut self) -> Option<&mut RoundWindow> {
         self.window.as_mut()
     }
 
@@ -181,7 +181,7 @@ impl Round {
 
     /// The file has no more inputs after the window: where the next read
     /// would start (the cursor's place once the window is empty).
-    pub(super) fn read_to(&mut self, next: FilePosition) {
+    pub(super) fn read_to(&mut self, next: RecordStart) {
         if let Some(w) = &mut self.window
             && self.slots.is_empty()
         {

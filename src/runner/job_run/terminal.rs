@@ -73,7 +73,7 @@ impl JobRun<'_> {
             // Every item from the first input not done, the front of the
             // window too: read once, on a terminal only.
             let total = || {
-                let from = crate::inputs::Position { offset, line };
+                let from = crate::inputs::RecordStart { offset, line };
                 let items = crate::inputs::Reader::open(inputs, from)
                     .map(|r| r.map_while(|i| i.ok()).count() as u64);
                 done + items.unwrap_or(0)

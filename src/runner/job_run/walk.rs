@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use reqwest::Url;
 use tracing::{error, warn};
 
-use super::found::Found;
+use super::found::FoundValues;
 use super::request::{Fetched, Written};
 use super::round::Slot;
 use super::{JobRun, PageAnswer, Position, Walk, Walker};
@@ -201,7 +201,7 @@ impl JobRun<'_> {
     /// fan-out after this step.
     pub(super) async fn fetch_page(
         &self,
-        keep: Option<&mut Found>,
+        keep: Option<&mut FoundValues>,
         step: &Step,
         fill: &Fill<'_>,
         token: Option<&str>,

@@ -65,11 +65,11 @@ fn a_folder_and_a_table_take_a_page_and_say_what_they_hold() {
     // Gone from either, not held.
     std::fs::remove_file(folder.join(name)).unwrap();
     assert!(!outputs.holds(&wrote.held));
-    let row_only = Held {
+    let row_only = ResultsHeld {
         file: None,
         row: Some("a1".into()),
     };
-    let files_only = Held {
+    let files_only = ResultsHeld {
         file: Some(name.into()),
         row: None,
     };

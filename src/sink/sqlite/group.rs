@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-use super::{PageRows, Prepared, Sink};
+use super::{PageRows, PreparedRows, Sink};
 
 /// A [`Sink`] shared by a run's writers.
 pub struct Shared {
@@ -38,7 +38,7 @@ pub struct Shared {
 struct Queue {
     next: u64,
     /// Pages waiting for the next commit, by number.
-    waiting: Vec<(u64, Prepared)>,
+    waiting: Vec<(u64, PreparedRows)>,
     /// Results of pages committed (or failed), until their writer takes them.
     done: HashMap<u64, rusqlite::Result<PageRows>>,
     /// A writer is committing a group.
@@ -86,7 +86,7 @@ impl Shared {
 
     /// Write `page`'s rows, committed (with those of the pages that came
     /// meanwhile) when this returns.
-    pub fn write(&self, page: Prepared) -> rusqlite::Result<PageRows> {
+    pub fn write(&self, page: PreparedRows) -> rusqlite::Result<PageRows> {
         let mut q = lock(&self.queue);
         let mine = q.next;
         q.next += 1;
@@ -104,7 +104,7 @@ impl Shared {
                     ids: group.iter().map(|(id, _)| *id).collect(),
                     results: None,
                 };
-                let pages: Vec<Prepared> = group.into_iter().map(|(_, p)| p).collect();
+                let pages: Vec<PreparedRows> = group.into_iter().map(|(_, p)| p).collect();
                 turn.results = Some(self.commit(&pages));
                 drop(turn);
                 q = lock(&self.queue);
@@ -116,7 +116,7 @@ impl Shared {
 
     /// One transaction for `pages`; else, where it failed once begun,
     /// each page in its own.
-    fn commit(&self, pages: &[Prepared]) -> Vec<rusqlite::Result<PageRows>> {
+    fn commit(&self, pages: &[PreparedRows]) -> Vec<rusqlite::Result<PageRows>> {
         let mut sink = self.lock();
         let e = match sink.write_group(pages) {
             Ok(found) => {
@@ -216,7 +216,7 @@ mod tests {
     }
 
     /// Input `K`'s page: 3 items, ids `K0`..`K2`.
-    fn page(shared: &Shared, k: &str) -> Prepared {
+    fn page(shared: &Shared, k: &str) -> PreparedRows {
         let items: Vec<String> = (0..3)
             .map(|i| format!(r#"{{"id":"{k}{i}","title":"item {k} {i}"}}"#))
             .collect();

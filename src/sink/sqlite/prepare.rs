@@ -12,7 +12,7 @@ use crate::page_scan;
 /// A page's rows made ready to write: parsed, keyed and serialized on the
 /// page's own thread, so that the writer that commits (for several pages
 /// at once, see [`super::group`]) only runs the statements.
-pub struct Prepared {
+pub struct PreparedRows {
     pub(super) input: String,
     pub(super) fetched_at: String,
     pub(super) run: u64,
@@ -22,7 +22,7 @@ pub struct Prepared {
     pub(super) found: PageRows,
 }
 
-impl Prepared {
+impl PreparedRows {
     /// What the page gives the table (its rows, once written).
     pub fn found(&self) -> PageRows {
         self.found
@@ -43,8 +43,8 @@ pub fn prepare(
     page: &[u8],
     fetched_at: String,
     run: u64,
-) -> Prepared {
-    let mut p = Prepared {
+) -> PreparedRows {
+    let mut p = PreparedRows {
         input: input.to_string(),
         fetched_at,
         run,

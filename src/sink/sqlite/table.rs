@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::group::Shared;
 use super::{Sink, SinkError};
 use crate::config::SqliteOutput;
-use crate::sink::output::{Held, Output, OutputError, Page, Wrote};
+use crate::sink::output::{Output, OutputError, Page, ResultsHeld, Wrote};
 
 /// A job's table, open.
 pub struct Sqlite {
@@ -51,7 +51,7 @@ impl Output for Sqlite {
         Ok(())
     }
 
-    fn holds(&self, held: &Held) -> bool {
+    fn holds(&self, held: &ResultsHeld) -> bool {
         held.row
             .as_ref()
             .is_none_or(|k| self.shared.lock().has_row(k).unwrap_or(false))

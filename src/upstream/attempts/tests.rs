@@ -74,7 +74,7 @@ fn a_server_error_is_retried_after_a_backoff_then_the_page_is_done() {
     let (fill, own) = (fill(&secret), url(PAGE));
     let mut a = attempts(&config, &fill, &own, false);
     match a.next(Answer::Transient("HTTP 502 Bad Gateway".into())) {
-        Next::Retry { wait, note } => {
+        AfterAttempt::Retry { wait, note } => {
             assert_eq!(wait, Duration::from_secs(2));
             assert_eq!(
                 note,
@@ -87,7 +87,7 @@ fn a_server_error_is_retried_after_a_backoff_then_the_page_is_done() {
         other => panic!("{other:?}"),
     }
     assert_eq!((a.attempt(), a.target().as_str()), (1, PAGE));
-    assert!(matches!(a.next(page()), Next::Page { .. }));
+    assert!(matches!(a.next(page()), AfterAttempt::Page { .. }));
 }
 
 #[test]
@@ -98,13 +98,13 @@ fn retries_double_their_wait_and_end_the_job_once_spent() {
     let mut waits = Vec::new();
     for _ in 0..3 {
         match a.next(Answer::Transient("timed out".into())) {
-            Next::Retry { wait, .. } => waits.push(wait.as_secs()),
+            AfterAttempt::Retry { wait, .. } => waits.push(wait.as_secs()),
             other => panic!("{other:?}"),
         }
     }
     assert_eq!(waits, [2, 4, 8]);
     match a.next(Answer::Transient("timed out".into())) {
-        Next::Fail(why) => assert_eq!(why, "timed out, after 4 attempts"),
+        AfterAttempt::Fail(why) => assert_eq!(why, "timed out, after 4 attempts"),
         other => panic!("{other:?}"),
     }
     // However many retries, a wait stays under a minute.
@@ -118,7 +118,9 @@ fn a_retry_waits_somewhere_up_to_its_cap() {
     let mut a = Attempts::new(&config.jobs[0].steps[0], &fill, &own, false, &config.http);
     for cap in [2, 4, 8] {
         match a.next(Answer::Transient("HTTP 503".into())) {
-            Next::Retry { wait, .. } => assert!(wait <= Duration::from_secs(cap), "{wait:?}"),
+            AfterAttempt::Retry { wait, .. } => {
+                assert!(wait <= Duration::from_secs(cap), "{wait:?}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -131,7 +133,7 @@ fn three_hops_are_followed_with_the_key_put_back_and_a_fourth_ends_the_job() {
     let mut a = attempts(&config, &fill, &own, false);
     for n in 1..=3 {
         match a.next(hop(&format!("https://api.example.com/v{n}/videos?part=id"))) {
-            Next::Follow { note } => {
+            AfterAttempt::Follow { note } => {
                 assert!(
                     note.ends_with(&format!(
                         "HTTP 302, redirect {n} of at most 3 to https://api.example.com/v{n}/videos?part=id&key=*** (same origin, charged)"
@@ -148,7 +150,7 @@ fn three_hops_are_followed_with_the_key_put_back_and_a_fourth_ends_the_job() {
         );
     }
     match a.next(hop("https://api.example.com/v4/videos?key=SEKRET")) {
-        Next::Fail(why) => assert_eq!(
+        AfterAttempt::Fail(why) => assert_eq!(
             why,
             "more than 3 redirects (the last, HTTP 302, to https://api.example.com/v4/videos?key=***): not followed"
         ),
@@ -164,11 +166,11 @@ fn a_retry_starts_again_from_the_pages_own_url_with_its_hops_anew() {
     for _ in 0..3 {
         assert!(matches!(
             a.next(hop("https://api.example.com/elsewhere")),
-            Next::Follow { .. }
+            AfterAttempt::Follow { .. }
         ));
     }
     match a.next(Answer::Transient("HTTP 500".into())) {
-        Next::Retry { note, .. } => assert!(
+        AfterAttempt::Retry { note, .. } => assert!(
             note.starts_with("https://api.example.com/elsewhere?key=***: HTTP 500; retry 1"),
             "{note}"
         ),
@@ -177,7 +179,7 @@ fn a_retry_starts_again_from_the_pages_own_url_with_its_hops_anew() {
     assert_eq!(a.target().as_str(), PAGE);
     assert!(matches!(
         a.next(hop("https://api.example.com/elsewhere")),
-        Next::Follow { .. }
+        AfterAttempt::Follow { .. }
     ));
 }
 
@@ -191,7 +193,7 @@ fn a_429_with_retry_after_means_the_upstream_quota_is_spent() {
         reason: "too many requests".into(),
         retry_after: Some(Duration::from_secs(7)),
     }) {
-        Next::QuotaSpent {
+        AfterAttempt::QuotaSpent {
             status: 429,
             reason,
             retry_after: Some(d),
@@ -213,7 +215,7 @@ fn a_refusal_ends_its_region_only_when_the_request_carries_what_upstream_gave() 
         credential: false,
     };
     match attempts(&config, &fill, &own, true).next(refused()) {
-        Next::Refused {
+        AfterAttempt::Refused {
             why, for_itself, ..
         } => {
             assert_eq!(for_itself, Some((404, "not found".into())));
@@ -225,7 +227,7 @@ fn a_refusal_ends_its_region_only_when_the_request_carries_what_upstream_gave() 
         other => panic!("{other:?}"),
     }
     match attempts(&config, &fill, &own, false).next(refused()) {
-        Next::Fail(why) => {
+        AfterAttempt::Fail(why) => {
             assert_eq!(
                 why,
                 "the upstream refused the request with HTTP 404: not found"
@@ -241,10 +243,10 @@ fn a_refusal_ends_its_region_only_when_the_request_carries_what_upstream_gave() 
     };
     assert!(matches!(
         attempts(&config, &fill, &own, true).next(unauthorized),
-        Next::Fail(_)
+        AfterAttempt::Fail(_)
     ));
     match attempts(&config, &fill, &own, true).next(Answer::Unusable("no body".into())) {
-        Next::Refused {
+        AfterAttempt::Refused {
             why, for_itself, ..
         } => {
             assert_eq!(for_itself, None);
@@ -274,7 +276,7 @@ fn what_ends_a_key_and_what_ends_the_job() {
     };
     for status in [403, 409, 413, 451] {
         match attempts(&config, &region, &own, true).next(refused(status, false)) {
-            Next::Refused {
+            AfterAttempt::Refused {
                 for_itself, outage, ..
             } => {
                 assert_eq!(for_itself, Some((status, "no".into())));
@@ -284,17 +286,17 @@ fn what_ends_a_key_and_what_ends_the_job() {
         }
         assert!(matches!(
             attempts(&config, &region, &own, false).next(refused(status, false)),
-            Next::Fail(_)
+            AfterAttempt::Fail(_)
         ));
     }
     assert!(matches!(
         attempts(&config, &input, &own, true).next(refused(403, true)),
-        Next::Fail(_)
+        AfterAttempt::Fail(_)
     ));
     let fatal = || Answer::Fatal("the host name does not exist".into());
     assert!(matches!(
         attempts(&config, &input, &own, true).next(fatal()),
-        Next::Refused {
+        AfterAttempt::Refused {
             for_itself: Some((0, _)),
             outage: false,
             ..
@@ -302,7 +304,7 @@ fn what_ends_a_key_and_what_ends_the_job() {
     ));
     assert!(matches!(
         attempts(&config, &input, &own, false).next(fatal()),
-        Next::Fail(_)
+        AfterAttempt::Fail(_)
     ));
     // Past its retries (`retries: 3`).
     let past = |fill: &Fill<'_>| {
@@ -310,13 +312,13 @@ fn what_ends_a_key_and_what_ends_the_job() {
         for _ in 0..3 {
             assert!(matches!(
                 a.next(Answer::Transient("HTTP 500".into())),
-                Next::Retry { .. }
+                AfterAttempt::Retry { .. }
             ));
         }
         a.next(Answer::Transient("HTTP 500".into()))
     };
     match past(&input) {
-        Next::Refused {
+        AfterAttempt::Refused {
             for_itself,
             why,
             outage,
@@ -330,5 +332,5 @@ fn what_ends_a_key_and_what_ends_the_job() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(past(&region), Next::Fail(_)));
+    assert!(matches!(past(&region), AfterAttempt::Fail(_)));
 }

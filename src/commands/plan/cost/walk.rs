@@ -2,7 +2,7 @@
 //! they spend of what remains, and where the run stops (or, for an
 //! `observe` credential, what it sends that does not fit).
 
-use super::Remaining;
+use super::RemainingUnits;
 use crate::commands::plan::model::NextRun;
 use crate::config::Step;
 use crate::ledger::{Pool, PoolCost, Window};
@@ -46,18 +46,18 @@ impl Pages {
 }
 
 /// The next run as it is walked: what it has spent and counted so far.
-pub(super) struct Walk<'r> {
-    remaining: &'r mut Remaining,
+pub(super) struct PlannedWalk<'r> {
+    remaining: &'r mut RemainingUnits,
     observe: bool,
     calls: u64,
     /// (observe mode: the first call that would not have fitted, and how many)
     observed: Option<NextRun>,
 }
 
-impl<'r> Walk<'r> {
+impl<'r> PlannedWalk<'r> {
     /// A run about to be walked, spending from `remaining`.
-    pub(super) fn new(remaining: &'r mut Remaining, observe: bool) -> Self {
-        Walk {
+    pub(super) fn new(remaining: &'r mut RemainingUnits, observe: bool) -> Self {
+        PlannedWalk {
             remaining,
             observe,
             calls: 0,
@@ -167,7 +167,10 @@ impl<'r> Walk<'r> {
 
 /// The first window, in the order of `cost`, that has less left than one
 /// call of `cost` spends from it.
-fn full_window<'c>(cost: &'c [PoolCost], remaining: &Remaining) -> Option<(&'c Pool, &'c Window)> {
+fn full_window<'c>(
+    cost: &'c [PoolCost],
+    remaining: &RemainingUnits,
+) -> Option<(&'c Pool, &'c Window)> {
     for c in cost {
         for (w, window) in c.pool.windows.iter().enumerate() {
             let left = remaining
@@ -184,7 +187,7 @@ fn full_window<'c>(cost: &'c [PoolCost], remaining: &Remaining) -> Option<(&'c P
 
 /// How many calls of `cost` fit in `remaining` (any number when it costs
 /// nothing).
-fn fitting(cost: &[PoolCost], remaining: &Remaining) -> u64 {
+fn fitting(cost: &[PoolCost], remaining: &RemainingUnits) -> u64 {
     let mut fit = u64::MAX;
     for c in cost.iter().filter(|c| c.units > 0) {
         for w in 0..c.pool.windows.len() {
@@ -200,7 +203,7 @@ fn fitting(cost: &[PoolCost], remaining: &Remaining) -> u64 {
 
 /// Take `n` calls of `cost` from `remaining` (they were checked to fit, or
 /// an observe-mode credential records them all the same: none left then).
-fn spend(cost: &[PoolCost], remaining: &mut Remaining, n: u64) {
+fn spend(cost: &[PoolCost], remaining: &mut RemainingUnits, n: u64) {
     for c in cost {
         for w in 0..c.pool.windows.len() {
             if let Some(left) = remaining.get_mut(&(c.pool.name.clone(), w)) {

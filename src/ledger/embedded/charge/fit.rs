@@ -117,13 +117,13 @@ type Rows = [Vec<(usize, String, Vec<u64>)>];
 
 /// A window that keeps a call out for other shares: (pool, window, µs until
 /// it may fit, the share pool of the largest reserve kept, its units).
-pub(super) type Kept = (usize, usize, Micros, usize, u64);
+pub(super) type KeptForShares = (usize, usize, Micros, usize, u64);
 
 /// Shares (issue 28), once every window fits: the window whose units left
 /// after the call do not cover what every other share holds (its unused
 /// reserve; past a calendar window's lending point, no more than its
 /// reserve's pace: [`shares::held`]), the one that keeps the call out
-/// longest ([`Kept`]); as lua/charge/decide.lua. It may fit when enough of
+/// longest ([`KeptForShares`]); as lua/charge/decide.lua. It may fit when enough of
 /// the window has left (sliding; optimistic, as others' calls may come
 /// first) or when enough has opened ([`shares::opens_at`]).
 pub(super) fn reserves_kept(
@@ -132,8 +132,8 @@ pub(super) fn reserves_kept(
     (base, lend, rows): (usize, i64, &Rows),
     (used, logs): (&[Vec<WindowSum>], &[PoolLog]),
     now: Micros,
-) -> Result<Option<Kept>, StoreError> {
-    let mut worst: Option<Kept> = None;
+) -> Result<Option<KeptForShares>, StoreError> {
+    let mut worst: Option<KeptForShares> = None;
     for (p, cost) in c.cost.iter().enumerate().take(base) {
         for (k, &(len, budget)) in cost.windows.iter().enumerate() {
             let (start, end) = cost.span(k, now);

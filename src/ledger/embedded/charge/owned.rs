@@ -2,7 +2,7 @@
 //! embedded store moves into its blocking thread, with each window as the
 //! charge's steps read it (how long an entry counts, budget, calendar span).
 
-use crate::ledger::shares::Plan;
+use crate::ledger::shares::SharedCharge;
 use crate::ledger::{Charge, Micros, calendar, tag};
 
 /// An owned copy of a charge, to move into the blocking thread.
@@ -16,7 +16,7 @@ pub(in crate::ledger::embedded) struct OwnedCharge {
     /// Shares: the reserves to keep (see ledger::shares).
     pub(super) shares: Option<OwnedShares>,
     /// The pools recorded, the first (the rest, other shares' pools, are
-    /// only read: see ledger::shares::Plan).
+    /// only read: see ledger::shares::SharedCharge).
     pub(super) charged: usize,
 }
 
@@ -31,7 +31,10 @@ pub(in crate::ledger::embedded) struct OwnedShares {
 
 impl OwnedCharge {
     /// `charge` as planned (its cost `plan`'s, when it has shares).
-    pub(in crate::ledger::embedded) fn new(charge: &Charge<'_>, plan: Option<&Plan>) -> Self {
+    pub(in crate::ledger::embedded) fn new(
+        charge: &Charge<'_>,
+        plan: Option<&SharedCharge>,
+    ) -> Self {
         let shares = plan.map(|p| OwnedShares {
             base: p.base,
             lend: p.lend,

@@ -33,14 +33,14 @@ fn batches_written_out_of_order_move_the_cursor_only_past_a_row() {
     assert_eq!(b.joined(5, ",").unwrap(), "v9");
     b.mark_written(3, Vec::new());
     b.mark_written(5, Vec::new());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     assert_eq!(
         (c.place.page, c.place.written.clone(), c.place.batch_size),
         (2, vec![3, 5], Some(3))
     );
     assert_eq!(c.place.batch.as_ref().unwrap().len(), 10);
     b.mark_written(2, Vec::new());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     assert_eq!((c.place.page, c.place.written.clone()), (4, vec![5]));
     assert_eq!(c.place.batch.unwrap(), ["v6", "v7", "v8", "v9"]);
     // The next run from that cursor sends batch 4 only, with its values.
@@ -72,7 +72,7 @@ fn in_a_row_the_cursor_is_the_sequential_one() {
         false,
     );
     b.mark_written(0, Vec::new());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     assert_eq!(
         (c.place.page, c.place.written.len(), c.place.batch_size),
         (1, 0, None)
@@ -125,7 +125,7 @@ fn what_batches_written_ahead_found_waits_for_those_before_them() {
     );
     assert!(b.mark_written(2, found(2)).is_empty());
     assert!(b.mark_written(1, found(1)).is_empty());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     assert_eq!(
         c.place.found_ahead.keys().copied().collect::<Vec<_>>(),
         [1, 2]
@@ -134,7 +134,7 @@ fn what_batches_written_ahead_found_waits_for_those_before_them() {
     let row = b.mark_written(0, found(0));
     assert_eq!(row, [(0, found(0)), (1, found(1)), (2, found(2))]);
     assert!(
-        b.cursor(&at(), &Found::default())
+        b.cursor(&at(), &FoundValues::default())
             .place
             .found_ahead
             .is_empty()
@@ -169,7 +169,7 @@ fn what_batches_written_ahead_found_waits_for_those_before_them() {
     assert!(b.take_early().is_empty());
     assert_eq!(b.todo().collect::<Vec<_>>(), [0, 1]);
     assert!(
-        b.cursor(&at(), &Found::default())
+        b.cursor(&at(), &FoundValues::default())
             .place
             .found_ahead
             .is_empty()
@@ -189,7 +189,7 @@ fn a_listed_plans_cursor_is_a_position_in_its_list() {
     assert_eq!(b.in_list(3), Some(("L", 6, 2)));
     assert_eq!(b.joined(3, ","), None);
     b.mark_written(2, Vec::new());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     let at_l = |from, left| BatchAt {
         list: "L".into(),
         from,
@@ -217,7 +217,7 @@ fn a_listed_plans_cursor_is_a_position_in_its_list() {
     assert_eq!(b.unlisted().map(<[String]>::len), Some(6));
     assert!(b.replaces_list(), "the saved cursor still points into L");
     assert_eq!(
-        b.cursor(&at(), &Found::default())
+        b.cursor(&at(), &FoundValues::default())
             .place
             .batch
             .map(|v| v.len()),
@@ -226,7 +226,7 @@ fn a_listed_plans_cursor_is_a_position_in_its_list() {
     b.listed("M".into());
     assert!(!b.replaces_list());
     b.mark_written(0, Vec::new());
-    let c = b.cursor(&at(), &Found::default());
+    let c = b.cursor(&at(), &FoundValues::default());
     assert_eq!(
         (
             c.place.batch,

@@ -1,6 +1,6 @@
 //! An incremental step's value: the largest its walk saw at its pointer,
 //! kept per key and sent as its parameter. A value is kept only if it can
-//! be sent back (at most [`MAX_SINCE`] bytes, of the key's one [`Kind`]).
+//! be sent back (at most [`MAX_SINCE`] bytes, of the key's one [`ValueKind`]).
 
 use std::cmp::Ordering;
 
@@ -56,7 +56,7 @@ impl Conditional<'_> {
                 .map(|s| s.value.as_str())
                 .or(kept.seen.get(&field).map(String::as_str))
                 .or(inc.initial.as_deref())
-                .map(Kind::of)
+                .map(ValueKind::of)
         };
         // (no kind kept yet: the page's best, a time over a number over
         // text, so that one "N/A" first among times does not set it)
@@ -64,7 +64,7 @@ impl Conditional<'_> {
             kind = values
                 .iter()
                 .filter(|v| !v.is_empty() && v.len() <= MAX_SINCE)
-                .map(|v| Kind::of(v))
+                .map(|v| ValueKind::of(v))
                 .min_by_key(|k| *k as u8);
         }
         let (mut long, mut other) = (0u64, Vec::new());
@@ -77,7 +77,7 @@ impl Conditional<'_> {
                 long += 1;
                 continue;
             }
-            let of = Kind::of(&v);
+            let of = ValueKind::of(&v);
             if of != *kind.get_or_insert(of) {
                 other.push(v);
                 continue;
@@ -151,28 +151,28 @@ pub(in crate::runner::job_run) const MAX_SINCE: usize = 256;
 /// The kind of an incremental value: one kind per key, as [`compare`]
 /// orders values of one kind only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+enum ValueKind {
     Time,
     Number,
     Text,
 }
 
-impl Kind {
+impl ValueKind {
     fn of(v: &str) -> Self {
         if chrono::DateTime::parse_from_rfc3339(v).is_ok() {
-            Kind::Time
+            ValueKind::Time
         } else if v.parse::<i128>().is_ok() || v.parse::<f64>().is_ok_and(f64::is_finite) {
-            Kind::Number
+            ValueKind::Number
         } else {
-            Kind::Text
+            ValueKind::Text
         }
     }
 
     fn name(self) -> &'static str {
         match self {
-            Kind::Time => "a time",
-            Kind::Number => "a number",
-            Kind::Text => "text",
+            ValueKind::Time => "a time",
+            ValueKind::Number => "a number",
+            ValueKind::Text => "text",
         }
     }
 }
@@ -217,10 +217,10 @@ mod tests {
 
     #[test]
     fn values_have_one_kind_each() {
-        assert_eq!(Kind::of("2024-03-02T12:00:00-05:00"), Kind::Time);
-        assert_eq!(Kind::of("12"), Kind::Number);
-        assert_eq!(Kind::of("1.5e3"), Kind::Number);
-        assert_eq!(Kind::of("N/A"), Kind::Text);
-        assert_eq!(Kind::of("inf"), Kind::Text);
+        assert_eq!(ValueKind::of("2024-03-02T12:00:00-05:00"), ValueKind::Time);
+        assert_eq!(ValueKind::of("12"), ValueKind::Number);
+        assert_eq!(ValueKind::of("1.5e3"), ValueKind::Number);
+        assert_eq!(ValueKind::of("N/A"), ValueKind::Text);
+        assert_eq!(ValueKind::of("inf"), ValueKind::Text);
     }
 }

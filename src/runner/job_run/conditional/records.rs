@@ -1,6 +1,6 @@
 //! What the store keeps for a job's conditional and incremental steps,
 //! as records: one page's validators ([`Validators`], what they stand for
-//! in [`Held`]), an incremental value ([`Since`]), and the fields of the
+//! in [`ResultsHeld`]), an incremental value ([`Since`]), and the fields of the
 //! job's one map they are kept under.
 
 use std::collections::{HashMap, HashSet};
@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::config::redact;
-pub(in crate::runner::job_run) use crate::sink::Held;
+pub(in crate::runner::job_run) use crate::sink::ResultsHeld;
 
 /// One page's validators, as its last answer gave them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -31,7 +31,7 @@ pub(in crate::runner::job_run) struct Validators {
     /// What the page was written as (none: kept before validators said
     /// it, never sent): a validator is sent only while that is there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub held: Option<Held>,
+    pub held: Option<ResultsHeld>,
 }
 
 /// An incremental step's value for a key, as the store keeps it (JSON).

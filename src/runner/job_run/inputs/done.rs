@@ -8,7 +8,7 @@ use tracing::{info, warn};
 use super::super::JobRun;
 use crate::config::Inputs;
 use crate::inputs::done_part::{self, Checker, Chunk, FileStamp, Seen};
-use crate::inputs::{Position, Reader};
+use crate::inputs::{Reader, RecordStart};
 use crate::runner::cursor::{Cursor, InputAt};
 use crate::runner::job_state::Map;
 use crate::{Error, Result};
@@ -30,7 +30,7 @@ pub(crate) fn check_file(
     chunks: &[Chunk],
     tail: &done_part::Tail,
 ) -> std::io::Result<std::result::Result<(), done_part::Changed>> {
-    let reader = Reader::open(inputs, Position::default())?;
+    let reader = Reader::open(inputs, RecordStart::default())?;
     let mut seen = reader.map_while(|item| item.ok()).map(|item| {
         let s = item.span();
         Seen {
@@ -167,7 +167,7 @@ impl JobRun<'_> {
             at.done + at.skipped
         );
         let mut records = DoneRecords {
-            reader: Reader::open(inputs, Position::default()).map_err(io)?,
+            reader: Reader::open(inputs, RecordStart::default()).map_err(io)?,
             ended: false,
         };
         let mut checker = Checker::default();

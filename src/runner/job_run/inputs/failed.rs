@@ -14,7 +14,7 @@ use tracing::{error, warn};
 use super::super::round::Slot;
 use super::super::{JobRun, Position};
 use super::feed::Breaker;
-use crate::inputs::{Item, Position as FilePosition, Reader};
+use crate::inputs::{Item, Reader, RecordStart};
 use crate::logging::cut;
 use crate::logging::printable;
 use crate::runner::Key;
@@ -190,7 +190,7 @@ impl JobRun<'_> {
 
     /// The failed inputs `portion reset JOB --failed` asked to do again, in
     /// file order (those already done again have an empty value).
-    pub(in crate::runner::job_run) async fn retries(&self) -> VecDeque<(Key, FilePosition)> {
+    pub(in crate::runner::job_run) async fn retries(&self) -> VecDeque<(Key, RecordStart)> {
         let Some(state) = self.state() else {
             return VecDeque::new();
         };
@@ -204,10 +204,10 @@ impl JobRun<'_> {
                 return VecDeque::new();
             }
         };
-        let mut retry: Vec<(Key, FilePosition)> = kept
+        let mut retry: Vec<(Key, RecordStart)> = kept
             .into_iter()
             .map(|f| {
-                let at = FilePosition {
+                let at = RecordStart {
                     offset: f.offset,
                     line: f.line,
                 };

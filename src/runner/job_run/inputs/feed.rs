@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::super::round::Slot;
 use crate::inputs::warnings::SkipWarnings;
-use crate::inputs::{Item, Position, Reader};
+use crate::inputs::{Item, Reader, RecordStart};
 use crate::runner::Key;
 use crate::runner::cursor::{Cursor, Start};
 
@@ -16,11 +16,11 @@ pub(in crate::runner::job_run) struct Feed {
     /// Where the cursor's key resumes (the first input read, when its key
     /// is the cursor's), and the keys ahead of it (`None`: done).
     pub(in crate::runner::job_run) first: Option<(Key, Start)>,
-    pub(in crate::runner::job_run) ahead: Ahead,
+    pub(in crate::runner::job_run) ahead: KeysAhead,
     /// The file has no record after the last one read.
     pub(in crate::runner::job_run) ended: bool,
     /// Where the next read starts.
-    pub(in crate::runner::job_run) next: Position,
+    pub(in crate::runner::job_run) next: RecordStart,
     /// The skipped records warned about, and those only counted (said at
     /// the run's end: [`JobRun::say_skip_totals`]).
     pub(in crate::runner::job_run) warned: SkipWarnings,
@@ -43,7 +43,7 @@ pub(in crate::runner::job_run) struct Feed {
     pub(in crate::runner::job_run) recent: Option<(std::ops::RangeInclusive<u64>, usize)>,
     /// Failed inputs to do again before the file's (`portion reset JOB
     /// --failed`): their keys and places, in file order.
-    pub(in crate::runner::job_run) retry: std::collections::VecDeque<(Key, Position)>,
+    pub(in crate::runner::job_run) retry: std::collections::VecDeque<(Key, RecordStart)>,
     /// Whether this run read any such (the map of them is forgotten once
     /// all are over).
     pub(in crate::runner::job_run) retrying: bool,
@@ -141,14 +141,14 @@ impl Feed {
 }
 
 /// The keys ahead of the cursor's, and where each resumes (`None`: done).
-pub(in crate::runner::job_run) type Ahead = HashMap<Key, Option<Start>>;
+pub(in crate::runner::job_run) type KeysAhead = HashMap<Key, Option<Start>>;
 
 /// Where the cursor's key resumes, and the keys ahead of it (`None`:
 /// done); a step gone from the file restarts its input.
 pub(in crate::runner::job_run) fn resume_points(
     cursor: &Cursor,
     steps: usize,
-) -> (Option<(Key, Start)>, Ahead) {
+) -> (Option<(Key, Start)>, KeysAhead) {
     let place = |p: &crate::runner::cursor::Place| Start {
         index: 0,
         place: if p.step < steps {

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::config::{Inputs, Job};
 use crate::inputs::done_part::FileStamp;
 use crate::inputs::pace::{pools_now, time_to_finish};
-use crate::inputs::{Item, Position, Reader};
+use crate::inputs::{Item, Reader, RecordStart};
 use crate::ledger::{CredentialUsage, Micros, Store, StoreError};
 pub use crate::runner::job_state::FailedInput;
 use crate::runner::job_state::{JobState, Map};
@@ -160,7 +160,7 @@ pub async fn failures(store: &Store, job: &Job) -> Result<(u64, Vec<FailedInput>
 /// all of them), less those a run with requests side by side already did.
 pub fn left(inputs: &Inputs, cursor: Option<&Cursor>) -> std::io::Result<u64> {
     let at = cursor.and_then(|c| c.input.as_ref());
-    let from = at.map_or_else(Position::default, |a| Position {
+    let from = at.map_or_else(RecordStart::default, |a| RecordStart {
         offset: a.offset,
         line: a.line.max(1),
     });
