@@ -191,46 +191,36 @@ fn an_input_whose_host_does_not_exist_fails_and_the_list_goes_on() {
 /// run of inputs refused for themselves (4xx) does not stop the job.
 #[test]
 fn an_upstream_that_is_down_stops_the_job_after_three_inputs_in_a_row() {
-    let down = |head: &str| match path(head) {
-        "/items/first" => answer(head),
-        _ => raw("503 Service Unavailable", &[], b"down"),
+    // `first` answered, then 20 inputs each answered `status`.
+    let run_with = |status: &'static str| {
+        let (base, heads) = serving(move |head: &str| match path(head) {
+            "/items/first" => answer(head),
+            _ => raw(status, &[], b"no"),
+        });
+        let d = Deployment::new("");
+        let mut list = vec!["first".to_string()];
+        list.extend((0..20).map(|i| format!("k{i:02}")));
+        inputs(&d, &list.iter().map(String::as_str).collect::<Vec<_>>());
+        let url = format!("{base}/items/{{key}}");
+        d.write(&yaml(&embedded_store(&d), &url, false));
+        let r = d.portion(&["run"]);
+        let seen = per_input(&heads.lock().unwrap());
+        (d, r, seen)
     };
-    let (base, heads) = serving(down);
-    let d = Deployment::new("");
-    let keys: Vec<String> = (0..20).map(|i| format!("k{i:02}")).collect();
-    let mut list = vec!["first"];
-    list.extend(keys.iter().map(String::as_str));
-    inputs(&d, &list);
-    d.write(&yaml(
-        &embedded_store(&d),
-        &format!("{base}/items/{{key}}"),
-        false,
-    ));
-    let r = d.portion(&["run"]);
+    let (d, r, seen) = run_with("503 Service Unavailable");
     assert_eq!(r.code, 1, "{r:?}");
     // first, then k00..k02 three attempts each (`retries: 2`), no more.
     let expected = requests(&[("first", 1), ("k00", 3), ("k01", 3), ("k02", 3)]);
-    assert_eq!(per_input(&heads.lock().unwrap()), expected, "{r:?}");
+    assert_eq!(seen, expected, "{r:?}");
     assert!(r.stderr.contains("3 inputs in a row failed so"), "{r:?}");
     let status = d.portion(&["status"]);
     assert!(status.stdout.contains("3 failed"), "{status:?}");
 
     // Refusals for themselves, however many in a row, fail only their
     // inputs once one was answered.
-    let (base, heads) = serving(|head: &str| match path(head) {
-        "/items/first" => answer(head),
-        _ => raw("404 Not Found", &[], b"no such id"),
-    });
-    let d = Deployment::new("");
-    inputs(&d, &list);
-    d.write(&yaml(
-        &embedded_store(&d),
-        &format!("{base}/items/{{key}}"),
-        false,
-    ));
-    let r = d.portion(&["run"]);
+    let (_, r, seen) = run_with("404 Not Found");
     assert_eq!(r.code, 1, "{r:?}");
-    assert_eq!(heads.lock().unwrap().len(), 21, "{r:?}");
+    assert_eq!(seen.values().sum::<usize>(), 21, "{r:?}");
     assert!(r.stderr.contains("20 of them failed this run"), "{r:?}");
 }
 
