@@ -13,7 +13,7 @@ use super::table::emit;
 use crate::config::Config;
 use crate::ledger::{JobStore, LockOutcome, StoreLocation};
 use crate::runner::cursor::{Cursor, InputAt};
-use crate::runner::job_state::JobState;
+use crate::runner::job_state::{JobState, Map};
 use crate::{Error, ExitStatus, Result};
 
 pub async fn execute(
@@ -112,6 +112,6 @@ async fn reset(
     // every input done again, none failed, nor to do again)
     let walk = old.input.map_or(0, |i| i.walk);
     (JobState::new(store, &job.name))
-        .forget_walks(job.inputs.as_ref().map(|_| walk))
+        .forget_walks(job.inputs.as_ref().map(|_| Map::seen(job.once, walk)))
         .await
 }

@@ -33,8 +33,10 @@ pub enum Map {
     Retry,
     /// A once-job's done part (chunk number → chunk).
     Done,
-    /// The keys walk `walk` of the inputs file has seen (key → line:run).
-    Seen { walk: u64 },
+    /// The keys a walk of the inputs file has seen (key → line:run): a
+    /// once-job's one walk (`None`), or walk `Some(N)` of a job that is
+    /// not once. Made by [`Map::seen`].
+    Seen { walk: Option<u64> },
 }
 
 /// The store's name for the values of `job`'s fan-out `step` in `region`
@@ -64,10 +66,16 @@ impl Map {
             Map::Failed => format!("{job}:inputs:failed"),
             Map::Retry => format!("{job}:inputs:retry"),
             Map::Done => format!("{job}:inputs:done"),
-            // (the first walk's name is the one kept before walks were
-            // numbered)
-            Map::Seen { walk: 0 } => format!("{job}:inputs:keys"),
-            Map::Seen { walk } => format!("{job}:inputs:keys:{walk}"),
+            Map::Seen { walk: None } => format!("{job}:inputs:keys"),
+            Map::Seen { walk: Some(walk) } => format!("{job}:inputs:keys:{walk}"),
+        }
+    }
+
+    /// The map of the keys walk `walk` of a job's file has seen: a
+    /// once-job has one walk, whatever its number.
+    pub fn seen(once: bool, walk: u64) -> Self {
+        Map::Seen {
+            walk: (!once).then_some(walk),
         }
     }
 }
@@ -245,13 +253,14 @@ impl<'s> JobState<'s> {
     }
 
     /// Forget what the job kept of its walks: validators and incremental
-    /// values, and for a job of inputs (`inputs`, at walk `walk`) the keys
-    /// seen, the done part, the failed inputs and those to do again. What
-    /// `portion reset JOB` does besides its cursor.
-    pub async fn forget_walks(&self, inputs: Option<u64>) -> Result<(), StoreError> {
+    /// values, and for a job of inputs (`seen`: the map of the keys its
+    /// walk saw, [`Map::seen`]) the keys seen, the done part, the failed
+    /// inputs and those to do again. What `portion reset JOB` does besides
+    /// its cursor.
+    pub async fn forget_walks(&self, seen: Option<Map>) -> Result<(), StoreError> {
         self.forget(Map::Conditional).await?;
-        if let Some(walk) = inputs {
-            for map in [Map::Seen { walk }, Map::Done, Map::Failed, Map::Retry] {
+        if let Some(seen) = seen {
+            for map in [seen, Map::Done, Map::Failed, Map::Retry] {
                 self.forget(map).await?;
             }
         }
@@ -271,8 +280,10 @@ mod tests {
             Map::Failed,
             Map::Retry,
             Map::Done,
-            Map::Seen { walk: 0 },
-            Map::Seen { walk: 2 },
+            Map::seen(true, 0),
+            Map::seen(true, 2),
+            Map::seen(false, 0),
+            Map::seen(false, 2),
         ]
         .map(|m| m.name("j"));
         assert_eq!(
@@ -283,7 +294,11 @@ mod tests {
                 "j:inputs:failed",
                 "j:inputs:retry",
                 "j:inputs:done",
+                // (a once-job has one walk; a job not once numbers its
+                // walks from 0, as builds before this one did)
                 "j:inputs:keys",
+                "j:inputs:keys",
+                "j:inputs:keys:0",
                 "j:inputs:keys:2",
             ]
         );
@@ -331,7 +346,7 @@ mod tests {
                 .put(Map::Conditional, &[("since 0 r".into(), "7".into())])
                 .await
                 .unwrap();
-            state.forget_walks(Some(0)).await.unwrap();
+            state.forget_walks(Some(Map::seen(true, 0))).await.unwrap();
             for map in [Map::Conditional, Map::Retry, Map::Failed] {
                 assert_eq!(state.len(map).await.unwrap(), 0, "{map:?}");
             }

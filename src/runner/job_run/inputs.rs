@@ -109,7 +109,7 @@ impl JobRun<'_> {
             ended: false,
             next: at_place,
             warned: SkipWarnings::default(),
-            seen: Map::Seen { walk: at.walk },
+            seen: Map::seen(job.once, at.walk),
             seen_here: HashMap::new(),
             run,
             resume_line: at.line,

@@ -122,7 +122,7 @@ impl JobRun<'_> {
     /// Forget the keys walk `walk` of a job not once saw.
     pub(in crate::runner::job_run) async fn forget_seen(&self, walk: u64) {
         if let Some(state) = self.state()
-            && let Err(e) = state.forget(Map::Seen { walk }).await
+            && let Err(e) = state.forget(Map::seen(self.job.once, walk)).await
         {
             warn!(
                 job = self.job.name,
