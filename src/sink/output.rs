@@ -203,9 +203,12 @@ impl Outputs {
         Ok(wrote)
     }
 
-    /// Whether every output still holds what `held` says of it.
+    /// Whether every output still holds what `held` says of it, and a
+    /// row it names is in a table the job still writes (none: not held,
+    /// so the page is asked in full).
     pub fn holds(&self, held: &ResultsHeld) -> bool {
-        self.all.iter().all(|o| o.holds(held))
+        let table = held.row.is_none() || self.all.iter().any(|o| o.rows());
+        table && self.all.iter().all(|o| o.holds(held))
     }
 
     /// The outputs' id (each one's, joined: losing either loses what a 304

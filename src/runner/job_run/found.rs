@@ -214,15 +214,31 @@ async fn append(
     }
     let fields: Vec<String> = once.iter().map(|v| v.to_string()).collect();
     let seen = store.map_get(&seen_map(name), &fields).await?;
+    // A value seen says its position; it is in the list only if that
+    // position is below the list's length as this chunk starts and the
+    // list holds the value there. A run killed before its cursor counted
+    // its values left entries past the count, and this run writes other
+    // values over those positions (a page answered in another order, or
+    // with a new item first): such an entry is stale, its value appended
+    // again.
+    let listed = *len;
+    let claimed: Vec<Option<u64>> = (seen.iter())
+        .map(|s| {
+            s.as_deref()
+                .and_then(|p| p.parse().ok())
+                .filter(|p| *p < listed)
+        })
+        .collect();
+    let positions: Vec<String> = claimed.iter().flatten().map(u64::to_string).collect();
+    let mut there = match positions.is_empty() {
+        true => Vec::new(),
+        false => store.map_get(name, &positions).await?,
+    }
+    .into_iter();
     let mut new = Vec::new();
     let mut left_out = 0;
-    for (v, at) in fields.into_iter().zip(seen) {
-        // (a position at or past the count: put there by a run killed
-        // before its cursor counted it)
-        if at
-            .and_then(|p| p.parse::<u64>().ok())
-            .is_some_and(|p| p < *len)
-        {
+    for (v, at) in fields.into_iter().zip(claimed) {
+        if at.is_some() && there.next().flatten().as_deref() == Some(v.as_str()) {
             continue;
         }
         if *len >= max {
@@ -385,6 +401,44 @@ mod tests {
                     .await
                     .unwrap()
             );
+        });
+    }
+
+    /// A run killed after a page's values reached the store, before its
+    /// cursor counted them; the next run's page holds them in another
+    /// order, or a new item first: the killed run's entries are stale,
+    /// and every value is listed once, none lost (review finding: `c` was
+    /// taken as seen at a position `x` had just taken).
+    #[test]
+    fn a_killed_runs_values_in_another_order_are_listed_once_none_lost() {
+        let (_dir, store) = store();
+        block_on(async {
+            for (rerun, want) in [
+                (vec!["x", "c", "d"], vec!["a", "b", "x", "c", "d"]),
+                (vec!["d", "c"], vec!["a", "b", "d", "c"]),
+            ] {
+                let name = "j:values:US:s1".to_string();
+                let mut found = FoundValues::listed(name.clone());
+                found
+                    .keep(Some(&store), ["a", "b"], u64::MAX, 1)
+                    .await
+                    .unwrap();
+                let saved = found.found_in().unwrap();
+                found
+                    .keep(Some(&store), ["c", "d"], u64::MAX, 1)
+                    .await
+                    .unwrap();
+                let mut resumed = FoundValues::resumed(name, &saved);
+                let refs = rerun.iter().copied();
+                resumed.keep(Some(&store), refs, u64::MAX, 2).await.unwrap();
+                assert_eq!(values(&store, &resumed).await, want);
+                // (and a value of this run's seen again is a repeat)
+                resumed
+                    .keep(Some(&store), ["c", "a"], u64::MAX, 2)
+                    .await
+                    .unwrap();
+                assert_eq!(values(&store, &resumed).await, want);
+            }
         });
     }
 }

@@ -132,3 +132,22 @@ fn only_the_last_steps_pages_are_rows() {
     assert!(wrote.rows.is_none() && wrote.held.row.is_none());
     assert!(outputs.keys_held(1).is_empty());
 }
+
+/// A page held as a row, in a job that writes no table now (its
+/// `output.sqlite` taken out): not held, so the page is asked in full.
+#[test]
+fn a_row_is_not_held_by_a_job_without_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("out");
+    let (files, _) = Files::open(&folder, "j", 0o640, true).unwrap();
+    let mut outputs = Outputs::default();
+    outputs.push(Arc::new(files));
+    let name = "j.r000001.k1.s0.p000000.json";
+    let wrote = outputs.write(&page("k1", name, b"{}", 1)).unwrap();
+    assert!(outputs.holds(&wrote.held));
+    let with_row = ResultsHeld {
+        row: Some("a1".into()),
+        ..wrote.held
+    };
+    assert!(!outputs.holds(&with_row));
+}

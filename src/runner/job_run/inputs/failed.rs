@@ -26,8 +26,9 @@ use crate::{Error, Result};
 /// the upstream lacks (a backfill has many of those, spread out).
 pub(in crate::runner::job_run) const INPUTS_REFUSED: u32 = 10;
 
-/// Inputs in a row failed by the upstream's own trouble (a 5xx, a 408, a
-/// network error past their retries), none answered between, before the
+/// Inputs in a row failed by the upstream's own trouble (what is retried:
+/// a 5xx, a 408, a network error or a timeout, a 2xx whose JSON is cut
+/// short, past their retries), none answered between, before the
 /// job stops: an upstream that is down would otherwise fail every input
 /// of the list, one by one, each charged, each to be done again by hand.
 pub(in crate::runner::job_run) const OUTAGE_INPUTS: u32 = 3;
