@@ -12,13 +12,10 @@
 //! round trip. Only the check of a done part, which reads it all, runs on
 //! a blocking thread.
 
-use std::collections::{HashMap, HashSet};
-
 use tracing::{info, warn};
 
 use self::done::stamp_of;
 pub(crate) use self::done::{check_file, kept_chunks, needs_check, unrecorded};
-use self::feed::resume_points;
 pub(super) use self::feed::{Feed, window_cap};
 use super::JobRun;
 use super::round::{Round, Slot};
@@ -29,7 +26,7 @@ mod feed;
 mod on_disk;
 mod seen;
 use crate::config::Inputs;
-use crate::inputs::warnings::{Kind, SkipWarnings};
+use crate::inputs::warnings::Kind;
 use crate::inputs::{Item, Reader, RecordStart, SkipReason};
 use crate::logging::printable;
 use crate::runner::Key;
@@ -89,7 +86,6 @@ impl JobRun<'_> {
                 source,
             })?
             .refusing(&self.cred.secret);
-        let (first, ahead) = resume_points(cursor, job.steps.len());
         info!(
             job = job.name,
             "run {run} starts at {} line {} ({} input(s) done{})",
@@ -102,30 +98,14 @@ impl JobRun<'_> {
                 " in this walk of the file"
             }
         );
-        *self.feed.borrow_mut() = Some(Feed {
-            reader,
-            first,
-            ahead,
-            ended: false,
-            next: at_place,
-            warned: SkipWarnings::default(),
-            seen: Map::seen(job.once, at.walk),
-            seen_here: HashMap::new(),
-            run,
-            resume_line: at.line,
-            on_disk: if job.once {
-                self.results_on_disk(cursor)
-            } else {
-                HashSet::new()
-            },
-            recent: self.recent_runs(cursor, highest_run),
-            retry: self.retries().await,
-            retrying: false,
-            failed: 0,
-            answered: false,
-            outage: 0,
-            stopping: None,
-        });
+        let mut feed = Feed::new(reader, cursor, job.steps.len(), at_place, run);
+        feed.seen = Map::seen(job.once, at.walk);
+        if job.once {
+            feed.on_disk = self.results_on_disk(cursor);
+        }
+        feed.recent = self.recent_runs(cursor, highest_run);
+        feed.retry = self.retries().await;
+        *self.feed.borrow_mut() = Some(feed);
         let mut round = Round::of_inputs(run, at);
         if restamped {
             round.bump();

@@ -71,6 +71,39 @@ pub(in crate::runner::job_run) enum Breaker {
 }
 
 impl Feed {
+    /// The file as `reader` reads it from `at` (the cursor's place, its
+    /// keys resuming where `cursor` says; a job of `steps` steps), for
+    /// run `run`; nothing failed, answered or found on disk yet.
+    pub(in crate::runner::job_run) fn new(
+        reader: Reader,
+        cursor: &Cursor,
+        steps: usize,
+        at: RecordStart,
+        run: u64,
+    ) -> Self {
+        let (first, ahead) = resume_points(cursor, steps);
+        Feed {
+            reader,
+            first,
+            ahead,
+            ended: false,
+            next: at,
+            warned: SkipWarnings::default(),
+            seen: crate::runner::job_state::Map::seen(true, 0),
+            seen_here: HashMap::new(),
+            run,
+            resume_line: at.line,
+            on_disk: HashSet::new(),
+            recent: None,
+            retry: Default::default(),
+            retrying: false,
+            failed: 0,
+            answered: false,
+            outage: 0,
+            stopping: None,
+        }
+    }
+
     /// A page answered: the key and the URL are good.
     pub(in crate::runner::job_run) fn answered(&mut self) {
         self.answered = true;
@@ -145,10 +178,7 @@ pub(in crate::runner::job_run) type KeysAhead = HashMap<Key, Option<Start>>;
 
 /// Where the cursor's key resumes, and the keys ahead of it (`None`:
 /// done); a step gone from the file restarts its input.
-pub(in crate::runner::job_run) fn resume_points(
-    cursor: &Cursor,
-    steps: usize,
-) -> (Option<(Key, Start)>, KeysAhead) {
+fn resume_points(cursor: &Cursor, steps: usize) -> (Option<(Key, Start)>, KeysAhead) {
     let place = |p: &crate::runner::cursor::Place| Start {
         index: 0,
         place: if p.step < steps {
@@ -173,4 +203,120 @@ pub(in crate::runner::job_run) fn window_cap(concurrency: usize, batch: Option<u
     let cap = (4 * concurrency).max(64);
     // (inputs in batches: room for every batch in flight and the next)
     batch.map_or(cap, |b| cap.max((concurrency + 1) * b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{InputFormat, Inputs};
+    use crate::runner::cursor::{Ahead, Place};
+
+    /// A feed over a `.txt` file of `keys`, from its start, with `cursor`.
+    fn feed(dir: &std::path::Path, keys: &[&str], cursor: &Cursor) -> Feed {
+        let file = dir.join("ids.txt");
+        std::fs::write(&file, keys.join("\n") + "\n").unwrap();
+        let inputs = Inputs {
+            file,
+            format: InputFormat::Txt,
+            key: String::new(),
+            fields: Vec::new(),
+            max_key: 150,
+            batch: None,
+            join: ",".into(),
+        };
+        let reader = Reader::open(&inputs, RecordStart::default()).unwrap();
+        Feed::new(reader, cursor, 2, RecordStart::default(), 7)
+    }
+
+    /// The file read a window at a time; each key where the cursor left
+    /// it: the cursor's own key resumed at its place, one ahead of it done,
+    /// another resumed, the rest from their first step.
+    #[test]
+    fn keys_are_read_a_window_at_a_time_and_resume_where_the_cursor_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = |step| Place {
+            step,
+            ..Place::default()
+        };
+        let cursor = Cursor {
+            key: "b".into(),
+            place: place(1),
+            ahead: vec![
+                Ahead {
+                    key: "c".into(),
+                    done: true,
+                    place: Place::default(),
+                },
+                Ahead {
+                    key: "d".into(),
+                    done: false,
+                    place: place(1),
+                },
+            ],
+            ..Cursor::default()
+        };
+        let mut f = feed(dir.path(), &["a", "b", "c", "d", "e"], &cursor);
+        let keys = |items: Vec<Item>| -> Vec<String> {
+            items
+                .into_iter()
+                .map(|i| match i {
+                    Item::Record(r) => r.key,
+                    Item::Skip(_) => "skip".into(),
+                })
+                .collect()
+        };
+        assert_eq!(keys(f.take(3).unwrap()), ["a", "b", "c"]);
+        assert!(!f.ended);
+        assert_eq!(f.state_of("a"), Slot::Waiting(None));
+        let resumed = |step| {
+            Slot::Waiting(Some(Start {
+                index: 0,
+                place: place(step),
+            }))
+        };
+        assert_eq!(f.state_of("b"), resumed(1));
+        assert_eq!(f.state_of("c"), Slot::Done);
+        assert_eq!(keys(f.take(3).unwrap()), ["d", "e"]);
+        assert!(f.ended);
+        assert_eq!(f.state_of("d"), resumed(1));
+        assert_eq!(f.state_of("e"), Slot::Waiting(None));
+        // (a key seen again after its place was taken starts afresh)
+        assert_eq!(f.state_of("b"), Slot::Waiting(None));
+    }
+
+    /// The two breakers: 3 inputs in a row failed by an outage stop the
+    /// job, one refused for itself between resets the count; the first
+    /// 10 failed with none answered stop it, one answered page disarms it.
+    #[test]
+    fn inputs_failed_stop_the_job_in_a_row_or_when_none_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = feed(dir.path(), &["a"], &Cursor::default());
+        assert!(f.failed(true).is_none());
+        assert!(f.failed(true).is_none());
+        assert!(f.failed(false).is_none(), "a refusal for itself");
+        assert!(f.failed(true).is_none());
+        assert!(f.failed(true).is_none());
+        assert!(matches!(f.failed(true), Some(Breaker::Outage(3))));
+
+        let mut f = feed(dir.path(), &["a"], &Cursor::default());
+        for _ in 0..9 {
+            assert!(f.failed(false).is_none());
+        }
+        assert!(matches!(f.failed(false), Some(Breaker::NoneAnswered(10))));
+
+        let mut f = feed(dir.path(), &["a"], &Cursor::default());
+        f.failed(true);
+        f.failed(true);
+        f.answered();
+        for _ in 0..20 {
+            assert!(f.failed(false).is_none(), "one was answered");
+        }
+        assert!(f.failed(true).is_none() && f.failed(true).is_none());
+        assert!(!f.stopping());
+        f.stop(crate::Error::Usage("first".into()));
+        f.stop(crate::Error::Usage("second".into()));
+        assert!(f.stopping());
+        assert!(matches!(f.take_stop(), Some(crate::Error::Usage(m)) if m == "first"));
+        assert!(!f.stopping());
+    }
 }
