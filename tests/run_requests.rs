@@ -215,28 +215,9 @@ fn every_bad_request_or_pagination_key_exits_78_naming_file_and_field() {
 
 /// A server of one answer: every request gets HTTP `status` with `body`.
 fn answering(status: &'static str, body: &'static str) -> String {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            let mut head = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => head.extend_from_slice(&chunk[..n]),
-                }
-            }
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    base
+    use crate::common::server::{raw, serving};
+    let json = ["Content-Type: application/json"];
+    serving(move |_| raw(status, &json, body.as_bytes())).0
 }
 
 /// An upstream's error text reaches the log with its control and

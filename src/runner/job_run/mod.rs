@@ -357,15 +357,14 @@ impl<'a> JobRun<'a> {
         if let Some(spec) = &job.sqlite {
             self.open_sink(spec).await?;
         }
-        let folder_run = match &job.output {
-            Some(dir) => self.prepare_folder(dir, cursor.run)?,
-            None => 0,
-        };
+        if let Some(dir) = &job.output {
+            self.prepare_folder(dir, cursor.run)?;
+        }
         let config = &self.ctx.config.file;
         (self.conditional)
             .forget_replaced_output(self.meter.store(), config, &self.outputs)
             .await;
-        let highest_run = folder_run.max(self.highest_run_of_rows()?);
+        let highest_run = self.highest_run_of_outputs()?;
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
         let Some(run_number) = cursor.run.max(highest_run).checked_add(1) else {
@@ -401,9 +400,9 @@ impl<'a> JobRun<'a> {
 
     /// Make the output folder, remove what a killed run left there (only
     /// while this run holds the job's lock: an unmetered run could be
-    /// racing a run that has it) and check it takes a file: the highest
-    /// run number of the job's pages there.
-    fn prepare_folder(&mut self, dir: &std::path::Path, cursor_run: u64) -> Result<u64> {
+    /// racing a run that has it) and check it takes a file; the folder
+    /// joins the job's outputs.
+    fn prepare_folder(&mut self, dir: &std::path::Path, cursor_run: u64) -> Result<()> {
         let job = self.job;
         let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
         let mode = crate::atomic_file::file_mode().map_err(Error::Usage)?;
@@ -436,7 +435,7 @@ impl<'a> JobRun<'a> {
             source,
         })?;
         self.outputs.put_first(std::sync::Arc::new(files));
-        Ok(prepared.highest_run)
+        Ok(())
     }
 
     /// Stop the run (the first reason stays): no request is sent after

@@ -42,7 +42,7 @@ impl JobRun<'_> {
     }
 
     /// The highest run that wrote results in an output (0: none).
-    pub(super) fn highest_run_of_rows(&self) -> Result<u64> {
+    pub(super) fn highest_run_of_outputs(&self) -> Result<u64> {
         (self.outputs.highest_run()).map_err(|e| self.output_error("", e))
     }
 
