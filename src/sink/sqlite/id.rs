@@ -47,7 +47,10 @@ pub fn db_has_rows(path: &Path, table: &str, job: &str) -> rusqlite::Result<bool
     let conn = Connection::open_with_flags(path, crate::atomic_file::open_existing())?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.query_row(
-        &format!("SELECT 1 FROM \"{table}\" WHERE job = ?1 LIMIT 1"),
+        &format!(
+            "SELECT 1 FROM {} WHERE job = ?1 LIMIT 1",
+            super::ident(table)
+        ),
         [job],
         |_| Ok(()),
     )
