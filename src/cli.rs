@@ -142,6 +142,21 @@ pub struct RunArgs {
     /// atomically: for node_exporter's textfile collector
     #[arg(long, value_name = "PATH", conflicts_with = "dry_run")]
     pub metrics_file: Option<PathBuf>,
+
+    /// When the ledger refuses a charge and says the units free up within
+    /// DURATION (at most 1d), wait for them inside the run rather than
+    /// stopping with 75 [default: each job's max_wait, 0 unless set]
+    #[arg(long, value_name = "DURATION", value_parser = wait_bound)]
+    pub wait: Option<Duration>,
+}
+
+/// `run --wait`: a duration, at most a day.
+fn wait_bound(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d > Duration::from_secs(24 * 3600) {
+        return Err(format!("{s} is out of range: at most 1d"));
+    }
+    Ok(d)
 }
 
 #[derive(Debug, Args)]

@@ -62,5 +62,6 @@ mod run_sqlite_files;
 mod run_sqlite_guards;
 mod run_stops;
 mod run_topologies;
+mod run_waiting;
 mod run_wording;
 mod secret_loading;

@@ -87,7 +87,7 @@ fn extra_sections() -> String {
          cost: { POOL: UNITS, ... }, or a bare number for a credential of one pool; a pool's \
          { estimate, actual } settled from the response; not_modified: N, what a 304 costs; \
          on_store_error: fail_closed (default) or fail_open\n\
-         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, hosts_from_inputs, steps, output, schedule, concurrency }\n\
+         .TP\n\\fBjobs:\\fR NAME: { credential, regions | inputs, once, hosts_from_inputs, steps, output, schedule, concurrency, max_wait }\n\
          regions: the keys the job walks; inputs: { file, key, batch, join }, a .txt, .jsonl or .csv \
          file of keys instead (once: true, each done once; hosts_from_inputs: true, {key} may \
          name the host a request with {secret} goes to); steps: [ { endpoint, request: { url, method \
@@ -98,7 +98,7 @@ fn extra_sections() -> String {
          initial } } ]; \
          output: a folder (relative to the file's) of one JSON file per page, or \
          { folder, sqlite: { path, table, items, key, search } }, rows upserted into a SQLite table; \
-         schedule: every DURATION, for planning; concurrency: requests in flight at once (1 to 64). \
+         schedule: every DURATION, for planning; concurrency: requests in flight at once (1 to 64); max_wait: how long a refused charge may wait for its units inside the run (default 0, at most 1d). \
          Placeholders in requests: {region}, \
          {key}, {secret}, {job}, {step}, {page}, {batch}, {input.NAME}.\n",
     );

@@ -45,6 +45,7 @@ pub async fn execute(
         store,
         client: &client,
         shutdown: &shutdown,
+        wait: args.wait,
         progress: std::io::stderr().is_terminal() && !crate::logging::stderr_is_journal(),
         store_id: context::store_name(location),
         history: &std::sync::Mutex::new(crate::history::History::open()),

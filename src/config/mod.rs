@@ -157,6 +157,10 @@ pub struct Job {
     pub schedule: Option<Duration>,
     /// Requests of a run in flight at once (`concurrency`, default 1).
     pub concurrency: usize,
+    /// `max_wait` (default 0): when the ledger refuses a charge and says
+    /// the units free up within this, the run waits for them rather than
+    /// stopping (`run --wait` overrides it).
+    pub max_wait: Duration,
 }
 
 impl Job {

@@ -85,6 +85,8 @@ pub(super) struct RawJob {
     pub(super) schedule: Option<String>,
     /// Requests in flight at once (see `concurrency.rs`).
     pub(super) concurrency: Option<Value>,
+    /// How long a run waits for refused units before it stops (a duration).
+    pub(super) max_wait: Option<String>,
 }
 
 #[derive(Deserialize)]

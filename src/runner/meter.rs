@@ -28,6 +28,8 @@ use crate::{Error, Result};
 mod block;
 mod settle;
 
+pub(super) use self::settle::Settlement;
+
 /// The metering of one run of one job on one credential.
 pub(super) struct Meter<'a> {
     cred: &'a Credential,

@@ -57,6 +57,9 @@ pub struct RunContext<'a> {
     pub store: std::result::Result<&'a Store, String>,
     pub client: &'a reqwest::Client,
     pub shutdown: &'a Shutdown,
+    /// `run --wait`: how long a refused charge may wait for its units
+    /// (none: each job's `max_wait`).
+    pub wait: Option<std::time::Duration>,
     /// Draw a progress line (stderr is a terminal).
     pub progress: bool,
     /// The store as logs name it (the key of the history).
@@ -97,12 +100,6 @@ pub async fn run_job(ctx: &RunContext<'_>, job: &Job) -> Result<JobReport> {
         names - synced.0,
         fsyncs - synced.1
     );
-    if let Some((commits, pages)) = run.rows_committed() {
-        tracing::debug!(
-            job = job.name,
-            "{pages} page(s)' rows committed in {commits} transaction(s)"
-        );
-    }
     run.finish(result).await
 }
 

@@ -13,6 +13,8 @@ use crate::error::ExitStatus;
 use crate::ledger::{Held, Micros};
 use crate::timefmt::{PRECISE_BELOW, clock_time, fmt_duration, fmt_retry, local_datetime};
 
+mod spent;
+
 /// Why a run stopped before serving every region (all exit 75).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stop {
@@ -113,6 +115,18 @@ impl fmt::Display for Stop {
 }
 
 impl Stop {
+    /// What a run waiting inside itself waits for, as its log line says.
+    pub fn waiting_for(&self) -> String {
+        match self {
+            Self::QuotaSaidNo { pool, per, .. } => {
+                format!("pool {pool}'s {} window is full", fmt_duration(*per))
+            }
+            Self::Blocked { reason, .. } => format!("the credential is blocked ({reason})"),
+            Self::LogLost { pool, .. } => format!("pool {pool}'s log was lost"),
+            other => other.to_string(),
+        }
+    }
+
     /// Every [`Stop::kind`], for a metric that lists them all.
     pub const KINDS: [&'static str; 7] = [
         "quota",
@@ -140,7 +154,7 @@ impl Stop {
 }
 
 /// How a run of one job ended, and what it did.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct JobReport {
     pub job: String,
     pub stop: Option<Stop>,

@@ -48,6 +48,10 @@ impl Validator<'_> {
             .transpose()?;
         let concurrency = crate::config::concurrency::concurrency(&at, raw.concurrency.as_ref())
             .map_err(|(field, message)| self.err(field, message))?;
+        let max_wait = match raw.max_wait {
+            None => Duration::ZERO,
+            Some(s) => self.max_wait(&format!("{at}.max_wait"), &s)?,
+        };
         Ok(Job {
             name,
             credential,
@@ -59,7 +63,18 @@ impl Validator<'_> {
             sqlite,
             schedule,
             concurrency,
+            max_wait,
         })
+    }
+
+    /// A bound of waiting inside a run: a duration up to a day (a run that
+    /// waits longer holds its job's lock past any timer's tick).
+    pub(super) fn max_wait(&self, field: &str, s: &str) -> Result<Duration> {
+        let d = self.duration(field, s)?;
+        if d > Duration::from_secs(24 * 3600) {
+            return Err(self.err(field, format!("{s} is out of range: at most 1d")));
+        }
+        Ok(d)
     }
 
     /// A job's name: a name, and none that page file names would misread.

@@ -53,171 +53,21 @@ use super::found::{self, FoundValues};
 use super::round::Slot;
 use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
-use crate::config::{ForEach, Step, redact};
-use crate::page_scan;
+use crate::config::{ForEach, Job, Step};
 use crate::runner::cursor::{BatchAt, Place, values_key};
 use crate::upstream::paginate::Next;
 
-/// The longest value a fan-out takes (bytes): an id, a name, a cursor, with
-/// room to spare; one of tens of kilobytes is an upstream gone wrong.
-const MAX_VALUE: usize = 8192;
-
 impl JobRun<'_> {
-    /// The next step's `for_each`, when it fans out over this one's pages.
-    fn next_for_each(&self, at: &Position<'_>) -> Option<&ForEach> {
-        self.job
-            .steps
-            .get(at.step + 1)
-            .and_then(|s| s.for_each.as_ref())
-    }
-
-    /// Keep the values of a page just written for the next step, if it
-    /// fans out. A value that is empty, holds a control character (it
-    /// could not go in a header), is `.` or `..` (in a URL's path it would
-    /// move the request to another path) or carries the secret (it would
-    /// reach the store) is left out, and so are those past the step's
-    /// `max_values`; the run says how many. The page's values are read as
-    /// they stream and held as one text, one a line (a usable value has no
-    /// control character): about the page's own size, whatever their count.
-    pub(super) async fn collect_for_next(
-        &self,
-        found: &mut FoundValues,
-        at: &Position<'_>,
-        page: u32,
-        body: &[u8],
-    ) -> Result<()> {
-        let Some(f) = self.next_for_each(at) else {
-            return Ok(());
-        };
-        let secret = &self.cred.secret;
-        let (mut usable, mut count, mut kept) = (String::new(), 0u64, 0u64);
-        let read = page_scan::each_value(body, &f.from, |v| {
-            count += 1;
-            // (a value longer than MAX_VALUE could never go out in a
-            // request line: its batch would stop the job every run)
-            if !v.is_empty()
-                && v.len() <= MAX_VALUE
-                && !v.chars().any(char::is_control)
-                && !matches!(v, "." | "..")
-                && redact(v, &[secret]) == v
-            {
-                usable.push_str(v);
-                usable.push('\n');
-                kept += 1;
-            }
-        });
-        match read {
-            Ok(0) => {}
-            Ok(lost) => {
-                self.report.borrow_mut().values_lost += lost;
-                warn!(
-                    job = self.job.name,
-                    "{}: {lost} value(s) at {} cannot be read as text (a lone surrogate escape): \
-                     LOST for the next step, the others are kept",
-                    at.describe(page),
-                    f.from
-                );
-            }
-            Err(e) => {
-                // (the page check reads pages as this does: not reached
-                // for a page that was written)
-                self.report.borrow_mut().values_lost += 1;
-                warn!(
-                    job = self.job.name,
-                    "{}: not JSON ({e}): no values for the next step, LOST",
-                    at.describe(page)
-                );
-                return Ok(());
-            }
-        }
-        let values = usable.split_terminator('\n');
-        self.keep_found(found, at, page, values, count - kept).await
-    }
-
-    /// Keep what page `page` found for the next step, after those kept
-    /// already; say how many values were left out (`unusable` of them
-    /// before, and those past the step's `max_values`).
-    async fn keep_found<'v>(
-        &self,
-        found: &mut FoundValues,
-        at: &Position<'_>,
-        page: u32,
-        values: impl IntoIterator<Item = &'v str>,
-        unusable: u64,
-    ) -> Result<()> {
-        let Some(f) = self.next_for_each(at) else {
-            return Ok(());
-        };
-        let store = self.meter.store();
-        let past_max = found.keep(store, values, f.max_values, at.run).await?;
-        let left_out = unusable + past_max;
-        if left_out > 0 {
-            warn!(
-                job = self.job.name,
-                "{}: {left_out} value(s) at {} left out of the next step's fan-out \
-                 (empty, a control character, `.` or `..`, over 8 KiB, the secret, or past its {} values: \
-                 the previous step's most pages × for_each.per_page {})",
-                at.describe(page),
-                f.from,
-                f.max_values,
-                f.per_page
-            );
-        }
-        Ok(())
-    }
-
-    /// Where the next run starts once step `at.step` of `at.key` is
-    /// done: the next step (with the values found for it, if it fans out:
-    /// the list they are in, or the values themselves when held) or,
-    /// after the last step, the region served. The values also become the
-    /// walk's [`Walker::pending`].
-    pub(super) fn after_step(&self, w: &mut Walker, at: &Position<'_>) -> Slot {
-        let found = w.found.take();
-        match self.job.steps.get(at.step + 1) {
-            Some(next) => {
-                let mut c = at.cursor(Place {
-                    step: at.step + 1,
-                    ..Place::default()
-                });
-                if next.for_each.is_some() {
-                    let values = match (found.found_in(), found.into_held()) {
-                        (Some(list), _) => {
-                            let left = list.count as usize;
-                            c.place.batch_at = Some(Box::new(BatchAt {
-                                list: list.list.clone(),
-                                from: 0,
-                                left,
-                                mapped: true,
-                            }));
-                            Values::Listed {
-                                id: list.list,
-                                from: 0,
-                                left,
-                            }
-                        }
-                        (None, values) => {
-                            c.place.batch = Some(values.clone());
-                            Values::Held(values)
-                        }
-                    };
-                    w.pending = Some(values);
-                }
-                Slot::At(Box::new(c))
-            }
-            None => Slot::Done,
-        }
-    }
-
     /// Step `at.step` of `at.key` is done: the cursor moves on
     /// ([`Self::after_step`]). Once it is saved, the values seen of the
     /// list the step filled for a fan-out after it are forgotten: that
     /// list is only read from then on, and the store need not keep an
     /// index of every value through the fan-out. Whether it was saved.
     pub(super) async fn step_done(&self, w: &mut Walker, at: &Position<'_>) -> bool {
-        let after = self.after_step(w, at);
+        let after = after_step(self.job, w, at);
         let saved = self.save(at.slot, after).await;
         if saved
-            && self.next_for_each(at).is_some()
+            && self.lists.next_for_each(at).is_some()
             && let Some(store) = self.meter.store()
         {
             let list = values_key(&self.job.name, at.key, at.step + 1);
@@ -260,7 +110,9 @@ impl JobRun<'_> {
         let early = plan.take_early();
         if !early.is_empty() {
             let early = early.iter().map(String::as_str);
-            self.keep_found(&mut w.found, at, page, early, 0).await?;
+            (self.lists)
+                .keep_found(self.meter.store(), &mut w.found, at, page, early, 0)
+                .await?;
         }
         self.keep_list(at, &mut plan, &w.found).await;
         let plan = RefCell::new(plan);
@@ -269,12 +121,15 @@ impl JobRun<'_> {
         }
         let todo = plan.borrow().todo();
         for k in todo {
-            let Some(joined) = self.batch_text(at, &plan, k, &f.join).await? else {
-                let why = self.list_gone(at, k, plan.borrow().left());
+            let Some(joined) = (self.lists)
+                .batch_text(self.meter.store(), at, &plan, k, &f.join)
+                .await?
+            else {
+                let why = self.lists.list_gone(at, k, plan.borrow().left());
                 return Ok(self.give_up(at, &why).await);
             };
             let _permit = self.permit().await;
-            let fill = self.fill(at, k, &joined);
+            let fill = at.fill(self.cred, self.job, k, &joined);
             // One at a time, batch `k` is the earliest not written: its
             // values go straight after those kept.
             match self
@@ -290,7 +145,9 @@ impl JobRun<'_> {
             let in_row = plan.borrow_mut().mark_written(k, Vec::new());
             for (b, values) in in_row {
                 let values = values.iter().map(String::as_str);
-                self.keep_found(&mut w.found, at, b, values, 0).await?;
+                (self.lists)
+                    .keep_found(self.meter.store(), &mut w.found, at, b, values, 0)
+                    .await?;
             }
             let resume = {
                 let plan = plan.borrow();
@@ -429,10 +286,13 @@ impl JobRun<'_> {
         join: &str,
     ) -> Result<Option<String>> {
         let _permit = self.permit().await;
-        let Some(joined) = self.batch_text(at, plan, k, join).await? else {
-            return Ok(Some(self.list_gone(at, k, plan.borrow().left())));
+        let Some(joined) = (self.lists)
+            .batch_text(self.meter.store(), at, plan, k, join)
+            .await?
+        else {
+            return Ok(Some(self.lists.list_gone(at, k, plan.borrow().left())));
         };
-        let fill = self.fill(at, k, &joined);
+        let fill = at.fill(self.cred, self.job, k, &joined);
         // This batch's own values, apart until their turn.
         let mut own = FoundValues::default();
         match self
@@ -448,7 +308,9 @@ impl JobRun<'_> {
             let in_row = plan.borrow_mut().mark_written(k, own.into_held());
             for (b, values) in in_row {
                 let values = values.iter().map(String::as_str);
-                self.keep_found(&mut found, at, b, values, 0).await?;
+                (self.lists)
+                    .keep_found(self.meter.store(), &mut found, at, b, values, 0)
+                    .await?;
             }
             let plan = plan.borrow();
             (!plan.is_done()).then(|| plan.cursor(at, &found))
@@ -474,6 +336,48 @@ impl JobRun<'_> {
         );
         self.save(at.slot, Slot::Done).await;
         Walk::Refused
+    }
+}
+
+/// Where the next run starts once step `at.step` of `at.key` is
+/// done: the next step (with the values found for it, if it fans out:
+/// the list they are in, or the values themselves when held) or,
+/// after the last step, the region served. The values also become the
+/// walk's [`Walker::pending`].
+fn after_step(job: &Job, w: &mut Walker, at: &Position<'_>) -> Slot {
+    let found = w.found.take();
+    match job.steps.get(at.step + 1) {
+        Some(next) => {
+            let mut c = at.cursor(Place {
+                step: at.step + 1,
+                ..Place::default()
+            });
+            if next.for_each.is_some() {
+                let values = match (found.found_in(), found.into_held()) {
+                    (Some(list), _) => {
+                        let left = list.count as usize;
+                        c.place.batch_at = Some(Box::new(BatchAt {
+                            list: list.list.clone(),
+                            from: 0,
+                            left,
+                            mapped: true,
+                        }));
+                        Values::Listed {
+                            id: list.list,
+                            from: 0,
+                            left,
+                        }
+                    }
+                    (None, values) => {
+                        c.place.batch = Some(values.clone());
+                        Values::Held(values)
+                    }
+                };
+                w.pending = Some(values);
+            }
+            Slot::At(Box::new(c))
+        }
+        None => Slot::Done,
     }
 }
 

@@ -56,7 +56,7 @@ impl JobRun<'_> {
             true if job.once => {
                 let changed = self.check_done_part(inputs, &at).await?;
                 if let Some(changed) = changed {
-                    return Err(self.done_part_changed(inputs, changed));
+                    return Err(done::done_part_changed(&self.job.name, inputs, changed));
                 }
                 None
             }
@@ -73,7 +73,7 @@ impl JobRun<'_> {
             // A new walk of the file, nothing in it done or started yet,
             // does every input again: the last walk's failures are not
             // this one's.
-            self.forget_failed().await;
+            failed::forget_failed(self.state(), &self.job.name).await;
         }
         let at_place = RecordStart {
             offset: at.offset,
@@ -101,27 +101,16 @@ impl JobRun<'_> {
         let mut feed = Feed::new(reader, cursor, job.steps.len(), at_place, run);
         feed.seen = Map::seen(job.once, at.walk);
         if job.once {
-            feed.on_disk = self.results_on_disk(cursor);
+            feed.on_disk = on_disk::results_on_disk(self.job, &self.outputs, cursor);
         }
-        feed.recent = self.recent_runs(cursor, highest_run);
-        feed.retry = self.retries().await;
+        feed.recent = on_disk::recent_runs(self.job, cursor, highest_run);
+        feed.retry = failed::retries(self.state(), &self.job.name).await;
         *self.feed.borrow_mut() = Some(feed);
         let mut round = Round::of_inputs(run, at);
         if restamped {
             round.bump();
         }
         Ok(round)
-    }
-
-    /// The skipped records past those warned about one by one, one line a
-    /// kind: at the run's end, however it ends.
-    pub(super) fn say_skip_totals(&self) {
-        let Some(feed) = self.feed.borrow_mut().as_mut().map(|f| f.warned.totals()) else {
-            return;
-        };
-        for line in feed {
-            warn!(job = self.job.name, "{line}");
-        }
     }
 
     /// Read inputs into the window while it has room. Whether it took any
@@ -179,7 +168,10 @@ impl JobRun<'_> {
                         round.push(r.key, r.span, r.fields, Slot::Skipped);
                         continue;
                     }
-                    let state = self.state_of(feed, &r.key);
+                    let last = self.job.steps.len().saturating_sub(1);
+                    let outputs = &self.outputs;
+                    let state =
+                        feed.read_state_of(&r.key, |runs| outputs.has_key(&r.key, last, runs));
                     let mut report = self.report.borrow_mut();
                     report.regions_total += 1;
                     if state == Slot::Done {
@@ -193,31 +185,6 @@ impl JobRun<'_> {
             round.read_to(feed.next);
         }
         Ok(took)
-    }
-
-    /// Where an input just read starts: done already (the cursor says so,
-    /// or its result is on disk), where the cursor says it is, or afresh.
-    fn state_of(&self, feed: &mut Feed, key: &str) -> Slot {
-        let recent = match &mut feed.recent {
-            Some((runs, left)) if *left > 0 => {
-                *left -= 1;
-                Some(runs.clone())
-            }
-            _ => None,
-        };
-        // (a page of a one-request last step is the whole result)
-        // (with a table, the rows are the result: a page written whose
-        // rows a kill or a locked database kept out is not done)
-        let last = self.job.steps.len().saturating_sub(1);
-        let written = recent.is_some_and(|runs| self.outputs.has_key(key, last, &runs));
-        if feed.on_disk.remove(key) || written {
-            if feed.first.as_ref().is_some_and(|(first, _)| first == key) {
-                feed.first = None;
-            }
-            feed.ahead.remove(key);
-            return Slot::Done;
-        }
-        feed.state_of(key)
     }
 
     /// Every input of the file read and served: a job that is not `once`
@@ -251,6 +218,6 @@ impl JobRun<'_> {
             walk
         };
         self.save_round().await;
-        self.forget_seen(walk).await;
+        seen::forget_seen(self.state(), self.job, walk).await;
     }
 }

@@ -11,50 +11,17 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
-use tracing::info;
-
 use super::batches::Batches;
 use super::batches::Values;
 use super::found::FoundValues;
-use super::round::{Round, Slot};
-use super::{JobRun, Position, Walk, Walker, describe_position};
+use super::round::Slot;
+use super::{JobRun, Position, Walk, Walker};
 use crate::Result;
 use crate::config::Step;
 use crate::runner::Key;
-use crate::runner::cursor::{Cursor, Start};
+use crate::runner::cursor::Start;
 
 impl JobRun<'_> {
-    /// This run's round: every region once, from the cursor's on, wrapping
-    /// around (slot 0 where the cursor points), the regions the cursor has
-    /// ahead of it in their slots.
-    pub(super) fn round_from(&self, cursor: &Cursor, run: u64) -> Round {
-        let job = self.job;
-        // (a job without regions has one key, the empty one)
-        let keys: Vec<&str> = if job.regions.is_empty() {
-            vec![""]
-        } else {
-            job.regions.iter().map(String::as_str).collect()
-        };
-        let n = keys.len();
-        let start = cursor.start(&job.regions, job.steps.len());
-        let order = (0..n).map(|i| keys[(start.index + i) % n].to_string());
-        let ahead: Vec<_> = cursor
-            .ahead_starts(&job.regions, job.steps.len())
-            .into_iter()
-            .map(|(index, s)| ((index + n - start.index) % n, s))
-            .collect();
-        let also = match ahead.len() {
-            0 => String::new(),
-            k => format!(" (and {k} region(s) after it that an earlier run started or served)"),
-        };
-        info!(
-            job = job.name,
-            "run {run} starts at {}{also}",
-            describe_position(keys[start.index], start.place.step, start.place.page)
-        );
-        Round::new(run, order.collect(), start, ahead)
-    }
-
     /// Serve the round's keys, up to `concurrency` at once, until all
     /// are served or the run stops (a job of inputs reads its file as it
     /// goes). The first error ends the run at once (the requests in flight
@@ -66,7 +33,7 @@ impl JobRun<'_> {
         loop {
             while running.len() < self.job.concurrency
                 && !self.stopping()
-                && !self.inputs_stopping()
+                && !self.feed.borrow().as_ref().is_some_and(|f| f.stopping())
             {
                 let Some((slots, start)) = self.next_to_serve(&mut next, inputs).await? else {
                     break;
@@ -233,13 +200,19 @@ impl JobRun<'_> {
         resumed: Option<&Start>,
     ) -> Result<Walk> {
         // What the pages written before the cursor found for the next step.
-        w.found = self.found_for(at, resumed.map(|s| &s.place)).await?;
+        w.found = (self.lists)
+            .found_for(self.meter.store(), at, resumed.map(|s| &s.place))
+            .await?;
         let page = resumed.map_or(0, |s| s.place.page);
         if let Some(f) = &step.for_each {
             // The values not yet sent: the cursor's, or those the step
             // before found in this run.
             let plan = match resumed {
-                Some(s) => self.resumed_plan(at, &s.place, f).await?,
+                Some(s) => {
+                    (self.lists)
+                        .resumed_plan(self.meter.store(), at, &s.place, f)
+                        .await?
+                }
                 None => w.pending.take().map(|values: Values| {
                     Batches::resume(values, 0, &[], BTreeMap::new(), None, f.batch, false)
                 }),

@@ -1,18 +1,29 @@
-//! [`JobRun`]: the state of one run of a job in progress, and its loop:
-//! every region once, from the cursor on, wrapping around; per page, charge
-//! → call → write → save the cursor (one request: `request.rs`). Up to
-//! `concurrency` regions, and batches of a fan-out, are in flight side by
-//! side on this one task (`keys.rs`, `fan_out.rs`), within one limit
-//! ([`JobRun::permit`]), so the state they share lives in cells, never
-//! borrowed across an await.
+//! [`JobRun`]: one run of a job in progress, and its loop: every key once
+//! (a region, or an input of the file), from the cursor on, wrapping
+//! around; per page, charge → call → write → save the cursor (one request:
+//! `request.rs`). Up to `concurrency` keys, and batches of a fan-out, are
+//! in flight side by side on this one task (`keys.rs`, `fan_out.rs`),
+//! within one limit ([`JobRun::permit`]), so the state they share lives in
+//! cells, never borrowed across an await.
+//!
+//! The loop holds owned parts and hands them what they need; each is
+//! tested on its own, without a run:
+//!
+//! - [`Meter`]: the charges, settles and blocks in the ledger;
+//! - [`inputs::Feed`]: where a job of inputs' keys come from, its place and
+//!   its breakers; [`round::Round`]: where each key of the round is;
+//! - [`crate::runner::job_state::JobState`]: every map the job keeps in the
+//!   store; [`conditional::Conditional`]: its validators and incremental
+//!   values; [`lists::ValueLists`]: a fan-out's values on their way;
+//! - [`crate::sink::Outputs`]: where results go (`outputs.rs` opens them);
+//! - [`refusals::Refusals`]: a job of regions' breakers;
+//!   [`terminal::ProgressLine`]: the line on a terminal.
 
-use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::cell::RefCell;
 
-use tracing::{info, warn};
+use tracing::{debug, warn};
 
 use self::round::Round;
-use self::terminal::Pace;
 use super::cursor::{Cursor, Place, cursor_text, read_cursor};
 use super::lock::RunLock;
 use super::meter::Meter;
@@ -21,22 +32,22 @@ use crate::config::{Credential, Fill, InputFields, Job, StorePolicy};
 use crate::error::FailClosed;
 use crate::ledger::{JobStore, LockOutcome, Store, StoreError};
 use crate::page_scan::Found;
-use crate::sink::Files;
 use crate::{Error, Result};
 
 mod batches;
-mod charge;
 mod conditional;
 mod fan_out;
 mod found;
 mod inputs;
 mod keys;
 mod lists;
+mod outputs;
+mod refusals;
 mod request;
 mod round;
-mod rows;
 mod saving;
 mod terminal;
+mod waiting;
 mod walk;
 
 pub(crate) use self::inputs::{check_file, kept_chunks, needs_check, unrecorded};
@@ -61,15 +72,10 @@ pub(super) struct JobRun<'a> {
     /// The run's requests in flight, `concurrency` at most: one place per
     /// page or batch, whichever region or fan-out it belongs to.
     permits: tokio::sync::Semaphore,
-    /// Regions in a row whose first page the upstream refused, no page
-    /// written since: at [`walk::FIRST_PAGES_REFUSED`] the job stops.
-    first_refused: Cell<u32>,
-    /// Per region and fan-out step: batches refused in a row, and whether
-    /// one was accepted in this run ([`walk::BATCHES_REFUSED`]).
-    batches_refused: RefCell<std::collections::HashMap<(String, usize), (u32, bool)>>,
-    /// On a terminal, for a job of inputs: when the rest will be done at
-    /// the budgets' pace, as last read.
-    pace: RefCell<Pace>,
+    /// The breakers of a job of regions: first pages and batches refused.
+    refusals: refusals::Refusals,
+    /// On a terminal: the run's line of progress.
+    progress: terminal::ProgressLine<'a>,
     /// Where the job's results go (written on blocking threads, a page
     /// at a time), open from the start of the round.
     outputs: crate::sink::Outputs,
@@ -78,6 +84,10 @@ pub(super) struct JobRun<'a> {
     input_batches: RefCell<std::collections::HashMap<usize, Vec<usize>>>,
     /// The validators and incremental values the store keeps for the job.
     conditional: conditional::Conditional<'a>,
+    /// A fan-out's values on their way, and those lost.
+    lists: lists::ValueLists<'a>,
+    /// Requests waiting for refused units inside the run, one at a time.
+    waiting: waiting::Waiting,
 }
 
 /// One region's walk in progress: what its pages found for a fan-out step
@@ -124,6 +134,30 @@ impl Position<'_> {
         }
     }
 
+    /// The placeholders' values for a request of the step at `at`.
+    fn fill<'f>(
+        &'f self,
+        cred: &'f Credential,
+        job: &'f Job,
+        page: u32,
+        batch: &'f str,
+    ) -> Fill<'f> {
+        Fill {
+            region: self.key,
+            secret: &cred.secret,
+            job: &job.name,
+            step: self.step,
+            page,
+            // (a fan-out step's own values, else a batch of inputs')
+            batch: if batch.is_empty() {
+                self.batch.unwrap_or_default()
+            } else {
+                batch
+            },
+            input: self.input,
+        }
+    }
+
     /// A cursor of this walk's run and region, at `place`.
     fn cursor(&self, place: Place) -> Cursor {
         Cursor {
@@ -146,24 +180,6 @@ enum Walk {
 }
 
 impl<'a> JobRun<'a> {
-    /// The placeholders' values for a request of the step at `at`.
-    fn fill<'f>(&'f self, at: &Position<'f>, page: u32, batch: &'f str) -> Fill<'f> {
-        Fill {
-            region: at.key,
-            secret: &self.cred.secret,
-            job: &self.job.name,
-            step: at.step,
-            page,
-            // (a fan-out step's own values, else a batch of inputs')
-            batch: if batch.is_empty() {
-                at.batch.unwrap_or_default()
-            } else {
-                batch
-            },
-            input: at.input,
-        }
-    }
-
     pub(super) fn new(ctx: &'a RunContext<'a>, job: &'a Job) -> Self {
         let cred = ctx.config.credential(job);
         Self {
@@ -172,40 +188,22 @@ impl<'a> JobRun<'a> {
             cred,
             report: RefCell::new(JobReport {
                 job: job.name.clone(),
-                stop: None,
-                calls: 0,
-                unmetered: 0,
-                estimates_kept: 0,
-                not_modified: 0,
-                validators_lost: 0,
-                units_saved: BTreeMap::new(),
-                observed_rejections: 0,
                 units: job
                     .steps
                     .iter()
                     .flat_map(|s| s.cost.iter().map(|c| (c.pool.name.clone(), 0)))
                     .collect(),
-                regions_done: 0,
-                failed_regions: Vec::new(),
-                failed_in: Default::default(),
-                failed_inputs: 0,
-                unreadable_links: 0,
-                walks_cut: 0,
                 // (a job of inputs counts them as it reads them)
                 regions_total: match job.inputs {
                     Some(_) => 0,
                     None => job.regions.len().max(1),
                 },
-                pages: 0,
                 page_files: job.output.is_some(),
                 rows: (job.sqlite.as_ref()).map(|s| crate::runner::report::RowCounts {
                     table: s.table.clone(),
                     ..Default::default()
                 }),
-                pages_without_items: 0,
-                values_lost: 0,
-                resume: None,
-                walk_ended: None,
+                ..JobReport::default()
             }),
             meter: Meter::new(
                 ctx.config.credential(job),
@@ -219,12 +217,22 @@ impl<'a> JobRun<'a> {
             feed: RefCell::new(None),
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
-            first_refused: Cell::new(0),
-            batches_refused: RefCell::default(),
-            pace: RefCell::default(),
+            refusals: refusals::Refusals::default(),
+            progress: terminal::ProgressLine::new(ctx.progress, job, cred),
             outputs: crate::sink::Outputs::default(),
             input_batches: RefCell::default(),
             conditional: conditional::Conditional::new(job, &cred.secret),
+            lists: lists::ValueLists::new(job, cred),
+            waiting: waiting::Waiting::default(),
+        }
+    }
+
+    /// On a terminal, as an input is over: the progress line, and for a
+    /// job of inputs when the rest will be done at the budgets' pace.
+    async fn progress(&self) {
+        let left = (self.progress).draw(&self.report.borrow(), &mut self.round.borrow_mut());
+        if let Some(left) = left {
+            self.progress.read_pace(self.meter.store(), left).await;
         }
     }
 
@@ -241,14 +249,6 @@ impl<'a> JobRun<'a> {
             .acquire()
             .await
             .expect("the run's semaphore is never closed")
-    }
-
-    /// The run holds its lock: it charges in `store`.
-    /// `output.sqlite`: `(commits, pages)`, the transactions that wrote
-    /// pages' rows so far and the pages they held (what the group commit
-    /// saves, logged at the run's end).
-    pub(super) fn rows_committed(&self) -> Option<(u64, u64)> {
-        self.outputs.commits()
     }
 
     pub(super) fn hold(&mut self, store: &'a Store, lock: RunLock) {
@@ -282,8 +282,16 @@ impl<'a> JobRun<'a> {
     /// After the region loop: clear the progress line, update the history,
     /// give the lock back.
     pub(super) async fn finish(mut self, served: Result<()>) -> Result<JobReport> {
-        self.clear_progress();
-        self.say_skip_totals();
+        self.progress.clear(self.report.get_mut().pages);
+        if let Some((commits, pages)) = self.outputs.commits() {
+            debug!(
+                job = self.job.name,
+                "{pages} page(s)' rows committed in {commits} transaction(s)"
+            );
+        }
+        if let Some(feed) = self.feed.get_mut().as_mut() {
+            feed.say_skip_totals(&self.job.name);
+        }
         self.meter.check_history();
         let (calls, saved) = {
             let r = self.report.borrow();
@@ -303,7 +311,12 @@ impl<'a> JobRun<'a> {
         if let Some(lock) = self.lock.take() {
             lock.release().await;
         }
-        served.map(|()| self.report.into_inner())
+        let lost = self.lists.lost();
+        served.map(|()| {
+            let mut report = self.report.into_inner();
+            report.values_lost += lost;
+            report
+        })
     }
 
     pub(super) fn store_unreachable_at_start(&mut self, why: &str) -> Result<()> {
@@ -354,17 +367,13 @@ impl<'a> JobRun<'a> {
         let mut cursor = self.load_cursor().await?;
         self.conditional.load(self.meter.store()).await;
         self.load_lists(&mut cursor).await?;
-        if let Some(spec) = &job.sqlite {
-            self.open_sink(spec).await?;
-        }
-        if let Some(dir) = &job.output {
-            self.prepare_folder(dir, cursor.run)?;
-        }
         let config = &self.ctx.config.file;
+        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
+        let (outputs, highest_run) = outputs::open(job, config, locked, cursor.run).await?;
+        self.outputs = outputs;
         (self.conditional)
             .forget_replaced_output(self.meter.store(), config, &self.outputs)
             .await;
-        let highest_run = self.highest_run_of_outputs()?;
         // A page is never replaced: a run is numbered after every run whose
         // pages are in the folder, even when the store lost the cursor.
         let Some(run_number) = cursor.run.max(highest_run).checked_add(1) else {
@@ -382,7 +391,7 @@ impl<'a> JobRun<'a> {
                 self.inputs_round(inputs, &cursor, run_number, highest_run)
                     .await?
             }
-            None => self.round_from(&cursor, run_number),
+            None => Round::of_regions(job, &cursor, run_number),
         };
         let resume = Cursor {
             run: cursor.run,
@@ -398,46 +407,6 @@ impl<'a> JobRun<'a> {
         self.serve_round(run_number).await
     }
 
-    /// Make the output folder, remove what a killed run left there (only
-    /// while this run holds the job's lock: an unmetered run could be
-    /// racing a run that has it) and check it takes a file; the folder
-    /// joins the job's outputs.
-    fn prepare_folder(&mut self, dir: &std::path::Path, cursor_run: u64) -> Result<()> {
-        let job = self.job;
-        let locked = self.lock.as_ref().is_some_and(|l| !l.is_lost());
-        let mode = crate::atomic_file::file_mode().map_err(Error::Usage)?;
-        let (files, prepared) =
-            Files::open(dir, &job.name, mode, locked).map_err(|source| Error::Io {
-                what: "prepare the output folder",
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        if prepared.removed > 0 {
-            info!(
-                job = job.name,
-                "removed {} temporary file(s) a killed run left", prepared.removed
-            );
-        }
-        if prepared.highest_run > cursor_run {
-            warn!(
-                job = job.name,
-                "{} holds pages of run {} but the store's cursor says run {cursor_run} (a new or reset store?): this run is run {}, so no page is replaced",
-                dir.display(),
-                prepared.highest_run,
-                prepared.highest_run.saturating_add(1)
-            );
-        }
-        // A folder that takes no page would fail every page after its
-        // charge and its call: stop before the first.
-        job.output_writable().map_err(|(path, source)| Error::Io {
-            what: "write pages in",
-            path,
-            source,
-        })?;
-        self.outputs.put_first(std::sync::Arc::new(files));
-        Ok(())
-    }
-
     /// Stop the run (the first reason stays): no request is sent after
     /// it; those in flight finish.
     fn stop(&self, stop: Stop) {
@@ -445,11 +414,6 @@ impl<'a> JobRun<'a> {
         if report.stop.is_none() {
             report.stop = Some(stop);
         }
-    }
-
-    /// Whether a job of inputs stops for its inputs failed.
-    fn inputs_stopping(&self) -> bool {
-        self.feed.borrow().as_ref().is_some_and(|f| f.stopping())
     }
 
     fn stopping(&self) -> bool {

@@ -58,7 +58,7 @@ impl JobRun<'_> {
             }
             // Built before its charge: a request that can never be sent
             // costs nothing.
-            let mut request = self.build(step, fill, &attempts)?;
+            let mut request = build(self.ctx.client, &self.job.name, step, fill, &attempts)?;
             // (the validators are the page's own URL's: not a redirect hop's)
             if let Some(v) = validators.as_ref().filter(|_| attempts.target() == url) {
                 ask_if_changed(&mut request, v);
@@ -95,8 +95,15 @@ impl JobRun<'_> {
                     reason,
                     retry_after,
                 } => {
-                    self.upstream_exhausted(status, reason, retry_after, at)
-                        .await;
+                    let until = (self.meter).block(status, &reason, retry_after, at).await;
+                    // (after the store's word: a backoff's length is the store's)
+                    warn!(
+                        job = self.job.name,
+                        "upstream answered {status} ({reason}): its own quota is spent; blocking credential {} until {}",
+                        self.cred.name,
+                        crate::timefmt::local_datetime(until)
+                    );
+                    self.stop(Stop::UpstreamExhausted { reason, until });
                     return Ok(Fetched::Stopped);
                 }
                 AfterAttempt::Follow { note } => info!(job = self.job.name, "{note}"),
@@ -127,39 +134,60 @@ impl JobRun<'_> {
     /// and what is left, each `None` unmetered; `None` when the run stops
     /// instead (the quota said no, or the store is gone and the policy
     /// says stop).
+    ///
+    /// A refusal whose units free up within the job's bound (`max_wait`,
+    /// `run --wait`) is waited for and charged again ([`super::waiting`]):
+    /// one request waits, those refused or charging meanwhile line up
+    /// behind it.
     async fn charge_attempt(&self, step: &Step) -> Result<Option<Attempt>> {
-        Ok(match self.charge(step).await? {
-            Charged::Go {
-                at,
-                receipt,
-                remaining,
-                ..
-            } => Some((Some(at), Some(receipt), remaining)),
-            Charged::Unmetered => Some((None, None, Vec::new())),
-            Charged::Stop(stop) => {
-                self.stop(stop);
-                None
+        let bound = self.ctx.wait.unwrap_or(self.job.max_wait);
+        let mut turn = None;
+        loop {
+            if turn.is_none() && self.waiting.anyone() {
+                turn = Some(self.waiting.turn().await);
+                // (a stop may have come while in line)
+                if self.halted() {
+                    return Ok(None);
+                }
             }
-        })
-    }
-
-    /// The request of the attempt `attempts` is at; an error when it can
-    /// never be sent (nor one whose URL the client cannot put on the wire:
-    /// longer than a request line's 65,534 bytes, say).
-    fn build(
-        &self,
-        step: &Step,
-        fill: &Fill<'_>,
-        attempts: &Attempts<'_>,
-    ) -> Result<reqwest::Request> {
-        let (method, target) = (attempts.method(), attempts.target());
-        upstream::request(self.ctx.client, step, fill, method, target)
-            .and_then(|r| sendable(target).map(|()| r))
-            .map_err(|problem| Error::Upstream {
-                job: self.job.name.clone(),
-                url: crate::logging::cut(&attempts.shown(), 200),
-                problem,
-            })
+            let charged = self.meter.charge(step).await?;
+            self.report.borrow_mut().count_charge(&charged);
+            let stop = match charged {
+                Charged::Go {
+                    at,
+                    receipt,
+                    remaining,
+                    ..
+                } => return Ok(Some((Some(at), Some(receipt), remaining))),
+                Charged::Unmetered => return Ok(Some((None, None, Vec::new()))),
+                Charged::Stop(stop) => stop,
+            };
+            let now = chrono::Utc::now().timestamp_micros();
+            let Some(pause) = super::waiting::pause_for(&stop, bound, now) else {
+                self.stop(stop);
+                return Ok(None);
+            };
+            if turn.is_none() {
+                turn = Some(self.waiting.turn().await);
+                if self.halted() {
+                    return Ok(None);
+                }
+            }
+            info!(
+                job = self.job.name,
+                "{}: waiting {} for the units (until {}), then charging again",
+                stop.waiting_for(),
+                crate::timefmt::fmt_wait(pause),
+                crate::timefmt::clock_time(&(chrono::Local::now() + pause), true)
+            );
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = self.ctx.shutdown.wait() => {}
+            }
+            if self.halted() {
+                return Ok(None);
+            }
+        }
     }
 
     /// Send one charged request and settle its charge; `None` when a stop
@@ -180,7 +208,8 @@ impl JobRun<'_> {
             () = self.ctx.shutdown.wait() => {
                 info!(job = self.job.name, "stop signal: abandoning the request in flight");
                 if receipt.is_some() {
-                    self.keep_estimates(step, "the request was abandoned");
+                    let kept = self.meter.keep_estimates(step, "the request was abandoned");
+                    self.report.borrow_mut().estimates_kept += kept;
                 }
                 self.stop(Stop::Signal);
                 return None;
@@ -192,8 +221,14 @@ impl JobRun<'_> {
         }
         if let Some(receipt) = receipt {
             match step.not_modified.filter(|_| unchanged) {
-                Some(units) => self.settle_not_modified(step, receipt, units).await,
-                None => self.settle(step, receipt, &reported.actuals).await,
+                Some(units) => {
+                    let settled = self.meter.settle_to(step, receipt, units).await;
+                    self.report.borrow_mut().count_not_modified(&settled);
+                }
+                None => {
+                    let settled = self.meter.settle(step, receipt, &reported.actuals).await;
+                    self.report.borrow_mut().count_settle(&settled);
+                }
             }
             self.meter.upstream_counts(step, &reported, remaining).await;
         }
@@ -203,7 +238,7 @@ impl JobRun<'_> {
     /// Whether the run stops before another request is charged: stopped
     /// already, a stop signal, or the run's lock lost (the stop recorded).
     fn halted(&self) -> bool {
-        if self.stopping() || self.inputs_stopping() {
+        if self.stopping() || self.feed.borrow().as_ref().is_some_and(|f| f.stopping()) {
             return true;
         }
         if self.ctx.shutdown.is_set() {
@@ -250,7 +285,9 @@ impl JobRun<'_> {
                 "the page carries the credential's secret (the upstream echoed it): masked as *** in {name}"
             );
         }
-        let Some(wrote) = written.map_err(|e| self.output_error(name, e))? else {
+        let config = &self.ctx.config.file;
+        let Some(wrote) = written.map_err(|e| super::outputs::error(self.job, config, name, e))?
+        else {
             // As a page the upstream refuses for itself: asking again at
             // once gets the same page, so its region (or batch) ends.
             return Ok(Written::Refused(
@@ -259,11 +296,19 @@ impl JobRun<'_> {
                     .into(),
             ));
         };
+        let mut report = self.report.borrow_mut();
         if let Some(rows) = wrote.rows {
-            self.rows_written(key, name, rows)?;
+            super::outputs::say_rows(self.job, key, name, &rows);
+            if let Some(r) = report.rows.as_mut() {
+                r.upserted += rows.rows;
+                r.new += rows.new;
+                r.without_key += rows.without_key;
+            }
+            report.pages_without_items += u64::from(rows.no_items);
         }
-        self.report.borrow_mut().pages += 1;
-        self.draw_progress();
+        report.pages += 1;
+        drop(report);
+        (self.progress).draw(&self.report.borrow(), &mut self.round.borrow_mut());
         if let Some(path) = &wrote.path {
             debug!(job = self.job.name, "wrote {}", path.display());
         }
@@ -271,23 +316,24 @@ impl JobRun<'_> {
     }
 }
 
-impl JobRun<'_> {
-    /// A page file that could not be written, as the run reports it.
-    pub(super) fn page_error(&self, name: &str, source: std::io::Error) -> Error {
-        let path = self.job.output.clone().unwrap_or_default().join(name);
-        if source.kind() == std::io::ErrorKind::AlreadyExists {
-            Error::PageExists {
-                job: self.job.name.clone(),
-                path,
-            }
-        } else {
-            Error::Io {
-                what: "write",
-                path,
-                source,
-            }
-        }
-    }
+/// The request of the attempt `attempts` is at; an error when it can
+/// never be sent (nor one whose URL the client cannot put on the wire:
+/// longer than a request line's 65,534 bytes, say).
+fn build(
+    client: &reqwest::Client,
+    job: &str,
+    step: &Step,
+    fill: &Fill<'_>,
+    attempts: &Attempts<'_>,
+) -> Result<reqwest::Request> {
+    let (method, target) = (attempts.method(), attempts.target());
+    upstream::request(client, step, fill, method, target)
+        .and_then(|r| sendable(target).map(|()| r))
+        .map_err(|problem| Error::Upstream {
+            job: job.to_string(),
+            url: crate::logging::cut(&attempts.shown(), 200),
+            problem,
+        })
 }
 
 /// A page to write, but for its body.

@@ -13,7 +13,10 @@
 
 use std::collections::VecDeque;
 
-use crate::config::InputFields;
+use tracing::info;
+
+use super::describe_position;
+use crate::config::{InputFields, Job};
 use crate::inputs::RecordStart;
 use crate::inputs::Span;
 use crate::inputs::done_part::{Chunk, Seen};
@@ -78,6 +81,36 @@ pub(super) struct RoundWindow {
 }
 
 impl Round {
+    /// This run's round: every region once, from the cursor's on, wrapping
+    /// around (slot 0 where the cursor points), the regions the cursor has
+    /// ahead of it in their slots.
+    pub(super) fn of_regions(job: &Job, cursor: &Cursor, run: u64) -> Round {
+        // (a job without regions has one key, the empty one)
+        let keys: Vec<&str> = if job.regions.is_empty() {
+            vec![""]
+        } else {
+            job.regions.iter().map(String::as_str).collect()
+        };
+        let n = keys.len();
+        let start = cursor.start(&job.regions, job.steps.len());
+        let order = (0..n).map(|i| keys[(start.index + i) % n].to_string());
+        let ahead: Vec<_> = cursor
+            .ahead_starts(&job.regions, job.steps.len())
+            .into_iter()
+            .map(|(index, s)| ((index + n - start.index) % n, s))
+            .collect();
+        let also = match ahead.len() {
+            0 => String::new(),
+            k => format!(" (and {k} region(s) after it that an earlier run started or served)"),
+        };
+        info!(
+            job = job.name,
+            "run {run} starts at {}{also}",
+            describe_position(keys[start.index], start.place.step, start.place.page)
+        );
+        Self::new(run, order.collect(), start, ahead)
+    }
+
     /// A round of `run` over `keys` (already in round order), the first
     /// from `first`, the others from `ahead` (slot, start; `None`: served).
     pub(super) fn new(

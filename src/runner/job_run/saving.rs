@@ -60,7 +60,7 @@ impl JobRun<'_> {
                 .unwrap_or_default();
             (round.cursor(), round.version(), chunks)
         };
-        if let Err(e) = self.keep_chunks(&chunks).await {
+        if let Err(e) = keep_chunks(self.state(), &chunks).await {
             warn!(
                 job = self.job.name,
                 "cannot keep the inputs done in the store (the next run may redo them): {e}"
@@ -91,20 +91,20 @@ impl JobRun<'_> {
         *saved = now;
         true
     }
+}
 
-    async fn keep_chunks(
-        &self,
-        chunks: &[(u64, crate::inputs::done_part::Chunk)],
-    ) -> std::result::Result<(), StoreError> {
-        let Some(state) = self.state() else {
-            return Ok(());
-        };
-        let entries: Vec<(String, String)> = (chunks.iter())
-            .map(|(i, chunk)| {
-                let text = serde_json::to_string(chunk).expect("a chunk always serializes");
-                (format!("{i:012}"), text)
-            })
-            .collect();
-        state.put(Map::Done, &entries).await
-    }
+async fn keep_chunks(
+    state: Option<crate::runner::job_state::JobState<'_>>,
+    chunks: &[(u64, crate::inputs::done_part::Chunk)],
+) -> std::result::Result<(), StoreError> {
+    let Some(state) = state else {
+        return Ok(());
+    };
+    let entries: Vec<(String, String)> = (chunks.iter())
+        .map(|(i, chunk)| {
+            let text = serde_json::to_string(chunk).expect("a chunk always serializes");
+            (format!("{i:012}"), text)
+        })
+        .collect();
+    state.put(Map::Done, &entries).await
 }

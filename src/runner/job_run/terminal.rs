@@ -1,48 +1,60 @@
-//! A run on a terminal: its progress line and, for a job of inputs, when
-//! the rest will be done at the budgets' pace, read from the store now and
-//! then.
+//! [`ProgressLine`]: a run on a terminal, its one line of progress and,
+//! for a job of inputs, when the rest will be done at the budgets' pace,
+//! read from the store now and then. Apart from the loop, which only
+//! hands it the report and the round as they are.
 
-use super::JobRun;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use super::round::Round;
+use crate::config::{Credential, Job};
 use crate::inputs::pace;
-use crate::ledger::{At, Ledger};
+use crate::ledger::{At, Ledger, Store};
+use crate::runner::JobReport;
 use crate::runner::progress;
 
 /// How often a run on a terminal reads the budgets' pace from the store.
-const PACE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+const PACE_EVERY: Duration = Duration::from_secs(10);
 
-/// When a job of inputs' rest will be done at the budgets' pace.
-#[derive(Default)]
-pub(super) struct Pace {
-    /// When last read from the store.
-    read: Option<std::time::Instant>,
-    /// What it said (`None` inside: never).
-    finish: Option<Option<std::time::Duration>>,
+/// A run's progress line (drawn only on a terminal: none under cron or
+/// systemd, where stderr is a file or the journal).
+pub(super) struct ProgressLine<'a> {
+    /// Whether stderr is a terminal and the line is wanted.
+    on: bool,
+    job: &'a Job,
+    cred: &'a Credential,
+    /// When the budgets' pace was last read from the store.
+    read: Cell<Option<Instant>>,
+    /// What it said: when a job of inputs' rest will be done (`None`
+    /// inside: never; `None`: not read yet).
+    finish: Cell<Option<Option<Duration>>>,
 }
 
-impl JobRun<'_> {
-    /// On a terminal, for a job of inputs as an input is over: the line,
-    /// and when the rest will be done at the budgets' pace (inputs in
-    /// flight, whose units are spent, still counted as left: at most
-    /// `concurrency` more than the rest, an estimate on the safe side).
-    pub(super) async fn progress(&self) {
-        if let Some(left) = self.draw_progress() {
-            self.read_pace(left).await;
+impl<'a> ProgressLine<'a> {
+    pub(super) fn new(on: bool, job: &'a Job, cred: &'a Credential) -> Self {
+        Self {
+            on,
+            job,
+            cred,
+            read: Cell::new(None),
+            finish: Cell::new(None),
         }
     }
 
     /// Read when `left` inputs will be done at the budgets' pace, at most
     /// once per [`PACE_EVERY`] (a read of the credential's windows in the
     /// store, as `status` makes): shown at the next page. None without a
-    /// store (the run is unmetered).
-    async fn read_pace(&self, left: u64) {
-        let last = self.pace.borrow().read;
-        if last.is_some_and(|t| t.elapsed() < PACE_EVERY) {
+    /// store (the run is unmetered). Inputs in flight, whose units are
+    /// spent, still count as left: at most `concurrency` more than the
+    /// rest, an estimate on the safe side.
+    pub(super) async fn read_pace(&self, store: Option<&Store>, left: u64) {
+        if (self.read.get()).is_some_and(|t| t.elapsed() < PACE_EVERY) {
             return;
         }
-        let Some(store) = self.meter.store() else {
+        let Some(store) = store else {
             return;
         };
-        self.pace.borrow_mut().read = Some(std::time::Instant::now());
+        self.read.set(Some(Instant::now()));
         let usage = store
             .usage(&self.cred.name, &self.cred.pools, At::StoreClock)
             .await;
@@ -52,24 +64,20 @@ impl JobRun<'_> {
             let per_request = self.job.inputs.as_ref().and_then(|i| i.batch).unwrap_or(1);
             let requests = left.div_ceil(per_request.max(1) as u64);
             let finish = pace::time_to_finish(requests, &pace::pools_now(self.job, &usage));
-            self.pace.borrow_mut().finish = Some(finish);
+            self.finish.set(Some(finish));
         }
     }
 
-    /// On a terminal, one line that says how far the run is (none under
-    /// cron or systemd, where stderr is a file or the journal); the inputs
+    /// On a terminal, one line that says how far the run is; the inputs
     /// left for a job of inputs.
-    pub(super) fn draw_progress(&self) -> Option<u64> {
-        if !self.ctx.progress {
+    pub(super) fn draw(&self, r: &JobReport, round: &mut Round) -> Option<u64> {
+        if !self.on {
             return None;
         }
-        let r = self.report.borrow();
         let units: Vec<String> = r.units.iter().map(|(p, u)| format!("{p} {u}")).collect();
         if let Some(inputs) = &self.job.inputs {
-            let mut round = self.round.borrow_mut();
             let at = &round.window_mut()?.at;
             let (done, offset, line) = (at.done + at.skipped, at.offset, at.line);
-            drop(round);
             // Every item from the first input not done, the front of the
             // window too: read once, on a terminal only.
             let total = || {
@@ -78,7 +86,7 @@ impl JobRun<'_> {
                     .map(|r| r.map_while(|i| i.ok()).count() as u64);
                 done + items.unwrap_or(0)
             };
-            let pace = self.pace.borrow().finish;
+            let pace = self.finish.get();
             return Some(progress::inputs(
                 &r.job,
                 done,
@@ -98,11 +106,12 @@ impl JobRun<'_> {
         None
     }
 
-    pub(super) fn clear_progress(&self) {
+    /// The line cleared at the run's end (`pages`: written by it).
+    pub(super) fn clear(&self, pages: u64) {
         if progress::clear(&self.job.name) {
             return;
         }
-        if self.ctx.progress && self.report.borrow().pages > 0 {
+        if self.on && pages > 0 {
             eprint!("\r\x1b[2K");
         }
     }

@@ -9,33 +9,17 @@ use reqwest::Url;
 use tracing::{error, warn};
 
 use super::found::FoundValues;
+use super::refusals::BATCHES_REFUSED;
 use super::request::{Fetched, Written};
 use super::round::Slot;
 use super::{JobRun, PageAnswer, Position, Walk, Walker};
-use crate::config::{Fill, PageKind, Step, redact};
+use crate::config::{Credential, Fill, Job, PageKind, Step, redact};
 use crate::runner::cursor::Place;
 use crate::sink::folder::PageName;
 use crate::upstream::paginate::{self, Next};
 use crate::{Error, Result};
 
 impl JobRun<'_> {
-    /// Whether a walk can start at `page` with the cursor's `token`: one
-    /// that does not fit the step's pagination (see
-    /// [`paginate::token_fits`]) restarts the step, with a warning.
-    fn resumable(&self, step: &Step, at: &Position<'_>, page: u32, token: Option<&str>) -> bool {
-        let Some(t) = token else { return true };
-        let fill = self.fill(at, page, "");
-        let fits = paginate::token_fits(step, &fill, t);
-        if !fits {
-            warn!(
-                job = self.job.name,
-                "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
-                at.describe(page)
-            );
-        }
-        fits
-    }
-
     /// One step's pages for one region, from `page` (whose token is
     /// `token`) on, the cursor saved after each.
     pub(super) async fn walk(
@@ -46,7 +30,7 @@ impl JobRun<'_> {
         mut page: u32,
         mut token: Option<String>,
     ) -> Result<Walk> {
-        if !self.resumable(step, at, page, token.as_deref()) {
+        if !resumable((self.job, self.cred), step, at, page, token.as_deref()) {
             (page, token) = (0, None);
             // (a list begun from a later page is begun afresh)
             w.found.take();
@@ -72,7 +56,7 @@ impl JobRun<'_> {
             // A place among the run's requests in flight, held until the
             // cursor says this page is written.
             let _permit = self.permit().await;
-            let fill = self.fill(at, page, "");
+            let fill = at.fill(self.cred, self.job, page, "");
             let Some(next) = self
                 .fetch_page(Some(&mut w.found), step, &fill, token.as_deref(), at, page)
                 .await?
@@ -160,7 +144,7 @@ impl JobRun<'_> {
                 // (a next page whose request cannot be sent ends the
                 // region, as a next page elsewhere does: charged every
                 // tick and never sent, it would hold the round for good)
-                let fill = self.fill(at, page + 1, "");
+                let fill = at.fill(self.cred, self.job, page + 1, "");
                 let unsendable = match paginate::page_url(step, &fill, Some(&t)) {
                     Ok(url) => super::request::sendable(&url).err(),
                     Err(e) => Some(e.to_string()),
@@ -222,18 +206,18 @@ impl JobRun<'_> {
             Fetched::Page(page) => {
                 // (answered: the key and the request are good, whether
                 // or not the page can be written)
-                self.first_refused.set(0);
+                self.refusals.answered();
                 if let Some(feed) = self.feed.borrow_mut().as_mut() {
                     feed.answered();
                 }
                 if step.for_each.is_some() {
-                    self.batch_answered(at, true);
+                    self.refusals.batch(at.key, at.step, true);
                 }
                 page
             }
             Fetched::Stopped => return Ok(None),
             Fetched::NotModified => {
-                self.first_refused.set(0);
+                self.refusals.answered();
                 if let Some(feed) = self.feed.borrow_mut().as_mut() {
                     feed.answered();
                 }
@@ -269,7 +253,9 @@ impl JobRun<'_> {
         // The values for a fan-out after this step, from a page written
         // (they are saved with the cursor after it).
         if let Some(keep) = keep {
-            self.collect_for_next(keep, at, page, &body).await?;
+            (self.lists)
+                .collect_for_next(self.meter.store(), keep, at, page, &body)
+                .await?;
         }
         self.conditional.saw(step, at, page, &body);
         let next = paginate::next(step, fill, &url, token, found, link.as_deref());
@@ -329,7 +315,7 @@ impl JobRun<'_> {
                 key => format!("{key} step {} batch {page}", at.step),
             };
             self.report.borrow_mut().fail(at.key, batch.clone());
-            if self.batch_answered(at, false) {
+            if self.refusals.batch(at.key, at.step, false) {
                 return Ok(Some(Next::Refused(format!(
                     "{batch}: {why}; {BATCHES_REFUSED} batches in a row refused and none taken in this run"
                 ))));
@@ -351,60 +337,53 @@ impl JobRun<'_> {
             return Ok(None);
         }
         // A region's page: its region ends here (the walk saves it as
-        // served).
-        if for_itself.is_some() && token.is_none() {
-            self.first_page_refused(at, why).await?;
+        // served). Its first page refused for itself (its URL, query,
+        // headers or body use `{region}`, so the region may be what the
+        // upstream refuses) ends only the region, unless the region before
+        // it ended so too, no page written since: then the fault is likely
+        // the file's or the key's, met by every region, and the job stops,
+        // the cursor past both regions (the next run starts after them:
+        // none starves, and a tick spends at most two refused calls).
+        if for_itself.is_some()
+            && token.is_none()
+            && let Some(n) = self.refusals.first_page_refused()
+        {
+            self.save(at.slot, Slot::Done).await;
+            return Err(crate::Error::Upstream {
+                job: self.job.name.clone(),
+                url: at.describe(0),
+                problem: format!(
+                    "{why}; the first page of {n} regions in a row was refused, so the job stops \
+                     (check the file and the key); the next run starts after them"
+                ),
+            });
         }
         Ok(Some(Next::Refused(why.to_string())))
     }
-
-    /// A batch of a fan-out answered (`taken`) or refused: whether the
-    /// rest of that region's fan-out is to be skipped, [`BATCHES_REFUSED`]
-    /// refused in a row and none taken in this run (every batch would
-    /// be refused, each charged, every tick).
-    fn batch_answered(&self, at: &Position<'_>, taken: bool) -> bool {
-        let mut refused = self.batches_refused.borrow_mut();
-        let (in_a_row, any_taken) = refused.entry((at.key.to_string(), at.step)).or_default();
-        if taken {
-            (*in_a_row, *any_taken) = (0, true);
-            return false;
-        }
-        *in_a_row += 1;
-        !*any_taken && *in_a_row >= BATCHES_REFUSED
-    }
-
-    /// A region's first page refused for itself (its URL, query, headers
-    /// or body use `{region}`, so the region may be what the upstream
-    /// refuses): the region ends, unless the region before it ended so
-    /// too, no page written since; then the fault is likely the file's or
-    /// the key's, met by every region, and the job stops, the cursor past
-    /// both regions (the next run starts after them: none starves, and a
-    /// tick spends at most two refused calls).
-    async fn first_page_refused(&self, at: &Position<'_>, why: &str) -> Result<()> {
-        let n = self.first_refused.get() + 1;
-        self.first_refused.set(n);
-        if n < FIRST_PAGES_REFUSED {
-            return Ok(());
-        }
-        self.first_refused.set(0);
-        self.save(at.slot, Slot::Done).await;
-        Err(crate::Error::Upstream {
-            job: self.job.name.clone(),
-            url: at.describe(0),
-            problem: format!(
-                "{why}; the first page of {n} regions in a row was refused, so the job stops \
-                 (check the file and the key); the next run starts after them"
-            ),
-        })
-    }
 }
 
-/// Refused batches in a row of one region's fan-out step, none accepted
-/// in this run, before the rest of that fan-out is skipped.
-pub(super) const BATCHES_REFUSED: u32 = 2;
-
-/// Regions in a row whose first page is refused before the job stops.
-pub(super) const FIRST_PAGES_REFUSED: u32 = 2;
+/// Whether a walk can start at `page` with the cursor's `token`: one
+/// that does not fit the step's pagination (see
+/// [`paginate::token_fits`]) restarts the step, with a warning.
+fn resumable(
+    (job, cred): (&Job, &Credential),
+    step: &Step,
+    at: &Position<'_>,
+    page: u32,
+    token: Option<&str>,
+) -> bool {
+    let Some(t) = token else { return true };
+    let fill = at.fill(cred, job, page, "");
+    let fits = paginate::token_fits(step, &fill, t);
+    if !fits {
+        warn!(
+            job = job.name,
+            "{}: the saved cursor does not fit this step's pagination (the file changed?): the step starts again at its first page",
+            at.describe(page)
+        );
+    }
+    fits
+}
 
 /// Whether a step's request depends on its key (`{region}`, `{key}`, an
 /// `{input.NAME}`: URL, query, headers, body): a refusal of its first page

@@ -128,7 +128,7 @@ impl JobRun<'_> {
             },
             at.line
         );
-        self.forget_seen(at.walk).await;
+        super::seen::forget_seen(self.state(), self.job, at.walk).await;
         *at = InputAt {
             walk: at.walk + 1,
             line: 1,
@@ -210,17 +210,17 @@ impl JobRun<'_> {
                 .err(),
         )
     }
+}
 
-    /// The 78 of a done part that changed at `changed`.
-    pub(super) fn done_part_changed(&self, inputs: &Inputs, changed: done_part::Changed) -> Error {
-        Error::Config {
-            file: inputs.file.clone(),
-            field: format!("line {}", changed.line),
-            message: format!(
-                "the part of the file job {} has done changed here since (edited, truncated or replaced): \
-                 its inputs are not done again, nor skipped, unless asked: `portion reset {} --yes` does every one again",
-                self.job.name, self.job.name
-            ),
-        }
+/// The 78 of a done part that changed at `changed`.
+pub(super) fn done_part_changed(job: &str, inputs: &Inputs, changed: done_part::Changed) -> Error {
+    Error::Config {
+        file: inputs.file.clone(),
+        field: format!("line {}", changed.line),
+        message: format!(
+            "the part of the file job {} has done changed here since (edited, truncated or replaced): \
+             its inputs are not done again, nor skipped, unless asked: `portion reset {} --yes` does every one again",
+            job, job
+        ),
     }
 }

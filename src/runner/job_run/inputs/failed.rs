@@ -18,7 +18,7 @@ use crate::inputs::{Item, Reader, RecordStart};
 use crate::logging::cut;
 use crate::logging::printable;
 use crate::runner::Key;
-use crate::runner::job_state::{FailedInput, Map};
+use crate::runner::job_state::{FailedInput, JobState, Map};
 use crate::{Error, Result};
 
 /// Inputs of a run recorded as failed, none answered, before the job
@@ -129,7 +129,7 @@ impl JobRun<'_> {
                 })
                 .collect()
         };
-        let kept = self.record_failed(&inputs, status, excerpt).await;
+        let kept = record_failed(self.state(), &inputs, status, excerpt).await;
         let line = inputs.first().map_or(0, |i| i.1);
         let what = match inputs.len() {
             1 => format!("input {} (line {line})", printable(at.key)),
@@ -145,78 +145,6 @@ impl JobRun<'_> {
         self.report.borrow_mut().failed_inputs += inputs.len() as u64;
         self.save(at.slot, Slot::Done).await;
         inputs.len()
-    }
-
-    /// Record each of `inputs` (key, line, offset) as failed in the store;
-    /// what to add to the log line when that could not be done.
-    async fn record_failed(
-        &self,
-        inputs: &[(Key, u64, u64)],
-        status: u16,
-        excerpt: &str,
-    ) -> String {
-        for (key, line, offset) in inputs {
-            let failed = FailedInput {
-                key: key.to_string(),
-                line: *line,
-                offset: *offset,
-                status,
-                excerpt: cut(excerpt, EXCERPT),
-            };
-            return match self.state() {
-                Some(state) => match state.record_failed(&failed).await {
-                    Ok(()) => continue,
-                    Err(e) => format!(" (cannot record it in the store: {e})"),
-                },
-                None => " (not recorded: the run has no store)".into(),
-            };
-        }
-        String::new()
-    }
-
-    /// The failed inputs, and those to do again, forgotten.
-    pub(in crate::runner::job_run) async fn forget_failed(&self) {
-        let Some(state) = self.state() else {
-            return;
-        };
-        for map in [Map::Failed, Map::Retry] {
-            if let Err(e) = state.forget(map).await {
-                warn!(
-                    job = self.job.name,
-                    "cannot forget the failed inputs of the last walk of the file: {e}"
-                );
-            }
-        }
-    }
-
-    /// The failed inputs `portion reset JOB --failed` asked to do again, in
-    /// file order (those already done again have an empty value).
-    pub(in crate::runner::job_run) async fn retries(&self) -> VecDeque<(Key, RecordStart)> {
-        let Some(state) = self.state() else {
-            return VecDeque::new();
-        };
-        let kept = match state.failed(Map::Retry).await {
-            Ok(kept) => kept,
-            Err(e) => {
-                warn!(
-                    job = self.job.name,
-                    "cannot read the failed inputs to do again ({e}): a later run does them"
-                );
-                return VecDeque::new();
-            }
-        };
-        let mut retry: Vec<(Key, RecordStart)> = kept
-            .into_iter()
-            .map(|f| {
-                let at = RecordStart {
-                    offset: f.offset,
-                    line: f.line,
-                };
-                (f.key, at)
-            })
-            .collect();
-        retry.sort_by_key(|(_, at)| at.offset);
-        retry.into()
     }
 
     /// Read up to `room` failed inputs to do again into the window, each
@@ -302,4 +230,79 @@ impl JobRun<'_> {
             );
         }
     }
+}
+
+/// Record each of `inputs` (key, line, offset) as failed in the store;
+/// what to add to the log line when that could not be done.
+async fn record_failed(
+    state: Option<JobState<'_>>,
+    inputs: &[(Key, u64, u64)],
+    status: u16,
+    excerpt: &str,
+) -> String {
+    for (key, line, offset) in inputs {
+        let failed = FailedInput {
+            key: key.to_string(),
+            line: *line,
+            offset: *offset,
+            status,
+            excerpt: cut(excerpt, EXCERPT),
+        };
+        return match &state {
+            Some(state) => match state.record_failed(&failed).await {
+                Ok(()) => continue,
+                Err(e) => format!(" (cannot record it in the store: {e})"),
+            },
+            None => " (not recorded: the run has no store)".into(),
+        };
+    }
+    String::new()
+}
+
+/// The failed inputs, and those to do again, forgotten.
+pub(in crate::runner::job_run) async fn forget_failed(state: Option<JobState<'_>>, job: &str) {
+    let Some(state) = state else {
+        return;
+    };
+    for map in [Map::Failed, Map::Retry] {
+        if let Err(e) = state.forget(map).await {
+            warn!(
+                job,
+                "cannot forget the failed inputs of the last walk of the file: {e}"
+            );
+        }
+    }
+}
+
+/// The failed inputs `portion reset JOB --failed` asked to do again, in
+/// file order (those already done again have an empty value).
+pub(in crate::runner::job_run) async fn retries(
+    state: Option<JobState<'_>>,
+    job: &str,
+) -> VecDeque<(Key, RecordStart)> {
+    let Some(state) = state else {
+        return VecDeque::new();
+    };
+    let kept = match state.failed(Map::Retry).await {
+        Ok(kept) => kept,
+        Err(e) => {
+            warn!(
+                job,
+                "cannot read the failed inputs to do again ({e}): a later run does them"
+            );
+            return VecDeque::new();
+        }
+    };
+    let mut retry: Vec<(Key, RecordStart)> = kept
+        .into_iter()
+        .map(|f| {
+            let at = RecordStart {
+                offset: f.offset,
+                line: f.line,
+            };
+            (f.key, at)
+        })
+        .collect();
+    retry.sort_by_key(|(_, at)| at.offset);
+    retry.into()
 }

@@ -71,6 +71,14 @@ pub(in crate::runner::job_run) enum Breaker {
 }
 
 impl Feed {
+    /// The skipped records past those warned about one by one, one line a
+    /// kind: at the run's end, however it ends.
+    pub(in crate::runner::job_run) fn say_skip_totals(&mut self, job: &str) {
+        for line in self.warned.totals() {
+            tracing::warn!(job, "{line}");
+        }
+    }
+
     /// The file as `reader` reads it from `at` (the cursor's place, its
     /// keys resuming where `cursor` says; a job of `steps` steps), for
     /// run `run`; nothing failed, answered or found on disk yet.
@@ -154,6 +162,36 @@ impl Feed {
             }
         }
         Ok(items)
+    }
+
+    /// Where an input just read starts: done already (the cursor says so,
+    /// or its result is on disk: `written` says whether one of a set of
+    /// runs wrote its last step's result to the outputs), where the cursor
+    /// says it is, or afresh.
+    pub(in crate::runner::job_run) fn read_state_of(
+        &mut self,
+        key: &str,
+        written: impl FnOnce(&std::ops::RangeInclusive<u64>) -> bool,
+    ) -> Slot {
+        let recent = match &mut self.recent {
+            Some((runs, left)) if *left > 0 => {
+                *left -= 1;
+                Some(runs.clone())
+            }
+            _ => None,
+        };
+        // (a page of a one-request last step is the whole result)
+        // (with a table, the rows are the result: a page written whose
+        // rows a kill or a locked database kept out is not done)
+        let written = recent.is_some_and(|runs| written(&runs));
+        if self.on_disk.remove(key) || written {
+            if self.first.as_ref().is_some_and(|(first, _)| first == key) {
+                self.first = None;
+            }
+            self.ahead.remove(key);
+            return Slot::Done;
+        }
+        self.state_of(key)
     }
 
     /// Where an input with `key`, just read, starts: where the cursor left
@@ -282,6 +320,41 @@ mod tests {
         assert_eq!(f.state_of("e"), Slot::Waiting(None));
         // (a key seen again after its place was taken starts afresh)
         assert_eq!(f.state_of("b"), Slot::Waiting(None));
+    }
+
+    /// An input whose result is on disk, or that one of the recent runs
+    /// wrote (asked of the first `left` inputs only), is done whatever
+    /// the cursor says; the others are as the cursor says.
+    #[test]
+    fn an_input_with_its_result_on_disk_or_written_by_a_recent_run_is_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let cursor = Cursor {
+            key: "a".into(),
+            place: Place {
+                step: 1,
+                ..Place::default()
+            },
+            ..Cursor::default()
+        };
+        let mut f = feed(dir.path(), &["a", "b", "c", "d"], &cursor);
+        f.on_disk.insert("a".into());
+        f.recent = Some((3..=5, 2));
+        let asked = std::cell::RefCell::new(Vec::new());
+        let written = |key: &'static str| {
+            let asked = &asked;
+            move |runs: &std::ops::RangeInclusive<u64>| {
+                asked.borrow_mut().push((key, runs.clone()));
+                key == "b"
+            }
+        };
+        assert_eq!(f.read_state_of("a", written("a")), Slot::Done);
+        // (the cursor's own place was the done input's: gone with it)
+        assert!(f.first.is_none());
+        assert_eq!(f.read_state_of("b", written("b")), Slot::Done);
+        assert_eq!(f.read_state_of("c", written("c")), Slot::Waiting(None));
+        // Past the window's worth of inputs, the outputs are not asked.
+        assert_eq!(f.read_state_of("b", written("b")), Slot::Waiting(None));
+        assert_eq!(*asked.borrow(), [("a", 3..=5), ("b", 3..=5)]);
     }
 
     /// The two breakers: 3 inputs in a row failed by an outage stop the

@@ -10,9 +10,10 @@ use tracing::warn;
 
 use super::super::JobRun;
 use crate::Result;
+use crate::config::Job;
 use crate::inputs::Item;
 use crate::ledger::StoreError;
-use crate::runner::job_state::Map;
+use crate::runner::job_state::{JobState, Map};
 
 /// A key's entry in the map of keys seen: the line of its first record and
 /// the run that read it (an entry of an older build: its line, run 0).
@@ -118,16 +119,20 @@ impl JobRun<'_> {
         }
         Ok(firsts)
     }
+}
 
-    /// Forget the keys walk `walk` of a job not once saw.
-    pub(in crate::runner::job_run) async fn forget_seen(&self, walk: u64) {
-        if let Some(state) = self.state()
-            && let Err(e) = state.forget(Map::seen(self.job.once, walk)).await
-        {
-            warn!(
-                job = self.job.name,
-                "cannot forget the keys the last walk of the inputs saw: {e}"
-            );
-        }
+/// Forget the keys walk `walk` of `job` (not a once-job) saw.
+pub(in crate::runner::job_run) async fn forget_seen(
+    state: Option<JobState<'_>>,
+    job: &Job,
+    walk: u64,
+) {
+    if let Some(state) = state
+        && let Err(e) = state.forget(Map::seen(job.once, walk)).await
+    {
+        warn!(
+            job = job.name,
+            "cannot forget the keys the last walk of the inputs saw: {e}"
+        );
     }
 }

@@ -1,0 +1,200 @@
+//! Waiting inside a run (`run --wait`, a job's `max_wait`): a charge the
+//! ledger refuses, with its units free within the bound, is waited for and
+//! charged again; past the bound the run stops with 75 as it always did; a
+//! stop signal ends a wait at once; the lock stays the run's across a wait
+//! longer than its time to live. The real binary, both stores, the
+//! stand-in upstream.
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::common::deployment::{
+    self, Deployment, deployment_yaml, embedded_store, finish, kill, videos_job,
+};
+use crate::common::redis::RedisServer;
+use crate::common::standin::Standin;
+
+/// The stores each test runs on: the embedded one, and a real Redis.
+fn stores() -> Vec<(Option<RedisServer>, &'static str)> {
+    vec![(None, "embedded"), (Some(RedisServer::start()), "redis")]
+}
+
+fn store_of(d: &Deployment, redis: &Option<RedisServer>) -> String {
+    redis
+        .as_ref()
+        .map_or_else(|| embedded_store(d), RedisServer::url)
+}
+
+/// `portion ARGS` started, its stderr read line by line on a thread (the
+/// lines come through the receiver; all of them once it ends).
+fn start(d: &Deployment, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+    let mut child = deployment::spawn(&mut d.cmd(args));
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The first line from `lines` that holds `text` (within a bound that only
+/// a hung run reaches), and every line before it.
+fn wait_for_line(lines: &mpsc::Receiver<String>, text: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                let found = line.contains(text);
+                seen.push(line);
+                if found {
+                    return seen;
+                }
+            }
+            Err(e) => panic!("no line with {text:?} ({e}); saw {seen:#?}"),
+        }
+    }
+}
+
+/// Three regions of one page under a budget of 2 a second: the third
+/// charge is refused with its units free within the second. Without a
+/// wait the run stops there (75); with `--wait`, or the job's
+/// `max_wait`, it waits and finishes (0), every region fetched once.
+#[test]
+fn a_run_waits_for_refused_units_and_finishes() {
+    // (a store of its own each time: no cursor or charge carried over)
+    for how in ["none", "flag", "yaml"] {
+        for (redis, name) in stores() {
+            let up = Standin::start(&[]);
+            let d = Deployment::new("");
+            let mut job = videos_job("trending", "main", &["US", "GB", "JP"], 1, &up.base());
+            if how == "yaml" {
+                job = job.replacen("    regions:", "    max_wait: 5s\n    regions:", 1);
+                assert!(job.contains("max_wait"), "{job}");
+            }
+            let windows = ["{ limit: 2, per: 1s }"];
+            d.write(&deployment_yaml(
+                &store_of(&d, &redis),
+                &windows,
+                "fail_closed",
+                &[job],
+            ));
+            let r = match how {
+                "flag" => d.portion(&["run", "--wait", "5s"]),
+                _ => d.portion(&["run"]),
+            };
+            let fetched: Vec<String> = up.seen().into_iter().map(|s| s.region).collect();
+            if how == "none" {
+                // (the refusal the others wait for really comes)
+                assert_eq!(r.code, 75, "{name}: {r:?}");
+                assert_eq!(fetched, ["US", "GB"], "{name}");
+                assert!(!r.stderr.contains("waiting"), "{name}: {r:?}");
+                continue;
+            }
+            assert_eq!(r.code, 0, "{name} {how}: {r:?}");
+            assert_eq!(fetched, ["US", "GB", "JP"], "{name} {how}");
+            assert!(
+                r.stderr.contains("pool units's 1s window is full: waiting"),
+                "{name} {how}: {r:?}"
+            );
+        }
+    }
+}
+
+/// A refusal whose units free up only past the bound stops the run as
+/// before: 75, the cursor at the region refused, nothing waited for.
+#[test]
+fn past_the_bound_the_run_stops_with_75() {
+    for (redis, name) in stores() {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+        d.write(&deployment_yaml(
+            &store_of(&d, &redis),
+            &["{ limit: 1, per: 1h }"],
+            "fail_closed",
+            &[job],
+        ));
+        let r = d.portion(&["run", "--wait", "10m"]);
+        assert_eq!(r.code, 75, "{name}: {r:?}");
+        assert!(!r.stderr.contains("waiting"), "{name}: {r:?}");
+        assert!(r.stderr.contains("next run starts at GB"), "{name}: {r:?}");
+        assert_eq!(up.seen().len(), 1, "{name}");
+    }
+}
+
+/// SIGTERM while the run waits (for an hour) ends it at once: 75, the
+/// cursor saved at the region that waited, which the next run fetches.
+#[test]
+fn a_stop_signal_during_a_wait_ends_the_run_with_its_cursor_saved() {
+    for (redis, name) in stores() {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+        d.write(&deployment_yaml(
+            &store_of(&d, &redis),
+            &["{ limit: 1, per: 1h }"],
+            "fail_closed",
+            &[job],
+        ));
+        let (child, lines) = start(&d, &["run", "--wait", "2h"]);
+        wait_for_line(&lines, "waiting");
+        let signalled = std::time::Instant::now();
+        kill("-TERM", child.id());
+        let r = finish(child);
+        // (an hour's wait cut short: well within the 10 s a loaded
+        // machine may take to end a process)
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "{name}: the wait was not cut short"
+        );
+        let rest: Vec<String> = lines.try_iter().collect();
+        assert_eq!(r.code, 75, "{name}: {rest:#?}");
+        assert!(
+            rest.iter().any(|l| l.contains("next run starts at GB")),
+            "{name}: {rest:#?}"
+        );
+        assert_eq!(up.seen().len(), 1, "{name}");
+    }
+}
+
+/// A wait of some 8 s under a lock that lives 2 s: the run renews its
+/// lock while it waits (seen: four renewals after the wait began, past the
+/// lock's life), so a second run started then finds it busy and sends
+/// nothing; the first finishes every region.
+#[test]
+fn the_lock_is_kept_across_a_wait_longer_than_its_ttl() {
+    for (redis, name) in stores() {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let job = videos_job("trending", "main", &["US", "GB"], 1, &up.base());
+        // (`deployment_yaml` sets lock_ttl: 2s)
+        let yaml = deployment_yaml(
+            &store_of(&d, &redis),
+            &["{ limit: 1, per: 8s }"],
+            "fail_closed",
+            &[job],
+        );
+        assert!(yaml.contains("lock_ttl: 2s"), "{yaml}");
+        d.write(&yaml);
+        let (child, lines) = start(&d, &["-v", "run", "--wait", "30s"]);
+        wait_for_line(&lines, "waiting");
+        // A third of the lock's life apart: four renewals outlive it.
+        for _ in 0..4 {
+            wait_for_line(&lines, "run lock renewed");
+        }
+        let other = d.portion(&["run"]);
+        let r = finish(child);
+        let rest: Vec<String> = lines.try_iter().collect();
+        assert_eq!(r.code, 0, "{name}: {rest:#?}");
+        assert_eq!(other.code, 75, "{name}: {other:?}");
+        assert!(other.stderr.contains("lock"), "{name}: {other:?}");
+        let fetched: Vec<String> = up.seen().into_iter().map(|s| s.region).collect();
+        assert_eq!(fetched, ["US", "GB"], "{name}: the second run sent nothing");
+    }
+}
