@@ -144,7 +144,11 @@ pub struct Pacing {
     pub budget: u64,
     /// How fast the windows let the whole budget go.
     pub spendable_in_seconds: u64,
-    /// The proposed window: at most `limit` units per `per_seconds`.
+    /// The proposed window: at most `limit` units per `per_seconds`, the
+    /// budget's rate (or, when no window of a few rounds is at exactly
+    /// that rate, a little above it: never below).
     pub propose_limit: u64,
     pub propose_per_seconds: u64,
+    /// The largest job's units per run, which the window holds.
+    pub round: u64,
 }

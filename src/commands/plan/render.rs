@@ -243,8 +243,17 @@ fn pacing(pool: &PoolPlan) -> String {
     let Some(pc) = &pool.pacing else {
         return String::new();
     };
+    let budget_rate = format!("{} per {}", pc.budget, secs(pc.longest_seconds));
+    // (compared as products: limit/per against budget/longest)
+    let exact = u128::from(pc.propose_limit) * u128::from(pc.longest_seconds)
+        == u128::from(pc.budget) * u128::from(pc.propose_per_seconds);
+    let rate = if exact {
+        format!("the budget's own rate, {budget_rate}")
+    } else {
+        format!("a little above the budget's rate, {budget_rate}, which its own window still caps")
+    };
     format!(
-        "  pool {}: nothing spreads its {}-unit {} budget: its windows let it all go in {}, so a burst repeats every {}.\n    To spread it, add a pacing window: {{ limit: {}, per: {} }} (one round per 1/{} of the {}).\n",
+        "  pool {}: nothing spreads its {}-unit {} budget: its windows let it all go in {}, so a burst repeats every {}.\n    To spread it, add a pacing window: {{ limit: {}, per: {} }} ({rate}; a run of the largest job, {}, fits in one).\n",
         pool.pool,
         pc.budget,
         secs(pc.longest_seconds),
@@ -256,8 +265,7 @@ fn pacing(pool: &PoolPlan) -> String {
         secs(pc.longest_seconds),
         pc.propose_limit,
         secs(pc.propose_per_seconds),
-        pc.budget / pc.propose_limit,
-        secs(pc.longest_seconds),
+        count(pc.round, "unit"),
     )
 }
 
