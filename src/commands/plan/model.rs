@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use super::observed::ObservedShare;
 use crate::commands::common::inputs::InputsProgress;
 
 /// The whole plan: when it was made, against what, per credential.
@@ -47,6 +48,12 @@ pub struct JobPlan {
     /// `not_modified`, so a run may cost less than planned.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub conditional: bool,
+    /// A conditional step whose 304 costs less: the share of its calls
+    /// answered 304 in the store's log, and what a run is expected to
+    /// spend with it (what the schedule and the inputs' time to finish
+    /// count; none known yet: full pages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_modified: Option<ObservedShare>,
 }
 
 /// What the next run would do with what remains now.
