@@ -4,14 +4,17 @@
 //! run fits what remains now, and if not where it would stop; with a
 //! `schedule`, how a day of runs meets each window, when the budget would
 //! run out, and the fastest schedule that fits. Jobs sharing a credential
-//! are planned together, in the file's order. A pool whose budget nothing
-//! spreads over its longest window gets a proposed pacing window.
+//! are planned together, in the file's order. A conditional job's schedule
+//! and time to finish count its runs at its share of 304s in the log. A
+//! pool whose budget nothing spreads over its longest window gets a
+//! proposed pacing window, at the budget's rate.
 //!
 //! This module is the command: it reads the store and puts the plan
-//! together. [`cost`] (one run), [`schedule`] (a schedule's steady state),
-//! [`simulate`] (a day of runs on the log) and [`pacing`] (a pool's
-//! windows) do the arithmetic, [`model`] is the plan as data (what `--json`
-//! prints) and [`render`] is the table.
+//! together. [`cost`] (one run), [`observed`] (a conditional job's share of
+//! 304s), [`schedule`] (a schedule's steady state), [`simulate`] (a day of
+//! runs on the log) and [`pacing`] (a pool's windows) do the arithmetic,
+//! [`model`] is the plan as data (what `--json` prints) and [`render`] is
+//! the table.
 
 pub(crate) mod cost;
 #[cfg(test)]

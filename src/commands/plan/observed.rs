@@ -53,6 +53,9 @@ fn saving(step: &Step, pools: &[Pool]) -> Option<(usize, u64)> {
 /// order) and a run's expected units; `None` for a job none of whose
 /// steps spends less on a 304.
 pub fn share(job: &Job, pools: &[Pool], log: &CredentialLog) -> Option<ObservedShare> {
+    if !job.steps.iter().any(|s| saving(s, pools).is_some()) {
+        return None;
+    }
     // (each endpoint once per pool: two steps of one endpoint share a tag)
     let mut counted: Vec<(usize, u64, u32)> = Vec::new();
     for step in &job.steps {
@@ -67,9 +70,6 @@ pub fn share(job: &Job, pools: &[Pool], log: &CredentialLog) -> Option<ObservedS
                 counted.push(entry);
             }
         }
-    }
-    if !job.steps.iter().any(|s| saving(s, pools).is_some()) {
-        return None;
     }
     let (mut calls, mut answered_304) = (0u64, 0u64);
     for &(pool, m, tag) in &counted {
