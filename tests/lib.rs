@@ -26,6 +26,7 @@ mod ledger_shares_scale;
 mod operator;
 mod operator_metrics;
 mod operator_package;
+mod plan_costs;
 mod run_answers;
 mod run_answers_keys;
 mod run_blocks;

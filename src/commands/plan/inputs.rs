@@ -2,9 +2,50 @@
 //! will be done: [`crate::commands::common::inputs`]) and its next run,
 //! the inputs left that fit what remains now, each at its cost per input.
 
+use std::collections::BTreeMap;
+
 use super::cost::RemainingUnits;
 use super::model::NextRun;
+use crate::commands::common::inputs::InputsProgress;
 use crate::config::Job;
+use crate::inputs::pace::{pools_now, time_to_finish};
+use crate::ledger::CredentialUsage;
+
+/// Thousandths of a unit: a request's expected cost is a fraction.
+const MILLI: u64 = 1000;
+
+/// `progress`'s time to finish again, each request of the inputs left at
+/// its `expected` units per pool (a conditional job's, from its share of
+/// 304s) rather than its worst case: counted in thousandths of a unit.
+pub fn at_expected_cost(
+    job: &Job,
+    progress: &mut InputsProgress,
+    usage: &CredentialUsage,
+    expected: &BTreeMap<String, f64>,
+) {
+    let mut pools = pools_now(job, usage);
+    // (the pools `pools_now` gives, in its order: those the usage has)
+    let names = (job.units_per_run().into_iter())
+        .map(|(name, _)| name)
+        .filter(|name| usage.pools.iter().any(|p| p.pool == *name));
+    for (pool, name) in pools.iter_mut().zip(names) {
+        let units = expected
+            .get(&name)
+            .copied()
+            .unwrap_or(pool.per_input as f64);
+        pool.per_input = (units * MILLI as f64).ceil() as u64;
+        for w in &mut pool.windows {
+            w.budget = w.budget.saturating_mul(MILLI);
+            w.remaining = w.remaining.saturating_mul(MILLI);
+        }
+    }
+    let requests = progress.left.div_ceil(progress.inputs_per_request.max(1));
+    let finish = time_to_finish(requests, &pools);
+    let by = finish.map(|d| (usage.at).saturating_add(d.as_micros().min(i64::MAX as u128) as i64));
+    progress.done_in_seconds = finish.map(|d| d.as_secs_f64().ceil() as u64);
+    progress.done_by = by.map(crate::timefmt::rfc3339);
+    progress.done_by_micros = by;
+}
 
 /// How many of `left` inputs the next run of `job` does with what remains
 /// now (all of them in observe mode: the ledger stops nothing), spending
@@ -75,6 +116,51 @@ jobs:
         of.iter()
             .map(|((p, i), r)| ((p.to_string(), *i), *r))
             .collect()
+    }
+
+    #[test]
+    fn the_time_to_finish_at_the_expected_cost_counts_fractions_of_a_unit() {
+        use crate::ledger::{CredentialLog, summarize};
+        let yaml = CONFIG
+            .replace(
+                "units: [{ limit: 1000, per: 1d }, { limit: 100, per: 1h }]",
+                "units: [{ limit: 10, per: 1h }]",
+            )
+            .replace("    steps:", "    inputs: { file: ids.txt }\n    steps:");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ids.txt"), "K1\n").unwrap();
+        let file = dir.path().join("portion.yaml");
+        let c = Config::parse(&file, &yaml, Secrets::Skip).expect("valid");
+        let cred = &c.credentials[0];
+        let log = CredentialLog {
+            at: 0,
+            serial: 0,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            retain: 0,
+            tags: Vec::new(),
+            pools: vec![Vec::new(); 2],
+            lost: vec![0; 2],
+            others: vec![Default::default(); 2],
+            observed: vec![(0, 0); 2],
+            reserved: vec![Vec::new(); 2],
+        };
+        let usage = summarize(&cred.name, &cred.pools, &log);
+        let mut p = InputsProgress {
+            left: 30,
+            inputs_per_request: 1,
+            ..Default::default()
+        };
+        // Half a unit an input (search at its full 1, roomy): 15 units,
+        // 10 now and 5 freed at 10 an hour: 30 minutes.
+        let expected = [("units".to_string(), 0.5), ("search".to_string(), 1.0)].into();
+        at_expected_cost(&c.jobs[0], &mut p, &usage, &expected);
+        assert_eq!(p.done_in_seconds, Some(1800));
+        assert_eq!(p.done_by.as_deref(), Some("1970-01-01T00:30:00Z"));
+        // At the full unit: 20 after the 10 now, 2 hours.
+        let full = [("units".to_string(), 1.0), ("search".to_string(), 1.0)].into();
+        at_expected_cost(&c.jobs[0], &mut p, &usage, &full);
+        assert_eq!(p.done_in_seconds, Some(7200));
     }
 
     #[test]

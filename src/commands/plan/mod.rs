@@ -4,20 +4,24 @@
 //! run fits what remains now, and if not where it would stop; with a
 //! `schedule`, how a day of runs meets each window, when the budget would
 //! run out, and the fastest schedule that fits. Jobs sharing a credential
-//! are planned together, in the file's order. A pool whose budget nothing
-//! spreads over its longest window gets a proposed pacing window.
+//! are planned together, in the file's order. A conditional job's schedule
+//! and time to finish count its runs at its share of 304s in the log. A
+//! pool whose budget nothing spreads over its longest window gets a
+//! proposed pacing window, at the budget's rate.
 //!
 //! This module is the command: it reads the store and puts the plan
-//! together. [`cost`] (one run), [`schedule`] (a schedule's steady state),
-//! [`simulate`] (a day of runs on the log) and [`pacing`] (a pool's
-//! windows) do the arithmetic, [`model`] is the plan as data (what `--json`
-//! prints) and [`render`] is the table.
+//! together. [`cost`] (one run), [`observed`] (a conditional job's share of
+//! 304s), [`schedule`] (a schedule's steady state), [`simulate`] (a day of
+//! runs on the log) and [`pacing`] (a pool's windows) do the arithmetic,
+//! [`model`] is the plan as data (what `--json` prints) and [`render`] is
+//! the table.
 
 pub(crate) mod cost;
 #[cfg(test)]
 mod fixtures;
 mod inputs;
 mod model;
+mod observed;
 mod pacing;
 mod render;
 mod schedule;
@@ -27,7 +31,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use self::model::{
-    CredentialPlan, JobPlan, NextRun, Pacing, Plan, PoolPlan, RunsOut, SchedulePlan, WindowNeed,
+    CredentialPlan, JobPlan, NextRun, ObservedShare, Pacing, Plan, PoolPlan, RunsOut, SchedulePlan,
+    WindowNeed,
 };
 pub use self::render::render;
 use self::schedule::Scheduled;
@@ -223,23 +228,20 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
         }
     }
     let blocked = usage.blocked_until;
-    let scheduled = schedule::scheduled(jobs);
+    // (a conditional job's share of 304s: what its runs are planned at)
+    let observed: BTreeMap<String, ObservedShare> = (jobs.iter())
+        .filter_map(|j| Some((j.name.clone(), observed::share(j, &cred.pools, log)?)))
+        .collect();
+    let expected = (observed.iter())
+        .filter_map(|(j, o)| Some((j.clone(), o.expected_units_per_run.clone()?)))
+        .collect();
+    let scheduled = schedule::scheduled(jobs, &expected);
     let mut job_plans = Vec::new();
     for job in jobs {
         let cursor = cursors.get(&job.name);
         let failures = failed.remove(&job.name).unwrap_or_default();
-        let progress =
-            inputs_progress::progress(job, cursor, failures, &usage).map_err(|source| {
-                crate::Error::Io {
-                    what: "read the inputs of",
-                    path: job
-                        .inputs
-                        .as_ref()
-                        .map(|i| i.file.clone())
-                        .unwrap_or_default(),
-                    source,
-                }
-            })?;
+        let share = observed.get(&job.name);
+        let progress = progress(job, cursor, failures, &usage, share)?;
         let cap = shares::caps(
             cred,
             &job.name,
@@ -267,6 +269,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
             inputs: progress,
             rows: job.sqlite.as_ref().map(super::common::rows::rows_at),
             conditional: job.steps.iter().any(|s| s.conditional.is_some()),
+            not_modified: share.cloned(),
         });
     }
     let pools = cred
@@ -284,6 +287,34 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
         jobs: job_plans,
         pools,
     })
+}
+
+/// A job of inputs' progress (`None` for another job), its time to
+/// finish at a conditional job's expected cost when its share of 304s is
+/// known.
+fn progress(
+    job: &Job,
+    cursor: Option<&Cursor>,
+    failures: (u64, Vec<FailedInput>),
+    usage: &crate::ledger::CredentialUsage,
+    share: Option<&ObservedShare>,
+) -> Result<Option<inputs_progress::InputsProgress>> {
+    let mut progress =
+        inputs_progress::progress(job, cursor, failures, usage).map_err(|source| {
+            crate::Error::Io {
+                what: "read the inputs of",
+                path: (job.inputs.as_ref())
+                    .map(|i| i.file.clone())
+                    .unwrap_or_default(),
+                source,
+            }
+        })?;
+    if let (Some(p), Some(o)) = (progress.as_mut(), share)
+        && o.expected_units_per_run.is_some()
+    {
+        inputs::at_expected_cost(job, p, usage, &o.expected);
+    }
+    Ok(progress)
 }
 
 /// `plan` of a job's next run within what it may take (`cap`, its share's;
@@ -319,7 +350,9 @@ fn schedule_plan(
     scheduled: &[Scheduled],
     log: &CredentialLog,
 ) -> SchedulePlan {
-    let units = cost::units_per_run(job);
+    // (what the credential's scheduled jobs spend a run: this one's too)
+    let units = (scheduled.iter().find(|s| s.job == job.name))
+        .map_or_else(|| cost::units_per_run(job), |s| s.units.clone());
     SchedulePlan {
         every_seconds: every.as_secs(),
         runs_per_day: schedule::runs_per_day(every),

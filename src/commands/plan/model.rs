@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+pub use super::observed::ObservedShare;
 use crate::commands::common::inputs::InputsProgress;
 
 /// The whole plan: when it was made, against what, per credential.
@@ -47,6 +48,12 @@ pub struct JobPlan {
     /// `not_modified`, so a run may cost less than planned.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub conditional: bool,
+    /// A conditional step whose 304 costs less: the share of its calls
+    /// answered 304 in the store's log, and what a run is expected to
+    /// spend with it (what the schedule and the inputs' time to finish
+    /// count; none known yet: full pages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_modified: Option<ObservedShare>,
 }
 
 /// What the next run would do with what remains now.
@@ -144,7 +151,11 @@ pub struct Pacing {
     pub budget: u64,
     /// How fast the windows let the whole budget go.
     pub spendable_in_seconds: u64,
-    /// The proposed window: at most `limit` units per `per_seconds`.
+    /// The proposed window: at most `limit` units per `per_seconds`, the
+    /// budget's rate (or, when no window of a few rounds is at exactly
+    /// that rate, a little above it: never below).
     pub propose_limit: u64,
     pub propose_per_seconds: u64,
+    /// The largest job's units per run, which the window holds.
+    pub round: u64,
 }

@@ -2,14 +2,24 @@
 //! window's budget, and if not, the window to add so a burst cannot spend
 //! a day's budget at once. Pure arithmetic on the pool's windows, apart so
 //! it can be checked on exact numbers.
+//!
+//! The proposed window goes at the budget's own rate, never below it (a
+//! slower one would leave part of the budget unspent every longest
+//! window), and holds one round (the largest job's run) so a run is not
+//! cut short by it. Whole seconds: a window is at least 1s long.
 
 use super::model::Pacing;
 use crate::ledger::Pool;
 
+/// A proposed window may hold this many rounds at most to go at exactly
+/// the budget's rate; past that, a window of one round a little faster
+/// than the budget spreads it better.
+const EXACT_UP_TO_ROUNDS: u128 = 4;
+
 /// Whether some window spreads the pool's longest-window budget: if the
 /// shorter windows let the whole budget go in under half the longest
-/// window, a burst can repeat every day: propose a window that allows one
-/// round (the largest job's units per run) per equal slice of it.
+/// window, a burst can repeat every day: propose a window that lets one
+/// round at a time go at the budget's rate ([`window`]).
 pub fn propose(pool: &Pool, round: u64) -> Option<Pacing> {
     let longest = pool.windows.iter().max_by_key(|w| w.per)?;
     let budget = longest.budget();
@@ -29,23 +39,70 @@ pub fn propose(pool: &Pool, round: u64) -> Option<Pacing> {
     if spendable_in.saturating_mul(2) >= longest.per.as_secs() || round == 0 {
         return None;
     }
-    let rounds = budget / round;
-    if rounds < 2 {
+    if budget / round < 2 {
         return None;
     }
-    let per = longest
-        .per
-        .as_secs()
-        .div_ceil(rounds)
-        .div_ceil(60)
-        .saturating_mul(60);
+    let (limit, per) = window(budget, longest.per.as_secs(), round)?;
     Some(Pacing {
         longest_seconds: longest.per.as_secs(),
         budget,
         spendable_in_seconds: spendable_in,
-        propose_limit: round,
+        propose_limit: limit,
         propose_per_seconds: per,
+        round,
     })
+}
+
+/// The window (limit, per in seconds) that spreads `budget` units per
+/// `longest` seconds in rounds of `round` units: its rate (limit / per)
+/// never below the budget's, its limit never below a round, and at most
+/// half the longest window (else it spreads nothing; `None`).
+///
+/// At exactly the budget's rate when a window of at most
+/// [`EXACT_UP_TO_ROUNDS`] rounds does it (250 a minute in rounds of 10:
+/// 25 per 6s); otherwise the whole seconds either side of one round's
+/// share of the longest window, whichever is the slower at or above the
+/// budget's rate (7 an hour in rounds of 1: 1 per 514s, 7.003 an hour).
+fn window(budget: u64, longest: u64, round: u64) -> Option<(u64, u64)> {
+    let (b, l, r) = (u128::from(budget), u128::from(longest), u128::from(round));
+    if b == 0 || l == 0 || r == 0 {
+        return None;
+    }
+    // The budget's rate in lowest terms, and the fewest of it that hold a round.
+    let g = gcd(b, l);
+    let k = r.div_ceil(b / g);
+    let exact = (k * (b / g), k * (l / g));
+    let spreads = |(_, per): (u128, u128)| per * 2 <= l;
+    let pick = if exact.0 <= EXACT_UP_TO_ROUNDS * r && spreads(exact) {
+        exact
+    } else {
+        // One round's share of the longest window, in whole seconds below
+        // and above; each with the fewest units at or above the budget's
+        // rate (and at least a round).
+        let share = r * l / b;
+        let candidate = |per: u128| {
+            let per = per.max(1);
+            (r.max((b * per).div_ceil(l)), per)
+        };
+        let (below, above) = (candidate(share), candidate(share + 1));
+        // the slower of the two: limit/per compared as limit·per'
+        if below.0 * above.1 <= above.0 * below.1 {
+            below
+        } else {
+            above
+        }
+    };
+    if !spreads(pick) {
+        return None;
+    }
+    Some((u64::try_from(pick.0).ok()?, u64::try_from(pick.1).ok()?))
+}
+
+fn gcd(mut a: u128, mut b: u128) -> u128 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 #[cfg(test)]
@@ -78,13 +135,26 @@ mod tests {
         pool(&[(DAY, 100, 10), (HOUR, 30, 0)])
     }
 
+    /// The pacing proposed for rounds of `limit` units (those of these
+    /// tests: the proposal's limit is one round).
     fn pace(longest: u64, budget: u64, spendable: u64, limit: u64, per: u64) -> Option<Pacing> {
+        paced(longest, budget, spendable, (limit, per), limit)
+    }
+
+    fn paced(
+        longest: u64,
+        budget: u64,
+        spendable: u64,
+        (limit, per): (u64, u64),
+        round: u64,
+    ) -> Option<Pacing> {
         Some(Pacing {
             longest_seconds: longest,
             budget,
             spendable_in_seconds: spendable,
             propose_limit: limit,
             propose_per_seconds: per,
+            round,
         })
     }
 
@@ -126,14 +196,79 @@ mod tests {
         // A budget of 2^53 slices of a window of years: past u64 seconds.
         let p = pool(&[(longest, max, 0), (longest - HOUR, 1, 0)]);
         assert_eq!(propose(&p, 1), None);
-        let want = pace(longest, max, 0, 1, 60);
+        // One unit a round, 2^53 of them in ten years: 28,562 a second.
+        let want = paced(longest, max, 0, (max.div_ceil(longest), 1), 1);
         assert_eq!(propose(&pool(&[(longest, max, 0)]), 1), want);
     }
 
     #[test]
-    fn a_proposed_window_is_rounded_up_to_whole_minutes() {
-        // 14 rounds of 7 in 100: 6171.4 s, so 6172 s, so 103 minutes.
-        let want = pace(DAY, 100, 0, 7, 103 * MIN);
+    fn a_proposed_window_keeps_its_seconds() {
+        // 100 a day in rounds of 7: 7 per 1h40m48s (6048 s) is the day's
+        // rate; 103 minutes (rounded up) let only 97.9 go a day.
+        let want = pace(DAY, 100, 0, 7, 6048);
         assert_eq!(propose(&pool(&[(DAY, 100, 0)]), 7), want);
+    }
+
+    /// (limit, per) proposed for a pool of one window of `limit` per
+    /// `per` seconds and rounds of `round`.
+    fn proposed(limit: u64, per: u64, round: u64) -> Option<(u64, u64)> {
+        let p = propose(&pool(&[(per, limit, 0)]), round)?;
+        Some((p.propose_limit, p.propose_per_seconds))
+    }
+
+    #[test]
+    fn the_proposed_rate_is_the_budgets() {
+        // 250 a minute in rounds of 10 was { limit: 10, per: 1m }: a 25th
+        // of the budget; 250 an hour was { limit: 10, per: 3m }: 200 an hour.
+        assert_eq!(proposed(250, MIN, 10), Some((25, 6)));
+        assert_eq!(proposed(250, HOUR, 10), Some((10, 144)));
+        assert_eq!(proposed(5000, HOUR, 10), Some((25, 18)));
+        assert_eq!(proposed(5000, HOUR, 100), Some((100, 72)));
+        assert_eq!(proposed(10, 10, 1), Some((1, 1)));
+        for (limit, per, round) in [
+            (250, MIN, 10),
+            (250, HOUR, 10),
+            (5000, HOUR, 10),
+            (10, 10, 1),
+        ] {
+            let (l, p) = proposed(limit, per, round).unwrap();
+            assert_eq!(
+                l * per,
+                limit * p,
+                "{limit}/{per}s in rounds of {round}: {l}/{p}s"
+            );
+        }
+        // 10 a second: a second is the shortest window there is, and the
+        // pool's own already spreads the budget as finely as one can.
+        assert_eq!(proposed(10, 1, 1), None);
+        assert_eq!(proposed(10, 1, 5), None);
+        // No window at the exact rate spreads it (7 an hour: 7 per 1h):
+        // one round per the whole seconds below its share, a little faster.
+        assert_eq!(proposed(7, HOUR, 1), Some((1, 514)));
+    }
+
+    #[test]
+    fn a_proposed_window_never_cuts_the_budget_and_holds_a_round() {
+        let budgets = [2, 7, 10, 90, 98, 100, 250, 1009, 5000, 9500, (1 << 53) - 1];
+        let pers = [1, 2, 10, MIN, 97, HOUR, DAY, 7 * DAY, 3650 * DAY];
+        for budget in budgets {
+            for per in pers {
+                for round in [1, 2, 7, 10, 45, 808, 4999] {
+                    let Some((l, p)) = proposed(budget, per, round) else {
+                        continue;
+                    };
+                    let case = format!("{budget}/{per}s in rounds of {round}: {l}/{p}s");
+                    let (l, p, b, w) = (l as u128, p as u128, budget as u128, per as u128);
+                    assert!(l * w >= b * p, "below the budget's rate: {case}");
+                    assert!(l >= u128::from(round), "a round does not fit: {case}");
+                    assert!(p >= 1 && p * 2 <= w, "spreads nothing: {case}");
+                    // a little faster than the budget at most (by under a unit a second)
+                    assert!(
+                        l * w < (b + w) * p + b,
+                        "far above the budget's rate: {case}"
+                    );
+                }
+            }
+        }
     }
 }

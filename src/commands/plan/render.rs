@@ -3,9 +3,10 @@
 //! the pacing proposals. Everything it says is in the [`Plan`] already, so
 //! the text and `--json` cannot disagree.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::model::{CredentialPlan, JobPlan, NextRun, Plan, PoolPlan, SchedulePlan};
+use super::model::{CredentialPlan, JobPlan, NextRun, ObservedShare, Plan, PoolPlan, SchedulePlan};
 use crate::commands::common::inputs::InputsProgress;
 use crate::commands::table::Paint;
 use crate::ledger::Micros;
@@ -78,15 +79,19 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
         units.join(", ")
     );
     if let Some(i) = &j.inputs {
-        out.push_str(&inputs(i));
+        let at_share =
+            (j.not_modified.as_ref()).is_some_and(|o| o.expected_units_per_run.is_some());
+        out.push_str(&inputs(i, at_share));
     }
     if let Some(rows) = &j.rows {
         out.push_str(&format!("    rows into {rows}\n"));
     }
-    if j.conditional {
-        out.push_str(
+    match &j.not_modified {
+        Some(o) => out.push_str(&observed(o, j)),
+        None if j.conditional => out.push_str(
             "    conditional steps: a page answered 304 (unchanged) costs its endpoint's not_modified, so a run may cost less than planned\n",
-        );
+        ),
+        None => {}
     }
     out.push_str(&format!("    next run: {}\n", next_run(&j.next_run, p)));
     match &j.schedule {
@@ -98,8 +103,33 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
     out
 }
 
-/// A job of inputs' progress: counts, and when the rest will be done.
-fn inputs(i: &InputsProgress) -> String {
+/// A conditional job's share of 304s, and what its runs are planned at.
+fn observed(o: &ObservedShare, j: &JobPlan) -> String {
+    let per = if j.inputs.is_some() {
+        "a request"
+    } else {
+        "a run"
+    };
+    let Some(expected) = &o.expected_units_per_run else {
+        return "    conditional steps: no share of 304s known yet (none of their calls in the store's log): full pages assumed\n".into();
+    };
+    let units = |of: &BTreeMap<String, u64>| {
+        let each: Vec<String> = of.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        each.join(", ")
+    };
+    format!(
+        "    conditional steps: {} of their {} in the store's log answered 304 ({:.0}%): {per} planned at {} (full pages: {}), its schedule and time to finish too\n",
+        o.answered_304,
+        count(o.calls, "call"),
+        100.0 * o.answered_304 as f64 / o.calls.max(1) as f64,
+        units(expected),
+        units(&j.units_per_run),
+    )
+}
+
+/// A job of inputs' progress: counts, and when the rest will be done
+/// (`at_share`: each request at a conditional job's share of 304s).
+fn inputs(i: &InputsProgress, at_share: bool) -> String {
     let when = match (i.left, i.done_by_micros, i.done_in_seconds) {
         _ if i.blocked.is_some() => i
             .blocked
@@ -108,9 +138,14 @@ fn inputs(i: &InputsProgress) -> String {
             .unwrap_or_default(),
         (0, _, _) => "nothing left to do".to_string(),
         (_, Some(t), Some(secs)) => format!(
-            "the rest done by {} (in {}) at the pace the budgets allow{}",
+            "the rest done by {} (in {}) at the pace the budgets allow{}{}",
             local_datetime(t),
             fmt_duration(Duration::from_secs(secs)),
+            if at_share {
+                ", each request at its share of 304s"
+            } else {
+                ""
+            },
             if i.cost_estimated {
                 ", settled costs counted at their estimate"
             } else {
@@ -243,8 +278,17 @@ fn pacing(pool: &PoolPlan) -> String {
     let Some(pc) = &pool.pacing else {
         return String::new();
     };
+    let budget_rate = format!("{} per {}", pc.budget, secs(pc.longest_seconds));
+    // (compared as products: limit/per against budget/longest)
+    let exact = u128::from(pc.propose_limit) * u128::from(pc.longest_seconds)
+        == u128::from(pc.budget) * u128::from(pc.propose_per_seconds);
+    let rate = if exact {
+        format!("the budget's own rate, {budget_rate}")
+    } else {
+        format!("a little above the budget's rate, {budget_rate}, which its own window still caps")
+    };
     format!(
-        "  pool {}: nothing spreads its {}-unit {} budget: its windows let it all go in {}, so a burst repeats every {}.\n    To spread it, add a pacing window: {{ limit: {}, per: {} }} (one round per 1/{} of the {}).\n",
+        "  pool {}: nothing spreads its {}-unit {} budget: its windows let it all go in {}, so a burst repeats every {}.\n    To spread it, add a pacing window: {{ limit: {}, per: {} }} ({rate}; a run of the largest job, {}, fits in one).\n",
         pool.pool,
         pc.budget,
         secs(pc.longest_seconds),
@@ -256,8 +300,7 @@ fn pacing(pool: &PoolPlan) -> String {
         secs(pc.longest_seconds),
         pc.propose_limit,
         secs(pc.propose_per_seconds),
-        pc.budget / pc.propose_limit,
-        secs(pc.longest_seconds),
+        count(pc.round, "unit"),
     )
 }
 

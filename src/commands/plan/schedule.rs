@@ -23,14 +23,19 @@ pub struct Scheduled<'a> {
     pub units: BTreeMap<String, u64>,
 }
 
-/// The jobs among `jobs` that have a schedule, in order.
-pub fn scheduled<'a>(jobs: &[&'a Job]) -> Vec<Scheduled<'a>> {
+/// The jobs among `jobs` that have a schedule, in order, each spending
+/// its `expected` units a run if it has them (a conditional job's, from
+/// its share of 304s), else its worst case.
+pub fn scheduled<'a>(
+    jobs: &[&'a Job],
+    expected: &BTreeMap<String, BTreeMap<String, u64>>,
+) -> Vec<Scheduled<'a>> {
     jobs.iter()
         .filter_map(|j| {
             Some(Scheduled {
                 job: &j.name,
                 every: j.schedule?,
-                units: units_per_run(j),
+                units: (expected.get(&j.name).cloned()).unwrap_or_else(|| units_per_run(j)),
             })
         })
         .collect()
