@@ -354,7 +354,20 @@ const TOPICS: [&str; 5] = ["rust", "redis", "sqlite", "systemd", "http"];
 const LLM_REQUESTS: &str = "{ limit: 500, per: 1m, headroom: 10% }";
 const LLM_TOKENS: &str = "{ limit: 200000, per: 1m, headroom: 10% }";
 
+/// The example's wait for refused units inside a run.
+const LLM_WAIT: &str = "max_wait: 10m";
+
+/// jobs/llm.yaml against the stand-in, with `edits`; a run that meets a
+/// refusal stops (75) unless the edits keep the example's `max_wait`
+/// ([`llm_waiting`]).
 fn llm(d: &Deployment, up: &Standin, edits: &[(&str, &str)]) -> String {
+    let mut all = vec![(LLM_WAIT, "max_wait: 0s")];
+    all.extend_from_slice(edits);
+    llm_waiting(d, up, &all)
+}
+
+/// jobs/llm.yaml against the stand-in, with `edits`, as it is otherwise.
+fn llm_waiting(d: &Deployment, up: &Standin, edits: &[(&str, &str)]) -> String {
     inputs_beside(d, "prompts.jsonl");
     example(
         "llm",
@@ -432,6 +445,24 @@ fn the_llm_example_settles_tokens_to_what_each_answer_used() {
     // A once-job: every prompt is done, the next run sends nothing.
     let r = d.portion(&["run"]);
     assert_eq!((r.code, up.seen().len()), (0, 5), "{r:?}");
+}
+
+/// The example as it is waits for refused units inside the run: a budget
+/// of 2 requests every 2 s takes its 5 prompts in one run (0), each once,
+/// where without its `max_wait` the run stops at the 3rd (75).
+#[test]
+fn the_llm_example_waits_for_its_budget_inside_one_run() {
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let small = [(LLM_REQUESTS, "{ limit: 2, per: 2s }")];
+    let yaml = llm_waiting(&d, &up, &small);
+    assert!(yaml.contains(LLM_WAIT), "{yaml}");
+    d.write(&yaml);
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("window is full: waiting"), "{r:?}");
+    assert_eq!(asked(&up.seen()), TOPICS);
+    assert_eq!(d.outputs("llm").len(), 5);
 }
 
 #[test]

@@ -144,6 +144,18 @@ fn a_stop_signal_during_a_wait_ends_the_run_with_its_cursor_saved() {
         ));
         let (child, lines) = start(&d, &["run", "--wait", "2h"]);
         wait_for_line(&lines, "waiting");
+        // `status` says what the run waits for (the store holds it before
+        // the run logs it), text and JSON.
+        let s = d.portion(&["status"]);
+        assert!(
+            s.stdout.contains("waiting for 1 units of pool units until"),
+            "{name}: {s:?}"
+        );
+        let s = d.portion(&["status", "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&s.stdout).unwrap();
+        let waiting = &json["credentials"][0]["jobs"][0]["waiting"];
+        assert_eq!(waiting["pool"], "units", "{name}: {json:#}");
+        assert_eq!(waiting["units"], 1, "{name}: {json:#}");
         let signalled = std::time::Instant::now();
         kill("-TERM", child.id());
         let r = finish(child);
@@ -160,6 +172,9 @@ fn a_stop_signal_during_a_wait_ends_the_run_with_its_cursor_saved() {
             "{name}: {rest:#?}"
         );
         assert_eq!(up.seen().len(), 1, "{name}");
+        // (the wait ended: no longer shown)
+        let s = d.portion(&["status"]);
+        assert!(!s.stdout.contains("waiting"), "{name}: {s:?}");
     }
 }
 

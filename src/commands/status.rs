@@ -46,6 +46,9 @@ pub struct CredentialReport {
     /// Each job with a conditional step: its calls answered 304 and the
     /// units they gave back, over its runs.
     pub not_modified: std::collections::BTreeMap<String, crate::runner::job_state::NotModified>,
+    /// Each job whose run waits for units inside itself now (`max_wait`):
+    /// what for and until when.
+    pub waiting: std::collections::BTreeMap<String, crate::runner::job_state::RunWaiting>,
     /// Each share's reserve, used and what it can take, per pool and
     /// window (empty without shares).
     pub shares: Vec<shares::ShareUsage>,

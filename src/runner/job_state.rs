@@ -37,6 +37,9 @@ pub enum Map {
     /// once-job's one walk (`None`), or walk `Some(N)` of a job that is
     /// not once. Made by [`Map::seen`].
     Seen { walk: Option<u64> },
+    /// What a run of the job waits for inside itself, while it waits
+    /// (one entry, [`RunWaiting`]).
+    Waiting,
 }
 
 /// The store's name for the values of `job`'s fan-out `step` in `region`
@@ -68,6 +71,7 @@ impl Map {
             Map::Done => format!("{job}:inputs:done"),
             Map::Seen { walk: None } => format!("{job}:inputs:keys"),
             Map::Seen { walk: Some(walk) } => format!("{job}:inputs:keys:{walk}"),
+            Map::Waiting => format!("{job}:waiting"),
         }
     }
 
@@ -132,6 +136,19 @@ pub struct NotModified {
     pub units_saved: BTreeMap<String, u64>,
 }
 
+/// What a run waits for inside itself (`max_wait`), as `status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunWaiting {
+    /// The pool whose units it waits for (empty: the credential's block).
+    pub pool: String,
+    /// The units its charge asks of that pool.
+    pub units: u64,
+    /// Until when (microseconds since the epoch, this host's clock).
+    pub until: i64,
+    /// Why: the ledger's refusal, in words.
+    pub why: String,
+}
+
 /// A job's maps in one store.
 pub struct JobState<'s> {
     store: &'s Store,
@@ -184,6 +201,28 @@ impl<'s> JobState<'s> {
     /// How many entries `map` has.
     pub async fn len(&self, map: Map) -> Result<u64, StoreError> {
         self.store.map_len(&self.name(map)).await
+    }
+
+    /// Note what a run waits for, or (`None`) that it waits no more.
+    pub async fn set_waiting(&self, waiting: Option<&RunWaiting>) -> Result<(), StoreError> {
+        match waiting {
+            Some(w) => {
+                let text = serde_json::to_string(w).expect("a wait always serializes");
+                self.put(Map::Waiting, &[("run".into(), text)]).await
+            }
+            None => self.forget(Map::Waiting).await,
+        }
+    }
+
+    /// What a run of the job waits for, as it last noted (it may have
+    /// ended since: the caller compares `until` with the time).
+    pub async fn waiting(&self) -> Result<Option<RunWaiting>, StoreError> {
+        let kept = self.get(Map::Waiting, &["run".into()]).await?;
+        Ok(kept
+            .into_iter()
+            .flatten()
+            .next()
+            .and_then(|t| serde_json::from_str(&t).ok()))
     }
 
     /// Record `input` as failed (in [`Map::Failed`]).
@@ -284,6 +323,7 @@ mod tests {
             Map::seen(true, 2),
             Map::seen(false, 0),
             Map::seen(false, 2),
+            Map::Waiting,
         ]
         .map(|m| m.name("j"));
         assert_eq!(
@@ -300,8 +340,35 @@ mod tests {
                 "j:inputs:keys",
                 "j:inputs:keys:0",
                 "j:inputs:keys:2",
+                "j:waiting",
             ]
         );
+    }
+
+    /// What a run waits for, noted and read back typed, then forgotten.
+    #[test]
+    fn a_runs_wait_is_noted_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::Embedded(
+            crate::ledger::EmbeddedLedger::open(&dir.path().join("ledger.sqlite3")).unwrap(),
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let state = JobState::new(&store, "j");
+            assert_eq!(state.waiting().await.unwrap(), None);
+            let w = RunWaiting {
+                pool: "requests".into(),
+                units: 2,
+                until: 1_700_000_000_000_000,
+                why: "pool requests's 1m window is full".into(),
+            };
+            state.set_waiting(Some(&w)).await.unwrap();
+            assert_eq!(state.waiting().await.unwrap(), Some(w));
+            // (another job's maps are its own)
+            assert_eq!(JobState::new(&store, "k").waiting().await.unwrap(), None);
+            state.set_waiting(None).await.unwrap();
+            assert_eq!(state.waiting().await.unwrap(), None);
+        });
     }
 
     /// On the embedded store: failed inputs recorded, moved to those to

@@ -66,6 +66,7 @@ pub(super) fn nothing_charged(
                     .filter(|j| conditional(j))
                     .map(|j| (j.name.clone(), NotModified::default()))
                     .collect(),
+                waiting: BTreeMap::new(),
             }
         })
         .collect()
@@ -117,6 +118,7 @@ pub async fn read(
         let mut jobs = Vec::new();
         let mut inputs = BTreeMap::new();
         let mut not_modified = BTreeMap::new();
+        let mut waiting = BTreeMap::new();
         for job in config
             .jobs
             .iter()
@@ -134,6 +136,12 @@ pub async fn read(
             if conditional(job) {
                 not_modified.insert(job.name.clone(), counts(store, job).await?);
             }
+            // (a wait noted by a run that ended without forgetting it, a
+            // kill, is past its time soon: only one to come is shown)
+            let noted = JobState::new(store, &job.name).waiting().await?;
+            if let Some(w) = noted.filter(|w| w.until > chrono::Utc::now().timestamp_micros()) {
+                waiting.insert(job.name.clone(), w);
+            }
             jobs.push((job.name.clone(), cursor));
         }
         reports.push(CredentialReport {
@@ -143,6 +151,7 @@ pub async fn read(
             jobs,
             inputs,
             not_modified,
+            waiting,
             shares,
         });
     }

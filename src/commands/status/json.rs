@@ -123,6 +123,20 @@ pub struct JobJson {
     /// units they gave back, over its runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_modified: Option<crate::runner::job_state::NotModified>,
+    /// Its run waits for units inside itself now (`max_wait`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<WaitingJson>,
+}
+
+/// What a run waits for: `units` of `pool` (none: the credential's block)
+/// until `until` (RFC 3339), and why.
+#[derive(Serialize)]
+pub struct WaitingJson {
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pool: String,
+    pub units: u64,
+    pub until: String,
+    pub why: String,
 }
 
 /// Each window's RateLimit policy name, unique within the credential and
@@ -226,6 +240,12 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             cursor: cursor.clone(),
                             inputs: r.inputs.get(job).cloned(),
                             not_modified: r.not_modified.get(job).cloned(),
+                            waiting: r.waiting.get(job).map(|w| WaitingJson {
+                                pool: w.pool.clone(),
+                                units: w.units,
+                                until: rfc3339(w.until),
+                                why: w.why.clone(),
+                            }),
                         })
                         .collect(),
                 }

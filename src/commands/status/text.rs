@@ -264,6 +264,18 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
             ),
         };
         out.push_str(&format!("  job {job} {at}\n"));
+        if let Some(w) = r.waiting.get(job) {
+            let until = chrono::DateTime::from_timestamp_micros(w.until)
+                .map(|t| crate::timefmt::clock_time(&t.with_timezone(&chrono::Local), true))
+                .unwrap_or_default();
+            out.push_str(&match w.pool.as_str() {
+                "" => format!("    waiting until {until}: {}\n", w.why),
+                pool => format!(
+                    "    waiting for {} units of pool {pool} until {until}: {}\n",
+                    w.units, w.why
+                ),
+            });
+        }
         if let Some(n) = r.not_modified.get(job) {
             let saved: Vec<String> = n
                 .units_saved

@@ -173,17 +173,10 @@ impl JobRun<'_> {
                     return Ok(None);
                 }
             }
-            info!(
-                job = self.job.name,
-                "{}: waiting {} for the units (until {}), then charging again",
-                stop.waiting_for(),
-                crate::timefmt::fmt_wait(pause),
-                crate::timefmt::clock_time(&(chrono::Local::now() + pause), true)
-            );
-            tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                () = self.ctx.shutdown.wait() => {}
-            }
+            let job = (self.job.name.as_str(), self.state());
+            (self.waiting)
+                .sit_out(job, &self.progress, self.ctx.shutdown, (step, &stop, pause))
+                .await;
             if self.halted() {
                 return Ok(None);
             }

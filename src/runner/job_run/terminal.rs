@@ -11,6 +11,7 @@ use crate::config::{Credential, Job};
 use crate::inputs::pace;
 use crate::ledger::{At, Ledger, Store};
 use crate::runner::JobReport;
+use crate::runner::job_state::RunWaiting;
 use crate::runner::progress;
 
 /// How often a run on a terminal reads the budgets' pace from the store.
@@ -104,6 +105,23 @@ impl<'a> ProgressLine<'a> {
             units.join(", ")
         );
         None
+    }
+
+    /// The line while the run waits for units inside itself.
+    pub(super) fn waiting(&self, job: &str, w: &RunWaiting) {
+        if !self.on {
+            return;
+        }
+        let until = chrono::DateTime::from_timestamp_micros(w.until)
+            .map(|t| crate::timefmt::clock_time(&t.with_timezone(&chrono::Local), true))
+            .unwrap_or_default();
+        match w.pool.as_str() {
+            "" => eprint!("\r\x1b[2K{job}: waiting until {until} ({})", w.why),
+            pool => eprint!(
+                "\r\x1b[2K{job}: waiting for {} units of pool {pool} until {until}",
+                w.units
+            ),
+        }
     }
 
     /// The line cleared at the run's end (`pages`: written by it).

@@ -13,7 +13,12 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use crate::runner::Stop;
+use tracing::{debug, info};
+
+use super::terminal::ProgressLine;
+use crate::config::Step;
+use crate::runner::job_state::{JobState, RunWaiting};
+use crate::runner::{Shutdown, Stop};
 
 /// The shortest wait: a time the ledger says has passed (another clock's
 /// reading) is waited this long, never spun on.
@@ -60,6 +65,59 @@ impl Waiting {
             _held: held,
             _counted: counted,
         }
+    }
+}
+
+impl Waiting {
+    /// Wait `pause` for the units `stop` refused to `step` (or until a
+    /// stop signal), said in the log, on the terminal and in the job's
+    /// store (`state`, for `status`).
+    pub(super) async fn sit_out(
+        &self,
+        (job, state): (&str, Option<JobState<'_>>),
+        progress: &ProgressLine<'_>,
+        shutdown: &Shutdown,
+        (step, stop, pause): (&Step, &Stop, Duration),
+    ) {
+        let pool = match stop {
+            Stop::QuotaSaidNo { pool, .. } | Stop::LogLost { pool, .. } => pool.clone(),
+            _ => String::new(),
+        };
+        let units = (step.cost.iter())
+            .find(|c| c.pool.name == pool)
+            .map_or(0, |c| c.units);
+        let until = chrono::Local::now() + pause;
+        let waiting = RunWaiting {
+            pool,
+            units,
+            until: until.timestamp_micros(),
+            why: stop.waiting_for(),
+        };
+        // (noted before it is said: what the log says, `status` shows)
+        note(job, state.as_ref(), Some(&waiting)).await;
+        info!(
+            job,
+            "{}: waiting {} for the units (until {}), then charging again",
+            waiting.why,
+            crate::timefmt::fmt_wait(pause),
+            crate::timefmt::clock_time(&until, true)
+        );
+        progress.waiting(job, &waiting);
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = shutdown.wait() => {}
+        }
+        note(job, state.as_ref(), None).await;
+    }
+}
+
+/// What the run waits for, noted in the store for `status` (a store that
+/// does not take it: only the log says it).
+async fn note(job: &str, state: Option<&JobState<'_>>, waiting: Option<&RunWaiting>) {
+    if let Some(state) = state
+        && let Err(e) = state.set_waiting(waiting).await
+    {
+        debug!(job, "cannot note the wait in the store: {e}");
     }
 }
 
