@@ -230,6 +230,17 @@ pub struct RowCounts {
 const FAILED_SHOWN: usize = 5;
 
 impl JobReport {
+    /// Stop the run (the first reason stays): no request is sent after
+    /// it; those in flight finish.
+    pub fn stop_with(&mut self, stop: Stop) {
+        self.stop.get_or_insert(stop);
+    }
+
+    /// Whether the run stops.
+    pub fn stopping(&self) -> bool {
+        self.stop.is_some()
+    }
+
     /// A region, or a batch of it (`entry`), that ended with an error.
     pub fn fail(&mut self, region: &str, entry: String) {
         self.failed_in.insert(region.to_string());

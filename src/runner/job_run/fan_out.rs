@@ -241,7 +241,10 @@ impl JobRun<'_> {
         // sent after, those in flight finish.
         let mut given_up = None;
         loop {
-            while running.len() < self.job.concurrency && !self.stopping() && given_up.is_none() {
+            while running.len() < self.job.concurrency
+                && !self.report.borrow().stopping()
+                && given_up.is_none()
+            {
                 let Some(k) = todo.next() else { break };
                 running.push(self.send_batch(step, at, &plan, &found, k, &f.join));
             }

@@ -32,7 +32,7 @@ impl JobRun<'_> {
         let mut running = FuturesUnordered::new();
         loop {
             while running.len() < self.job.concurrency
-                && !self.stopping()
+                && !self.report.borrow().stopping()
                 && !self.feed.borrow().as_ref().is_some_and(|f| f.stopping())
             {
                 let Some((slots, start)) = self.next_to_serve(&mut next, inputs).await? else {
@@ -45,7 +45,7 @@ impl JobRun<'_> {
                 if let Some(e) = stop {
                     return Err(e);
                 }
-                if inputs && !self.stopping() {
+                if inputs && !self.report.borrow().stopping() {
                     self.keep_retried(true).await;
                     self.inputs_walked().await;
                 }

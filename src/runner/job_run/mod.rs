@@ -262,7 +262,9 @@ impl<'a> JobRun<'a> {
     /// its first line), in the job's own words (inputs, or regions).
     pub(super) async fn busy(self, store: &Store, busy: LockOutcome) -> JobReport {
         if let LockOutcome::Busy { holder, expires_in } = busy {
-            self.stop(Stop::LockBusy { holder, expires_in });
+            self.report
+                .borrow_mut()
+                .stop_with(Stop::LockBusy { holder, expires_in });
         }
         let stored = (store.load_cursor(&self.job.name).await.ok().flatten())
             .and_then(|t| read_cursor(&t, &self.cred.secret));
@@ -405,19 +407,6 @@ impl<'a> JobRun<'a> {
             self.write_cursor(version).await;
         }
         self.serve_round(run_number).await
-    }
-
-    /// Stop the run (the first reason stays): no request is sent after
-    /// it; those in flight finish.
-    fn stop(&self, stop: Stop) {
-        let mut report = self.report.borrow_mut();
-        if report.stop.is_none() {
-            report.stop = Some(stop);
-        }
-    }
-
-    fn stopping(&self) -> bool {
-        self.report.borrow().stop.is_some()
     }
 }
 

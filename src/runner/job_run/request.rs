@@ -103,7 +103,9 @@ impl JobRun<'_> {
                         self.cred.name,
                         crate::timefmt::local_datetime(until)
                     );
-                    self.stop(Stop::UpstreamExhausted { reason, until });
+                    self.report
+                        .borrow_mut()
+                        .stop_with(Stop::UpstreamExhausted { reason, until });
                     return Ok(Fetched::Stopped);
                 }
                 AfterAttempt::Follow { note } => info!(job = self.job.name, "{note}"),
@@ -164,7 +166,7 @@ impl JobRun<'_> {
             };
             let now = chrono::Utc::now().timestamp_micros();
             let Some(pause) = super::waiting::pause_for(&stop, bound, now) else {
-                self.stop(stop);
+                self.report.borrow_mut().stop_with(stop);
                 return Ok(None);
             };
             if turn.is_none() {
@@ -204,7 +206,7 @@ impl JobRun<'_> {
                     let kept = self.meter.keep_estimates(step, "the request was abandoned");
                     self.report.borrow_mut().estimates_kept += kept;
                 }
-                self.stop(Stop::Signal);
+                self.report.borrow_mut().stop_with(Stop::Signal);
                 return None;
             }
         };
@@ -231,15 +233,17 @@ impl JobRun<'_> {
     /// Whether the run stops before another request is charged: stopped
     /// already, a stop signal, or the run's lock lost (the stop recorded).
     fn halted(&self) -> bool {
-        if self.stopping() || self.feed.borrow().as_ref().is_some_and(|f| f.stopping()) {
+        if self.report.borrow().stopping()
+            || self.feed.borrow().as_ref().is_some_and(|f| f.stopping())
+        {
             return true;
         }
         if self.ctx.shutdown.is_set() {
-            self.stop(Stop::Signal);
+            self.report.borrow_mut().stop_with(Stop::Signal);
             return true;
         }
         if self.lock.as_ref().is_some_and(RunLock::is_lost) {
-            self.stop(Stop::LockLost);
+            self.report.borrow_mut().stop_with(Stop::LockLost);
             return true;
         }
         false

@@ -281,7 +281,8 @@ impl JobRun<'_> {
             Ok(url) => url,
             // (the file's templates were checked: an input's values made it)
             Err(Error::Http { message, .. }) if token.is_none() && self.feed.borrow().is_some() => {
-                self.input_unsendable(at, &message).await;
+                let why = format!("its request cannot be made ({message}), not sent");
+                self.record_input_failed(at, &why, 0, &why).await;
                 return Ok(None);
             }
             Err(e) => return Err(e),

@@ -90,18 +90,9 @@ impl JobRun<'_> {
         Ok(())
     }
 
-    /// An input whose request cannot be made from its key or fields (a
-    /// key `..` in a URL's path would move the request elsewhere):
-    /// recorded as failed (status 0: not sent) and over, uncharged; the
-    /// others go on (a key the file holds must not wedge the list).
-    pub(in crate::runner::job_run) async fn input_unsendable(&self, at: &Position<'_>, why: &str) {
-        let why = format!("its request cannot be made ({why}), not sent");
-        self.record_input_failed(at, &why, 0, &why).await;
-    }
-
     /// Record the input at `at` (or its batch) as failed and over, logged
     /// and counted: how many inputs that was.
-    async fn record_input_failed(
+    pub(in crate::runner::job_run) async fn record_input_failed(
         &self,
         at: &Position<'_>,
         why: &str,
