@@ -284,6 +284,7 @@ mod tests {
                 reqwest::header::HeaderName::from_static("x-left"),
                 left.parse().unwrap(),
             )])),
+            status: Some(200),
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
