@@ -94,6 +94,9 @@ pub struct UpstreamCount {
     pub reset: Option<Duration>,
     /// The limit the count is of, when the upstream says.
     pub limit: Option<u64>,
+    /// The window of that limit, when the upstream says (the IETF
+    /// `RateLimit-Policy`'s `w`; the vendors' headers do not).
+    pub window: Option<Duration>,
 }
 
 /// Every count `specs` name that the headers carry.
@@ -108,23 +111,23 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
     specs
         .iter()
         .filter_map(|s| {
-            let (mut remaining, mut reset) = (None, None);
+            let (mut remaining, mut reset, mut limit, mut window) = (None, None, None, None);
+            // (the policy that says no first: its count, its quota, its window)
             if s.ietf_field
                 && let Some(p) = tightest(&ietf_policies(headers))
             {
                 (remaining, reset) = (p.remaining, p.reset.map(Duration::from_secs));
+                (limit, window) = (p.quota, p.window.map(Duration::from_secs));
             }
             remaining = remaining.or_else(|| lowest(headers, &s.remaining));
             reset = reset.or_else(|| reset_in(text(s.reset.as_deref()?)?, now));
-            let limit = s
-                .limit
-                .as_deref()
-                .and_then(|h| text(h)?.trim().parse().ok());
+            let limit = limit.or_else(|| text(s.limit.as_deref()?)?.trim().parse().ok());
             Some(UpstreamCount {
                 pool: s.pool.clone(),
                 remaining: remaining?,
                 reset,
                 limit,
+                window,
             })
         })
         .collect()
@@ -367,6 +370,53 @@ mod tests {
         );
         let h = headers(&[("x-ratelimit-remaining-tokens", "1")]);
         assert_eq!(QuotaHeaders::read(&h), QuotaHeaders::default());
+    }
+
+    #[test]
+    fn an_ietf_count_says_its_policys_limit_and_window() {
+        let spec = CountHeaders {
+            pool: "requests".into(),
+            remaining: "ratelimit-remaining".into(),
+            reset: Some("ratelimit-reset".into()),
+            limit: Some("ratelimit-limit".into()),
+            ietf_field: true,
+        };
+        let h = headers(&[
+            (
+                "ratelimit-policy",
+                "\"hour\";q=5000;w=3600, \"minute\";q=250;w=60",
+            ),
+            ("ratelimit", "\"hour\";r=4000;t=1800, \"minute\";r=20;t=15"),
+        ]);
+        let got = upstream_counts(std::slice::from_ref(&spec), &h);
+        assert_eq!(
+            got,
+            [UpstreamCount {
+                pool: "requests".into(),
+                remaining: 20,
+                reset: Some(Duration::from_secs(15)),
+                limit: Some(250),
+                window: Some(Duration::from_secs(60)),
+            }]
+        );
+        // The older pair: its limit, no window.
+        let h = headers(&[
+            ("ratelimit-limit", "100"),
+            ("ratelimit-remaining", "7"),
+            ("ratelimit-reset", "9"),
+        ]);
+        let got = upstream_counts(&[spec], &h);
+        assert_eq!(
+            (got[0].remaining, got[0].limit, got[0].window),
+            (7, Some(100), None)
+        );
+        // The older draft's dictionary says nothing remains.
+        let h = headers(&[("ratelimit", "limit=100, remaining=0, reset=30")]);
+        let q = QuotaHeaders::read(&h);
+        assert_eq!(
+            (q.said, q.wait),
+            (Some("RateLimit: r=0"), Some(Duration::from_secs(30)))
+        );
     }
 
     #[test]

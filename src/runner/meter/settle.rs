@@ -173,7 +173,8 @@ impl Meter<'_> {
             let Some(w) = pool.longest_window() else {
                 continue;
             };
-            if count.limit.is_some_and(|l| l != w.limit) {
+            let another_window = count.window.is_some_and(|per| per != w.per);
+            if another_window || count.limit.is_some_and(|l| l != w.limit) {
                 debug!(
                     job = self.job,
                     "the upstream's count of {} is of another limit than the {} window's: not applied",

@@ -125,3 +125,107 @@ fn items(list: &sfv::List) -> impl Iterator<Item = &sfv::Item> {
         sfv::ListEntry::InnerList(_) => None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    fn policy(name: Option<&str>, r: u64, t: u64, q: Option<u64>, w: Option<u64>) -> Policy {
+        Policy {
+            name: name.map(String::from),
+            remaining: Some(r),
+            reset: Some(t),
+            quota: q,
+            window: w,
+        }
+    }
+
+    #[test]
+    fn the_current_drafts_fields_joined_by_name() {
+        let h = headers(&[
+            ("ratelimit-policy", "\"default\";q=100;w=60"),
+            ("ratelimit", "\"default\";r=50;t=30"),
+        ]);
+        assert_eq!(
+            ietf_policies(&h),
+            [policy(Some("default"), 50, 30, Some(100), Some(60))]
+        );
+        // Two policies, in another order in each field; names as tokens too.
+        let h = headers(&[
+            (
+                "ratelimit-policy",
+                "\"day\";q=1000;w=86400, \"minute\";q=50;w=60",
+            ),
+            ("ratelimit", "minute;r=0;t=12, day;r=700;t=4000"),
+        ]);
+        let got = ietf_policies(&h);
+        assert_eq!(
+            got,
+            [
+                policy(Some("minute"), 0, 12, Some(50), Some(60)),
+                policy(Some("day"), 700, 4000, Some(1000), Some(86400)),
+            ]
+        );
+        assert_eq!(tightest(&got), Some(&got[0]));
+        // A policy RateLimit does not name has no count; one of another
+        // name is not joined.
+        let h = headers(&[
+            ("ratelimit-policy", "\"a\";q=10;w=1"),
+            ("ratelimit", "\"b\";r=3;t=1"),
+        ]);
+        assert_eq!(ietf_policies(&h), [policy(Some("b"), 3, 1, None, None)]);
+    }
+
+    #[test]
+    fn the_older_drafts_fields() {
+        // The dictionary, its limit naming its policy among several.
+        let h = headers(&[
+            ("ratelimit-policy", "1000;w=3600, 100;w=60"),
+            ("ratelimit", "limit=100, remaining=0, reset=30"),
+        ]);
+        assert_eq!(
+            ietf_policies(&h),
+            [policy(None, 0, 30, Some(100), Some(60))]
+        );
+        // An unnamed count and a single policy: that one.
+        let h = headers(&[
+            ("ratelimit-policy", "10;w=1"),
+            ("ratelimit", "remaining=4, reset=1"),
+        ]);
+        assert_eq!(ietf_policies(&h), [policy(None, 4, 1, Some(10), Some(1))]);
+        // No policy field: the count alone.
+        let h = headers(&[("ratelimit", "limit=5, remaining=2, reset=9")]);
+        assert_eq!(ietf_policies(&h), [policy(None, 2, 9, Some(5), None)]);
+    }
+
+    #[test]
+    fn unreadable_fields_say_nothing() {
+        let read = |policy_field: &str, ratelimit: &str| {
+            ietf_policies(&headers(&[
+                ("ratelimit-policy", policy_field),
+                ("ratelimit", ratelimit),
+            ]))
+        };
+        // A policy field that does not parse: the count alone.
+        assert_eq!(
+            read("garbage;;", "\"x\";r=1;t=1"),
+            [policy(Some("x"), 1, 1, None, None)]
+        );
+        // Negative numbers are no count and no quota.
+        let got = read("\"x\";q=-5;w=60", "\"x\";r=-1;t=1");
+        assert_eq!((got[0].remaining, got[0].quota), (None, None));
+        assert_eq!(tightest(&got), None);
+        // An inner list is no policy; a count field that does not parse
+        // is no count.
+        assert_eq!(read("", "(\"inner\" \"list\");r=1"), []);
+        assert_eq!(read("\"x\";q=1;w=1", "not a field ,,"), []);
+    }
+}
