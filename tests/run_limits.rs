@@ -1,8 +1,10 @@
 //! Limits learned from the upstream (issue 38, section 2): a 2xx whose
 //! counts say nothing remains blocks the credential until the count's
 //! reset, whatever the YAML's limit, so the next request (and the next
-//! run) sends nothing into the refusal that would follow. The real binary
-//! on both stores, a small server in the test answering 200.
+//! run) sends nothing into the refusal that would follow; a limit the
+//! upstream announces that the pool does not say is warned about once a
+//! run and shown by `status`. The real binary on both stores, a small
+//! server in the test answering 200.
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use crate::common::deployment::{Deployment, api_yaml, embedded_store, one_region
 use crate::common::redis::RedisServer;
 use crate::common::server::{raw, serving};
 use crate::common::wait_until;
+use crate::common::yaml::{Config, Credential, limit};
 
 /// Page 1 (with a next page) says nothing remains, with `spent`'s headers
 /// (given the epoch second now); page 2 says plenty remains.
@@ -157,4 +160,107 @@ fn the_ietf_fields_remaining_0_on_a_200_blocks_until_its_reset() {
             "RateLimit-Reset: 3".into(),
         ]
     });
+}
+
+/// Three pages, each announcing `said`'s limit (with a count well above 0).
+fn announcing(
+    said: fn() -> Vec<String>,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    serving(move |head| {
+        let next = if head.contains("pageToken=p2") {
+            r#","nextPageToken":"p3""#
+        } else if head.contains("pageToken=p3") {
+            ""
+        } else {
+            r#","nextPageToken":"p2""#
+        };
+        let body = format!(r#"{{"items":[{{"id":"a"}}]{next}}}"#);
+        let headers = said();
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        raw("200 OK", &headers, body.as_bytes())
+    })
+}
+
+/// An upstream that announces another limit than the pool's: one warning
+/// a run naming both, whatever the number of answers; `status` shows what
+/// it said and when, in text and JSON, on both stores.
+#[test]
+fn another_limit_the_upstream_announces_is_warned_once_and_shown_by_status() {
+    let redis = RedisServer::start();
+    type Case = (&'static str, fn() -> Vec<String>, &'static str, Option<u64>);
+    let cases: [Case; 2] = [
+        (
+            "github",
+            || {
+                vec![
+                    "X-RateLimit-Limit: 250".into(),
+                    "X-RateLimit-Remaining: 200".into(),
+                    "X-RateLimit-Reset: 4000000000".into(),
+                ]
+            },
+            "the upstream says 250 (its window unsaid); pool requests says 1000 per 1h",
+            None,
+        ),
+        (
+            "ietf",
+            || {
+                vec![
+                    "RateLimit-Policy: \"minute\";q=250;w=60".into(),
+                    "RateLimit: \"minute\";r=200;t=30".into(),
+                ]
+            },
+            "the upstream says 250 per 1m; pool requests says 1000 per 1h",
+            Some(60),
+        ),
+    ];
+    for store in ["embedded", "redis"] {
+        for (preset, said, warning, per_seconds) in cases {
+            let (base, heads) = announcing(said);
+            let d = Deployment::new("");
+            let url = match store {
+                "redis" => redis.url(),
+                _ => embedded_store(&d),
+            };
+            let yaml = Config::new(&url)
+                .lock_ttl("2s")
+                .http("{ timeout: 5s, connect_timeout: 2s, retries: 1, backoff: 20ms }")
+                .credential(
+                    Credential::new("main")
+                        .set("upstream_headers", preset)
+                        .pool("requests", &[limit(1000, "1h")]),
+                )
+                .endpoint("api", "1")
+                .jobs_text(&one_region_job("j", &format!("{base}/items")))
+                .render();
+            d.write(&yaml);
+            let before = chrono::Utc::now().timestamp();
+            let r = d.portion(&["run"]);
+            assert_eq!(r.code, 0, "{store} {preset}: {r:?}");
+            assert_eq!(heads.lock().unwrap().len(), 3, "{r:?}");
+            assert_eq!(
+                r.stderr.matches("the upstream says").count(),
+                1,
+                "{store} {preset}: once a run: {r:?}"
+            );
+            assert!(r.stderr.contains(warning), "{store} {preset}: {r:?}");
+            let r = d.portion(&["status"]);
+            assert!(
+                r.stdout
+                    .contains(&format!("ANOTHER LIMIT: {warning} (seen ")),
+                "{store} {preset}: {r:?}"
+            );
+            let json = d.status_json();
+            let says = &json["credentials"][0]["pools"][0]["upstream_says"];
+            assert_eq!(says["limits"][0]["limit"], 250, "{says}");
+            assert_eq!(says["limits"][0]["per_seconds"].as_u64(), per_seconds);
+            assert_eq!(says["differs"], true);
+            let seen = chrono::DateTime::parse_from_rfc3339(says["seen"].as_str().unwrap())
+                .unwrap()
+                .timestamp();
+            assert!(
+                (before - 1..=chrono::Utc::now().timestamp() + 1).contains(&seen),
+                "{store} {preset}: seen {seen}"
+            );
+        }
+    }
 }

@@ -49,6 +49,9 @@ pub struct CredentialReport {
     /// Each share's reserve, used and what it can take, per pool and
     /// window (empty without shares).
     pub shares: Vec<shares::ShareUsage>,
+    /// What the upstream last announced of each pool's limits, by pool
+    /// (`upstream_headers`), and when.
+    pub upstream: std::collections::BTreeMap<String, crate::runner::upstream_limits::Announced>,
 }
 
 pub async fn execute(

@@ -3,14 +3,17 @@
 //! history check it feeds, the unmetered warning) and does the ledger's
 //! side of each request: the charge before it ([`Meter::charge`]), the
 //! settle of its estimates and the upstream's own counts after it
-//! (`settle.rs`), the block an upstream's "quota spent" sets (`block.rs`).
+//! (`settle.rs`), the block an upstream's "quota spent" sets (`block.rs`),
+//! the limits the upstream announces (`announced.rs`).
 //! It says what it charged and settled; the run counts it in its report.
 //! Kept out of [`JobRun`](super::job_run) so that its decisions can be
 //! tested against a real store without a run, an upstream or a page.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tracing::{error, warn};
 
@@ -23,8 +26,10 @@ use crate::ledger::{
 };
 use crate::runner::Stop;
 use crate::timefmt::{fmt_duration, local_datetime};
+use crate::upstream::quota_headers::AnnouncedLimit;
 use crate::{Error, Result};
 
+mod announced;
 mod block;
 mod settle;
 
@@ -46,6 +51,10 @@ pub(super) struct Meter<'a> {
     /// Whether this run compared the serial with the history yet.
     history_checked: Cell<bool>,
     warned_unmetered: Cell<bool>,
+    /// Pools whose upstream limit this run warned differs from theirs.
+    limits_warned: RefCell<BTreeSet<String>>,
+    /// Per pool, the upstream's limits this run kept in the store, and when.
+    limits_kept: RefCell<BTreeMap<String, (Vec<AnnouncedLimit>, Instant)>>,
 }
 
 /// What the charge before a request said.
@@ -87,6 +96,8 @@ impl<'a> Meter<'a> {
             last_serial: Cell::new(None),
             history_checked: Cell::new(false),
             warned_unmetered: Cell::new(false),
+            limits_warned: RefCell::default(),
+            limits_kept: RefCell::default(),
         }
     }
 

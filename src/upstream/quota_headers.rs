@@ -14,7 +14,7 @@ use crate::config::CountHeaders;
 
 mod ietf;
 
-pub use self::ietf::{Policy, ietf_policies, tightest};
+pub use self::ietf::{Policy, ietf_policies, stated, tightest};
 
 /// The upstream's word on its quota, from one answer's headers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -129,6 +129,52 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
                 limit,
                 window,
             })
+        })
+        .collect()
+}
+
+/// A limit the upstream announces: so many units, per a window when it
+/// says which (the IETF `RateLimit-Policy`'s `w`; GitHub's and OpenAI's
+/// headers do not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AnnouncedLimit {
+    pub limit: u64,
+    pub per: Option<Duration>,
+}
+
+/// Every limit the answer announces for each pool `specs` name (in their
+/// order, a pool left out when nothing is said of it): with the IETF field,
+/// each policy `RateLimit-Policy` states (else the tightest count's
+/// limit), else the spec's limit header.
+pub fn announced_limits(
+    specs: &[CountHeaders],
+    headers: &HeaderMap,
+) -> Vec<(String, Vec<AnnouncedLimit>)> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    specs
+        .iter()
+        .filter_map(|s| {
+            let mut limits: Vec<AnnouncedLimit> = Vec::new();
+            if s.ietf_field {
+                let mut policies = stated(headers);
+                if policies.is_empty() {
+                    policies.extend(tightest(&ietf_policies(headers)).cloned());
+                }
+                limits.extend(policies.iter().filter_map(|p| {
+                    Some(AnnouncedLimit {
+                        limit: p.quota?,
+                        per: p.window.map(Duration::from_secs),
+                    })
+                }));
+            }
+            if limits.is_empty()
+                && let Some(limit) = text(s.limit.as_deref()?).and_then(|v| v.trim().parse().ok())
+            {
+                limits.push(AnnouncedLimit { limit, per: None });
+            }
+            limits.sort();
+            limits.dedup();
+            (!limits.is_empty()).then(|| (s.pool.clone(), limits))
         })
         .collect()
 }

@@ -58,6 +58,7 @@ pub(super) fn nothing_charged(
                 usage,
                 lost: None,
                 lost_advice: "",
+                upstream: BTreeMap::new(),
                 jobs: jobs.iter().map(|j| (j.name.clone(), None)).collect(),
                 inputs,
                 shares,
@@ -136,10 +137,12 @@ pub async fn read(
             }
             jobs.push((job.name.clone(), cursor));
         }
+        let upstream = crate::runner::upstream_limits::read(store, &c.name).await?;
         reports.push(CredentialReport {
             usage,
             lost,
             lost_advice: store.lost_log_advice(),
+            upstream,
             jobs,
             inputs,
             not_modified,

@@ -9,6 +9,7 @@ use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::history::LostLog;
 use crate::ledger::{CredentialUsage, USAGE_BUCKETS, WindowUsage};
 use crate::runner::cursor::Cursor;
+use crate::runner::upstream_limits::differs;
 use crate::timefmt::{fmt_window, rfc3339};
 
 #[derive(Serialize)]
@@ -63,6 +64,26 @@ pub struct PoolJson {
     pub observed_rejections: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+    /// What the upstream last announced of this pool's limits
+    /// (`upstream_headers`), and when; absent until it announced any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_says: Option<UpstreamSaysJson>,
+}
+
+/// The limits the upstream announced: `limits` as it said them (a
+/// `per_seconds` of `null`: it did not say the window), when `seen`, and
+/// whether they `differ` from the pool's windows.
+#[derive(Serialize)]
+pub struct UpstreamSaysJson {
+    pub limits: Vec<UpstreamLimitJson>,
+    pub seen: String,
+    pub differs: bool,
+}
+
+#[derive(Serialize)]
+pub struct UpstreamLimitJson {
+    pub limit: u64,
+    pub per_seconds: Option<u64>,
 }
 
 /// When a pool's log was lost, and until when it counts as spent.
@@ -197,6 +218,16 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             }),
                             observed_rejections: p.observed_rejections,
                             observed_at: p.observed_at.map(rfc3339),
+                            upstream_says: r.upstream.get(&p.pool).map(|a| UpstreamSaysJson {
+                                limits: (a.limits.iter())
+                                    .map(|l| UpstreamLimitJson {
+                                        limit: l.limit,
+                                        per_seconds: l.per.map(|p| p.as_secs()),
+                                    })
+                                    .collect(),
+                                seen: rfc3339(a.seen),
+                                differs: differs(p.windows.iter().map(|w| &w.window), &a.limits),
+                            }),
                             windows: p
                                 .windows
                                 .iter()

@@ -11,6 +11,7 @@ use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::commands::table::{Paint, Table, sparkline};
 use crate::ledger::{CredentialUsage, Micros, USAGE_BUCKETS};
 use crate::logging::printable;
+use crate::runner::upstream_limits::{differs, pool_says, upstream_says};
 use crate::timefmt::{fmt_window, local_datetime, when};
 
 /// The report as text.
@@ -72,6 +73,26 @@ fn notices(out: &mut String, r: &CredentialReport, p: Paint) {
                 local_datetime(l.until),
                 when(l.until, now)
             ));
+        }
+        if let Some(a) = r.upstream.get(&pool.pool) {
+            let windows = || pool.windows.iter().map(|w| &w.window);
+            let seen = format!("seen {}", local_datetime(a.seen));
+            let said = if differs(windows(), &a.limits) {
+                format!(
+                    "{}: the upstream says {}; pool {} says {} ({seen})",
+                    p.yellow("ANOTHER LIMIT"),
+                    upstream_says(&a.limits),
+                    pool.pool,
+                    pool_says(windows())
+                )
+            } else {
+                format!(
+                    "the upstream says {} for pool {}, as the pool does ({seen})",
+                    upstream_says(&a.limits),
+                    pool.pool
+                )
+            };
+            out.push_str(&format!("  {said}\n"));
         }
         if let Some(at) = pool.observed_at {
             out.push_str(&format!(

@@ -166,6 +166,7 @@ impl Meter<'_> {
         let (Some(store), Some(headers)) = (self.store, &reported.headers) else {
             return;
         };
+        self.announced(headers).await;
         for count in upstream_counts(&self.cred.upstream_headers, headers) {
             let Some(pool) = self.cred.pools.iter().find(|p| p.name == count.pool) else {
                 continue;
@@ -175,6 +176,7 @@ impl Meter<'_> {
             };
             let another_window = count.window.is_some_and(|per| per != w.per);
             if another_window || count.limit.is_some_and(|l| l != w.limit) {
+                // (said once a run: announced.rs)
                 debug!(
                     job = self.job,
                     "the upstream's count of {} is of another limit than the {} window's: not applied",

@@ -53,6 +53,15 @@ pub fn ietf_policies(headers: &HeaderMap) -> Vec<Policy> {
     counts
 }
 
+/// The policies `RateLimit-Policy` states, with or without a count.
+pub fn stated(headers: &HeaderMap) -> Vec<Policy> {
+    headers
+        .get("ratelimit-policy")
+        .and_then(|v| v.to_str().ok())
+        .map(policy_field)
+        .unwrap_or_default()
+}
+
 /// The policy of least remaining: the one that says no first.
 pub fn tightest(policies: &[Policy]) -> Option<&Policy> {
     policies
