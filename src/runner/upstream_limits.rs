@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ledger::{JobStore, Micros, StoreError, Window};
+use crate::config::{Credential, LearnedWindow};
+use crate::ledger::{JobStore, Micros, Pool, StoreError, Window};
 use crate::timefmt::fmt_window;
 use crate::upstream::quota_headers::AnnouncedLimit;
 
@@ -90,6 +91,47 @@ pub async fn read(
             ))
         })
         .collect())
+}
+
+/// The limit the upstream last announced for the learned window `lw` of
+/// `cred` (`announced`: by pool), and when: the one of its window; a limit
+/// whose window the upstream does not say (GitHub's, OpenAI's) is that
+/// window's when it is the pool's only learned one (the lowest, if
+/// several).
+pub fn learned_limit(
+    cred: &Credential,
+    lw: &LearnedWindow,
+    announced: &BTreeMap<String, Announced>,
+) -> Option<(u64, Micros)> {
+    let a = announced.get(&lw.pool)?;
+    let of_its_window = (a.limits.iter()).find(|l| l.per == Some(lw.per) && l.limit > 0);
+    let only = cred.learned.iter().filter(|l| l.pool == lw.pool).count() == 1;
+    let unsaid = (a.limits.iter())
+        .filter(|l| l.per.is_none() && l.limit > 0)
+        .map(|l| l.limit)
+        .min()
+        .filter(|_| only);
+    of_its_window
+        .map(|l| l.limit)
+        .or(unsaid)
+        .map(|limit| (limit, a.seen))
+}
+
+/// `cred`'s pools with each learned window at what the upstream last
+/// announced (`announced`), capped; one not learned yet as the YAML left
+/// it (its cap, else no limit).
+pub fn with_learned(cred: &Credential, announced: &BTreeMap<String, Announced>) -> Vec<Pool> {
+    let mut pools = cred.pools.clone();
+    for lw in &cred.learned {
+        let learned = learned_limit(cred, lw, announced).map(|(limit, _)| limit);
+        if let Some(w) = (pools.iter_mut())
+            .find(|p| p.name == lw.pool)
+            .and_then(|p| p.windows.get_mut(lw.index))
+        {
+            *w = lw.window(learned);
+        }
+    }
+    pools
 }
 
 /// Whether the upstream announces a limit that none of the pool's

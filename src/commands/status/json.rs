@@ -68,6 +68,19 @@ pub struct PoolJson {
     /// (`upstream_headers`), and when; absent until it announced any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_says: Option<UpstreamSaysJson>,
+    /// Its windows whose limit is the upstream's (`from: upstream`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets_from_upstream: Vec<LearnedJson>,
+}
+
+/// A window whose limit is the upstream's: the limit it last announced
+/// for it (`null`: not yet) and when, and the YAML's cap.
+#[derive(Serialize)]
+pub struct LearnedJson {
+    pub per_seconds: u64,
+    pub limit: Option<u64>,
+    pub seen: Option<String>,
+    pub cap: Option<u64>,
 }
 
 /// The limits the upstream announced: `limits` as it said them (a
@@ -228,6 +241,15 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                 seen: rfc3339(a.seen),
                                 differs: differs(p.windows.iter().map(|w| &w.window), &a.limits),
                             }),
+                            budgets_from_upstream: (r.learned.iter())
+                                .filter(|(l, _)| l.pool == p.pool)
+                                .map(|(l, learned)| LearnedJson {
+                                    per_seconds: l.per.as_secs(),
+                                    limit: learned.map(|(limit, _)| limit),
+                                    seen: learned.map(|(_, seen)| rfc3339(seen)),
+                                    cap: l.cap,
+                                })
+                                .collect(),
                             windows: p
                                 .windows
                                 .iter()

@@ -74,6 +74,26 @@ fn notices(out: &mut String, r: &CredentialReport, p: Paint) {
                 when(l.until, now)
             ));
         }
+        for (l, learned) in r.learned.iter().filter(|(l, _)| l.pool == pool.pool) {
+            let cap = l
+                .cap
+                .map(|c| format!(", capped at {c}"))
+                .unwrap_or_default();
+            let said = match learned {
+                Some((limit, seen)) => format!(
+                    "the upstream's: {limit}{cap} (announced {})",
+                    local_datetime(*seen)
+                ),
+                None => format!(
+                    "the upstream's, not announced yet{cap}: the next run sends one request to learn it"
+                ),
+            };
+            out.push_str(&format!(
+                "  pool {}, {} window: its limit is {said}\n",
+                pool.pool,
+                fmt_window(l.per)
+            ));
+        }
         if let Some(a) = r.upstream.get(&pool.pool) {
             let windows = || pool.windows.iter().map(|w| &w.window);
             let seen = format!("seen {}", local_datetime(a.seen));

@@ -25,8 +25,23 @@ impl Meter<'_> {
         let Some(store) = self.store else {
             return;
         };
-        for (name, limits) in announced_limits(&self.cred.upstream_headers, headers) {
-            let Some(pool) = self.cred.pools.iter().find(|p| p.name == name) else {
+        let announced = announced_limits(&self.cred.upstream_headers, headers);
+        let seen = self
+            .last_serial
+            .get()
+            .map_or_else(|| chrono::Utc::now().timestamp_micros(), |(_, at)| at);
+        self.learn(
+            (announced.iter())
+                .map(|(name, limits)| {
+                    let limits = limits.clone();
+                    (name.clone(), Announced { limits, seen })
+                })
+                .collect(),
+        );
+        // (a learned window as learned: the cap is what may differ)
+        let pools = self.pools();
+        for (name, limits) in announced {
+            let Some(pool) = pools.iter().find(|p| p.name == name) else {
                 continue;
             };
             if differs(pool.windows.iter(), &limits)
@@ -48,11 +63,7 @@ impl Meter<'_> {
             if !due {
                 continue;
             }
-            // (the latest charge's time, on the store's clock: this answer's)
-            let seen = self
-                .last_serial
-                .get()
-                .map_or_else(|| chrono::Utc::now().timestamp_micros(), |(_, at)| at);
+            // (seen: the latest charge's time, on the store's clock: this answer's)
             let announced = Announced {
                 limits: limits.clone(),
                 seen,
