@@ -156,6 +156,8 @@ pub struct Reported {
     /// The response's headers (the upstream's own counts are read from
     /// them with the credential's `upstream_headers`).
     pub headers: Option<reqwest::header::HeaderMap>,
+    /// The response's status (none: no response).
+    pub status: Option<u16>,
 }
 
 /// Send one request and classify the answer. Anything that could carry the
@@ -189,6 +191,7 @@ pub async fn send(
     };
     let status = resp.status();
     reported.headers = Some(resp.headers().clone());
+    reported.status = Some(status.as_u16());
     reported.actuals = settled::actuals(&step.settle, resp.headers(), None);
     // (only a request that asked for it: a 304 to any other is what it
     // always was, a redirect without a Location)

@@ -50,6 +50,8 @@ mod run_inputs_hostile;
 mod run_inputs_scale;
 mod run_inputs_warnings;
 mod run_jobs;
+mod run_limits;
+mod run_limits_learned;
 mod run_not_modified;
 mod run_page_reading;
 mod run_pagination;

@@ -135,7 +135,19 @@ fn credential(w: &mut String, c: &Credential) {
         );
     }
     for p in &c.pools {
-        for win in &p.windows {
+        for (i, win) in p.windows.iter().enumerate() {
+            if let Some(l) = (c.learned.iter()).find(|l| l.pool == p.name && l.index == i) {
+                let _ = writeln!(
+                    w,
+                    "  pool {:<10} per {:<8} limit from the upstream (the last it announced, kept in the store){}",
+                    p.name,
+                    fmt_duration(win.per),
+                    l.cap
+                        .map(|c| format!(", capped at {c}"))
+                        .unwrap_or_default()
+                );
+                continue;
+            }
             let _ = writeln!(
                 w,
                 "  pool {:<10} per {:<8} limit {:>7}  headroom {:>6}  budget {:>7}{}",

@@ -81,6 +81,7 @@ fn extra_sections() -> String {
          mode: enforce (default) or observe; pools: \
          POOL: [ { limit, per, headroom, aligned } ], a window's budget being limit less \
          headroom (units, or a percentage rounded up), aligned: ZONE a calendar window; \
+         { from: upstream, per } takes the limit the upstream last announced (upstream_headers), a limit beside it a cap; \
          shares: { JOB: { reserve, limit } } in units or percentages of each budget; \
          lend_after: \\(dq80%\\(dq, when in a calendar period unused reserves start to open\n\
          .TP\n\\fBendpoints:\\fR NAME: { cost, on_store_error }\n\

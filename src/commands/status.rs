@@ -52,6 +52,15 @@ pub struct CredentialReport {
     /// Each share's reserve, used and what it can take, per pool and
     /// window (empty without shares).
     pub shares: Vec<shares::ShareUsage>,
+    /// What the upstream last announced of each pool's limits, by pool
+    /// (`upstream_headers`), and when.
+    pub upstream: std::collections::BTreeMap<String, crate::runner::upstream_limits::Announced>,
+    /// Each window whose limit is the upstream's (`from: upstream`), with
+    /// the limit learned and when it was seen (`None`: not yet).
+    pub learned: Vec<(
+        crate::config::LearnedWindow,
+        Option<(u64, crate::ledger::Micros)>,
+    )>,
 }
 
 pub async fn execute(

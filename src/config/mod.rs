@@ -14,6 +14,7 @@ mod bounds;
 mod concurrency;
 mod inputs;
 mod json_text;
+mod learned;
 mod output;
 pub(crate) mod per_run;
 mod raw;
@@ -37,6 +38,7 @@ use self::validate::Validator;
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::inputs::{InputFormat, Inputs, MAX_BATCH, csv_builder, csv_header};
 pub use self::json_text::{JsonText, compact, index as json_index, key_text, raw_at};
+pub use self::learned::{Headroom, LearnedWindow};
 pub use self::output::{SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
@@ -110,6 +112,9 @@ pub struct Credential {
     /// Who may take what when jobs compete for the credential (issue 28):
     /// empty without `shares`.
     pub shares: Shares,
+    /// The windows whose limit is the upstream's (`from: upstream`), in
+    /// `pools` with the cap's limit (else none) until learned.
+    pub learned: Vec<LearnedWindow>,
 }
 
 impl Credential {

@@ -57,7 +57,10 @@ pub(super) struct RawShare {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawWindow {
-    pub(super) limit: i64,
+    /// With `from: upstream`, a cap (optional).
+    pub(super) limit: Option<i64>,
+    /// `upstream`: the limit is the one the upstream announces.
+    pub(super) from: Option<String>,
     pub(super) per: String,
     pub(super) headroom: Option<Value>,
     pub(super) aligned: Option<String>,

@@ -3,14 +3,18 @@
 //! history check it feeds, the unmetered warning) and does the ledger's
 //! side of each request: the charge before it ([`Meter::charge`]), the
 //! settle of its estimates and the upstream's own counts after it
-//! (`settle.rs`), the block an upstream's "quota spent" sets (`block.rs`).
+//! (`settle.rs`), the block an upstream's "quota spent" sets (`block.rs`),
+//! the limits the upstream announces (`announced.rs`) and the windows whose
+//! limit is the upstream's (`learned.rs`).
 //! It says what it charged and settled; the run counts it in its report.
 //! Kept out of [`JobRun`](super::job_run) so that its decisions can be
 //! tested against a real store without a run, an upstream or a page.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tracing::{error, warn};
 
@@ -22,10 +26,14 @@ use crate::ledger::{
     WouldRefuse,
 };
 use crate::runner::Stop;
+use crate::runner::upstream_limits::Announced;
 use crate::timefmt::{fmt_duration, local_datetime};
+use crate::upstream::quota_headers::AnnouncedLimit;
 use crate::{Error, Result};
 
+mod announced;
 mod block;
+mod learned;
 mod settle;
 
 pub(super) use self::settle::Settlement;
@@ -48,6 +56,18 @@ pub(super) struct Meter<'a> {
     /// Whether this run compared the serial with the history yet.
     history_checked: Cell<bool>,
     warned_unmetered: Cell<bool>,
+    /// Pools whose upstream limit this run warned differs from theirs.
+    limits_warned: RefCell<BTreeSet<String>>,
+    /// Per pool, the upstream's limits this run kept in the store, and when.
+    limits_kept: RefCell<BTreeMap<String, (Vec<AnnouncedLimit>, Instant)>>,
+    /// What the upstream announced of each pool, for the windows whose
+    /// limit is its (`learned.rs`): `None` until the run's first charge of one.
+    learned: RefCell<Option<BTreeMap<String, Announced>>>,
+    /// Held by the one request that learns a limit not known yet.
+    learning: Arc<tokio::sync::Mutex<()>>,
+    learning_guard: RefCell<Option<tokio::sync::OwnedMutexGuard<()>>>,
+    /// A request that was to learn a limit was answered.
+    learn_answered: Cell<bool>,
 }
 
 /// What the charge before a request said.
@@ -89,6 +109,12 @@ impl<'a> Meter<'a> {
             last_serial: Cell::new(None),
             history_checked: Cell::new(false),
             warned_unmetered: Cell::new(false),
+            limits_warned: RefCell::default(),
+            limits_kept: RefCell::default(),
+            learned: RefCell::default(),
+            learning: Arc::default(),
+            learning_guard: RefCell::default(),
+            learn_answered: Cell::new(false),
         }
     }
 
@@ -125,9 +151,10 @@ impl<'a> Meter<'a> {
         // each one an id for its own resends (an id given here would only be
         // remembered, and in SQLite written, for nothing).
         let estimated: Vec<&str> = step.settle.iter().map(|s| s.pool.as_str()).collect();
+        let learned = self.learned_cost(step).await?;
         let charge = Charge {
             credential: &self.cred.name,
-            cost: &step.cost,
+            cost: learned.as_deref().unwrap_or(&step.cost),
             endpoint: &step.endpoint,
             job: self.job,
             id: None,
@@ -137,6 +164,10 @@ impl<'a> Meter<'a> {
             shares: Some(&self.cred.shares),
         };
         let decision = store.charge(&charge, At::StoreClock).await;
+        if !matches!(decision, Ok(ChargeDecision::Allowed { .. })) {
+            // (nothing sent: if it was to learn a limit, another will)
+            self.learned_from(None);
+        }
         if let Ok(d) = &decision {
             self.last_serial.set(Some((d.serial(), d.at())));
             if !self.history_checked.get() {

@@ -17,7 +17,8 @@
 //! fan-out steps, `for_each`, in its `fan_out`; keys side by side in its
 //! `keys`, the round the cursor says in its `round`), [`meter`] (the run's
 //! metering: charge, settle, the upstream's counts and block, against the
-//! store), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
+//! store), [`upstream_limits`] (the limits the upstream last announced, kept
+//! in the store), [`lock`] (the run lock guard), [`shutdown`] (the stop signal),
 //! [`cursor`] (where a job resumes, each key's [`Place`](cursor::Place),
 //! kept without the secret), and the report a run ends with. The wire
 //! (one request and its answer) is [`crate::upstream`]; where results go,
@@ -31,6 +32,7 @@ mod meter;
 mod progress;
 mod report;
 mod shutdown;
+pub mod upstream_limits;
 
 pub(crate) use self::job_run::{check_file, kept_chunks, needs_check, unrecorded};
 pub use self::report::{JobReport, Stop, held_text, log_error, log_summary};

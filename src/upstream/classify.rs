@@ -116,7 +116,7 @@ mod tests {
             StatusCode::TOO_MANY_REQUESTS,
             QuotaHeaders {
                 wait: Some(Duration::from_secs(7)),
-                spent: false,
+                ..QuotaHeaders::default()
             },
             b"slow down".to_vec(),
             None,
@@ -134,6 +134,7 @@ mod tests {
         let spent = QuotaHeaders {
             wait: Some(Duration::from_secs(300)),
             spent: true,
+            said: Some("X-RateLimit-Remaining: 0"),
         };
         let a = classify(
             StatusCode::FORBIDDEN,

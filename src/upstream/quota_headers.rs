@@ -12,6 +12,10 @@ use reqwest::header::{DATE, HeaderMap, RETRY_AFTER};
 
 use crate::config::CountHeaders;
 
+mod ietf;
+
+pub use self::ietf::{Policy, ietf_policies, stated, tightest};
+
 /// The upstream's word on its quota, from one answer's headers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QuotaHeaders {
@@ -19,7 +23,36 @@ pub struct QuotaHeaders {
     pub wait: Option<Duration>,
     /// The headers say no units remain.
     pub spent: bool,
+    /// Which count said so, as the answer named it
+    /// (`X-RateLimit-Remaining: 0`): a 2xx that says so blocks the
+    /// credential as the refusal after it would.
+    pub said: Option<&'static str>,
 }
+
+/// The counts that say "nothing remains" at 0, each with its reset: the
+/// header of the count, the header of its reset, and how the run names it.
+const SPENT_COUNTS: [(&str, &str, &str); 4] = [
+    (
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "X-RateLimit-Remaining: 0",
+    ),
+    (
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-remaining-requests: 0",
+    ),
+    (
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "x-ratelimit-remaining-tokens: 0",
+    ),
+    (
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "RateLimit-Remaining: 0",
+    ),
+];
 
 impl QuotaHeaders {
     pub fn read(headers: &HeaderMap) -> Self {
@@ -28,29 +61,25 @@ impl QuotaHeaders {
             .and_then(|d| httpdate::parse_http_date(d).ok())
             .unwrap_or_else(SystemTime::now);
         let retry_after = text(RETRY_AFTER.as_str()).and_then(|v| retry_after(v, now));
-        let number = |name: &str| text(name).and_then(|v| v.trim().parse::<u64>().ok());
 
-        // GitHub: remaining, and the reset as epoch seconds.
-        let github_spent = lowest(headers, "x-ratelimit-remaining") == Some(0);
-        let github_reset = number("x-ratelimit-reset").map(|epoch| until(epoch, now));
-        // IETF draft: `RateLimit: "policy";r=0;t=30`, or the older pair.
-        let (ietf_r, ietf_t) = text("ratelimit").map_or((None, None), ratelimit_field);
-        let ietf_spent = ietf_r == Some(0) || lowest(headers, "ratelimit-remaining") == Some(0);
-        let ietf_reset = ietf_t
-            .or_else(|| number("ratelimit-reset"))
-            .map(Duration::from_secs);
-
-        let spent = github_spent || ietf_spent;
-        let reset = if github_spent {
-            github_reset
-        } else if ietf_spent {
-            ietf_reset
-        } else {
-            None
-        };
+        // Every count that says nothing remains, with its reset: GitHub's
+        // (the reset in epoch seconds), OpenAI's requests and tokens
+        // (durations such as `6m0s`), the IETF draft's `RateLimit:
+        // "policy";r=0;t=30` and its older pair.
+        let mut spent: Vec<(&'static str, Option<Duration>)> = SPENT_COUNTS
+            .iter()
+            .filter(|(count, ..)| lowest(headers, count) == Some(0))
+            .map(|&(_, reset, said)| (said, text(reset).and_then(|r| reset_in(r, now))))
+            .collect();
+        if let Some(p) = tightest(&ietf_policies(headers)).filter(|p| p.remaining == Some(0)) {
+            spent.insert(0, ("RateLimit: r=0", p.reset.map(Duration::from_secs)));
+        }
+        // (the latest reset of them all: until then, one of them says no)
+        let reset = spent.iter().filter_map(|(_, reset)| *reset).max();
         Self {
             wait: retry_after.or(reset),
-            spent,
+            spent: !spent.is_empty(),
+            said: spent.first().map(|(said, _)| *said),
         }
     }
 }
@@ -65,6 +94,9 @@ pub struct UpstreamCount {
     pub reset: Option<Duration>,
     /// The limit the count is of, when the upstream says.
     pub limit: Option<u64>,
+    /// The window of that limit, when the upstream says (the IETF
+    /// `RateLimit-Policy`'s `w`; the vendors' headers do not).
+    pub window: Option<Duration>,
 }
 
 /// Every count `specs` name that the headers carry.
@@ -79,23 +111,70 @@ pub fn upstream_counts(specs: &[CountHeaders], headers: &HeaderMap) -> Vec<Upstr
     specs
         .iter()
         .filter_map(|s| {
-            let (mut remaining, mut reset) = (None, None);
-            if s.ietf_field {
-                let (r, t) = text("ratelimit").map_or((None, None), ratelimit_field);
-                (remaining, reset) = (r, t.map(Duration::from_secs));
+            let (mut remaining, mut reset, mut limit, mut window) = (None, None, None, None);
+            // (the policy that says no first: its count, its quota, its window)
+            if s.ietf_field
+                && let Some(p) = tightest(&ietf_policies(headers))
+            {
+                (remaining, reset) = (p.remaining, p.reset.map(Duration::from_secs));
+                (limit, window) = (p.quota, p.window.map(Duration::from_secs));
             }
             remaining = remaining.or_else(|| lowest(headers, &s.remaining));
             reset = reset.or_else(|| reset_in(text(s.reset.as_deref()?)?, now));
-            let limit = s
-                .limit
-                .as_deref()
-                .and_then(|h| text(h)?.trim().parse().ok());
+            let limit = limit.or_else(|| text(s.limit.as_deref()?)?.trim().parse().ok());
             Some(UpstreamCount {
                 pool: s.pool.clone(),
                 remaining: remaining?,
                 reset,
                 limit,
+                window,
             })
+        })
+        .collect()
+}
+
+/// A limit the upstream announces: so many units, per a window when it
+/// says which (the IETF `RateLimit-Policy`'s `w`; GitHub's and OpenAI's
+/// headers do not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AnnouncedLimit {
+    pub limit: u64,
+    pub per: Option<Duration>,
+}
+
+/// Every limit the answer announces for each pool `specs` name (in their
+/// order, a pool left out when nothing is said of it): with the IETF field,
+/// each policy `RateLimit-Policy` states (else the tightest count's
+/// limit), else the spec's limit header.
+pub fn announced_limits(
+    specs: &[CountHeaders],
+    headers: &HeaderMap,
+) -> Vec<(String, Vec<AnnouncedLimit>)> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    specs
+        .iter()
+        .filter_map(|s| {
+            let mut limits: Vec<AnnouncedLimit> = Vec::new();
+            if s.ietf_field {
+                let mut policies = stated(headers);
+                if policies.is_empty() {
+                    policies.extend(tightest(&ietf_policies(headers)).cloned());
+                }
+                limits.extend(policies.iter().filter_map(|p| {
+                    Some(AnnouncedLimit {
+                        limit: p.quota?,
+                        per: p.window.map(Duration::from_secs),
+                    })
+                }));
+            }
+            if limits.is_empty()
+                && let Some(limit) = text(s.limit.as_deref()?).and_then(|v| v.trim().parse().ok())
+            {
+                limits.push(AnnouncedLimit { limit, per: None });
+            }
+            limits.sort();
+            limits.dedup();
+            (!limits.is_empty()).then(|| (s.pool.clone(), limits))
         })
         .collect()
 }
@@ -176,27 +255,6 @@ fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 fn until(epoch: u64, now: SystemTime) -> Duration {
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(epoch);
     at.duration_since(now).unwrap_or_default()
-}
-
-/// The smallest `r` (remaining) and its `t` (seconds to reset) among the
-/// policies of a `RateLimit` structured field.
-fn ratelimit_field(value: &str) -> (Option<u64>, Option<u64>) {
-    let Ok(list) = sfv::Parser::new(value).parse::<sfv::List>() else {
-        return (None, None);
-    };
-    let param = |item: &sfv::Item, key: &str| {
-        item.params
-            .get(key)
-            .and_then(|v| v.as_integer())
-            .and_then(|i| u64::try_from(i64::from(i)).ok())
-    };
-    list.iter()
-        .filter_map(|entry| match entry {
-            sfv::ListEntry::Item(item) => Some((param(item, "r"), param(item, "t"))),
-            sfv::ListEntry::InnerList(_) => None,
-        })
-        .min_by_key(|(r, _)| r.unwrap_or(u64::MAX))
-        .unwrap_or((None, None))
 }
 
 #[cfg(test)]
@@ -332,6 +390,82 @@ mod tests {
     }
 
     #[test]
+    fn openais_spent_requests_or_tokens_and_the_latest_reset() {
+        let h = headers(&[
+            ("x-ratelimit-remaining-requests", "0"),
+            ("x-ratelimit-reset-requests", "1m2s"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
+        let q = QuotaHeaders::read(&h);
+        assert_eq!(q.said, Some("x-ratelimit-remaining-requests: 0"));
+        assert_eq!(q.wait, Some(Duration::from_secs(360)), "the later reset");
+        let h = headers(&[
+            ("x-ratelimit-remaining-requests", "4"),
+            ("x-ratelimit-remaining-tokens", "0"),
+            ("x-ratelimit-reset-tokens", "20ms"),
+        ]);
+        let q = QuotaHeaders::read(&h);
+        assert_eq!(
+            (q.spent, q.said, q.wait),
+            (
+                true,
+                Some("x-ratelimit-remaining-tokens: 0"),
+                Some(Duration::from_millis(20))
+            )
+        );
+        let h = headers(&[("x-ratelimit-remaining-tokens", "1")]);
+        assert_eq!(QuotaHeaders::read(&h), QuotaHeaders::default());
+    }
+
+    #[test]
+    fn an_ietf_count_says_its_policys_limit_and_window() {
+        let spec = CountHeaders {
+            pool: "requests".into(),
+            remaining: "ratelimit-remaining".into(),
+            reset: Some("ratelimit-reset".into()),
+            limit: Some("ratelimit-limit".into()),
+            ietf_field: true,
+        };
+        let h = headers(&[
+            (
+                "ratelimit-policy",
+                "\"hour\";q=5000;w=3600, \"minute\";q=250;w=60",
+            ),
+            ("ratelimit", "\"hour\";r=4000;t=1800, \"minute\";r=20;t=15"),
+        ]);
+        let got = upstream_counts(std::slice::from_ref(&spec), &h);
+        assert_eq!(
+            got,
+            [UpstreamCount {
+                pool: "requests".into(),
+                remaining: 20,
+                reset: Some(Duration::from_secs(15)),
+                limit: Some(250),
+                window: Some(Duration::from_secs(60)),
+            }]
+        );
+        // The older pair: its limit, no window.
+        let h = headers(&[
+            ("ratelimit-limit", "100"),
+            ("ratelimit-remaining", "7"),
+            ("ratelimit-reset", "9"),
+        ]);
+        let got = upstream_counts(&[spec], &h);
+        assert_eq!(
+            (got[0].remaining, got[0].limit, got[0].window),
+            (7, Some(100), None)
+        );
+        // The older draft's dictionary says nothing remains.
+        let h = headers(&[("ratelimit", "limit=100, remaining=0, reset=30")]);
+        let q = QuotaHeaders::read(&h);
+        assert_eq!(
+            (q.said, q.wait),
+            (Some("RateLimit: r=0"), Some(Duration::from_secs(30)))
+        );
+    }
+
+    #[test]
     fn the_ietf_ratelimit_fields() {
         let h = headers(&[("ratelimit", "\"hour\";r=40;t=900, \"minute\";r=0;t=30")]);
         let q = QuotaHeaders::read(&h);
@@ -342,7 +476,8 @@ mod tests {
             QuotaHeaders::read(&h),
             QuotaHeaders {
                 wait: Some(Duration::from_secs(45)),
-                spent: true
+                spent: true,
+                said: Some("RateLimit-Remaining: 0"),
             }
         );
         let h = headers(&[("ratelimit", "\"hour\";r=40;t=900")]);

@@ -16,6 +16,7 @@ use crate::ledger::JobStore;
 use crate::ledger::{At, CredentialLog, CredentialUsage, Ledger, Micros, Store, summarize};
 use crate::runner::cursor::Cursor;
 use crate::runner::job_state::{JobState, NotModified};
+use crate::runner::upstream_limits;
 
 /// The reports of a store that does not exist yet: nothing charged,
 /// nothing blocked, no job has run.
@@ -58,6 +59,8 @@ pub(super) fn nothing_charged(
                 usage,
                 lost: None,
                 lost_advice: "",
+                upstream: BTreeMap::new(),
+                learned: c.learned.iter().map(|l| (l.clone(), None)).collect(),
                 jobs: jobs.iter().map(|j| (j.name.clone(), None)).collect(),
                 inputs,
                 shares,
@@ -112,7 +115,12 @@ pub async fn read(
     let mut history = History::open(); // (read, compared, never saved)
     let mut reports = Vec::new();
     for c in credentials {
-        let (usage, shares) = usage_and_shares(store, c, at).await?;
+        let upstream = upstream_limits::read(store, &c.name).await?;
+        let pools = upstream_limits::with_learned(c, &upstream);
+        let (usage, shares) = usage_and_shares(store, c, &pools, at).await?;
+        let learned = (c.learned.iter())
+            .map(|l| (l.clone(), upstream_limits::learned_limit(c, l, &upstream)))
+            .collect();
         let keep = c.longest_window().as_micros() as Micros;
         let lost = history.check(store_id, &c.name, usage.charges_recorded, usage.at, keep);
         let mut jobs = Vec::new();
@@ -145,9 +153,11 @@ pub async fn read(
             jobs.push((job.name.clone(), cursor));
         }
         reports.push(CredentialReport {
+            learned,
             usage,
             lost,
             lost_advice: store.lost_log_advice(),
+            upstream,
             jobs,
             inputs,
             not_modified,
@@ -167,9 +177,10 @@ pub async fn read(
 async fn usage_and_shares(
     store: &Store,
     c: &Credential,
+    learned: &[crate::ledger::Pool],
     at: At,
 ) -> Result<(CredentialUsage, Vec<ShareUsage>)> {
-    let mut pools = c.pools.clone();
+    let mut pools = learned.to_vec();
     pools.extend(shares::pools_of(c));
     let mut usage = store.usage(&c.name, &pools, at).await?;
     let read = usage.pools.split_off(c.pools.len());

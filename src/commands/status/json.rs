@@ -9,6 +9,7 @@ use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::history::LostLog;
 use crate::ledger::{CredentialUsage, USAGE_BUCKETS, WindowUsage};
 use crate::runner::cursor::Cursor;
+use crate::runner::upstream_limits::differs;
 use crate::timefmt::{fmt_window, rfc3339};
 
 #[derive(Serialize)]
@@ -63,6 +64,39 @@ pub struct PoolJson {
     pub observed_rejections: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+    /// What the upstream last announced of this pool's limits
+    /// (`upstream_headers`), and when; absent until it announced any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_says: Option<UpstreamSaysJson>,
+    /// Its windows whose limit is the upstream's (`from: upstream`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub budgets_from_upstream: Vec<LearnedJson>,
+}
+
+/// A window whose limit is the upstream's: the limit it last announced
+/// for it (`null`: not yet) and when, and the YAML's cap.
+#[derive(Serialize)]
+pub struct LearnedJson {
+    pub per_seconds: u64,
+    pub limit: Option<u64>,
+    pub seen: Option<String>,
+    pub cap: Option<u64>,
+}
+
+/// The limits the upstream announced: `limits` as it said them (a
+/// `per_seconds` of `null`: it did not say the window), when `seen`, and
+/// whether they `differ` from the pool's windows.
+#[derive(Serialize)]
+pub struct UpstreamSaysJson {
+    pub limits: Vec<UpstreamLimitJson>,
+    pub seen: String,
+    pub differs: bool,
+}
+
+#[derive(Serialize)]
+pub struct UpstreamLimitJson {
+    pub limit: u64,
+    pub per_seconds: Option<u64>,
 }
 
 /// When a pool's log was lost, and until when it counts as spent.
@@ -211,6 +245,25 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             }),
                             observed_rejections: p.observed_rejections,
                             observed_at: p.observed_at.map(rfc3339),
+                            upstream_says: r.upstream.get(&p.pool).map(|a| UpstreamSaysJson {
+                                limits: (a.limits.iter())
+                                    .map(|l| UpstreamLimitJson {
+                                        limit: l.limit,
+                                        per_seconds: l.per.map(|p| p.as_secs()),
+                                    })
+                                    .collect(),
+                                seen: rfc3339(a.seen),
+                                differs: differs(p.windows.iter().map(|w| &w.window), &a.limits),
+                            }),
+                            budgets_from_upstream: (r.learned.iter())
+                                .filter(|(l, _)| l.pool == p.pool)
+                                .map(|(l, learned)| LearnedJson {
+                                    per_seconds: l.per.as_secs(),
+                                    limit: learned.map(|(limit, _)| limit),
+                                    seen: learned.map(|(_, seen)| rfc3339(seen)),
+                                    cap: l.cap,
+                                })
+                                .collect(),
                             windows: p
                                 .windows
                                 .iter()

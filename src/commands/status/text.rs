@@ -11,6 +11,7 @@ use super::{CredentialReport, InputsProgress, StoreHeader};
 use crate::commands::table::{Paint, Table, sparkline};
 use crate::ledger::{CredentialUsage, Micros, USAGE_BUCKETS};
 use crate::logging::printable;
+use crate::runner::upstream_limits::{differs, pool_says, upstream_says};
 use crate::timefmt::{fmt_window, local_datetime, when};
 
 /// The report as text.
@@ -72,6 +73,46 @@ fn notices(out: &mut String, r: &CredentialReport, p: Paint) {
                 local_datetime(l.until),
                 when(l.until, now)
             ));
+        }
+        for (l, learned) in r.learned.iter().filter(|(l, _)| l.pool == pool.pool) {
+            let cap = l
+                .cap
+                .map(|c| format!(", capped at {c}"))
+                .unwrap_or_default();
+            let said = match learned {
+                Some((limit, seen)) => format!(
+                    "the upstream's: {limit}{cap} (announced {})",
+                    local_datetime(*seen)
+                ),
+                None => format!(
+                    "the upstream's, not announced yet{cap}: the next run sends one request to learn it"
+                ),
+            };
+            out.push_str(&format!(
+                "  pool {}, {} window: its limit is {said}\n",
+                pool.pool,
+                fmt_window(l.per)
+            ));
+        }
+        if let Some(a) = r.upstream.get(&pool.pool) {
+            let windows = || pool.windows.iter().map(|w| &w.window);
+            let seen = format!("seen {}", local_datetime(a.seen));
+            let said = if differs(windows(), &a.limits) {
+                format!(
+                    "{}: the upstream says {}; pool {} says {} ({seen})",
+                    p.yellow("ANOTHER LIMIT"),
+                    upstream_says(&a.limits),
+                    pool.pool,
+                    pool_says(windows())
+                )
+            } else {
+                format!(
+                    "the upstream says {} for pool {}, as the pool does ({seen})",
+                    upstream_says(&a.limits),
+                    pool.pool
+                )
+            };
+            out.push_str(&format!("  {said}\n"));
         }
         if let Some(at) = pool.observed_at {
             out.push_str(&format!(

@@ -4,6 +4,7 @@
 //! their own.
 
 use super::*;
+use crate::config::{Headroom, LearnedWindow};
 
 impl Validator<'_> {
     pub(super) fn credential(&self, name: String, raw: RawCredential) -> Result<Credential> {
@@ -31,6 +32,7 @@ impl Validator<'_> {
             ));
         }
         let mut pools = Vec::new();
+        let mut learned = Vec::new();
         for (pool, windows) in raw.pools.0 {
             let at = format!("{at}.pools.{pool}");
             self.name(&at, &pool)?;
@@ -39,7 +41,17 @@ impl Validator<'_> {
             }
             let mut checked = Vec::new();
             for (i, w) in windows.into_iter().enumerate() {
-                checked.push(self.window(&format!("{at}[{i}]"), w)?);
+                let (window, from_upstream) = self.window(&format!("{at}[{i}]"), w)?;
+                if let Some((cap, headroom)) = from_upstream {
+                    learned.push(LearnedWindow {
+                        pool: pool.clone(),
+                        index: i,
+                        per: window.per,
+                        cap,
+                        headroom,
+                    });
+                }
+                checked.push(window);
             }
             pools.push(Pool {
                 name: pool,
@@ -52,6 +64,17 @@ impl Validator<'_> {
                 .map_err(|m| self.err(format!("{at}.upstream_headers"), m))?,
             None => Vec::new(),
         };
+        if let Some(l) =
+            (learned.iter()).find(|l| !upstream_headers.iter().any(|h| h.pool == l.pool))
+        {
+            return Err(self.err(
+                format!("{at}.pools.{}[{}].from", l.pool, l.index),
+                format!(
+                    "a limit from the upstream needs the headers it is read from: set upstream_headers (github, openai, ietf, or {{ {}: {{ remaining: HEADER, limit: HEADER }} }})",
+                    l.pool
+                ),
+            ));
+        }
         let observe = match raw.mode.as_deref() {
             None | Some("enforce") => false,
             Some("observe") => true,
@@ -72,6 +95,7 @@ impl Validator<'_> {
             observe,
             pools,
             shares,
+            learned,
         })
     }
 
@@ -106,14 +130,37 @@ impl Validator<'_> {
         }
     }
 
-    fn window(&self, at: &str, raw: RawWindow) -> Result<Window> {
-        if raw.limit <= 0 {
-            return Err(self.err(
-                format!("{at}.limit"),
-                format!("{} is not positive", raw.limit),
-            ));
-        }
-        let limit = raw.limit as u64;
+    /// A window as written; with `from: upstream`, also its cap and
+    /// headroom (its limit is learned: the cap's, else none, until then).
+    #[allow(clippy::type_complexity)]
+    fn window(
+        &self,
+        at: &str,
+        raw: RawWindow,
+    ) -> Result<(Window, Option<(Option<u64>, Headroom)>)> {
+        let from_upstream = match raw.from.as_deref() {
+            None => false,
+            Some("upstream") => true,
+            Some(other) => {
+                return Err(self.err(
+                    format!("{at}.from"),
+                    format!("'{other}': the one source of a limit is upstream"),
+                ));
+            }
+        };
+        let limit = match (raw.limit, from_upstream) {
+            (Some(l), _) if l <= 0 => {
+                return Err(self.err(format!("{at}.limit"), format!("{l} is not positive")));
+            }
+            (Some(l), _) => l as u64,
+            (None, true) => MAX_UNITS,
+            (None, false) => {
+                return Err(self.err(
+                    format!("{at}.limit"),
+                    "missing: a window needs a limit (or from: upstream, the limit the upstream announces)",
+                ));
+            }
+        };
         if limit > MAX_UNITS {
             return Err(self.err(format!("{at}.limit"), units_too_large(limit)));
         }
@@ -126,6 +173,22 @@ impl Validator<'_> {
             None => 0,
             Some(v) => self.headroom(&format!("{at}.headroom"), v, limit)?,
         };
+        let learned_headroom = match &raw.headroom {
+            Some(serde_yaml::Value::String(s)) => Headroom::Percent(
+                s.trim()
+                    .trim_end_matches('%')
+                    .trim()
+                    .parse()
+                    .unwrap_or_default(),
+            ),
+            _ => Headroom::Units(headroom),
+        };
+        if from_upstream && raw.aligned.is_some() {
+            return Err(self.err(
+                format!("{at}.aligned"),
+                "a limit from the upstream is of a sliding window: its announced window has no calendar",
+            ));
+        }
         if headroom >= limit {
             return Err(self.err(
                 format!("{at}.headroom"),
@@ -154,12 +217,14 @@ impl Validator<'_> {
                 Some(tz)
             }
         };
-        Ok(Window {
+        let window = Window {
             per,
             limit,
             headroom,
             aligned,
-        })
+        };
+        let cap = raw.limit.map(|l| l as u64);
+        Ok((window, from_upstream.then_some((cap, learned_headroom))))
     }
 
     fn headroom(&self, field: &str, v: &Value, limit: u64) -> Result<u64> {

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 
 use super::{JobRun, PageAnswer};
 use crate::config::{Fill, Step, redact};
-use crate::ledger::{Receipt, Remaining};
+use crate::ledger::{Micros, Receipt, Remaining};
 use crate::runner::Stop;
 use crate::runner::lock::RunLock;
 use crate::runner::meter::Charged;
@@ -74,7 +74,7 @@ impl JobRun<'_> {
                 attempts.shown()
             );
             let Some((answer, headers)) = self
-                .exchange(step, fill, request, receipt.as_ref(), &remaining)
+                .exchange(step, fill, request, (at, receipt.as_ref()), &remaining)
                 .await
             else {
                 return Ok(Fetched::Stopped);
@@ -185,14 +185,15 @@ impl JobRun<'_> {
         }
     }
 
-    /// Send one charged request and settle its charge; `None` when a stop
-    /// signal abandoned it in flight (its estimates kept, the stop recorded).
+    /// Send one charged request (charged at `at`, its `receipt`) and settle
+    /// its charge; `None` when a stop signal abandoned it in flight (its
+    /// estimates kept, the stop recorded).
     async fn exchange(
         &self,
         step: &Step,
         fill: &Fill<'_>,
         request: reqwest::Request,
-        receipt: Option<&Receipt>,
+        (at, receipt): (Option<Micros>, Option<&Receipt>),
         remaining: &[Remaining],
     ) -> Option<(Answer, Option<reqwest::header::HeaderMap>)> {
         self.report.borrow_mut().calls += 1;
@@ -226,6 +227,10 @@ impl JobRun<'_> {
                 }
             }
             self.meter.upstream_counts(step, &reported, remaining).await;
+        }
+        // (a refusal blocks as its answer says: upstream_exhausted)
+        if !matches!(answer, Answer::QuotaExhausted { .. }) {
+            self.meter.upstream_spent(&reported, at).await;
         }
         Some((answer, reported.headers))
     }

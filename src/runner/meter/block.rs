@@ -1,5 +1,7 @@
 //! The [`Meter`] when the upstream says its own quota is spent: the block
-//! set in the store (so that every host stops), and how long it lasts.
+//! set in the store (so that every host stops), and how long it lasts;
+//! by a refusal, or by an answer whose counts say nothing remains (a 200
+//! with `X-RateLimit-Remaining: 0`), before the refusal that would follow.
 
 use std::time::Duration;
 
@@ -28,6 +30,54 @@ impl Meter<'_> {
         // (see block_end)
         let bare = crate::upstream::bare_rate_limit(status, reason, retry_after);
         let end = self.block_end(charged_at, retry_after, bare);
+        self.set_block(status, reason, end, charged_at).await
+    }
+
+    /// An answer that is no refusal (`reported`), whose counts say nothing
+    /// remains: GitHub's `X-RateLimit-Remaining: 0`, OpenAI's
+    /// `x-ratelimit-remaining-requests: 0` (or `-tokens`), the IETF
+    /// `RateLimit`'s `r=0` or `RateLimit-Remaining: 0`. The next request
+    /// would be refused (and the window-boundary one, charged here just
+    /// before the upstream's count frees, is), so the credential is blocked
+    /// until the count's reset, whatever the pools' limits: the next
+    /// charge, on any host, stops. Unmetered, nothing is blocked (no store):
+    /// the upstream's refusal does it. The block's end, when one was set.
+    pub(in crate::runner) async fn upstream_spent(
+        &self,
+        reported: &crate::upstream::Reported,
+        charged_at: Option<Micros>,
+    ) -> Option<Micros> {
+        let (Some(_), Some(headers), Some(status)) =
+            (self.store, &reported.headers, reported.status)
+        else {
+            return None;
+        };
+        let quota = crate::upstream::quota_headers::QuotaHeaders::read(headers);
+        let said = quota.said?;
+        // (the count names its own reset: that, not a calendar period's end)
+        let end = match quota.wait {
+            Some(wait) => self.waited(wait),
+            None => self.block_end(charged_at, None, false),
+        };
+        let until = self.set_block(status, said, end, charged_at).await;
+        warn!(
+            job = self.job,
+            "the upstream answered {status} with {said}: nothing remains of its own quota; credential {} blocked until {} (no request goes out before)",
+            self.cred.name,
+            crate::timefmt::local_datetime(until)
+        );
+        Some(until)
+    }
+
+    /// Set the block `end` in the store, its reason the answer's `status`
+    /// and `reason`: when it ends, as the store set it, else as estimated.
+    async fn set_block(
+        &self,
+        status: u16,
+        reason: &str,
+        end: BlockEnd,
+        charged_at: Option<Micros>,
+    ) -> Micros {
         let mut until = end.estimate();
         if let Some(store) = self.store {
             // Who set it, when and why: `status` shows this text.
@@ -91,12 +141,26 @@ impl Meter<'_> {
                 }
             };
         }
+        match retry_after {
+            Some(wait) => self.waited(wait),
+            None if bare => {
+                let longest = self.cred.longest_window();
+                let windows = self.cred.pools.iter().flat_map(|p| &p.windows);
+                let shortest = windows.map(|w| w.per).min().unwrap_or(longest);
+                BlockEnd::Backoff { shortest, longest }
+            }
+            None => BlockEnd::After(self.cred.longest_window()),
+        }
+    }
+
+    /// A block of the `wait` the upstream said.
+    fn waited(&self, wait: Duration) -> BlockEnd {
         // Never longer than the credential's longest window: an upstream
         // that says "for a century" (or overflows) must not stop every
         // later tick for good. `portion unblock` lifts a block sooner.
         let longest = self.cred.longest_window();
-        match retry_after {
-            Some(wait) if wait > longest => {
+        match wait {
+            wait if wait > longest => {
                 warn!(
                     job = self.job,
                     "the upstream asked to wait {}; capped at the credential's longest window, {}",
@@ -108,14 +172,8 @@ impl Meter<'_> {
             // (a wait of nothing, `Retry-After: 0` or a date already past,
             // still blocks a moment: the upstream has just refused, and the
             // run's next jobs on this credential would only meet the same)
-            Some(wait) if wait.is_zero() => BlockEnd::After(MIN_BLOCK.min(longest)),
-            Some(wait) => BlockEnd::After(wait),
-            None if bare => {
-                let windows = self.cred.pools.iter().flat_map(|p| &p.windows);
-                let shortest = windows.map(|w| w.per).min().unwrap_or(longest);
-                BlockEnd::Backoff { shortest, longest }
-            }
-            None => BlockEnd::After(longest),
+            wait if wait.is_zero() => BlockEnd::After(MIN_BLOCK.min(longest)),
+            wait => BlockEnd::After(wait),
         }
     }
 }

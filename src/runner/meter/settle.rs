@@ -135,6 +135,8 @@ impl Meter<'_> {
 
     /// Every settled cost of `step` keeps its estimate, for `why`: how many.
     pub(in crate::runner) fn keep_estimates(&self, step: &Step, why: &str) -> u64 {
+        // (a request abandoned: if it was to learn a limit, another will)
+        self.learned_from(None);
         step.settle
             .iter()
             .map(|spec| self.keep_estimate(step, &spec.pool, spec.estimate, why))
@@ -164,16 +166,22 @@ impl Meter<'_> {
         remaining: &[Remaining],
     ) {
         let (Some(store), Some(headers)) = (self.store, &reported.headers) else {
+            self.learned_from(None);
             return;
         };
+        self.announced(headers).await;
+        self.learned_from(Some(headers));
+        let pools = self.pools();
         for count in upstream_counts(&self.cred.upstream_headers, headers) {
-            let Some(pool) = self.cred.pools.iter().find(|p| p.name == count.pool) else {
+            let Some(pool) = pools.iter().find(|p| p.name == count.pool) else {
                 continue;
             };
             let Some(w) = pool.longest_window() else {
                 continue;
             };
-            if count.limit.is_some_and(|l| l != w.limit) {
+            let another_window = count.window.is_some_and(|per| per != w.per);
+            if another_window || count.limit.is_some_and(|l| l != w.limit) {
+                // (said once a run: announced.rs)
                 debug!(
                     job = self.job,
                     "the upstream's count of {} is of another limit than the {} window's: not applied",
@@ -284,6 +292,7 @@ mod tests {
                 reqwest::header::HeaderName::from_static("x-left"),
                 left.parse().unwrap(),
             )])),
+            status: Some(200),
         };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
