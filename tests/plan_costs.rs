@@ -1,7 +1,8 @@
 //! What `portion run --dry-run` assumes a run costs, through the real
 //! binary (issue 38, section 3): the pacing window it proposes goes at the
 //! budget's rate, never below; a conditional job is planned at its share
-//! of 304s, on both stores.
+//! of 304s, on both stores; a once-job's time to finish counts its waits
+//! inside a run, or its schedule's ticks when it stops.
 
 use crate::common::deployment::Deployment;
 
@@ -199,4 +200,73 @@ jobs:
         text.contains("(in 10m) at the pace the budgets allow, each request at its share of 304s"),
         "{text}"
     );
+}
+
+/// A once-job of 100 inputs under a budget of 10 a minute, run every 10
+/// minutes: a run that stops at a refusal does 10 a tick, the rest done
+/// at the 9th tick after now (90 minutes); one that waits up to 10 minutes
+/// (`max_wait`, or `run --dry-run --wait`) goes on at the budget's pace,
+/// the 90 after the 10 of now in 9 minutes.
+#[test]
+fn a_once_jobs_time_to_finish_counts_its_waits_or_its_ticks() {
+    let d = Deployment::new("");
+    let keys: Vec<String> = (1..=100).map(|i| format!("K{i}")).collect();
+    std::fs::write(d.path().join("ids.txt"), keys.join("\n") + "\n").unwrap();
+    let yaml = |max_wait: &str| {
+        format!(
+            r#"credentials:
+  main:
+    secret: {{ file: key }}
+    pools:
+      requests: [ {{ limit: 10, per: 1m }} ]
+endpoints:
+  details: {{ cost: {{ requests: 1 }} }}
+jobs:
+  batch:
+    credential: main
+    inputs: {{ file: ids.txt }}
+    once: true
+    schedule: every 10m
+{max_wait}    steps:
+      - endpoint: details
+        request: {{ url: "http://127.0.0.1:9/details/{{key}}" }}
+    output: out/batch
+"#
+        )
+    };
+    let plan = |d: &Deployment, args: &[&str]| {
+        let mut all = vec!["run", "--dry-run", "--json"];
+        all.extend(args);
+        let r = d.portion(&all);
+        assert_eq!(r.code, 0, "{r:?}");
+        let plan: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        let job = plan["credentials"][0]["jobs"][0].clone();
+        (
+            job["inputs"]["done_in_seconds"].clone(),
+            job["finish"].clone(),
+        )
+    };
+    let stops = serde_json::json!({ "runs": "stops", "max_wait_seconds": 0, "every_seconds": 600 });
+    let waits =
+        serde_json::json!({ "runs": "waits", "max_wait_seconds": 600, "every_seconds": 600 });
+
+    d.write(&yaml(""));
+    assert_eq!(plan(&d, &[]), (5400.into(), stops.clone()));
+    let text = d.portion(&["run", "--dry-run"]).stdout;
+    assert!(
+        text.contains("(in 1h30m) each run stopping at a refusal until the next tick (every 10m)"),
+        "{text}"
+    );
+    assert_eq!(plan(&d, &["--wait", "10m"]), (540.into(), waits.clone()));
+
+    d.write(&yaml("    max_wait: 10m\n"));
+    assert_eq!(plan(&d, &[]), (540.into(), waits));
+    let text = d.portion(&["run", "--dry-run"]).stdout;
+    assert!(
+        text.contains(
+            "(in 9m) at the pace the budgets allow, the run waiting up to 10m inside itself"
+        ),
+        "{text}"
+    );
+    assert_eq!(plan(&d, &["--wait", "0s"]), (5400.into(), stops));
 }

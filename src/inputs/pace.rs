@@ -4,6 +4,11 @@
 //! credential to itself from now on, each input costs what the
 //! configuration says (a settled cost at its estimate), and a sliding
 //! window frees its budget evenly over its length.
+//!
+//! How a run meets a refusal changes the answer ([`Runs`]): one that waits
+//! inside itself (`max_wait`, `run --wait`) goes on at the budgets' pace;
+//! one that stops leaves the units freed after it to the schedule's next
+//! tick, so its rest is done at whole ticks.
 
 use std::time::Duration;
 
@@ -55,11 +60,51 @@ pub fn pools_now(job: &Job, usage: &CredentialUsage) -> Vec<PoolNow> {
         .collect()
 }
 
+/// How the job's runs meet a refusal of the ledger.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Runs {
+    /// The longest a run waits inside itself for refused units
+    /// (`max_wait`, or `run --wait`): zero, it stops at the first.
+    pub max_wait: Duration,
+    /// `schedule: every D`: a run that stopped is followed by the next
+    /// tick. `None`: no schedule known, paced as if a run started
+    /// whenever units free up.
+    pub every: Option<Duration>,
+}
+
+/// When the rest will be done, and how the runs get there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Finish {
+    pub time: Duration,
+    /// Windows the job needs more of than they hold now, and how many of
+    /// them a run waits out (each refusal's wait within `max_wait`): the
+    /// others stop the run until the next tick.
+    pub windows: usize,
+    pub waited: usize,
+}
+
 /// How long until `left` inputs are done: the slowest window of any pool
 /// decides. `None`: never (a window with no budget, or an input that
-/// costs more than a window's budget).
+/// costs more than a window's budget). At the budgets' pace: a run that
+/// waits, or one started whenever units free up ([`finish`] for runs on a
+/// schedule that stop).
 pub fn time_to_finish(left: u64, pools: &[PoolNow]) -> Option<Duration> {
-    let mut longest = Duration::ZERO;
+    finish(left, pools, Runs::default()).map(|f| f.time)
+}
+
+/// [`time_to_finish`] for runs that meet a refusal as `runs` says. A
+/// window whose longest wait is within `max_wait` (a sliding window's
+/// length: after a run spends what it holds at once, its first units free
+/// up that long after; a calendar window's next start) is gone through at
+/// its pace; one whose wait is longer stops each run, and with a schedule
+/// what it frees meanwhile waits for the next tick (ticks counted from a
+/// run started now).
+pub fn finish(left: u64, pools: &[PoolNow], runs: Runs) -> Option<Finish> {
+    let mut f = Finish {
+        time: Duration::ZERO,
+        windows: 0,
+        waited: 0,
+    };
     for pool in pools.iter().filter(|p| p.per_input > 0) {
         let need = u128::from(left) * u128::from(pool.per_input);
         for w in &pool.windows {
@@ -71,21 +116,51 @@ pub fn time_to_finish(left: u64, pools: &[PoolNow]) -> Option<Duration> {
                 continue;
             }
             let budget = u128::from(w.budget);
-            let t = match w.resets_in {
-                // whole periods after the next start, the last one partly
-                Some(reset) => {
-                    let periods = after_now.div_ceil(budget) - 1;
-                    reset.saturating_add(mul(w.per, periods))
-                }
-                None => {
+            // (whole periods after the next start, the last one partly)
+            let periods = after_now.div_ceil(budget);
+            let longest_wait = match w.resets_in {
+                Some(reset) if periods == 1 => reset,
+                _ => w.per,
+            };
+            let waits = runs.max_wait >= longest_wait;
+            f.windows += 1;
+            f.waited += usize::from(waits);
+            let t = match (runs.every.filter(|_| !waits), w.resets_in) {
+                (None, Some(reset)) => reset.saturating_add(mul(w.per, periods - 1)),
+                (None, None) => {
                     let micros = after_now * w.per.as_micros() / budget;
                     Duration::from_micros(u64::try_from(micros).unwrap_or(u64::MAX))
                 }
+                (Some(every), resets_in) => at_ticks(every, w, after_now, resets_in),
             };
-            longest = longest.max(t);
+            f.time = f.time.max(t);
         }
     }
-    Some(longest)
+    Some(f)
+}
+
+/// When the tick that spends the last of `after_now` units of `w` comes,
+/// runs every `every` that each spend what the window holds then and stop.
+fn at_ticks(
+    every: Duration,
+    w: &WindowNow,
+    after_now: u128,
+    resets_in: Option<Duration>,
+) -> Duration {
+    let budget = u128::from(w.budget);
+    let periods = after_now.div_ceil(budget);
+    let every_us = every.as_micros().max(1);
+    let ticks = match resets_in {
+        // a tick a fresh period at most, the first one after its start
+        Some(reset) => {
+            let starts = reset.as_micros() + w.per.as_micros() * (periods - 1);
+            periods.max(starts.div_ceil(every_us))
+        }
+        // a tick takes what was freed since the last one, the window's
+        // budget at most
+        None => periods.max((after_now * w.per.as_micros()).div_ceil(budget * every_us)),
+    };
+    mul(every, ticks)
 }
 
 /// Inputs per hour the slowest window allows in the long run (`None`: no
@@ -186,6 +261,103 @@ mod tests {
         assert_eq!(time_to_finish(100, &pools), Some(H));
         // 250 after now: the next start and two more days
         assert_eq!(time_to_finish(260, &pools), Some(H + 2 * DAY));
+    }
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    fn runs(max_wait: Duration, every: Option<Duration>) -> Runs {
+        Runs { max_wait, every }
+    }
+
+    #[test]
+    fn a_run_that_stops_leaves_what_frees_up_to_the_next_tick() {
+        // 100 inputs, 10 a minute, 10 left now: 9 minutes at the pace.
+        let pools = [PoolNow {
+            per_input: 1,
+            windows: vec![sliding(10, MIN, 10)],
+        }];
+        let at = |r| finish(100, &pools, r).map(|f| (f.time.as_secs(), f.windows, f.waited));
+        assert_eq!(at(Runs::default()), Some((540, 1, 0)));
+        // every 10 minutes, a run does 10 and stops: 9 more ticks
+        let ticks = Some(10 * MIN);
+        assert_eq!(at(runs(Duration::ZERO, ticks)), Some((5400, 1, 0)));
+        // a wait shorter than the window's: the same
+        assert_eq!(
+            at(runs(30 * Duration::from_secs(1), ticks)),
+            Some((5400, 1, 0))
+        );
+        // waits up to the window's length: the run goes at the pace
+        assert_eq!(at(runs(MIN, ticks)), Some((540, 1, 1)));
+        assert_eq!(at(runs(10 * MIN, ticks)), Some((540, 1, 1)));
+    }
+
+    #[test]
+    fn ticks_shorter_than_the_window_take_what_it_freed_since_the_last() {
+        // 130 at 100 an hour: 78 minutes at the pace, the 8th tick of 10.
+        let pools = [PoolNow {
+            per_input: 1,
+            windows: vec![sliding(100, H, 0)],
+        }];
+        let stops = runs(Duration::ZERO, Some(10 * MIN));
+        assert_eq!(time_to_finish(130, &pools), Some(78 * MIN));
+        assert_eq!(finish(130, &pools, stops).unwrap().time, 80 * MIN);
+        // what fits now takes no tick
+        assert_eq!(finish(0, &pools, stops).unwrap().time, Duration::ZERO);
+    }
+
+    #[test]
+    fn a_calendar_window_is_spent_at_the_first_tick_of_each_period() {
+        // 100 a day, 10 left, the next day in an hour; 260 inputs: the
+        // third period starts in 49 hours, its first tick of 6 hours at 54.
+        let w = WindowNow {
+            budget: 100,
+            per: DAY,
+            remaining: 10,
+            resets_in: Some(H),
+        };
+        let pools = [PoolNow {
+            per_input: 1,
+            windows: vec![w],
+        }];
+        let every = Some(6 * H);
+        assert_eq!(
+            finish(260, &pools, runs(Duration::ZERO, every))
+                .unwrap()
+                .time,
+            54 * H
+        );
+        assert_eq!(finish(260, &pools, runs(DAY, every)).unwrap().time, 49 * H);
+        // one start away: a wait of an hour reaches it
+        assert_eq!(finish(100, &pools, runs(H, every)).unwrap().time, H);
+        assert_eq!(
+            finish(100, &pools, runs(Duration::ZERO, every))
+                .unwrap()
+                .time,
+            6 * H
+        );
+        // ticks longer than the period: one period a tick
+        assert_eq!(
+            finish(260, &pools, runs(Duration::ZERO, Some(2 * DAY)))
+                .unwrap()
+                .time,
+            6 * DAY
+        );
+    }
+
+    #[test]
+    fn a_wait_goes_through_the_windows_it_covers_and_stops_at_the_others() {
+        // 10 a minute and 200 a day, 10 and 200 left; every 10 minutes with
+        // waits up to 10: the minute window at its pace (9 minutes), the
+        // day stops the run, its 300 more freed evenly at 200 a day by the
+        // tick at 36 hours.
+        let pools = [PoolNow {
+            per_input: 1,
+            windows: vec![sliding(10, MIN, 10), sliding(200, DAY, 200)],
+        }];
+        let f = finish(500, &pools, runs(10 * MIN, Some(10 * MIN))).unwrap();
+        assert_eq!((f.time, f.windows, f.waited), (36 * H, 2, 1));
+        let f = finish(100, &pools, runs(10 * MIN, Some(10 * MIN))).unwrap();
+        assert_eq!((f.time, f.windows, f.waited), (9 * MIN, 1, 1));
     }
 
     #[test]

@@ -1,29 +1,68 @@
-//! A job of inputs planned: its progress (done, failed, left, when the rest
-//! will be done: [`crate::commands::common::inputs`]) and its next run,
-//! the inputs left that fit what remains now, each at its cost per input.
+//! A job of inputs planned: its progress (done, failed, left:
+//! [`crate::commands::common::inputs`]), when the rest will be done for
+//! runs that wait inside themselves or stop until the next tick, and its
+//! next run, the inputs left that fit what remains now, each at its cost
+//! per input.
 
 use std::collections::BTreeMap;
 
 use super::cost::RemainingUnits;
-use super::model::NextRun;
+use super::model::{FinishAssumes, NextRun, RunsAtRefusal};
 use crate::commands::common::inputs::InputsProgress;
 use crate::config::Job;
-use crate::inputs::pace::{pools_now, time_to_finish};
+use crate::inputs::pace::{self, PoolNow, Runs, pools_now};
 use crate::ledger::CredentialUsage;
 
 /// Thousandths of a unit: a request's expected cost is a fraction.
 const MILLI: u64 = 1000;
 
-/// `progress`'s time to finish again, each request of the inputs left at
-/// its `expected` units per pool (a conditional job's, from its share of
-/// 304s) rather than its worst case: counted in thousandths of a unit.
-pub fn at_expected_cost(
+/// `progress`'s time to finish again, for runs that meet a refusal as
+/// `runs` says ([`pace::finish`]: waiting for it, or stopping until the
+/// next tick), each request of the inputs left at its `expected` units per
+/// pool when known (a conditional job's, from its share of 304s) rather
+/// than its worst case: counted in thousandths of a unit.
+pub fn finish(
     job: &Job,
     progress: &mut InputsProgress,
     usage: &CredentialUsage,
+    expected: Option<&BTreeMap<String, f64>>,
+    runs: Runs,
+) -> FinishAssumes {
+    let mut pools = pools_now(job, usage);
+    if let Some(expected) = expected {
+        at_expected_cost(job, &mut pools, usage, expected);
+    }
+    let requests = progress.left.div_ceil(progress.inputs_per_request.max(1));
+    let finish = pace::finish(requests, &pools, runs);
+    let time = finish.map(|f| f.time);
+    let by = time.map(|d| (usage.at).saturating_add(d.as_micros().min(i64::MAX as u128) as i64));
+    progress.done_in_seconds = time.map(|d| d.as_secs_f64().ceil() as u64);
+    progress.done_by = by.map(crate::timefmt::rfc3339);
+    progress.done_by_micros = by;
+    let (windows, waited) = finish.map_or((0, 0), |f| (f.windows, f.waited));
+    let waits = !runs.max_wait.is_zero();
+    FinishAssumes {
+        runs: match (runs.every, waited) {
+            // (nothing needs more than it holds now: what a refusal would meet)
+            _ if windows == 0 && waits => RunsAtRefusal::Waits,
+            _ if waited == windows && windows > 0 => RunsAtRefusal::Waits,
+            (None, _) => RunsAtRefusal::Paced,
+            (Some(_), 0) => RunsAtRefusal::Stops,
+            (Some(_), _) => RunsAtRefusal::WaitsOrStops,
+        },
+        max_wait_seconds: runs.max_wait.as_secs(),
+        every_seconds: runs.every.map(|d| d.as_secs()),
+    }
+}
+
+/// `pools` with each request at its `expected` units (a fraction), its
+/// windows counted in thousandths of a unit.
+fn at_expected_cost(
+    job: &Job,
+    pools: &mut [PoolNow],
+    usage: &CredentialUsage,
     expected: &BTreeMap<String, f64>,
 ) {
-    let mut pools = pools_now(job, usage);
     // (the pools `pools_now` gives, in its order: those the usage has)
     let names = (job.units_per_run().into_iter())
         .map(|(name, _)| name)
@@ -39,12 +78,6 @@ pub fn at_expected_cost(
             w.remaining = w.remaining.saturating_mul(MILLI);
         }
     }
-    let requests = progress.left.div_ceil(progress.inputs_per_request.max(1));
-    let finish = time_to_finish(requests, &pools);
-    let by = finish.map(|d| (usage.at).saturating_add(d.as_micros().min(i64::MAX as u128) as i64));
-    progress.done_in_seconds = finish.map(|d| d.as_secs_f64().ceil() as u64);
-    progress.done_by = by.map(crate::timefmt::rfc3339);
-    progress.done_by_micros = by;
 }
 
 /// How many of `left` inputs the next run of `job` does with what remains
@@ -154,13 +187,61 @@ jobs:
         // Half a unit an input (search at its full 1, roomy): 15 units,
         // 10 now and 5 freed at 10 an hour: 30 minutes.
         let expected = [("units".to_string(), 0.5), ("search".to_string(), 1.0)].into();
-        at_expected_cost(&c.jobs[0], &mut p, &usage, &expected);
+        finish(&c.jobs[0], &mut p, &usage, Some(&expected), Runs::default());
         assert_eq!(p.done_in_seconds, Some(1800));
         assert_eq!(p.done_by.as_deref(), Some("1970-01-01T00:30:00Z"));
         // At the full unit: 20 after the 10 now, 2 hours.
         let full = [("units".to_string(), 1.0), ("search".to_string(), 1.0)].into();
-        at_expected_cost(&c.jobs[0], &mut p, &usage, &full);
+        finish(&c.jobs[0], &mut p, &usage, Some(&full), Runs::default());
         assert_eq!(p.done_in_seconds, Some(7200));
+    }
+
+    #[test]
+    fn the_time_to_finish_counts_ticks_unless_the_run_waits() {
+        use std::time::Duration;
+
+        use crate::ledger::{CredentialLog, summarize};
+        let yaml = CONFIG.replace(
+            "units: [{ limit: 1000, per: 1d }, { limit: 100, per: 1h }]",
+            "units: [{ limit: 10, per: 1h }]",
+        );
+        let c = Config::parse(Path::new("portion.yaml"), &yaml, Secrets::Skip).expect("valid");
+        let cred = &c.credentials[0];
+        let log = CredentialLog {
+            at: 0,
+            serial: 0,
+            blocked_until: 0,
+            blocked_reason: String::new(),
+            retain: 0,
+            tags: Vec::new(),
+            pools: vec![Vec::new(); 2],
+            lost: vec![0; 2],
+            others: vec![Default::default(); 2],
+            observed: vec![(0, 0); 2],
+            reserved: vec![Vec::new(); 2],
+        };
+        let usage = summarize(&cred.name, &cred.pools, &log);
+        let mut p = InputsProgress {
+            left: 30,
+            inputs_per_request: 1,
+            ..Default::default()
+        };
+        let mut at = |max_wait: u64, every: Option<u64>| {
+            let runs = Runs {
+                max_wait: Duration::from_secs(max_wait),
+                every: every.map(Duration::from_secs),
+            };
+            let assumes = finish(&c.jobs[0], &mut p, &usage, None, runs);
+            (p.done_in_seconds, assumes.runs)
+        };
+        // 20 after the 10 now, at 10 an hour: 2 hours at the pace; a run
+        // every 25 minutes that stops takes 4 more at the 5th tick.
+        assert_eq!(at(0, None), (Some(7200), RunsAtRefusal::Paced));
+        assert_eq!(at(0, Some(1500)), (Some(7500), RunsAtRefusal::Stops));
+        // (the hour's units free up an hour after they were spent)
+        assert_eq!(at(600, Some(1500)), (Some(7500), RunsAtRefusal::Stops));
+        assert_eq!(at(3600, Some(1500)), (Some(7200), RunsAtRefusal::Waits));
+        assert_eq!(at(3600, None), (Some(7200), RunsAtRefusal::Waits));
     }
 
     #[test]

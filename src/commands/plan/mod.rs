@@ -5,7 +5,9 @@
 //! `schedule`, how a day of runs meets each window, when the budget would
 //! run out, and the fastest schedule that fits. Jobs sharing a credential
 //! are planned together, in the file's order. A conditional job's schedule
-//! and time to finish count its runs at its share of 304s in the log. A
+//! and time to finish count its runs at its share of 304s in the log; a job
+//! of inputs' time to finish, its runs' waits inside themselves
+//! (`max_wait`, `run --wait`) or, where they stop, its schedule's ticks. A
 //! pool whose budget nothing spreads over its longest window gets a
 //! proposed pacing window, at the budget's rate.
 //!
@@ -31,8 +33,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub use self::model::{
-    CredentialPlan, JobPlan, NextRun, ObservedShare, Pacing, Plan, PoolPlan, RunsOut, SchedulePlan,
-    WindowNeed,
+    CredentialPlan, FinishAssumes, JobPlan, NextRun, ObservedShare, Pacing, Plan, PoolPlan,
+    RunsAtRefusal, RunsOut, SchedulePlan, WindowNeed,
 };
 pub use self::render::render;
 use self::schedule::Scheduled;
@@ -41,6 +43,7 @@ use super::common::shares;
 use super::table::{Paint, emit};
 use crate::cli::RunArgs;
 use crate::config::{Config, Credential, Job};
+use crate::inputs::pace::Runs;
 use crate::ledger::JobStore;
 use crate::ledger::{At, CredentialLog, Ledger, Store, StoreError, StoreLocation, summarize};
 use crate::runner::cursor::Cursor;
@@ -65,7 +68,8 @@ pub async fn execute(
         Err(StoreError::Unavailable(e)) => (None, Some(e), false),
         Err(e) => return Err(e.into()),
     };
-    let mut plan = build(config, &jobs, store.as_ref(), store_error, location, at).await?;
+    let (store, found) = (store.as_ref(), (store_error, location));
+    let mut plan = build(config, &jobs, store, found, at, args.wait).await?;
     if missing {
         plan.store.push_str(
             " (does not exist yet: nothing charged, planned against full budgets; the dry run created nothing)",
@@ -81,14 +85,16 @@ pub async fn execute(
     }
 }
 
-/// Read what the plan needs from the store (nothing is written) and plan.
+/// Read what the plan needs from the store (nothing is written) and plan,
+/// each run waiting up to `wait` for refused units (`run --wait`; `None`:
+/// its job's `max_wait`).
 pub async fn build(
     config: &Config,
     jobs: &[&Job],
     store: Option<&Store>,
-    mut store_error: Option<String>,
-    location: &StoreLocation,
+    (mut store_error, location): (Option<String>, &StoreLocation),
     at: At,
+    wait: Option<Duration>,
 ) -> Result<Plan> {
     let fallback_now = match at {
         At::Fixed(us) => us,
@@ -141,7 +147,7 @@ pub async fn build(
             cursors: &cursors,
             failed,
         };
-        let mut plan = plan_credential(cred, &cred_jobs, got)?;
+        let mut plan = plan_credential(cred, &cred_jobs, got, wait)?;
         if let (Some(store), None) = (store, &store_error) {
             // (a once-job whose done part changed: its run stops at 78)
             for (jp, job) in plan.jobs.iter_mut().zip(&cred_jobs) {
@@ -211,7 +217,12 @@ async fn read(
 }
 
 /// The plan of one credential's jobs, from its log and their cursors.
-fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<CredentialPlan> {
+fn plan_credential(
+    cred: &Credential,
+    jobs: &[&Job],
+    read: Read,
+    wait: Option<Duration>,
+) -> Result<CredentialPlan> {
     let Read {
         log,
         shared,
@@ -241,7 +252,11 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
         let cursor = cursors.get(&job.name);
         let failures = failed.remove(&job.name).unwrap_or_default();
         let share = observed.get(&job.name);
-        let progress = progress(job, cursor, failures, &usage, share)?;
+        let runs = Runs {
+            max_wait: wait.unwrap_or(job.max_wait),
+            every: job.schedule,
+        };
+        let (progress, finish) = progress(job, cursor, failures, &usage, (share, runs))?;
         let cap = shares::caps(
             cred,
             &job.name,
@@ -270,6 +285,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
             rows: job.sqlite.as_ref().map(super::common::rows::rows_at),
             conditional: job.steps.iter().any(|s| s.conditional.is_some()),
             not_modified: share.cloned(),
+            finish,
         });
     }
     let pools = cred
@@ -290,15 +306,19 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
 }
 
 /// A job of inputs' progress (`None` for another job), its time to
-/// finish at a conditional job's expected cost when its share of 304s is
-/// known.
+/// finish for runs that meet a refusal as `runs` says, at a conditional
+/// job's expected cost when its share of 304s is known; and what that
+/// time assumes.
 fn progress(
     job: &Job,
     cursor: Option<&Cursor>,
     failures: (u64, Vec<FailedInput>),
     usage: &crate::ledger::CredentialUsage,
-    share: Option<&ObservedShare>,
-) -> Result<Option<inputs_progress::InputsProgress>> {
+    (share, runs): (Option<&ObservedShare>, Runs),
+) -> Result<(
+    Option<inputs_progress::InputsProgress>,
+    Option<FinishAssumes>,
+)> {
     let mut progress =
         inputs_progress::progress(job, cursor, failures, usage).map_err(|source| {
             crate::Error::Io {
@@ -309,12 +329,11 @@ fn progress(
                 source,
             }
         })?;
-    if let (Some(p), Some(o)) = (progress.as_mut(), share)
-        && o.expected_units_per_run.is_some()
-    {
-        inputs::at_expected_cost(job, p, usage, &o.expected);
-    }
-    Ok(progress)
+    let expected = share
+        .filter(|o| o.expected_units_per_run.is_some())
+        .map(|o| &o.expected);
+    let finish = (progress.as_mut()).map(|p| inputs::finish(job, p, usage, expected, runs));
+    Ok((progress, finish))
 }
 
 /// `plan` of a job's next run within what it may take (`cap`, its share's;

@@ -54,6 +54,38 @@ pub struct JobPlan {
     /// count; none known yet: full pages).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_modified: Option<ObservedShare>,
+    /// A job of inputs: what its time to finish assumes of its runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish: Option<FinishAssumes>,
+}
+
+/// How a job of inputs' runs meet a refusal, as its time to finish counts
+/// them.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct FinishAssumes {
+    pub runs: RunsAtRefusal,
+    /// The longest a run waits inside itself (`max_wait`, `run --wait`).
+    pub max_wait_seconds: u64,
+    /// `schedule: every D`, where a run that stopped is followed.
+    pub every_seconds: Option<u64>,
+}
+
+/// What a run does when the ledger refuses a charge, for the rest to be
+/// done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunsAtRefusal {
+    /// It waits inside itself for the units of every window it needs more
+    /// of: the rest at the budgets' pace.
+    Waits,
+    /// It stops; the units freed meanwhile wait for the next tick.
+    Stops,
+    /// It waits for some windows' units, and stops at the others' (whose
+    /// waits are longer than its bound) until the next tick.
+    WaitsOrStops,
+    /// No schedule to count ticks by: at the budgets' pace, as if a run
+    /// started whenever units free up.
+    Paced,
 }
 
 /// What the next run would do with what remains now.

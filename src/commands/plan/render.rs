@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::model::{CredentialPlan, JobPlan, NextRun, ObservedShare, Plan, PoolPlan, SchedulePlan};
+use super::model::{
+    CredentialPlan, FinishAssumes, JobPlan, NextRun, ObservedShare, Plan, PoolPlan, RunsAtRefusal,
+    SchedulePlan,
+};
 use crate::commands::common::inputs::InputsProgress;
 use crate::commands::table::Paint;
 use crate::ledger::Micros;
@@ -81,7 +84,7 @@ fn job(j: &JobPlan, p: Paint, now: Micros) -> String {
     if let Some(i) = &j.inputs {
         let at_share =
             (j.not_modified.as_ref()).is_some_and(|o| o.expected_units_per_run.is_some());
-        out.push_str(&inputs(i, at_share));
+        out.push_str(&inputs(i, at_share, j.finish.as_ref()));
     }
     if let Some(rows) = &j.rows {
         out.push_str(&format!("    rows into {rows}\n"));
@@ -128,8 +131,9 @@ fn observed(o: &ObservedShare, j: &JobPlan) -> String {
 }
 
 /// A job of inputs' progress: counts, and when the rest will be done
-/// (`at_share`: each request at a conditional job's share of 304s).
-fn inputs(i: &InputsProgress, at_share: bool) -> String {
+/// (`at_share`: each request at a conditional job's share of 304s; its
+/// runs meeting a refusal as `finish` says).
+fn inputs(i: &InputsProgress, at_share: bool, finish: Option<&FinishAssumes>) -> String {
     let when = match (i.left, i.done_by_micros, i.done_in_seconds) {
         _ if i.blocked.is_some() => i
             .blocked
@@ -138,9 +142,10 @@ fn inputs(i: &InputsProgress, at_share: bool) -> String {
             .unwrap_or_default(),
         (0, _, _) => "nothing left to do".to_string(),
         (_, Some(t), Some(secs)) => format!(
-            "the rest done by {} (in {}) at the pace the budgets allow{}{}",
+            "the rest done by {} (in {}) {}{}{}",
             local_datetime(t),
             fmt_duration(Duration::from_secs(secs)),
+            finish.map_or_else(|| PACED.to_string(), runs_at_refusal),
             if at_share {
                 ", each request at its share of 304s"
             } else {
@@ -158,6 +163,27 @@ fn inputs(i: &InputsProgress, at_share: bool) -> String {
         "    inputs: {} done, {} skipped, {} failed, {} left; {when}\n",
         i.done, i.skipped, i.failed, i.left
     )
+}
+
+/// The time to finish of runs started whenever units free up.
+const PACED: &str = "at the pace the budgets allow";
+
+/// How the runs of a job of inputs go on, as its time to finish assumes.
+fn runs_at_refusal(f: &FinishAssumes) -> String {
+    let wait = fmt_duration(Duration::from_secs(f.max_wait_seconds));
+    let tick = (f.every_seconds)
+        .map(|s| fmt_duration(Duration::from_secs(s)))
+        .unwrap_or_default();
+    match f.runs {
+        RunsAtRefusal::Paced => PACED.to_string(),
+        RunsAtRefusal::Waits => format!("{PACED}, the run waiting up to {wait} inside itself"),
+        RunsAtRefusal::Stops => {
+            format!("each run stopping at a refusal until the next tick (every {tick})")
+        }
+        RunsAtRefusal::WaitsOrStops => format!(
+            "the run waiting up to {wait} inside itself, stopping at a longer refusal until the next tick (every {tick})"
+        ),
+    }
 }
 
 /// The verdict on the next run, coloured by how it ends.
