@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::config::{Inputs, Job};
 use crate::inputs::done_part::FileStamp;
-use crate::inputs::pace::{pools_now, time_to_finish};
+use crate::inputs::pace::{Runs, finish, pools_now};
 use crate::inputs::{Item, Reader, RecordStart};
 use crate::ledger::{CredentialUsage, Micros, Store, StoreError};
 pub use crate::runner::job_state::FailedInput;
@@ -204,7 +204,13 @@ pub fn progress(
     // (the windows pace requests: a batch of inputs costs a request's
     // units, so the inputs left take their batches' requests)
     let per_request = inputs.per_request();
-    let finish = time_to_finish(left.div_ceil(per_request), &pools_now(job, usage));
+    // (as the plan counts it: the budgets' pace where a run waits out a
+    // refusal, the timer's ticks where it stops at one)
+    let runs = Runs {
+        max_wait: job.max_wait,
+        every: job.schedule,
+    };
+    let finish = finish(left.div_ceil(per_request), &pools_now(job, usage), runs).map(|f| f.time);
     let by = finish.map(|d| {
         usage
             .at

@@ -218,7 +218,12 @@ impl<'a> JobRun<'a> {
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             refusals: refusals::Refusals::default(),
-            progress: terminal::ProgressLine::new(ctx.progress, job, cred),
+            progress: terminal::ProgressLine::new(
+                ctx.progress,
+                job,
+                cred,
+                ctx.wait.unwrap_or(job.max_wait),
+            ),
             outputs: crate::sink::Outputs::default(),
             input_batches: RefCell::default(),
             conditional: conditional::Conditional::new(job, &cred.secret),

@@ -24,6 +24,9 @@ pub(super) struct ProgressLine<'a> {
     on: bool,
     job: &'a Job,
     cred: &'a Credential,
+    /// How long a refusal is waited out inside the run (`max_wait`, `run
+    /// --wait`): the rest's time counts ticks for what it is not.
+    max_wait: Duration,
     /// When the budgets' pace was last read from the store.
     read: Cell<Option<Instant>>,
     /// What it said: when a job of inputs' rest will be done (`None`
@@ -32,11 +35,12 @@ pub(super) struct ProgressLine<'a> {
 }
 
 impl<'a> ProgressLine<'a> {
-    pub(super) fn new(on: bool, job: &'a Job, cred: &'a Credential) -> Self {
+    pub(super) fn new(on: bool, job: &'a Job, cred: &'a Credential, max_wait: Duration) -> Self {
         Self {
             on,
             job,
             cred,
+            max_wait,
             read: Cell::new(None),
             finish: Cell::new(None),
         }
@@ -64,7 +68,12 @@ impl<'a> ProgressLine<'a> {
             // (in requests: a batch's carries several inputs)
             let per_request = self.job.inputs.as_ref().and_then(|i| i.batch).unwrap_or(1);
             let requests = left.div_ceil(per_request.max(1) as u64);
-            let finish = pace::time_to_finish(requests, &pace::pools_now(self.job, &usage));
+            let runs = pace::Runs {
+                max_wait: self.max_wait,
+                every: self.job.schedule,
+            };
+            let pools = pace::pools_now(self.job, &usage);
+            let finish = pace::finish(requests, &pools, runs).map(|f| f.time);
             self.finish.set(Some(finish));
         }
     }
