@@ -166,7 +166,7 @@ impl<'a> Meter<'a> {
         let decision = store.charge(&charge, At::StoreClock).await;
         if !matches!(decision, Ok(ChargeDecision::Allowed { .. })) {
             // (nothing sent: if it was to learn a limit, another will)
-            self.learned_from(None);
+            self.learned_from(step, None);
         }
         if let Ok(d) = &decision {
             self.last_serial.set(Some((d.serial(), d.at())));

@@ -92,10 +92,16 @@ impl Meter<'_> {
         }
     }
 
-    /// The request that learns a limit is over: answered (`headers`; the
-    /// next charge knows, or learns that nothing was announced), or not
-    /// (no answer, abandoned: the next request learns it).
-    pub(super) fn learned_from(&self, headers: Option<&HeaderMap>) {
+    /// A request of `step` is over: when it was the one that learns a
+    /// limit (while one is learned, no other request of a learned pool is
+    /// charged, so a step that charges one is it), answered (`headers`:
+    /// the next charge knows, or learns that nothing was announced), or
+    /// not (no answer, abandoned, refused: the next request learns it).
+    pub(super) fn learned_from(&self, step: &Step, headers: Option<&HeaderMap>) {
+        let learns = |c: &PoolCost| self.cred.learned.iter().any(|l| l.pool == c.pool.name);
+        if !step.cost.iter().any(learns) {
+            return;
+        }
         if let Some(guard) = self.learning_guard.borrow_mut().take() {
             if headers.is_some() {
                 self.learn_answered.set(true);

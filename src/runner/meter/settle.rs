@@ -136,7 +136,7 @@ impl Meter<'_> {
     /// Every settled cost of `step` keeps its estimate, for `why`: how many.
     pub(in crate::runner) fn keep_estimates(&self, step: &Step, why: &str) -> u64 {
         // (a request abandoned: if it was to learn a limit, another will)
-        self.learned_from(None);
+        self.learned_from(step, None);
         step.settle
             .iter()
             .map(|spec| self.keep_estimate(step, &spec.pool, spec.estimate, why))
@@ -166,11 +166,11 @@ impl Meter<'_> {
         remaining: &[Remaining],
     ) {
         let (Some(store), Some(headers)) = (self.store, &reported.headers) else {
-            self.learned_from(None);
+            self.learned_from(step, None);
             return;
         };
         self.announced(headers).await;
-        self.learned_from(Some(headers));
+        self.learned_from(step, Some(headers));
         let pools = self.pools();
         for count in upstream_counts(&self.cred.upstream_headers, headers) {
             let Some(pool) = pools.iter().find(|p| p.name == count.pool) else {
