@@ -52,6 +52,7 @@ mod run_jobs;
 mod run_not_modified;
 mod run_page_reading;
 mod run_pagination;
+mod run_postgres;
 mod run_requests;
 mod run_requests_urls;
 mod run_secrets;

@@ -15,6 +15,7 @@ pub mod known;
 pub mod ledger;
 pub mod metered;
 pub mod openmetrics;
+pub mod postgres;
 pub mod redis;
 pub mod relay;
 pub mod sentinel;
