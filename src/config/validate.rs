@@ -29,6 +29,7 @@ mod inputs;
 mod job;
 mod output;
 mod paginate;
+mod postgres;
 mod request;
 mod shares;
 mod step;
