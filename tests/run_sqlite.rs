@@ -23,7 +23,7 @@ pub(crate) fn trending(store: &str, base: &str, regions: &[&str], output: &str) 
 }
 
 /// The same, `concurrency` regions walked side by side.
-fn trending_at(
+pub(crate) fn trending_at(
     store: &str,
     base: &str,
     regions: &[&str],

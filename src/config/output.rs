@@ -43,6 +43,8 @@ pub struct PostgresOutput {
     /// Where the URL comes from: a secret's source, or none (written in
     /// the file, then without a password).
     pub url_source: Option<SecretSource>,
+    /// The config file's folder, where a `file` source is read from.
+    pub dir: PathBuf,
     /// The table's schema (`schema.table`); none: the search path's.
     pub schema: Option<String>,
     /// The table's name: letters, digits and `_`, not starting with a digit.

@@ -27,6 +27,57 @@ pub fn rows_apart<'j>(
     Ok(())
 }
 
+/// Where a job's rows go, each table (SQLite's, PostgreSQL's) as
+/// [`rows_at`] and [`postgres_at`] name it, joined (none: no table).
+pub fn rows_of(job: &Job) -> Option<String> {
+    let all: Vec<String> = (job.sqlite.iter().map(rows_at))
+        .chain(job.postgres.iter().map(postgres_at))
+        .collect();
+    (!all.is_empty()).then(|| all.join("; and "))
+}
+
+/// Where a job's PostgreSQL rows go: the server (never the password: read
+/// here from its secret's source when the command did not read it), the
+/// table and its search column.
+pub fn postgres_at(p: &crate::config::PostgresOutput) -> String {
+    let read = match (&p.url_source, p.url.expose().is_empty()) {
+        (Some(source), true) => source.read(&p.dir).ok(),
+        _ => None,
+    };
+    let url = read.as_ref().unwrap_or(&p.url);
+    let spec = crate::config::PostgresOutput {
+        url: url.clone(),
+        ..p.clone()
+    };
+    let server = crate::sink::postgres::server_of(&spec).unwrap_or_else(|| match &p.url_source {
+        Some(source) => format!("the server in {source}"),
+        None => "the server of its url".into(),
+    });
+    let search = if p.search.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", searched in its column search ({}: {})",
+            p.search_language,
+            p.search.join(", ")
+        )
+    };
+    format!(
+        "PostgreSQL at {server}, table {}, items {}, key {}{search}",
+        p.table_name(),
+        if p.items.is_empty() {
+            "(the page)"
+        } else {
+            &p.items
+        },
+        if p.key.is_empty() {
+            "(the input's key)"
+        } else {
+            &p.key
+        }
+    )
+}
+
 /// Where a job's rows go: the database, its table and its full-text index.
 pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
     let search = if s.search.is_empty() {

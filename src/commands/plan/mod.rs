@@ -265,7 +265,7 @@ fn plan_credential(cred: &Credential, jobs: &[&Job], read: Read) -> Result<Crede
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
-            rows: job.sqlite.as_ref().map(super::common::rows::rows_at),
+            rows: super::common::rows::rows_of(job),
             conditional: job.steps.iter().any(|s| s.conditional.is_some()),
         });
     }

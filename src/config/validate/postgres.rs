@@ -63,6 +63,7 @@ impl Validator<'_> {
         Ok(PostgresOutput {
             url,
             url_source,
+            dir: self.dir.to_path_buf(),
             schema,
             table,
             items,

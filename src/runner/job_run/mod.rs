@@ -198,10 +198,12 @@ impl<'a> JobRun<'a> {
                 },
                 pages: 0,
                 page_files: job.output.is_some(),
-                rows: (job.sqlite.as_ref()).map(|s| crate::runner::report::RowCounts {
-                    table: s.table.clone(),
-                    ..Default::default()
-                }),
+                rows: (job.sqlite.as_ref().map(|s| s.table.clone()))
+                    .or_else(|| job.postgres.as_ref().map(|p| p.table_name()))
+                    .map(|table| crate::runner::report::RowCounts {
+                        table,
+                        ..Default::default()
+                    }),
                 pages_without_items: 0,
                 values_lost: 0,
                 resume: None,
@@ -356,6 +358,10 @@ impl<'a> JobRun<'a> {
         self.load_lists(&mut cursor).await?;
         if let Some(spec) = &job.sqlite {
             self.open_sink(spec).await?;
+        }
+        if let Some(spec) = &job.postgres {
+            let file = &self.ctx.config.file;
+            (self.outputs).push(crate::sink::postgres::open_for_run(file, job, spec).await?);
         }
         if let Some(dir) = &job.output {
             self.prepare_folder(dir, cursor.run)?;

@@ -52,6 +52,7 @@ impl JobRun<'_> {
             OutputError::File(source) => self.page_error(name, source),
             OutputError::Shape(message) => self.sink_error(SinkError::Shape(message)),
             OutputError::Rows(why) => self.sink_error(SinkError::Io(std::io::Error::other(why))),
+            OutputError::Unavailable(why) => Error::ResultsUnavailable(why),
         }
     }
 
