@@ -1,14 +1,17 @@
 //! Rows in PostgreSQL (`output.postgres`) against a real server
 //! (tests/common/postgres.rs): the fixture itself, then the sink.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::common::deployment::{Deployment, embedded_store, finish, spawn};
+use crate::common::deployment::{Deployment, embedded_store, finish, kill, spawn};
+use crate::common::inputs::{keys, once_each, per_key, write};
 use crate::common::postgres::{PASSWORD, PgServer, shared};
+use crate::common::redis::RedisServer;
+use crate::common::sinks::RowsSink;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
-use crate::run_sqlite::{summary, trending, trending_at};
+use crate::run_sqlite::{rows_only_into, summary, trending, trending_at};
 
 /// The shared server gives each test a database of its own, and a
 /// server of a test's own stops and comes back on its port.
@@ -294,4 +297,85 @@ fn a_server_stopped_mid_run_is_69_the_pages_committed_stay_and_the_next_run_comp
     let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(keys_where(&mut c, "videos", "true"), all_keys(&regions));
+}
+
+// The SQLite sink's tests of exactness, against PostgreSQL (run_sqlite.rs
+// runs each against SQLite).
+
+#[test]
+fn a_run_killed_mid_run_then_rerun_leaves_every_row_once_in_postgres() {
+    crate::run_sqlite::killed_mid_run_then_rerun(RowsSink::postgres());
+}
+
+#[test]
+fn a_kill_9_of_a_rows_only_once_job_fetches_no_input_with_rows_again_from_postgres() {
+    crate::run_sqlite::kill_9_of_a_rows_only_once_job(RowsSink::postgres());
+}
+
+#[test]
+fn a_new_store_fetches_no_input_that_has_rows_in_postgres() {
+    crate::run_sqlite::new_store_fetches_no_input_that_has_rows(RowsSink::postgres());
+}
+
+/// Two hosts (two configuration files) on one Redis and one PostgreSQL,
+/// runs of one once-job alternating between them, each but the last
+/// killed (-9) with requests in flight: one table, every input's row
+/// once, none fetched again once its row is there.
+#[test]
+fn two_hosts_alternating_on_one_redis_and_one_postgres_leave_one_table_with_every_row_once() {
+    let redis = RedisServer::start();
+    let sink = RowsSink::postgres();
+    let hosts = [Deployment::new(""), Deployment::new("")];
+    let all = keys(0..60);
+    for d in &hosts {
+        sink.ready(d);
+        write(d, "ids.txt", &(all.join("\n") + "\n"));
+    }
+    let mut fetched: BTreeMap<String, usize> = BTreeMap::new();
+    let mut had = 0;
+    // Host 0 is killed while K10 answers slowly, host 1 while K30 does.
+    for (host, slow_key) in [(0, "K10"), (1, "K30")] {
+        let d = &hosts[host];
+        let slow = Standin::start(&["--slow", &format!("={slow_key}&=3s")]);
+        d.write(&rows_only_into(&redis.url(), &slow.base(), 4, &sink));
+        // (the lock of the run killed before: a run started meanwhile
+        // stops at once, 75, and is started again)
+        let mut victim = spawn(&mut d.cmd(&["run"]));
+        wait_until(
+            Duration::from_secs(30),
+            "the slow key was never asked for",
+            || {
+                if slow.seen().iter().any(|s| s.region == slow_key) {
+                    return true;
+                }
+                if let Ok(Some(end)) = victim.try_wait() {
+                    assert_eq!(end.code(), Some(75), "a run ended before its kill");
+                    victim = spawn(&mut d.cmd(&["run"]));
+                }
+                false
+            },
+        );
+        kill("-KILL", victim.id());
+        victim.wait().unwrap();
+        for (k, n) in per_key(&slow) {
+            *fetched.entry(k).or_default() += n;
+        }
+        // (each host wrote rows of its own into the one table)
+        let now = sink.inputs_with_rows(d, "out/rows.db", "results").len();
+        assert!(had < now && now < all.len(), "{had} then {now}");
+        had = now;
+    }
+    let up = Standin::start(&[]);
+    hosts[0].write(&rows_only_into(&redis.url(), &up.base(), 4, &sink));
+    let r = hosts[0].run_after_killed_lock();
+    assert_eq!(r.code, 0, "{r:?}");
+    for (k, n) in per_key(&up) {
+        *fetched.entry(k).or_default() += n;
+    }
+    let rows = sink.inputs_with_rows(&hosts[0], "out/rows.db", "results");
+    assert_eq!(rows, once_each(&all), "one row an input: {r:?}");
+    // (at most the requests in flight at each kill are sent again)
+    let again: usize = fetched.values().map(|n| n - 1).sum();
+    assert!(again <= 8, "{again} fetched again: {fetched:?}");
+    assert_eq!(fetched.len(), all.len(), "{fetched:?}");
 }

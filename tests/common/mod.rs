@@ -20,6 +20,7 @@ pub mod redis;
 pub mod relay;
 pub mod sentinel;
 pub mod server;
+pub mod sinks;
 pub mod standin;
 pub mod tls;
 pub mod yaml;
