@@ -379,3 +379,51 @@ fn two_hosts_alternating_on_one_redis_and_one_postgres_leave_one_table_with_ever
     assert!(again <= 8, "{again} fetched again: {fetched:?}");
     assert_eq!(fetched.len(), all.len(), "{fetched:?}");
 }
+
+/// `status` shows each job's PostgreSQL table, its server (never the
+/// password) and its rows of the job, one count bounded by 2 s: a count
+/// that runs out (the table locked) is "unknown", and status still ends.
+#[test]
+fn status_shows_the_table_and_its_rows_or_unknown_when_the_count_runs_out() {
+    let pg = shared();
+    let db = pg.database();
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    url_file(&d, &pg.url(&db));
+    d.write(&trending(
+        &store,
+        &up.base(),
+        &["US", "GB"],
+        &pg_rows("videos"),
+    ));
+    assert_eq!(d.portion(&["run"]).code, 0);
+    let r = d.portion(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    let line = format!(
+        "table videos (PostgreSQL at 127.0.0.1:{} database {db}): 30 rows",
+        pg.port
+    );
+    assert!(r.stdout.contains(&line), "{r:?}");
+    assert!(!r.all().contains(PASSWORD), "{r:?}");
+    let job = &d.status_json()["credentials"][0]["jobs"][0];
+    assert_eq!(job["postgres"]["rows"], 30, "{job}");
+    assert_eq!(job["postgres"]["table"], "videos", "{job}");
+    // A writer holds the table: the count waits 2 s, then is unknown.
+    let mut holder = pg.connect(&db).unwrap();
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE videos IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    let started = std::time::Instant::now();
+    let r = d.portion(&["status"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{r:?}");
+    assert!(
+        r.stdout
+            .contains("): rows unknown (the count ran out of its 2s)"),
+        "{r:?}"
+    );
+    let job = &d.status_json()["credentials"][0]["jobs"][0];
+    assert!(job["postgres"]["rows"].is_null(), "{job}");
+    tx.rollback().unwrap();
+}

@@ -16,6 +16,7 @@
 //! [`tls`], the tables' shapes in [`shape`], the rows in [`rows`].
 
 mod connect;
+mod count;
 mod names;
 mod rows;
 mod shape;
@@ -23,6 +24,7 @@ mod table;
 mod tls;
 mod worker;
 
+pub use count::{COUNT_TIMEOUT, rows_of_job};
 pub use table::Postgres;
 
 use crate::config::postgres_url::{PgUrl, parse_url};
@@ -80,6 +82,19 @@ fn url_of(spec: &PostgresOutput) -> Result<(PgUrl, Masker), PgError> {
 /// read, or is not one).
 pub fn server_of(spec: &PostgresOutput) -> Option<String> {
     parse_url(spec.url.expose()).ok().map(|u| u.server())
+}
+
+/// `spec` with its URL read from its source where the command did not
+/// read it (`status`, `run --dry-run` load no secrets): left unread when
+/// it cannot be (the error is the connection's to say).
+pub fn with_url_read(spec: &PostgresOutput) -> PostgresOutput {
+    let mut spec = spec.clone();
+    if spec.url.expose().is_empty()
+        && let Some(read) = (spec.url_source.as_ref()).and_then(|s| s.read(&spec.dir).ok())
+    {
+        spec.url = read;
+    }
+    spec
 }
 
 /// `check`: connect, and check the job's tables as a run's open would,

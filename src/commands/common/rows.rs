@@ -40,19 +40,7 @@ pub fn rows_of(job: &Job) -> Option<String> {
 /// here from its secret's source when the command did not read it), the
 /// table and its search column.
 pub fn postgres_at(p: &crate::config::PostgresOutput) -> String {
-    let read = match (&p.url_source, p.url.expose().is_empty()) {
-        (Some(source), true) => source.read(&p.dir).ok(),
-        _ => None,
-    };
-    let url = read.as_ref().unwrap_or(&p.url);
-    let spec = crate::config::PostgresOutput {
-        url: url.clone(),
-        ..p.clone()
-    };
-    let server = crate::sink::postgres::server_of(&spec).unwrap_or_else(|| match &p.url_source {
-        Some(source) => format!("the server in {source}"),
-        None => "the server of its url".into(),
-    });
+    let server = postgres_server(p);
     let search = if p.search.is_empty() {
         String::new()
     } else {
@@ -76,6 +64,16 @@ pub fn postgres_at(p: &crate::config::PostgresOutput) -> String {
             &p.key
         }
     )
+}
+
+/// The server of a job's PostgreSQL table as messages name it (the URL
+/// read from its source if the command did not), never its password.
+pub fn postgres_server(p: &crate::config::PostgresOutput) -> String {
+    let spec = crate::sink::postgres::with_url_read(p);
+    crate::sink::postgres::server_of(&spec).unwrap_or_else(|| match &p.url_source {
+        Some(source) => format!("the server in {source}"),
+        None => "the server of its url".into(),
+    })
 }
 
 /// Where a job's rows go: the database, its table and its full-text index.

@@ -66,6 +66,7 @@ pub(super) fn nothing_charged(
                     .filter(|j| conditional(j))
                     .map(|j| (j.name.clone(), NotModified::default()))
                     .collect(),
+                tables: BTreeMap::new(),
             }
         })
         .collect()
@@ -144,6 +145,7 @@ pub async fn read(
             inputs,
             not_modified,
             shares,
+            tables: BTreeMap::new(),
         });
     }
     // Not saved: only a run, whose charges tell the store what this host

@@ -110,6 +110,18 @@ pub struct RateLimitJson {
     pub header: String,
 }
 
+/// A job's PostgreSQL table: where, and its rows of the job (`null`:
+/// unknown, `unknown` says why: the count ran out of its time, say).
+#[derive(Serialize, Clone, Debug)]
+pub struct TableJson {
+    pub table: String,
+    /// `HOST:PORT database DB`, never the password.
+    pub server: String,
+    pub rows: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+}
+
 #[derive(Serialize)]
 pub struct JobJson {
     pub job: String,
@@ -123,6 +135,9 @@ pub struct JobJson {
     /// units they gave back, over its runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_modified: Option<crate::runner::job_state::NotModified>,
+    /// A job with `output.postgres`: its table and row count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<TableJson>,
 }
 
 /// Each window's RateLimit policy name, unique within the credential and
@@ -226,6 +241,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                             cursor: cursor.clone(),
                             inputs: r.inputs.get(job).cloned(),
                             not_modified: r.not_modified.get(job).cloned(),
+                            postgres: r.tables.get(job).cloned(),
                         })
                         .collect(),
                 }

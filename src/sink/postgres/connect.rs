@@ -19,9 +19,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to the URL's server, or why not.
 pub(super) fn connect(url: &PgUrl) -> Result<Client, PgError> {
+    connect_with(url, CONNECT_TIMEOUT)
+}
+
+/// [`connect`], waiting at most `timeout` for the server.
+pub(super) fn connect_with(url: &PgUrl, timeout: Duration) -> Result<Client, PgError> {
     let mut config = url.config.clone();
     config
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(timeout)
         .application_name("portion")
         // (a server gone without a word is found within a minute or two,
         // not when the kernel gives up on the socket)
