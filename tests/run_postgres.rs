@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::common::deployment::{Deployment, embedded_store, finish, kill, spawn};
 use crate::common::inputs::{keys, once_each, per_key, write};
-use crate::common::postgres::{PASSWORD, PgServer, shared};
+use crate::common::postgres::{PASSWORD, PgServer, TLS_ONLY, shared};
 use crate::common::redis::RedisServer;
 use crate::common::sinks::RowsSink;
 use crate::common::standin::Standin;
@@ -336,7 +336,9 @@ fn two_hosts_alternating_on_one_redis_and_one_postgres_leave_one_table_with_ever
     // Host 0 is killed while K10 answers slowly, host 1 while K30 does.
     for (host, slow_key) in [(0, "K10"), (1, "K30")] {
         let d = &hosts[host];
-        let slow = Standin::start(&["--slow", &format!("={slow_key}&=3s")]);
+        // (every answer 200 ms, so a run does not reach past the slow key
+        // between two looks at what was asked)
+        let slow = Standin::start(&["--delay", "200ms", "--slow", &format!("={slow_key}&=10s")]);
         d.write(&rows_only_into(&redis.url(), &slow.base(), 4, &sink));
         // (the lock of the run killed before: a run started meanwhile
         // stops at once, 75, and is started again)
@@ -426,4 +428,47 @@ fn status_shows_the_table_and_its_rows_or_unknown_when_the_count_runs_out() {
     let job = &d.status_json()["credentials"][0]["jobs"][0];
     assert!(job["postgres"]["rows"].is_null(), "{job}");
     tx.rollback().unwrap();
+}
+
+/// `sslmode` as libpq reads it, TLS through rustls: `require` encrypts
+/// (a role the server refuses without TLS gets in), `disable` does not
+/// (refused: 78), `verify-full` checks the certificate against the
+/// system's roots (the test's own CA is not one of them: 78) or
+/// `sslrootcert`'s (then it gets in).
+#[test]
+fn sslmode_require_verify_full_and_sslrootcert_are_honoured() {
+    let ca = crate::common::tls::TestCa::new();
+    let pg = PgServer::start_tls(&ca);
+    let db = pg.database();
+    let mut c = pg.connect(&db).unwrap();
+    c.batch_execute(&format!(
+        "CREATE ROLE {TLS_ONLY} LOGIN PASSWORD '{PASSWORD}'; ALTER DATABASE {db} OWNER TO {TLS_ONLY}"
+    ))
+    .unwrap();
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    d.write(&trending(&store, &up.base(), &["US"], &pg_rows("videos")));
+    let url = |host: &str, query: &str| {
+        format!(
+            "postgres://{TLS_ONLY}:{PASSWORD}@{host}:{}/{db}?{query}",
+            pg.port
+        )
+    };
+    let ca_file = ca.file("ca.pem");
+    for (query, code, words) in [
+        ("sslmode=disable", 78, "rejects connection"),
+        ("sslmode=verify-full", 78, "certificate"),
+        ("sslmode=require", 0, ""),
+        (&format!("sslmode=verify-full&sslrootcert={ca_file}"), 0, ""),
+        ("sslmode=prefer", 0, ""),
+    ] {
+        url_file(&d, &url("localhost", query));
+        let r = d.portion(&["run"]);
+        assert_eq!(r.code, code, "{query}: {r:?}");
+        assert!(r.stderr.contains(words), "{query}: {r:?}");
+        assert!(!r.all().contains(PASSWORD), "{r:?}");
+        assert!(!r.stderr.contains("NOTICE"), "{query}: {r:?}");
+    }
+    assert_eq!(count(&mut c, "videos"), 15);
 }

@@ -9,6 +9,8 @@
 //! `verify-ca`/`verify-full` (TLS, the certificate verified against the
 //! system's roots, and the host name with `verify-full`), which the client
 //! does not read itself: they are read here, and it is told `require`.
+//! `sslrootcert=PATH` (a PEM file of the certificate authorities to trust,
+//! a private CA's) replaces the system's roots, read here too.
 
 /// How the connection is encrypted, as `sslmode` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +30,8 @@ pub enum PgTls {
 pub struct PgUrl {
     pub config: postgres::Config,
     pub tls: PgTls,
+    /// `sslrootcert`: the authorities to trust instead of the system's.
+    pub root_cert: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for PgUrl {
@@ -40,7 +44,7 @@ impl std::fmt::Debug for PgUrl {
 /// text (it may hold a password).
 pub fn parse_url(text: &str) -> Result<PgUrl, String> {
     let mut verify = None;
-    let mut rewritten = text.to_string();
+    let (mut rewritten, root_cert) = take_param(text, "sslrootcert");
     for (mode, host) in [("verify-full", true), ("verify-ca", false)] {
         let word = format!("sslmode={mode}");
         if rewritten.contains(&word) {
@@ -62,7 +66,38 @@ pub fn parse_url(text: &str) -> Result<PgUrl, String> {
         (None, postgres::config::SslMode::Require) => PgTls::Require,
         (None, _) => PgTls::Prefer,
     };
-    Ok(PgUrl { config, tls })
+    Ok(PgUrl {
+        config,
+        tls,
+        root_cert: root_cert.map(Into::into),
+    })
+}
+
+/// `text` without its parameter `name` (`?name=V`/`&name=V` of a URL,
+/// `name=V` of `key=value` text), and the parameter's value.
+fn take_param(text: &str, name: &str) -> (String, Option<String>) {
+    let word = format!("{name}=");
+    let Some(at) = text
+        .find(&word)
+        .filter(|&i| i == 0 || matches!(text.as_bytes()[i - 1], b'?' | b'&' | b' ' | b'\t'))
+    else {
+        return (text.to_string(), None);
+    };
+    let start = at + word.len();
+    let end = (text[start..].find(['&', ' ', '\t'])).map_or(text.len(), |e| start + e);
+    let value = text[start..end].to_string();
+    // (the separator after it goes with it; else the one before it, unless
+    // that is the `?` that a next parameter would need)
+    let (from, to) = match text[end..].chars().next() {
+        Some(_) => (at, end + 1),
+        None if at > 0 => (at - 1, end),
+        None => (at, end),
+    };
+    let mut rest = format!("{}{}", &text[..from], &text[to..]);
+    if rest.ends_with('?') {
+        rest.pop();
+    }
+    (rest, Some(value))
 }
 
 impl PgUrl {
@@ -107,6 +142,22 @@ mod tests {
         assert_eq!(u.server(), "db:5432 database r");
         let u = parse_url("host=db port=7 dbname=r sslmode=require password=x").unwrap();
         assert_eq!((u.tls, u.has_password()), (PgTls::Require, true));
+        let u = parse_url("postgres://db/r?sslrootcert=/etc/ca.pem&sslmode=verify-full").unwrap();
+        assert_eq!(u.tls, PgTls::Verify { host: true });
+        assert_eq!(
+            u.root_cert.as_deref(),
+            Some(std::path::Path::new("/etc/ca.pem"))
+        );
+        let u = parse_url("postgres://db/r?sslmode=verify-ca&sslrootcert=ca.pem").unwrap();
+        assert_eq!(
+            (u.tls, u.root_cert.is_some()),
+            (PgTls::Verify { host: false }, true)
+        );
+        let u = parse_url("host=db sslrootcert=ca.pem dbname=r").unwrap();
+        assert_eq!(
+            (u.root_cert.is_some(), u.config.get_dbname()),
+            (true, Some("r"))
+        );
         let e = parse_url("postgres://me:hunter2hunter2@db:notaport/r").unwrap_err();
         assert!(!e.contains("hunter2"), "{e}");
     }

@@ -26,11 +26,16 @@ use super::free_port;
 pub const USER: &str = "portion";
 pub const PASSWORD: &str = "pg-secret-3e9d";
 
+/// On a [`PgServer::start_tls`] server, a role refused without TLS.
+pub const TLS_ONLY: &str = "tls_only";
+
 /// A `postgres` child process on 127.0.0.1, its data in a temp dir.
 pub struct PgServer {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// Further `postgres` arguments (TLS).
+    extra: Vec<String>,
     /// Databases made so far (each test its own).
     made: AtomicU32,
 }
@@ -109,6 +114,38 @@ impl PgServer {
     /// A fresh cluster and its server on a free port. Panics when
     /// PostgreSQL is missing or does not come up: tests never skip.
     pub fn start() -> Self {
+        Self::start_with(|_| Vec::new())
+    }
+
+    /// A server that speaks TLS with `ca`'s server certificate (for
+    /// `localhost` and 127.0.0.1), and refuses role [`TLS_ONLY`] without it.
+    pub fn start_tls(ca: &super::tls::TestCa) -> Self {
+        Self::start_with(|data| {
+            for (from, to) in [("server.pem", "server.crt"), ("server.key", "server.key")] {
+                let to = data.join(to);
+                std::fs::copy(ca.file(from), &to).unwrap();
+                give(&to);
+                std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                    .unwrap();
+            }
+            let hba = data.join("pg_hba.conf");
+            let rest = std::fs::read_to_string(&hba).unwrap();
+            let first = format!("hostnossl all {TLS_ONLY} 127.0.0.1/32 reject\n");
+            std::fs::write(&hba, first + &rest).unwrap();
+            [
+                "ssl=on",
+                "ssl_cert_file=server.crt",
+                "ssl_key_file=server.key",
+            ]
+            .iter()
+            .flat_map(|s| ["-c".to_string(), s.to_string()])
+            .collect()
+        })
+    }
+
+    /// A fresh cluster, `tune` given its data dir before the server starts
+    /// and answering the server's further arguments.
+    fn start_with(tune: impl FnOnce(&Path) -> Vec<String>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         give(dir.path());
         let pwfile = dir.path().join("pw");
@@ -133,14 +170,16 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let extra = tune(&dir.path().join("data"));
         for _ in 0..5 {
             let port = free_port();
-            let mut child = spawn_postgres(dir.path(), port);
+            let mut child = spawn_postgres(dir.path(), port, &extra);
             if wait_ready(&mut child, port, Duration::from_secs(30)) {
                 return PgServer {
                     child,
                     port,
                     dir,
+                    extra,
                     made: AtomicU32::new(0),
                 };
             }
@@ -158,7 +197,7 @@ impl PgServer {
 
     /// Start the server again on the same port and data dir.
     pub fn restart(&mut self) {
-        self.child = spawn_postgres(self.dir.path(), self.port);
+        self.child = spawn_postgres(self.dir.path(), self.port, &self.extra);
         assert!(
             wait_ready(&mut self.child, self.port, Duration::from_secs(30)),
             "postgres did not come back"
@@ -192,7 +231,7 @@ impl Drop for PgServer {
     }
 }
 
-fn spawn_postgres(dir: &Path, port: u16) -> Child {
+fn spawn_postgres(dir: &Path, port: u16, extra: &[String]) -> Child {
     pg_command("postgres")
         .arg("-D")
         .arg(dir.join("data"))
@@ -202,6 +241,7 @@ fn spawn_postgres(dir: &Path, port: u16) -> Child {
         // (fsync off: the tests' exactness is the sink's commits and the
         // cursor's order, which a kill of the client tests, not a power cut)
         .args(["-c", "fsync=off", "-c", "max_connections=200"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

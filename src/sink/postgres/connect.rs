@@ -32,7 +32,7 @@ pub(super) fn connect_with(url: &PgUrl, timeout: Duration) -> Result<Client, PgE
         // not when the kernel gives up on the socket)
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(30));
-    let tls = super::tls::connector(url.tls).map_err(PgError::Refused)?;
+    let tls = super::tls::connector(url.tls, url.root_cert.as_deref()).map_err(PgError::Refused)?;
     config.connect(tls).map_err(|e| at_connect(&e))
 }
 

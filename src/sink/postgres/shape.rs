@@ -34,6 +34,8 @@ pub(super) fn fit(
 ) -> Result<(), PgError> {
     let mut tx = client.transaction().map_err(|e| at_statement(&e))?;
     let fitted = (|| {
+        // (no "already exists, skipping" notices in the run's log)
+        tx.batch_execute("SET LOCAL client_min_messages = warning")?;
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext($1))",
             &[&names.table],

@@ -5,10 +5,12 @@
 //! `verify-full` its host name too. Apart from the connection because
 //! the verifiers are their own small world.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -17,7 +19,7 @@ use crate::config::postgres_url::PgTls;
 
 /// The connector for `tls` (`prefer` and `disable` too: the client asks
 /// for TLS only where `sslmode` lets it).
-pub(super) fn connector(tls: PgTls) -> Result<MakeRustlsConnect, String> {
+pub(super) fn connector(tls: PgTls, root_cert: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     // (the process's provider where one is installed, else the one rustls
     // is built with here)
     let provider = rustls::crypto::CryptoProvider::get_default()
@@ -25,11 +27,16 @@ pub(super) fn connector(tls: PgTls) -> Result<MakeRustlsConnect, String> {
         .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
     let verifier: Arc<dyn ServerCertVerifier> = match tls {
         PgTls::Verify { host } => {
-            let found = rustls_native_certs::load_native_certs();
             let mut roots = RootCertStore::empty();
-            roots.add_parsable_certificates(found.certs);
+            let certs = match root_cert {
+                Some(path) => CertificateDer::pem_file_iter(path)
+                    .and_then(|c| c.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| format!("sslrootcert {}: {e}", path.display()))?,
+                None => rustls_native_certs::load_native_certs().certs,
+            };
+            roots.add_parsable_certificates(certs);
             if roots.is_empty() {
-                return Err("sslmode verify-ca/verify-full, but the system has no root certificates to verify the server's against".into());
+                return Err("sslmode verify-ca/verify-full, but no root certificate to verify the server's against (the system's, or sslrootcert's)".into());
             }
             let webpki = WebPkiServerVerifier::builder(Arc::new(roots))
                 .build()
