@@ -472,3 +472,26 @@ fn sslmode_require_verify_full_and_sslrootcert_are_honoured() {
     }
     assert_eq!(count(&mut c, "videos"), 15);
 }
+
+/// A row key that is neither text nor a number (an object here) is
+/// skipped and counted, never a failed page.
+#[test]
+fn an_item_whose_key_is_not_text_or_a_number_is_skipped_and_counted() {
+    let pg = shared();
+    let db = pg.database();
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    url_file(&d, &pg.url(&db));
+    let output = pg_rows("videos").replace("key: /id", "key: /snippet");
+    d.write(&trending(&store, &up.base(), &["US"], &output));
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        summary(&r, "trending")
+            .contains("0 rows upserted (0 new, 0 replaced; 15 items without a key skipped)"),
+        "{r:?}"
+    );
+    let mut c = pg.connect(&db).unwrap();
+    assert_eq!(count(&mut c, "videos"), 0);
+}

@@ -118,6 +118,7 @@ impl Validator<'_> {
             jobs.push(self.job(name, j, &credentials, &endpoints)?);
         }
         self.shared_tables(&jobs)?;
+        self.shared_postgres_tables(&jobs)?;
         // An endpoint no job uses still has its cost checked for shape.
         for (name, e) in &endpoints {
             self.cost_shape(&format!("endpoints.{name}.cost"), &e.cost)?;

@@ -73,6 +73,55 @@ impl Validator<'_> {
         })
     }
 
+    /// Jobs writing one PostgreSQL table (one URL or URL source, one
+    /// table, names in any case) as for SQLite: each names its own `key`
+    /// (with the input's or region's their rows would replace each
+    /// other's), and they agree on the `search` column.
+    pub(super) fn shared_postgres_tables(&self, jobs: &[Job]) -> Result<()> {
+        let mut seen: Vec<(&str, &PostgresOutput)> = Vec::new();
+        for job in jobs {
+            let Some(p) = &job.postgres else { continue };
+            let same = |o: &PostgresOutput| {
+                o.table_name().eq_ignore_ascii_case(&p.table_name())
+                    && o.url_source == p.url_source
+                    && (o.url_source.is_some() || o.url == p.url)
+            };
+            let Some((first, o)) = seen.iter().find(|(_, o)| same(o)) else {
+                seen.push((&job.name, p));
+                continue;
+            };
+            if o.key.is_empty() || p.key.is_empty() {
+                let which = if p.key.is_empty() { &job.name } else { *first };
+                return Err(self.err(
+                    format!("jobs.{which}.output.postgres.key"),
+                    format!(
+                        "jobs {first} and {} both write PostgreSQL table {}, and {which} names no `key` pointer: \
+                         with the default key (the input's or region's) their rows would replace each other's; \
+                         jobs may share a table only if each names its own `key`, else give each job its own table",
+                        job.name,
+                        p.table_name()
+                    ),
+                ));
+            }
+            if (&o.search, &o.search_language) != (&p.search, &p.search_language) {
+                return Err(self.err(
+                    format!("jobs.{}.output.postgres.search", job.name),
+                    format!(
+                        "{} writes PostgreSQL table {} as job {first} does, whose search is {} [{}] where this one's is {} [{}]: \
+                         jobs sharing a table share its search column, so give them the same `search` and `search_language` (or another table)",
+                        job.name,
+                        p.table_name(),
+                        o.search_language,
+                        o.search.join(", "),
+                        p.search_language,
+                        p.search.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The URL: a secret's source (read as an API key is), or text in the
     /// file without a password. Neither error shows the URL.
     fn postgres_url(&self, field: &str, v: &Value) -> Result<(Secret, Option<SecretSource>)> {
@@ -165,5 +214,49 @@ mod tests {
         let (field, _) =
             refusal("output: { postgres: { url: { env: U }, table: t, items: /items/* } }");
         assert_eq!(field, "jobs.fan.output.postgres.key");
+    }
+
+    /// Two jobs of one file writing one PostgreSQL table: refused with
+    /// another `search` (or `search_language`); each its own key and one
+    /// `search`: taken.
+    #[test]
+    fn jobs_sharing_a_table_agree_on_search() {
+        let text = crate::config::per_run::tests::CONFIG;
+        let job = text[text.find("  fan:").unwrap()..].to_string();
+        let two = |a: &str, b: &str| {
+            let second = job
+                .replace("  fan:", "  other:")
+                .replace("output: out/fan", b);
+            let text = format!("{}{second}", text.replace("output: out/fan", a));
+            Config::parse(Path::new("portion.yaml"), &text, Secrets::Skip)
+        };
+        let pg = |table: &str, extra: &str| {
+            format!(
+                "output: {{ postgres: {{ url: {{ env: U }}, table: {table}, items: /items/*{extra} }} }}"
+            )
+        };
+        let field = |r: crate::Result<Config>| match r {
+            Err(crate::Error::Config { field, .. }) => field,
+            other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+        };
+        let keyed = pg("t", ", key: /id");
+        assert!(two(&keyed, &pg("T", ", key: /name")).is_ok());
+        assert_eq!(
+            field(two(&keyed, &pg("t", ", key: /id, search: [/title]"))),
+            "jobs.other.output.postgres.search"
+        );
+        assert_eq!(
+            field(two(
+                &keyed,
+                &pg("t", ", key: /id, search_language: english")
+            )),
+            "jobs.other.output.postgres.search"
+        );
+        assert!(
+            two(&keyed, &pg("s.t", ", key: /id, search: [/title]")).is_ok(),
+            "another schema"
+        );
+        let elsewhere = pg("t", ", key: /id, search: [/title]").replace("env: U", "env: V");
+        assert!(two(&keyed, &elsewhere).is_ok(), "another server");
     }
 }
