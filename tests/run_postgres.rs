@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use crate::common::deployment::{Deployment, embedded_store, kill, spawn};
+use crate::common::deployment::{Deployment, embedded_store, kill, run, spawn};
 use crate::common::inputs::{keys, once_each, per_key, write};
 use crate::common::postgres::{PASSWORD, PgServer, shared};
 use crate::common::redis::RedisServer;
@@ -258,4 +258,39 @@ fn status_shows_the_table_and_its_rows_or_unknown_when_the_count_runs_out() {
     let job = &d.status_json()["credentials"][0]["jobs"][0];
     assert!(job["postgres"]["rows"].is_null(), "{job}");
     tx.rollback().unwrap();
+}
+
+/// Pages whose rows come while a commit runs share the next commit (as
+/// SQLite's do): 16 regions side by side, their pages answered at once,
+/// fewer transactions than pages, every row once.
+#[test]
+fn pages_written_at_once_share_a_commit() {
+    let pg = shared();
+    let db = pg.database();
+    let up = Standin::start(&["--delay", "50ms"]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    url_file(&d, &pg.url(&db));
+    let regions: Vec<String> = (0..16).map(|i| format!("R{i:02}")).collect();
+    let regions: Vec<&str> = regions.iter().map(String::as_str).collect();
+    d.write(&crate::run_sqlite::trending_at(
+        &store,
+        &up.base(),
+        &regions,
+        &pg_rows("videos"),
+        16,
+    ));
+    let r = run(d.cmd(&["run"]).env("RUST_LOG", "portion=debug"));
+    assert_eq!(r.code, 0, "{r:?}");
+    let line = (r.stderr.lines())
+        .find(|l| l.contains("page(s)' rows committed in"))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "page(s)'").unwrap();
+    let pages: u64 = words[at - 1].parse().unwrap();
+    let commits: u64 = words[at + 4].parse().unwrap();
+    assert_eq!(pages, 48, "{line}");
+    assert!(commits < pages, "{line}");
+    let mut c = pg.connect(&db).unwrap();
+    assert_eq!(count(&mut c, "videos"), 16 * 15);
 }

@@ -56,6 +56,17 @@ impl std::fmt::Display for PgError {
 }
 
 impl PgError {
+    /// The same error, for another page of its group.
+    fn again(&self) -> Self {
+        match self {
+            Self::Unreachable(t) => Self::Unreachable(t.clone()),
+            Self::Refused(t) => Self::Refused(t.clone()),
+            Self::Shape(t) => Self::Shape(t.clone()),
+            Self::Lost(t) => Self::Lost(t.clone()),
+            Self::Rows(t) => Self::Rows(t.clone()),
+        }
+    }
+
     /// The same error, the URL and its password masked in its words.
     fn masked(self, masker: &Masker) -> Self {
         let m = |t: String| masker.mask(&t).into_owned();
@@ -101,7 +112,7 @@ pub fn with_url_read(spec: &PostgresOutput) -> PostgresOutput {
 /// creating nothing. `runs`: the job keeps `TABLE_runs`.
 pub fn check(spec: &PostgresOutput, runs: bool) -> Result<(), PgError> {
     let (url, masker) = url_of(spec)?;
-    let worker = worker::PgThread::start(&url).map_err(|e| e.masked(&masker))?;
+    let worker = worker::PgThread::start(&url, None).map_err(|e| e.masked(&masker))?;
     let (spec, names) = (spec.clone(), names::Names::of(spec));
     (worker.call(move |c| shape::fit(c, &spec, &names, runs, false))).map_err(|e| e.masked(&masker))
 }

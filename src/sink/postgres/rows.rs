@@ -1,5 +1,6 @@
-//! A page's rows into PostgreSQL: upserted in one transaction (one
-//! statement over arrays of keys and items, so a page is one round trip),
+//! A page's rows into PostgreSQL: upserted in one transaction with those
+//! of the pages that came meanwhile (one statement a page over arrays of
+//! keys and items, so a page is one round trip),
 //! with the run that wrote its input's rows (a once-job's), committed when
 //! this returns; and the reads the run makes of the rows (which inputs
 //! have rows, whether a row is there, the highest run).
@@ -14,60 +15,73 @@ use super::names::Names;
 use crate::sink::PageRows;
 use crate::sink::sqlite::PreparedRows;
 
-/// Upsert `page`'s rows of job `job` (and, `runs`, its input's run) in one
-/// transaction: what the page gave, its new rows counted.
-pub(super) fn write_page(
+/// Upsert the rows of `pages` (and, `runs`, each input's run) of job
+/// `job` in one transaction, committed when this returns (pages that came
+/// while the one before was being committed share a commit, as SQLite's
+/// do); the first error fails them all, nothing of any written. What each
+/// page gave, its new rows counted.
+pub(super) fn write_group(
     client: &mut Client,
     names: &Names,
     job: &str,
-    page: &PreparedRows,
+    pages: &[&PreparedRows],
     runs: bool,
-) -> Result<PageRows, PgError> {
-    let mut found = page.found;
+) -> Result<Vec<PageRows>, PgError> {
+    let mut found: Vec<PageRows> = pages.iter().map(|p| p.found).collect();
     // (a page that is not JSON has no rows, and marks no input done)
-    if found.not_json {
+    if pages.iter().all(|p| p.found.not_json) {
         return Ok(found);
     }
-    // (one statement cannot touch a row twice: of a key the page holds
-    // twice, the last row is the one kept, as one upsert after another
-    // would leave it)
+    let on = |e: postgres::Error| at_statement(&e);
+    let mut tx = client.transaction().map_err(on)?;
+    let upsert = tx.prepare(&format!(
+        "INSERT INTO {} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") \
+         SELECT u.k, $2::text, $3::text, $4::text::timestamptz, u.i::jsonb \
+         FROM unnest($1::text[], $5::text[]) AS u(k, i) \
+         ON CONFLICT (\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
+         \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\" \
+         RETURNING (xmax = 0)",
+        names.table
+    ));
+    let upsert = upsert.map_err(on)?;
+    let input_run = format!(
+        "INSERT INTO {} (\"job\", \"input\", \"run\") VALUES ($1, $2, $3) \
+         ON CONFLICT (\"job\", \"input\") DO UPDATE SET \"run\" = excluded.\"run\"",
+        names.runs
+    );
+    for (page, found) in pages.iter().zip(&mut found) {
+        if page.found.not_json {
+            continue;
+        }
+        let (keys, items) = last_of_each_key(page);
+        let inserted = tx
+            .query(
+                &upsert,
+                &[&keys, &job, &page.input, &page.fetched_at, &items],
+            )
+            .map_err(on)?;
+        found.new = inserted.iter().filter(|r| r.get::<_, bool>(0)).count() as u64;
+        if runs {
+            tx.execute(&input_run, &[&job, &page.input, &(page.run as i64)])
+                .map_err(on)?;
+        }
+    }
+    tx.commit().map_err(on)?;
+    Ok(found)
+}
+
+/// A page's keys and items, a key the page holds twice once, its last
+/// row kept (one statement cannot touch a row twice; one upsert after
+/// another would leave the last).
+fn last_of_each_key(page: &PreparedRows) -> (Vec<&str>, Vec<&str>) {
     let mut last: HashMap<&str, usize> = HashMap::new();
     for (i, (key, _)) in page.rows.iter().enumerate() {
         last.insert(key, i);
     }
-    let (keys, items): (Vec<&str>, Vec<&str>) = (page.rows.iter().enumerate())
+    (page.rows.iter().enumerate())
         .filter(|(i, (key, _))| last.get(key.as_str()) == Some(i))
         .map(|(_, (k, item))| (k.as_str(), item.as_str()))
-        .unzip();
-    let mut tx = client.transaction().map_err(|e| at_statement(&e))?;
-    let t = &names.table;
-    let inserted = tx
-        .query(
-            &format!(
-                "INSERT INTO {t} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") \
-                 SELECT u.k, $2::text, $3::text, $4::text::timestamptz, u.i::jsonb \
-                 FROM unnest($1::text[], $5::text[]) AS u(k, i) \
-                 ON CONFLICT (\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
-                 \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\" \
-                 RETURNING (xmax = 0)"
-            ),
-            &[&keys, &job, &page.input, &page.fetched_at, &items],
-        )
-        .map_err(|e| at_statement(&e))?;
-    found.new = inserted.iter().filter(|r| r.get::<_, bool>(0)).count() as u64;
-    if runs {
-        tx.execute(
-            &format!(
-                "INSERT INTO {} (\"job\", \"input\", \"run\") VALUES ($1, $2, $3) \
-                 ON CONFLICT (\"job\", \"input\") DO UPDATE SET \"run\" = excluded.\"run\"",
-                names.runs
-            ),
-            &[&job, &page.input, &(page.run as i64)],
-        )
-        .map_err(|e| at_statement(&e))?;
-    }
-    tx.commit().map_err(|e| at_statement(&e))?;
-    Ok(found)
+        .unzip()
 }
 
 /// Whether the table holds the row of `key`.

@@ -1,7 +1,8 @@
 //! [`Postgres`]: a job's PostgreSQL table as an [`Output`], as
 //! [`crate::sink::Sqlite`] is for SQLite: a page's rows made ready on the
 //! page's thread (the SQLite sink's own `prepare`, one row model for
-//! both) and upserted on the connection's thread; what a validator stands
+//! both) and upserted on the connection's thread with those of the pages
+//! that came meanwhile; what a validator stands
 //! for the key of its page's first row; the inputs done those with rows.
 
 use std::collections::HashSet;
@@ -9,7 +10,7 @@ use std::ops::RangeInclusive;
 use std::sync::Mutex;
 
 use super::names::Names;
-use super::worker::PgThread;
+use super::worker::{PgTable, PgThread};
 use super::{PgError, rows};
 use crate::config::{Masker, PostgresOutput, Secret, SqliteOutput};
 use crate::sink::output::{Output, OutputError, Page, ResultsHeld, Wrote};
@@ -37,8 +38,13 @@ impl Postgres {
     pub fn open(spec: &PostgresOutput, job: &str, runs: bool) -> Result<Self, PgError> {
         let (url, masker) = super::url_of(spec)?;
         let server = url.server();
-        let worker = PgThread::start(&url).map_err(|e| e.masked(&masker))?;
         let names = Names::of(spec);
+        let table = PgTable {
+            names: names.clone(),
+            job: job.to_string(),
+            runs,
+        };
+        let worker = PgThread::start(&url, Some(table)).map_err(|e| e.masked(&masker))?;
         let (fit_spec, fit_names) = (spec.clone(), names.clone());
         worker
             .call(move |c| super::shape::fit(c, &fit_spec, &fit_names, runs, true))
@@ -114,12 +120,10 @@ impl Output for Postgres {
             page.run,
         );
         wrote.held.row = prepared.first_key();
-        let runs = self.runs;
-        let found = self
-            .call(move |c, names, job| rows::write_page(c, names, job, &prepared, runs))
-            .map_err(|e| self.output_error(e))?;
+        let (found, first) =
+            (self.worker.write(prepared)).map_err(|e| self.output_error(e.masked(&self.masker)))?;
         if let Ok(mut counts) = self.counts.lock() {
-            counts.0 += 1;
+            counts.0 += u64::from(first);
             counts.1 += 1;
         }
         wrote.rows = Some(found);
