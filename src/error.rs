@@ -158,6 +158,13 @@ pub enum Error {
     #[error("{0}")]
     Busy(String),
 
+    /// A job's results database cannot be reached, or its connection was
+    /// lost (PostgreSQL): the pages committed stay, the cursor before the
+    /// rest; the next tick tries again (69). Names the server, never its
+    /// password.
+    #[error("{0}")]
+    ResultsUnavailable(String),
+
     /// `portion exec` could not start its command (after the charge was made).
     #[error("cannot run {program}: {source} (its charge was made and stays recorded)")]
     CommandNotStarted {
@@ -193,7 +200,7 @@ impl Error {
             Self::Config { .. } => ExitStatus::CONFIG,
             Self::Usage(_) => ExitStatus::USAGE,
             Self::Busy(_) => ExitStatus::STOPPED,
-            Self::StoreUnavailable { .. } => ExitStatus::UNAVAILABLE,
+            Self::StoreUnavailable { .. } | Self::ResultsUnavailable(_) => ExitStatus::UNAVAILABLE,
             Self::Store { source, .. } => match source {
                 StoreError::Unavailable(_) => ExitStatus::UNAVAILABLE,
                 _ => ExitStatus::FAILURE,

@@ -1,7 +1,8 @@
 //! Where results go, apart from the run that fetches them: the one
 //! interface the run writes through ([`output`]: an [`Output`] each place,
 //! the job's [`Outputs`]), page files in a folder ([`Files`], named and
-//! written as [`folder`] says) and rows in SQLite ([`Sqlite`]), and the
+//! written as [`folder`] says), rows in SQLite ([`Sqlite`]) and rows in
+//! PostgreSQL ([`Postgres`]), and the
 //! identity each output keeps so a run can tell it was replaced
 //! ([`output_id`]).
 //! The run imports it; it imports nothing of the run or of the wire but
@@ -11,8 +12,10 @@ pub mod files;
 pub mod folder;
 pub mod output;
 pub mod output_id;
+pub mod postgres;
 pub mod sqlite;
 
 pub use self::files::Files;
 pub use self::output::{Output, OutputError, Outputs, Page, PageRows, ResultsHeld, Wrote};
+pub use self::postgres::Postgres;
 pub use self::sqlite::Sqlite;

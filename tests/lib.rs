@@ -55,6 +55,8 @@ mod run_limits_learned;
 mod run_not_modified;
 mod run_page_reading;
 mod run_pagination;
+mod run_postgres;
+mod run_postgres_errors;
 mod run_requests;
 mod run_requests_urls;
 mod run_secrets;

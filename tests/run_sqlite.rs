@@ -11,11 +11,15 @@ use crate::common::deployment::{
 };
 use crate::common::inputs::{keys, once_each, per_key, write};
 use crate::common::redis::RedisServer;
+use crate::common::sinks::RowsSink;
 use crate::common::standin::Standin;
 use crate::common::wait_until;
 use crate::common::yaml::{Job, Step};
 
 pub(crate) const ROWS: &str = "{ sqlite: { path: out/videos.db, table: videos, items: /items/*, key: /id, search: [/snippet/title] } }";
+
+/// [`ROWS`]' settings but the database and the table, for either sink.
+const ROWS_FIELDS: &str = ", items: /items/*, key: /id, search: [/snippet/title]";
 
 /// Job `trending` over `regions`, 3 pages each, its rows as `output` says.
 pub(crate) fn trending(store: &str, base: &str, regions: &[&str], output: &str) -> String {
@@ -23,7 +27,7 @@ pub(crate) fn trending(store: &str, base: &str, regions: &[&str], output: &str) 
 }
 
 /// The same, `concurrency` regions walked side by side.
-fn trending_at(
+pub(crate) fn trending_at(
     store: &str,
     base: &str,
     regions: &[&str],
@@ -188,14 +192,23 @@ fn rows_are_upserted_once_per_key_across_regions_and_reruns_and_the_index_follow
 
 #[test]
 fn a_run_killed_mid_run_then_rerun_leaves_every_row_once() {
+    killed_mid_run_then_rerun(RowsSink::Sqlite);
+}
+
+/// A run of 3 regions side by side killed (-9) while their second pages
+/// are in flight: the first pages' rows stay, and the next run leaves every
+/// row once. `sink`: where the rows go (run against both).
+pub(crate) fn killed_mid_run_then_rerun(sink: RowsSink) {
     // Second pages answer in 3 s: the kill lands while they are in
     // flight, the three regions' first pages (written at once, side by
     // side, their rows committed together or not) committed.
     let slow = Standin::start(&["--slow", "pageToken=CAUQ1=3s"]);
     let d = Deployment::new("");
+    sink.ready(&d);
     let store = embedded_store(&d);
     let regions = ["US", "GB", "DE"];
-    d.write(&trending_at(&store, &slow.base(), &regions, ROWS, 3));
+    let output = sink.output("out/videos.db", "videos", ROWS_FIELDS);
+    d.write(&trending_at(&store, &slow.base(), &regions, &output, 3));
     let mut victim = spawn(&mut d.cmd(&["run"]));
     wait_until(Duration::from_secs(30), "page 2 never asked for", || {
         let seen = slow.seen();
@@ -203,21 +216,22 @@ fn a_run_killed_mid_run_then_rerun_leaves_every_row_once() {
     });
     kill("-KILL", victim.id());
     victim.wait().unwrap();
-    let before = rows(&db(&d)).len();
+    let before = sink.keys(&d, "out/videos.db", "videos").len();
     assert_eq!(before, 15, "the first pages");
 
     let up = Standin::start(&[]);
-    d.write(&trending_at(&store, &up.base(), &regions, ROWS, 3));
+    d.write(&trending_at(&store, &up.base(), &regions, &output, 3));
     let r = d.run_after_killed_lock();
     assert_eq!(r.code, 0, "{r:?}");
-    let c = db(&d);
-    let got: BTreeSet<String> = rows(&c).into_keys().collect();
+    let got = sink.keys(&d, "out/videos.db", "videos");
     let want: BTreeSet<String> = regions
         .iter()
         .flat_map(|r| (0..3).flat_map(move |p| (0..5).map(move |i| format!("{r}{p:02}{i:03}"))))
         .collect();
     assert_eq!(got, want);
-    index_in_step(&c);
+    if let RowsSink::Sqlite = sink {
+        index_in_step(&db(&d));
+    }
 }
 
 #[test]
@@ -538,6 +552,16 @@ fn two_jobs_sharing_a_table_by_the_default_key_are_78() {
 /// A once-job over `ids.txt`, `concurrency` inputs at once, one row an
 /// input in table `results` of `out/rows.db`, no page files.
 pub(crate) fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
+    rows_only_into(store, base, concurrency, &RowsSink::Sqlite)
+}
+
+/// [`rows_only`], its rows in `sink`'s table `results`.
+pub(crate) fn rows_only_into(
+    store: &str,
+    base: &str,
+    concurrency: usize,
+    sink: &RowsSink,
+) -> String {
     main_units(store, WIDE)
         .endpoint("videos.list", "{ units: 1 }")
         .job(
@@ -550,7 +574,7 @@ pub(crate) fn rows_only(store: &str, base: &str, concurrency: usize) -> String {
                         .url(&format!("{base}/youtube/v3/videos"))
                         .query(r#"{ part: snippet, regionCode: "{key}", maxResults: 1, key: "{secret}" }"#),
                 )
-                .output("{ sqlite: { path: out/rows.db, table: results } }"),
+                .output(&sink.output("out/rows.db", "results", "")),
         )
         .render()
 }
@@ -571,13 +595,23 @@ pub(crate) fn inputs_with_rows(d: &Deployment) -> BTreeMap<String, usize> {
 
 #[test]
 fn a_kill_9_of_a_rows_only_once_job_fetches_no_input_with_rows_again() {
+    kill_9_of_a_rows_only_once_job(RowsSink::Sqlite);
+}
+
+/// A once-job of inputs whose rows (no page files) are in `sink`'s table,
+/// killed (-9) while the store held its cursor's save: no input with rows
+/// is fetched again, at most the requests in flight are redone, every
+/// input ends with one row.
+pub(crate) fn kill_9_of_a_rows_only_once_job(sink: RowsSink) {
     let redis = RedisServer::start();
     // K6 answers in 3 s, the others at once.
     let slow = Standin::start(&["--slow", "=K6&=3s"]);
     let d = Deployment::new("");
+    sink.ready(&d);
+    let with_rows = |d: &Deployment| sink.inputs_with_rows(d, "out/rows.db", "results");
     let all = keys(0..30);
     write(&d, "ids.txt", &(all.join("\n") + "\n"));
-    d.write(&rows_only(&redis.url(), &slow.base(), 4));
+    d.write(&rows_only_into(&redis.url(), &slow.base(), 4, &sink));
     let mut victim = spawn(&mut d.cmd(&["run"]));
     wait_until(Duration::from_secs(30), "K6 was never asked for", || {
         slow.seen().iter().any(|s| s.region == "K6")
@@ -586,16 +620,16 @@ fn a_kill_9_of_a_rows_only_once_job_fetches_no_input_with_rows_again() {
     // committed, the cursor's save after them waits; then the kill.
     kill("-STOP", redis.pid());
     wait_until(Duration::from_secs(30), "K6's row never written", || {
-        inputs_with_rows(&d).contains_key("K6")
+        with_rows(&d).contains_key("K6")
     });
     kill("-KILL", victim.id());
     victim.wait().unwrap();
     kill("-CONT", redis.pid());
-    let written = inputs_with_rows(&d);
+    let written = with_rows(&d);
     let first = per_key(&slow);
 
     let up = Standin::start(&[]);
-    d.write(&rows_only(&redis.url(), &up.base(), 4));
+    d.write(&rows_only_into(&redis.url(), &up.base(), 4, &sink));
     let r = d.run_after_killed_lock();
     assert_eq!(r.code, 0, "{r:?}");
     let second = per_key(&up);
@@ -606,14 +640,21 @@ fn a_kill_9_of_a_rows_only_once_job_fetches_no_input_with_rows_again() {
     );
     let redone = second.keys().filter(|k| first.contains_key(*k)).count();
     assert!(redone <= 4, "{redone} redone: {first:?} {second:?}");
-    assert_eq!(inputs_with_rows(&d), once_each(&all), "{r:?}");
+    assert_eq!(with_rows(&d), once_each(&all), "{r:?}");
 }
 
 #[test]
 fn a_new_store_fetches_no_input_that_has_rows() {
+    new_store_fetches_no_input_that_has_rows(RowsSink::Sqlite);
+}
+
+/// A once-job whose store is replaced by a new one (its cursor lost)
+/// fetches no input that has rows in `sink`'s table.
+pub(crate) fn new_store_fetches_no_input_that_has_rows(sink: RowsSink) {
     let up = Standin::start(&[]);
     let d = Deployment::new("");
-    let job = |store: &str| rows_only(store, &up.base(), 1);
+    sink.ready(&d);
+    let job = |store: &str| rows_only_into(store, &up.base(), 1, &sink);
     write(&d, "ids.txt", &(keys(0..8).join("\n") + "\n"));
     d.write(&job(&embedded_store(&d)));
     assert_eq!(d.portion(&["run"]).code, 0);
@@ -624,17 +665,10 @@ fn a_new_store_fetches_no_input_that_has_rows() {
     let r = d.portion(&["run"]);
     assert_eq!(r.code, 0, "{r:?}");
     assert_eq!(per_key(&up), once_each(&keys(0..10)), "{r:?}");
-    let c = Connection::open(d.path().join("out/rows.db")).unwrap();
-    let inputs: Vec<String> = c
-        .prepare("SELECT input FROM results ORDER BY key")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let mut want = keys(0..10);
-    want.sort();
-    assert_eq!(inputs, want, "one row an input, keyed by it");
+    let inputs = sink.inputs_with_rows(&d, "out/rows.db", "results");
+    let keyed = sink.keys(&d, "out/rows.db", "results");
+    assert_eq!(inputs, once_each(&keys(0..10)), "one row an input");
+    assert_eq!(keyed, keys(0..10).into_iter().collect(), "keyed by it");
     assert!(!d.path().join("out/list").exists());
 }
 

@@ -68,8 +68,40 @@ pub fn execute(config: &Config, store: &StoreLocation) -> Result<ExitStatus> {
                 },
             })?;
         }
+        if let Some(spec) = &job.postgres {
+            check_postgres(config, job, spec)?;
+        }
     }
     super::table::emit(&describe(config, store))
+}
+
+/// `check` of a job's PostgreSQL table: connect, and check its tables'
+/// shape as a run's open would (creating nothing); a URL in a systemd
+/// credential outside its unit is not checked, and said so.
+fn check_postgres(config: &Config, job: &Job, spec: &crate::config::PostgresOutput) -> Result<()> {
+    if spec.url.expose().is_empty() {
+        let source = (spec.url_source.as_ref()).map_or(String::new(), |s| s.to_string());
+        tracing::warn!(
+            "job {}: its PostgreSQL URL, {source}, was not checked: $CREDENTIALS_DIRECTORY is not set (outside its systemd unit)",
+            job.name
+        );
+        return Ok(());
+    }
+    let server = crate::sink::postgres::server_of(spec).unwrap_or_default();
+    crate::sink::postgres::check(spec, job.rows_keep_runs()).map_err(|e| {
+        match crate::sink::postgres::command_error(e, &config.file, &job.name, &server) {
+            Error::Config {
+                file,
+                field,
+                message,
+            } => Error::Config {
+                file,
+                field,
+                message: format!("{message}; a run would stop before its first call"),
+            },
+            other => other,
+        }
+    })
 }
 
 /// The credentials whose secret this process cannot see (a systemd
@@ -236,6 +268,9 @@ fn job(w: &mut String, job: &Job, cred: &Credential) {
     }
     if let Some(s) = &job.sqlite {
         let _ = writeln!(w, "  rows: {}", rows_at(s));
+    }
+    if let Some(p) = &job.postgres {
+        let _ = writeln!(w, "  rows: {}", super::common::rows::postgres_at(p));
     }
     if let Some(s) = job.schedule {
         let _ = writeln!(w, "  schedule: every {}", fmt_duration(s));

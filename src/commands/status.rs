@@ -16,7 +16,7 @@ pub use self::gather::read;
 use self::gather::{nothing_charged, select};
 pub use self::json::{
     CredentialJson, JobJson, LogLostJson, PoolJson, RateLimitJson, ShareJson, StatusJson,
-    WindowJson, to_json,
+    TableJson, WindowJson, to_json,
 };
 pub use self::text::render;
 use super::common::inputs::{self, InputsProgress};
@@ -61,6 +61,8 @@ pub struct CredentialReport {
         crate::config::LearnedWindow,
         Option<(u64, crate::ledger::Micros)>,
     )>,
+    /// Each job with `output.postgres`: its table and row count.
+    pub tables: std::collections::BTreeMap<String, TableJson>,
 }
 
 pub async fn execute(
@@ -90,6 +92,8 @@ pub async fn execute(
         }
         None => nothing_charged(config, &credentials),
     };
+    let mut reports = reports;
+    count_tables(config, &mut reports).await;
     warn_many_tags(&reports);
     let header = StoreHeader {
         store: store_desc,
@@ -107,6 +111,42 @@ pub async fn execute(
                 on: context::colour_on_stdout(),
             };
             emit(&render(&header, &reports, paint))
+        }
+    }
+}
+
+/// Each job's PostgreSQL table and its rows of the job, one bounded
+/// `count(*)` each (see [`crate::sink::postgres::rows_of_job`]).
+async fn count_tables(config: &Config, reports: &mut [CredentialReport]) {
+    for r in reports {
+        for (name, _) in &r.jobs {
+            let Some(job) = config.jobs.iter().find(|j| &j.name == name) else {
+                continue;
+            };
+            let Some(spec) = job.postgres.clone() else {
+                continue;
+            };
+            let server = super::common::rows::postgres_server(&spec);
+            let table = spec.table_name();
+            let job_name = name.clone();
+            let counted = tokio::task::spawn_blocking(move || {
+                crate::sink::postgres::rows_of_job(&spec, &job_name)
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+            let (rows, unknown) = match counted {
+                Ok(n) => (Some(n), None),
+                Err(why) => (None, Some(why)),
+            };
+            r.tables.insert(
+                name.clone(),
+                TableJson {
+                    table,
+                    server,
+                    rows,
+                    unknown,
+                },
+            );
         }
     }
 }

@@ -17,6 +17,7 @@ mod json_text;
 mod learned;
 mod output;
 pub(crate) mod per_run;
+pub mod postgres_url;
 mod raw;
 mod reset;
 mod secret;
@@ -39,7 +40,7 @@ pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
 pub use self::inputs::{InputFormat, Inputs, MAX_BATCH, csv_builder, csv_header};
 pub use self::json_text::{JsonText, compact, index as json_index, key_text, raw_at};
 pub use self::learned::{Headroom, LearnedWindow};
-pub use self::output::{SqliteOutput, pointer_parts};
+pub use self::output::{PostgresOutput, SqliteOutput, pointer_parts};
 pub use self::reset::UpstreamReset;
 pub use self::secret::{Masker, Secret, SecretSource, mask, redact};
 pub use self::step::{
@@ -158,6 +159,8 @@ pub struct Job {
     pub output: Option<PathBuf>,
     /// `output.sqlite`: rows upserted into a table.
     pub sqlite: Option<SqliteOutput>,
+    /// `output.postgres`: rows upserted into a PostgreSQL table.
+    pub postgres: Option<PostgresOutput>,
     /// `every DURATION`, for planning.
     pub schedule: Option<Duration>,
     /// Requests of a run in flight at once (`concurrency`, default 1).

@@ -97,6 +97,19 @@ pub(super) struct RawJob {
 pub(super) struct RawOutput {
     pub(super) folder: Option<String>,
     pub(super) sqlite: Option<RawSqlite>,
+    pub(super) postgres: Option<RawPostgres>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPostgres {
+    pub(super) url: Value,
+    pub(super) table: String,
+    pub(super) items: Option<String>,
+    pub(super) key: Option<String>,
+    #[serde(default)]
+    pub(super) search: Vec<String>,
+    pub(super) search_language: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -29,6 +29,7 @@ mod inputs;
 mod job;
 mod output;
 mod paginate;
+mod postgres;
 mod request;
 mod shares;
 mod step;
@@ -117,6 +118,7 @@ impl Validator<'_> {
             jobs.push(self.job(name, j, &credentials, &endpoints)?);
         }
         self.shared_tables(&jobs)?;
+        self.shared_postgres_tables(&jobs)?;
         // An endpoint no job uses still has its cost checked for shape.
         for (name, e) in &endpoints {
             self.cost_shape(&format!("endpoints.{name}.cost"), &e.cost)?;

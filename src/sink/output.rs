@@ -1,12 +1,13 @@
 //! The one way results leave a run: a page handed to the job's
 //! [`Outputs`], each an [`Output`] (its file in a folder, [`Files`]; its
-//! rows in a table, [`super::sqlite::Sqlite`]; PostgreSQL next). The run
+//! rows in a table, [`super::sqlite::Sqlite`] or [`super::postgres::Postgres`]). The run
 //! never names a database: it writes a [`Page`], asks whether what a
 //! page's validators stand for is still [`ResultsHeld`], which inputs' results
 //! are there, the highest run that wrote there, and the outputs' id.
 //!
-//! Every method is blocking (files, SQLite): the run calls them on a
-//! blocking thread, or before its first request.
+//! Every method is blocking (files, SQLite, PostgreSQL's connection
+//! thread): the run calls them on a blocking thread, or before its first
+//! request.
 
 use std::collections::HashSet;
 use std::ops::RangeInclusive;
@@ -76,6 +77,9 @@ pub enum OutputError {
     Shape(String),
     /// Its rows, for another reason: why.
     Rows(String),
+    /// Its server, unreachable or gone (a PostgreSQL connection lost):
+    /// why, naming the server, never its password.
+    Unavailable(String),
 }
 
 /// One place a job's results go.

@@ -27,6 +27,55 @@ pub fn rows_apart<'j>(
     Ok(())
 }
 
+/// Where a job's rows go, each table (SQLite's, PostgreSQL's) as
+/// [`rows_at`] and [`postgres_at`] name it, joined (none: no table).
+pub fn rows_of(job: &Job) -> Option<String> {
+    let all: Vec<String> = (job.sqlite.iter().map(rows_at))
+        .chain(job.postgres.iter().map(postgres_at))
+        .collect();
+    (!all.is_empty()).then(|| all.join("; and "))
+}
+
+/// Where a job's PostgreSQL rows go: the server (never the password: read
+/// here from its secret's source when the command did not read it), the
+/// table and its search column.
+pub fn postgres_at(p: &crate::config::PostgresOutput) -> String {
+    let server = postgres_server(p);
+    let search = if p.search.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", searched in its column search ({}: {})",
+            p.search_language,
+            p.search.join(", ")
+        )
+    };
+    format!(
+        "PostgreSQL at {server}, table {}, items {}, key {}{search}",
+        p.table_name(),
+        if p.items.is_empty() {
+            "(the page)"
+        } else {
+            &p.items
+        },
+        if p.key.is_empty() {
+            "(the input's key)"
+        } else {
+            &p.key
+        }
+    )
+}
+
+/// The server of a job's PostgreSQL table as messages name it (the URL
+/// read from its source if the command did not), never its password.
+pub fn postgres_server(p: &crate::config::PostgresOutput) -> String {
+    let spec = crate::sink::postgres::with_url_read(p);
+    crate::sink::postgres::server_of(&spec).unwrap_or_else(|| match &p.url_source {
+        Some(source) => format!("the server in {source}"),
+        None => "the server of its url".into(),
+    })
+}
+
 /// Where a job's rows go: the database, its table and its full-text index.
 pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
     let search = if s.search.is_empty() {

@@ -282,7 +282,7 @@ fn plan_credential(
                 .schedule
                 .map(|every| schedule_plan(cred, job, every, &scheduled, log)),
             inputs: progress,
-            rows: job.sqlite.as_ref().map(super::common::rows::rows_at),
+            rows: super::common::rows::rows_of(job),
             conditional: job.steps.iter().any(|s| s.conditional.is_some()),
             not_modified: share.cloned(),
             finish,

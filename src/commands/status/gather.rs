@@ -70,6 +70,7 @@ pub(super) fn nothing_charged(
                     .map(|j| (j.name.clone(), NotModified::default()))
                     .collect(),
                 waiting: BTreeMap::new(),
+                tables: BTreeMap::new(),
             }
         })
         .collect()
@@ -163,6 +164,7 @@ pub async fn read(
             not_modified,
             waiting,
             shares,
+            tables: BTreeMap::new(),
         });
     }
     // Not saved: only a run, whose charges tell the store what this host

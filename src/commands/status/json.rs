@@ -144,6 +144,18 @@ pub struct RateLimitJson {
     pub header: String,
 }
 
+/// A job's PostgreSQL table: where, and its rows of the job (`null`:
+/// unknown, `unknown` says why: the count ran out of its time, say).
+#[derive(Serialize, Clone, Debug)]
+pub struct TableJson {
+    pub table: String,
+    /// `HOST:PORT database DB`, never the password.
+    pub server: String,
+    pub rows: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<String>,
+}
+
 #[derive(Serialize)]
 pub struct JobJson {
     pub job: String,
@@ -160,6 +172,9 @@ pub struct JobJson {
     /// Its run waits for units inside itself now (`max_wait`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<WaitingJson>,
+    /// A job with `output.postgres`: its table and row count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub postgres: Option<TableJson>,
 }
 
 /// What a run waits for: `units` of `pool` (none: the credential's block)
@@ -299,6 +314,7 @@ pub fn to_json(header: &StoreHeader, reports: &[CredentialReport]) -> StatusJson
                                 until: rfc3339(w.until),
                                 why: w.why.clone(),
                             }),
+                            postgres: r.tables.get(job).cloned(),
                         })
                         .collect(),
                 }

@@ -317,6 +317,17 @@ fn spent_and_jobs(out: &mut String, r: &CredentialReport) {
                 ),
             });
         }
+        if let Some(t) = r.tables.get(job) {
+            let rows = match (t.rows, &t.unknown) {
+                (Some(n), _) => format!("{n} rows"),
+                (None, Some(why)) => format!("rows unknown ({why})"),
+                (None, None) => "rows unknown".into(),
+            };
+            out.push_str(&format!(
+                "    table {} (PostgreSQL at {}): {rows}\n",
+                t.table, t.server
+            ));
+        }
         if let Some(n) = r.not_modified.get(job) {
             let saved: Vec<String> = n
                 .units_saved

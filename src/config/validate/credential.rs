@@ -99,7 +99,7 @@ impl Validator<'_> {
         })
     }
 
-    fn secret_source(&self, field: &str, v: &Value) -> Result<SecretSource> {
+    pub(super) fn secret_source(&self, field: &str, v: &Value) -> Result<SecretSource> {
         let Value::Mapping(m) = v else {
             return Err(self.err(
                 field,

@@ -37,9 +37,19 @@ impl Validator<'_> {
         self.hosts_from_inputs(&at, raw.hosts_from_inputs, inputs.is_some(), &steps)?;
         self.file_names_fit(&at, &name, &regions, steps.len())?;
         self.filled(&at, &name, &regions, inputs.as_ref(), &steps, cred)?;
-        let (output, sqlite) = self.output(&at, raw.output)?;
+        let (output, sqlite, postgres) = self.output(&at, raw.output)?;
         if let Some(sqlite) = &sqlite {
-            self.rows_keyed(&at, sqlite, &steps, keys.batched)?;
+            self.rows_keyed(
+                &at,
+                "sqlite",
+                &sqlite.items,
+                &sqlite.key,
+                &steps,
+                keys.batched,
+            )?;
+        }
+        if let Some(pg) = &postgres {
+            self.rows_keyed(&at, "postgres", &pg.items, &pg.key, &steps, keys.batched)?;
         }
         let schedule = raw
             .schedule
@@ -61,6 +71,7 @@ impl Validator<'_> {
             steps,
             output,
             sqlite,
+            postgres,
             schedule,
             concurrency,
             max_wait,

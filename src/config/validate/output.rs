@@ -7,21 +7,24 @@ use std::path::PathBuf;
 use super::*;
 use crate::config::pointer_parts;
 
+/// A job's folder, SQLite table and PostgreSQL table, each if named.
+type OutputsOfJob = (
+    Option<PathBuf>,
+    Option<SqliteOutput>,
+    Option<crate::config::PostgresOutput>,
+);
+
 impl Validator<'_> {
     /// The folder of page files (if any) and the SQLite table (if any).
-    pub(super) fn output(
-        &self,
-        at: &str,
-        raw: Value,
-    ) -> Result<(Option<PathBuf>, Option<SqliteOutput>)> {
+    pub(super) fn output(&self, at: &str, raw: Value) -> Result<OutputsOfJob> {
         let field = format!("{at}.output");
         if let Value::String(folder) = &raw {
-            return Ok((Some(self.folder(&field, folder)?), None));
+            return Ok((Some(self.folder(&field, folder)?), None, None));
         }
         let raw: RawOutput = serde_yaml::from_value(raw).map_err(|e| {
             self.err(
                 &field,
-                format!("expected a folder, or {{ folder, sqlite: {{ path, table, items, key, search }} }}: {e}"),
+                format!("expected a folder, or {{ folder, sqlite: {{ path, table, items, key, search }}, postgres: {{ url, table, items, key, search, search_language }} }}: {e}"),
             )
         })?;
         let folder = raw
@@ -32,13 +35,17 @@ impl Validator<'_> {
             .sqlite
             .map(|s| self.sqlite(&format!("{field}.sqlite"), s))
             .transpose()?;
-        if folder.is_none() && sqlite.is_none() {
+        let postgres = raw
+            .postgres
+            .map(|p| self.postgres(&format!("{field}.postgres"), p))
+            .transpose()?;
+        if folder.is_none() && sqlite.is_none() && postgres.is_none() {
             return Err(self.err(
                 field,
-                "names neither a `folder` nor a `sqlite` table: the results would go nowhere",
+                "names neither a `folder` nor a `sqlite` nor a `postgres` table: the results would go nowhere",
             ));
         }
-        Ok((folder, sqlite))
+        Ok((folder, sqlite, postgres))
     }
 
     /// Rows keyed by the input (`key: ""`) are one row per input: refused
@@ -47,15 +54,17 @@ impl Validator<'_> {
     pub(super) fn rows_keyed(
         &self,
         at: &str,
-        sqlite: &SqliteOutput,
+        sink: &str,
+        items: &str,
+        key: &str,
         steps: &[Step],
         batched: bool,
     ) -> Result<()> {
-        if !sqlite.key.is_empty() {
+        if !key.is_empty() {
             return Ok(());
         }
         let last = steps.last();
-        let why = if sqlite.items.split('/').any(|p| p == "*") {
+        let why = if items.split('/').any(|p| p == "*") {
             Some("`items` takes several rows from each page")
         } else if last.is_some_and(|s| s.paginate.is_some()) {
             Some("the last step has several pages per input")
@@ -68,7 +77,7 @@ impl Validator<'_> {
         };
         match why {
             Some(why) => Err(self.err(
-                format!("{at}.output.sqlite.key"),
+                format!("{at}.output.{sink}.key"),
                 format!(
                     "\"\" keys each row by its input, but {why}: each row would replace the one \
                      before, leaving one; name a pointer inside the row that tells them apart (an id)"
@@ -215,7 +224,7 @@ impl Validator<'_> {
     }
 
     /// A JSON pointer: `""` or starting with `/`.
-    fn pointer(&self, field: &str, pointer: &str) -> Result<()> {
+    pub(super) fn pointer(&self, field: &str, pointer: &str) -> Result<()> {
         if pointer_parts(pointer).is_none() {
             return Err(self.err(
                 field,
@@ -238,7 +247,7 @@ fn reserved_in_index(column: &str, table: &str) -> bool {
 }
 
 /// A name SQL takes unquoted: letters, digits and `_`, not starting with a digit.
-fn sql_name(name: &str) -> bool {
+pub(super) fn sql_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()

@@ -199,10 +199,12 @@ impl<'a> JobRun<'a> {
                     None => job.regions.len().max(1),
                 },
                 page_files: job.output.is_some(),
-                rows: (job.sqlite.as_ref()).map(|s| crate::runner::report::RowCounts {
-                    table: s.table.clone(),
-                    ..Default::default()
-                }),
+                rows: (job.sqlite.as_ref().map(|s| s.table.clone()))
+                    .or_else(|| job.postgres.as_ref().map(|p| p.table_name()))
+                    .map(|table| crate::runner::report::RowCounts {
+                        table,
+                        ..Default::default()
+                    }),
                 ..JobReport::default()
             }),
             meter: Meter::new(

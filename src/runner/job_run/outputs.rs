@@ -29,6 +29,9 @@ pub(super) async fn open(
     if let Some(spec) = &job.sqlite {
         outputs.push(Arc::new(open_table(job, config, spec).await?));
     }
+    if let Some(spec) = &job.postgres {
+        outputs.push(crate::sink::postgres::open_for_run(config, job, spec).await?);
+    }
     if let Some(dir) = &job.output {
         outputs.put_first(Arc::new(prepare_folder(job, dir, locked, cursor_run)?));
     }
@@ -107,6 +110,7 @@ pub(super) fn error(job: &Job, config: &Path, name: &str, e: OutputError) -> Err
         OutputError::Rows(why) => {
             sink_error(job, config, SinkError::Io(std::io::Error::other(why)))
         }
+        OutputError::Unavailable(why) => Error::ResultsUnavailable(why),
     }
 }
 
@@ -150,7 +154,12 @@ fn sink_error(job: &Job, config: &Path, e: SinkError) -> Error {
 /// Warn of a page's items without a key (and of a page that is not JSON,
 /// or has nothing at `items`, which have no rows).
 pub(super) fn say_rows(job: &Job, key: &str, name: &str, rows: &PageRows) {
-    let spec = job.sqlite.as_ref();
+    // (a job with both tables: named as its SQLite table says them)
+    let (items, at) = match (&job.sqlite, &job.postgres) {
+        (Some(s), _) => (s.items.as_str(), s.key.as_str()),
+        (None, Some(p)) => (p.items.as_str(), p.key.as_str()),
+        (None, None) => ("", ""),
+    };
     if rows.not_json {
         warn!(
             job = job.name,
@@ -158,14 +167,12 @@ pub(super) fn say_rows(job: &Job, key: &str, name: &str, rows: &PageRows) {
         );
     }
     if rows.no_items {
-        let items = spec.map_or("", |s| s.items.as_str());
         warn!(
             job = job.name,
             "{name}: nothing at {items} in the page of {key} (not even an empty array): no rows from it"
         );
     }
     if rows.without_key > 0 {
-        let at = spec.map_or("", |s| s.key.as_str());
         warn!(
             job = job.name,
             "{name}: {} item(s) of {key} without a key at {at}: skipped", rows.without_key

@@ -13,13 +13,13 @@ use crate::page_scan;
 /// page's own thread, so that the writer that commits (for several pages
 /// at once, see [`super::group`]) only runs the statements.
 pub struct PreparedRows {
-    pub(super) input: String,
-    pub(super) fetched_at: String,
-    pub(super) run: u64,
+    pub(crate) input: String,
+    pub(crate) fetched_at: String,
+    pub(crate) run: u64,
     /// Each row's key and item (JSON text), in the page's order.
-    pub(super) rows: Vec<(String, String)>,
+    pub(crate) rows: Vec<(String, String)>,
     pub(super) entries: Vec<Entry>,
-    pub(super) found: PageRows,
+    pub(crate) found: PageRows,
 }
 
 impl PreparedRows {

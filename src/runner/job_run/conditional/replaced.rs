@@ -96,11 +96,7 @@ impl Conditional<'_> {
         outputs: &Outputs,
     ) {
         let job = self.job;
-        if !self.keeps()
-            || (job.output.is_none() && job.sqlite.is_none())
-            || store.is_none()
-            || !self.kept.borrow().read
-        {
+        if !self.keeps() || outputs.is_empty() || store.is_none() || !self.kept.borrow().read {
             return;
         }
         let outputs = outputs.clone();

@@ -41,12 +41,13 @@ pub(in crate::runner::job_run) fn results_on_disk(
             warn!(
                 job = job.name,
                 "the store has no place in the inputs for this job, but {} holds {} of {} input(s) (a new or emptied store?): those are not fetched again",
-                match (&job.output, &job.sqlite) {
-                    (Some(dir), _) => dir.display().to_string(),
-                    (None, Some(s)) => format!("table {} of {}", s.table, s.path.display()),
-                    (None, None) => String::new(),
+                match (&job.output, &job.sqlite, &job.postgres) {
+                    (Some(dir), _, _) => dir.display().to_string(),
+                    (None, Some(s), _) => format!("table {} of {}", s.table, s.path.display()),
+                    (None, None, Some(p)) => format!("PostgreSQL table {}", p.table_name()),
+                    (None, None, None) => String::new(),
                 },
-                if job.sqlite.is_some() {
+                if job.sqlite.is_some() || job.postgres.is_some() {
                     "pages or rows"
                 } else {
                     "pages"
