@@ -32,7 +32,6 @@ use serde_json::json;
 
 use crate::exchange::{Answer, Request, State};
 
-const HOUR: Duration = Duration::from_secs(3600);
 const MINUTE: Duration = Duration::from_secs(60);
 
 fn epoch(t: SystemTime) -> u64 {
@@ -43,9 +42,13 @@ fn epoch(t: SystemTime) -> u64 {
 /// added, or the 403 of a spent hour instead.
 pub fn github(state: &State, answer: Answer, if_none_match: Option<&str>) -> Answer {
     let limit = state.opts.github_limit;
+    let window = state.opts.github_window;
     let now = SystemTime::now();
     let mut w = state.counters.github.lock().unwrap();
-    w.roll(now, HOUR);
+    w.roll(now, window);
+    // (GitHub's reset is in whole epoch seconds, and so is its window's
+    // start: a request at the reset it said is in the next window)
+    w.start = UNIX_EPOCH + Duration::from_secs(epoch(w.start));
     // (GitHub: a conditional request answered 304 does not count against
     // the rate limit; its headers say the count as it stands)
     let etag = answer
@@ -58,7 +61,7 @@ pub fn github(state: &State, answer: Answer, if_none_match: Option<&str>) -> Ans
         let reset = state
             .opts
             .github_reset
-            .unwrap_or_else(|| epoch(w.start + HOUR));
+            .unwrap_or_else(|| epoch(w.start + window));
         let headers = vec![
             ("ETag", etag.unwrap_or_default().to_string()),
             ("X-RateLimit-Limit", limit.to_string()),
@@ -72,7 +75,7 @@ pub fn github(state: &State, answer: Answer, if_none_match: Option<&str>) -> Ans
     let reset = state
         .opts
         .github_reset
-        .unwrap_or_else(|| epoch(w.start + HOUR));
+        .unwrap_or_else(|| epoch(w.start + window));
     let spent = w.used >= limit;
     if !spent {
         w.used += 1;

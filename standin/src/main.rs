@@ -123,6 +123,11 @@ pub struct Options {
     #[arg(long, default_value_t = 5000)]
     pub github_limit: u64,
 
+    /// The length of GitHub's rate-limit window (its hour; shorter for a
+    /// benchmark that runs through several)
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub github_window: Duration,
+
     /// Requests already spent from GitHub's hourly limit by other tools when
     /// the stand-in starts (usage made outside `portion`)
     #[arg(long, default_value_t = 0)]
