@@ -5,6 +5,7 @@
 #
 #   bash bench/keep_pace.sh github      # PAGES=617 LIMIT=250 DELAY=30ms TICK=60
 #   bash bench/keep_pace.sh llm         # PROMPTS=20000 RPM=6000 TPM=2000000 CONCURRENCY=16
+#   bash bench/keep_pace.sh day         # REGIONS=60 BUDGET=30 DAY=30 TICK=3 DAYS=5
 #
 # github: the dlt scenario. One repository's issues, PAGES pages behind
 # `Link: next`, from a GitHub-shaped stand-in allowing LIMIT requests a
@@ -28,12 +29,22 @@
 # what the tighter limit allows in them (k minutes: k x RPM at most, the
 # goal within 5% of it).
 #
+# day: a simulated day, shortened. A job of REGIONS regions of one page
+# each, a sliding window of DAY seconds (the "day") holding BUDGET
+# requests, fewer than the regions, so the budget is what limits; a timer
+# starts a run every TICK seconds for DAYS days. Each run spends what is
+# free and stops (75), or, with a wait of one tick (`run --wait TICK`),
+# waits for the units freed before the next tick and goes on. Reported
+# per way: each day's requests over BUDGET (the first day's burst is whole
+# by construction), and the worst gap between two fetches of one region
+# over the ideal (REGIONS / BUDGET days).
+#
 # Release builds of portion and the stand-in (built here unless
 # PORTION=/path/to/portion and STANDIN=/path/to/portion-standin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case "${1:-}" in github | llm) ;; *)
-    echo "usage: $0 github|llm" >&2
+case "${1:-}" in github | llm | day) ;; *)
+    echo "usage: $0 github|llm|day" >&2
     exit 2
     ;;
 esac
@@ -210,6 +221,68 @@ print("|---|---|---|---|---|---|---|")
 ratio = f"{sent / (k * rpm):.3f}" if k else "n/a (under a minute)"
 print(f"| {wall} s | {len(seen)} | {refused} | {most} | {sent} (k = {k}) | {k * rpm} | {ratio} |")
 PY
+}
+
+day() {
+    local regions=${REGIONS:-60} budget=${BUDGET:-30} day=${DAY:-30} tick=${TICK:-3} days=${DAYS:-5}
+    local list
+    list=$(seq -f 'bench/r%g' 1 "$regions" | paste -sd, -)
+    echo "$regions regions of 1 page, $budget requests a ${day} s day (sliding), a run every ${tick} s, $days days"
+    echo
+    echo "| how | runs started | requests | each day over the budget | worst region gap over the ideal |"
+    echo "|---|---|---|---|---|"
+    for how in stop wait; do
+        rm -rf "$work/out" "$work"/ledger.db* "$work/upstream.jsonl" "$work/run.err"
+        cat > "$work/portion.yaml" <<EOF
+store: embedded:$work/ledger.db
+credentials:
+  github:
+    secret: { env: BENCH_KEY }
+    pools:
+      requests: [{ limit: $budget, per: ${day}s }]
+endpoints:
+  issues.list: { cost: { requests: 1 } }
+jobs:
+  issues:
+    credential: github
+    regions: [$list]
+    steps:
+      - endpoint: issues.list
+        request:
+          url: "http://127.0.0.1:$port/repos/{region}/issues"
+          headers: { Authorization: "Bearer {secret}" }
+    output: $work/out
+EOF
+        start_standin --pages 1
+        local wait_args=()
+        [ "$how" = stop ] || wait_args=(--wait "${tick}s")
+        local t0 runs=0 end pids=()
+        t0=$(now)
+        end=$(python3 -c "print($t0 + $days * $day)")
+        while python3 -c "import sys; sys.exit(0 if $(now) < $end else 1)"; do
+            "$portion" -c "$work/portion.yaml" run "${wait_args[@]}" > /dev/null 2>> "$work/run.err" &
+            pids+=($!)
+            runs=$((runs + 1))
+            sleep "$(python3 -c "print(max(0.0, $t0 + $runs * $tick - $(now)))")"
+        done
+        for p in "${pids[@]}"; do wait "$p" || true; done
+        stop_standin
+        python3 - "$work/upstream.jsonl" "$how" "$runs" "$regions" "$budget" "$day" "$days" "$t0" <<'PY'
+import json, sys, collections
+path, how, runs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+regions, budget, day, days, t0 = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7]), float(sys.argv[8])
+seen = [json.loads(l) for l in open(path)]
+per_day = collections.Counter(int((s["at_us"] / 1e6 - t0) // day) for s in seen)
+shares = " ".join(f"{per_day.get(d, 0) / budget:.0%}" for d in range(days))
+by_region = collections.defaultdict(list)
+for s in seen:
+    by_region[s["region"]].append(s["at_us"] / 1e6)
+ideal = regions / budget * day
+gaps = [b - a for ts in by_region.values() for a, b in zip(sorted(ts), sorted(ts)[1:])]
+worst = max(gaps) / ideal if gaps else float("nan")
+print(f"| {how} | {runs} | {len(seen)} | {shares} | {worst:.2f}x |")
+PY
+    done
 }
 
 "$1"

@@ -213,3 +213,51 @@ fn the_lock_is_kept_across_a_wait_longer_than_its_ttl() {
         assert_eq!(fetched, ["US", "GB"], "{name}: the second run sent nothing");
     }
 }
+
+/// GitHub's `X-RateLimit-Remaining: 0` on a 200 blocks the credential until
+/// its reset; a run with `--wait` waits for it and goes on: every page
+/// fetched in one run (0), none refused by the upstream (the stand-in's
+/// 403 past its limit never comes), the pages past the first window sent
+/// only after its reset.
+#[test]
+fn a_200_saying_nothing_remains_is_waited_out_to_its_reset() {
+    for (redis, name) in stores() {
+        // 2 requests a 2 s window; 5 pages of one repository.
+        let up = Standin::start(&[
+            "--pages",
+            "5",
+            "--github-limit",
+            "2",
+            "--github-window",
+            "2s",
+        ]);
+        let d = Deployment::new("");
+        let step = crate::common::yaml::Step::new("videos.list")
+            .url(&format!("{}/repos/{{region}}/issues", up.base()))
+            .request("headers", "{ Authorization: \"Bearer {secret}\" }")
+            .paginate("{ link: next, max_pages: 10 }");
+        let job = crate::common::yaml::Job::new("issues", "main")
+            .regions(&["o/r"])
+            .step(step)
+            .to_string();
+        // (the ledger's budget is wide: only the upstream's counts stop it)
+        d.write(&deployment_yaml(
+            &store_of(&d, &redis),
+            crate::common::deployment::WIDE,
+            "fail_closed",
+            &[job],
+        ));
+        let r = d.portion(&["run", "--wait", "10s"]);
+        assert_eq!(r.code, 0, "{name}: {r:?}");
+        let seen = up.seen();
+        let statuses: Vec<u16> = seen.iter().map(|s| s.status).collect();
+        assert_eq!(statuses, [200; 5], "{name}: {r:?}");
+        assert!(
+            r.stderr.contains("the credential is blocked"),
+            "{name}: the wait was for the block: {r:?}"
+        );
+        // (pages 3 and 5 went after a reset: 2 s windows)
+        let at: Vec<u64> = seen.iter().map(|s| s.at_us).collect();
+        assert!(at[2] - at[1] > 500_000, "{name}: {at:?}");
+    }
+}
