@@ -1,12 +1,14 @@
 //! Where results go, apart from the run that fetches them: the one
 //! interface the run writes through ([`output`]: an [`Output`] each place,
 //! the job's [`Outputs`]), page files in a folder ([`Files`], named and
-//! written as [`folder`] says) and rows in SQLite ([`Sqlite`]), and the
-//! identity each output keeps so a run can tell it was replaced
+//! written as [`folder`] says) and rows in SQLite ([`Sqlite`]), what a
+//! row's typed column holds, the same for every sink of rows
+//! ([`columns`]), and the identity each output keeps so a run can tell it was replaced
 //! ([`output_id`]).
 //! The run imports it; it imports nothing of the run or of the wire but
 //! the one page reader ([`crate::page_scan`]).
 
+pub mod columns;
 pub mod files;
 pub mod folder;
 pub mod output;

@@ -59,6 +59,7 @@ mod run_secrets;
 mod run_settle;
 mod run_shares;
 mod run_sqlite;
+mod run_sqlite_columns;
 mod run_sqlite_files;
 mod run_sqlite_guards;
 mod run_stops;

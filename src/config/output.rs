@@ -21,6 +21,9 @@ pub struct SqliteOutput {
     /// The full-text index `TABLE_search`: (column, pointer inside the
     /// row) per field; empty: no index.
     pub search: Vec<(String, String)>,
+    /// Typed columns (`columns`), each a column of the table beside the
+    /// row model's, written with the row; empty: none.
+    pub columns: Vec<super::Column>,
 }
 
 impl SqliteOutput {

@@ -105,6 +105,9 @@ pub(super) struct RawSqlite {
     pub(super) key: Option<String>,
     #[serde(default)]
     pub(super) search: Vec<String>,
+    /// `{ NAME: POINTER | { from: POINTER, type: TYPE } }`, read by hand
+    /// so that each error names its column.
+    pub(super) columns: Option<serde_yaml::Value>,
 }
 
 #[derive(Deserialize)]

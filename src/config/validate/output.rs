@@ -136,6 +136,22 @@ impl Validator<'_> {
                     ),
                 ));
             }
+            if let Some((first, o)) = seen.iter().find(|(_, o)| same(o))
+                && column_types(o) != column_types(s)
+            {
+                return Err(self.err(
+                    format!("jobs.{}.output.sqlite.columns", job.name),
+                    format!(
+                        "{} writes table '{}' of {} as job {first} does, whose `columns` are {} where this one's are {}: \
+                         jobs sharing a table share its columns, so give them the same names and types (the pointers may differ), or another table",
+                        job.name,
+                        s.table,
+                        s.path.display(),
+                        column_types(o),
+                        column_types(s)
+                    ),
+                ));
+            }
             seen.push((&job.name, s));
         }
         Ok(())
@@ -205,17 +221,19 @@ impl Validator<'_> {
             }
             search.push((column, p));
         }
+        let columns = self.columns(&format!("{at}.columns"), raw.columns)?;
         Ok(SqliteOutput {
             path: self.dir.join(&raw.path),
             table: raw.table,
             items,
             key,
             search,
+            columns,
         })
     }
 
     /// A JSON pointer: `""` or starting with `/`.
-    fn pointer(&self, field: &str, pointer: &str) -> Result<()> {
+    pub(super) fn pointer(&self, field: &str, pointer: &str) -> Result<()> {
         if pointer_parts(pointer).is_none() {
             return Err(self.err(
                 field,
@@ -224,6 +242,16 @@ impl Validator<'_> {
         }
         Ok(())
     }
+}
+
+/// A table's typed columns as jobs sharing it must agree on them: each
+/// name (in lower case) and type, in name order.
+fn column_types(o: &SqliteOutput) -> String {
+    let mut all: Vec<String> = (o.columns.iter())
+        .map(|c| format!("{} {}", c.name.to_ascii_lowercase(), c.kind.name()))
+        .collect();
+    all.sort();
+    format!("[{}]", all.join(", "))
 }
 
 /// Whether `column` cannot be a column of table `table`'s full-text index,
@@ -238,7 +266,7 @@ fn reserved_in_index(column: &str, table: &str) -> bool {
 }
 
 /// A name SQL takes unquoted: letters, digits and `_`, not starting with a digit.
-fn sql_name(name: &str) -> bool {
+pub(super) fn sql_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
