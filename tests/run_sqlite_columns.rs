@@ -220,6 +220,14 @@ fn check_and_run_refuse_columns_the_table_cannot_have() {
     d.write(&good);
     let r = d.portion(&["check"]);
     assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains(
+            "key /id, columns title text at /title, created timestamp at /created_at, \
+             stars integer at /stargazers_count, fork boolean at /fork, score real at /score\n"
+        ),
+        "{}",
+        r.stdout
+    );
     let field = "jobs.repos.output.sqlite.columns";
     d.assert_each_edit_exits_78(
         &good,
