@@ -98,7 +98,7 @@ fn extra_sections() -> String {
          join, per_page }, conditional: true, on_not_modified, incremental: { from, param, \
          initial } } ]; \
          output: a folder (relative to the file's) of one JSON file per page, or \
-         { folder, sqlite: { path, table, items, key, search } }, rows upserted into a SQLite table; \
+         { folder, sqlite: { path, table, items, key, search, columns: { NAME: { from, type } } } }, rows upserted into a SQLite table; \
          schedule: every DURATION, for planning; concurrency: requests in flight at once (1 to 64); max_wait: how long a refused charge may wait for its units inside the run (default 0, at most 1d). \
          Placeholders in requests: {region}, \
          {key}, {secret}, {job}, {step}, {page}, {batch}, {input.NAME}.\n",

@@ -11,6 +11,7 @@
 //! checks of [`validate`] turn those into the typed values below.
 
 mod bounds;
+mod columns;
 mod concurrency;
 mod inputs;
 mod json_text;
@@ -37,6 +38,7 @@ use self::raw::RawConfig;
 use self::validate::Validator;
 
 pub use self::bounds::{MAX_UNITS, MAX_WINDOW, units_too_large};
+pub use self::columns::{Column, ColumnKind, MAX_COLUMN_NAME, RESERVED_COLUMNS};
 pub use self::inputs::{InputFormat, Inputs, MAX_BATCH, csv_builder, csv_header};
 pub use self::json_text::{JsonText, compact, index as json_index, key_text, raw_at};
 pub use self::learned::{Headroom, LearnedWindow};

@@ -24,6 +24,9 @@ pub struct SqliteOutput {
     /// The full-text index `TABLE_search`: (column, pointer inside the
     /// row) per field; empty: no index.
     pub search: Vec<(String, String)>,
+    /// Typed columns (`columns`), each a column of the table beside the
+    /// row model's, written with the row; empty: none.
+    pub columns: Vec<super::Column>,
 }
 
 impl SqliteOutput {
@@ -57,6 +60,8 @@ pub struct PostgresOutput {
     pub search: Vec<String>,
     /// The text search configuration of `search` (`simple` unless named).
     pub search_language: String,
+    /// Typed columns, as `output.sqlite`'s.
+    pub columns: Vec<super::Column>,
 }
 
 impl PostgresOutput {

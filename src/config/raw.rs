@@ -110,6 +110,8 @@ pub(super) struct RawPostgres {
     #[serde(default)]
     pub(super) search: Vec<String>,
     pub(super) search_language: Option<String>,
+    /// As `output.sqlite`'s (`RawSqlite::columns`).
+    pub(super) columns: Option<serde_yaml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +123,9 @@ pub(super) struct RawSqlite {
     pub(super) key: Option<String>,
     #[serde(default)]
     pub(super) search: Vec<String>,
+    /// `{ NAME: POINTER | { from: POINTER, type: TYPE } }`, read by hand
+    /// so that each error names its column.
+    pub(super) columns: Option<serde_yaml::Value>,
 }
 
 #[derive(Deserialize)]

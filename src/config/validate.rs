@@ -23,6 +23,7 @@ use crate::ledger::{Pool, PoolCost, StoreLocation, Window};
 use crate::timefmt::fmt_duration;
 use crate::{Error, Result};
 
+mod columns;
 mod cost;
 mod credential;
 mod inputs;

@@ -224,6 +224,8 @@ pub struct RowCounts {
     pub new: u64,
     /// Items skipped for want of a key.
     pub without_key: u64,
+    /// Values of typed columns that did not fit their type (written NULL).
+    pub unfit: crate::sink::columns::UnfitCounts,
 }
 
 /// Failed entries the summary names; past them, how many more.
@@ -371,8 +373,8 @@ impl JobReport {
     }
 
     /// After the pages: the rows upserted (`output.sqlite`), new and
-    /// replacing the row of their key, items without a key, pages with
-    /// nothing at `items`.
+    /// replacing the row of their key, items without a key, values that
+    /// did not fit their typed column, pages with nothing at `items`.
     fn rows_notes(&self) -> String {
         let mut notes = match &self.rows {
             None => String::new(),
@@ -387,6 +389,12 @@ impl JobReport {
                 }
             ),
         };
+        if let Some(r) = self.rows.as_ref().filter(|r| !r.unfit.is_empty()) {
+            notes += &format!(
+                ", values not fitting their column's type written NULL: {}",
+                r.unfit
+            );
+        }
         if self.pages_without_items > 0 {
             notes += &format!(
                 ", {} page(s) with nothing at `items`",

@@ -42,7 +42,7 @@ pub struct ResultsHeld {
 }
 
 /// What a page gave an output of rows.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct PageRows {
     /// Rows upserted.
     pub rows: u64,
@@ -55,6 +55,9 @@ pub struct PageRows {
     pub not_json: bool,
     /// Nothing in the page at `items` (not even an empty array): no rows.
     pub no_items: bool,
+    /// Values of typed columns (`columns`) that did not fit the column's
+    /// type, written NULL.
+    pub unfit: super::columns::UnfitCounts,
 }
 
 /// What writing a page did.

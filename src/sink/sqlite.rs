@@ -1,6 +1,7 @@
 //! Rows in SQLite (`output.sqlite`): each page's items upserted into the
-//! job's table (`key` primary key, `job`, `input`, `fetched_at`, `item`),
-//! a page's rows in one transaction, committed before the run moves its
+//! job's table (`key` primary key, `job`, `input`, `fetched_at`, `item`,
+//! then the typed columns `columns` names, set by the same upsert), a
+//! page's rows in one transaction, committed before the run moves its
 //! cursor, so a redone page writes the same rows again and nothing twice.
 //!
 //! The full-text index `TABLE_search` (FTS5) is maintained in the same
@@ -21,6 +22,7 @@ use std::collections::HashSet;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use crate::config::SqliteOutput;
+use crate::sink::columns::Typed;
 
 pub mod apart;
 mod busy;
@@ -96,6 +98,23 @@ struct Sql {
     insert: String,
 }
 
+/// A typed column's value as SQLite keeps it: a boolean 0 or 1, a
+/// timestamp its ISO 8601 UTC text (which the date functions read).
+struct SqlTyped<'a>(&'a Typed);
+
+impl rusqlite::ToSql for SqlTyped<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, Value as Sql, ValueRef};
+        Ok(ToSqlOutput::Owned(match self.0 {
+            Typed::Text(t) => return Ok(ToSqlOutput::Borrowed(ValueRef::Text(t.as_bytes()))),
+            Typed::Integer(n) => Sql::Integer(*n),
+            Typed::Real(r) => Sql::Real(*r),
+            Typed::Boolean(b) => Sql::Integer(i64::from(*b)),
+            Typed::Timestamp(t) => Sql::Text(Typed::timestamp_text(t)),
+        }))
+    }
+}
+
 /// `name` as an SQL identifier, quoted: a field named like a keyword
 /// (`/from`, `/order`) is a column like any other. Names are letters,
 /// digits and `_` (the configuration's check), the doubling of `"` is
@@ -110,11 +129,21 @@ impl Sql {
         let runs = ident(&format!("{}_runs", spec.table));
         let cols: Vec<String> = spec.search.iter().map(|(c, _)| ident(c)).collect();
         let marks: Vec<String> = (0..cols.len()).map(|i| format!("?{}", i + 3)).collect();
+        // (typed columns after the row model's, set again by the upsert:
+        // a replaced row replaces its columns too)
+        let typed: Vec<String> = spec.columns.iter().map(|c| ident(&c.name)).collect();
+        let typed_marks: String = (0..typed.len()).map(|i| format!(", ?{}", i + 6)).collect();
+        let typed_cols: String = typed.iter().map(|c| format!(", {c}")).collect();
+        let typed_set: String = typed
+            .iter()
+            .map(|c| format!(", {c} = excluded.{c}"))
+            .collect();
         Self {
             upsert: format!(
-                "INSERT INTO {t} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") VALUES (?1, ?2, ?3, ?4, ?5) \
+                "INSERT INTO {t} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\"{typed_cols}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5{typed_marks}) \
                  ON CONFLICT(\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
-                 \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\""
+                 \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\"{typed_set}"
             ),
             exists: format!("SELECT 1 FROM {t} WHERE \"key\" = ?1"),
             runs: format!(
@@ -204,7 +233,7 @@ impl Sink {
     /// transaction, committed when this returns.
     pub fn write_one(&mut self, page: &PreparedRows) -> rusqlite::Result<PageRows> {
         let mut found = self.write_group(std::slice::from_ref(page))?;
-        Ok(found.pop().unwrap_or(page.found))
+        Ok(found.pop().unwrap_or_else(|| page.found()))
     }
 
     /// Upsert several pages' rows in one transaction (one commit, one WAL
@@ -221,6 +250,7 @@ impl Sink {
             return Ok(found);
         }
         let (job, sql, runs) = (&self.job, &self.sql, self.runs);
+        let width = self.spec.columns.len();
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -230,9 +260,15 @@ impl Sink {
             // next: the summary's new and replaced rows, exact)
             let mut exists = tx.prepare_cached(&sql.exists)?;
             for (i, p) in &pages {
-                for (key, item) in &p.rows {
+                for (r, (key, item)) in p.rows.iter().enumerate() {
                     found[*i].new += u64::from(!exists.exists([key])?);
-                    upsert.execute(params![key, job, p.input, p.fetched_at, item])?;
+                    let cells: Vec<Option<SqlTyped>> = (p.cells(r, width).iter())
+                        .map(|c| c.as_ref().map(SqlTyped))
+                        .collect();
+                    let mut values: Vec<&dyn rusqlite::ToSql> =
+                        vec![key, job, &p.input, &p.fetched_at, item];
+                    values.extend(cells.iter().map(|c| c as &dyn rusqlite::ToSql));
+                    upsert.execute(values.as_slice())?;
                 }
                 if runs {
                     tx.prepare_cached(&sql.runs)?

@@ -76,7 +76,8 @@ pub fn postgres_server(p: &crate::config::PostgresOutput) -> String {
     })
 }
 
-/// Where a job's rows go: the database, its table and its full-text index.
+/// Where a job's rows go: the database, its table, its full-text index
+/// and its typed columns.
 pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
     let search = if s.search.is_empty() {
         String::new()
@@ -84,8 +85,18 @@ pub fn rows_at(s: &crate::config::SqliteOutput) -> String {
         let cols: Vec<&str> = s.search.iter().map(|(c, _)| c.as_str()).collect();
         format!(", searched in {} ({})", s.search_table(), cols.join(", "))
     };
+    let columns: String = (s.columns.iter().enumerate())
+        .map(|(i, c)| {
+            let (sep, name, kind) = (
+                if i == 0 { ", columns " } else { ", " },
+                &c.name,
+                c.kind.name(),
+            );
+            format!("{sep}{name} {kind} at {}", c.pointer)
+        })
+        .collect();
     format!(
-        "{} table {}, items {}, key {}{search}",
+        "{} table {}, items {}, key {}{search}{columns}",
         s.path.display(),
         s.table,
         if s.items.is_empty() {

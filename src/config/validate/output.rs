@@ -145,6 +145,22 @@ impl Validator<'_> {
                     ),
                 ));
             }
+            if let Some((first, o)) = seen.iter().find(|(_, o)| same(o))
+                && column_types(o) != column_types(s)
+            {
+                return Err(self.err(
+                    format!("jobs.{}.output.sqlite.columns", job.name),
+                    format!(
+                        "{} writes table '{}' of {} as job {first} does, whose `columns` are {} where this one's are {}: \
+                         jobs sharing a table share its columns, so give them the same names and types (the pointers may differ), or another table",
+                        job.name,
+                        s.table,
+                        s.path.display(),
+                        column_types(o),
+                        column_types(s)
+                    ),
+                ));
+            }
             seen.push((&job.name, s));
         }
         Ok(())
@@ -214,12 +230,14 @@ impl Validator<'_> {
             }
             search.push((column, p));
         }
+        let columns = self.columns(&format!("{at}.columns"), raw.columns)?;
         Ok(SqliteOutput {
             path: self.dir.join(&raw.path),
             table: raw.table,
             items,
             key,
             search,
+            columns,
         })
     }
 
@@ -233,6 +251,22 @@ impl Validator<'_> {
         }
         Ok(())
     }
+}
+
+/// A table's typed columns as jobs sharing it must agree on them: each
+/// name (in lower case) and type, in name order.
+fn column_types(o: &SqliteOutput) -> String {
+    columns_named(&o.columns)
+}
+
+/// Typed columns as jobs sharing a table (of either sink) must agree on
+/// them: each name (in lower case) and type, in name order.
+pub(super) fn columns_named(columns: &[crate::config::Column]) -> String {
+    let mut all: Vec<String> = (columns.iter())
+        .map(|c| format!("{} {}", c.name.to_ascii_lowercase(), c.kind.name()))
+        .collect();
+    all.sort();
+    format!("[{}]", all.join(", "))
 }
 
 /// Whether `column` cannot be a column of table `table`'s full-text index,

@@ -5,7 +5,7 @@
 //! itself is `check`'s and the run's to reach: this checks what the file
 //! says.
 
-use super::output::sql_name;
+use super::output::{columns_named, sql_name};
 use super::*;
 use crate::config::PostgresOutput;
 use crate::config::postgres_url::parse_url;
@@ -60,6 +60,7 @@ impl Validator<'_> {
                 ),
             ));
         }
+        let columns = self.columns(&format!("{at}.columns"), raw.columns)?;
         Ok(PostgresOutput {
             url,
             url_source,
@@ -70,6 +71,7 @@ impl Validator<'_> {
             key,
             search,
             search_language,
+            columns,
         })
     }
 
@@ -115,6 +117,18 @@ impl Validator<'_> {
                         o.search.join(", "),
                         p.search_language,
                         p.search.join(", ")
+                    ),
+                ));
+            }
+            let (theirs, ours) = (columns_named(&o.columns), columns_named(&p.columns));
+            if theirs != ours {
+                return Err(self.err(
+                    format!("jobs.{}.output.postgres.columns", job.name),
+                    format!(
+                        "{} writes PostgreSQL table {} as job {first} does, whose `columns` are {theirs} where this one's are {ours}: \
+                         jobs sharing a table share its columns, so give them the same names and types (the pointers may differ), or another table",
+                        job.name,
+                        p.table_name(),
                     ),
                 ));
             }

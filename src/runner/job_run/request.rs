@@ -305,6 +305,7 @@ impl JobRun<'_> {
                 r.upserted += rows.rows;
                 r.new += rows.new;
                 r.without_key += rows.without_key;
+                r.unfit.add(&rows.unfit);
             }
             report.pages_without_items += u64::from(rows.no_items);
         }

@@ -23,6 +23,7 @@ fn spec(dir: &std::path::Path) -> SqliteOutput {
         items: "/items/*".into(),
         key: "/id".into(),
         search: Vec::new(),
+        columns: Vec::new(),
     }
 }
 

@@ -33,6 +33,12 @@ pub(super) struct Names {
 }
 
 impl Names {
+    /// A typed column's name, quoted, in lower case: PostgreSQL folds an
+    /// unquoted name so, so `SELECT stars` finds the column `Stars` names.
+    pub(super) fn column(name: &str) -> String {
+        ident(&name.to_ascii_lowercase())
+    }
+
     pub(super) fn of(spec: &PostgresOutput) -> Self {
         let qualified = |name: &str| match &spec.schema {
             Some(s) => format!("{}.{}", ident(s), ident(name)),

@@ -12,7 +12,10 @@ use postgres::Client;
 use super::PgError;
 use super::connect::at_statement;
 use super::names::Names;
+use super::shape::pg_type;
+use crate::config::Column;
 use crate::sink::PageRows;
+use crate::sink::columns::Typed;
 use crate::sink::sqlite::PreparedRows;
 
 /// Upsert the rows of `pages` (and, `runs`, each input's run) of job
@@ -23,26 +26,18 @@ use crate::sink::sqlite::PreparedRows;
 pub(super) fn write_group(
     client: &mut Client,
     names: &Names,
-    job: &str,
+    (job, columns): (&str, &[Column]),
     pages: &[&PreparedRows],
     runs: bool,
 ) -> Result<Vec<PageRows>, PgError> {
-    let mut found: Vec<PageRows> = pages.iter().map(|p| p.found).collect();
+    let mut found: Vec<PageRows> = pages.iter().map(|p| p.found()).collect();
     // (a page that is not JSON has no rows, and marks no input done)
     if pages.iter().all(|p| p.found.not_json) {
         return Ok(found);
     }
     let on = |e: postgres::Error| at_statement(&e);
     let mut tx = client.transaction().map_err(on)?;
-    let upsert = tx.prepare(&format!(
-        "INSERT INTO {} (\"key\", \"job\", \"input\", \"fetched_at\", \"item\") \
-         SELECT u.k, $2::text, $3::text, $4::text::timestamptz, u.i::jsonb \
-         FROM unnest($1::text[], $5::text[]) AS u(k, i) \
-         ON CONFLICT (\"key\") DO UPDATE SET \"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
-         \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\" \
-         RETURNING (xmax = 0)",
-        names.table
-    ));
+    let upsert = tx.prepare(&upsert_sql(names, columns));
     let upsert = upsert.map_err(on)?;
     let input_run = format!(
         "INSERT INTO {} (\"job\", \"input\", \"run\") VALUES ($1, $2, $3) \
@@ -53,13 +48,25 @@ pub(super) fn write_group(
         if page.found.not_json {
             continue;
         }
-        let (keys, items) = last_of_each_key(page);
-        let inserted = tx
-            .query(
-                &upsert,
-                &[&keys, &job, &page.input, &page.fetched_at, &items],
-            )
-            .map_err(on)?;
+        let kept = last_of_each_key(page);
+        let keys: Vec<&str> = kept.iter().map(|&i| page.rows[i].0.as_str()).collect();
+        let items: Vec<&str> = kept.iter().map(|&i| page.rows[i].1.as_str()).collect();
+        // (each typed column an array of its text, cast in the statement)
+        let cells: Vec<Vec<Option<String>>> = (0..columns.len())
+            .map(|c| {
+                (kept.iter())
+                    .map(|&i| page.cells(i, columns.len())[c].as_ref().map(cell_text))
+                    .collect()
+            })
+            .collect();
+        let mut params: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            vec![&keys, &job, &page.input, &page.fetched_at, &items];
+        params.extend(
+            cells
+                .iter()
+                .map(|c| c as &(dyn postgres::types::ToSql + Sync)),
+        );
+        let inserted = tx.query(&upsert, &params).map_err(on)?;
         found.new = inserted.iter().filter(|r| r.get::<_, bool>(0)).count() as u64;
         if runs {
             tx.execute(&input_run, &[&job, &page.input, &(page.run as i64)])
@@ -70,18 +77,58 @@ pub(super) fn write_group(
     Ok(found)
 }
 
-/// A page's keys and items, a key the page holds twice once, its last
-/// row kept (one statement cannot touch a row twice; one upsert after
-/// another would leave the last).
-fn last_of_each_key(page: &PreparedRows) -> (Vec<&str>, Vec<&str>) {
+/// The statement that upserts a page's rows: its keys and items (`$1`,
+/// `$5`) and each typed column's values (`$6` on, as text, cast to the
+/// column's type) unnested side by side, a replaced row's columns
+/// replaced with it.
+fn upsert_sql(names: &Names, columns: &[Column]) -> String {
+    let mut insert = String::from("\"key\", \"job\", \"input\", \"fetched_at\", \"item\"");
+    let mut select = String::from("u.k, $2::text, $3::text, $4::text::timestamptz, u.i::jsonb");
+    let mut arrays = String::from("$1::text[], $5::text[]");
+    let mut alias = String::from("k, i");
+    let mut update = String::from(
+        "\"job\" = excluded.\"job\", \"input\" = excluded.\"input\", \
+         \"fetched_at\" = excluded.\"fetched_at\", \"item\" = excluded.\"item\"",
+    );
+    for (n, c) in columns.iter().enumerate() {
+        let name = Names::column(&c.name);
+        insert.push_str(&format!(", {name}"));
+        select.push_str(&format!(", u.c{n}::{}", pg_type(c.kind)));
+        arrays.push_str(&format!(", ${}::text[]", n + 6));
+        alias.push_str(&format!(", c{n}"));
+        update.push_str(&format!(", {name} = excluded.{name}"));
+    }
+    format!(
+        "INSERT INTO {} ({insert}) SELECT {select} FROM unnest({arrays}) AS u({alias}) \
+         ON CONFLICT (\"key\") DO UPDATE SET {update} RETURNING (xmax = 0)",
+        names.table
+    )
+}
+
+/// A typed value as the text PostgreSQL casts to the column's type.
+fn cell_text(v: &Typed) -> String {
+    match v {
+        Typed::Text(t) => t.clone(),
+        Typed::Integer(n) => n.to_string(),
+        // (Rust writes a double's shortest text that reads back the same)
+        Typed::Real(x) => x.to_string(),
+        Typed::Boolean(b) => b.to_string(),
+        Typed::Timestamp(t) => Typed::timestamp_text(t),
+    }
+}
+
+/// The rows of a page to write, by index: a key the page holds twice
+/// once, its last row kept (one statement cannot touch a row twice; one
+/// upsert after another would leave the last).
+fn last_of_each_key(page: &PreparedRows) -> Vec<usize> {
     let mut last: HashMap<&str, usize> = HashMap::new();
     for (i, (key, _)) in page.rows.iter().enumerate() {
         last.insert(key, i);
     }
     (page.rows.iter().enumerate())
         .filter(|(i, (key, _))| last.get(key.as_str()) == Some(i))
-        .map(|(_, (k, item))| (k.as_str(), item.as_str()))
-        .unzip()
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// Whether the table holds the row of `key`.

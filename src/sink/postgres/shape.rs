@@ -12,7 +12,7 @@ use postgres::Transaction;
 use super::PgError;
 use super::connect::at_statement;
 use super::names::{Names, literal};
-use crate::config::{PostgresOutput, pointer_parts};
+use crate::config::{Column, ColumnKind, PostgresOutput, pointer_parts};
 
 /// The rows' columns and their types, as PostgreSQL names them.
 const COLUMNS: [(&str, &str); 5] = [
@@ -22,6 +22,17 @@ const COLUMNS: [(&str, &str); 5] = [
     ("fetched_at", "timestamp with time zone"),
     ("item", "jsonb"),
 ];
+
+/// A typed column's type as PostgreSQL declares it (and names it back).
+pub(super) fn pg_type(kind: ColumnKind) -> &'static str {
+    match kind {
+        ColumnKind::Text => "text",
+        ColumnKind::Integer => "bigint",
+        ColumnKind::Real => "double precision",
+        ColumnKind::Boolean => "boolean",
+        ColumnKind::Timestamp => "timestamp with time zone",
+    }
+}
 
 /// Make (when `create`) or check the job's tables; `runs`: it keeps
 /// `TABLE_runs` (a once-job of inputs).
@@ -117,14 +128,18 @@ fn rows_shape(
                 names.job_input
             ))
             .map_err(|e| on_open(&e))?;
+            return typed_columns(tx, spec, names, &[], create);
         }
         return Ok(());
     }
     let ours = have.len() >= COLUMNS.len()
         && (have.iter().zip(COLUMNS))
-            .all(|((n, ty, generated), (want, want_ty))| n == want && ty == want_ty && !generated)
-        && (have[COLUMNS.len()..].iter())
-            .all(|(n, ty, generated)| n == "search" && ty == "tsvector" && *generated);
+            .all(|((n, ty, generated), (want, want_ty))| n == want && ty == want_ty && !generated);
+    // (past the row model's: the generated search column, and typed ones)
+    let extra = |(n, ty, generated): &(String, String, bool)| {
+        (n == "search" && ty == "tsvector" && *generated) || (!generated && n != "search")
+    };
+    let ours = ours && have[COLUMNS.len()..].iter().all(extra);
     if !ours || primary_key(tx, t)? != ["key"] {
         let want: Vec<String> = COLUMNS.iter().map(|(n, t)| format!("{n} {t}")).collect();
         return Err(PgError::Shape(format!(
@@ -133,6 +148,56 @@ fn rows_shape(
             listed(&have),
             want.join(", ")
         )));
+    }
+    typed_columns(tx, spec, names, &have[COLUMNS.len()..], create)
+}
+
+/// An existing table's typed columns (`extra`, past the row model's) as
+/// `columns` wants them: one of another type, or one `columns` does not
+/// name (its values would go stale as rows are replaced), is refused; one
+/// `columns` names that the table lacks (a table of an older build, or
+/// before the column was named) is added, its rows NULL there.
+fn typed_columns(
+    tx: &mut Transaction,
+    spec: &PostgresOutput,
+    names: &Names,
+    extra: &[(String, String, bool)],
+    create: bool,
+) -> Result<(), PgError> {
+    let table = spec.table_name();
+    for (name, ty, _) in extra.iter().filter(|(n, _, _)| n != "search") {
+        let Some(c) = spec
+            .columns
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+        else {
+            return Err(PgError::Shape(format!(
+                "table {table} has a column {name} that `columns` does not name: its values would stay as they \
+                 are when rows are replaced; name it in `columns` or drop it (ALTER TABLE {table} DROP COLUMN {name})"
+            )));
+        };
+        if ty != pg_type(c.kind) {
+            return Err(PgError::Shape(format!(
+                "table {table} has column {name} of type {ty}, where `columns.{}` is {} ({}): give it that type in `columns`, or another name",
+                c.name,
+                c.kind.name(),
+                pg_type(c.kind)
+            )));
+        }
+    }
+    let missing: Vec<&Column> = (spec.columns.iter())
+        .filter(|c| !extra.iter().any(|(n, _, _)| c.name.eq_ignore_ascii_case(n)))
+        .collect();
+    if create {
+        for c in missing {
+            tx.batch_execute(&format!(
+                "ALTER TABLE {} ADD COLUMN {} {}",
+                names.table,
+                Names::column(&c.name),
+                pg_type(c.kind)
+            ))
+            .map_err(|e| on_open(&e))?;
+        }
     }
     Ok(())
 }

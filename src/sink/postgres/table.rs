@@ -42,6 +42,7 @@ impl Postgres {
         let table = PgTable {
             names: names.clone(),
             job: job.to_string(),
+            columns: spec.columns.clone(),
             runs,
         };
         let worker = PgThread::start(&url, Some(table)).map_err(|e| e.masked(&masker))?;
@@ -60,6 +61,7 @@ impl Postgres {
                 items: spec.items.clone(),
                 key: spec.key.clone(),
                 search: Vec::new(),
+                columns: spec.columns.clone(),
             },
             server,
             masker,

@@ -38,6 +38,8 @@ enum Msg {
 pub(super) struct PgTable {
     pub names: Names,
     pub job: String,
+    /// Its typed columns.
+    pub columns: Vec<crate::config::Column>,
     /// A once-job's: each input's run kept.
     pub runs: bool,
 }
@@ -145,7 +147,9 @@ fn serve(client: &mut Client, inbox: &Receiver<Msg>, table: Option<&PgTable>) {
         }
         let pages: Vec<&PreparedRows> = group.iter().map(|(p, _)| p).collect();
         let written = match table {
-            Some(t) => super::rows::write_group(client, &t.names, &t.job, &pages, t.runs),
+            Some(t) => {
+                super::rows::write_group(client, &t.names, (&t.job, &t.columns), &pages, t.runs)
+            }
             None => Err(PgError::Rows("no table to write to".into())),
         };
         match written {

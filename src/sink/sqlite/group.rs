@@ -212,6 +212,7 @@ mod tests {
             items: "/items/*".into(),
             key: "/id".into(),
             search: vec![("title".into(), "/title".into())],
+            columns: Vec::new(),
         }
     }
 

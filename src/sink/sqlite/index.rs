@@ -166,6 +166,7 @@ mod tests {
             items: "/items/*".into(),
             key: "/id".into(),
             search: vec![("title".into(), "/title".into())],
+            columns: Vec::new(),
         }
     }
 

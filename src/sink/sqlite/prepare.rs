@@ -8,6 +8,7 @@ use super::PageRows;
 use super::index::Entry;
 use crate::config::SqliteOutput;
 use crate::page_scan;
+use crate::sink::columns::{Typed, value_of};
 
 /// A page's rows made ready to write: parsed, keyed and serialized on the
 /// page's own thread, so that the writer that commits (for several pages
@@ -18,6 +19,9 @@ pub struct PreparedRows {
     pub(crate) run: u64,
     /// Each row's key and item (JSON text), in the page's order.
     pub(crate) rows: Vec<(String, String)>,
+    /// Each row's typed columns' values (`columns`, in their order; none:
+    /// NULL), row after row: [`PreparedRows::cells`].
+    pub(crate) cells: Vec<Option<Typed>>,
     pub(super) entries: Vec<Entry>,
     pub(crate) found: PageRows,
 }
@@ -25,7 +29,12 @@ pub struct PreparedRows {
 impl PreparedRows {
     /// What the page gives the table (its rows, once written).
     pub fn found(&self) -> PageRows {
-        self.found
+        self.found.clone()
+    }
+
+    /// Row `i`'s typed columns' values, of `width` columns (the spec's).
+    pub(crate) fn cells(&self, i: usize, width: usize) -> &[Option<Typed>] {
+        &self.cells[i * width..(i + 1) * width]
     }
 
     /// The key of the page's first row, if it has one: what a validator
@@ -49,9 +58,11 @@ pub fn prepare(
         fetched_at,
         run,
         rows: Vec::new(),
+        cells: Vec::new(),
         entries: Vec::new(),
         found: PageRows::default(),
     };
+    let mut unfit = vec![0u64; spec.columns.len()];
     // One streaming pass, as every reader of a page reads it: one item's
     // text at a time, never a tree of the page (a tree costs many times
     // the page's bytes).
@@ -63,6 +74,14 @@ pub fn prepare(
         if !spec.search.is_empty() {
             p.entries.push(Entry::of(spec, key.clone(), item));
         }
+        for (column, unfit) in spec.columns.iter().zip(&mut unfit) {
+            // (a value that does not fit is NULL, and counted: never a
+            // failed page)
+            p.cells.push(value_of(column, item).unwrap_or_else(|_| {
+                *unfit += 1;
+                None
+            }));
+        }
         p.rows.push((key, page_scan::compact(item)));
         p.found.rows += 1;
     };
@@ -72,6 +91,10 @@ pub fn prepare(
         Ok(missed) => p.found.no_items = missed && p.found.rows == 0 && p.found.without_key == 0,
         Err(_) => p.found.not_json = true,
     }
+    p.found.unfit.0 = (spec.columns.iter().zip(unfit))
+        .filter(|(_, n)| *n > 0)
+        .map(|(c, n)| (c.name.clone(), n))
+        .collect();
     p
 }
 
@@ -95,12 +118,13 @@ mod tests {
             items: items.into(),
             key: key.into(),
             search: Vec::new(),
+            columns: Vec::new(),
         }
     }
 
     fn rows(items: &str, key: &str, page: &str) -> (Vec<(String, String)>, PageRows) {
         let p = prepare(&spec(items, key), "US", page.as_bytes(), "t".into(), 1);
-        (p.rows, p.found)
+        (p.rows, p.found.clone())
     }
 
     #[test]

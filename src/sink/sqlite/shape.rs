@@ -11,7 +11,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, Transactio
 
 use super::index::fill_index;
 use super::{SinkError, ident};
-use crate::config::SqliteOutput;
+use crate::config::{ColumnKind, SqliteOutput};
 
 /// How long a write waits for another writer (a run of another job on the
 /// same database, a reader checkpointing) before it fails.
@@ -99,9 +99,12 @@ fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), Sink
     let have = columns(tx, t)?;
     if have.is_empty() {
         if create {
+            let typed: String = (spec.columns.iter())
+                .map(|c| format!(", {} {}", ident(&c.name), sql_type(c.kind)))
+                .collect();
             tx.execute_batch(&format!(
                 "CREATE TABLE {} (\"key\" TEXT PRIMARY KEY NOT NULL, \"job\" TEXT NOT NULL, \
-                 \"input\" TEXT NOT NULL, \"fetched_at\" TEXT NOT NULL, \"item\" TEXT NOT NULL);",
+                 \"input\" TEXT NOT NULL, \"fetched_at\" TEXT NOT NULL, \"item\" TEXT NOT NULL{typed});",
                 ident(t)
             ))?;
         }
@@ -110,14 +113,18 @@ fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), Sink
             .iter()
             .map(|c| (c.to_string(), *c == "key"))
             .collect();
-        if have != want {
-            let names: Vec<&str> = have.iter().map(|(n, _)| n.as_str()).collect();
+        let model: Vec<(String, bool)> = (have.iter().take(COLUMNS.len()))
+            .map(|(n, pk, _)| (n.clone(), *pk))
+            .collect();
+        if model != want {
+            let names: Vec<&str> = have.iter().map(|(n, _, _)| n.as_str()).collect();
             return Err(SinkError::Shape(format!(
                 "table '{t}' exists with columns ({}), not the rows' ({}, key the primary key): name another table",
                 names.join(", "),
                 COLUMNS.join(", ")
             )));
         }
+        typed_columns(tx, spec, &have[COLUMNS.len()..], create)?;
     }
     if create {
         tx.execute_batch(&format!(
@@ -129,11 +136,78 @@ fn shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), Sink
     Ok(())
 }
 
+/// The type a typed column is declared with: one per kind, so a table's
+/// columns say which kind each holds (a declared `BOOLEAN` or `TIMESTAMP`
+/// has SQLite's numeric affinity, which keeps 0/1 and ISO 8601 text as
+/// they are).
+fn sql_type(kind: ColumnKind) -> &'static str {
+    match kind {
+        ColumnKind::Text => "TEXT",
+        ColumnKind::Integer => "INTEGER",
+        ColumnKind::Real => "REAL",
+        ColumnKind::Boolean => "BOOLEAN",
+        ColumnKind::Timestamp => "TIMESTAMP",
+    }
+}
+
+/// An existing table's columns past the row model's (`extra`: name, pk,
+/// declared type) as `spec.columns` wants them: one of another type, or
+/// one `columns` does not name (its values would go stale as rows are
+/// replaced), refused; one missing added (when `create`), NULL in the
+/// rows already there.
+fn typed_columns(
+    tx: &Transaction,
+    spec: &SqliteOutput,
+    extra: &[(String, bool, String)],
+    create: bool,
+) -> Result<(), SinkError> {
+    let t = &spec.table;
+    for (name, _, declared) in extra {
+        let Some(c) = (spec.columns.iter()).find(|c| c.name.eq_ignore_ascii_case(name)) else {
+            return Err(SinkError::Shape(format!(
+                "table '{t}' has a column '{name}' that `columns` does not name: its values would \
+                 stay as they are when rows are replaced; name it in `columns` or drop it \
+                 (ALTER TABLE {t} DROP COLUMN {name})"
+            )));
+        };
+        if !declared.eq_ignore_ascii_case(sql_type(c.kind)) {
+            return Err(SinkError::Shape(format!(
+                "table '{t}' has column '{name}' of type {}, where `columns.{}` is {} ({}): \
+                 give it that type in `columns`, or another name",
+                if declared.is_empty() {
+                    "none"
+                } else {
+                    declared
+                },
+                c.name,
+                c.kind.name(),
+                sql_type(c.kind)
+            )));
+        }
+    }
+    let missing = (spec.columns.iter()).filter(|c| {
+        !extra
+            .iter()
+            .any(|(n, _, _)| n.eq_ignore_ascii_case(&c.name))
+    });
+    for c in missing {
+        if create {
+            tx.execute_batch(&format!(
+                "ALTER TABLE {} ADD COLUMN {} {};",
+                ident(t),
+                ident(&c.name),
+                sql_type(c.kind)
+            ))?;
+        }
+    }
+    Ok(())
+}
+
 /// `TABLE_runs`, made if missing (when `create`): the run that last
 /// wrote each input's rows, refused if of another shape.
 fn runs_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
     let t = format!("{}_runs", spec.table);
-    let have: Vec<String> = columns(tx, &t)?.into_iter().map(|(n, _)| n).collect();
+    let have: Vec<String> = columns(tx, &t)?.into_iter().map(|(n, _, _)| n).collect();
     if have.is_empty() {
         if create {
             tx.execute_batch(&format!(
@@ -156,7 +230,7 @@ fn runs_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(),
 /// exists while `search` names none (it would fall out of step).
 fn search_shape(tx: &Transaction, spec: &SqliteOutput, create: bool) -> Result<(), SinkError> {
     let s = spec.search_table();
-    let have: Vec<String> = columns(tx, &s)?.into_iter().map(|(n, _)| n).collect();
+    let have: Vec<String> = columns(tx, &s)?.into_iter().map(|(n, _, _)| n).collect();
     let want: Vec<String> = std::iter::once("key".to_string())
         .chain(spec.search.iter().map(|(c, _)| c.clone()))
         .collect();
@@ -217,9 +291,12 @@ fn is_fts5(tx: &Transaction, name: &str) -> rusqlite::Result<bool> {
         && words.windows(2).any(|w| w == ["using", "fts5"]))
 }
 
-/// The names and primary-key flags of a table's columns (none: no table).
-fn columns(tx: &Transaction, table: &str) -> rusqlite::Result<Vec<(String, bool)>> {
-    let mut stmt = tx.prepare("SELECT name, pk FROM pragma_table_info(?1) ORDER BY cid")?;
-    stmt.query_map([table], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? > 0)))?
-        .collect()
+/// The names, primary-key flags and declared types of a table's columns
+/// (none: no table).
+fn columns(tx: &Transaction, table: &str) -> rusqlite::Result<Vec<(String, bool, String)>> {
+    let mut stmt = tx.prepare("SELECT name, pk, type FROM pragma_table_info(?1) ORDER BY cid")?;
+    stmt.query_map([table], |r| {
+        Ok((r.get(0)?, r.get::<_, i64>(1)? > 0, r.get(2)?))
+    })?
+    .collect()
 }
