@@ -59,6 +59,7 @@ mod run_postgres;
 mod run_postgres_errors;
 mod run_requests;
 mod run_requests_urls;
+mod run_rows_kill;
 mod run_secrets;
 mod run_settle;
 mod run_shares;
