@@ -57,6 +57,7 @@ mod run_page_reading;
 mod run_pagination;
 mod run_postgres;
 mod run_postgres_errors;
+mod run_postgres_lost;
 mod run_requests;
 mod run_requests_urls;
 mod run_rows_kill;

@@ -127,6 +127,32 @@ fn rows_are_upserted_once_per_key_found_by_search_and_each_item_is_the_pages_ele
         "{r:?}"
     );
     assert_eq!(count(&mut c, "videos"), 30);
+    // 3 items a page now: rows of the same key replaced (US01000 was
+    // "Trending US #6", now "#4"), the others kept, search in step.
+    let up3 = Standin::start(&["--items", "3"]);
+    d.write(&trending(
+        &store,
+        &up3.base(),
+        &["US", "GB"],
+        &pg_rows("videos"),
+    ));
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(count(&mut c, "videos"), 30);
+    let title: String = c
+        .query_one(
+            "SELECT item->'snippet'->>'title' FROM videos WHERE key = 'US01000'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(title, "Trending US #4");
+    let mut says = |word: &str| {
+        let filter = format!("search @@ websearch_to_tsquery('simple', '{word}')");
+        keys_where(&mut c, "videos", &filter).contains("US01000")
+    };
+    assert!(says("4"), "the search follows the row");
+    assert!(!says("6"), "the search follows the row");
 }
 
 // The SQLite sink's tests of exactness, against PostgreSQL (run_sqlite.rs
