@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::common::deployment::{Deployment, embedded_store, kill, run, spawn};
 use crate::common::inputs::{keys, once_each, per_key, write};
+use crate::common::openmetrics::parse;
 use crate::common::postgres::{PASSWORD, PgServer, shared};
 use crate::common::redis::RedisServer;
 use crate::common::sinks::RowsSink;
@@ -319,4 +320,48 @@ fn pages_written_at_once_share_a_commit() {
     assert!(commits < pages, "{line}");
     let mut c = pg.connect(&db).unwrap();
     assert_eq!(count(&mut c, "videos"), 16 * 15);
+}
+
+/// `run --metrics-file` counts the rows upserted per sink: a job writing
+/// its rows to SQLite (each page's first item) and PostgreSQL (every item)
+/// at once, each count its table's rows; pages again, each count their
+/// upserts (a replaced row counts too).
+#[test]
+fn the_metrics_file_counts_rows_upserted_per_sink() {
+    let pg = shared();
+    let db = pg.database();
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    url_file(&d, &pg.url(&db));
+    let both = pg_rows("videos").replace(
+        "{ postgres:",
+        "{ sqlite: { path: out/videos.db, table: videos, items: /items/0, key: /id }, postgres:",
+    );
+    let file = d.path().join("portion.prom");
+    let upserted = |d: &Deployment, base: &str| {
+        d.write(&trending(&store, base, &["US", "GB"], &both));
+        let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let m = parse(&std::fs::read_to_string(&file).unwrap());
+        let sinks: Vec<String> = (m.samples("portion_run_job_rows_upserted").iter())
+            .map(|(labels, _)| format!("{}/{}", labels["job"], labels["sink"]))
+            .collect();
+        assert_eq!(sinks, ["trending/postgres", "trending/sqlite"]);
+        let of = |sink| {
+            let labels = [("job", "trending"), ("sink", sink)];
+            m.value("portion_run_job_rows_upserted", &labels)
+        };
+        (of("sqlite"), of("postgres"))
+    };
+    assert_eq!(upserted(&d, &up.base()), (6.0, 30.0));
+    let in_sqlite: i64 = rusqlite::Connection::open(d.path().join("out/videos.db"))
+        .unwrap()
+        .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(in_sqlite, 6);
+    assert_eq!(count(&mut pg.connect(&db).unwrap(), "videos"), 30);
+    // 3 items a page: 6 and 18 upserts, every one replacing a row.
+    let up3 = Standin::start(&["--items", "3"]);
+    assert_eq!(upserted(&d, &up3.base()), (6.0, 18.0));
 }
