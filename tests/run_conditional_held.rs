@@ -35,7 +35,7 @@ fn sql(d: &Deployment, text: &str) {
 
 /// The second run after the loss asks the first pages in full (200), the
 /// third gets 304s: the statuses of the calls from `from` on.
-fn full_then_304(up: &Standin, from: usize, d: &Deployment) {
+pub(crate) fn full_then_304(up: &Standin, from: usize, d: &Deployment) {
     let asked = statuses(up, from);
     assert_eq!(asked.len(), 4, "{asked:?}");
     assert!(asked.iter().all(|s| s.2 == 200), "{asked:?}");

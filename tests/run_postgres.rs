@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::common::deployment::{Deployment, embedded_store, kill, run, spawn};
 use crate::common::inputs::{keys, once_each, per_key, write};
+use crate::common::openmetrics::parse;
 use crate::common::postgres::{PASSWORD, PgServer, shared};
 use crate::common::redis::RedisServer;
 use crate::common::sinks::RowsSink;
@@ -127,6 +128,32 @@ fn rows_are_upserted_once_per_key_found_by_search_and_each_item_is_the_pages_ele
         "{r:?}"
     );
     assert_eq!(count(&mut c, "videos"), 30);
+    // 3 items a page now: rows of the same key replaced (US01000 was
+    // "Trending US #6", now "#4"), the others kept, search in step.
+    let up3 = Standin::start(&["--items", "3"]);
+    d.write(&trending(
+        &store,
+        &up3.base(),
+        &["US", "GB"],
+        &pg_rows("videos"),
+    ));
+    let r = d.portion(&["run"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(count(&mut c, "videos"), 30);
+    let title: String = c
+        .query_one(
+            "SELECT item->'snippet'->>'title' FROM videos WHERE key = 'US01000'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(title, "Trending US #4");
+    let mut says = |word: &str| {
+        let filter = format!("search @@ websearch_to_tsquery('simple', '{word}')");
+        keys_where(&mut c, "videos", &filter).contains("US01000")
+    };
+    assert!(says("4"), "the search follows the row");
+    assert!(!says("6"), "the search follows the row");
 }
 
 // The SQLite sink's tests of exactness, against PostgreSQL (run_sqlite.rs
@@ -293,4 +320,48 @@ fn pages_written_at_once_share_a_commit() {
     assert!(commits < pages, "{line}");
     let mut c = pg.connect(&db).unwrap();
     assert_eq!(count(&mut c, "videos"), 16 * 15);
+}
+
+/// `run --metrics-file` counts the rows upserted per sink: a job writing
+/// its rows to SQLite (each page's first item) and PostgreSQL (every item)
+/// at once, each count its table's rows; pages again, each count their
+/// upserts (a replaced row counts too).
+#[test]
+fn the_metrics_file_counts_rows_upserted_per_sink() {
+    let pg = shared();
+    let db = pg.database();
+    let up = Standin::start(&[]);
+    let d = Deployment::new("");
+    let store = embedded_store(&d);
+    url_file(&d, &pg.url(&db));
+    let both = pg_rows("videos").replace(
+        "{ postgres:",
+        "{ sqlite: { path: out/videos.db, table: videos, items: /items/0, key: /id }, postgres:",
+    );
+    let file = d.path().join("portion.prom");
+    let upserted = |d: &Deployment, base: &str| {
+        d.write(&trending(&store, base, &["US", "GB"], &both));
+        let r = d.portion(&["run", "--metrics-file", file.to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{r:?}");
+        let m = parse(&std::fs::read_to_string(&file).unwrap());
+        let sinks: Vec<String> = (m.samples("portion_run_job_rows_upserted").iter())
+            .map(|(labels, _)| format!("{}/{}", labels["job"], labels["sink"]))
+            .collect();
+        assert_eq!(sinks, ["trending/postgres", "trending/sqlite"]);
+        let of = |sink| {
+            let labels = [("job", "trending"), ("sink", sink)];
+            m.value("portion_run_job_rows_upserted", &labels)
+        };
+        (of("sqlite"), of("postgres"))
+    };
+    assert_eq!(upserted(&d, &up.base()), (6.0, 30.0));
+    let in_sqlite: i64 = rusqlite::Connection::open(d.path().join("out/videos.db"))
+        .unwrap()
+        .query_row("SELECT count(*) FROM videos", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(in_sqlite, 6);
+    assert_eq!(count(&mut pg.connect(&db).unwrap(), "videos"), 30);
+    // 3 items a page: 6 and 18 upserts, every one replacing a row.
+    let up3 = Standin::start(&["--items", "3"]);
+    assert_eq!(upserted(&d, &up3.base()), (6.0, 18.0));
 }

@@ -200,6 +200,9 @@ pub struct JobReport {
     pub page_files: bool,
     /// `output.sqlite`: what the pages gave the table.
     pub rows: Option<RowCounts>,
+    /// Rows upserted per sink of rows the job writes (`sqlite`,
+    /// `postgres`), for the metrics.
+    pub upserted: BTreeMap<&'static str, u64>,
     /// `output.sqlite`: pages with nothing at `items` (warned each).
     pub pages_without_items: u64,
     /// Fan-out values found in pages that could not be read (a lone

@@ -69,6 +69,9 @@ pub struct Wrote {
     pub path: Option<PathBuf>,
     /// Its rows, when a table took them.
     pub rows: Option<PageRows>,
+    /// Rows upserted per output of rows, named by its sink (`sqlite`,
+    /// `postgres`), for the metrics: `rows` is the first one's.
+    pub upserted: Vec<(&'static str, u64)>,
 }
 
 /// An output that could not take a page.
@@ -130,21 +133,26 @@ pub trait Output: Send + Sync {
 }
 
 /// A job's outputs, in the order the configuration has them (a folder
-/// first).
+/// first), each with its sink's name (`folder`, `sqlite`, `postgres`).
 #[derive(Clone, Default)]
 pub struct Outputs {
-    all: Vec<Arc<dyn Output>>,
+    all: Vec<(&'static str, Arc<dyn Output>)>,
 }
 
 impl Outputs {
-    pub fn push(&mut self, output: Arc<dyn Output>) {
-        self.all.push(output);
+    /// `output`, of sink `sink` (its name in the metrics).
+    pub fn push(&mut self, sink: &'static str, output: Arc<dyn Output>) {
+        self.all.push((sink, output));
     }
 
     /// `output` as the first (a folder: its id comes first in the
     /// outputs', as it always has).
     pub fn put_first(&mut self, output: Arc<dyn Output>) {
-        self.all.insert(0, output);
+        self.all.insert(0, ("folder", output));
+    }
+
+    fn outputs(&self) -> impl Iterator<Item = &Arc<dyn Output>> {
+        self.all.iter().map(|(_, o)| o)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -159,39 +167,42 @@ impl Outputs {
     /// by itself comes after the others, and not at all when one failed.
     /// A file's error is returned before a table's.
     pub fn write(&self, page: &Page<'_>) -> Result<Wrote, OutputError> {
-        let (first, after): (Vec<_>, Vec<_>) = self.all.iter().partition(|o| !o.marks_inputs());
+        let (first, after): (Vec<_>, Vec<_>) =
+            self.all.iter().partition(|(_, o)| !o.marks_inputs());
         let mut wrote = Wrote::default();
-        let results: Vec<(Wrote, Result<(), OutputError>)> = match first.as_slice() {
+        let results: Vec<(&str, Wrote, Result<(), OutputError>)> = match first.as_slice() {
             [] => Vec::new(),
-            [one] => {
+            [(sink, one)] => {
                 let mut w = Wrote::default();
                 let r = one.write(page, &mut w);
-                vec![(w, r)]
+                vec![(sink, w, r)]
             }
             many => std::thread::scope(|s| {
                 let running: Vec<_> = (many.iter())
-                    .map(|o| {
-                        s.spawn(move || {
+                    .map(|(sink, o)| {
+                        let written = s.spawn(move || {
                             let mut w = Wrote::default();
                             let r = o.write(page, &mut w);
                             (w, r)
-                        })
+                        });
+                        (*sink, written)
                     })
                     .collect();
                 running
                     .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
+                    .map(|(sink, h)| {
+                        let (w, r) = h.join().unwrap_or_else(|_| {
                             let e = std::io::Error::other("an output's writer failed");
                             (Wrote::default(), Err(OutputError::File(e)))
-                        })
+                        });
+                        (sink, w, r)
                     })
                     .collect()
             }),
         };
         let mut failed: Option<OutputError> = None;
-        for (w, r) in results {
-            merge(&mut wrote, w);
+        for (sink, w, r) in results {
+            merge(&mut wrote, sink, w);
             if let Err(e) = r {
                 failed = Some(match (failed, e) {
                     (Some(OutputError::File(f)), _) => OutputError::File(f),
@@ -202,10 +213,10 @@ impl Outputs {
         if let Some(e) = failed {
             return Err(e);
         }
-        for o in after {
+        for (sink, o) in after {
             let mut w = Wrote::default();
             o.write(page, &mut w)?;
-            merge(&mut wrote, w);
+            merge(&mut wrote, sink, w);
         }
         Ok(wrote)
     }
@@ -214,8 +225,8 @@ impl Outputs {
     /// row it names is in a table the job still writes (none: not held,
     /// so the page is asked in full).
     pub fn holds(&self, held: &ResultsHeld) -> bool {
-        let table = held.row.is_none() || self.all.iter().any(|o| o.rows());
-        table && self.all.iter().all(|o| o.holds(held))
+        let table = held.row.is_none() || self.outputs().any(|o| o.rows());
+        table && self.outputs().all(|o| o.holds(held))
     }
 
     /// The outputs' id (each one's, joined: losing either loses what a 304
@@ -224,7 +235,7 @@ impl Outputs {
     pub fn id(&self) -> Result<(String, bool), String> {
         let mut ids = Vec::new();
         let mut holds = true;
-        for o in &self.all {
+        for o in self.outputs() {
             let (id, any) = o.id()?;
             ids.push(id);
             holds &= any;
@@ -235,7 +246,7 @@ impl Outputs {
     /// The highest run that wrote results in any output.
     pub fn highest_run(&self) -> Result<u64, OutputError> {
         let mut highest = 0;
-        for o in &self.all {
+        for o in self.outputs() {
             highest = highest.max(o.highest_run()?);
         }
         Ok(highest)
@@ -244,8 +255,8 @@ impl Outputs {
     /// The outputs that say which inputs are done: those of rows where
     /// there are, else the folder.
     fn deciding(&self) -> impl Iterator<Item = &Arc<dyn Output>> {
-        let rows = self.all.iter().any(|o| o.rows());
-        self.all.iter().filter(move |o| o.rows() == rows)
+        let rows = self.outputs().any(|o| o.rows());
+        self.outputs().filter(move |o| o.rows() == rows)
     }
 
     /// The inputs whose results of the last step are in the outputs.
@@ -260,12 +271,15 @@ impl Outputs {
 
     /// `(commits, pages)` of the outputs that count them.
     pub fn commits(&self) -> Option<(u64, u64)> {
-        self.all.iter().find_map(|o| o.commits())
+        self.outputs().find_map(|o| o.commits())
     }
 }
 
-/// `w`'s notes added to `into`'s.
-fn merge(into: &mut Wrote, w: Wrote) {
+/// `w`'s notes, of sink `sink`, added to `into`'s.
+fn merge(into: &mut Wrote, sink: &'static str, w: Wrote) {
+    if let Some(rows) = &w.rows {
+        into.upserted.push((sink, rows.rows));
+    }
     into.held.file = into.held.file.take().or(w.held.file);
     into.held.row = into.held.row.take().or(w.held.row);
     into.path = into.path.take().or(w.path);

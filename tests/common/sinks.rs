@@ -47,6 +47,42 @@ impl RowsSink {
         }
     }
 
+    /// The first column, as text, of the rows `sql` selects from the
+    /// database (for SQLite at `path`), which must answer it.
+    pub fn texts(&self, d: &Deployment, path: &str, sql: &str) -> Vec<String> {
+        match self {
+            RowsSink::Sqlite => {
+                let c = rusqlite::Connection::open(d.path().join(path)).unwrap();
+                let mut stmt = c.prepare(sql).unwrap();
+                stmt.query_map([], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            }
+            RowsSink::Postgres { db } => {
+                let mut c = shared().connect(db).unwrap();
+                (c.query(sql, &[]).unwrap().iter())
+                    .map(|r| r.get(0))
+                    .collect()
+            }
+        }
+    }
+
+    /// `count(*)` of `table`'s rows.
+    pub fn count(&self, d: &Deployment, path: &str, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {table}");
+        match self {
+            RowsSink::Sqlite => rusqlite::Connection::open(d.path().join(path))
+                .unwrap()
+                .query_row(&sql, [], |r| r.get(0))
+                .unwrap(),
+            RowsSink::Postgres { db } => {
+                let mut c = shared().connect(db).unwrap();
+                c.query_one(&sql, &[]).unwrap().get(0)
+            }
+        }
+    }
+
     /// `(input, key)` of every row of `table` (none before it is made).
     fn rows(&self, d: &Deployment, path: &str, table: &str) -> Vec<(String, String)> {
         let sql = format!("SELECT input, key FROM {table}");

@@ -158,6 +158,10 @@ impl RunOutcome {
             "portion_run_job_pages_written",
             "Pages the job wrote: as files, or as rows when it has no folder.",
         );
+        let mut upserted = gauge(
+            "portion_run_job_rows_upserted",
+            "Rows the job upserted, per sink of rows (sqlite, postgres).",
+        );
         let mut done = gauge(
             "portion_run_job_regions_done",
             "Regions the job served to their end.",
@@ -190,6 +194,9 @@ impl RunOutcome {
                 saved.push(&[("job", j.job.as_str()), ("pool", pool.as_str())], *n);
             }
             pages.push(&job, r.pages);
+            for (sink, n) in &r.upserted {
+                upserted.push(&[("job", j.job.as_str()), ("sink", sink)], *n);
+            }
             done.push(&job, r.regions_done as u64);
             total.push(&job, r.regions_total as u64);
             failed.push(&job, r.failed_in.len() as u64);
@@ -204,6 +211,7 @@ impl RunOutcome {
             not_modified,
             saved,
             pages,
+            upserted,
             done,
             total,
             failed,

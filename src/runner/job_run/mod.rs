@@ -205,6 +205,14 @@ impl<'a> JobRun<'a> {
                         table,
                         ..Default::default()
                     }),
+                // (each sink of rows counted from 0, said even when nothing came)
+                upserted: [
+                    ("sqlite", job.sqlite.is_some()),
+                    ("postgres", job.postgres.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(sink, writes)| writes.then_some((sink, 0)))
+                .collect(),
                 ..JobReport::default()
             }),
             meter: Meter::new(

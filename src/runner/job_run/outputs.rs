@@ -27,10 +27,13 @@ pub(super) async fn open(
 ) -> Result<(Outputs, u64)> {
     let mut outputs = Outputs::default();
     if let Some(spec) = &job.sqlite {
-        outputs.push(Arc::new(open_table(job, config, spec).await?));
+        outputs.push("sqlite", Arc::new(open_table(job, config, spec).await?));
     }
     if let Some(spec) = &job.postgres {
-        outputs.push(crate::sink::postgres::open_for_run(config, job, spec).await?);
+        outputs.push(
+            "postgres",
+            crate::sink::postgres::open_for_run(config, job, spec).await?,
+        );
     }
     if let Some(dir) = &job.output {
         outputs.put_first(Arc::new(prepare_folder(job, dir, locked, cursor_run)?));

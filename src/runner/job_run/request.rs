@@ -310,6 +310,9 @@ impl JobRun<'_> {
             report.pages_without_items += u64::from(rows.no_items);
         }
         report.pages += 1;
+        for (sink, n) in &wrote.upserted {
+            *report.upserted.entry(sink).or_default() += n;
+        }
         drop(report);
         (self.progress).draw(&self.report.borrow(), &mut self.round.borrow_mut());
         if let Some(path) = &wrote.path {

@@ -38,7 +38,7 @@ fn a_folder_and_a_table_take_a_page_and_say_what_they_hold() {
     assert_eq!(prepared.highest_run, 0);
     let table = Sqlite::open(&spec(dir.path()), "j", true).unwrap();
     let mut outputs = Outputs::default();
-    outputs.push(Arc::new(table));
+    outputs.push("sqlite", Arc::new(table));
     outputs.put_first(Arc::new(files));
 
     let body = br#"{"items":[{"id":"a1"},{"id":"a2"},{"x":1}]}"#;
@@ -87,10 +87,11 @@ fn the_outputs_id_is_kept_and_a_rebuilt_output_gets_another() {
     let open = || {
         let mut outputs = Outputs::default();
         let (files, _) = Files::open(&folder, "j", 0o640, true).unwrap();
-        outputs.push(Arc::new(files));
-        outputs.push(Arc::new(
-            Sqlite::open(&spec(dir.path()), "j", false).unwrap(),
-        ));
+        outputs.push("folder", Arc::new(files));
+        outputs.push(
+            "sqlite",
+            Arc::new(Sqlite::open(&spec(dir.path()), "j", false).unwrap()),
+        );
         outputs
     };
     let outputs = open();
@@ -123,9 +124,10 @@ fn the_outputs_id_is_kept_and_a_rebuilt_output_gets_another() {
 fn only_the_last_steps_pages_are_rows() {
     let dir = tempfile::tempdir().unwrap();
     let mut outputs = Outputs::default();
-    outputs.push(Arc::new(
-        Sqlite::open(&spec(dir.path()), "j", false).unwrap(),
-    ));
+    outputs.push(
+        "sqlite",
+        Arc::new(Sqlite::open(&spec(dir.path()), "j", false).unwrap()),
+    );
     let body = br#"{"items":[{"id":"a1"}]}"#;
     let mut p = page("k1", "j.r000001.k1.s0.p000000.json", body, 1);
     p.last_step = false;
@@ -142,7 +144,7 @@ fn a_row_is_not_held_by_a_job_without_a_table() {
     let folder = dir.path().join("out");
     let (files, _) = Files::open(&folder, "j", 0o640, true).unwrap();
     let mut outputs = Outputs::default();
-    outputs.push(Arc::new(files));
+    outputs.push("folder", Arc::new(files));
     let name = "j.r000001.k1.s0.p000000.json";
     let wrote = outputs.write(&page("k1", name, b"{}", 1)).unwrap();
     assert!(outputs.holds(&wrote.held));
