@@ -665,12 +665,40 @@ async fn a_jobs_map_keeps_the_first_value_of_each_field(ledger: impl JobStore) {
     );
 }
 
+/// A burst that fills a window (6,000 units in some 2 s, as a run with
+/// requests in flight spends them) frees one unit at a time, a window's
+/// length after each was spent: at the first's time one more fits, and
+/// the next charge is told to retry when the second leaves, not later.
+async fn a_burst_frees_one_unit_at_a_time(ledger: impl Ledger) {
+    let units = pool("units", vec![window(60, 6000, 0)]);
+    let c = [cost(&units, 1)];
+    const GAP: i64 = 366; // µs between two charges of the burst
+    for i in 0..6000 {
+        let d = charge_at(&ledger, "cred", &c, T0 + i * GAP).await;
+        assert!(
+            matches!(d, ChargeDecision::Allowed { .. }),
+            "charge {i}: {d:?}"
+        );
+    }
+    let d = charge_at(&ledger, "cred", &c, T0 + 60 * S - 1).await;
+    assert_eq!(rejection(&d).2, Duration::from_micros(1));
+    let d = charge_at(&ledger, "cred", &c, T0 + 60 * S).await;
+    assert_eq!(remaining(&d), vec![0]);
+    let d = charge_at(&ledger, "cred", &c, T0 + 60 * S + 1).await;
+    assert_eq!(
+        rejection(&d).2,
+        Duration::from_micros((GAP - 1) as u64),
+        "the second unit of the burst leaves {GAP} µs after the first"
+    );
+}
+
 macro_rules! conformance {
     ($store:ident, $make:expr) => {
         mod $store {
             use super::*;
             conformance!(@tests $make;
                 admits_up_to_budget_then_frees_exactly,
+                a_burst_frees_one_unit_at_a_time,
                 weighted_costs,
                 tightest_window_of_a_pool_rejects,
                 a_window_added_later_counts_what_the_log_holds,

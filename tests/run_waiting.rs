@@ -261,3 +261,42 @@ fn a_200_saying_nothing_remains_is_waited_out_to_its_reset() {
         assert!(at[2] - at[1] > 500_000, "{name}: {at:?}");
     }
 }
+
+/// Requests side by side wait in one line: when the units of a full
+/// window free up, each request behind the first charges again rather
+/// than sleeping out the time it was told when refused (a window's length
+/// more, for nothing). Four in flight, 4 units every 3 s, 12 regions: each
+/// request goes out within the window's length (and a margin) of the one
+/// whose unit it takes, four before it.
+#[test]
+fn requests_side_by_side_wait_once_and_go_on_as_units_free() {
+    for (redis, name) in stores() {
+        let up = Standin::start(&[]);
+        let d = Deployment::new("");
+        let regions: Vec<String> = (0..12).map(|i| format!("R{i:02}")).collect();
+        let regions: Vec<&str> = regions.iter().map(String::as_str).collect();
+        let job = videos_job("trending", "main", &regions, 1, &up.base()).replacen(
+            "    regions:",
+            "    concurrency: 4\n    regions:",
+            1,
+        );
+        d.write(&deployment_yaml(
+            &store_of(&d, &redis),
+            &["{ limit: 4, per: 3s }"],
+            "fail_closed",
+            &[job],
+        ));
+        let r = d.portion(&["run", "--wait", "10s"]);
+        assert_eq!(r.code, 0, "{name}: {r:?}");
+        let mut at: Vec<u64> = up.seen().iter().map(|s| s.at_us).collect();
+        at.sort();
+        assert_eq!(at.len(), 12, "{name}");
+        for k in 4..12 {
+            let gap = at[k] - at[k - 4];
+            assert!(
+                gap < 4_500_000,
+                "{name}: request {k} went {gap} µs after the one whose unit it took (the window is 3 s): {at:?}"
+            );
+        }
+    }
+}

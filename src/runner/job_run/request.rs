@@ -170,9 +170,15 @@ impl JobRun<'_> {
                 return Ok(None);
             };
             if turn.is_none() {
+                // Another request waits already: in line behind it, then
+                // charge again (this refusal's time is stale by then).
+                let behind = self.waiting.anyone();
                 turn = Some(self.waiting.turn().await);
                 if self.halted() {
                     return Ok(None);
+                }
+                if behind {
+                    continue;
                 }
             }
             let job = (self.job.name.as_str(), self.state());
