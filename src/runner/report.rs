@@ -115,18 +115,6 @@ impl fmt::Display for Stop {
 }
 
 impl Stop {
-    /// What a run waiting inside itself waits for, as its log line says.
-    pub fn waiting_for(&self) -> String {
-        match self {
-            Self::QuotaSaidNo { pool, per, .. } => {
-                format!("pool {pool}'s {} window is full", fmt_duration(*per))
-            }
-            Self::Blocked { reason, .. } => format!("the credential is blocked ({reason})"),
-            Self::LogLost { pool, .. } => format!("pool {pool}'s log was lost"),
-            other => other.to_string(),
-        }
-    }
-
     /// Every [`Stop::kind`], for a metric that lists them all.
     pub const KINDS: [&'static str; 7] = [
         "quota",

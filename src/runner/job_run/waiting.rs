@@ -91,7 +91,7 @@ impl Waiting {
             pool,
             units,
             until: until.timestamp_micros(),
-            why: stop.waiting_for(),
+            why: waiting_for(stop),
         };
         // (noted before it is said: what the log says, `status` shows)
         note(job, state.as_ref(), Some(&waiting)).await;
@@ -108,6 +108,21 @@ impl Waiting {
             () = shutdown.wait() => {}
         }
         note(job, state.as_ref(), None).await;
+    }
+}
+
+/// What a run waiting inside itself waits for, as its log line says.
+fn waiting_for(stop: &Stop) -> String {
+    match stop {
+        Stop::QuotaSaidNo { pool, per, .. } => {
+            format!(
+                "pool {pool}'s {} window is full",
+                crate::timefmt::fmt_duration(*per)
+            )
+        }
+        Stop::Blocked { reason, .. } => format!("the credential is blocked ({reason})"),
+        Stop::LogLost { pool, .. } => format!("pool {pool}'s log was lost"),
+        other => other.to_string(),
     }
 }
 
