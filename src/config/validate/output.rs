@@ -173,6 +173,27 @@ impl Validator<'_> {
         Ok(self.dir.join(folder))
     }
 
+    /// A table's `items` and `key` (either sink's): pointers (`""`, the
+    /// whole page; the input's key), the key one value.
+    pub(super) fn items_and_key(
+        &self,
+        at: &str,
+        items: Option<String>,
+        key: Option<String>,
+    ) -> Result<(String, String)> {
+        let items = items.unwrap_or_default();
+        self.pointer(&format!("{at}.items"), &items)?;
+        let key = key.unwrap_or_default();
+        self.pointer(&format!("{at}.key"), &key)?;
+        if key.split('/').any(|p| p == "*") {
+            return Err(self.err(
+                format!("{at}.key"),
+                format!("'{key}': a row's key is one value: no `*` in it"),
+            ));
+        }
+        Ok((items, key))
+    }
+
     fn sqlite(&self, at: &str, raw: RawSqlite) -> Result<SqliteOutput> {
         if raw.path.trim().is_empty() {
             return Err(self.err(format!("{at}.path"), "must name a database file"));
@@ -186,16 +207,7 @@ impl Validator<'_> {
                 ),
             ));
         }
-        let items = raw.items.unwrap_or_default();
-        self.pointer(&format!("{at}.items"), &items)?;
-        let key = raw.key.unwrap_or_default();
-        self.pointer(&format!("{at}.key"), &key)?;
-        if key.split('/').any(|p| p == "*") {
-            return Err(self.err(
-                format!("{at}.key"),
-                format!("'{key}': a row's key is one value: no `*` in it"),
-            ));
-        }
+        let (items, key) = self.items_and_key(at, raw.items, raw.key)?;
         let mut search: Vec<(String, String)> = Vec::new();
         for (i, p) in raw.search.into_iter().enumerate() {
             let field = format!("{at}.search[{i}]");

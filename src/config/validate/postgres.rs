@@ -29,16 +29,7 @@ impl Validator<'_> {
                 ));
             }
         }
-        let items = raw.items.unwrap_or_default();
-        self.pointer(&format!("{at}.items"), &items)?;
-        let key = raw.key.unwrap_or_default();
-        self.pointer(&format!("{at}.key"), &key)?;
-        if key.split('/').any(|p| p == "*") {
-            return Err(self.err(
-                format!("{at}.key"),
-                format!("'{key}': a row's key is one value: no `*` in it"),
-            ));
-        }
+        let (items, key) = self.items_and_key(at, raw.items, raw.key)?;
         let mut search: Vec<String> = Vec::new();
         for (i, p) in raw.search.into_iter().enumerate() {
             let field = format!("{at}.search[{i}]");

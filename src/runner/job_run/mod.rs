@@ -182,6 +182,7 @@ enum Walk {
 impl<'a> JobRun<'a> {
     pub(super) fn new(ctx: &'a RunContext<'a>, job: &'a Job) -> Self {
         let cred = ctx.config.credential(job);
+        let waiting = waiting::Waiting::new(ctx.wait.unwrap_or(job.max_wait));
         Self {
             ctx,
             job,
@@ -228,17 +229,12 @@ impl<'a> JobRun<'a> {
             saving: tokio::sync::Mutex::new(0),
             permits: tokio::sync::Semaphore::new(job.concurrency.max(1)),
             refusals: refusals::Refusals::default(),
-            progress: terminal::ProgressLine::new(
-                ctx.progress,
-                job,
-                cred,
-                ctx.wait.unwrap_or(job.max_wait),
-            ),
+            progress: terminal::ProgressLine::new(ctx.progress, job, cred, waiting.bound()),
             outputs: crate::sink::Outputs::default(),
             input_batches: RefCell::default(),
             conditional: conditional::Conditional::new(job, &cred.secret),
             lists: lists::ValueLists::new(job, cred),
-            waiting: waiting::Waiting::default(),
+            waiting,
         }
     }
 

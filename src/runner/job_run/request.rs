@@ -142,7 +142,6 @@ impl JobRun<'_> {
     /// one request waits, those refused or charging meanwhile line up
     /// behind it.
     async fn charge_attempt(&self, step: &Step) -> Result<Option<Attempt>> {
-        let bound = self.ctx.wait.unwrap_or(self.job.max_wait);
         let mut turn = None;
         loop {
             if turn.is_none() && self.waiting.anyone() {
@@ -165,7 +164,7 @@ impl JobRun<'_> {
                 Charged::Stop(stop) => stop,
             };
             let now = chrono::Utc::now().timestamp_micros();
-            let Some(pause) = super::waiting::pause_for(&stop, bound, now) else {
+            let Some(pause) = self.waiting.pause(&stop, now) else {
                 self.report.borrow_mut().stop_with(stop);
                 return Ok(None);
             };

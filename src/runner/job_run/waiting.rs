@@ -27,6 +27,8 @@ const LEAST: Duration = Duration::from_millis(10);
 /// The run's line of requests waiting for units.
 #[derive(Default)]
 pub(super) struct Waiting {
+    /// The longest wait (`run --wait`, else the job's `max_wait`).
+    bound: Duration,
     line: tokio::sync::Mutex<()>,
     /// Requests holding or awaiting the line's turn.
     in_line: Cell<usize>,
@@ -50,6 +52,24 @@ impl Drop for InLine<'_> {
 }
 
 impl Waiting {
+    pub(super) fn new(bound: Duration) -> Self {
+        Self {
+            bound,
+            ..Self::default()
+        }
+    }
+
+    /// The longest wait.
+    pub(super) fn bound(&self) -> Duration {
+        self.bound
+    }
+
+    /// How long to wait for what `stop` refused ([`pause_for`], within
+    /// this run's bound); `None`: the run stops.
+    pub(super) fn pause(&self, stop: &Stop, now: i64) -> Option<Duration> {
+        pause_for(stop, self.bound, now)
+    }
+
     /// Whether a request waits for units (a charge now would go ahead of
     /// it).
     pub(super) fn anyone(&self) -> bool {
